@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install what spack-r3 needs on a fresh Debian/Ubuntu machine: a virtualenv with
+# the package, clang + the LLVM OpenMP runtime (apt, when root), and an offline
+# Spack configuration when a Spack is present (SPACK_ROOT, spack on PATH, ~/spack).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { echo "setup: $*"; }
+
+# 1. clang >= 15 and libomp for record builds and OpenMP replay.
+have_clang() { for c in ${R3_CLANG:-} clang-22 clang-21 clang-20 clang-19 clang-18 clang-17 clang-16 clang-15; do command -v "$c" >/dev/null 2>&1 && return 0; done; return 1; }
+if ! have_clang || ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing clang-19 and libomp-19-dev with apt"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 libomp-19-dev >/dev/null
+  else
+    say "need clang >= 15 and libomp (Debian: sudo apt-get install clang-19 libomp-19-dev), or set R3_CLANG"
+    exit 1
+  fi
+fi
+
+# 2. The virtualenv with the project and its test dependencies.
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import llvmlite, optuna, openai, archspec, clingo, pytest" \
+  || { say "the virtualenv lacks a dependency"; exit 1; }
+
+# 3. Spack, configured to work offline (see ../shared/SPACK.md).
+spack_root=${SPACK_ROOT:-}
+if [ -z "$spack_root" ] && command -v spack >/dev/null 2>&1; then spack_root=$(cd "$(dirname "$(command -v spack)")/.." && pwd); fi
+if [ -z "$spack_root" ] && [ -x "$HOME/spack/bin/spack" ]; then spack_root=$HOME/spack; fi
+if [ -n "$spack_root" ]; then
+  export SPACK_PYTHON=$PWD/.venv/bin/python
+  spack="$spack_root/bin/spack"
+  "$spack" bootstrap disable >/dev/null 2>&1 || true
+  if ! "$spack" compilers 2>/dev/null | grep -q clang; then
+    say "registering compilers with Spack (first time: about a minute)"
+    "$spack" compiler find >/dev/null
+  fi
+  if ! grep -qs "cmake" "$HOME/.spack/packages.yaml"; then
+    "$spack" external find --not-buildable cmake gmake >/dev/null
+  fi
+  say "Spack at $spack_root"
+else
+  say "no Spack found (SPACK_ROOT, spack on PATH, ~/spack): Spack tests will skip; get one with: git clone https://github.com/spack/spack ~/spack"
+fi

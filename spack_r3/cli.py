@@ -1,0 +1,57 @@
+"""The ``r3`` command line, shared by the standalone ``r3`` script and ``spack r3``.
+
+Each subcommand is a module in ``spack_r3.commands`` written the way Spack writes
+commands: a docstring, ``description``, ``setup_parser(subparser)`` and a function
+named after the command that takes ``args`` and returns an exit code.
+"""
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import R3Error
+
+# Order is the order of the pipeline.
+COMMANDS = ["record", "kernels", "replay"]
+
+
+def _command_module(name):
+    return importlib.import_module("spack_r3.commands." + name.replace("-", "_"))
+
+
+def setup_parser(parser):
+    parser.add_argument("--workspace", default=None,
+                        help="workspace directory (default: $R3_WORKSPACE or ~/.spack-r3)")
+    sub = parser.add_subparsers(dest="r3_command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        module = _command_module(name)
+        p = sub.add_parser(name, help=module.description, description=module.__doc__)
+        module.setup_parser(p)
+    return parser
+
+
+def dispatch(args):
+    """Run the chosen subcommand; turns R3Error into one line on stderr."""
+    module = _command_module(args.r3_command)
+    try:
+        return getattr(module, args.r3_command.replace("-", "_"))(args) or 0
+    except R3Error as err:
+        print("r3 %s: error: %s" % (args.r3_command, err), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("r3 %s: interrupted; finished work is kept" % args.r3_command, file=sys.stderr)
+        return 130
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="r3", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version="spack-r3 " + __version__)
+    setup_parser(parser)
+    args = parser.parse_args(argv)
+    return dispatch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The data objects every stage shares: plain dataclasses that round-trip through JSON.
+
+Capture     one recorded kernel instance (a content-addressed directory).
+Pipeline    how a kernel's IR is optimized and compiled.
+Launch      how it is run (threads).
+Variant     what differs from the recording: source patch, pipeline, launch.
+Evaluation  what replaying one variant of one capture measured.
+"""
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import List, Optional, Tuple
+
+CAPTURE_FORMAT = 1
+
+
+def _from_dict(cls, data):
+    """Build ``cls`` from a dict, ignoring keys a newer writer may have added."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class FileDigest:
+    size: int
+    sha256: str
+
+
+@dataclass
+class Capture:
+    """``capture.json``: everything needed to replay one kernel instance.
+
+    Argument values are raw 64-bit slots (hex) as the kernel received them;
+    pointers are valid as recorded because replay maps memory at the recorded
+    addresses. ``signature`` holds the LLVM parameter types (``byval`` sizes
+    for aggregates passed by value, whose bytes are in ``byval_data``).
+    """
+
+    id: str
+    kernel: str
+    source_file: str
+    compile_command: List[str]
+    compile_dir: str
+    signature: dict
+    args: List[str]
+    byval_data: List[Optional[str]]
+    ret: Optional[str]
+    launch: dict
+    target: dict
+    app: dict
+    instance: int
+    instance_s: float
+    arena: dict
+    globals: List[dict]
+    files: dict
+    tolerance: Optional[float] = None
+    created: str = ""
+    format: int = CAPTURE_FORMAT
+
+    def to_json(self):
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data):
+        return _from_dict(cls, data)
+
+
+FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
+
+
+@dataclass
+class Pipeline:
+    """Compiler settings for one replay. The defaults are ``-O3 -march=native``."""
+
+    opt: str = "3"  # 0, 1, 2, 3, s, z
+    loop_vectorize: Optional[bool] = None  # None: what the O-level does
+    slp_vectorize: Optional[bool] = None
+    unroll: Optional[bool] = None
+    interleave: Optional[bool] = None
+    inline_threshold: Optional[int] = None
+    passes: Tuple[str, ...] = ()  # extra passes run after the standard pipeline
+    codegen: int = 3
+    cpu: str = "host"
+    features: str = "host"
+    fast_math: Tuple[str, ...] = ()  # subset of FAST_MATH_FLAGS
+    fma: str = "on"  # on: keep llvm.fmuladd contraction; off: split into fmul + fadd
+    noalias: bool = False  # mark the kernel's pointer parameters noalias
+
+    @property
+    def relaxes_fp(self):
+        """True when the pipeline changes floating-point semantics."""
+        return bool(self.fast_math) or self.fma != "on"
+
+    def to_json(self):
+        d = asdict(self)
+        d["passes"] = list(self.passes)
+        d["fast_math"] = list(self.fast_math)
+        return d
+
+    @classmethod
+    def from_json(cls, data):
+        p = _from_dict(cls, data)
+        p.passes = tuple(p.passes)
+        p.fast_math = tuple(p.fast_math)
+        return p
+
+
+@dataclass
+class Launch:
+    threads: Optional[int] = None  # None: as recorded
+
+    def to_json(self):
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data):
+        return _from_dict(cls, data or {})
+
+
+@dataclass
+class Variant:
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    launch: Launch = field(default_factory=Launch)
+    source_patch: Optional[str] = None  # unified diff against the capture's source file
+
+    def to_json(self):
+        return {
+            "pipeline": self.pipeline.to_json(),
+            "launch": self.launch.to_json(),
+            "source_patch": self.source_patch,
+        }
+
+    @classmethod
+    def from_json(cls, data):
+        return cls(
+            pipeline=Pipeline.from_json(data.get("pipeline", {})),
+            launch=Launch.from_json(data.get("launch", {})),
+            source_patch=data.get("source_patch"),
+        )
+
+
+# Evaluation.status values: only "ok" is a usable measurement.
+OK, COMPILE_ERROR, CRASH, TIMEOUT, WRONG_OUTPUT = "ok", "compile-error", "crash", "timeout", "wrong-output"
+
+
+@dataclass
+class Evaluation:
+    capture: str
+    variant: dict
+    status: str = OK
+    compiled: bool = False
+    verified: bool = False
+    max_rel_error: float = 0.0
+    mismatched_bytes: int = 0
+    time_median_s: Optional[float] = None
+    time_min_s: Optional[float] = None
+    time_max_s: Optional[float] = None
+    repeat: int = 0
+    compile_s: Optional[float] = None
+    speedup: Optional[float] = None  # median of paired baseline/candidate ratios
+    speedup_min: Optional[float] = None
+    speedup_max: Optional[float] = None
+    pairs: int = 0
+    diagnostics: str = ""
+
+    @property
+    def ok(self):
+        return self.status == OK
+
+    def to_json(self):
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data):
+        return _from_dict(cls, data)

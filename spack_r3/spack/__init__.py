@@ -1,0 +1,1 @@
+"""Everything that talks to Spack lives in this package (and nowhere else)."""

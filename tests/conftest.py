@@ -1,0 +1,40 @@
+"""Shared fixtures: the real toolchain and a real Spack, found or skipped (never faked)."""
+
+import os
+import sys
+
+import pytest
+
+from spack_r3.errors import ToolchainError
+from spack_r3.spack.locate import find_spack_root
+from spack_r3.toolchain import find_clang
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def clang():
+    try:
+        return find_clang()
+    except ToolchainError as err:
+        pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def spack_root():
+    """A real Spack. Under R3_REQUIRE_SPACK=1 (CI) a missing Spack fails instead of skipping."""
+    root = find_spack_root()
+    if root is None:
+        msg = "no Spack found (SPACK_ROOT, spack on PATH, ~/spack)"
+        if os.environ.get("R3_REQUIRE_SPACK") == "1":
+            pytest.fail(msg + " and R3_REQUIRE_SPACK=1")
+        pytest.skip(msg)
+    os.environ.setdefault("SPACK_PYTHON", sys.executable)
+    return root
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return str(ws)
