@@ -1,0 +1,127 @@
+"""Memory image files (``pre.bin`` / ``post.bin`` of a capture).
+
+Format (written by the record runtime, runtime/r3rt.c): the 8-byte magic ``R3MEM1\\0\\0``,
+then records until EOF, little-endian::
+
+    uint64 addr; uint64 size; uint64 kind; uint8 bytes[size]; zero padding to a multiple of 8
+
+``kind`` 1 is a live heap chunk of the arena (user pointer, usable size), 2 a global the
+kernel references, 3 a live heap chunk the OpenMP runtime allocated (team and barrier state:
+it changes whenever a parallel region runs, so replay restores it but must not compare it).
+"""
+
+import mmap
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+
+from .errors import CaptureError
+
+MAGIC = b"R3MEM1\0\0"
+KIND_HEAP = 1
+KIND_GLOBAL = 2
+KIND_RUNTIME = 3
+_HDR = struct.Struct("<QQQ")
+
+
+@dataclass(frozen=True)
+class Region:
+    addr: int
+    size: int
+    kind: int
+    offset: int  # where the region's bytes start in the file
+
+    @property
+    def end(self):
+        return self.addr + self.size
+
+
+def _pad(n):
+    return (8 - n % 8) % 8
+
+
+def read_regions(path):
+    """All regions of the image at ``path``; CaptureError if it is not a complete image."""
+    path = os.fspath(path)
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise CaptureError("%s: cannot read memory image: %s" % (path, err.strerror))
+    with f:
+        total = os.fstat(f.fileno()).st_size
+        head = f.read(len(MAGIC))
+        if head != MAGIC:
+            if len(head) < len(MAGIC) and MAGIC.startswith(head):
+                raise CaptureError("%s: truncated at byte %d (no complete header)" % (path, len(head)))
+            raise CaptureError("%s: not a memory image (bad magic %r)" % (path, head))
+        regions = []
+        pos = len(MAGIC)
+        while pos < total:
+            raw = f.read(_HDR.size)
+            if len(raw) < _HDR.size:
+                raise CaptureError("%s: truncated at byte %d (record header at byte %d)" % (path, total, pos))
+            addr, size, kind = _HDR.unpack(raw)
+            data = pos + _HDR.size
+            end = data + size + _pad(size)
+            if end > total:
+                raise CaptureError("%s: truncated at byte %d (record at byte %d needs %d bytes)"
+                                   % (path, total, pos, end - pos))
+            regions.append(Region(addr, size, kind, data))
+            f.seek(end)
+            pos = end
+    return regions
+
+
+def region_bytes(path, region):
+    """The bytes of ``region`` (from read_regions of the same file)."""
+    with open(os.fspath(path), "rb") as f:
+        f.seek(region.offset)
+        data = f.read(region.size)
+    if len(data) != region.size:
+        raise CaptureError("%s: truncated at byte %d" % (path, region.offset + len(data)))
+    return data
+
+
+def region_view(path, region):
+    """A read-only memoryview of ``region`` backed by mmap (no copy; for large regions)."""
+    if region.size == 0:
+        return memoryview(b"")
+    with open(os.fspath(path), "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if region.offset + region.size > len(m):
+        m.close()
+        raise CaptureError("%s: truncated at byte %d" % (path, len(m)))
+    return memoryview(m)[region.offset:region.offset + region.size]
+
+
+def find_region(regions, addr):
+    """The region containing address ``addr``, or None."""
+    for r in regions:
+        if r.addr <= addr < r.end:
+            return r
+    return None
+
+
+def write_regions(path, regions):
+    """Write ``[(addr, kind, bytes), ...]`` as a memory image, atomically."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".bin", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC)
+            for addr, kind, data in regions:
+                data = memoryview(data).cast("B")
+                f.write(_HDR.pack(addr, len(data), kind))
+                f.write(data)
+                f.write(b"\0" * _pad(len(data)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

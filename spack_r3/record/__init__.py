@@ -1,0 +1,1 @@
+"""Record: build with r3-record, run, collect captures."""

@@ -1,0 +1,1126 @@
+/* spack-r3 record runtime, linked into every recorded application.
+ *
+ * 1. Arena heap: malloc and friends are defined here and interpose libc's for the
+ *    whole process. Every allocation comes from one fixed virtual-address arena
+ *    (R3_ARENA_BASE, R3_ARENA_SIZE), so a capture can be replayed by mapping the
+ *    arena at the same address: no pointer rebasing. The heap is walkable: each
+ *    chunk starts with a 16-byte header {size, tag}.
+ * 2. Probes: __r3_enter/__r3_exit count and time every kernel call (inclusive and
+ *    self time, snapshot work excluded); profile.<pid>.json at exit.
+ * 3. Captures: memory images before/after selected kernel instances plus meta.json,
+ *    written into a temporary directory and renamed when complete.
+ *
+ * Rules for this file: never call anything that may malloc while holding the heap
+ * lock; no stdio; output through open(2)/write(2) and our own formatters.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "r3rt.h"
+
+_Static_assert(sizeof(struct r3_kinfo) == 13 * 8, "r3_kinfo ABI: 13 x 8 bytes");
+_Static_assert(sizeof(struct r3_global) == 3 * 8, "r3_global ABI: 3 x 8 bytes");
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+#define UNUSED __attribute__((unused))
+
+extern char **environ;
+extern int omp_in_parallel(void) __attribute__((weak));
+extern int omp_get_max_threads(void) __attribute__((weak));
+
+/* OpenMP entry points: the weak references when the executable links an OpenMP runtime,
+ * else whatever the process has loaded (e.g. libomp pulled in by a shared library). */
+typedef int (*omp_int_fn)(void);
+static omp_int_fn omp_fn(int max_threads) {
+  static omp_int_fn found[2];
+  if (!max_threads && omp_in_parallel) return omp_in_parallel;
+  if (max_threads && omp_get_max_threads) return omp_get_max_threads;
+  if (!found[max_threads])
+    found[max_threads] =
+        (omp_int_fn)dlsym(RTLD_DEFAULT, max_threads ? "omp_get_max_threads" : "omp_in_parallel");
+  return found[max_threads];
+}
+
+/* ------------------------------------------------------------------------- */
+/* small helpers: messages, numbers, environment                             */
+/* ------------------------------------------------------------------------- */
+
+static size_t r3_strlen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
+
+static void write_all(int fd, const void *p, size_t n) {
+  const char *c = (const char *)p;
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0) { if (errno == EINTR) continue; return; }
+    c += w; n -= (size_t)w;
+  }
+}
+
+/* one line to stderr: "r3-record runtime: " + parts (NULL-terminated) + "\n" */
+static void warn(const char *first, ...) {
+  char buf[1024];
+  size_t n = 0;
+  const char *pre = "r3-record runtime: ";
+  for (const char *s = pre; *s; s++) buf[n++] = *s;
+  va_list ap;
+  va_start(ap, first);
+  for (const char *part = first; part; part = va_arg(ap, const char *))
+    for (const char *s = part; *s && n < sizeof buf - 2; s++) buf[n++] = (*s == '\n') ? ' ' : *s;
+  va_end(ap);
+  buf[n++] = '\n';
+  write_all(2, buf, n);
+}
+
+static char *fmt_u64(char *end, uint64_t v) { /* writes backwards, returns start */
+  *--end = 0;
+  do { *--end = (char)('0' + v % 10); v /= 10; } while (v);
+  return end;
+}
+
+static char *fmt_hex(char *end, uint64_t v) { /* "0x..." backwards */
+  static const char hx[] = "0123456789abcdef";
+  *--end = 0;
+  do { *--end = hx[v & 15]; v >>= 4; } while (v);
+  *--end = 'x';
+  *--end = '0';
+  return end;
+}
+
+/* strerror without locale or malloc (used while the heap lock is held) */
+static const char *err_text(int err, char *b, size_t cap) {
+  switch (err) {
+    case EEXIST: return "File exists";
+    case ENOMEM: return "Cannot allocate memory";
+    case EINVAL: return "Invalid argument";
+    case EPERM: return "Operation not permitted";
+    case EACCES: return "Permission denied";
+    default: break;
+  }
+  char *e = b + cap;
+  e = fmt_u64(e, (uint64_t)err);
+  e -= 6;
+  memcpy(e, "errno ", 6);
+  return e;
+}
+
+/* number: decimal, or 0x-hex, optional K/M/G/T suffix (binary). hex_default: plain digits are hex */
+static int parse_num(const char *s, uint64_t *out, int hex_default) {
+  uint64_t v = 0;
+  int base = hex_default ? 16 : 10, digits = 0;
+  while (*s == ' ') s++;
+  if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) { base = 16; s += 2; }
+  for (;; s++) {
+    int d;
+    char c = *s;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (base == 16 && c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (base == 16 && c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else break;
+    if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) return -1;
+    v = v * (uint64_t)base + (uint64_t)d;
+    digits++;
+  }
+  if (!digits) return -1;
+  int shift = 0;
+  switch (*s) {
+    case 'k': case 'K': shift = 10; s++; break;
+    case 'm': case 'M': shift = 20; s++; break;
+    case 'g': case 'G': shift = 30; s++; break;
+    case 't': case 'T': shift = 40; s++; break;
+    default: break;
+  }
+  if (shift && (*s == 'i' || *s == 'I')) s++;
+  if (shift && (*s == 'b' || *s == 'B')) s++;
+  while (*s == ' ') s++;
+  if (*s) return -1;
+  if (shift && v > (UINT64_MAX >> shift)) return -1;
+  *out = v << shift;
+  return 0;
+}
+
+/* getenv that works before libc has set up environ (malloc may run that early) */
+static char g_procenv[65536];
+static size_t g_procenv_len;
+static int g_procenv_state;
+
+static const char *r3_getenv(const char *name) {
+  size_t nl = r3_strlen(name);
+  if (environ) {
+    for (char **e = environ; *e; e++)
+      if (!strncmp(*e, name, nl) && (*e)[nl] == '=') return *e + nl + 1;
+    return NULL;
+  }
+  if (!g_procenv_state) {
+    g_procenv_state = 1;
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t r;
+      while (g_procenv_len < sizeof g_procenv - 1 &&
+             (r = read(fd, g_procenv + g_procenv_len, sizeof g_procenv - 1 - g_procenv_len)) > 0)
+        g_procenv_len += (size_t)r;
+      close(fd);
+    }
+    g_procenv[g_procenv_len] = 0;
+  }
+  for (size_t i = 0; i < g_procenv_len;) {
+    const char *e = g_procenv + i;
+    size_t l = r3_strlen(e);
+    if (!strncmp(e, name, nl) && e[nl] == '=') return e + nl + 1;
+    i += l + 1;
+  }
+  return NULL;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* ------------------------------------------------------------------------- */
+/* arena heap                                                                 */
+/* ------------------------------------------------------------------------- */
+
+typedef struct chunk {
+  uint64_t size; /* whole chunk including this header; multiple of 16 */
+  uint64_t tag;  /* TAG_MAGIC | state | flags */
+} chunk_t;
+
+#define HDR 16u
+#define TAG_MAGIC 0x5233484541500000ull /* "R3HEAP" */
+#define TAG_MAGIC_MASK 0xFFFFFFFFFFFFFF00ull
+#define ST_MASK 0x0Fu
+#define ST_LIVE 0x01u
+#define ST_FREE 0x02u
+#define F_ZERO 0x10u /* free chunk whose user bytes are all zero (fresh or madvised) */
+#define F_RT 0x20u   /* live chunk allocated by the OpenMP runtime (image kind 3) */
+
+#define NCLASS 200
+#define SMALL_MAX (256u * 1024u)      /* requests up to this use exact class sizes */
+#define SPLIT_MIN (256u * 1024u)      /* split large free chunks leaving at least this */
+#define MADV_MIN (128u * 1024u)       /* give pages back when freeing chunks this large */
+#define LARGE_SCAN 64
+
+static char g_lock;
+static uintptr_t g_base, g_end, g_top, g_top_peak;
+static uint64_t g_live, g_live_peak;
+static uint64_t g_page = 4096;
+static chunk_t *g_free[NCLASS];
+
+static void heap_lock(void) {
+  unsigned spins = 0;
+  while (__atomic_test_and_set(&g_lock, __ATOMIC_ACQUIRE)) {
+    while (__atomic_load_n(&g_lock, __ATOMIC_RELAXED)) {
+      if (++spins >= 64) { sched_yield(); spins = 0; }
+      else cpu_relax();
+    }
+  }
+}
+static void heap_unlock(void) { __atomic_clear(&g_lock, __ATOMIC_RELEASE); }
+
+/* Chunks the OpenMP runtime allocates (team and barrier state) change whenever a parallel
+ * region runs, whatever the kernel computes: images tag them kind 3 so replay restores them
+ * but does not compare them. The owner is the allocation's caller: a PC in the text of a
+ * loaded libomp / libgomp / libiomp5 (found at startup). */
+#define MAXRT 8
+static uintptr_t g_rt_lo[MAXRT], g_rt_hi[MAXRT];
+static int g_nrt;
+
+static int rt_text_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+  (void)sz; (void)data;
+  const char *n = info->dlpi_name, *b = n;
+  if (!n || !*n) return 0;
+  for (const char *x = n; *x; x++) if (*x == '/') b = x + 1;
+  if (strncmp(b, "libomp", 6) && strncmp(b, "libgomp", 7) && strncmp(b, "libiomp", 7)) return 0;
+  int nrt = __atomic_load_n(&g_nrt, __ATOMIC_RELAXED);
+  for (int i = 0; i < info->dlpi_phnum && nrt < MAXRT; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    g_rt_lo[nrt] = info->dlpi_addr + ph->p_vaddr;
+    g_rt_hi[nrt] = g_rt_lo[nrt] + ph->p_memsz;
+    nrt++;
+  }
+  __atomic_store_n(&g_nrt, nrt, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static inline unsigned owner_of(const void *pc) {
+  int n = __atomic_load_n(&g_nrt, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if ((uintptr_t)pc - g_rt_lo[i] < g_rt_hi[i] - g_rt_lo[i]) return F_RT;
+  return 0;
+}
+#define CALLER_OWNER() owner_of(__builtin_return_address(0))
+
+/* size classes: 32..1024 step 16 (classes 0..62), then 4 per power of two */
+static uint64_t class_size(int c) {
+  if (c < 62) return (uint64_t)(c + 2) * 16;
+  int t = c - 62, k = 10 + t / 4, j = t % 4;
+  return (1ull << k) + (uint64_t)j * (1ull << (k - 2));
+}
+static int floor_class(uint64_t s) { /* largest c with class_size(c) <= s; s >= 32 */
+  if (s <= 1024) return (int)(s / 16) - 2;
+  int k = 63 - __builtin_clzll(s);
+  int j = (int)((s - (1ull << k)) >> (k - 2));
+  int c = 62 + 4 * (k - 10) + j;
+  return c < NCLASS ? c : NCLASS - 1;
+}
+static int ceil_class(uint64_t s) {
+  int c = floor_class(s);
+  return class_size(c) == s ? c : c + 1;
+}
+
+static inline chunk_t **link_of(chunk_t *c) { return (chunk_t **)(void *)(c + 1); }
+static inline int is_state(const chunk_t *c, unsigned st) {
+  return (c->tag & TAG_MAGIC_MASK) == TAG_MAGIC && (c->tag & ST_MASK) == st;
+}
+
+static void push_free(chunk_t *c) { /* lock held; c->tag already FREE */
+  int fc = floor_class(c->size);
+  *link_of(c) = g_free[fc];
+  g_free[fc] = c;
+}
+
+static void arena_fail(uint64_t base, int err) {
+  char b[32], e[48];
+  warn("cannot map arena at ", fmt_hex(b + sizeof b, base), ": ", err_text(err, e, sizeof e),
+       "; set R3_ARENA_BASE", err == ENOMEM ? " (or a smaller R3_ARENA_SIZE)" : "", NULL);
+  abort();
+}
+
+static void arena_init_locked(void) {
+  uint64_t base = 0x100000000000ull, size = 64ull << 30;
+  const char *s;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg > 0) g_page = (uint64_t)pg;
+  if ((s = r3_getenv("R3_ARENA_BASE")) && *s) {
+    if (parse_num(s, &base, 1) || base == 0 || (base & (g_page - 1))) {
+      warn("bad R3_ARENA_BASE=", s, " (want a page-aligned hex address)", NULL);
+      abort();
+    }
+  }
+  if ((s = r3_getenv("R3_ARENA_SIZE")) && *s) {
+    if (parse_num(s, &size, 0) || size < (1u << 20)) {
+      warn("bad R3_ARENA_SIZE=", s, " (want bytes, e.g. 68719476736 or 64G, at least 1M)", NULL);
+      abort();
+    }
+  }
+  size = (size + g_page - 1) & ~(g_page - 1);
+  void *p = mmap((void *)(uintptr_t)base, size, PROT_READ | PROT_WRITE,
+                 MAP_FIXED_NOREPLACE | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) arena_fail(base, errno);
+  if ((uintptr_t)p != base) { /* kernel without MAP_FIXED_NOREPLACE treats it as a hint */
+    munmap(p, size);
+    arena_fail(base, EEXIST);
+  }
+  g_base = g_top = g_top_peak = base;
+  g_end = base + size;
+}
+
+/* allocate a chunk with at least n user bytes; *was_zero tells whether they are all zero */
+static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
+  if (n > (1ull << 46)) { errno = ENOMEM; return NULL; }
+  uint64_t s = ((uint64_t)n + HDR + 15) & ~15ull;
+  if (s < 32) s = 32;
+  chunk_t *c = NULL;
+  heap_lock();
+  if (!g_base) arena_init_locked();
+  if (s <= SMALL_MAX) {
+    int ci = ceil_class(s);
+    s = class_size(ci);
+    c = g_free[ci];
+    if (c) g_free[ci] = *link_of(c);
+  } else {
+    s = (s + g_page - 1) & ~(g_page - 1);
+    int ci = floor_class(s);
+    chunk_t **pp = &g_free[ci];
+    for (int i = 0; *pp && i < LARGE_SCAN; i++, pp = link_of(*pp)) {
+      if ((*pp)->size >= s) { c = *pp; *pp = *link_of(c); break; }
+    }
+    for (int j = ci + 1; !c && j < NCLASS; j++) {
+      if (g_free[j]) { c = g_free[j]; g_free[j] = *link_of(c); }
+    }
+    if (c && c->size - s >= SPLIT_MIN) {
+      chunk_t *r = (chunk_t *)((char *)c + s);
+      r->size = c->size - s;
+      r->tag = TAG_MAGIC | ST_FREE | (c->tag & F_ZERO);
+      push_free(r);
+      c->size = s;
+    }
+  }
+  if (c) {
+    *was_zero = (c->tag & F_ZERO) != 0;
+    *link_of(c) = NULL; /* restores the zero word the free-list link used */
+  } else {
+    if (s > g_end - g_top) { heap_unlock(); errno = ENOMEM; return NULL; }
+    c = (chunk_t *)g_top;
+    g_top += s;
+    if (g_top > g_top_peak) g_top_peak = g_top;
+    c->size = s;
+    *was_zero = 1;
+  }
+  c->tag = TAG_MAGIC | ST_LIVE | own;
+  g_live += c->size - HDR;
+  if (g_live > g_live_peak) g_live_peak = g_live;
+  heap_unlock();
+  return c + 1;
+}
+
+/* the chunk of a live user pointer, or NULL (lock held) */
+static chunk_t *live_chunk(void *p) {
+  uintptr_t u = (uintptr_t)p;
+  if (!g_base || u < g_base + HDR || u >= g_top || (u & 15)) return NULL;
+  chunk_t *c = (chunk_t *)(u - HDR);
+  return is_state(c, ST_LIVE) ? c : NULL;
+}
+
+static void heap_free(void *p) {
+  if (!p) return;
+  heap_lock();
+  chunk_t *c = live_chunk(p);
+  if (!c) { heap_unlock(); return; } /* outside the arena, double free, or foreign: ignore */
+  c->tag = TAG_MAGIC | ST_FREE;
+  g_live -= c->size - HDR;
+  if (c->size >= MADV_MIN) {
+    int saved = errno;
+    /* not on a list and not live: nobody touches it while we zero it unlocked */
+    heap_unlock();
+    uintptr_t u0 = (uintptr_t)(c + 1), u1 = (uintptr_t)c + c->size;
+    uintptr_t a = (u0 + g_page - 1) & ~(g_page - 1), b = u1 & ~(g_page - 1);
+    if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) == 0) {
+      memset((void *)u0, 0, a - u0);
+      memset((void *)b, 0, u1 - b);
+    } else {
+      memset((void *)u0, 0, u1 - u0);
+    }
+    errno = saved;
+    heap_lock();
+    c->tag |= F_ZERO;
+  }
+  push_free(c);
+  heap_unlock();
+}
+
+static void *heap_memalign(size_t align, size_t n, unsigned own) {
+  int z;
+  if (align <= 16) return heap_alloc(n, &z, own);
+  if (n > (1ull << 46) || align > (1ull << 40)) { errno = ENOMEM; return NULL; }
+  char *p = (char *)heap_alloc(n + align + HDR, &z, own);
+  if (!p || ((uintptr_t)p & (align - 1)) == 0) return p;
+  /* split off a free padding chunk in front so the heap stays walkable */
+  uintptr_t q = ((uintptr_t)p + HDR + align - 1) & ~(uintptr_t)(align - 1);
+  heap_lock();
+  chunk_t *c = (chunk_t *)(p - HDR), *d = (chunk_t *)(q - HDR);
+  uint64_t pad = (uintptr_t)d - (uintptr_t)c;
+  d->size = c->size - pad;
+  d->tag = TAG_MAGIC | ST_LIVE | own;
+  c->size = pad;
+  c->tag = TAG_MAGIC | ST_FREE;
+  g_live -= pad;
+  if (pad >= 32) push_free(c); /* a 16-byte pad is a bare header, never reused */
+  heap_unlock();
+  return (void *)q;
+}
+
+static size_t usable_size(void *p) {
+  if (!p) return 0;
+  heap_lock();
+  chunk_t *c = live_chunk(p);
+  size_t r = c ? (size_t)(c->size - HDR) : 0;
+  heap_unlock();
+  return r;
+}
+
+static int g_warned_foreign_realloc;
+
+static void *heap_realloc(void *p, size_t n, unsigned own) {
+  int z;
+  if (!p) return heap_alloc(n, &z, own);
+  if (n == 0) { heap_free(p); return NULL; }
+  if (n > (1ull << 46)) { errno = ENOMEM; return NULL; }
+  uint64_t s = ((uint64_t)n + HDR + 15) & ~15ull;
+  heap_lock();
+  chunk_t *c = live_chunk(p);
+  if (!c) {
+    heap_unlock();
+    if (!__atomic_exchange_n(&g_warned_foreign_realloc, 1, __ATOMIC_RELAXED))
+      warn("realloc of a pointer not allocated in the arena; returning NULL", NULL);
+    errno = ENOMEM;
+    return NULL;
+  }
+  uint64_t old = c->size;
+  if (s <= old) {
+    if (old - s >= SPLIT_MIN) { /* large shrink: give the tail back */
+      s = (s + 15) & ~15ull;
+      chunk_t *r = (chunk_t *)((char *)c + s);
+      r->size = old - s;
+      r->tag = TAG_MAGIC | ST_FREE;
+      push_free(r);
+      c->size = s;
+      g_live -= old - s;
+    }
+    heap_unlock();
+    return p;
+  }
+  if ((uintptr_t)c + old == g_top && s - old <= g_end - g_top) { /* last chunk: grow in place */
+    g_top = (uintptr_t)c + s;
+    if (g_top > g_top_peak) g_top_peak = g_top;
+    c->size = s;
+    g_live += s - old;
+    if (g_live > g_live_peak) g_live_peak = g_live;
+    heap_unlock();
+    return p;
+  }
+  heap_unlock();
+  void *q = heap_alloc(n, &z, own);
+  if (!q) return NULL;
+  memcpy(q, p, old - HDR);
+  heap_free(p);
+  return q;
+}
+
+/* ---- the libc interface ---- */
+
+void *malloc(size_t n) {
+  int z;
+  return heap_alloc(n, &z, CALLER_OWNER());
+}
+
+void free(void *p) { heap_free(p); }
+
+void *calloc(size_t m, size_t n) {
+  size_t t;
+  int z;
+  if (__builtin_mul_overflow(m, n, &t)) { errno = ENOMEM; return NULL; }
+  void *p = heap_alloc(t, &z, CALLER_OWNER());
+  if (p && !z) memset(p, 0, t);
+  return p;
+}
+
+void *realloc(void *p, size_t n) { return heap_realloc(p, n, CALLER_OWNER()); }
+
+void *reallocarray(void *p, size_t m, size_t n) {
+  size_t t;
+  if (__builtin_mul_overflow(m, n, &t)) { errno = ENOMEM; return NULL; }
+  return heap_realloc(p, t, CALLER_OWNER());
+}
+
+static int pow2(size_t a) { return a && !(a & (a - 1)); }
+
+int posix_memalign(void **out, size_t align, size_t n) {
+  if (!pow2(align) || align % sizeof(void *)) return EINVAL;
+  int saved = errno;
+  void *p = heap_memalign(align, n, CALLER_OWNER());
+  if (!p) { errno = saved; return ENOMEM; }
+  *out = p;
+  return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n) {
+  if (!pow2(align)) { errno = EINVAL; return NULL; }
+  return heap_memalign(align, n, CALLER_OWNER());
+}
+
+void *memalign(size_t align, size_t n) {
+  if (align > (1ull << 40)) { errno = EINVAL; return NULL; }
+  size_t a = 1;
+  while (a < align) a <<= 1; /* glibc rounds up to a power of two */
+  return heap_memalign(a, n, CALLER_OWNER());
+}
+
+void *valloc(size_t n) {
+  return heap_memalign((size_t)sysconf(_SC_PAGESIZE), n, CALLER_OWNER());
+}
+
+void *pvalloc(size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  if (n > SIZE_MAX - pg) { errno = ENOMEM; return NULL; }
+  return heap_memalign(pg, (n + pg - 1) & ~(pg - 1), CALLER_OWNER());
+}
+
+size_t malloc_usable_size(void *p) { return usable_size(p); }
+
+static void atfork_prepare(void) { heap_lock(); }
+static void atfork_release(void) { heap_unlock(); }
+
+/* ------------------------------------------------------------------------- */
+/* buffered output to a file descriptor                                        */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+  int fd, err;
+  size_t n, cap;
+  char *buf;
+} wbuf_t;
+
+static void wb_flush(wbuf_t *w) {
+  const char *c = w->buf;
+  size_t n = w->n;
+  while (n && !w->err) {
+    ssize_t r = write(w->fd, c, n);
+    if (r < 0) { if (errno == EINTR) continue; w->err = errno ? errno : EIO; break; }
+    c += r; n -= (size_t)r;
+  }
+  w->n = 0;
+}
+
+static void wb_put(wbuf_t *w, const void *p, size_t n) {
+  const char *c = (const char *)p;
+  if (n >= w->cap) { /* large: write straight from the source */
+    wb_flush(w);
+    while (n && !w->err) {
+      ssize_t r = write(w->fd, c, n);
+      if (r < 0) { if (errno == EINTR) continue; w->err = errno ? errno : EIO; break; }
+      c += r; n -= (size_t)r;
+    }
+    return;
+  }
+  if (w->n + n > w->cap) wb_flush(w);
+  memcpy(w->buf + w->n, c, n);
+  w->n += n;
+}
+
+static void wb_s(wbuf_t *w, const char *s) { wb_put(w, s, r3_strlen(s)); }
+static void wb_u(wbuf_t *w, uint64_t v) { char b[32]; wb_s(w, fmt_u64(b + sizeof b, v)); }
+static void wb_i(wbuf_t *w, int64_t v) {
+  if (v < 0) { wb_s(w, "-"); wb_u(w, (uint64_t)0 - (uint64_t)v); }
+  else wb_u(w, (uint64_t)v);
+}
+static void wb_hex(wbuf_t *w, uint64_t v) { /* JSON string "0x..." */
+  char b[32];
+  wb_s(w, "\"");
+  wb_s(w, fmt_hex(b + sizeof b, v));
+  wb_s(w, "\"");
+}
+static void wb_hexbytes(wbuf_t *w, const void *p, size_t n) { /* JSON string of hex digits */
+  static const char hx[] = "0123456789abcdef";
+  const unsigned char *b = (const unsigned char *)p;
+  char t[256];
+  size_t k = 0;
+  wb_s(w, "\"");
+  for (size_t i = 0; i < n; i++) {
+    t[k++] = hx[b[i] >> 4];
+    t[k++] = hx[b[i] & 15];
+    if (k == sizeof t) { wb_put(w, t, k); k = 0; }
+  }
+  wb_put(w, t, k);
+  wb_s(w, "\"");
+}
+static void wb_jstr(wbuf_t *w, const char *s) { /* JSON string or null */
+  static const char hx[] = "0123456789abcdef";
+  if (!s) { wb_s(w, "null"); return; }
+  wb_s(w, "\"");
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') { char e[2] = {'\\', (char)c}; wb_put(w, e, 2); }
+    else if (c == '\n') wb_s(w, "\\n");
+    else if (c == '\t') wb_s(w, "\\t");
+    else if (c == '\r') wb_s(w, "\\r");
+    else if (c < 0x20 || c == 0x7f) {
+      char e[6] = {'\\', 'u', '0', '0', hx[c >> 4], hx[c & 15]};
+      wb_put(w, e, 6);
+    } else wb_put(w, &c, 1);
+  }
+  wb_s(w, "\"");
+}
+
+/* path builder */
+typedef struct { char *p; size_t n, cap; int ovf; } path_t;
+static void pa(path_t *b, const char *s) {
+  size_t l = r3_strlen(s);
+  if (b->n + l + 1 > b->cap) { b->ovf = 1; return; }
+  memcpy(b->p + b->n, s, l + 1);
+  b->n += l;
+}
+static void pa_u(path_t *b, uint64_t v) { char t[32]; pa(b, fmt_u64(t + sizeof t, v)); }
+
+static int mkdir_p(char *path) { /* modifies path temporarily */
+  for (char *s = path + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    int r = mkdir(path, 0755);
+    *s = '/';
+    if (r && errno != EEXIST) return -1;
+  }
+  if (mkdir(path, 0755) && errno != EEXIST) return -1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* configuration                                                               */
+/* ------------------------------------------------------------------------- */
+
+#define PATHMAX 4096
+
+static struct {
+  int state; /* 0 none, 1 in progress, 2 done */
+  int have_dir;
+  char dir[PATHMAX];
+  int capture_none, capture_all;
+  char capture[PATHMAX];
+  uint64_t instances;
+  uint64_t max_bytes;
+  uint64_t t_start;
+} cfg;
+
+static void config_load(void) {
+  const char *s;
+  cfg.t_start = now_ns();
+  if ((s = getenv("R3_RECORD_DIR")) && *s) {
+    size_t l = r3_strlen(s), off = 0;
+    if (s[0] != '/' && getcwd(cfg.dir, PATHMAX - 1024)) { /* the app may chdir later */
+      off = r3_strlen(cfg.dir);
+      cfg.dir[off++] = '/';
+    }
+    if (off + l < PATHMAX - 512) {
+      memcpy(cfg.dir + off, s, l + 1);
+      l += off;
+      while (l > 1 && cfg.dir[l - 1] == '/') cfg.dir[--l] = 0;
+      cfg.have_dir = 1;
+    } else {
+      warn("R3_RECORD_DIR is too long; recording nothing", NULL);
+    }
+  }
+  s = getenv("R3_CAPTURE");
+  if (!s || !*s || !strcmp(s, "*")) cfg.capture_all = 1;
+  else if (!strcmp(s, "none")) cfg.capture_none = 1;
+  else {
+    size_t l = r3_strlen(s);
+    if (l >= sizeof cfg.capture) l = sizeof cfg.capture - 1;
+    memcpy(cfg.capture, s, l);
+    cfg.capture[l] = 0;
+  }
+  cfg.instances = 1;
+  if ((s = getenv("R3_INSTANCES")) && *s && parse_num(s, &cfg.instances, 0)) {
+    warn("bad R3_INSTANCES=", s, "; using 1", NULL);
+    cfg.instances = 1;
+  }
+  cfg.max_bytes = 4ull << 30;
+  if ((s = getenv("R3_MAX_CAPTURE_BYTES")) && *s && parse_num(s, &cfg.max_bytes, 0)) {
+    warn("bad R3_MAX_CAPTURE_BYTES=", s, "; using 4G", NULL);
+    cfg.max_bytes = 4ull << 30;
+  }
+}
+
+static void config_once(void) {
+  int st = __atomic_load_n(&cfg.state, __ATOMIC_ACQUIRE);
+  if (st == 2) return;
+  int zero = 0;
+  if (__atomic_compare_exchange_n(&cfg.state, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    config_load();
+    __atomic_store_n(&cfg.state, 2, __ATOMIC_RELEASE);
+    return;
+  }
+  while (__atomic_load_n(&cfg.state, __ATOMIC_ACQUIRE) != 2) cpu_relax();
+}
+
+static int selected(const char *name) {
+  if (cfg.capture_none || !cfg.have_dir || !name) return 0;
+  if (cfg.capture_all) return 1;
+  size_t nl = r3_strlen(name);
+  const char *s = cfg.capture;
+  while (*s) {
+    while (*s == ',' || *s == ' ') s++;
+    const char *e = s;
+    while (*e && *e != ',') e++;
+    const char *t = e;
+    while (t > s && t[-1] == ' ') t--;
+    if ((size_t)(t - s) == nl && !strncmp(s, name, nl)) return 1;
+    if ((size_t)(t - s) == 1 && *s == '*') return 1;
+    s = e;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* probes                                                                      */
+/* ------------------------------------------------------------------------- */
+
+#define MAXDEPTH 256
+
+struct frame {
+  struct r3_kinfo *k;
+  uint64_t start;   /* ns */
+  uint64_t paused0; /* t_paused at start */
+  uint64_t child;   /* inclusive ns of nested kernels */
+};
+
+static TLS struct frame t_stack[MAXDEPTH];
+static TLS int t_depth;
+static TLS uint64_t t_paused;   /* ns this thread spent taking snapshots */
+static TLS int t_cap_depth = -1; /* frame index of the capture in progress, -1 none */
+
+static struct r3_kinfo *g_kernels;
+
+static void register_kernel(struct r3_kinfo *k) {
+  int64_t zero = 0;
+  if (__atomic_load_n(&k->registered, __ATOMIC_ACQUIRE)) return;
+  if (!__atomic_compare_exchange_n(&k->registered, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  struct r3_kinfo *head = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE);
+  do { k->next = head; } while (!__atomic_compare_exchange_n(&g_kernels, &head, k, 1, __ATOMIC_RELEASE,
+                                                               __ATOMIC_ACQUIRE));
+}
+
+/* ---- captures (main thread only, one at a time) ---- */
+
+static char g_wbuf[1 << 16];
+static struct {
+  struct r3_kinfo *k;
+  int64_t instance;
+  char tmp[PATHMAX], fin[PATHMAX];
+  uint64_t *slots;  /* copy of the argument slots */
+  unsigned char *byval; /* byval contents at enter, concatenated */
+  size_t scratch_len;
+  void *scratch;
+  int failed;
+} cap;
+
+#define NWARN 64
+static struct r3_kinfo *g_skip_warned[NWARN];
+
+static void sanitize_name(path_t *b, const char *name) {
+  size_t l = r3_strlen(name);
+  char t[256];
+  size_t keep = l > 200 ? 180 : l;
+  for (size_t i = 0; i < keep; i++) {
+    char c = name[i];
+    t[i] = (c == '/' || (unsigned char)c < 0x20 || c == 0x7f) ? '_' : c;
+  }
+  t[keep] = 0;
+  if (keep == 1 && t[0] == '.') t[0] = '_';
+  pa(b, t);
+  if (keep < l) { /* long (mangled) name: prefix + hash */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < l; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+    char hb[32];
+    pa(b, "~");
+    pa(b, fmt_hex(hb + sizeof hb, h) + 2);
+  }
+}
+
+static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, const void *data) {
+  static const char zeros[8];
+  uint64_t h[3] = {addr, size, kind}; /* x86-64 / aarch64: little-endian */
+  wb_put(w, h, sizeof h);
+  if (size) wb_put(w, data, size);
+  if (size & 7) wb_put(w, zeros, 8 - (size & 7));
+}
+
+/* write a memory image: every live arena chunk (kind 1) and the kernel's globals (kind 2) */
+static int write_image(const char *path, struct r3_kinfo *k) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf};
+  wb_put(&w, "R3MEM1\0\0", 8);
+  heap_lock();
+  for (uintptr_t h = g_base; h < g_top && !w.err;) {
+    chunk_t *c = (chunk_t *)h;
+    uint64_t sz = c->size;
+    if (sz < HDR || (sz & 15) || sz > g_top - h) {
+      heap_unlock();
+      warn("arena heap is corrupt (bad chunk header); capture abandoned", NULL);
+      close(fd);
+      return EIO;
+    }
+    if (is_state(c, ST_LIVE))
+      emit_region(&w, h + HDR, sz - HDR, (c->tag & F_RT) ? R3_KIND_RUNTIME : R3_KIND_HEAP, c + 1);
+    h += sz;
+  }
+  heap_unlock();
+  for (int64_t i = 0; i < k->nglobals && k->globals && !w.err; i++) {
+    const struct r3_global *g = &k->globals[i];
+    if (!g->addr || g->size <= 0) continue;
+    emit_region(&w, (uint64_t)(uintptr_t)g->addr, (uint64_t)g->size, R3_KIND_GLOBAL, g->addr);
+  }
+  wb_flush(&w);
+  int err = w.err;
+  if (close(fd) && !err) err = errno;
+  return err;
+}
+
+static void cleanup_tmp(void) {
+  static const char *files[] = {"pre.bin", "post.bin", "meta.json"};
+  for (int i = 0; i < 3; i++) {
+    char p[PATHMAX];
+    path_t b = {p, 0, sizeof p, 0};
+    pa(&b, cap.tmp);
+    pa(&b, "/");
+    pa(&b, files[i]);
+    if (!b.ovf) unlink(p);
+  }
+  rmdir(cap.tmp);
+}
+
+static int64_t nargs_of(const struct r3_kinfo *k) {
+  return k->nargs < 0 ? 0 : (k->nargs > 65536 ? 65536 : k->nargs);
+}
+
+/* should this call be captured? (cheap checks first) */
+static int want_capture(struct r3_kinfo *k) {
+  if (!cfg.have_dir || cfg.capture_none) return 0;
+  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 0;
+  if (t_cap_depth >= 0) return 0;
+  if (!selected(k->name)) return 0;
+  if ((pid_t)syscall(SYS_gettid) != getpid()) return 0;
+  omp_int_fn in_parallel = omp_fn(0);
+  if (in_parallel && in_parallel()) return 0;
+  uint64_t live = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
+  if (live > cfg.max_bytes) {
+    int i;
+    for (i = 0; i < NWARN && g_skip_warned[i]; i++)
+      if (g_skip_warned[i] == k) return 0;
+    if (i < NWARN) g_skip_warned[i] = k;
+    char a[32], b[32];
+    warn("not capturing ", k->name ? k->name : "?", ": live heap of ", fmt_u64(a + sizeof a, live),
+         " bytes exceeds R3_MAX_CAPTURE_BYTES=", fmt_u64(b + sizeof b, cfg.max_bytes), NULL);
+    return 0;
+  }
+  return 1;
+}
+
+static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) {
+  uint64_t t0 = now_ns();
+  int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
+  pid_t pid = getpid();
+  char dir[PATHMAX];
+  path_t b = {dir, 0, sizeof dir, 0};
+  pa(&b, cfg.dir);
+  pa(&b, "/captures");
+  path_t t = {cap.tmp, 0, sizeof cap.tmp, 0}, f = {cap.fin, 0, sizeof cap.fin, 0};
+  pa(&t, dir); pa(&t, "/.tmp-"); sanitize_name(&t, k->name); pa(&t, "-"); pa_u(&t, (uint64_t)inst);
+  pa(&t, "-"); pa_u(&t, (uint64_t)pid);
+  pa(&f, dir); pa(&f, "/"); sanitize_name(&f, k->name); pa(&f, "-"); pa_u(&f, (uint64_t)inst);
+  pa(&f, "-"); pa_u(&f, (uint64_t)pid);
+  if (b.ovf || t.ovf || f.ovf) { warn("capture path too long; not capturing ", k->name, NULL); goto out; }
+  if (mkdir_p(dir) || (mkdir(cap.tmp, 0755) && errno != EEXIST)) {
+    warn("cannot create ", cap.tmp, ": ", strerror(errno), NULL);
+    goto out;
+  }
+  cap.k = k;
+  cap.instance = inst;
+  cap.failed = 0;
+  cap.scratch = NULL;
+  cap.scratch_len = 0;
+  cap.slots = NULL;
+  cap.byval = NULL;
+  int64_t na = nargs_of(k);
+  uint64_t need = (uint64_t)na * 8;
+  for (int64_t i = 0; k->byval_sizes && i < na; i++)
+    if (k->byval_sizes[i] > 0) need += (uint64_t)k->byval_sizes[i];
+  if (need) { /* outside the arena, so the capture does not change the heap it records */
+    size_t len = (need + g_page - 1) & ~(g_page - 1);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      warn("cannot save arguments of ", k->name, ": ", strerror(errno), NULL);
+      cleanup_tmp();
+      goto out;
+    }
+    cap.scratch = m;
+    cap.scratch_len = len;
+    cap.slots = (uint64_t *)m;
+    cap.byval = (unsigned char *)m + na * 8;
+    if (na && slots) memcpy(cap.slots, slots, (size_t)na * 8);
+    unsigned char *bv = cap.byval;
+    for (int64_t i = 0; k->byval_sizes && i < na; i++) {
+      int64_t sz = k->byval_sizes[i];
+      if (sz <= 0) continue;
+      if (slots && slots[i]) memcpy(bv, (const void *)(uintptr_t)slots[i], (size_t)sz);
+      bv += sz;
+    }
+  }
+  char pre[PATHMAX];
+  path_t p = {pre, 0, sizeof pre, 0};
+  pa(&p, cap.tmp); pa(&p, "/pre.bin");
+  int err = p.ovf ? ENAMETOOLONG : write_image(pre, k);
+  if (err) {
+    warn("cannot write ", pre, ": ", strerror(err), NULL);
+    cleanup_tmp();
+    if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
+    goto out;
+  }
+  t_cap_depth = depth;
+out:
+  t_paused += now_ns() - t0;
+}
+
+static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t incl) {
+  int64_t na = nargs_of(k);
+  wb_s(w, "{\"kernel\": "); wb_jstr(w, k->name);
+  wb_s(w, ", \"tu_dir\": "); wb_jstr(w, k->tu_dir);
+  wb_s(w, ", \"instance\": "); wb_i(w, cap.instance);
+  wb_s(w, ", \"pid\": "); wb_u(w, (uint64_t)getpid());
+  wb_s(w, ", \"args\": [");
+  for (int64_t i = 0; i < na; i++) {
+    if (i) wb_s(w, ", ");
+    wb_hex(w, cap.slots ? cap.slots[i] : 0);
+  }
+  wb_s(w, "], \"byval\": [");
+  const unsigned char *bv = cap.byval;
+  for (int64_t i = 0; i < na; i++) {
+    if (i) wb_s(w, ", ");
+    int64_t sz = k->byval_sizes ? k->byval_sizes[i] : 0;
+    if (sz > 0) { wb_hexbytes(w, bv, (size_t)sz); bv += sz; }
+    else wb_s(w, "null");
+  }
+  wb_s(w, "], \"ret\": ");
+  if (k->ret_size > 0 && ret) wb_hexbytes(w, ret, (size_t)k->ret_size);
+  else wb_s(w, "null");
+  omp_int_fn max_threads = omp_fn(1);
+  wb_s(w, ", \"threads\": "); wb_i(w, max_threads ? max_threads() : 1);
+  wb_s(w, ", \"instance_ns\": "); wb_u(w, incl);
+  wb_s(w, ", \"arena_base\": "); wb_hex(w, g_base);
+  wb_s(w, ", \"arena_end\": "); wb_hex(w, __atomic_load_n(&g_top, __ATOMIC_RELAXED));
+  wb_s(w, ", \"globals\": [");
+  for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
+    const struct r3_global *g = &k->globals[i];
+    if (i) wb_s(w, ", ");
+    wb_s(w, "{\"name\": "); wb_jstr(w, g->name);
+    wb_s(w, ", \"addr\": "); wb_hex(w, (uint64_t)(uintptr_t)g->addr);
+    wb_s(w, ", \"size\": "); wb_i(w, g->size);
+    wb_s(w, "}");
+  }
+  wb_s(w, "]}\n");
+}
+
+static void capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
+  uint64_t t0 = now_ns();
+  char p[PATHMAX];
+  path_t b = {p, 0, sizeof p, 0};
+  pa(&b, cap.tmp); pa(&b, "/post.bin");
+  int err = write_image(p, k);
+  if (!err) {
+    b.n = 0;
+    pa(&b, cap.tmp); pa(&b, "/meta.json");
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) err = errno;
+    else {
+      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf};
+      write_meta(&w, k, ret, incl);
+      wb_flush(&w);
+      err = w.err;
+      if (close(fd) && !err) err = errno;
+    }
+  }
+  if (!err && rename(cap.tmp, cap.fin)) err = errno;
+  if (err) {
+    warn("capture of ", k->name, " failed: ", strerror(err), NULL);
+    cleanup_tmp();
+  }
+  if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
+  cap.scratch = NULL;
+  t_cap_depth = -1;
+  t_paused += now_ns() - t0;
+}
+
+void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
+  config_once();
+  register_kernel(k);
+  __atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
+  int d = t_depth++;
+  if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
+  struct frame *f = &t_stack[d];
+  f->k = k;
+  f->child = 0;
+  if (want_capture(k)) capture_begin(k, slots, d);
+  f->paused0 = t_paused;
+  f->start = now_ns();
+}
+
+void __r3_exit(struct r3_kinfo *k, const void *ret) {
+  uint64_t end = now_ns();
+  int d = --t_depth;
+  if (d < 0) { t_depth = 0; return; } /* unbalanced exit */
+  if (d >= MAXDEPTH) return;
+  struct frame *f = &t_stack[d];
+  uint64_t span = end - f->start, paused = t_paused - f->paused0;
+  uint64_t incl = span > paused ? span - paused : 0;
+  uint64_t self = incl > f->child ? incl - f->child : 0;
+  __atomic_fetch_add(&k->total_ns, (int64_t)incl, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&k->self_ns, (int64_t)self, __ATOMIC_RELAXED);
+  if (d > 0) t_stack[d - 1].child += incl;
+  if (t_cap_depth == d) capture_end(k, ret, incl);
+}
+
+/* ------------------------------------------------------------------------- */
+/* process start / exit                                                       */
+/* ------------------------------------------------------------------------- */
+
+__attribute__((constructor(101))) static void r3_init(void) {
+  config_once();
+  dl_iterate_phdr(rt_text_cb, NULL);
+  pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+}
+
+static int g_profile_written;
+
+__attribute__((destructor(101))) static void r3_fini(void) {
+  config_once();
+  if (!cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
+  uint64_t app_ns = now_ns() - cfg.t_start;
+  pid_t pid = getpid();
+  char tmp[PATHMAX], fin[PATHMAX], buf[8192];
+  path_t t = {tmp, 0, sizeof tmp, 0}, f = {fin, 0, sizeof fin, 0};
+  pa(&t, cfg.dir); pa(&t, "/.tmp-profile."); pa_u(&t, (uint64_t)pid); pa(&t, ".json");
+  pa(&f, cfg.dir); pa(&f, "/profile."); pa_u(&f, (uint64_t)pid); pa(&f, ".json");
+  if (t.ovf || f.ovf) return;
+  char dir[PATHMAX];
+  memcpy(dir, cfg.dir, r3_strlen(cfg.dir) + 1);
+  if (mkdir_p(dir)) { warn("cannot create ", cfg.dir, ": ", strerror(errno), NULL); return; }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) { warn("cannot write ", tmp, ": ", strerror(errno), NULL); return; }
+  wbuf_t w = {fd, 0, 0, sizeof buf, buf};
+  wb_s(&w, "{\"pid\": "); wb_u(&w, (uint64_t)pid);
+  wb_s(&w, ", \"app_ns\": "); wb_u(&w, app_ns);
+  wb_s(&w, ", \"arena_peak_bytes\": "); wb_u(&w, __atomic_load_n(&g_live_peak, __ATOMIC_RELAXED));
+  wb_s(&w, ", \"arena_used_bytes\": ");
+  wb_u(&w, g_base ? __atomic_load_n(&g_top_peak, __ATOMIC_RELAXED) - g_base : 0);
+  wb_s(&w, ", \"arena_base\": "); wb_hex(&w, g_base);
+  wb_s(&w, ", \"kernels\": [");
+  int first = 1;
+  for (struct r3_kinfo *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE); k; k = k->next) {
+    if (!first) wb_s(&w, ",");
+    first = 0;
+    wb_s(&w, "\n  {\"name\": "); wb_jstr(&w, k->name);
+    wb_s(&w, ", \"tu_dir\": "); wb_jstr(&w, k->tu_dir);
+    wb_s(&w, ", \"calls\": "); wb_i(&w, __atomic_load_n(&k->calls, __ATOMIC_RELAXED));
+    wb_s(&w, ", \"total_ns\": "); wb_i(&w, __atomic_load_n(&k->total_ns, __ATOMIC_RELAXED));
+    wb_s(&w, ", \"self_ns\": "); wb_i(&w, __atomic_load_n(&k->self_ns, __ATOMIC_RELAXED));
+    wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
+    wb_s(&w, "}");
+  }
+  wb_s(&w, "]}\n");
+  wb_flush(&w);
+  int err = w.err;
+  if (close(fd) && !err) err = errno;
+  if (!err && rename(tmp, fin)) err = errno;
+  if (err) { warn("cannot write ", fin, ": ", strerror(err), NULL); unlink(tmp); }
+}
