@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""What replay saves: the cost of evaluating one compiler-setting change.
+
+For each demo application and its hottest kernel, side by side in one run:
+  (a) rebuild the whole application with the changed setting and run it;
+  (b) replay the captured kernel under the changed setting (compile + verify +
+      timed runs) on a warm replay server;
+and the cost of recording: the application's run time under record (probes,
+arena heap, captures) over its plain -O3 run time.
+
+Writes bench/replay.json. Usage: scripts/bench_replay.py [--trials 3] [--out bench/replay.json]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from spack_r3.capture import list_captures  # noqa: E402
+from spack_r3.data import Variant  # noqa: E402
+from spack_r3.record.session import record  # noqa: E402
+from spack_r3.replay.pipeline import parse  # noqa: E402
+from spack_r3.replay.server import ReplayServer  # noqa: E402
+from spack_r3.report import table  # noqa: E402
+from spack_r3.toolchain import find_clang  # noqa: E402
+from spack_r3.workspace import Workspace  # noqa: E402
+
+# demo, run command (default sizes: ~1-2 s at -O3), hottest kernel, binary
+DEMOS = [("heat", "./heat", "jacobi_step"), ("cg", "./cg", "spmv"), ("nbody", "./nbody", "compute_forces")]
+# The compiler-setting change being evaluated: no loop unrolling.
+CHANGE_CFLAGS = "-O3 -fno-unroll-loops"
+CHANGE_SPEC = "O3,unroll=0"
+
+
+def timed(cmd, cwd, env=None):
+    t0 = time.perf_counter()
+    subprocess.run(cmd, shell=True, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def bench_demo(name, run, kernel, clang, ws, trials, say):
+    src = os.path.join(ROOT, "repos", "r3", "sources", name)
+    say("%s: recording" % name)
+    rec = record(ws, src, run, kernels=[kernel], tolerance=1e-9)
+    cap = next(c for c in list_captures(ws) if c.kernel == kernel and c.id in {x.id for x in rec.captures})
+    cap_dir = ws.capture_dir(cap.id)
+    plain = tempfile.mkdtemp(prefix="bench-plain-")
+    changed = tempfile.mkdtemp(prefix="bench-rebuild-")
+    for d in (plain, changed):
+        shutil.rmtree(d)
+        shutil.copytree(src, d)
+    timed("make CC=%s CFLAGS=-O3" % clang, plain)
+    recorded_tree = os.path.join(rec.run_dir, "src")
+
+    rebuild, replay, plain_runs, record_runs = [], [], [], []
+    with ReplayServer() as server:
+        server.load(cap_dir)  # a warm, persistent server: the capture is parsed once
+        for t in range(trials):
+            say("%s: trial %d/%d" % (name, t + 1, trials))
+            rebuild.append(timed("make clean && make CC=%s CFLAGS='%s'" % (clang, CHANGE_CFLAGS), changed)
+                           + timed(run, changed))
+            t0 = time.perf_counter()
+            ev = server.evaluate(cap_dir, Variant(pipeline=parse(CHANGE_SPEC)), repeat=5)
+            replay.append(time.perf_counter() - t0)
+            if not ev.ok:
+                raise SystemExit("%s: replay failed: %s %s" % (name, ev.status, ev.diagnostics))
+            # record overhead: plain -O3 and recorded binaries, alternated
+            plain_runs.append(timed(run, plain))
+            with tempfile.TemporaryDirectory() as rd:
+                env = dict(os.environ, R3_RECORD_DIR=rd, R3_CAPTURE="*", R3_INSTANCES="1")
+                record_runs.append(timed(run, recorded_tree, env))
+    for d in (plain, changed):
+        shutil.rmtree(d, ignore_errors=True)
+    rb, rp = statistics.median(rebuild), statistics.median(replay)
+    return {
+        "kernel": kernel, "demo": name, "rebuild_s": rb, "replay_s": rp, "ratio": rb / rp,
+        "rebuild": spread(rebuild), "replay": spread(replay),
+        "replay_compile_s": ev.compile_s, "replay_kernel_median_s": ev.time_median_s,
+        "in_app_instance_s": cap.instance_s,
+        "plain_run": spread(plain_runs), "record_run": spread(record_runs),
+        "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "replay.json"))
+    ap.add_argument("--demo", action="append", help="only these demos")
+    args = ap.parse_args()
+    clang = find_clang()
+    say = lambda msg: print("==> " + msg, file=sys.stderr, flush=True)  # noqa: E731
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-ws-") as wsdir:
+        ws = Workspace(wsdir)
+        for name, run, kernel in DEMOS:
+            if args.demo and name not in args.demo:
+                continue
+            rows.append(bench_demo(name, run, kernel, clang, ws, args.trials, say))
+    ratios = [r["ratio"] for r in rows]
+    result = {
+        "change": {"rebuild_cflags": CHANGE_CFLAGS, "replay_pipeline": CHANGE_SPEC},
+        "trials": args.trials,
+        "machine": {"cpu": os.uname().machine, "nproc": os.cpu_count()},
+        "kernels": rows,
+        "ratio_min": min(ratios),
+        "ratio_geomean": statistics.geometric_mean(ratios),
+        "record_overhead": max(r["record_overhead"] for r in rows),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead"],
+                [[r["kernel"], "%.3fs" % r["rebuild_s"], "%.3fs" % r["replay_s"], "%.1fx" % r["ratio"],
+                  "%.2fx" % r["record_overhead"]] for r in rows]))
+    print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
+          % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The capture store: turn what a record run wrote into content-addressed captures,
+and load them back, refusing anything truncated or corrupt.
+
+A capture directory holds ``capture.json``, ``module.bc`` (the unit's bitcode
+before optimization), ``pre.bin`` / ``post.bin`` (memory images, see
+``memimage``) and a copy of the kernel's source file.
+"""
+
+import datetime
+import glob
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+from .data import Capture, FileDigest
+from .errors import CaptureError
+from .memimage import read_regions
+
+CAPTURE_FILES = ("module.bc", "pre.bin", "post.bin")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _host_target():
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    target = {"cpu": llvm.get_host_cpu_name(), "features": llvm.get_host_cpu_features().flatten()}
+    try:
+        import archspec.cpu
+
+        target["microarch"] = archspec.cpu.host().name
+    except Exception:  # archspec cannot name every CPU
+        target["microarch"] = None
+    return target
+
+
+def load_profiles(record_dir):
+    """Hotness from every process of a run: {(tu_dir, kernel): stats}, app seconds."""
+    stats, app_ns = {}, 0
+    for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
+        try:
+            with open(path) as f:
+                prof = json.load(f)
+        except (OSError, ValueError):
+            continue
+        app_ns = max(app_ns, prof.get("app_ns", 0))
+        for k in prof.get("kernels", []):
+            key = (k["tu_dir"], k["name"])
+            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "captured": 0})
+            for field in s:
+                s[field] += k.get(field, 0)
+    return stats, app_ns / 1e9
+
+
+def ingest(record_dir, workspace, tolerance=None):
+    """Move every finished capture of a record run into the workspace.
+
+    Returns the list of Capture objects written (ids are content hashes, so
+    recording the same thing twice yields the same id).
+    """
+    stats, app_s = load_profiles(record_dir)
+    target = _host_target()
+    workspace.ensure()
+    written = []
+    for cdir in sorted(glob.glob(os.path.join(record_dir, "captures", "*"))):
+        if os.path.basename(cdir).startswith(".tmp"):
+            continue  # a capture the app did not finish writing
+        try:
+            with open(os.path.join(cdir, "meta.json")) as f:
+                meta = json.load(f)
+            with open(os.path.join(meta["tu_dir"], "tu.json")) as f:
+                tu = json.load(f)
+        except (OSError, ValueError, KeyError) as err:
+            raise CaptureError("record output %s is incomplete: %s" % (cdir, err))
+        kinfo = next((k for k in tu["kernels"] if k["name"] == meta["kernel"]), None)
+        if kinfo is None:
+            continue
+        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, tolerance))
+    return written
+
+
+def _write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, tolerance):
+    module = os.path.join(meta["tu_dir"], "module.bc")
+    digests = {"module.bc": sha256_file(module)}
+    for name in ("pre.bin", "post.bin"):
+        digests[name] = sha256_file(os.path.join(cdir, name))
+    ident = hashlib.sha256(json.dumps(
+        [meta["kernel"], digests, meta["args"], meta.get("byval")], sort_keys=True).encode()).hexdigest()[:12]
+    final = workspace.capture_dir(ident)
+    s = stats.get((meta["tu_dir"], meta["kernel"]), {})
+    capture = Capture(
+        id=ident,
+        kernel=meta["kernel"],
+        source_file=tu["source_file"],
+        compile_command=tu["compile_command"],
+        compile_dir=tu["compile_dir"],
+        signature={"ret": kinfo["ret_type"], "ret_size": kinfo["ret_size"],
+                   "params": kinfo["param_types"], "byval": kinfo["byval_sizes"]},
+        args=meta["args"],
+        byval_data=meta.get("byval") or [None] * len(meta["args"]),
+        ret=meta.get("ret"),
+        launch={"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)},
+        target=dict(target, triple=tu.get("triple")),
+        app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
+             "self_s": s.get("self_ns", 0) / 1e9,
+             "share": (s.get("self_ns", 0) / 1e9 / app_s) if app_s else None},
+        instance=meta["instance"],
+        instance_s=meta.get("instance_ns", 0) / 1e9,
+        arena={"base": meta["arena_base"], "end": meta["arena_end"]},
+        globals=meta.get("globals", []),
+        files={},
+        tolerance=tolerance,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    if os.path.exists(os.path.join(final, "capture.json")):
+        return load_capture(workspace, ident)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=workspace.captures_dir)
+    shutil.copyfile(module, os.path.join(tmp, "module.bc"))
+    for name in ("pre.bin", "post.bin"):
+        shutil.move(os.path.join(cdir, name), os.path.join(tmp, name))
+    for src in glob.glob(os.path.join(meta["tu_dir"], "source.*")):
+        shutil.copyfile(src, os.path.join(tmp, os.path.basename(src)))
+    for name in CAPTURE_FILES:
+        capture.files[name] = {"size": os.path.getsize(os.path.join(tmp, name)), "sha256": digests[name]}
+    with open(os.path.join(tmp, "capture.json"), "w") as f:
+        json.dump(capture.to_json(), f, indent=1)
+    os.rename(tmp, final)
+    return capture
+
+
+def list_captures(workspace):
+    """Every readable capture of the workspace (unreadable ones are skipped)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(workspace.captures_dir, "*", "capture.json"))):
+        try:
+            with open(path) as f:
+                out.append(Capture.from_json(json.load(f)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def resolve(workspace, ref):
+    """A capture directory from an id, a unique id prefix, a kernel name or a path."""
+    if os.path.isfile(os.path.join(ref, "capture.json")):
+        return os.path.abspath(ref)
+    direct = workspace.capture_dir(ref)
+    if os.path.isdir(direct):
+        return direct
+    caps = list_captures(workspace)
+    matches = [c for c in caps if c.id.startswith(ref)] or [c for c in caps if c.kernel == ref]
+    if len(matches) == 1:
+        return workspace.capture_dir(matches[0].id)
+    if not matches:
+        raise CaptureError("unknown capture '%s' in %s (see: r3 kernels)" % (ref, workspace.root))
+    raise CaptureError("'%s' is ambiguous: %s" % (ref, ", ".join(c.id for c in matches)))
+
+
+def load_capture_dir(path, verify_digests=True):
+    """Load and check a capture directory; CaptureError if anything is off."""
+    meta_path = os.path.join(path, "capture.json")
+    try:
+        with open(meta_path) as f:
+            capture = Capture.from_json(json.load(f))
+    except FileNotFoundError:
+        raise CaptureError("capture %s has no capture.json" % path)
+    except (ValueError, TypeError) as err:
+        raise CaptureError("capture %s: capture.json is corrupt (%s)" % (path, err))
+    for name in CAPTURE_FILES:
+        fpath = os.path.join(path, name)
+        want = capture.files.get(name)
+        if not want or not os.path.exists(fpath):
+            raise CaptureError("capture %s: %s is missing" % (capture.id, name))
+        want = FileDigest(**want)
+        size = os.path.getsize(fpath)
+        if size != want.size:
+            raise CaptureError("capture %s: %s is truncated or corrupt (%d bytes, recorded %d)"
+                               % (capture.id, name, size, want.size))
+        if verify_digests and sha256_file(fpath) != want.sha256:
+            raise CaptureError("capture %s: %s is corrupt (checksum mismatch)" % (capture.id, name))
+    for name in ("pre.bin", "post.bin"):
+        read_regions(os.path.join(path, name))  # raises CaptureError on a bad image
+    return capture
+
+
+def load_capture(workspace, ref, verify_digests=True):
+    return load_capture_dir(resolve(workspace, ref), verify_digests)

@@ -1,0 +1,1 @@
+"""One module per ``r3`` subcommand, each written like a Spack command."""

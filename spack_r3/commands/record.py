@@ -1,0 +1,40 @@
+"""Build a source tree with record probes, run it, and capture its hot kernels."""
+
+import json
+
+from ..record.session import record as record_tree
+from ..report import percent, seconds, table
+from ..workspace import Workspace
+
+description = "build with probes, run, capture hot kernels"
+
+
+def setup_parser(subparser):
+    subparser.add_argument("--source", required=True, help="source tree to build (never modified)")
+    subparser.add_argument("--run", required=True, help="command that runs the application (in the build tree)")
+    subparser.add_argument("--build", default=None,
+                           help='build command (default: make CC="r3-record <clang>"; $R3_CC holds that compiler)')
+    subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                           help="record this function (repeatable; default: every function with a loop)")
+    subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
+    subparser.add_argument("--tolerance", type=float, default=None,
+                           help="relative tolerance for floating-point results when replaying these captures")
+    subparser.add_argument("--timeout", type=float, default=None, help="seconds the run may take")
+    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def record(args):
+    ws = Workspace(args.workspace)
+    progress = None if args.json else (lambda msg: print("==> " + msg, flush=True))
+    result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
+                         instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
+                         progress=progress)
+    if args.json:
+        print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,
+                          "captures": [c.id for c in result.captures]}, indent=1))
+        return 0
+    rows = [[h["kernel"], h["source"], h["calls"], seconds(h["self_s"]), percent(h["share"]), h["capture"] or "-"]
+            for h in result.hotness]
+    print("application time %s, %d capture(s) in %s" % (seconds(result.app_s), len(result.captures), ws.root))
+    print(table(["kernel", "source", "calls", "self time", "share", "capture"], rows))
+    return 0

@@ -1,0 +1,324 @@
+"""Choose the kernels of one translation unit and wrap them with record probes.
+
+Analysis reads the unit's bitcode with llvmlite; the edit is made on clang's own
+textual IR, so that the same clang compiles the instrumented unit. Each kernel
+``k`` is renamed ``__r3_orig.k`` (internal) and a wrapper named ``k`` calls
+``__r3_enter`` / the original / ``__r3_exit``, so every caller, in this unit or
+another, goes through the probes. The struct passed to the runtime is
+``struct r3_kinfo`` of ``runtime/r3rt.c``.
+"""
+
+import ctypes
+import re
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional, Tuple
+
+import llvmlite.binding as llvm
+
+from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
+
+OMP_FORK = "__kmpc_fork_call"
+MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
+MAX_RET_BYTES = 16
+NOT_KERNELS = {"main"}
+
+_llvm_ready = False
+
+
+def _init_llvm():
+    global _llvm_ready
+    if not _llvm_ready:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _llvm_ready = True
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    ret_type: str
+    ret_size: int
+    param_types: List[str]
+    byval_sizes: List[int]
+    globals: List[Tuple[str, int]] = field(default_factory=list)
+    openmp: bool = False
+    has_loop: bool = False
+
+    @property
+    def signature(self):
+        return {"ret": self.ret_type, "ret_size": self.ret_size, "params": self.param_types,
+                "byval": self.byval_sizes}
+
+    def to_json(self):
+        d = asdict(self)
+        d["globals"] = [{"name": n, "size": s} for n, s in self.globals]
+        return d
+
+
+def _key(value):
+    return ctypes.cast(value._ptr, ctypes.c_void_p).value
+
+
+def has_loop(fn):
+    """True if the function's CFG has a back edge (a loop)."""
+    blocks = list(fn.blocks)
+    if not blocks:
+        return False
+    succ = {}
+    for b in blocks:
+        term = list(b.instructions)[-1]
+        succ[_key(b)] = [_key(o) for o in term.operands if o.value_kind == llvm.ValueKind.basic_block]
+    state, stack = {}, [(_key(blocks[0]), iter(succ[_key(blocks[0])]))]
+    state[_key(blocks[0])] = 1
+    while stack:
+        node, it = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            state[node] = 2
+            stack.pop()
+        elif state.get(nxt) == 1:
+            return True
+        elif nxt not in state:
+            state[nxt] = 1
+            stack.append((nxt, iter(succ.get(nxt, []))))
+    return False
+
+
+def _references(fn):
+    """Functions and global variables that ``fn``'s instructions refer to."""
+    fns, gvs, seen = set(), set(), set()
+
+    def visit(v):
+        kind = v.value_kind
+        if kind == llvm.ValueKind.function:
+            fns.add(v.name)
+        elif kind == llvm.ValueKind.global_variable:
+            gvs.add(v.name)
+        elif kind == llvm.ValueKind.constant_expr:
+            k = _key(v)
+            if k not in seen:
+                seen.add(k)
+                for o in v.operands:
+                    visit(o)
+
+    for b in fn.blocks:
+        for ins in b.instructions:
+            for o in ins.operands:
+                visit(o)
+    return fns, gvs
+
+
+class ModuleAnalysis:
+    """Loops, call graph and global references of every function of one module."""
+
+    def __init__(self, bitcode):
+        _init_llvm()
+        self.module = llvm.parse_bitcode(bitcode)
+        self.target_data = llvm.create_target_data(self.module.data_layout)
+        self.defined = {f.name: f for f in self.module.functions if not f.is_declaration}
+        self.globals = {g.name: g for g in self.module.global_variables if g.name}
+        self.refs = {name: _references(f) for name, f in self.defined.items()}
+        self.loops = {name: has_loop(f) for name, f in self.defined.items()}
+
+    def reachable(self, name):
+        """Defined functions reachable from ``name`` (itself included)."""
+        out, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            if n in out or n not in self.defined:
+                continue
+            out.add(n)
+            todo.extend(self.refs[n][0])
+        return out
+
+    def referenced_globals(self, name):
+        """Writable, sized, non-thread-local globals the kernel may touch."""
+        names = set()
+        for f in self.reachable(name):
+            names |= self.refs[f][1]
+        result = []
+        for g in sorted(names):
+            if not g or g.startswith("llvm."):
+                continue
+            gv = self.globals.get(g)
+            if gv is None:
+                continue
+            words = _definition_words(gv)
+            if "constant" in words or "thread_local" in words or any(w.startswith("thread_local(") for w in words):
+                continue
+            ty = gv.global_value_type
+            try:
+                size = self.target_data.get_abi_size(ty)
+            except Exception:  # opaque or unsized: cannot be snapshotted
+                continue
+            if size > 0:
+                result.append((g, size))
+        return result
+
+    def _type_size(self, ty):
+        return self.target_data.get_abi_size(ty)
+
+    def _byval_size(self, attrs):
+        for a in attrs:
+            a = a.decode() if isinstance(a, bytes) else a
+            m = re.match(r"byval\((.*)\)$", a)
+            if m:
+                tname = m.group(1)
+                if tname.startswith("%"):
+                    return self._type_size(self.module.get_struct_type(tname[1:].strip('"')))
+                return _array_size(tname, self)
+        return 0
+
+    def kernel(self, name):
+        """KernelInfo for ``name``, or a reason string why it cannot be a kernel."""
+        fn = self.defined[name]
+        if fn.linkage not in (llvm.Linkage.external, llvm.Linkage.internal):
+            return "linkage %s is not supported" % fn.linkage.name
+        ft = fn.global_value_type
+        if ft.is_function_vararg:
+            return "variadic"
+        ret = ft.get_function_return() if hasattr(ft, "get_function_return") else list(ft.elements)[0]
+        ret_type = str(ret)
+        ret_size = 0 if ret_type == "void" else self._type_size(ret)
+        if ret_size > MAX_RET_BYTES:
+            return "returns %d bytes" % ret_size
+        types, byvals = [], []
+        for a in fn.arguments:
+            byval = self._byval_size(a.attributes)
+            if not byval and self._type_size(a.type) > MAX_SLOT_BYTES:
+                return "parameter of type %s does not fit a slot" % a.type
+            types.append(str(a.type))
+            byvals.append(byval)
+        reach = self.reachable(name)
+        openmp = any(OMP_FORK in self.refs[f][0] for f in reach)
+        loop = self.loops[name] or (openmp and any(self.loops[f] for f in reach if f != name))
+        return KernelInfo(name, ret_type, ret_size, types, byvals, self.referenced_globals(name),
+                          openmp, loop)
+
+    def select(self, wanted=None):
+        """Kernels of this unit: the ``wanted`` names, or every function holding a loop.
+
+        Returns (kernels, skipped) where skipped lists (name, reason).
+        """
+        kernels, skipped = [], []
+        for name, fn in self.defined.items():
+            if wanted is not None:
+                if name not in wanted:
+                    continue
+            elif name in NOT_KERNELS or _is_outlined(name):
+                continue
+            info = self.kernel(name)
+            if isinstance(info, str):
+                skipped.append((name, info))
+            elif wanted is not None or info.has_loop:
+                kernels.append(info)
+        return kernels, skipped
+
+
+def _definition_words(gv):
+    """The keywords of a global's definition up to ``global``/``constant``."""
+    head = str(gv).split("=", 1)[1][:200].split()
+    words = []
+    for w in head:
+        words.append(w)
+        if w in ("global", "constant"):
+            break
+    return words
+
+
+def _is_outlined(name):
+    return ".omp_outlined" in name or name.startswith(".omp") or "omp_par" in name or name.startswith("__r3_")
+
+
+def _array_size(type_text, analysis):
+    m = re.match(r"\[(\d+) x (.*)\]$", type_text.strip())
+    if not m:
+        return 0
+    inner = m.group(2).strip()
+    if inner.startswith("%"):
+        elem = analysis._type_size(analysis.module.get_struct_type(inner[1:].strip('"')))
+    else:
+        elem = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "float": 4, "double": 8, "ptr": 8}.get(inner, 0)
+    return int(m.group(1)) * elem
+
+
+KINFO_TYPE = "{ ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, ptr }"
+
+
+def instrument_text(ll_text, kernels, tu_dir):
+    """Return clang's textual IR with every kernel wrapped by record probes."""
+    lines = ll_text.split("\n")
+    extra = [
+        "",
+        "; ---- spack-r3 record probes ----",
+        "declare void @__r3_enter(ptr, ptr)",
+        "declare void @__r3_exit(ptr, ptr)",
+    ]
+    tu_const, tu_len = c_string(tu_dir)
+    extra.append("@__r3.tu_dir = private unnamed_addr constant [%d x i8] %s, align 1" % (tu_len, tu_const))
+    for idx, k in enumerate(kernels):
+        line_no = find_define(lines, k.name)
+        d = FunctionDef(lines[line_no], k.name)
+        orig = "__r3_orig." + k.name
+        # The original becomes internal so it may be inlined into its wrapper.
+        lines[line_no] = d.render(orig, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
+                                  suffix=d.suffix.replace("comdat", ""))
+        extra += _kinfo_globals(idx, k)
+        extra += _wrapper(idx, k, d, orig)
+    return "\n".join(lines + extra) + "\n"
+
+
+def _kinfo_globals(idx, k):
+    out = []
+    name_const, name_len = c_string(k.name)
+    out.append("@__r3.name.%d = private unnamed_addr constant [%d x i8] %s, align 1" % (idx, name_len, name_const))
+    n = len(k.param_types)
+    byvals = ", ".join("i64 %d" % s for s in k.byval_sizes) or "i64 0"
+    out.append("@__r3.byval.%d = private constant [%d x i64] [%s], align 8" % (idx, max(n, 1), byvals))
+    ginit = []
+    for gi, (gname, size) in enumerate(k.globals):
+        gconst, glen = c_string(gname)
+        out.append("@__r3.gname.%d.%d = private unnamed_addr constant [%d x i8] %s, align 1" % (idx, gi, glen, gconst))
+        ginit.append("{ ptr, ptr, i64 } { ptr @__r3.gname.%d.%d, ptr %s, i64 %d }" % (idx, gi, global_ref(gname), size))
+    ng = len(ginit)
+    if ng:
+        out.append("@__r3.globals.%d = private constant [%d x { ptr, ptr, i64 }] [%s], align 8"
+                   % (idx, ng, ", ".join(ginit)))
+        gptr = "@__r3.globals.%d" % idx
+    else:
+        gptr = "null"
+    out.append(
+        "@__r3.kinfo.%d = internal global %s { ptr @__r3.name.%d, ptr @__r3.tu_dir, i64 %d, ptr @__r3.byval.%d, "
+        "i64 %d, ptr %s, i64 %d, i64 0, i64 0, i64 0, i64 0, i64 0, ptr null }, align 8"
+        % (idx, KINFO_TYPE, idx, n, idx, ng, gptr, k.ret_size)
+    )
+    return out
+
+
+def _wrapper(idx, k, d, orig):
+    n = len(k.param_types)
+    kinfo = "@__r3.kinfo.%d" % idx
+    body = [
+        "",
+        d.render(k.name, suffix=strip_dbg(d.suffix)),
+        "  %%r3.slots = alloca [%d x i64], align 8" % max(n, 1),
+        "  store [%d x i64] zeroinitializer, ptr %%r3.slots, align 8" % max(n, 1),
+    ]
+    if k.ret_size:
+        body.append("  %%r3.retslot = alloca %s, align 16" % k.ret_type)
+    for i, ty in enumerate(k.param_types):
+        body.append("  %%r3.s%d = getelementptr inbounds [%d x i64], ptr %%r3.slots, i64 0, i64 %d" % (i, max(n, 1), i))
+        body.append("  store %s %s, ptr %%r3.s%d, align 8" % (ty, d.param_name(i), i))
+    body.append("  call void @__r3_enter(ptr %s, ptr %%r3.slots)" % kinfo)
+    args = ", ".join("%s %s" % (d.param_without_name(i), d.param_name(i)) for i in range(n))
+    if k.ret_size:
+        body.append("  %%r3.ret = call %s %s(%s)" % (k.ret_type, global_ref(orig), args))
+        body.append("  store %s %%r3.ret, ptr %%r3.retslot, align 8" % k.ret_type)
+        body.append("  call void @__r3_exit(ptr %s, ptr %%r3.retslot)" % kinfo)
+        body.append("  ret %s %%r3.ret" % k.ret_type)
+    else:
+        body.append("  call %s %s(%s)" % (k.ret_type, global_ref(orig), args))
+        body.append("  call void @__r3_exit(ptr %s, ptr null)" % kinfo)
+        body.append("  ret void")
+    body.append("}")
+    return body

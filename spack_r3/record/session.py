@@ -1,0 +1,105 @@
+"""``r3 record``: build a source tree with the record launcher, run it, keep the captures.
+
+The user's tree is never written to: it is copied into the workspace's run
+directory and built there.
+"""
+
+import datetime
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import List
+
+from .. import capture as capture_store
+from ..errors import R3Error
+from ..toolchain import find_clang
+
+
+@dataclass
+class RecordResult:
+    run_dir: str
+    captures: List = field(default_factory=list)
+    hotness: List = field(default_factory=list)  # dicts: kernel, source, calls, total_s, self_s, share
+    app_s: float = 0.0
+
+
+def launcher_command():
+    """How to invoke ``r3-record`` from a build (the console script beside our Python)."""
+    script = os.path.join(os.path.dirname(sys.executable), "r3-record")
+    if os.access(script, os.X_OK):
+        return shlex.quote(script)
+    found = shutil.which("r3-record")
+    if found:
+        return shlex.quote(found)
+    return "%s -m spack_r3.record.launcher" % shlex.quote(sys.executable)
+
+
+def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(cmd, shell=True, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise R3Error("%s timed out after %ss (log: %s)" % (what, timeout, log_path))
+    if proc.returncode != 0:
+        with open(log_path, errors="replace") as f:
+            tail = [l for l in f.read().splitlines() if l.strip()][-1:] or ["(no output)"]
+        raise R3Error("%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, tail[0], log_path))
+
+
+def record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, timeout=None,
+           progress=None):
+    """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult."""
+    say = progress or (lambda msg: None)
+    source = os.path.abspath(source)
+    if not os.path.isdir(source):
+        raise R3Error("source directory %s does not exist" % source)
+    if instances < 1:
+        raise R3Error("--instances must be at least 1")
+    clang = find_clang()
+    workspace.ensure()
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    run_dir = os.path.join(workspace.runs_dir, "%s-%s" % (stamp, os.path.basename(source.rstrip("/"))))
+    tree = os.path.join(run_dir, "src")
+    record_dir = os.path.join(run_dir, "record")
+    say("copying %s to %s" % (source, tree))
+    shutil.copytree(source, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "*.o"))
+    os.makedirs(record_dir)
+
+    cc = "%s %s" % (launcher_command(), shlex.quote(clang))
+    env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang,
+               R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*")
+    build = build or "make CC=%s" % shlex.quote(cc)
+    say("building with probes: %s" % build)
+    _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
+    say("running: %s" % run)
+    try:
+        _run_logged(run, tree, env, os.path.join(run_dir, "run.log"), "the application run", timeout)
+    finally:
+        # Whatever finished before a failure is kept.
+        captures = capture_store.ingest(record_dir, workspace, tolerance)
+    stats, app_s = capture_store.load_profiles(record_dir)
+    by_kernel = {(c.kernel): c for c in captures}
+    hotness = []
+    for (tu_dir, name), s in stats.items():
+        src = _source_of(tu_dir)
+        hotness.append({
+            "kernel": name, "source": src, "calls": s["calls"], "total_s": s["total_ns"] / 1e9,
+            "self_s": s["self_ns"] / 1e9, "share": (s["self_ns"] / 1e9 / app_s) if app_s else None,
+            "capture": by_kernel[name].id if name in by_kernel else None,
+        })
+    hotness.sort(key=lambda h: -h["self_s"])
+    return RecordResult(run_dir, captures, hotness, app_s)
+
+
+def _source_of(tu_dir):
+    import json
+
+    try:
+        with open(os.path.join(tu_dir, "tu.json")) as f:
+            return os.path.basename(json.load(f)["source_file"])
+    except (OSError, ValueError, KeyError):
+        return "?"

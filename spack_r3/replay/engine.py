@@ -1,0 +1,293 @@
+"""The host replay engine: compile a captured kernel with a pipeline, put memory
+back where it was recorded, run, check and time it.
+
+Everything here runs inside a replay worker's per-candidate child process
+(see ``worker``): it maps memory at fixed addresses and calls JIT-compiled code.
+"""
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import List, Tuple
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from ..data import Pipeline
+from ..errors import CaptureError
+from ..memimage import KIND_GLOBAL, KIND_RUNTIME, read_regions, region_bytes
+from .module import apply_pipeline_edits, extract_kernel, trampoline
+
+MAP_FIXED_NOREPLACE = 0x100000
+PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_initialized = False
+RUNTIME_GLOBAL_PREFIXES = (".gomp_critical_user_", "__kmp", ".kmp")
+
+
+def init_llvm(libomp=None):
+    """Once per process: native target, and the OpenMP runtime for parallel kernels."""
+    global _initialized
+    if not _initialized:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _initialized = True
+    if libomp:
+        llvm.load_library_permanently(libomp)
+
+
+def host_cpu():
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+class CompileError(Exception):
+    pass
+
+
+@dataclass
+class Prepared:
+    """A capture parsed once by the worker and shared (copy-on-write) by every candidate."""
+
+    capture: object
+    ir: str
+    pre: List[Tuple[int, bytes]]
+    post: List[Tuple[int, bytes]]
+    slots: List[int]
+    byval: List[bytes]
+    ret: bytes = b""
+    ranges: List[Tuple[int, int]] = field(default_factory=list)
+    fp_types: List = field(default_factory=list)
+
+
+def prepare(capture, directory):
+    with open(os.path.join(directory, "module.bc"), "rb") as f:
+        bitcode = f.read()
+    try:
+        ir = extract_kernel(bitcode, capture.kernel, [g["name"] for g in capture.globals])
+    except (KeyError, ValueError, RuntimeError) as err:
+        raise CaptureError("capture %s: cannot extract kernel %s: %s" % (capture.id, capture.kernel, err))
+    pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
+    pre_regions = read_regions(pre_path)
+    existed = {(r.addr, r.size) for r in pre_regions}
+    images = {"pre.bin": [(r.addr, bytes(region_bytes(pre_path, r))) for r in pre_regions]}
+    # Compared: what existed before the kernel ran. Not compared: OpenMP's own heap
+    # (team and barrier state), and blocks allocated during the kernel, which replay
+    # allocates elsewhere (the worker's malloc).
+    images["post.bin"] = [(r.addr, bytes(region_bytes(post_path, r))) for r in read_regions(post_path)
+                          if r.kind != KIND_RUNTIME and (r.kind == KIND_GLOBAL or (r.addr, r.size) in existed)]
+    # OpenMP's critical-section words hold the recording process's lock handles:
+    # replay starts them from zero (no lock) and never compares them.
+    runtime = [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals
+               if g["name"].startswith(RUNTIME_GLOBAL_PREFIXES)]
+    inside = lambda addr: any(lo <= addr < hi for lo, hi in runtime)  # noqa: E731
+    images["pre.bin"] = [(a, bytes(len(d)) if inside(a) else d) for a, d in images["pre.bin"]]
+    images["post.bin"] = [(a, d) for a, d in images["post.bin"] if not inside(a)]
+    slots = [int(a, 16) for a in capture.args]
+    byval = [bytes.fromhex(b) if b else b"" for b in capture.byval_data]
+    arena = (int(capture.arena["base"], 16), int(capture.arena["end"], 16))
+    ranges = _page_ranges([arena] + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals])
+    return Prepared(capture, ir, images["pre.bin"], images["post.bin"], slots, byval,
+                    bytes.fromhex(capture.ret) if capture.ret else b"", ranges, fp_types(ir))
+
+
+def _page_ranges(spans):
+    pages = sorted((lo // PAGE * PAGE, -(-hi // PAGE) * PAGE) for lo, hi in spans if hi > lo)
+    merged = []
+    for lo, hi in pages:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def map_recorded_memory(prepared):
+    """Map the recorded arena and globals at their recorded addresses (fresh process only)."""
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | getattr(mmap, "MAP_NORESERVE", 0x4000)
+    for lo, hi in prepared.ranges:
+        got = _libc.mmap(lo, hi - lo, prot, flags, -1, 0)
+        if got != lo:
+            err = ctypes.get_errno()
+            raise RuntimeError("cannot map recorded memory at 0x%x-0x%x in the replay worker: %s"
+                               % (lo, hi, os.strerror(err) if err else "placed elsewhere"))
+    for name, g in ((g["name"], g) for g in prepared.capture.globals):
+        llvm.add_symbol(name, int(g["addr"], 16))
+
+
+def restore(prepared):
+    for addr, data in prepared.pre:
+        ctypes.memmove(addr, data, len(data))
+
+
+class Compiled:
+    """One JIT-compiled variant of a kernel, ready to call."""
+
+    def __init__(self, prepared, pipeline):
+        t0 = time.perf_counter()
+        cpu, features = host_cpu()
+        cpu = cpu if pipeline.cpu == "host" else pipeline.cpu
+        features = features if pipeline.features == "host" else pipeline.features
+        text = apply_pipeline_edits(prepared.ir, prepared.capture.kernel, pipeline, cpu, features)
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as err:
+            lines = [l.strip() for l in str(err).splitlines() if "error" in l] or [str(err).strip()]
+            raise CompileError("IR rejected: %s" % lines[-1])
+        target = llvm.Target.from_triple(mod.triple or llvm.get_process_triple())
+        # An MCJIT engine owns its target machine: a fresh one per engine.
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=pipeline.codegen,
+                                          codemodel="jitdefault", jit=True)
+        self._optimize(mod, tm, pipeline)
+        self.engine = llvm.create_mcjit_compiler(mod, tm)
+        base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
+        tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
+        tramp.triple, tramp.data_layout = mod.triple, mod.data_layout
+        self.engine.add_module(tramp)
+        self.engine.finalize_object()
+        addr = self.engine.get_function_address("__r3_call")
+        if not addr:
+            raise CompileError("kernel entry not found after compilation")
+        self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
+        self.compile_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _optimize(mod, tm, p):
+        level = {"0": 0, "1": 1, "2": 2, "3": 3, "s": 2, "z": 2}[p.opt]
+        pto = llvm.create_pipeline_tuning_options(speed_level=level)
+        if p.opt in ("s", "z"):  # llvmlite has no size levels: approximate -Os/-Oz by their tuning
+            pto.inlining_threshold = 75 if p.opt == "s" else 25
+            pto.loop_unrolling = False
+            if p.opt == "z":
+                pto.loop_vectorization = pto.slp_vectorization = False
+        for attr, value in (("loop_vectorization", p.loop_vectorize), ("slp_vectorization", p.slp_vectorize),
+                            ("loop_unrolling", p.unroll), ("loop_interleaving", p.interleave),
+                            ("inlining_threshold", p.inline_threshold)):
+            if value is not None:
+                setattr(pto, attr, value)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        if p.passes:
+            extra = llvm.create_new_module_pass_manager()
+            for name in p.passes:
+                getattr(extra, "add_%s_pass" % name)()
+            extra.run(mod, pb)
+
+
+class Frame:
+    """Argument slots, by-value copies and the return buffer for calling a kernel."""
+
+    def __init__(self, prepared):
+        n = max(len(prepared.slots), 1)
+        self.slots = (ctypes.c_uint64 * n)(*prepared.slots)
+        self._keep = []
+        for i, data in enumerate(prepared.byval):
+            if data:
+                buf = ctypes.create_string_buffer(data, len(data))
+                self._keep.append(buf)
+                self.slots[i] = ctypes.addressof(buf)
+        self.ret = ctypes.create_string_buffer(32)
+
+    def run(self, compiled):
+        compiled.call(ctypes.addressof(self.slots), ctypes.addressof(self.ret))
+
+
+@dataclass
+class Check:
+    verified: bool
+    max_rel_error: float
+    mismatched_bytes: int
+    detail: str = ""
+
+
+def _rel_error(got, want, dtype):
+    a = np.frombuffer(got, dtype=dtype)
+    b = np.frombuffer(want, dtype=dtype)
+    both_nan = np.isnan(a) & np.isnan(b)
+    diff = np.abs(a - b)
+    scale = np.maximum(np.abs(b), np.finfo(dtype).tiny)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both_nan | (a == b), 0.0, diff / scale)
+    err = np.nan_to_num(err, nan=np.inf)
+    return float(err.max()) if err.size else 0.0
+
+
+def fp_types(ir):
+    """Floating-point element types the kernel stores: how to read memory that differs."""
+    types = []
+    for name, dtype in (("double", np.float64), ("float", np.float32)):
+        if re.search(r"store (?:<\d+ x )?%s>? " % name, ir):
+            types.append(dtype)
+    return types or [np.float64, np.float32]
+
+
+def compare(got, want, dtypes=(np.float64,)):
+    """(max relative error, mismatched bytes). Differing memory is read as each of
+    ``dtypes`` and the worst reading counts, so no layout guess can hide an error."""
+    if got == want:
+        return 0.0, 0
+    g, w = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
+    mismatched = int(np.count_nonzero(g != w))
+    errors = [_rel_error(got, want, d) for d in dtypes if len(got) % np.dtype(d).itemsize == 0]
+    return (max(errors) if errors else float("inf")), mismatched
+
+
+def check(prepared, frame, tolerance):
+    """Compare memory and return value after a run against the recording."""
+    worst, bad, where = 0.0, 0, ""
+    for addr, want in prepared.post:
+        got = ctypes.string_at(addr, len(want))
+        err, nbytes = compare(got, want, prepared.fp_types)
+        if nbytes:
+            bad += nbytes
+            if err > worst or not where:
+                where = "memory at 0x%x (%d bytes) differs" % (addr, len(want))
+            worst = max(worst, err)
+    if prepared.ret:
+        ret_type = {"double": [np.float64], "float": [np.float32]}.get(prepared.capture.signature["ret"], [])
+        err, nbytes = compare(frame.ret.raw[:len(prepared.ret)], prepared.ret, ret_type)
+        if nbytes:
+            bad += nbytes
+            worst = max(worst, err)
+            where = where or "return value differs"
+    ok = bad == 0 or (tolerance is not None and worst <= tolerance)
+    detail = "" if bad == 0 else "%s; max relative error %.3g" % (where, worst)
+    return Check(ok, worst if bad else 0.0, bad, detail)
+
+
+def time_runs(prepared, frame, compiled, repeat):
+    times = []
+    for _ in range(repeat):
+        restore(prepared)
+        t0 = time.perf_counter()
+        frame.run(compiled)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def paired_ratios(prepared, frame, baseline, candidate, pairs):
+    """The paired protocol: alternate baseline and candidate; ratios baseline/candidate."""
+    ratios, cand_times = [], []
+    for _ in range(pairs):
+        tb = time_runs(prepared, frame, baseline, 1)[0]
+        tc = time_runs(prepared, frame, candidate, 1)[0]
+        ratios.append(tb / tc if tc > 0 else float("inf"))
+        cand_times.append(tc)
+    return ratios, cand_times
+
+
+def set_threads(libomp, threads):
+    if libomp and threads:
+        ctypes.CDLL(libomp).omp_set_num_threads(int(threads))
+
+
+def spread(values):
+    return median(values), min(values), max(values)

@@ -1,0 +1,198 @@
+"""Cut a kernel out of its translation unit and apply a pipeline's IR-level edits.
+
+The replay module holds the kernel and what it reaches (functions, globals),
+nothing else, so that functions of the application it never calls need not
+resolve. Globals the record runtime snapshotted become external declarations:
+replay maps them at their recorded addresses and points the JIT's symbols there.
+"""
+
+import re
+
+import llvmlite.binding as llvm
+
+from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matching
+
+_REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
+REPLAY_FREE = "__r3_replay_free"
+
+
+def _ref_name(ref):
+    name = ref[1:]
+    if name.startswith('"'):
+        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
+    return name
+
+
+def _entity_name(line):
+    m = _REF.search(line)
+    return _ref_name(m.group(0)) if m else None
+
+
+def split_module(text):
+    """Top-level entities of textual IR: list of (kind, name, text)."""
+    out, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define "):
+            j = i
+            while lines[j] != "}":
+                j += 1
+            out.append(("function", _entity_name(line.split("(")[0] + "("), "\n".join(lines[i:j + 1])))
+            i = j + 1
+            continue
+        if line.startswith("@"):
+            out.append(("global", _ref_name(_REF.match(line).group(0)), line))
+        elif line.startswith("declare "):
+            out.append(("declare", _entity_name(line.split("(")[0] + "("), line))
+        else:
+            out.append(("other", None, line))
+        i += 1
+    return out
+
+
+def _external_global(line):
+    """``@g = <linkage> global T init, align N`` -> ``@g = external global T, align N``."""
+    m = re.match(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = (.*)$', line)
+    name, rest = m.group(1), m.group(2)
+    words = rest.split(" ")
+    k = 0
+    while words[k] not in ("global", "constant"):
+        k += 1
+    kept = [w for w in words[:k] if w not in LINKAGE_WORDS and w not in ("unnamed_addr", "local_unnamed_addr")]
+    tail = " ".join(words[k + 1:])
+    if tail[0] in "[{<":
+        end = matching(tail, 0)
+        if tail[0] == "<" and tail[1] == "{":
+            end = matching(tail, 0)
+        ty, rest2 = tail[:end], tail[end:]
+    else:
+        ty, rest2 = tail.split(" ", 1)[0], tail.split(" ", 1)[1] if " " in tail else ""
+    align = re.search(r", align (\d+)", rest2)
+    return "%s = %s global %s%s" % (name, " ".join(["external"] + kept), ty,
+                                   (", align " + align.group(1)) if align else "")
+
+
+def extract_kernel(bitcode, kernel, recorded_globals):
+    """Textual IR holding ``kernel`` and what it reaches, ready for per-variant edits."""
+    module = llvm.parse_bitcode(bitcode)
+    entities = split_module(str(module))
+    bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
+    if kernel not in bodies:
+        raise KeyError("kernel %s is not defined in its module" % kernel)
+    keep, todo = set(), [kernel]
+    while todo:
+        n = todo.pop()
+        if n in keep or n not in bodies:
+            continue
+        keep.add(n)
+        body = bodies[n]
+        if body.startswith("@"):
+            body = body.split("=", 1)[1]  # the initializer of a global
+        todo.extend(_ref_name(r) for r in _REF.findall(body))
+    recorded = set(recorded_globals)
+    out, frees = [], False
+    for kind, name, text in entities:
+        if kind == "function":
+            if name not in keep:
+                continue
+            if re.search(r"call void @free\(", text):
+                text = text.replace("call void @free(", "call void @%s(" % REPLAY_FREE)
+                frees = True
+            if name == kernel:  # the trampoline in another module must see it
+                lines = text.split("\n")
+                d = FunctionDef(lines[0], kernel)
+                lines[0] = d.render(kernel, prefix=d.linkage_free_prefix)
+                text = "\n".join(lines)
+        elif kind == "global":
+            if name.startswith("llvm.") or name not in keep:
+                continue
+            if name in recorded:
+                text = _external_global(text)
+        out.append(text)
+    if frees:
+        out.append("declare void @%s(ptr)" % REPLAY_FREE)
+    return "\n".join(out) + "\n"
+
+
+_FP_OPS = re.compile(r"(= )(fadd|fsub|fmul|fdiv|frem|fneg)( (?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+                     r"((?:float|double|half|<\d+ x (?:float|double|half)>) )")
+_FP_CALL = re.compile(r"(= (?:tail |notail |musttail )?call )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+                      r"((?:float|double|half|<\d+ x (?:float|double|half)>) @llvm\.)")
+_FCMP = re.compile(r"(= fcmp )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)")
+_FMULADD = re.compile(
+    r"^(\s*)(%[-\w.]+) = (?:tail )?call ((?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*"
+    r"(float|double|<\d+ x (?:float|double)>) @llvm\.fmuladd\.[\w.]+\("
+    r"\4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+)\)(.*)$", re.M)
+
+
+def _merge_flags(existing, flags):
+    have = set(existing.split())
+    if "fast" in have:
+        return existing
+    return " " + " ".join(sorted(have | set(flags))) + " " if (have | set(flags)) else " "
+
+
+def apply_pipeline_edits(text, kernel, pipeline, cpu, features):
+    """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias."""
+    text = re.sub(r'"target-cpu"="[^"]*"', '"target-cpu"="%s"' % cpu, text)
+    text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
+    text = re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)
+    if pipeline.fma == "off":
+        def split(m):
+            product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name
+            return "%s%s = fmul %s %s, %s\n%s%s = fadd %s %s, %s%s" % (
+                m.group(1), product, m.group(4), m.group(5), m.group(6),
+                m.group(1), m.group(2), m.group(4), product, m.group(7), m.group(8))
+
+        text = _FMULADD.sub(split, text)
+    if pipeline.fast_math:
+        flags = pipeline.fast_math
+        text = _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _merge_flags(m.group(3), flags) + m.group(4), text)
+        text = _FP_CALL.sub(lambda m: m.group(1) + _merge_flags(m.group(2), flags).lstrip() + m.group(3), text)
+        cmp_flags = [f for f in flags if f in ("nnan", "ninf", "nsz")]
+        if cmp_flags:
+            text = _FCMP.sub(lambda m: m.group(1) + _merge_flags(m.group(2), cmp_flags).lstrip(), text)
+    if pipeline.noalias:
+        lines = text.split("\n")
+        i = find_define(lines, kernel)
+        d = FunctionDef(lines[i], kernel)
+        params = [("ptr noalias " + p[4:]) if p.startswith("ptr ") and "noalias" not in p else p
+                  for p in d.params]
+        lines[i] = d.render(kernel, params=params)
+        text = "\n".join(lines)
+    return text
+
+
+def trampoline(kernel, signature, arena_base, arena_end):
+    """A separate module: ``__r3_call(slots, ret)`` loads the arguments and calls the kernel,
+    and ``__r3_replay_free`` ignores frees of recorded (arena) memory."""
+    params, loads, args = [], [], []
+    for i, (ty, byval) in enumerate(zip(signature["params"], signature["byval"])):
+        loads.append("  %%p%d = getelementptr i64, ptr %%slots, i64 %d" % (i, i))
+        loads.append("  %%a%d = load %s, ptr %%p%d, align 8" % (i, ty, i))
+        if byval:
+            params.append("ptr byval([%d x i8]) align 8" % byval)
+            args.append("ptr byval([%d x i8]) align 8 %%a%d" % (byval, i))
+        else:
+            params.append(ty)
+            args.append("%s %%a%d" % (ty, i))
+    ret = signature["ret"]
+    lines = ["declare %s %s(%s)" % (ret, global_ref(kernel), ", ".join(params)),
+             "declare void @free(ptr)",
+             "define void @%s(ptr %%p) {" % REPLAY_FREE,
+             "  %i = ptrtoint ptr %p to i64",
+             "  %%lo = icmp uge i64 %%i, %d" % arena_base,
+             "  %%hi = icmp ult i64 %%i, %d" % arena_end,
+             "  %in = and i1 %lo, %hi",
+             "  br i1 %in, label %skip, label %real",
+             "real:", "  call void @free(ptr %p)", "  ret void",
+             "skip:", "  ret void", "}",
+             "define void @__r3_call(ptr %slots, ptr %ret) {"]
+    lines += loads
+    call = "call %s %s(%s)" % (ret, global_ref(kernel), ", ".join(args))
+    if ret == "void":
+        lines.append("  " + call)
+    else:
+        lines += ["  %r = " + call, "  store %s %%r, ptr %%ret, align 8" % ret]
+    lines += ["  ret void", "}"]
+    return "\n".join(lines) + "\n"

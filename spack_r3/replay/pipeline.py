@@ -1,0 +1,142 @@
+"""Pipeline SPECs: the compiler settings of one replay, as a short string.
+
+    O3                                  the baseline: -O3 -march=native
+    O2,vectorize=0,unroll=1,inline=500  pipeline tuning options
+    O3,passes=loop_unroll_and_jam;licm  extra passes after the standard pipeline
+    O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
+    O3,fast=reassoc+contract,fma=off,noalias=1
+
+Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
+passes, codegen, cpu, features, fast (flags joined by +, or ``fast``/``all``),
+fma (on/off), noalias (0/1).
+"""
+
+import re
+
+import llvmlite.binding as llvm
+
+from ..data import FAST_MATH_FLAGS, Pipeline
+from ..errors import PipelineError
+
+_BOOL = {"1": True, "on": True, "yes": True, "true": True, "0": False, "off": False, "no": False, "false": False}
+_EXCLUDED_PASSES = ("printer", "viewer", "verifier", "aa_eval", "refprune", "debug")
+
+
+def known_passes():
+    """Extra passes a SPEC may name: llvmlite's new pass manager ``add_<name>_pass`` methods."""
+    names = []
+    for attr in dir(llvm.ModulePassManager):
+        m = re.match(r"add_(\w+)_pass$", attr)
+        if m and not any(x in m.group(1) for x in _EXCLUDED_PASSES):
+            names.append(m.group(1))
+    return sorted(names)
+
+
+def _bool(key, value):
+    try:
+        return _BOOL[value.lower()]
+    except KeyError:
+        raise PipelineError("%s=%s: expected 0 or 1" % (key, value))
+
+
+def _int(key, value, lo=None, hi=None):
+    try:
+        v = int(value)
+    except ValueError:
+        raise PipelineError("%s=%s: expected an integer" % (key, value))
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise PipelineError("%s=%s: expected %s..%s" % (key, value, lo, hi))
+    return v
+
+
+def parse(spec):
+    """Pipeline from a SPEC string (empty or None: the baseline)."""
+    p = Pipeline()
+    if not spec:
+        return p
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        m = re.match(r"^-?O([0123sz])$", item)
+        if m:
+            p.opt = m.group(1)
+            continue
+        if "=" not in item:
+            if item in ("fast", "fast-math"):
+                p.fast_math = FAST_MATH_FLAGS
+                continue
+            raise PipelineError("pipeline item '%s' is not KEY=VALUE (see r3 replay --help)" % item)
+        key, value = (s.strip() for s in item.split("=", 1))
+        if key == "opt":
+            if value not in ("0", "1", "2", "3", "s", "z"):
+                raise PipelineError("opt=%s: expected 0, 1, 2, 3, s or z" % value)
+            p.opt = value
+        elif key in ("vectorize", "loop_vectorize"):
+            p.loop_vectorize = _bool(key, value)
+        elif key in ("slp", "slp_vectorize"):
+            p.slp_vectorize = _bool(key, value)
+        elif key == "unroll":
+            p.unroll = _bool(key, value)
+        elif key == "interleave":
+            p.interleave = _bool(key, value)
+        elif key in ("inline", "inline_threshold"):
+            p.inline_threshold = _int(key, value, 0, 100000)
+        elif key == "passes":
+            names = tuple(filter(None, re.split(r"[;+ ]", value)))
+            known = set(known_passes())
+            for n in names:
+                if n not in known:
+                    raise PipelineError("unknown pass '%s'; known passes: %s" % (n, ", ".join(sorted(known))))
+            p.passes = names
+        elif key == "codegen":
+            p.codegen = _int(key, value, 0, 3)
+        elif key == "cpu":
+            p.cpu = value
+        elif key == "features":
+            p.features = value if value == "host" else ",".join(re.findall(r"[+-][\w.]+", value))
+            if value != "host" and not p.features:
+                raise PipelineError("features=%s: expected host or +feat-feat..." % value)
+        elif key in ("fast", "fast_math"):
+            if value in ("all", "fast", "1"):
+                p.fast_math = FAST_MATH_FLAGS
+            elif value in ("none", "0", ""):
+                p.fast_math = ()
+            else:
+                flags = tuple(filter(None, value.split("+")))
+                for f in flags:
+                    if f not in FAST_MATH_FLAGS:
+                        raise PipelineError("unknown fast-math flag '%s'; known: %s" % (f, "+".join(FAST_MATH_FLAGS)))
+                p.fast_math = flags
+        elif key == "fma":
+            if value not in ("on", "off"):
+                raise PipelineError("fma=%s: expected on or off" % value)
+            p.fma = value
+        elif key == "noalias":
+            p.noalias = _bool(key, value)
+        else:
+            raise PipelineError("unknown pipeline key '%s'" % key)
+    return p
+
+
+def format_spec(p):
+    """The canonical SPEC of a Pipeline (parse(format_spec(p)) == p)."""
+    items = ["O" + p.opt]
+    for key, value in (("vectorize", p.loop_vectorize), ("slp", p.slp_vectorize), ("unroll", p.unroll),
+                       ("interleave", p.interleave)):
+        if value is not None:
+            items.append("%s=%d" % (key, value))
+    if p.inline_threshold is not None:
+        items.append("inline=%d" % p.inline_threshold)
+    if p.passes:
+        items.append("passes=" + ";".join(p.passes))
+    if p.codegen != 3:
+        items.append("codegen=%d" % p.codegen)
+    if p.cpu != "host":
+        items.append("cpu=" + p.cpu)
+    if p.features != "host":
+        items.append("features=" + p.features.replace(",", ""))
+    if p.fast_math:
+        items.append("fast=" + "+".join(p.fast_math))
+    if p.fma != "on":
+        items.append("fma=" + p.fma)
+    if p.noalias:
+        items.append("noalias=1")
+    return ",".join(items)

@@ -1,0 +1,106 @@
+"""The replay server: the API the search calls, ``evaluate(capture, variant) -> Evaluation``.
+
+It drives one persistent worker process (``worker``); if the worker dies or
+stops answering it is restarted and the evaluation in flight is reported as
+failed, so the caller always gets an Evaluation back and goes on.
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+from ..data import CRASH, TIMEOUT, Evaluation, Variant
+from ..errors import R3Error
+
+
+class ReplayServer:
+    """Usage::
+
+        with ReplayServer() as server:
+            ev = server.evaluate(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
+    """
+
+    def __init__(self, timeout=60.0, load_timeout=300.0):
+        self.timeout = timeout
+        self.load_timeout = load_timeout
+        self.proc = None
+        self._buf = b""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _start(self):
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "spack_r3.replay.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self._buf = b""
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b'{"op": "quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def _restart(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def _request(self, req, timeout):
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        self.proc.stdin.write((json.dumps(req) + "\n").encode())
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._restart()
+                return None, "the replay worker did not answer within %.0fs" % timeout
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self._restart()
+                    return None, "the replay worker died"
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line), None
+
+    def load(self, capture_dir):
+        """Parse a capture in the worker ahead of time (R3Error if it is unusable)."""
+        reply, err = self._request({"op": "load", "dir": os.path.abspath(capture_dir)}, self.load_timeout)
+        if err or not reply.get("ok"):
+            raise R3Error(err or reply.get("error"))
+
+    def evaluate(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None):
+        """Replay one variant; never raises for a bad candidate, only for a bad capture."""
+        variant = variant or Variant()
+        timeout = timeout or self.timeout
+        req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),
+               "repeat": repeat, "pairs": pairs, "timeout": timeout}
+        if tolerance is not None:
+            req["tolerance"] = tolerance
+        reply, err = self._request(req, self.load_timeout + timeout + 10)
+        if err:
+            status = TIMEOUT if "answer" in err else CRASH
+            return Evaluation(capture=os.path.basename(capture_dir), variant=variant.to_json(), status=status,
+                              diagnostics=err)
+        if not reply.get("ok"):
+            raise R3Error(reply.get("error"))
+        return Evaluation.from_json(reply["evaluation"])

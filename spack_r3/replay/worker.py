@@ -1,0 +1,173 @@
+"""The persistent replay worker: ``python -m spack_r3.replay.worker``.
+
+It speaks JSON lines on its stdin/stdout with ``ReplayServer``. Captures are
+parsed once and kept; each candidate runs in a child forked from the worker, so a
+kernel that crashes, hangs or scribbles over memory costs one evaluation: the
+worker itself never maps recorded memory or runs compiled code.
+
+Requests:  {"op": "load", "dir": D}
+           {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
+            "tolerance": T|null, "timeout": S}
+           {"op": "quit"}
+"""
+
+import json
+import os
+import select
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+from ..capture import load_capture_dir
+from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Evaluation, Pipeline, Variant
+from ..errors import R3Error
+from ..toolchain import find_libomp
+from . import engine
+
+
+class Worker:
+    def __init__(self):
+        self.prepared = {}
+        self.libomp = find_libomp()
+        engine.init_llvm(self.libomp)
+
+    def load(self, directory):
+        if directory not in self.prepared:
+            capture = load_capture_dir(directory)
+            self.prepared[directory] = engine.prepare(capture, directory)
+        return self.prepared[directory]
+
+    def evaluate(self, req):
+        prepared = self.load(req["dir"])
+        variant = Variant.from_json(req.get("variant") or {})
+        base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
+        log = tempfile.TemporaryFile()
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the candidate's own process
+            os.close(rfd)
+            code = 0
+            try:
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                result = run_candidate(prepared, variant, req, self.libomp, base)
+                os.write(wfd, json.dumps(result.to_json()).encode())
+            except BaseException:
+                traceback.print_exc()
+                code = 3
+            finally:
+                os._exit(code)
+        os.close(wfd)
+        data, status = _collect(pid, rfd, req.get("timeout") or 60.0)
+        os.close(rfd)
+        if data:
+            return json.loads(data)
+        log.seek(0)
+        tail = log.read()[-2000:].decode(errors="replace").strip()
+        if status == "timeout":
+            base.status, base.diagnostics = TIMEOUT, "killed after %ss" % req.get("timeout")
+        else:
+            base.status = CRASH
+            base.diagnostics = "%s%s" % (status, ("; " + tail.splitlines()[-1]) if tail else "")
+        return base.to_json()
+
+
+def _collect(pid, rfd, timeout):
+    """Read the child's result; kill it at the deadline. Returns (data, status)."""
+    deadline, chunks = time.monotonic() + timeout, []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None, "timeout"
+        ready, _, _ = select.select([rfd], [], [], min(left, 1.0))
+        if ready:
+            chunk = os.read(rfd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return None, "killed by %s" % signal.Signals(sig).name
+    if chunks and os.WEXITSTATUS(status) == 0:
+        return b"".join(chunks), "ok"
+    return None, "exited with code %d" % os.WEXITSTATUS(status)
+
+
+def run_candidate(prepared, variant, req, libomp, ev):
+    """Compile, restore, verify and time one variant (inside the forked child)."""
+    if variant.source_patch:
+        ev.status, ev.diagnostics = COMPILE_ERROR, "source patches are not replayable by this engine yet"
+        return ev
+    # Recorded globals must have their addresses before the JIT resolves symbols.
+    engine.map_recorded_memory(prepared)
+    try:
+        candidate = engine.Compiled(prepared, variant.pipeline)
+        pairs = int(req.get("pairs") or 0)
+        baseline = engine.Compiled(prepared, Pipeline()) if pairs else None
+    except engine.CompileError as err:
+        ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
+        return ev
+    ev.compiled, ev.compile_s = True, candidate.compile_s
+    threads = variant.launch.threads or prepared.capture.launch.get("threads")
+    engine.set_threads(libomp, threads)
+    frame = engine.Frame(prepared)
+    tolerance = req.get("tolerance", prepared.capture.tolerance)
+    # The verification run doubles as the warm-up; it is never timed.
+    engine.restore(prepared)
+    frame.run(candidate)
+    checked = engine.check(prepared, frame, tolerance)
+    ev.verified, ev.max_rel_error, ev.mismatched_bytes = checked.verified, checked.max_rel_error, checked.mismatched_bytes
+    if not checked.verified:
+        ev.status, ev.diagnostics = WRONG_OUTPUT, checked.detail
+        return ev
+    if pairs:
+        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs)
+        ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
+        ev.pairs = pairs
+    else:
+        times = engine.time_runs(prepared, frame, candidate, max(1, int(req.get("repeat") or 5)))
+    ev.time_median_s, ev.time_min_s, ev.time_max_s = engine.spread(times)
+    ev.repeat = len(times)
+    ev.status = OK
+    return ev
+
+
+def serve(inp, out):
+    worker = None
+    for line in inp:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            if req.get("op") == "quit":
+                break
+            worker = worker or Worker()
+            if req.get("op") == "load":
+                worker.load(req["dir"])
+                reply = {"ok": True}
+            elif req.get("op") == "evaluate":
+                reply = {"ok": True, "evaluation": worker.evaluate(req)}
+            else:
+                reply = {"ok": False, "error": "unknown op %r" % req.get("op")}
+        except R3Error as err:
+            reply = {"ok": False, "error": str(err), "user_error": True}
+        except Exception as err:
+            reply = {"ok": False, "error": "%s: %s" % (type(err).__name__, err)}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+def main():
+    # The protocol gets a private copy of stdout; stray prints go to stderr.
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    serve(sys.stdin, proto)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Plain-text tables and number formatting for everything the CLI prints."""
+
+
+def table(headers, rows, align=None):
+    """Render rows as an aligned text table (numbers right-aligned)."""
+    rows = [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    align = align or ["l" if i == 0 or not rows or not _numeric(rows[0][i]) else "r" for i in range(len(headers))]
+
+    def fmt(cells):
+        return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)).rstrip()
+
+    lines = [fmt(headers), fmt(["-" * w for w in widths])]
+    lines += [fmt(r) for r in rows]
+    return "\n".join(lines)
+
+
+def _numeric(text):
+    try:
+        float(text.rstrip("%xsB").replace("KiB", "").replace("MiB", "").replace("ms", ""))
+        return True
+    except ValueError:
+        return False
+
+
+def seconds(value):
+    if value is None:
+        return "-"
+    if value < 1e-3:
+        return "%.1fus" % (value * 1e6)
+    if value < 1:
+        return "%.2fms" % (value * 1e3)
+    return "%.2fs" % value
+
+
+def size(nbytes):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return "%.1f%s" % (nbytes / scale, unit)
+    return "%dB" % nbytes
+
+
+def percent(fraction):
+    return "-" if fraction is None else "%.1f%%" % (100 * fraction)

@@ -1,0 +1,226 @@
+"""Record the real demo applications with the real clang, then replay their kernels.
+
+Each test reads as one thing a user does: record an app, list its kernels,
+replay a capture, and see what happens when a capture or a candidate is bad.
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+from spack_r3 import cli
+from spack_r3.capture import list_captures, load_capture_dir, sha256_file
+from spack_r3.data import CRASH, OK, TIMEOUT, WRONG_OUTPUT, Launch, Variant
+from spack_r3.memimage import read_regions, region_bytes, write_regions
+from spack_r3.replay.pipeline import parse
+from spack_r3.replay.server import ReplayServer
+from spack_r3.workspace import Workspace
+
+DEMOS = os.path.join(REPO_ROOT, "repos", "r3", "sources")
+# (demo, run command at a small size, its hottest kernel, relative tolerance)
+APPS = [
+    ("heat", "./heat 128 50", "jacobi_step", None),
+    ("cg", "./cg 64 200", "spmv", None),
+    ("nbody", "./nbody 256 5", "compute_forces", 1e-9),
+]
+
+
+def r3(*argv):
+    return cli.main([str(a) for a in argv])
+
+
+def r3_subprocess(*argv, **kw):
+    """The CLI as a user runs it: a separate process, so we see exit code and stderr."""
+    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, clang):
+    """One workspace holding captures of every demo."""
+    ws = str(tmp_path_factory.mktemp("ws"))
+    for demo, run, kernel, tol in APPS:
+        argv = ["--workspace", ws, "record", "--source", os.path.join(DEMOS, demo), "--run", run]
+        if tol:
+            argv += ["--tolerance", tol]
+        assert r3(*argv) == 0
+    return ws
+
+
+def capture_of(ws, kernel):
+    caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
+    assert caps, "no capture of %s" % kernel
+    return os.path.join(ws, "captures", caps[0].id)
+
+
+def test_record_captures_hot_kernels_of_every_demo(recorded, capsys):
+    assert r3("--workspace", recorded, "kernels", "--json") == 0
+    entries = json.loads(capsys.readouterr().out)
+    kernels = {e["kernel"] for e in entries}
+    for _, _, kernel, _ in APPS:
+        assert kernel in kernels
+    jacobi = next(e for e in entries if e["kernel"] == "jacobi_step")
+    assert jacobi["calls"] == 50 and jacobi["share"] > 0.05
+    cap = load_capture_dir(capture_of(recorded, "spmv"))
+    # spmv(const csr_t *A, ...): the struct lives in the arena, its pointers too
+    assert cap.signature["params"] == ["ptr", "ptr", "ptr"]
+    arena = int(cap.arena["base"], 16)
+    assert all(int(a, 16) >= arena for a in cap.args)
+    assert cap.compile_command[0].endswith(("clang-19", "clang")) and "-c" in cap.compile_command
+
+
+@pytest.mark.parametrize("demo,run,kernel,tol", APPS)
+def test_replay_verifies_against_the_recording(recorded, capsys, demo, run, kernel, tol):
+    code = r3("--workspace", recorded, "replay", capture_of(recorded, kernel), "--repeat", 3, "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert out["verified"] is True and out["status"] == OK
+    assert out["repeat"] == 3 and 0 < out["time_min_s"] <= out["time_median_s"] <= out["time_max_s"]
+    assert out["compile_s"] > 0
+    if tol:
+        assert out["max_rel_error"] <= tol
+
+
+def test_pipelines_change_code_but_still_verify(recorded):
+    cap = capture_of(recorded, "jacobi_step")
+    with ReplayServer() as server:
+        for spec in ("O0", "O2,vectorize=0,unroll=0", "O3,passes=loop_unroll_and_jam;instruction_combine",
+                     "O3,codegen=1,noalias=1", "Os"):
+            ev = server.evaluate(cap, Variant(pipeline=parse(spec)), repeat=2)
+            assert ev.status == OK and ev.verified, (spec, ev.diagnostics)
+        paired = server.evaluate(cap, Variant(pipeline=parse("O1")), pairs=5)
+        assert paired.ok and paired.pairs == 5
+        assert paired.speedup_min <= paired.speedup <= paired.speedup_max
+
+
+def test_fast_math_needs_a_tolerance(recorded):
+    """Reassociating the n-body reduction changes low bits: exact check fails, tolerance passes."""
+    cap = capture_of(recorded, "compute_forces")
+    with ReplayServer() as server:
+        for spec in ("O3,fast=reassoc+contract", "O3,fast"):
+            relaxed = Variant(pipeline=parse(spec))
+            exact = server.evaluate(cap, relaxed, repeat=1, tolerance=0.0)
+            assert exact.status == WRONG_OUTPUT and exact.max_rel_error > 0, (spec, exact)
+            loose = server.evaluate(cap, relaxed, repeat=1, tolerance=1e-6)
+            assert loose.ok and loose.verified and 0 < loose.max_rel_error <= 1e-6, (spec, loose)
+        # The demo is built for the generic x86-64/aarch64 target; without contraction
+        # the kernel computes what the application computed, bit for bit, or within rounding.
+        unfused = server.evaluate(cap, Variant(pipeline=parse("O3,fma=off")), repeat=1)
+        assert unfused.ok and unfused.max_rel_error <= 1e-12
+
+
+def _rewrite_image(capture_dir, name, mutate):
+    """Alter a memory image and re-seal the capture, so only verification can notice."""
+    path = os.path.join(capture_dir, name)
+    regions = [(r.addr, r.kind, bytearray(region_bytes(path, r))) for r in read_regions(path)]
+    mutate(regions)
+    write_regions(path, [(a, k, bytes(d)) for a, k, d in regions])
+    meta_path = os.path.join(capture_dir, "capture.json")
+    meta = json.load(open(meta_path))
+    meta["files"][name] = {"size": os.path.getsize(path), "sha256": sha256_file(path)}
+    json.dump(meta, open(meta_path, "w"))
+
+
+def _copy(recorded, kernel, tmp_path):
+    dst = str(tmp_path / kernel)
+    shutil.copytree(capture_of(recorded, kernel), dst)
+    return dst
+
+
+def test_altered_recording_fails_verification(recorded, tmp_path):
+    cap = _copy(recorded, "jacobi_step", tmp_path)
+
+    def bump_largest(regions):
+        addr, kind, data = max(regions, key=lambda r: len(r[2]))
+        mid = len(data) // 2 // 8 * 8
+        data[mid:mid + 8] = struct.pack("<d", 1234.5)
+
+    _rewrite_image(cap, "post.bin", bump_largest)
+    proc = r3_subprocess("replay", cap, "--repeat", 1)
+    assert proc.returncode == 1
+    assert "wrong-output" in proc.stdout and "differs" in proc.stdout
+
+
+def test_corrupt_and_unknown_captures_get_one_line(recorded, tmp_path):
+    cap = _copy(recorded, "spmv", tmp_path)
+    pre = os.path.join(cap, "pre.bin")
+    with open(pre, "r+b") as f:
+        f.truncate(os.path.getsize(pre) // 2)
+    for argv, needle in ((["replay", cap], "truncated"),
+                         (["--workspace", recorded, "replay", "no-such-capture"], "unknown capture"),
+                         (["--workspace", recorded, "replay", "spmv", "--pipeline", "O3,passes=warp_drive"],
+                          "unknown pass")):
+        proc = r3_subprocess(*argv)
+        assert proc.returncode == 2, proc
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_crashing_and_hanging_candidates_cost_one_evaluation(recorded, tmp_path):
+    # A null pointer where the kernel expects its matrix: the candidate segfaults.
+    crash = _copy(recorded, "spmv", tmp_path)
+    meta = json.load(open(os.path.join(crash, "capture.json")))
+    meta["args"][0] = "0x8"
+    json.dump(meta, open(os.path.join(crash, "capture.json"), "w"))
+    good = capture_of(recorded, "spmv")
+    with ReplayServer() as server:
+        ev = server.evaluate(crash, Variant(), repeat=1)
+        assert ev.status == CRASH and "SIGSEGV" in ev.diagnostics
+        # the same server goes on serving
+        assert server.evaluate(good, Variant(), repeat=1).ok
+
+
+def test_missing_clang_is_one_clear_line(tmp_path):
+    env = dict(os.environ, R3_CLANG=str(tmp_path / "no-clang"))
+    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
+                         "--run", "./heat 32 2", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "clang" in proc.stderr and "Traceback" not in proc.stderr
+
+
+SPIN_APP = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* waits for *flag, like a kernel stuck on a bad convergence test */
+void spin(volatile int *flag, double *out) {
+    long i = 0;
+    while (*flag == 0) i++;
+    for (int k = 0; k < 8; k++) out[k] = k * 0.5 + i;
+}
+int main(void) {
+    int *flag = malloc(sizeof *flag);
+    double *out = malloc(8 * sizeof *out);
+    *flag = 1;
+    spin(flag, out);
+    printf("%g\n", out[7]);
+    return 0;
+}
+"""
+
+
+def test_hanging_candidate_times_out(tmp_path, clang):
+    src = tmp_path / "spin"
+    src.mkdir()
+    (src / "spin.c").write_text(SPIN_APP)
+    (src / "Makefile").write_text("spin: spin.o\n\t$(CC) -O2 -o spin spin.o\nspin.o: spin.c\n\t$(CC) -O2 -c spin.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./spin", "--kernel", "spin") == 0
+    cap = capture_of(ws, "spin")
+    meta = json.load(open(os.path.join(cap, "capture.json")))
+    flag = int(meta["args"][0], 16)
+
+    def clear_flag(regions):
+        for addr, kind, data in regions:
+            if addr <= flag < addr + len(data):
+                data[flag - addr:flag - addr + 4] = bytes(4)
+
+    _rewrite_image(cap, "pre.bin", clear_flag)
+    with ReplayServer() as server:
+        ev = server.evaluate(cap, Variant(), repeat=1, timeout=2)
+        assert ev.status == TIMEOUT
