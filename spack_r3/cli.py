@@ -13,7 +13,7 @@ from . import __version__
 from .errors import R3Error
 
 # Order is the order of the pipeline.
-COMMANDS = ["record", "kernels", "replay"]
+COMMANDS = ["recipe", "record", "kernels", "replay"]
 
 
 def _command_module(name):

@@ -1,0 +1,1 @@
+"""Everything that talks to a language model lives in this package (and nowhere else)."""

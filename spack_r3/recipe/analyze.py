@@ -1,0 +1,685 @@
+"""Analyze a source tree: build system, version, variants, dependencies, languages, license.
+
+Pure file reading: nothing here builds or runs anything from the tree. Dependency names are
+the project's own (``find_package(ZLIB)``, ``pkg_check_modules(... r3tvec)``, ``-lm``);
+``names.resolve`` maps them to Spack package names afterwards.
+"""
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from ..errors import R3Error
+
+SKIP_DIRS = {".git", ".hg", ".svn", "build", "_build", "spack-build", "node_modules", "__pycache__"}
+BUILD_SYSTEMS = ("cmake", "meson", "autotools", "makefile", "python")
+
+
+@dataclass
+class Variant:
+    name: str                 # Spack variant name
+    default: bool
+    description: str
+    option: str               # the build system's own name (CMake var, meson option, feature)
+    kind: str                 # cmake | meson | enable | with
+
+
+@dataclass
+class Dependency:
+    name: str                 # the project's name for it (ZLIB, r3tvec, m)
+    kind: str                 # cmake | pkgconfig | library | python | tool
+    source: str               # where it was found, e.g. "CMakeLists.txt: find_package(ZLIB REQUIRED)"
+    type: List[str] = field(default_factory=lambda: ["build", "link"])
+    when: Optional[str] = None  # a Spack condition, e.g. "+zlib"
+    required: bool = True
+    spack: Optional[str] = None  # resolved Spack package (or virtual) name
+    system: bool = False      # provided by libc / the compiler: no Spack dependency
+
+
+@dataclass
+class Check:
+    exe: str
+    args: List[str]
+    source: str
+
+
+@dataclass
+class Analysis:
+    name: str
+    root: str
+    build_system: str
+    version: str
+    languages: List[str] = field(default_factory=list)
+    variants: List[Variant] = field(default_factory=list)
+    dependencies: List[Dependency] = field(default_factory=list)
+    license: Optional[str] = None
+    description: str = ""
+    homepage: Optional[str] = None
+    executables: List[str] = field(default_factory=list)
+    checks: List[Check] = field(default_factory=list)
+    build: Dict[str, object] = field(default_factory=dict)  # build-system specifics
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self):
+        return asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        d["variants"] = [Variant(**v) for v in d.get("variants", [])]
+        d["dependencies"] = [Dependency(**x) for x in d.get("dependencies", [])]
+        d["checks"] = [Check(**c) for c in d.get("checks", [])]
+        return cls(**d)
+
+    def spack_dependencies(self):
+        """Resolved, non-system dependencies, one per (spack name, when)."""
+        seen, out = set(), []
+        for d in self.dependencies:
+            if d.system or not d.spack:
+                continue
+            key = (d.spack, d.when)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(d)
+        return out
+
+    def unresolved(self):
+        return [d for d in self.dependencies if not d.system and not d.spack]
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _walk(root, max_files=4000):
+    n = 0
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith("."))
+        for f in sorted(files):
+            n += 1
+            if n > max_files:
+                return
+            yield os.path.join(d, f)
+
+
+def _strip_comments(text, marker="#"):
+    return "\n".join(line.split(marker, 1)[0] if marker in line else line for line in text.splitlines())
+
+
+def variant_name(option, prefixes=()):
+    """``R3T_WITH_ZLIB`` -> ``zlib``; ``BUILD_SHARED_LIBS`` -> ``shared``."""
+    if option == "BUILD_SHARED_LIBS":
+        return "shared"
+    name = option
+    for p in prefixes:
+        if p and name.upper().startswith(p.upper() + "_") and len(name) > len(p) + 1:
+            name = name[len(p) + 1:]
+            break
+    name = re.sub(r"^(WITH|ENABLE|USE|BUILD)_", "", name, flags=re.I)
+    name = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
+    return name or option.lower()
+
+
+def detect_build_system(root):
+    has = lambda *names: any(os.path.isfile(os.path.join(root, n)) for n in names)  # noqa: E731
+    if has("CMakeLists.txt"):
+        return "cmake"
+    if has("meson.build"):
+        return "meson"
+    if has("configure", "configure.ac", "configure.in"):
+        return "autotools"
+    if has("Makefile", "makefile", "GNUmakefile"):
+        return "makefile"
+    if has("pyproject.toml", "setup.py"):
+        return "python"
+    return None
+
+
+LANG_EXT = {
+    ".c": "c", ".cc": "cxx", ".cpp": "cxx", ".cxx": "cxx", ".C": "cxx", ".hpp": "cxx",
+    ".f": "fortran", ".f90": "fortran", ".F90": "fortran", ".F": "fortran", ".f77": "fortran",
+    ".cu": "cuda",
+}
+
+
+def _languages_from_files(root):
+    langs = set()
+    for p in _walk(root):
+        ext = os.path.splitext(p)[1]
+        if ext in LANG_EXT:
+            langs.add(LANG_EXT[ext])
+    return [x for x in ("c", "cxx", "fortran") if x in langs]
+
+
+def detect_license(root, hint=None):
+    if hint:
+        return hint
+    for n in ("LICENSE", "LICENSE.txt", "LICENSE.md", "COPYING", "COPYING.txt", "LICENCE"):
+        text = _read(os.path.join(root, n))
+        if not text:
+            continue
+        t = " ".join(text.split())
+        if "Permission is hereby granted, free of charge" in t:
+            return "MIT"
+        if "Apache License" in t and "Version 2.0" in t:
+            return "Apache-2.0"
+        if "Redistribution and use in source and binary forms" in t:
+            return "BSD-3-Clause" if "Neither the name" in t else "BSD-2-Clause"
+        if "GNU LESSER GENERAL PUBLIC LICENSE" in t:
+            return "LGPL-3.0-or-later" if "Version 3" in t else "LGPL-2.1-or-later"
+        if "GNU GENERAL PUBLIC LICENSE" in t:
+            return "GPL-3.0-or-later" if "Version 3" in t else "GPL-2.0-or-later"
+        if "Mozilla Public License" in t:
+            return "MPL-2.0"
+    for p in _walk(root, max_files=200):
+        m = re.search(r"SPDX-License-Identifier:\s*([\w.+-]+(?:\s+(?:OR|AND)\s+[\w.+-]+)*)", _read(p)[:2000])
+        if m:
+            return m.group(1)
+    return None
+
+
+def detect_description(root, name):
+    for n in ("README.md", "README", "README.rst", "README.txt"):
+        text = _read(os.path.join(root, n))
+        if not text:
+            continue
+        para = []
+        for line in text.splitlines():
+            s = line.strip()
+            if not s:
+                if para and not (len(para) == 1 and para[0].lower() == name.lower()):
+                    break
+                para = []
+                continue
+            if s.startswith(("#", "=", "-", "[!", "<", "![")) or re.match(r"^[=~^-]{3,}$", s):
+                if para:
+                    break
+                continue
+            para.append(s)
+        if para and not (len(para) == 1 and para[0].lower() == name.lower()):
+            desc = " ".join(para)
+            return desc[:300].rstrip()
+    return "%s, packaged from its source tree by spack-r3." % name
+
+
+# -- CMake --------------------------------------------------------------------------------
+
+CMAKE_CMD_RE = re.compile(r"(?m)^[ \t]*([A-Za-z_]\w*)[ \t]*\(((?:[^()]|\([^()]*\))*)\)")
+
+
+def _cmake_commands(text):
+    text = re.sub(r"#\[\[.*?\]\]", "", text, flags=re.S)
+    text = "\n".join(re.sub(r"(?<![\"\\])#.*$", "", line) for line in text.splitlines())
+    for m in CMAKE_CMD_RE.finditer(text):
+        yield m.group(1).lower(), m.group(2), m.group(0)
+
+
+def _cmake_args(argtext):
+    return re.findall(r'"[^"]*"|[^\s"]+', argtext)
+
+
+def _unq(s):
+    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] == '"' else s
+
+
+def analyze_cmake(a: Analysis):
+    files = [p for p in _walk(a.root) if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")]
+    files.sort(key=lambda p: (p.count(os.sep), p))
+    options = {}
+    project_prefix = None
+    langs = None
+    exes, tests = [], []
+    for path in files:
+        rel = os.path.relpath(path, a.root)
+        conds = []  # stack of option names (or None) guarding the current block
+        for cmd, argtext, whole in _cmake_commands(_read(path)):
+            args = [_unq(x) for x in _cmake_args(argtext)]
+            if cmd == "project" and args and project_prefix is None:
+                project_prefix = re.sub(r"\W", "_", args[0]).upper()
+                if "VERSION" in args and args.index("VERSION") + 1 < len(args):
+                    a.version = args[args.index("VERSION") + 1]
+                if "HOMEPAGE_URL" in args:
+                    a.homepage = args[args.index("HOMEPAGE_URL") + 1]
+                if "DESCRIPTION" in args:
+                    a.description = args[args.index("DESCRIPTION") + 1]
+                if "LANGUAGES" in args:
+                    langs = [x for x in args[args.index("LANGUAGES") + 1:] if x.isupper()]
+                elif len(args) > 1 and all(x in ("C", "CXX", "Fortran", "CUDA") for x in args[1:]):
+                    langs = args[1:]
+            elif cmd == "enable_language" and args:
+                langs = (langs or []) + [args[0]]
+            elif cmd in ("option", "cmake_dependent_option") and len(args) >= 2:
+                default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
+                options[args[0]] = (args[1], default)
+            elif cmd == "if":
+                opt = args[0] if len(args) == 1 and args[0] in options else None
+                neg = len(args) == 2 and args[0] == "NOT" and args[1] in options
+                conds.append(("~" + args[1]) if neg else opt)
+            elif cmd in ("elseif", "else"):
+                if conds:
+                    top = conds[-1]
+                    conds[-1] = (("~" + top) if top and not top.startswith("~") else None) if cmd == "else" else None
+            elif cmd == "endif":
+                if conds:
+                    conds.pop()
+            elif cmd == "find_package" and args:
+                when = _cmake_when(conds, options, project_prefix)
+                required = "REQUIRED" in args
+                kind = "tool" if args[0] in CMAKE_TOOLS else "cmake"
+                dep = Dependency(args[0], kind, "%s: %s" % (rel, " ".join(whole.split())),
+                                 ["build"] if kind == "tool" else ["build", "link"], when, required)
+                comps = args[args.index("COMPONENTS") + 1:] if "COMPONENTS" in args else []
+                if comps:
+                    dep.source += ""
+                a.dependencies.append(dep)
+            elif cmd in ("pkg_check_modules", "pkg_search_module") and len(args) >= 2:
+                when = _cmake_when(conds, options, project_prefix)
+                required = "REQUIRED" in args
+                for mod in args[1:]:
+                    if mod in ("REQUIRED", "QUIET", "IMPORTED_TARGET", "GLOBAL", "NO_CMAKE_PATH",
+                               "NO_CMAKE_ENVIRONMENT_PATH"):
+                        continue
+                    mod = re.split(r"[<>=]", mod)[0]
+                    a.dependencies.append(Dependency(mod, "pkgconfig", "%s: %s" % (rel, " ".join(whole.split())),
+                                                     ["build", "link"], when, required))
+            elif cmd == "add_executable" and args and "IMPORTED" not in args and "ALIAS" not in args:
+                exes.append(args[0])
+            elif cmd == "install" and args and args[0] == "TARGETS":
+                for t in args[1:]:
+                    if t.isupper():
+                        break
+                    a.build.setdefault("installed", []).append(t)
+            elif cmd == "add_test" and args:
+                if args[0] == "NAME" and "COMMAND" in args:
+                    i = args.index("COMMAND")
+                    cmdline = args[i + 1:]
+                else:
+                    cmdline = args[1:]
+                if cmdline:
+                    tests.append(Check(cmdline[0], [x for x in cmdline[1:] if not x.startswith("$<")],
+                                       "%s: %s" % (rel, " ".join(whole.split()))))
+            elif cmd == "target_link_libraries" and len(args) >= 2:
+                for lib in args[1:]:
+                    if lib in ("PUBLIC", "PRIVATE", "INTERFACE") or "::" in lib or "$" in lib:
+                        continue
+                    if lib in ("m", "dl", "pthread", "rt"):
+                        a.dependencies.append(Dependency(lib, "library", "%s: %s" % (rel, " ".join(whole.split())),
+                                                         system=True))
+    if langs is None:
+        langs = ["C", "CXX"]
+    lang_map = {"C": "c", "CXX": "cxx", "Fortran": "fortran", "CUDA": "cuda"}
+    a.languages = [lang_map[x] for x in langs if x in lang_map and x != "CUDA"]
+    prefixes = [project_prefix] if project_prefix else []
+    # common prefix of options (e.g. R3T_) counts as the project's prefix too
+    opt_names = [o for o in options if o not in ("BUILD_SHARED_LIBS", "BUILD_TESTING")]
+    if len(opt_names) >= 2:
+        common = os.path.commonprefix(opt_names)
+        if "_" in common:
+            prefixes.insert(0, common[:common.rindex("_")])
+    elif len(opt_names) == 1 and "_" in opt_names[0]:
+        first = opt_names[0].split("_")[0]
+        if project_prefix and (project_prefix.startswith(first) or first.startswith(project_prefix[:3])):
+            prefixes.insert(0, first)
+    a.build["cmake_prefixes"] = prefixes
+    used = set()
+    for opt, (desc, default) in options.items():
+        if opt == "BUILD_TESTING":
+            continue
+        name = variant_name(opt, prefixes)
+        while name in used or name in RESERVED_VARIANTS:
+            name = name + "_opt"
+        used.add(name)
+        a.variants.append(Variant(name, default, desc or opt, opt, "cmake"))
+    # dependency conditions were recorded with option names; map to variant names
+    vmap = {v.option: v.name for v in a.variants}
+    for d in a.dependencies:
+        if d.when:
+            neg = d.when.startswith("~")
+            opt = d.when.lstrip("~")
+            d.when = ("~" if neg else "+") + vmap[opt] if opt in vmap else None
+    a.executables = [e for e in exes if e in a.build.get("installed", exes)]
+    a.checks = [c for c in tests if c.exe in a.executables]
+
+
+RESERVED_VARIANTS = {"build_type", "generator", "ipo", "build_system", "patches", "dev_path",
+                     "buildtype", "default_library", "arch", "os", "target", "platform"}
+CMAKE_TOOLS = {"PkgConfig", "Git", "Doxygen", "Python", "Python3", "PythonInterp", "Perl", "BISON",
+               "FLEX", "SWIG"}
+
+
+def _cmake_when(conds, options, prefix):
+    for c in reversed(conds):
+        if c:
+            return c  # option name (maybe negated); mapped to a variant afterwards
+    return None
+
+
+# -- Meson --------------------------------------------------------------------------------
+
+def _meson_kwarg(text, key):
+    m = re.search(r"\b%s\s*:\s*('([^']*)'|\[([^\]]*)\]|(true|false))" % key, text)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return m.group(2)
+    if m.group(3) is not None:
+        return re.findall(r"'([^']*)'", m.group(3))
+    return m.group(4) == "true"
+
+
+def _meson_calls(text, func):
+    """(argument text, start) of every ``func(...)`` call, with balanced parentheses."""
+    for m in re.finditer(r"\b%s\s*\(" % re.escape(func), text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            if text[i] == "(":
+                depth += 1
+            elif text[i] == ")":
+                depth -= 1
+            elif text[i] == "'":
+                j = text.find("'", i + 1)
+                i = j if j > 0 else i
+            i += 1
+        yield text[m.end():i - 1], m.start()
+
+
+def analyze_meson(a: Analysis):
+    files = [p for p in _walk(a.root) if os.path.basename(p) == "meson.build"]
+    files.sort(key=lambda p: (p.count(os.sep), p))
+    exe_vars = {}
+    exes, tests = [], []
+    for path in files:
+        rel = os.path.relpath(path, a.root)
+        text = _strip_comments(_read(path))
+        for args, _ in _meson_calls(text, "project"):
+            strs = re.findall(r"'([^']*)'", args.split(":")[0]) if ":" in args else re.findall(r"'([^']*)'", args)
+            head = re.split(r"\w+\s*:", args)[0]
+            strs = re.findall(r"'([^']*)'", head)
+            langs = strs[1:]
+            a.languages = [{"c": "c", "cpp": "cxx", "fortran": "fortran"}[x] for x in langs if x in ("c", "cpp", "fortran")]
+            v = _meson_kwarg(args, "version")
+            if isinstance(v, str):
+                a.version = v
+            lic = _meson_kwarg(args, "license")
+            if lic:
+                a.license = lic if isinstance(lic, str) else " AND ".join(lic)
+        for args, start in _meson_calls(text, "dependency"):
+            names = re.findall(r"'([^']*)'", re.split(r"\w+\s*:", args)[0])
+            if not names:
+                continue
+            name = names[0]
+            required = _meson_kwarg(args, "required") is not False
+            line = text[:start].count("\n") + 1
+            if name in ("threads", "openmp", "dl", "m"):
+                a.dependencies.append(Dependency(name, "library", "%s:%d dependency('%s')" % (rel, line, name), system=True))
+            else:
+                a.dependencies.append(Dependency(name, "pkgconfig", "%s:%d dependency('%s')" % (rel, line, name),
+                                                 ["build", "link"], None, required))
+        for args, start in _meson_calls(text, "find_library"):
+            names = re.findall(r"'([^']*)'", args)
+            if names:
+                line = text[:start].count("\n") + 1
+                a.dependencies.append(Dependency(names[0], "library", "%s:%d find_library('%s')" % (rel, line, names[0]),
+                                                 ["build", "link"], None, _meson_kwarg(args, "required") is not False,
+                                                 system=names[0] in SYSTEM_LIBS))
+        for m in re.finditer(r"(?m)^\s*(\w+)\s*=\s*executable\s*\(", text):
+            exe_vars[m.group(1)] = None
+        for args, start in _meson_calls(text, "executable"):
+            names = re.findall(r"'([^']*)'", args)
+            if names:
+                exes.append(names[0])
+                pre = text[:start]
+                m = re.search(r"(\w+)\s*=\s*$", pre)
+                if m:
+                    exe_vars[m.group(1)] = names[0]
+        for args, _ in _meson_calls(text, "test"):
+            parts = [p.strip() for p in re.split(r",(?![^\[]*\])", args)]
+            if len(parts) >= 2:
+                target = parts[1]
+                exe = exe_vars.get(target) or target.strip("'")
+                targs = _meson_kwarg(args, "args") or []
+                if isinstance(targs, str):
+                    targs = [targs]
+                tests.append(Check(exe, targs, "%s: test(%s)" % (rel, " ".join(args.split()))))
+    opt_file = next((os.path.join(a.root, n) for n in ("meson.options", "meson_options.txt")
+                     if os.path.isfile(os.path.join(a.root, n))), None)
+    if opt_file:
+        text = _strip_comments(_read(opt_file))
+        for args, _ in _meson_calls(text, "option"):
+            names = re.findall(r"'([^']*)'", args)
+            typ = _meson_kwarg(args, "type")
+            if not names or typ not in ("boolean", "feature"):
+                continue
+            val = _meson_kwarg(args, "value")
+            default = (val is not False) if typ == "boolean" else (val == "enabled")
+            name = variant_name(names[0])
+            a.variants.append(Variant(name, bool(default), _meson_kwarg(args, "description") or names[0],
+                                      names[0], "meson" if typ == "boolean" else "meson-feature"))
+    a.executables = exes
+    a.checks = [c for c in tests if c.exe in exes]
+
+
+# -- Autotools ----------------------------------------------------------------------------
+
+def _m4_args(argtext):
+    """Top-level comma-separated arguments of an m4 macro call, brackets stripped."""
+    out, depth, cur = [], 0, ""
+    for ch in argtext:
+        if ch == "[":
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                continue
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        cur += ch
+    out.append(cur.strip())
+    return out
+
+
+def analyze_autotools(a: Analysis):
+    ac = next((os.path.join(a.root, n) for n in ("configure.ac", "configure.in")
+               if os.path.isfile(os.path.join(a.root, n))), None)
+    a.build["configure_present"] = os.path.isfile(os.path.join(a.root, "configure"))
+    langs = []
+    if ac:
+        rel = os.path.relpath(ac, a.root)
+        text = _strip_comments(_read(ac), "dnl ")
+        for args, _ in _meson_calls(text, "AC_INIT"):
+            parts = _m4_args(args)
+            if len(parts) >= 2 and parts[1]:
+                a.version = parts[1]
+            if len(parts) >= 4 and parts[3]:
+                a.build["tarname"] = parts[3]
+            if len(parts) >= 5 and parts[4]:
+                a.homepage = parts[4]
+        for macro, lang in (("AC_PROG_CC", "c"), ("AC_PROG_CXX", "cxx"), ("AC_PROG_FC", "fortran"),
+                            ("AC_PROG_F77", "fortran")):
+            if re.search(r"\b%s\b" % macro, text) and lang not in langs:
+                langs.append(lang)
+        for macro, kind in (("AC_ARG_ENABLE", "enable"), ("AC_ARG_WITH", "with")):
+            for args, _ in _meson_calls(text, macro):
+                parts = _m4_args(args)
+                if not parts or not parts[0]:
+                    continue
+                helptext = parts[1] if len(parts) > 1 else ""
+                hm = re.search(r"AS_HELP_STRING\(\s*\[?([^\],]*)\]?\s*,\s*\[?([^\]]*)\]?", helptext)
+                flag = hm.group(1) if hm else helptext
+                desc = (hm.group(2) if hm else parts[0]).strip() or parts[0]
+                default = ("--disable-" in flag) if kind == "enable" else ("--without-" in flag)
+                if default:  # the help text describes turning it off
+                    desc = "%s %s (%s: %s)" % ("enable" if kind == "enable" else "with", parts[0], flag.strip(), desc)
+                a.variants.append(Variant(variant_name(parts[0]), default, desc, parts[0], kind))
+        for args, _ in _meson_calls(text, "AC_CHECK_LIB"):
+            parts = _m4_args(args)
+            if parts and parts[0]:
+                a.dependencies.append(Dependency(parts[0], "library", "%s: AC_CHECK_LIB(%s)" % (rel, args.strip()),
+                                                 system=parts[0] in SYSTEM_LIBS))
+        for args, _ in _meson_calls(text, "AC_SEARCH_LIBS"):
+            parts = _m4_args(args)
+            for lib in (parts[1].split() if len(parts) > 1 else []):
+                a.dependencies.append(Dependency(lib, "library", "%s: AC_SEARCH_LIBS(%s)" % (rel, args.strip()),
+                                                 system=lib in SYSTEM_LIBS))
+        for args, _ in _meson_calls(text, "PKG_CHECK_MODULES"):
+            parts = _m4_args(args)
+            if len(parts) >= 2:
+                for mod in re.split(r"\s+", parts[1]):
+                    mod = re.split(r"[<>=]", mod)[0]
+                    if mod:
+                        a.dependencies.append(Dependency(mod, "pkgconfig", "%s: PKG_CHECK_MODULES(%s)" % (rel, args.strip())))
+        if re.search(r"\bPKG_(CHECK_MODULES|PROG_PKG_CONFIG)\b", text):
+            a.dependencies.append(Dependency("pkg-config", "tool", "%s: PKG_CHECK_MODULES" % rel, ["build"]))
+        if re.search(r"\bLT_INIT|AC_PROG_LIBTOOL\b", text):
+            a.build["libtool"] = True
+    a.languages = langs or _languages_from_files(a.root)
+    _makefile_checks(a, [os.path.join(a.root, n) for n in ("Makefile.in", "Makefile.am")])
+    if not a.build["configure_present"]:
+        a.notes.append("no configure script: the recipe regenerates it (autoconf, automake, libtool)")
+
+
+SYSTEM_LIBS = {"m", "c", "dl", "pthread", "rt", "util", "stdc++", "gcc", "gomp", "omp"}
+
+
+# -- Makefile -----------------------------------------------------------------------------
+
+def _makefile_checks(a: Analysis, paths):
+    for path in paths:
+        text = _read(path)
+        if not text:
+            continue
+        rel = os.path.relpath(path, a.root)
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^(check|test)\s*:", line)
+            if not m:
+                continue
+            a.build.setdefault("check_target", m.group(1))
+            for body in lines[i + 1:]:
+                if not body.startswith("\t"):
+                    break
+                cmd = body.strip().lstrip("@-").strip()
+                cm = re.match(r"^\./([\w.+-]+)((?:\s+[^;&|>]+)?)", cmd)
+                if cm:
+                    a.checks.append(Check(cm.group(1), cm.group(2).split(), "%s: %s" % (rel, cmd)))
+        # programs the install rule copies into a bin directory
+        targets = set(re.findall(r"(?m)^([A-Za-z_][\w.+-]*)\s*:(?!=)", text))
+        for i, line in enumerate(lines):
+            if not re.match(r"^install(-exec)?\s*:", line):
+                continue
+            for body in lines[i + 1:]:
+                if not body.startswith("\t"):
+                    break
+                if "bin" not in body:
+                    continue
+                for tok in re.findall(r"[\w.+-]+", body.split("bin")[0]):
+                    if tok in targets and tok not in a.executables and not re.search(r"\.(o|a|so|h|pc)$", tok):
+                        a.executables.append(tok)
+
+
+def analyze_makefile(a: Analysis):
+    mk = next((os.path.join(a.root, n) for n in ("GNUmakefile", "Makefile", "makefile")
+               if os.path.isfile(os.path.join(a.root, n))), None)
+    text = _read(mk)
+    rel = os.path.relpath(mk, a.root)
+    m = re.search(r"(?m)^\s*VERSION\s*[:?]?=\s*([\w.+-]+)", text)
+    if m:
+        a.version = m.group(1)
+    pv = re.search(r"(?m)^\s*(PREFIX|prefix|INSTALL_PREFIX|DESTDIR)\s*[:?]?=", text)
+    a.build["prefix_var"] = pv.group(1) if pv else None
+    a.build["has_install"] = bool(re.search(r"(?m)^install\s*:", text))
+    targets = re.findall(r"(?m)^([A-Za-z_][\w.-]*)\s*:(?!=)", text)
+    a.build["targets"] = targets
+    libs = set()
+    for line in text.splitlines():
+        if re.match(r"^\s*(LDLIBS|LIBS|LDFLAGS|LDADD)\s*[:+?]?=", line) or line.startswith("\t"):
+            libs.update(re.findall(r"(?<![\w-])-l([\w+.-]+)", line))
+        for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)*([\w.+-]+)", line):
+            a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc)))
+    for lib in sorted(libs):
+        a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), system=lib in SYSTEM_LIBS))
+    m = re.search(r"(?m)^all\s*:([^\n]*)", text)
+    if m:
+        for t in m.group(1).split():
+            t = t.strip()
+            if t and "$" not in t and not re.search(r"\.(o|a|so|pc|h)$", t) and t in targets:
+                a.build.setdefault("all_targets", []).append(t)
+    _makefile_checks(a, [mk])
+    if not a.build["has_install"]:
+        a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")]
+    a.languages = _languages_from_files(a.root)
+
+
+# -- Python -------------------------------------------------------------------------------
+
+def analyze_python(a: Analysis):
+    text = _read(os.path.join(a.root, "pyproject.toml"))
+    m = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
+    if m:
+        a.version = m.group(1)
+    m = re.search(r'(?ms)^dependencies\s*=\s*\[(.*?)\]', text)
+    if m:
+        for req in re.findall(r'"([^"]+)"', m.group(1)):
+            name = re.split(r"[<>=!~; \[]", req)[0]
+            a.dependencies.append(Dependency(name, "python", "pyproject.toml: %s" % req, ["build", "run"]))
+    m = re.search(r'(?ms)^\[build-system\].*?requires\s*=\s*\[(.*?)\]', text)
+    a.build["build_requires"] = [re.split(r"[<>=!~; \[]", r)[0] for r in re.findall(r'"([^"]+)"', m.group(1))] if m else ["setuptools"]
+    m = re.search(r'(?m)^license\s*=\s*(?:\{\s*text\s*=\s*)?"([^"]+)"', text)
+    if m:
+        a.license = m.group(1)
+    a.languages = [x for x in _languages_from_files(a.root)]
+
+
+ANALYZERS = {"cmake": analyze_cmake, "meson": analyze_meson, "autotools": analyze_autotools,
+             "makefile": analyze_makefile, "python": analyze_python}
+
+
+def analyze(root, name, build_system=None, version=None) -> Analysis:
+    """Analyze the source tree at ``root`` for package ``name``."""
+    root = os.path.abspath(root)
+    if not os.path.isdir(root):
+        raise R3Error("source tree %s is not a directory" % root)
+    bs = build_system or detect_build_system(root)
+    if bs is None:
+        raise R3Error("no build system found in %s (looked for CMakeLists.txt, meson.build, configure(.ac), "
+                      "Makefile, pyproject.toml/setup.py)" % root)
+    if bs not in ANALYZERS:
+        raise R3Error("unsupported build system %r (supported: %s)" % (bs, ", ".join(BUILD_SYSTEMS)))
+    a = Analysis(name=name, root=root, build_system=bs, version="")
+    ANALYZERS[bs](a)
+    if version:
+        a.version = version
+    if not a.version:
+        m = re.search(r"-(\d+(?:\.\d+)+)$", os.path.basename(root))
+        a.version = m.group(1) if m else "1.0.0"
+        a.notes.append("no version found in the build files: using %s" % a.version)
+    a.license = detect_license(root, a.license)
+    if not a.description or a.description.endswith("by spack-r3."):
+        a.description = detect_description(root, name)
+    if not a.languages and bs != "python":
+        a.languages = _languages_from_files(root) or ["c"]
+    # de-duplicate dependencies (same name, kind and condition)
+    seen, deps = set(), []
+    for d in a.dependencies:
+        key = (d.name, d.kind, d.when)
+        if key not in seen:
+            seen.add(key)
+            deps.append(d)
+    a.dependencies = deps
+    return a

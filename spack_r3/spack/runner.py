@@ -1,0 +1,198 @@
+"""Run ``bin/spack`` in a subprocess: concretize, install, locate, test.
+
+Nothing here imports Spack: every call is a separate ``spack`` process, so a recipe that
+Spack loads (generated, untrusted) is never loaded into our own process.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..errors import R3Error
+from .locate import find_spack_root
+
+
+@dataclass
+class SpackResult:
+    """One finished ``spack`` process."""
+
+    argv: List[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self):
+        return self.returncode == 0
+
+    @property
+    def output(self):
+        return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
+
+    def error_lines(self):
+        """The ``==> Error:`` lines Spack printed (without the prefix)."""
+        out = []
+        for line in self.output.splitlines():
+            m = re.match(r"\s*==> Error:\s*(.*)", line)
+            if m:
+                out.append(m.group(1).strip())
+        return out
+
+
+@dataclass
+class ConcretizeOutcome:
+    ok: bool
+    result: SpackResult
+    specfile: Optional[str] = None  # the concrete spec as JSON, written when ok
+    hash: Optional[str] = None
+
+
+@dataclass
+class InstallOutcome:
+    ok: bool
+    result: SpackResult
+    build_logs: List[str] = field(default_factory=list)  # build logs Spack pointed at
+
+
+def _version_tuple(text):
+    m = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class Spack:
+    """A Spack installation plus the config scopes every call runs with (``spack -C``)."""
+
+    def __init__(self, root=None, scopes=(), timeout=1800):
+        self.root = root or find_spack_root()
+        if not self.root:
+            raise R3Error("no Spack found (set SPACK_ROOT, put spack on PATH, or clone it to ~/spack)")
+        self.exe = os.path.join(self.root, "bin", "spack")
+        self.scopes = [os.path.abspath(s) for s in scopes]
+        self.timeout = timeout
+        self._version = None
+
+    def with_scopes(self, *scopes):
+        other = Spack(self.root, list(self.scopes) + [os.path.abspath(s) for s in scopes], self.timeout)
+        other._version = self._version
+        return other
+
+    def environment(self):
+        env = dict(os.environ)
+        env["SPACK_ROOT"] = self.root
+        if not env.get("SPACK_PYTHON"):
+            try:  # our interpreter has clingo: let Spack use it (no bootstrap offline)
+                import clingo  # noqa: F401
+                env["SPACK_PYTHON"] = sys.executable
+            except ImportError:
+                pass
+        env.pop("SPACK_ENV", None)
+        env["TERM"] = "dumb"
+        return env
+
+    def argv(self, *args):
+        argv = [self.exe, "--color=never"]
+        for s in self.scopes:
+            argv += ["-C", s]
+        return argv + [str(a) for a in args]
+
+    def run(self, *args, timeout=None, cwd=None, env=None):
+        argv = self.argv(*args)
+        start = time.monotonic()
+        full_env = self.environment()
+        full_env.update(env or {})
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout or self.timeout, cwd=cwd, env=full_env)
+        except subprocess.TimeoutExpired as err:
+            out = err.stdout if isinstance(err.stdout, str) else ""
+            return SpackResult(argv, 124, out, "spack timed out after %ss" % (timeout or self.timeout),
+                               time.monotonic() - start)
+        except OSError as err:
+            raise R3Error("cannot run %s: %s" % (self.exe, err))
+        return SpackResult(argv, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+    # -- facts -------------------------------------------------------------------------
+
+    def version(self):
+        if self._version is None:
+            res = self.run("--version", timeout=120)
+            if not res.ok:
+                raise R3Error("spack --version failed: %s" % res.output.strip()[-300:])
+            self._version = res.stdout.strip().split()[0] if res.stdout.strip() else "0.0"
+        return self._version
+
+    def major_minor(self):
+        return _version_tuple(self.version())
+
+    def repo_list(self):
+        """[(namespace, path)] of the repositories Spack is configured with, highest first."""
+        res = self.run("repo", "list", timeout=120)
+        if not res.ok:
+            raise R3Error("spack repo list failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
+        repos = []
+        for line in res.stdout.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2 and os.path.isdir(parts[1].strip()):
+                repos.append((parts[0], parts[1].strip()))
+        return repos
+
+    # -- the refine loop's calls -------------------------------------------------------
+
+    def concretize(self, spec, specfile):
+        """``spack spec --json SPEC``; on success the concrete spec is written to ``specfile``."""
+        res = self.run("spec", "--json", spec)
+        if not res.ok:
+            return ConcretizeOutcome(False, res)
+        text = res.stdout.strip()
+        try:
+            data = json.loads(text)
+            nodes = data["spec"]["nodes"]
+        except (ValueError, KeyError, TypeError):
+            return ConcretizeOutcome(False, res)
+        with open(specfile, "w") as f:
+            f.write(text + "\n")
+        root = nodes[0]
+        return ConcretizeOutcome(True, res, specfile, root.get("hash"))
+
+    def install_specfile(self, specfile, keep_stage=True, verbose=False):
+        """``spack install -f SPECFILE``: installs the concrete spec without solving again."""
+        args = ["install"]
+        if keep_stage:
+            args.append("--keep-stage")
+        if verbose:
+            args.append("--verbose")
+        args += ["-f", specfile]
+        res = self.run(*args)
+        logs = []
+        for m in re.finditer(r"See build log for details:\s*\n?\s*(\S+)", res.output):
+            if m.group(1) not in logs:
+                logs.append(m.group(1))
+        ok = res.ok and not re.search(r"==> Error:", res.output)
+        return InstallOutcome(ok, res, logs)
+
+    def location(self, spec_or_hash):
+        """Install prefix of an installed spec (``/hash`` works), or None."""
+        res = self.run("location", "-i", spec_or_hash, timeout=300)
+        path = res.stdout.strip().splitlines()[-1] if res.ok and res.stdout.strip() else ""
+        return path if path and os.path.isdir(path) else None
+
+    def test_run(self, spec_or_hash):
+        """``spack test run``: the stand-alone tests of an installed spec."""
+        return self.run("test", "run", spec_or_hash, timeout=900)
+
+    def parse_log(self, path, context=3):
+        """Error events of a build log with Spack's own log parser (run in a spack process)."""
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_parse_log.py")
+        res = self.run("python", script, path, str(context), timeout=300)
+        if not res.ok:
+            return []
+        try:
+            return json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return []
