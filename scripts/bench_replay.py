@@ -73,7 +73,7 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
             rebuild.append(timed("make clean && make CC=%s CFLAGS='%s'" % (clang, CHANGE_CFLAGS), changed)
                            + timed(run, changed))
             t0 = time.perf_counter()
-            ev = server.evaluate(cap_dir, Variant(pipeline=parse(CHANGE_SPEC)), repeat=5)
+            ev = server.submit(cap_dir, Variant(pipeline=parse(CHANGE_SPEC)), repeat=5)
             replay.append(time.perf_counter() - t0)
             if not ev.ok:
                 raise SystemExit("%s: replay failed: %s %s" % (name, ev.status, ev.diagnostics))

@@ -92,9 +92,9 @@ def test_pipelines_change_code_but_still_verify(recorded):
     with ReplayServer() as server:
         for spec in ("O0", "O2,vectorize=0,unroll=0", "O3,passes=loop_unroll_and_jam;instruction_combine",
                      "O3,codegen=1,noalias=1", "Os"):
-            ev = server.evaluate(cap, Variant(pipeline=parse(spec)), repeat=2)
+            ev = server.submit(cap, Variant(pipeline=parse(spec)), repeat=2)
             assert ev.status == OK and ev.verified, (spec, ev.diagnostics)
-        paired = server.evaluate(cap, Variant(pipeline=parse("O1")), pairs=5)
+        paired = server.submit(cap, Variant(pipeline=parse("O1")), pairs=5)
         assert paired.ok and paired.pairs == 5
         assert paired.speedup_min <= paired.speedup <= paired.speedup_max
 
@@ -105,13 +105,13 @@ def test_fast_math_needs_a_tolerance(recorded):
     with ReplayServer() as server:
         for spec in ("O3,fast=reassoc+contract", "O3,fast"):
             relaxed = Variant(pipeline=parse(spec))
-            exact = server.evaluate(cap, relaxed, repeat=1, tolerance=0.0)
+            exact = server.submit(cap, relaxed, repeat=1, tolerance=0.0)
             assert exact.status == WRONG_OUTPUT and exact.max_rel_error > 0, (spec, exact)
-            loose = server.evaluate(cap, relaxed, repeat=1, tolerance=1e-6)
+            loose = server.submit(cap, relaxed, repeat=1, tolerance=1e-6)
             assert loose.ok and loose.verified and 0 < loose.max_rel_error <= 1e-6, (spec, loose)
         # The demo is built for the generic x86-64/aarch64 target; without contraction
         # the kernel computes what the application computed, bit for bit, or within rounding.
-        unfused = server.evaluate(cap, Variant(pipeline=parse("O3,fma=off")), repeat=1)
+        unfused = server.submit(cap, Variant(pipeline=parse("O3,fma=off")), repeat=1)
         assert unfused.ok and unfused.max_rel_error <= 1e-12
 
 
@@ -170,10 +170,10 @@ def test_crashing_and_hanging_candidates_cost_one_evaluation(recorded, tmp_path)
     json.dump(meta, open(os.path.join(crash, "capture.json"), "w"))
     good = capture_of(recorded, "spmv")
     with ReplayServer() as server:
-        ev = server.evaluate(crash, Variant(), repeat=1)
+        ev = server.submit(crash, Variant(), repeat=1)
         assert ev.status == CRASH and "SIGSEGV" in ev.diagnostics
         # the same server goes on serving
-        assert server.evaluate(good, Variant(), repeat=1).ok
+        assert server.submit(good, Variant(), repeat=1).ok
 
 
 def test_missing_clang_is_one_clear_line(tmp_path):
@@ -222,5 +222,5 @@ def test_hanging_candidate_times_out(tmp_path, clang):
 
     _rewrite_image(cap, "pre.bin", clear_flag)
     with ReplayServer() as server:
-        ev = server.evaluate(cap, Variant(), repeat=1, timeout=2)
+        ev = server.submit(cap, Variant(), repeat=1, timeout=2)
         assert ev.status == TIMEOUT

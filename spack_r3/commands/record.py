@@ -33,8 +33,8 @@ def record(args):
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,
                           "captures": [c.id for c in result.captures]}, indent=1))
         return 0
-    rows = [[h["kernel"], h["source"], h["calls"], seconds(h["self_s"]), percent(h["share"]), h["capture"] or "-"]
-            for h in result.hotness]
+    rows = [[h["kernel"], h["source"], h["calls"], seconds(h["total_s"]), seconds(h["self_s"]), percent(h["share"]),
+             h["capture"] or "-"] for h in result.hotness]
     print("application time %s, %d capture(s) in %s" % (seconds(result.app_s), len(result.captures), ws.root))
-    print(table(["kernel", "source", "calls", "self time", "share", "capture"], rows))
+    print(table(["kernel", "source", "calls", "total", "self", "share", "capture"], rows))
     return 0

@@ -195,7 +195,7 @@ def launch(argv):
     if not record_dir or line.passthrough or line.language_forced:
         return run(argv)
     wanted = set(filter(None, os.environ.get("R3_KERNELS", "").split(","))) or None
-    cxx_sources = [s for s in line.sources]
+    cxx_sources = line.sources
     if line.compile_only:
         if not cxx_sources:
             return run(argv)

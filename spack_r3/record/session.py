@@ -82,7 +82,7 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         # Whatever finished before a failure is kept.
         captures = capture_store.ingest(record_dir, workspace, tolerance)
     stats, app_s = capture_store.load_profiles(record_dir)
-    by_kernel = {(c.kernel): c for c in captures}
+    by_kernel = {c.kernel: c for c in captures}
     hotness = []
     for (tu_dir, name), s in stats.items():
         src = _source_of(tu_dir)

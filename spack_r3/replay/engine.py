@@ -24,6 +24,7 @@ from ..memimage import KIND_GLOBAL, KIND_RUNTIME, read_regions, region_bytes
 from .module import apply_pipeline_edits, extract_kernel, trampoline
 
 MAP_FIXED_NOREPLACE = 0x100000
+MAP_POPULATE = 0x8000
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -64,6 +65,7 @@ class Prepared:
     ret: bytes = b""
     ranges: List[Tuple[int, int]] = field(default_factory=list)
     fp_types: List = field(default_factory=list)
+    outputs: List[Tuple[int, bytes]] = field(default_factory=list)  # pre-state of what the kernel writes
 
 
 def prepare(capture, directory):
@@ -93,8 +95,10 @@ def prepare(capture, directory):
     byval = [bytes.fromhex(b) if b else b"" for b in capture.byval_data]
     arena = (int(capture.arena["base"], 16), int(capture.arena["end"], 16))
     ranges = _page_ranges([arena] + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals])
+    before = dict(images["pre.bin"])
+    outputs = [(a, before[a]) for a, d in images["post.bin"] if a in before and before[a] != d]
     return Prepared(capture, ir, images["pre.bin"], images["post.bin"], slots, byval,
-                    bytes.fromhex(capture.ret) if capture.ret else b"", ranges, fp_types(ir))
+                    bytes.fromhex(capture.ret) if capture.ret else b"", ranges, fp_types(ir), outputs)
 
 
 def _page_ranges(spans):
@@ -111,7 +115,8 @@ def _page_ranges(spans):
 def map_recorded_memory(prepared):
     """Map the recorded arena and globals at their recorded addresses (fresh process only)."""
     prot = mmap.PROT_READ | mmap.PROT_WRITE
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | getattr(mmap, "MAP_NORESERVE", 0x4000)
+    # MAP_POPULATE: fault the pages in at once, not one by one on the first restore.
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_POPULATE
     for lo, hi in prepared.ranges:
         got = _libc.mmap(lo, hi - lo, prot, flags, -1, 0)
         if got != lo:
@@ -122,9 +127,12 @@ def map_recorded_memory(prepared):
         llvm.add_symbol(name, int(g["addr"], 16))
 
 
-def restore(prepared):
-    for addr, data in prepared.pre:
+def restore(prepared, outputs_only=False):
+    """Put recorded memory back: everything, or (between timed runs, after the check
+    run proved the kernel writes nothing else) only what the kernel writes."""
+    for addr, data in (prepared.outputs if outputs_only else prepared.pre):
         ctypes.memmove(addr, data, len(data))
+
 
 
 class Compiled:
@@ -244,8 +252,7 @@ def check(prepared, frame, tolerance):
     """Compare memory and return value after a run against the recording."""
     worst, bad, where = 0.0, 0, ""
     for addr, want in prepared.post:
-        got = ctypes.string_at(addr, len(want))
-        err, nbytes = compare(got, want, prepared.fp_types)
+        err, nbytes = compare(ctypes.string_at(addr, len(want)), want, prepared.fp_types)
         if nbytes:
             bad += nbytes
             if err > worst or not where:
@@ -266,7 +273,7 @@ def check(prepared, frame, tolerance):
 def time_runs(prepared, frame, compiled, repeat):
     times = []
     for _ in range(repeat):
-        restore(prepared)
+        restore(prepared, outputs_only=True)
         t0 = time.perf_counter()
         frame.run(compiled)
         times.append(time.perf_counter() - t0)

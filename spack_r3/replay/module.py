@@ -60,10 +60,8 @@ def _external_global(line):
         k += 1
     kept = [w for w in words[:k] if w not in LINKAGE_WORDS and w not in ("unnamed_addr", "local_unnamed_addr")]
     tail = " ".join(words[k + 1:])
-    if tail[0] in "[{<":
+    if tail[0] in "[{<":  # arrays, structs, packed structs, vectors
         end = matching(tail, 0)
-        if tail[0] == "<" and tail[1] == "{":
-            end = matching(tail, 0)
         ty, rest2 = tail[:end], tail[end:]
     else:
         ty, rest2 = tail.split(" ", 1)[0], tail.split(" ", 1)[1] if " " in tail else ""

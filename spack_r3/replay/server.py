@@ -1,4 +1,4 @@
-"""The replay server: the API the search calls, ``evaluate(capture, variant) -> Evaluation``.
+"""The replay server: the API the search calls, ``submit(capture, variant) -> Evaluation``.
 
 It drives one persistent worker process (``worker``); if the worker dies or
 stops answering it is restarted and the evaluation in flight is reported as
@@ -20,7 +20,7 @@ class ReplayServer:
     """Usage::
 
         with ReplayServer() as server:
-            ev = server.evaluate(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
+            ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
     """
 
     def __init__(self, timeout=60.0, load_timeout=300.0):
@@ -88,7 +88,7 @@ class ReplayServer:
         if err or not reply.get("ok"):
             raise R3Error(err or reply.get("error"))
 
-    def evaluate(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None):
+    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None):
         """Replay one variant; never raises for a bad candidate, only for a bad capture."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
