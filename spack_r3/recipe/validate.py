@@ -64,7 +64,7 @@ DECORATORS = {"property", "run_before", "run_after", "on_package_attributes", "w
 FORBIDDEN_NAMES = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint",
                    "input", "getattr", "setattr", "delattr", "memoryview", "__builtins__", "help",
                    "importlib", "subprocess", "socket", "urllib", "requests", "http", "ctypes", "pickle",
-                   "marshal", "sys", "builtins", "shutil", "tempfile", "pty", "signal", "multiprocessing",
+                   "marshal", "builtins", "shutil", "tempfile", "pty", "signal", "multiprocessing",
                    "threading", "asyncio"}
 FILE_OR_PROCESS_CALLS = {"open", "Executable", "which", "make", "ninja", "cmake", "meson", "configure",
                          "autoreconf", "filter_file", "install", "install_tree", "copy", "copy_tree",
@@ -76,7 +76,8 @@ OS_FORBIDDEN = {"system", "popen", "fork", "forkpty", "kill", "killpg", "spawnl"
                 "execl", "execle", "execlp", "execlpe", "execv", "execve", "execvp", "execvpe", "putenv",
                 "setuid", "setgid", "chroot", "startfile", "_exit", "abort", "plock", "open", "fdopen",
                 "write", "truncate"}
-ALLOWED_IMPORTS = {"os", "os.path", "re", "glob"}
+ALLOWED_IMPORTS = {"os", "os.path", "re", "glob", "sys", "platform"}
+SAFE_SYS = {"platform", "version_info", "byteorder", "maxsize"}  # the only sys.* a recipe may read
 ALLOWED_IMPORT_PREFIXES = ("spack.package", "spack.pkg.", "spack_repo.", "llnl.util.", "spack.llnl.util.",
                            "spack.build_systems.", "spack.util.prefix", "spack.variant")
 
@@ -103,14 +104,19 @@ def _name_of(node):
     return ""
 
 
+PURE_CALLS = CLASS_CALLS_OK | {"with_default", "with_non_feature_values", "prohibit_empty_set", "with_error",
+                               "join", "split", "replace", "lower", "upper", "strip", "ver", "up_to",
+                               "satisfies", "keys", "values", "items", "min", "max", "abs", "bool", "float"}
+
+
 def _is_constant_expr(node):
-    """Literals, names, f-strings, containers, arithmetic and attribute reads: no calls."""
+    """Literals, names, f-strings, containers, arithmetic, attribute reads and calls of pure
+    helpers (``conditional``, ``any_combination_of``, ``str.join``...): nothing that acts."""
     for sub in ast.walk(node):
-        if isinstance(sub, (ast.Call, ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr,
-                            ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            if isinstance(sub, ast.Call) and _name_of(sub.func) in ("join_path", "Version", "str", "format",
-                                                                      "tuple", "list", "dict", "set", "sorted"):
-                continue
+        if isinstance(sub, ast.Call):
+            if _name_of(sub.func).split(".")[-1] not in PURE_CALLS:
+                return False
+        elif isinstance(sub, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
             return False
     return True
 
@@ -126,8 +132,12 @@ class _Checker:
     # -- everywhere ------------------------------------------------------------------------
 
     def check_expr_tree(self, node, where, build_time):
+        safe_sys = {id(sub.value) for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
+                    and isinstance(sub.value, ast.Name) and sub.value.id == "sys" and sub.attr in SAFE_SYS}
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and sub.id in FORBIDDEN_NAMES:
+            if isinstance(sub, ast.Name) and sub.id == "sys" and id(sub) not in safe_sys:
+                self.bad(sub, "%s uses sys beyond sys.%s" % (where, "/".join(sorted(SAFE_SYS))))
+            elif isinstance(sub, ast.Name) and sub.id in FORBIDDEN_NAMES:
                 self.bad(sub, "%s uses forbidden name %r" % (where, sub.id))
             elif isinstance(sub, ast.Attribute):
                 if sub.attr.startswith("__") and sub.attr.endswith("__"):
@@ -163,7 +173,7 @@ class _Checker:
                 self.bad(node, "imports from %r (only Spack's recipe API may be imported)" % mod)
             elif mod in ALLOWED_IMPORTS:
                 for alias in node.names:
-                    if alias.name in OS_FORBIDDEN or alias.name == "*":
+                    if alias.name in OS_FORBIDDEN or alias.name == "*" or mod == "sys":
                         self.bad(node, "imports %s from %s" % (alias.name, mod))
 
     def check_class(self, node, imported):
@@ -178,6 +188,7 @@ class _Checker:
         if not bases or not (is_builder or is_package):
             self.bad(node, "class %s does not derive from a known build-system base (%s)"
                      % (node.name, ", ".join(bases) or "no base"))
+        self.in_builder = is_builder and not is_package
         for i, stmt in enumerate(node.body):
             where = "class %s" % node.name
             if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
@@ -218,7 +229,8 @@ class _Checker:
 
     def check_method(self, fn, cls):
         where = "%s.%s()" % (cls, fn.name)
-        if not (fn.name in USUAL_METHODS or fn.name.startswith("test_") or
+        hook = getattr(self, "in_builder", False) or any(_name_of(d).split(".")[-1] in ("run_before", "run_after") for d in fn.decorator_list)
+        if not (hook or fn.name in USUAL_METHODS or fn.name.startswith("test_") or
                 (fn.name.startswith("_") and not fn.name.startswith("__"))):
             self.bad(fn, "%s is not a recipe method (known methods, test_* or _helpers)" % where)
         for d in fn.decorator_list:
