@@ -37,7 +37,7 @@ def replay(args):
     capture = load_capture(ws, directory)
     variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
     with ReplayServer(timeout=args.timeout) as server:
-        ev = server.evaluate(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)
+        ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)
     result = {"capture": capture.id, "kernel": capture.kernel, "pipeline": format_spec(pipeline),
               "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
               "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,

@@ -29,6 +29,8 @@ PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.memcmp.restype = ctypes.c_int
+_libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
 _initialized = False
 RUNTIME_GLOBAL_PREFIXES = (".gomp_critical_user_", "__kmp", ".kmp")
 
@@ -252,6 +254,8 @@ def check(prepared, frame, tolerance):
     """Compare memory and return value after a run against the recording."""
     worst, bad, where = 0.0, 0, ""
     for addr, want in prepared.post:
+        if _libc.memcmp(addr, want, len(want)) == 0:  # in place: no copy of large arrays
+            continue
         err, nbytes = compare(ctypes.string_at(addr, len(want)), want, prepared.fp_types)
         if nbytes:
             bad += nbytes
