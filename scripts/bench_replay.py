@@ -6,7 +6,7 @@ For each demo application and its hottest kernel, side by side in one run:
   (b) replay the captured kernel under the changed setting (compile + verify +
       timed runs) on a warm replay server;
 and the cost of recording: the application's run time under record (probes,
-arena heap, captures) over its plain -O3 run time.
+arena heap, captures) over its plain -O3 -march=native run time.
 
 Writes bench/replay.json. Usage: scripts/bench_replay.py [--trials 3] [--out bench/replay.json]
 """
@@ -36,7 +36,9 @@ from spack_r3.workspace import Workspace  # noqa: E402
 # demo, run command (default sizes: ~1-2 s at -O3), hottest kernel, binary
 DEMOS = [("heat", "./heat", "jacobi_step"), ("cg", "./cg", "spmv"), ("nbody", "./nbody", "compute_forces")]
 # The compiler-setting change being evaluated: no loop unrolling.
-CHANGE_CFLAGS = "-O3 -fno-unroll-loops"
+# Record builds target the host (-march=native), so the plain build does too.
+PLAIN_CFLAGS = "-O3 -march=native"
+CHANGE_CFLAGS = PLAIN_CFLAGS + " -fno-unroll-loops"
 CHANGE_SPEC = "O3,unroll=0"
 
 
@@ -62,7 +64,7 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
     for d in (plain, changed):
         shutil.rmtree(d)
         shutil.copytree(src, d)
-    timed("make CC=%s CFLAGS=-O3" % clang, plain)
+    timed("make CC=%s CFLAGS='%s'" % (clang, PLAIN_CFLAGS), plain)
     recorded_tree = os.path.join(rec.run_dir, "src")
 
     rebuild, replay, plain_runs, record_runs = [], [], [], []

@@ -66,7 +66,7 @@ def test_record_captures_hot_kernels_of_every_demo(recorded, capsys):
     for _, _, kernel, _ in APPS:
         assert kernel in kernels
     jacobi = next(e for e in entries if e["kernel"] == "jacobi_step")
-    assert jacobi["calls"] == 50 and jacobi["share"] > 0.05
+    assert jacobi["calls"] == 50 and 0 < jacobi["share"] < 1
     cap = load_capture_dir(capture_of(recorded, "spmv"))
     # spmv(const csr_t *A, ...): the struct lives in the arena, its pointers too
     assert cap.signature["params"] == ["ptr", "ptr", "ptr"]
@@ -109,8 +109,7 @@ def test_fast_math_needs_a_tolerance(recorded):
             assert exact.status == WRONG_OUTPUT and exact.max_rel_error > 0, (spec, exact)
             loose = server.submit(cap, relaxed, repeat=1, tolerance=1e-6)
             assert loose.ok and loose.verified and 0 < loose.max_rel_error <= 1e-6, (spec, loose)
-        # The demo is built for the generic x86-64/aarch64 target; without contraction
-        # the kernel computes what the application computed, bit for bit, or within rounding.
+        # Turning FMA contraction off changes rounding only: well within the tolerance.
         unfused = server.submit(cap, Variant(pipeline=parse("O3,fma=off")), repeat=1)
         assert unfused.ok and unfused.max_rel_error <= 1e-12
 
@@ -224,3 +223,33 @@ def test_hanging_candidate_times_out(tmp_path, clang):
     with ReplayServer() as server:
         ev = server.submit(cap, Variant(), repeat=1, timeout=2)
         assert ev.status == TIMEOUT
+
+
+def test_spack_r3_replays_through_the_spack_extension(recorded, spack_root, tmp_path):
+    """`spack r3 ...` is the same command line, loaded by Spack's extension mechanism."""
+    from spack_r3.extension import EXTENSION_ROOT
+
+    scope = tmp_path / "scope"
+    scope.mkdir()
+    (scope / "config.yaml").write_text("config:\n  extensions:\n  - %s\n" % EXTENSION_ROOT)
+    spack = [os.path.join(spack_root, "bin", "spack"), "-C", str(scope), "r3", "--workspace", recorded]
+    env = dict(os.environ, SPACK_PYTHON=os.environ.get("SPACK_PYTHON", sys.executable))
+    listed = subprocess.run(spack + ["kernels", "--json"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "spmv" in {e["kernel"] for e in json.loads(listed.stdout)}
+    replayed = subprocess.run(spack + ["replay", "spmv", "--repeat", "2", "--json"], capture_output=True,
+                              text=True, env=env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["verified"] is True
+
+
+def test_instances_capture_successive_calls(tmp_path, clang):
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 10",
+              "--kernel", "jacobi_step", "--instances", 3) == 0
+    caps = sorted((c for c in list_captures(Workspace(ws)) if c.kernel == "jacobi_step"), key=lambda c: c.instance)
+    assert [c.instance for c in caps] == [1, 2, 3]
+    assert len({c.id for c in caps}) == 3  # different memory, different content address
+    with ReplayServer() as server:
+        for c in caps:
+            assert server.submit(os.path.join(ws, "captures", c.id), Variant(), repeat=1).ok

@@ -19,6 +19,9 @@ def setup_parser(subparser):
     subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point results when replaying these captures")
+    subparser.add_argument("--target", choices=["native", "as-built"], default="native",
+                           help="native (default): compile kernels for this machine, as Spack does and as the "
+                                "replay baseline does; as-built: keep the build's own target flags")
     subparser.add_argument("--timeout", type=float, default=None, help="seconds the run may take")
     subparser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -28,6 +31,7 @@ def record(args):
     progress = None if args.json else (lambda msg: print("==> " + msg, flush=True))
     result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
                          instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
+                         target=args.target,
                          progress=progress)
     if args.json:
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,

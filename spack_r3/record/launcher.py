@@ -117,6 +117,13 @@ def codegen_args(line):
     return keep
 
 
+def target_flags():
+    """Extra flags that pin the recorded build to the machine it is tuned for
+    (``R3_TARGET_FLAGS``, set by ``r3 record --target``), so the recording computes
+    what the native replay baseline computes (e.g. with FMA contraction)."""
+    return os.environ.get("R3_TARGET_FLAGS", "").split()
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, **kw).returncode
 
@@ -132,7 +139,7 @@ def record_unit(line, source, obj, record_dir, wanted):
         if any(a in ("-MD", "-MMD") for a in base) and not any(a in ("-MT", "-MQ") for a in base):
             deps_target = ["-MT", obj]
         opt = [] if line.opt_level not in ("-O0",) else ["-O2"]  # -O0 would mark everything optnone
-        cmd_bc = [line.compiler] + base + deps_target + opt + [
+        cmd_bc = [line.compiler] + base + target_flags() + deps_target + opt + [
             "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
         if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
             return "the compiler could not emit LLVM bitcode (is it clang?)"
@@ -153,7 +160,7 @@ def record_unit(line, source, obj, record_dir, wanted):
             text = f.read()
         with open(instrumented, "w") as f:
             f.write(instrument_text(text, kernels, tu_dir))
-        cmd_obj = [line.compiler] + codegen_args(line) + [
+        cmd_obj = [line.compiler] + codegen_args(line) + target_flags() + [
             "-Wno-unused-command-line-argument", "-Wno-override-module", "-c", instrumented, "-o", obj]
         proc = subprocess.run(cmd_obj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:

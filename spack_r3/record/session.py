@@ -50,8 +50,11 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
         raise R3Error("%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, tail[0], log_path))
 
 
+TARGETS = {"native": "-march=native", "as-built": ""}
+
+
 def record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, timeout=None,
-           progress=None):
+           target="native", progress=None):
     """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult."""
     say = progress or (lambda msg: None)
     source = os.path.abspath(source)
@@ -59,6 +62,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         raise R3Error("source directory %s does not exist" % source)
     if instances < 1:
         raise R3Error("--instances must be at least 1")
+    if target not in TARGETS:
+        raise R3Error("unknown --target %s (choose: %s)" % (target, ", ".join(TARGETS)))
     clang = find_clang()
     workspace.ensure()
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -71,7 +76,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
 
     cc = "%s %s" % (launcher_command(), shlex.quote(clang))
     env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang,
-               R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*")
+               R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
+               R3_TARGET_FLAGS=TARGETS[target])
     build = build or "make CC=%s" % shlex.quote(cc)
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
