@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Recipe success over the test source trees: concretizes? installs? check passes? attempts?
+
+Each tree under tests/trees/ goes from source to an installed package with the rule-based
+generator (or --llm-* for a model), offline, in a sandbox (its own Spack config scope,
+install tree, caches and stage under --work, default a temporary directory). Writes
+bench/recipes.json: {"trees": [{name, build_system, concretized, installed, check_passed,
+attempts, seconds}], ...}.
+
+Usage: .venv/bin/python scripts/bench_recipes.py [--max-attempts 3] [--out bench/recipes.json]
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from spack_r3.errors import R3Error  # noqa: E402
+from spack_r3.model import client as model_client  # noqa: E402
+from spack_r3.recipe.pipeline import RecipeRequest, make_recipe  # noqa: E402
+from spack_r3.spack.runner import Spack  # noqa: E402
+from spack_r3.spack.sandbox import make_sandbox  # noqa: E402
+from spack_r3.workspace import Workspace  # noqa: E402
+
+TREES = os.path.join(ROOT, "tests", "trees")
+FIRST = ["r3tvec"]  # libraries other trees depend on
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--max-attempts", type=int, default=3)
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "recipes.json"))
+    p.add_argument("--work", default=None, help="sandbox directory (default: a temporary one)")
+    p.add_argument("--no-repair", action="store_true", help="skip the planted-fault repair run")
+    p.add_argument("trees", nargs="*", help="tree names (default: all under tests/trees)")
+    model_client.add_arguments(p)
+    args = p.parse_args(argv)
+    model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
+
+    names = args.trees or sorted(d for d in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, d)))
+    names = [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
+    work = args.work or tempfile.mkdtemp(prefix="r3-bench-recipes-")
+    sb = make_sandbox(os.path.join(work, "sandbox"), extra_bin_dirs=[os.path.dirname(sys.executable)])
+    ws = Workspace(os.path.join(work, "ws")).ensure()
+    rows = []
+    for name in names:
+        start = time.monotonic()
+        row = {"name": name, "build_system": None, "concretized": False, "installed": False,
+               "check_passed": False, "attempts": 0}
+        try:
+            res = make_recipe(RecipeRequest(name, source=os.path.join(TREES, name), regenerate=True,
+                                            max_attempts=args.max_attempts, model=model,
+                                            spack_scopes=[sb.scope]), ws,
+                              progress=lambda m: print("  " + m, file=sys.stderr))
+            row.update(build_system=res.build_system, attempts=len(res.attempts),
+                       concretized=any(a["concretized"] for a in res.attempts),
+                       installed=res.status == "installed", check_passed=res.check_passed is True,
+                       outcomes=[a["outcome"] for a in res.attempts])
+        except R3Error as err:
+            row["error"] = str(err)
+        row["seconds"] = round(time.monotonic() - start, 1)
+        rows.append(row)
+        print("%-14s %-10s concretized=%s installed=%s check=%s attempts=%d (%.0f s)" % (
+            name, row["build_system"], row["concretized"], row["installed"], row["check_passed"],
+            row["attempts"], row["seconds"]), flush=True)
+
+    # the refine loop on a planted fault: the generated CMake recipe without its r3tvec dependency
+    repairs = []
+    cm = os.path.join(ws.root, "repo", "packages", "r3t-cmake", "package.py")
+    if not args.no_repair and os.path.isfile(cm) and any(r["name"] == "r3t-cmake" and r["installed"] for r in rows):
+        import re
+        planted = re.sub(r'(?m)^\s*depends_on\("r3tvec"\)\n', "", open(cm).read())
+        start = time.monotonic()
+        res = make_recipe(RecipeRequest("r3t-cmake", source=os.path.join(TREES, "r3t-cmake"), regenerate=True,
+                                        max_attempts=args.max_attempts, initial_text=planted,
+                                        spack_scopes=[sb.scope]), ws)
+        repairs.append({"name": "r3t-cmake", "planted": "depends_on('r3tvec') removed",
+                        "installed": res.status == "installed", "check_passed": res.check_passed is True,
+                        "attempts": len(res.attempts), "outcomes": [a["outcome"] for a in res.attempts],
+                        "fixes": [f for a in res.attempts for f in a["fixes"]],
+                        "seconds": round(time.monotonic() - start, 1)})
+        print("repair: r3t-cmake without depends_on('r3tvec'): installed=%s attempts=%d" % (
+            repairs[-1]["installed"], repairs[-1]["attempts"]), flush=True)
+
+    n = len(rows) or 1
+    summary = {
+        "trees": rows,
+        "repairs": repairs,
+        "generator": ("model " + model.model) if model else "rule-based",
+        "max_attempts": args.max_attempts,
+        "concretize_rate": sum(r["concretized"] for r in rows) / n,
+        "install_rate": sum(r["installed"] for r in rows) / n,
+        "check_rate": sum(r["check_passed"] for r in rows) / n,
+        "mean_attempts": sum(r["attempts"] for r in rows) / n,
+        "spack_version": Spack(None, [sb.scope]).version(),
+        "externals": sb.externals,
+        "machine": "%s %s, %d cores" % (platform.system(), platform.machine(), os.cpu_count() or 0),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    print("install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
+        100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out))
+    return 0 if summary["install_rate"] == 1.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
