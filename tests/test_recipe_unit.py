@@ -215,3 +215,30 @@ def test_diagnose_and_fix(index):
     assert len(done) == 6
     # already there -> nothing to add
     assert fixes.add_dependency(new, "r3tvec") is None
+
+
+def test_git_source_and_python_project(tmp_path, index):
+    import shutil
+    import subprocess
+    if not shutil.which("git"):
+        pytest.skip("no git")
+    repo = tmp_path / "pyproj"
+    (repo / "pyproj").mkdir(parents=True)
+    (repo / "pyproj" / "__init__.py").write_text("VALUE = 1\n")
+    (repo / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\n\n[project]\nname = "pyproj"\nversion = "0.4.0"\n'
+        'license = {text = "MIT"}\ndependencies = ["numpy>=1.20"]\n')
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(repo)] + cmd, check=True, env=env)
+    src = acquire("git+file://%s" % repo, str(tmp_path / "work"))
+    assert src.git == "file://%s" % repo and len(src.commit) == 40
+    a = analyze(src.tree, "py-pyproj")
+    names.resolve(a, index)
+    assert (a.build_system, a.version, a.license) == ("python", "0.4.0", "MIT")
+    assert [d.spack for d in a.spack_dependencies()] == ["py-numpy"]
+    text = RuleGenerator().generate(a, src, "v1")
+    assert 'git = "file://%s"' % repo in text and 'version("0.4.0", commit="%s")' % src.commit in text
+    assert "class PyPyproj(PythonPackage)" in text and 'depends_on("py-setuptools", type="build")' in text
+    assert validate(text).ok
