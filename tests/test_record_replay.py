@@ -253,3 +253,12 @@ def test_instances_capture_successive_calls(tmp_path, clang):
     with ReplayServer() as server:
         for c in caps:
             assert server.submit(os.path.join(ws, "captures", c.id), Variant(), repeat=1).ok
+
+
+def test_server_restarts_a_dead_worker(recorded):
+    cap = capture_of(recorded, "jacobi_step")
+    with ReplayServer() as server:
+        assert server.submit(cap, Variant(), repeat=1).ok
+        server.proc.kill()  # as if the worker itself had been killed
+        server.proc.wait()
+        assert server.submit(cap, Variant(), repeat=1).ok
