@@ -21,7 +21,8 @@ from .errors import CaptureError
 MAGIC = b"R3MEM1\0\0"
 KIND_HEAP = 1
 KIND_GLOBAL = 2
-KIND_RUNTIME = 3
+KIND_RUNTIME = 3  # heap chunks the OpenMP runtime allocated for itself
+KIND_STACK = 4  # the caller's stack above a pointer argument that points into it
 _HDR = struct.Struct("<QQQ")
 
 

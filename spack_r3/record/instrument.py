@@ -209,7 +209,8 @@ class ModuleAnalysis:
                 continue
             info = self.kernel(name)
             if isinstance(info, str):
-                skipped.append((name, info))
+                if wanted is not None or self.loops[name]:  # only report what would have been a kernel
+                    skipped.append((name, info))
             elif wanted is not None or info.has_loop:
                 kernels.append(info)
         return kernels, skipped

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..data import Pipeline
 from ..errors import CaptureError
-from ..memimage import KIND_GLOBAL, KIND_RUNTIME, read_regions, region_bytes
+from ..memimage import KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .module import apply_pipeline_edits, extract_kernel, trampoline
 
 MAP_FIXED_NOREPLACE = 0x100000
@@ -96,7 +96,8 @@ def prepare(capture, directory):
     slots = [int(a, 16) for a in capture.args]
     byval = [bytes.fromhex(b) if b else b"" for b in capture.byval_data]
     arena = (int(capture.arena["base"], 16), int(capture.arena["end"], 16))
-    ranges = _page_ranges([arena] + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals])
+    ranges = _page_ranges([arena] + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
+                          + [(r.addr, r.addr + r.size) for r in pre_regions if r.kind == KIND_STACK])
     before = dict(images["pre.bin"])
     outputs = [(a, before[a]) for a, d in images["post.bin"] if a in before and before[a] != d]
     return Prepared(capture, ir, images["pre.bin"], images["post.bin"], slots, byval,
