@@ -1,0 +1,102 @@
+"""r3-record as a build sees it: a compiler launcher that must never break a build."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+LAUNCHER = [sys.executable, "-m", "spack_r3.record.launcher"]
+
+KERNEL_C = r"""
+void scale(int n, double a, double *x) { for (int i = 0; i < n; i++) x[i] *= a; }
+"""
+MAIN_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void scale(int n, double a, double *x);
+int main(void) {
+    double *x = malloc(100 * sizeof *x);
+    for (int i = 0; i < 100; i++) x[i] = i;
+    scale(100, 2.0, x);
+    printf("%g\n", x[99]);
+    return x[99] == 198.0 ? 0 : 1;
+}
+"""
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "kernel.c").write_text(KERNEL_C)
+    (tmp_path / "main.c").write_text(MAIN_C)
+    return tmp_path
+
+
+def launch(args, cwd, record_dir=None, **kw):
+    env = dict(os.environ)
+    env.pop("R3_RECORD_DIR", None)
+    if record_dir:
+        env["R3_RECORD_DIR"] = str(record_dir)
+    return subprocess.run(LAUNCHER + [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, **kw)
+
+
+def units(record_dir):
+    out = {}
+    for tu in (record_dir / "tus").iterdir():
+        meta = json.loads((tu / "tu.json").read_text())
+        out[os.path.basename(meta["source_file"])] = meta
+    return out
+
+
+def test_compile_and_link_in_one_step_records_and_runs(tree, clang):
+    rec = tree / "rec"
+    proc = launch([clang, "-O2", "-o", "app", "kernel.c", "main.c"], tree, rec)
+    assert proc.returncode == 0, proc.stderr
+    meta = units(rec)
+    assert [k["name"] for k in meta["kernel.c"]["kernels"]] == ["scale"]
+    assert meta["main.c"]["kernels"] == []  # main is never a kernel
+    run = subprocess.run(["./app"], cwd=tree, env=dict(os.environ, R3_RECORD_DIR=str(rec)),
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "198"
+    profile = json.loads(next(rec.glob("profile.*.json")).read_text())
+    assert [(k["name"], k["calls"]) for k in profile["kernels"]] == [("scale", 1)]
+    assert any(d.name.startswith("scale-1-") for d in (rec / "captures").iterdir())
+
+
+def test_dependency_files_name_the_real_object(tree, clang):
+    proc = launch([clang, "-O2", "-MD", "-MF", "kernel.d", "-c", "kernel.c", "-o", "kernel.o"], tree, tree / "rec")
+    assert proc.returncode == 0, proc.stderr
+    deps = (tree / "kernel.d").read_text()
+    assert deps.startswith("kernel.o:") and "kernel.c" in deps
+    assert (tree / "kernel.o").exists()
+
+
+def test_unoptimized_builds_still_give_optimizable_bitcode(tree, clang):
+    rec = tree / "rec"
+    assert launch([clang, "-O0", "-c", "kernel.c", "-o", "kernel.o"], tree, rec).returncode == 0
+    (tu,) = (rec / "tus").iterdir()
+    import llvmlite.binding as llvm
+
+    module = llvm.parse_bitcode((tu / "module.bc").read_bytes())
+    assert "optnone" not in str(module.get_function("scale"))
+
+
+def test_without_a_record_dir_the_compiler_runs_unchanged(tree, clang):
+    proc = launch([clang, "-O2", "-c", "kernel.c", "-o", "kernel.o"], tree)
+    assert proc.returncode == 0 and (tree / "kernel.o").exists()
+    nm = subprocess.run(["nm", str(tree / "kernel.o")], capture_output=True, text=True).stdout
+    assert "__r3_enter" not in nm and "scale" in nm
+
+
+def test_preprocessing_passes_through(tree, clang):
+    proc = launch([clang, "-E", "kernel.c"], tree, tree / "rec")
+    assert proc.returncode == 0 and "void scale" in proc.stdout
+    assert not (tree / "rec" / "tus").exists()
+
+
+def test_a_broken_source_fails_like_the_compiler_does(tree, clang):
+    (tree / "bad.c").write_text("int f(void) { return undefined_name; }\n")
+    proc = launch([clang, "-O2", "-c", "bad.c", "-o", "bad.o"], tree, tree / "rec")
+    assert proc.returncode != 0
+    assert "undefined_name" in proc.stderr and "Traceback" not in proc.stderr
