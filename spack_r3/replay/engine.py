@@ -126,8 +126,14 @@ def map_recorded_memory(prepared):
             err = ctypes.get_errno()
             raise RuntimeError("cannot map recorded memory at 0x%x-0x%x in the replay worker: %s"
                                % (lo, hi, os.strerror(err) if err else "placed elsewhere"))
-    for name, g in ((g["name"], g) for g in prepared.capture.globals):
-        llvm.add_symbol(name, int(g["addr"], 16))
+    bind_globals(prepared)
+
+
+def bind_globals(prepared):
+    """Point the JIT's symbols for recorded globals at their recorded addresses;
+    must precede compilation (MCJIT resolves symbols when it finalizes)."""
+    for g in prepared.capture.globals:
+        llvm.add_symbol(g["name"], int(g["addr"], 16))
 
 
 def restore(prepared, outputs_only=False):

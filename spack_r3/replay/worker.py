@@ -30,6 +30,7 @@ from . import engine
 class Worker:
     def __init__(self):
         self.prepared = {}
+        self.baselines = {}  # capture dir -> Compiled baseline (or CompileError)
         self.libomp = find_libomp()
         engine.init_llvm(self.libomp)
 
@@ -39,8 +40,21 @@ class Worker:
             self.prepared[directory] = engine.prepare(capture, directory)
         return self.prepared[directory]
 
+    def baseline(self, directory):
+        """The O3 baseline of a capture, compiled once here (compiling runs no kernel
+        code) and inherited by every candidate's child for the paired protocol."""
+        if directory not in self.baselines:
+            prepared = self.load(directory)
+            engine.bind_globals(prepared)
+            try:
+                self.baselines[directory] = engine.Compiled(prepared, Pipeline())
+            except engine.CompileError as err:
+                self.baselines[directory] = err
+        return self.baselines[directory]
+
     def evaluate(self, req):
         prepared = self.load(req["dir"])
+        baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
         log = tempfile.TemporaryFile()
@@ -52,7 +66,7 @@ class Worker:
             try:
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
-                result = run_candidate(prepared, variant, req, self.libomp, base)
+                result = run_candidate(prepared, variant, req, self.libomp, base, baseline)
                 os.write(wfd, json.dumps(result.to_json()).encode())
             except BaseException:
                 traceback.print_exc()
@@ -98,17 +112,19 @@ def _collect(pid, rfd, timeout):
     return None, "exited with code %d" % os.WEXITSTATUS(status)
 
 
-def run_candidate(prepared, variant, req, libomp, ev):
+def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
     """Compile, restore, verify and time one variant (inside the forked child)."""
     if variant.source_patch:
         ev.status, ev.diagnostics = COMPILE_ERROR, "source patches are not replayable by this engine yet"
         return ev
     # Recorded globals must have their addresses before the JIT resolves symbols.
     engine.map_recorded_memory(prepared)
+    if isinstance(baseline, engine.CompileError):
+        ev.status, ev.diagnostics = COMPILE_ERROR, "the O3 baseline does not compile: %s" % baseline
+        return ev
+    pairs = int(req.get("pairs") or 0)
     try:
         candidate = engine.Compiled(prepared, variant.pipeline)
-        pairs = int(req.get("pairs") or 0)
-        baseline = engine.Compiled(prepared, Pipeline()) if pairs else None
     except engine.CompileError as err:
         ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
         return ev
