@@ -16,17 +16,10 @@ import tempfile
 
 from .data import Capture, FileDigest
 from .errors import CaptureError
+from .fileutil import sha256_file
 from .memimage import read_regions
 
 CAPTURE_FILES = ("module.bc", "pre.bin", "post.bin")
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _host_target():

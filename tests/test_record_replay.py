@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO_ROOT
 from spack_r3 import cli
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
-from spack_r3.data import CRASH, OK, TIMEOUT, WRONG_OUTPUT, Launch, Variant
+from spack_r3.data import CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
 from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayServer

@@ -15,7 +15,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from ..errors import R3Error
 from . import fixes
 from .validate import validate
 

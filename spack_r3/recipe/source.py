@@ -8,7 +8,6 @@ in the workspace, so the recipe can install it offline with a checksum:
 """
 
 import gzip
-import hashlib
 import io
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import R3Error
+from ..fileutil import sha256_file
 from .analyze import SKIP_DIRS
 
 
@@ -32,14 +32,6 @@ class Source:
     git: Optional[str] = None    # or a git repository ...
     commit: Optional[str] = None  # ... at this commit
     origin: str = ""             # what the user gave
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pack_tree(tree, dest_dir, name, version):
@@ -75,7 +67,7 @@ def pack_tree(tree, dest_dir, name, version):
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
             gz.write(data)
     os.replace(tmp, out)
-    return out, sha256_of(out)
+    return out, sha256_file(out)
 
 
 def _unpack(tarball, dest):
@@ -126,14 +118,14 @@ def acquire(spec, work_dir):
         except OSError as err:
             raise R3Error("cannot download %s: %s" % (spec, err))
         tree = _unpack(local, os.path.join(work_dir, "tree"))
-        return Source(tree=tree, url=spec, sha256=sha256_of(local), origin=spec)
+        return Source(tree=tree, url=spec, sha256=sha256_file(local), origin=spec)
     path = parsed.path if parsed.scheme == "file" else spec
     path = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(path):
         return Source(tree=path, origin=spec)  # packed once name and version are known
     if os.path.isfile(path) and re.search(r"\.(tar(\.\w+)?|tgz|tbz2|txz)$", path):
         tree = _unpack(path, os.path.join(work_dir, "tree"))
-        return Source(tree=tree, url="file://" + path, sha256=sha256_of(path), origin=spec)
+        return Source(tree=tree, url="file://" + path, sha256=sha256_file(path), origin=spec)
     raise R3Error("source %s is neither a directory, a tarball, a URL nor a git repository" % spec)
 
 

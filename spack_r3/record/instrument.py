@@ -11,7 +11,7 @@ another, goes through the probes. The struct passed to the runtime is
 import ctypes
 import re
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import llvmlite.binding as llvm
 

@@ -18,7 +18,6 @@ from typing import List, Tuple
 import llvmlite.binding as llvm
 import numpy as np
 
-from ..data import Pipeline
 from ..errors import CaptureError
 from ..memimage import KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .module import apply_pipeline_edits, extract_kernel, trampoline
