@@ -205,8 +205,8 @@ class ModuleAnalysis:
             if wanted is not None:
                 if name not in wanted:
                     continue
-            elif name in NOT_KERNELS or _is_outlined(name):
-                continue
+            elif name in NOT_KERNELS or _is_outlined(name) or fn.linkage in _ODR_LINKAGES:
+                continue  # ODR copies (C++ templates, inline functions): not kernels by design
             info = self.kernel(name)
             if isinstance(info, str):
                 if wanted is not None or self.loops[name]:  # only report what would have been a kernel
@@ -214,6 +214,9 @@ class ModuleAnalysis:
             elif wanted is not None or info.has_loop:
                 kernels.append(info)
         return kernels, skipped
+
+
+_ODR_LINKAGES = (llvm.Linkage.linkonce_odr, llvm.Linkage.weak_odr, llvm.Linkage.available_externally)
 
 
 def _definition_words(gv):
@@ -296,12 +299,30 @@ def _kinfo_globals(idx, k):
     return out
 
 
+def _noinline(suffix):
+    """``suffix`` (what follows a define's parameter list) with the ``noinline`` attribute.
+
+    The wrapper must keep its own frame: inlined into its caller, the probes and the
+    kernel's spill slots would sit in the caller's frame, inside the stack region a capture
+    records (and compares) when an argument points into that frame."""
+    if re.search(r"(^|\s)noinline(\s|$)", suffix):
+        return suffix
+    m = re.search(r"#\d+", suffix)
+    if m:
+        return suffix[:m.end()] + " noinline" + suffix[m.end():]
+    words = suffix.split()
+    i = 0
+    while i < len(words) and (words[i] in ("unnamed_addr", "local_unnamed_addr") or words[i].startswith("addrspace(")):
+        i += 1
+    return " ".join(words[:i] + ["noinline"] + words[i:])
+
+
 def _wrapper(idx, k, d, orig):
     n = len(k.param_types)
     kinfo = "@__r3.kinfo.%d" % idx
     body = [
         "",
-        d.render(k.name, suffix=strip_dbg(d.suffix)),
+        d.render(k.name, suffix=_noinline(strip_dbg(d.suffix))),
         "  %%r3.slots = alloca [%d x i64], align 8" % max(n, 1),
         "  store [%d x i64] zeroinitializer, ptr %%r3.slots, align 8" % max(n, 1),
     ]

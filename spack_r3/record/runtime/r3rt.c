@@ -802,6 +802,7 @@ static struct {
   size_t scratch_len;
   void *scratch;
   int failed;
+  uintptr_t stack_lo, stack_hi; /* kind-4 region of this capture, empty when equal */
 } cap;
 
 #define NWARN 64
@@ -835,7 +836,8 @@ static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, 
   if (size & 7) wb_put(w, zeros, 8 - (size & 7));
 }
 
-/* write a memory image: every live arena chunk (kind 1) and the kernel's globals (kind 2) */
+/* write a memory image: every live arena chunk (kind 1 or 3), the kernel's globals (kind 2)
+ * and the capture's stack region (kind 4, if any) */
 static int write_image(const char *path, struct r3_kinfo *k) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
@@ -861,10 +863,110 @@ static int write_image(const char *path, struct r3_kinfo *k) {
     if (!g->addr || g->size <= 0) continue;
     emit_region(&w, (uint64_t)(uintptr_t)g->addr, (uint64_t)g->size, R3_KIND_GLOBAL, g->addr);
   }
+  if (cap.stack_hi > cap.stack_lo && !w.err)
+    emit_region(&w, cap.stack_lo, cap.stack_hi - cap.stack_lo, R3_KIND_STACK, (const void *)cap.stack_lo);
   wb_flush(&w);
   int err = w.err;
   if (close(fd) && !err) err = errno;
   return err;
+}
+
+static int64_t nargs_of(const struct r3_kinfo *k) {
+  return k->nargs < 0 ? 0 : (k->nargs > 65536 ? 65536 : k->nargs);
+}
+
+/* ---- the caller's stack (kind 4) ----
+ * A kernel may receive pointers into its callers' frames: C local arrays, C++ objects passed
+ * by reference, struct-return (sret) buffers. Replay maps the recorded stack range at its
+ * recorded address, so one region from the lowest such pointer up to the top of the main
+ * thread's stack (its outermost frame) keeps them valid. It lies above the kernel's own frames (and above the
+ * noinline probe wrapper's), so between enter and exit only the kernel's writes through its
+ * arguments change it: pre and post images hold it at the same address and size. */
+#define STACK_MAX (64ull << 20)
+
+/* the end of the mapping holding address a, from /proc/self/maps (read(2), no malloc), or 0 */
+static uintptr_t mapping_end(uintptr_t a) {
+  char buf[4096], line[512];
+  size_t ln = 0;
+  uintptr_t found = 0;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r && !found; i++) {
+      char c = buf[i];
+      if (c != '\n') {
+        if (ln < sizeof line - 1) line[ln++] = c;
+        continue;
+      }
+      line[ln] = 0;
+      ln = 0;
+      /* "lo-hi perms ..." in hex */
+      uint64_t lo = 0, hi = 0;
+      const char *s = line;
+      int ok = 1, d = 0;
+      for (; *s && *s != '-'; s++, d++) {
+        int v = (*s >= '0' && *s <= '9') ? *s - '0' : (*s >= 'a' && *s <= 'f') ? *s - 'a' + 10 : -1;
+        if (v < 0) { ok = 0; break; }
+        lo = lo * 16 + (uint64_t)v;
+      }
+      if (!ok || *s != '-' || !d) continue;
+      for (s++, d = 0; *s && *s != ' '; s++, d++) {
+        int v = (*s >= '0' && *s <= '9') ? *s - '0' : (*s >= 'a' && *s <= 'f') ? *s - 'a' + 10 : -1;
+        if (v < 0) { ok = 0; break; }
+        hi = hi * 16 + (uint64_t)v;
+      }
+      if (ok && d && lo <= a && a < hi) found = (uintptr_t)hi;
+    }
+    if (found) break;
+  }
+  close(fd);
+  return found;
+}
+
+extern void *__libc_stack_end __attribute__((weak));
+
+/* The top of the main thread's stack as far as frames go (found once): glibc's
+ * __libc_stack_end, the stack pointer at process entry. Above it lie argc, argv, the
+ * environment and the auxiliary vector, which a capture must not carry (environment
+ * variables may hold secrets); a pointer into them is not a stack pointer here. Without
+ * __libc_stack_end (another libc): the end of the stack's mapping in /proc/self/maps. */
+static uintptr_t main_stack_top(void) {
+  static uintptr_t top;
+  if (!top) {
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (&__libc_stack_end && (uintptr_t)__libc_stack_end > here)
+      top = ((uintptr_t)__libc_stack_end + 15) & ~(uintptr_t)15;
+    else
+      top = mapping_end(here);
+  }
+  return top;
+}
+
+/* choose the kind-4 region for a capture of k with these argument slots (main thread) */
+static void stack_region(struct r3_kinfo *k, const uint64_t *slots) {
+  cap.stack_lo = cap.stack_hi = 0;
+  int64_t na = nargs_of(k);
+  if (!slots || !na) return;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), top = main_stack_top(), lo = UINTPTR_MAX;
+  if (!top || top <= sp) return;
+  for (int64_t i = 0; i < na; i++) {
+    if (k->byval_sizes && k->byval_sizes[i] > 0) continue; /* saved with the arguments */
+    uintptr_t v = (uintptr_t)slots[i];
+    if (v > sp && v < top && v < lo) lo = v;
+  }
+  if (lo == UINTPTR_MAX) return;
+  lo &= ~(uintptr_t)15;
+  if (top - lo > STACK_MAX) {
+    char a[32];
+    warn("capture of ", k->name ? k->name : "?", ": an argument points ", fmt_u64(a + sizeof a, top - lo),
+         " bytes below the stack top (more than 64 MiB); its stack memory is not recorded", NULL);
+    return;
+  }
+  cap.stack_lo = lo;
+  cap.stack_hi = top;
 }
 
 static void cleanup_tmp(void) {
@@ -878,10 +980,6 @@ static void cleanup_tmp(void) {
     if (!b.ovf) unlink(p);
   }
   rmdir(cap.tmp);
-}
-
-static int64_t nargs_of(const struct r3_kinfo *k) {
-  return k->nargs < 0 ? 0 : (k->nargs > 65536 ? 65536 : k->nargs);
 }
 
 /* should this call be captured? (cheap checks first) */
@@ -932,6 +1030,7 @@ static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) 
   cap.scratch_len = 0;
   cap.slots = NULL;
   cap.byval = NULL;
+  stack_region(k, slots);
   int64_t na = nargs_of(k);
   uint64_t need = (uint64_t)na * 8;
   for (int64_t i = 0; k->byval_sizes && i < na; i++)
@@ -1037,6 +1136,7 @@ static void capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   }
   if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
   cap.scratch = NULL;
+  cap.stack_lo = cap.stack_hi = 0;
   t_cap_depth = -1;
   t_paused += now_ns() - t0;
 }

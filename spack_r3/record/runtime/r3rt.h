@@ -42,10 +42,12 @@ void __r3_exit(struct r3_kinfo *k, const void *ret);
  * { uint64 addr; uint64 size; uint64 kind; uint8 bytes[size]; zero pad to 8 }
  * little-endian until EOF. kind 1 = live heap chunk, 2 = global the kernel references,
  * 3 = live heap chunk allocated by the OpenMP runtime (its team/barrier state: restore it,
- * do not compare it). */
+ * do not compare it), 4 = the main thread's stack from the lowest argument that points into
+ * it up to its outermost frame (__libc_stack_end) (same address and size in pre.bin and post.bin: compared). */
 #define R3_KIND_HEAP 1
 #define R3_KIND_GLOBAL 2
 #define R3_KIND_RUNTIME 3
+#define R3_KIND_STACK 4
 
 #ifdef __cplusplus
 }
