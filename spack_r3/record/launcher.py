@@ -247,11 +247,17 @@ def _compile(line, single_argv, source, obj, record_dir, wanted):
 
 
 def _clang_for_runtime(compiler):
-    """The record runtime is built with the build's own compiler when it is clang."""
+    """The record runtime is built with the build's own compiler when it is clang.
+
+    The runtime is C: a C++ link (``clang++-19``) builds it with the C driver beside it
+    (``clang-19``), since clang++ would compile r3rt.c as C++."""
     from ..toolchain import clang_version, find_clang
 
     path = shutil.which(compiler) or compiler
-    return path if clang_version(path) else find_clang()
+    folder, base = os.path.split(path)
+    if "clang++" in base:
+        path = os.path.join(folder, base.replace("clang++", "clang", 1))
+    return path if os.access(path, os.X_OK) and clang_version(path) else find_clang()
 
 
 def main():

@@ -75,7 +75,9 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     os.makedirs(record_dir)
 
     cc = "%s %s" % (launcher_command(), shlex.quote(clang))
+    clangxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
     env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang,
+               R3_CXX="%s %s" % (launcher_command(), shlex.quote(clangxx if os.access(clangxx, os.X_OK) else clang)),
                R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
                R3_TARGET_FLAGS=TARGETS[target])
     build = build or "make CC=%s" % shlex.quote(cc)
