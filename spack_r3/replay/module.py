@@ -13,6 +13,7 @@ import llvmlite.binding as llvm
 from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matching
 
 _REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
+_DEF_NAME = re.compile(r'(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+))\(')  # the name a parameter list follows
 REPLAY_FREE = "__r3_replay_free"
 
 
@@ -21,11 +22,6 @@ def _ref_name(ref):
     if name.startswith('"'):
         name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
     return name
-
-
-def _entity_name(line):
-    m = _REF.search(line)
-    return _ref_name(m.group(0)) if m else None
 
 
 def split_module(text):
@@ -37,13 +33,14 @@ def split_module(text):
             j = i
             while lines[j] != "}":
                 j += 1
-            out.append(("function", _entity_name(line.split("(")[0] + "("), "\n".join(lines[i:j + 1])))
+            # (return attributes such as dereferenceable(8) may stand before the name)
+            out.append(("function", _ref_name(_DEF_NAME.search(line).group(1)), "\n".join(lines[i:j + 1])))
             i = j + 1
             continue
         if line.startswith("@"):
             out.append(("global", _ref_name(_REF.match(line).group(0)), line))
         elif line.startswith("declare "):
-            out.append(("declare", _entity_name(line.split("(")[0] + "("), line))
+            out.append(("declare", _ref_name(_DEF_NAME.search(line).group(1)), line))
         else:
             out.append(("other", None, line))
         i += 1

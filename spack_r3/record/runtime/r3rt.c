@@ -945,28 +945,30 @@ static uintptr_t main_stack_top(void) {
   return top;
 }
 
-/* choose the kind-4 region for a capture of k with these argument slots (main thread) */
-static void stack_region(struct r3_kinfo *k, const uint64_t *slots) {
+/* choose the kind-4 region for a capture of k with these argument slots (main thread);
+ * -1: the region is too large, and a capture without it would not replay, so none is taken */
+static int stack_region(struct r3_kinfo *k, const uint64_t *slots) {
   cap.stack_lo = cap.stack_hi = 0;
   int64_t na = nargs_of(k);
-  if (!slots || !na) return;
+  if (!slots || !na) return 0;
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0), top = main_stack_top(), lo = UINTPTR_MAX;
-  if (!top || top <= sp) return;
+  if (!top || top <= sp) return 0;
   for (int64_t i = 0; i < na; i++) {
     if (k->byval_sizes && k->byval_sizes[i] > 0) continue; /* saved with the arguments */
     uintptr_t v = (uintptr_t)slots[i];
     if (v > sp && v < top && v < lo) lo = v;
   }
-  if (lo == UINTPTR_MAX) return;
+  if (lo == UINTPTR_MAX) return 0;
   lo &= ~(uintptr_t)15;
   if (top - lo > STACK_MAX) {
     char a[32];
-    warn("capture of ", k->name ? k->name : "?", ": an argument points ", fmt_u64(a + sizeof a, top - lo),
-         " bytes below the stack top (more than 64 MiB); its stack memory is not recorded", NULL);
-    return;
+    warn("not capturing ", k->name ? k->name : "?", ": an argument points ", fmt_u64(a + sizeof a, top - lo),
+         " bytes below the stack top (more than 64 MiB of stack to record)", NULL);
+    return -1;
   }
   cap.stack_lo = lo;
   cap.stack_hi = top;
+  return 0;
 }
 
 static void cleanup_tmp(void) {
@@ -1030,7 +1032,10 @@ static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) 
   cap.scratch_len = 0;
   cap.slots = NULL;
   cap.byval = NULL;
-  stack_region(k, slots);
+  if (stack_region(k, slots) < 0) {
+    cleanup_tmp();
+    goto out;
+  }
   int64_t na = nargs_of(k);
   uint64_t need = (uint64_t)na * 8;
   for (int64_t i = 0; k->byval_sizes && i < na; i++)
