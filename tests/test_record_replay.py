@@ -262,3 +262,32 @@ def test_server_restarts_a_dead_worker(recorded):
         server.proc.kill()  # as if the worker itself had been killed
         server.proc.wait()
         assert server.submit(cap, Variant(), repeat=1).ok
+
+
+HEAT_CMAKE = """
+cmake_minimum_required(VERSION 3.16)
+project(heat C)
+find_package(OpenMP REQUIRED)
+add_executable(heat heat.c jacobi.c)
+target_link_libraries(heat PRIVATE OpenMP::OpenMP_C m)
+"""
+
+
+def test_record_a_cmake_build_through_the_compiler_launcher(tmp_path, clang):
+    src = tmp_path / "heat"
+    shutil.copytree(os.path.join(DEMOS, "heat"), src)
+    (src / "Makefile").unlink()
+    (src / "CMakeLists.txt").write_text(HEAT_CMAKE)
+    ws = str(tmp_path / "ws")
+    configure = ('cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$R3_CLANG" '
+                 '-DCMAKE_C_COMPILER_LAUNCHER="$R3_LAUNCHER" %s > /dev/null && cmake --build build')
+    # CMake puts the compiler launcher before compiles only: a link without it is a clear error
+    proc = r3_subprocess("--workspace", ws, "record", "--source", src, "--build", configure % "",
+                         "--run", "./build/heat 64 10")
+    assert proc.returncode == 2 and "CMAKE_C_LINKER_LAUNCHER" in proc.stderr
+    build = configure % '-DCMAKE_C_LINKER_LAUNCHER="$R3_LAUNCHER"'
+    assert r3("--workspace", ws, "record", "--source", src, "--build", build, "--run", "./build/heat 64 10") == 0
+    cap = capture_of(ws, "jacobi_step")
+    assert "-O3" in load_capture_dir(cap).compile_command  # CMake's Release flags, recorded as compiled
+    with ReplayServer() as server:
+        assert server.submit(cap, Variant(), repeat=1).ok

@@ -13,7 +13,10 @@ def setup_parser(subparser):
     subparser.add_argument("--source", required=True, help="source tree to build (never modified)")
     subparser.add_argument("--run", required=True, help="command that runs the application (in the build tree)")
     subparser.add_argument("--build", default=None,
-                           help='build command (default: make CC="r3-record <clang>"; $R3_CC holds that compiler)')
+                           help='build command (default: make CC="r3-record <clang>"). It sees $R3_CC and $R3_CXX '
+                                '(launcher + compiler, for Make), $R3_LAUNCHER, $R3_CLANG and $R3_CLANGXX (for CMake: '
+                                '-DCMAKE_C_COMPILER=$R3_CLANG -DCMAKE_C_COMPILER_LAUNCHER=$R3_LAUNCHER '
+                                '-DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER)')
     subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                            help="record this function (repeatable; default: every function with a loop)")
     subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")

@@ -46,7 +46,11 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
             raise R3Error("%s timed out after %ss (log: %s)" % (what, timeout, log_path))
     if proc.returncode != 0:
         with open(log_path, errors="replace") as f:
-            tail = [l for l in f.read().splitlines() if l.strip()][-1:] or ["(no output)"]
+            text = f.read()
+        if "undefined reference to `__r3_" in text:
+            raise R3Error("%s linked without the record runtime: links must go through r3-record too "
+                          "(CMake: -DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER, likewise CXX) (log: %s)" % (what, log_path))
+        tail = [l for l in text.splitlines() if l.strip()][-1:] or ["(no output)"]
         raise R3Error("%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, tail[0], log_path))
 
 
@@ -74,10 +78,14 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     shutil.copytree(source, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "*.o"))
     os.makedirs(record_dir)
 
-    cc = "%s %s" % (launcher_command(), shlex.quote(clang))
+    # What a --build command can use: $R3_CC / $R3_CXX (launcher + compiler, for Make),
+    # $R3_LAUNCHER and $R3_CLANG / $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER).
+    launcher = launcher_command()
+    cc = "%s %s" % (launcher, shlex.quote(clang))
     clangxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
-    env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang,
-               R3_CXX="%s %s" % (launcher_command(), shlex.quote(clangxx if os.access(clangxx, os.X_OK) else clang)),
+    clangxx = clangxx if os.access(clangxx, os.X_OK) else clang
+    env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
+               R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
                R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
                R3_TARGET_FLAGS=TARGETS[target])
     build = build or "make CC=%s" % shlex.quote(cc)
