@@ -291,3 +291,19 @@ def test_record_a_cmake_build_through_the_compiler_launcher(tmp_path, clang):
     assert "-O3" in load_capture_dir(cap).compile_command  # CMake's Release flags, recorded as compiled
     with ReplayServer() as server:
         assert server.submit(cap, Variant(), repeat=1).ok
+
+
+def test_kernel_calling_another_unit_is_refused_with_a_reason(tmp_path, clang):
+    src = tmp_path / "split"
+    src.mkdir()
+    (src / "kern.c").write_text("double weight(int i);\n"
+                                "void fill(int n, double *x) { for (int i = 0; i < n; i++) x[i] = weight(i); }\n")
+    (src / "weight.c").write_text("double weight(int i) { return 0.5 * i; }\n")
+    (src / "main.c").write_text("#include <stdlib.h>\nvoid fill(int n, double *x);\n"
+                                "int main(void) { double *x = malloc(64 * sizeof *x); fill(64, x); return x[3] != 1.5; }\n")
+    (src / "Makefile").write_text("app: kern.o weight.o main.o\n\t$(CC) -o app kern.o weight.o main.o\n"
+                                  "%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./app", "--kernel", "fill") == 0
+    proc = r3_subprocess("--workspace", ws, "replay", "fill")
+    assert proc.returncode == 2 and "weight" in proc.stderr and "another translation unit" in proc.stderr

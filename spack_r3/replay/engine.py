@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CaptureError
 from ..memimage import KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
-from .module import apply_pipeline_edits, extract_kernel, trampoline
+from .module import apply_pipeline_edits, declared_functions, extract_kernel, trampoline
 
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_POPULATE = 0x8000
@@ -76,6 +76,10 @@ def prepare(capture, directory):
         ir = extract_kernel(bitcode, capture.kernel, [g["name"] for g in capture.globals])
     except (KeyError, ValueError, RuntimeError) as err:
         raise CaptureError("capture %s: cannot extract kernel %s: %s" % (capture.id, capture.kernel, err))
+    missing = [f for f in declared_functions(ir) if llvm.address_of_symbol(f) is None]
+    if missing:  # MCJIT would abort the process on them: say what is wrong instead
+        raise CaptureError("capture %s: %s calls %s, defined in another translation unit or library that "
+                           "replay does not load" % (capture.id, capture.kernel, ", ".join(sorted(missing))))
     pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
     pre_regions = read_regions(pre_path)
     existed = {(r.addr, r.size) for r in pre_regions}

@@ -47,6 +47,12 @@ def split_module(text):
     return out
 
 
+def declared_functions(text):
+    """Functions the module calls but does not define (intrinsics and our own aside)."""
+    return [name for kind, name, _ in split_module(text)
+            if kind == "declare" and not name.startswith("llvm.") and name != REPLAY_FREE]
+
+
 def _external_global(line):
     """``@g = <linkage> global T init, align N`` -> ``@g = external global T, align N``."""
     m = re.match(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = (.*)$', line)
