@@ -40,6 +40,11 @@ def init_llvm(libomp=None):
     if not _initialized:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        # The C and math libraries a kernel may call, visible to the JIT's symbol search.
+        for lib in ("c", "m"):
+            path = ctypes.util.find_library(lib)
+            if path:
+                llvm.load_library_permanently(path)
         _initialized = True
     if libomp:
         llvm.load_library_permanently(libomp)
