@@ -476,6 +476,13 @@ def test_capture_instances_and_selection(kernel_exe, tmp_path):
     warned = [ln for ln in proc.stderr.splitlines() if "R3_MAX_CAPTURE_BYTES" in ln]
     assert len(warned) == 2  # one line per kernel, not per call
 
+    rec = tmp_path / "budget"
+    proc = run(kernel_exe, R3_RECORD_DIR=rec, R3_CAPTURE_BUDGET=1)
+    assert proc.returncode == 0, proc.stderr
+    assert captures(rec) == []
+    warned = [ln for ln in proc.stderr.splitlines() if "R3_CAPTURE_BUDGET" in ln]
+    assert len(warned) == 1  # one line for the whole run
+
 
 def test_no_record_dir_writes_nothing(kernel_exe, tmp_path):
     proc = run(kernel_exe, cwd=tmp_path)

@@ -20,6 +20,9 @@ def setup_parser(subparser):
     subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                            help="record this function (repeatable; default: every function with a loop)")
     subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
+    subparser.add_argument("--top", type=int, default=None, metavar="K",
+                           help="run twice: first with probes only, then capture only the K hottest kernels "
+                                "(for applications with large heaps: every capture stores the live heap)")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point results when replaying these captures")
     subparser.add_argument("--target", choices=["native", "as-built"], default="native",
@@ -34,7 +37,7 @@ def record(args):
     progress = None if args.json else (lambda msg: print("==> " + msg, flush=True))
     result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
                          instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
-                         target=args.target,
+                         target=args.target, top=args.top,
                          progress=progress)
     if args.json:
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,

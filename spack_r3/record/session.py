@@ -57,8 +57,19 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
 TARGETS = {"native": "-march=native", "as-built": ""}
 
 
+def _hottest(run, tree, env, run_dir, timeout, top, say):
+    """A first run with probes only (no captures): the ``top`` kernels by self time."""
+    say("profiling run (no captures) to find the %d hottest kernels: %s" % (top, run))
+    profile_dir = os.path.join(run_dir, "profile")
+    _run_logged(run, tree, dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
+                os.path.join(run_dir, "profile.log"), "the profiling run", timeout)
+    stats, _ = capture_store.load_profiles(profile_dir)
+    ranked = sorted(stats.items(), key=lambda item: -item[1]["self_ns"])
+    return [name for (_, name), _ in ranked[:top]]
+
+
 def record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, timeout=None,
-           target="native", progress=None):
+           target="native", top=None, progress=None):
     """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult."""
     say = progress or (lambda msg: None)
     source = os.path.abspath(source)
@@ -66,6 +77,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         raise R3Error("source directory %s does not exist" % source)
     if instances < 1:
         raise R3Error("--instances must be at least 1")
+    if top is not None and top < 1:
+        raise R3Error("--top must be at least 1")
     if target not in TARGETS:
         raise R3Error("unknown --target %s (choose: %s)" % (target, ", ".join(TARGETS)))
     clang = find_clang()
@@ -91,6 +104,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     build = build or "make CC=%s" % shlex.quote(cc)
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
+    if top:
+        env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say)) or "none"
     say("running: %s" % run)
     try:
         _run_logged(run, tree, env, os.path.join(run_dir, "run.log"), "the application run", timeout)

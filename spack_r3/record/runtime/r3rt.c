@@ -688,6 +688,7 @@ static struct {
   char capture[PATHMAX];
   uint64_t instances;
   uint64_t max_bytes;
+  uint64_t budget; /* all captures of this process together, bytes (pre + post) */
   uint64_t t_start;
 } cfg;
 
@@ -727,6 +728,11 @@ static void config_load(void) {
   if ((s = getenv("R3_MAX_CAPTURE_BYTES")) && *s && parse_num(s, &cfg.max_bytes, 0)) {
     warn("bad R3_MAX_CAPTURE_BYTES=", s, "; using 4G", NULL);
     cfg.max_bytes = 4ull << 30;
+  }
+  cfg.budget = 32ull << 30;
+  if ((s = getenv("R3_CAPTURE_BUDGET")) && *s && parse_num(s, &cfg.budget, 0)) {
+    warn("bad R3_CAPTURE_BUDGET=", s, "; using 32G", NULL);
+    cfg.budget = 32ull << 30;
   }
 }
 
@@ -984,6 +990,9 @@ static void cleanup_tmp(void) {
   rmdir(cap.tmp);
 }
 
+static uint64_t g_budget_used;
+static int g_budget_warned;
+
 /* should this call be captured? (cheap checks first) */
 static int want_capture(struct r3_kinfo *k) {
   if (!cfg.have_dir || cfg.capture_none) return 0;
@@ -1004,6 +1013,16 @@ static int want_capture(struct r3_kinfo *k) {
          " bytes exceeds R3_MAX_CAPTURE_BYTES=", fmt_u64(b + sizeof b, cfg.max_bytes), NULL);
     return 0;
   }
+  /* every capture writes the live heap twice: stop before the disk fills up */
+  if (g_budget_used + 2 * live > cfg.budget) {
+    if (!__atomic_exchange_n(&g_budget_warned, 1, __ATOMIC_RELAXED)) {
+      char b[32];
+      warn("capture budget R3_CAPTURE_BUDGET=", fmt_u64(b + sizeof b, cfg.budget),
+           " bytes is spent; no further kernels are captured (record fewer with --kernel)", NULL);
+    }
+    return 0;
+  }
+  g_budget_used += 2 * live; /* main thread only: captures are taken there */
   return 1;
 }
 
