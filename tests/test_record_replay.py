@@ -318,3 +318,14 @@ def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):
     captured = {c.kernel for c in list_captures(Workspace(ws))}
     assert len(captured) == 2 and len(ranked) == 5
     assert captured <= set(ranked[:3])  # the two runs may swap neighbours on a noisy machine
+
+
+def test_worker_keeps_recently_used_captures_within_its_cache(recorded):
+    from spack_r3.replay.worker import Worker
+
+    worker = Worker(cache_bytes=1)  # room for one capture at a time
+    first, second = capture_of(recorded, "spmv"), capture_of(recorded, "jacobi_step")
+    worker.load(first)
+    worker.load(second)
+    assert list(worker.prepared) == [second]  # the least recently used one went
+    assert worker.load(first).capture.kernel == "spmv"  # and comes back on demand

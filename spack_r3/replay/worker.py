@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import OrderedDict
 
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Evaluation, Pipeline, Variant
@@ -28,17 +29,33 @@ from . import engine
 
 
 class Worker:
-    def __init__(self):
-        self.prepared = {}
+    def __init__(self, cache_bytes=None):
+        self.prepared = OrderedDict()  # capture dir -> Prepared, least recently used first
         self.baselines = {}  # capture dir -> Compiled baseline (or CompileError)
+        self.cache_bytes = cache_bytes or int(os.environ.get("R3_WORKER_CACHE_BYTES", 4 << 30))
         self.libomp = find_libomp()
         engine.init_llvm(self.libomp)
 
     def load(self, directory):
-        if directory not in self.prepared:
+        if directory in self.prepared:
+            self.prepared.move_to_end(directory)
+        else:
             capture = load_capture_dir(directory)
             self.prepared[directory] = engine.prepare(capture, directory)
+            self._evict(keep=directory)
         return self.prepared[directory]
+
+    def _evict(self, keep):
+        """Forget least recently used captures while their memory images exceed the cache."""
+        def size(p):
+            return sum(len(d) for _, d in p.pre) + sum(len(d) for _, d in p.post)
+
+        total = sum(size(p) for p in self.prepared.values())
+        for directory in list(self.prepared):
+            if total <= self.cache_bytes or directory == keep:
+                break
+            total -= size(self.prepared.pop(directory))
+            self.baselines.pop(directory, None)
 
     def baseline(self, directory):
         """The O3 baseline of a capture, compiled once here (compiling runs no kernel
