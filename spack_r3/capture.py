@@ -62,6 +62,7 @@ def ingest(record_dir, workspace, tolerance=None):
     """
     stats, app_s = load_profiles(record_dir)
     target = _host_target()
+    exporters = _exporters(record_dir)
     workspace.ensure()
     written = []
     for cdir in sorted(glob.glob(os.path.join(record_dir, "captures", "*"))):
@@ -77,15 +78,48 @@ def ingest(record_dir, workspace, tolerance=None):
         kinfo = next((k for k in tu["kernels"] if k["name"] == meta["kernel"]), None)
         if kinfo is None:
             continue
-        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, tolerance))
+        units = _link_units(kinfo, meta["tu_dir"], exporters)
+        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance))
     return written
 
 
-def _write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, tolerance):
+def _exporters(record_dir):
+    """Function name -> (unit directory, what it calls elsewhere), over a run's units."""
+    index = {}
+    for path in sorted(glob.glob(os.path.join(record_dir, "tus", "*", "tu.json"))):
+        try:
+            with open(path) as f:
+                exports = json.load(f).get("exports", {})
+        except (OSError, ValueError):
+            continue
+        for name, calls in exports.items():
+            index.setdefault(name, (os.path.dirname(path), calls))
+    return index
+
+
+def _link_units(kinfo, own_unit, exporters):
+    """The other units defining functions the kernel calls, transitively."""
+    units, todo, seen = set(), list(kinfo.get("calls", [])), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in exporters:
+            continue  # already followed, or a library function
+        seen.add(name)
+        unit, calls = exporters[name]
+        if unit != own_unit:
+            units.add(unit)
+        todo.extend(calls)
+    return sorted(units)
+
+
+def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance):
     module = os.path.join(meta["tu_dir"], "module.bc")
     digests = {"module.bc": sha256_file(module)}
     for name in ("pre.bin", "post.bin"):
         digests[name] = sha256_file(os.path.join(cdir, name))
+    link_units = {"units/%s.bc" % os.path.basename(u): os.path.join(u, "module.bc") for u in units}
+    for name, path in link_units.items():
+        digests[name] = sha256_file(path)
     ident = hashlib.sha256(json.dumps(
         [meta["kernel"], digests, meta["args"], meta.get("byval")], sort_keys=True).encode()).hexdigest()[:12]
     final = workspace.capture_dir(ident)
@@ -113,6 +147,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, toler
         files={},
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        link_units=sorted(link_units),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
         return load_capture(workspace, ident)
@@ -122,7 +157,11 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, stats, app_s, target, toler
         shutil.move(os.path.join(cdir, name), os.path.join(tmp, name))
     for src in glob.glob(os.path.join(meta["tu_dir"], "source.*")):
         shutil.copyfile(src, os.path.join(tmp, os.path.basename(src)))
-    for name in CAPTURE_FILES:
+    if link_units:
+        os.makedirs(os.path.join(tmp, "units"))
+    for name, path in link_units.items():
+        shutil.copyfile(path, os.path.join(tmp, name))
+    for name in list(CAPTURE_FILES) + capture.link_units:
         capture.files[name] = {"size": os.path.getsize(os.path.join(tmp, name)), "sha256": digests[name]}
     with open(os.path.join(tmp, "capture.json"), "w") as f:
         json.dump(capture.to_json(), f, indent=1)
@@ -168,7 +207,7 @@ def load_capture_dir(path, verify_digests=True):
         raise CaptureError("capture %s has no capture.json" % path)
     except (ValueError, TypeError) as err:
         raise CaptureError("capture %s: capture.json is corrupt (%s)" % (path, err))
-    for name in CAPTURE_FILES:
+    for name in list(CAPTURE_FILES) + capture.link_units:
         fpath = os.path.join(path, name)
         want = capture.files.get(name)
         if not want or not os.path.exists(fpath):

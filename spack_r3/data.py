@@ -55,6 +55,7 @@ class Capture:
     tolerance: Optional[float] = None
     created: str = ""
     format: int = CAPTURE_FORMAT
+    link_units: List[str] = field(default_factory=list)  # other units' bitcode the kernel calls into
 
     def to_json(self):
         return asdict(self)

@@ -293,20 +293,36 @@ def test_record_a_cmake_build_through_the_compiler_launcher(tmp_path, clang):
         assert server.submit(cap, Variant(), repeat=1).ok
 
 
-def test_kernel_calling_another_unit_is_refused_with_a_reason(tmp_path, clang):
+def _split_app(tmp_path, weight_c):
+    """fill() in one unit calls weight() defined in another."""
     src = tmp_path / "split"
     src.mkdir()
     (src / "kern.c").write_text("double weight(int i);\n"
                                 "void fill(int n, double *x) { for (int i = 0; i < n; i++) x[i] = weight(i); }\n")
-    (src / "weight.c").write_text("double weight(int i) { return 0.5 * i; }\n")
+    (src / "weight.c").write_text(weight_c)
     (src / "main.c").write_text("#include <stdlib.h>\nvoid fill(int n, double *x);\n"
-                                "int main(void) { double *x = malloc(64 * sizeof *x); fill(64, x); return x[3] != 1.5; }\n")
+                                "int main(void) { double *x = malloc(64 * sizeof *x); fill(64, x); return 0; }\n")
     (src / "Makefile").write_text("app: kern.o weight.o main.o\n\t$(CC) -o app kern.o weight.o main.o\n"
                                   "%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n")
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", "./app", "--kernel", "fill") == 0
+    return ws
+
+
+def test_kernel_calling_into_another_unit_replays_with_that_unit(tmp_path, clang):
+    ws = _split_app(tmp_path, "double scale(int i) { return 0.5 * i; }\n"
+                              "double weight(int i) { return scale(i) + 1.0; }\n")
+    cap = capture_of(ws, "fill")
+    assert len(load_capture_dir(cap).link_units) == 1  # weight.c's bitcode travels with the capture
+    with ReplayServer() as server:
+        assert server.submit(cap, Variant(), repeat=1).ok
+
+
+def test_kernel_reaching_unrecorded_state_of_another_unit_is_refused(tmp_path, clang):
+    ws = _split_app(tmp_path, "static double bias = 1.0;\n"
+                              "double weight(int i) { bias += 0.5; return bias * i; }\n")
     proc = r3_subprocess("--workspace", ws, "replay", "fill")
-    assert proc.returncode == 2 and "weight" in proc.stderr and "another translation unit" in proc.stderr
+    assert proc.returncode == 2 and "bias" in proc.stderr and "did not keep" in proc.stderr
 
 
 def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):

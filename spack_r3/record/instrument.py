@@ -43,6 +43,7 @@ class KernelInfo:
     globals: List[Tuple[str, int]] = field(default_factory=list)
     openmp: bool = False
     has_loop: bool = False
+    calls: List[str] = field(default_factory=list)  # functions it reaches that other units define
 
     @property
     def signature(self):
@@ -131,6 +132,19 @@ class ModuleAnalysis:
             todo.extend(self.refs[n][0])
         return out
 
+    def external_calls(self, name):
+        """Functions reachable from ``name`` that this unit only declares (no intrinsics)."""
+        called = set()
+        for f in self.reachable(name):
+            called |= {c for c in self.refs[f][0] if c not in self.defined and not c.startswith("llvm.")}
+        return sorted(called)
+
+    def exports(self):
+        """Each externally visible function with what it calls in other units: lets
+        replay find the units a kernel's callees live in."""
+        return {name: self.external_calls(name) for name, f in self.defined.items()
+                if f.linkage == llvm.Linkage.external}
+
     def referenced_globals(self, name):
         """Writable, sized, non-thread-local globals the kernel may touch."""
         names = set()
@@ -193,7 +207,7 @@ class ModuleAnalysis:
         openmp = any(OMP_FORK in self.refs[f][0] for f in reach)
         loop = self.loops[name] or (openmp and any(self.loops[f] for f in reach if f != name))
         return KernelInfo(name, ret_type, ret_size, types, byvals, self.referenced_globals(name),
-                          openmp, loop)
+                          openmp, loop, self.external_calls(name))
 
     def select(self, wanted=None):
         """Kernels of this unit: the ``wanted`` names, or every function holding a loop.

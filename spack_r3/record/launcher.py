@@ -184,6 +184,7 @@ def _store_unit(tu_dir, bitcode, line, source, kernels, analysis):
         "compile_dir": os.getcwd(),
         "triple": analysis.module.triple,
         "kernels": [k.to_json() for k in kernels],
+        "exports": analysis.exports(),
     }
     with open(os.path.join(tmp, "tu.json"), "w") as f:
         json.dump(meta, f, indent=1)

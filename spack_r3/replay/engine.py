@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CaptureError
 from ..memimage import KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
-from .module import apply_pipeline_edits, declared_functions, extract_kernel, trampoline
+from .module import UnreplayableError, apply_pipeline_edits, declared_functions, extract_kernel, trampoline
 
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_POPULATE = 0x8000
@@ -75,10 +75,15 @@ class Prepared:
 
 
 def prepare(capture, directory):
-    with open(os.path.join(directory, "module.bc"), "rb") as f:
-        bitcode = f.read()
+    def read(name):
+        with open(os.path.join(directory, name), "rb") as f:
+            return f.read()
+
     try:
-        ir = extract_kernel(bitcode, capture.kernel, [g["name"] for g in capture.globals])
+        ir = extract_kernel(read("module.bc"), capture.kernel, [g["name"] for g in capture.globals],
+                            [read(u) for u in capture.link_units])
+    except UnreplayableError as err:
+        raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, err))
     except (KeyError, ValueError, RuntimeError) as err:
         raise CaptureError("capture %s: cannot extract kernel %s: %s" % (capture.id, capture.kernel, err))
     missing = [f for f in declared_functions(ir) if llvm.address_of_symbol(f) is None]

@@ -73,9 +73,21 @@ def _external_global(line):
                                    (", align " + align.group(1)) if align else "")
 
 
-def extract_kernel(bitcode, kernel, recorded_globals):
-    """Textual IR holding ``kernel`` and what it reaches, ready for per-variant edits."""
+class UnreplayableError(Exception):
+    """The kernel reaches state the recording did not keep."""
+
+
+def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
+    """Textual IR holding ``kernel`` and what it reaches, ready for per-variant edits.
+
+    ``link_units`` are the bitcode of other translation units that define functions
+    the kernel calls; they are linked in first. Their writable globals were not
+    recorded, so a kernel that reaches one is refused (UnreplayableError).
+    """
     module = llvm.parse_bitcode(bitcode)
+    own_globals = {g.name for g in module.global_variables}
+    for unit in link_units:
+        module.link_in(llvm.parse_bitcode(unit))
     entities = split_module(str(module))
     bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
     if kernel not in bodies:
@@ -109,6 +121,9 @@ def extract_kernel(bitcode, kernel, recorded_globals):
                 continue
             if name in recorded:
                 text = _external_global(text)
+            elif name not in own_globals and not re.match(r"^@\S+ = [^=]*\bconstant\b", text):
+                raise UnreplayableError("it reaches %s, a global of another translation unit that the "
+                                        "recording did not keep" % name)
         out.append(text)
     if frees:
         out.append("declare void @%s(ptr)" % REPLAY_FREE)
