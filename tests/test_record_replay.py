@@ -345,3 +345,22 @@ def test_worker_keeps_recently_used_captures_within_its_cache(recorded):
     worker.load(second)
     assert list(worker.prepared) == [second]  # the least recently used one went
     assert worker.load(first).capture.kernel == "spmv"  # and comes back on demand
+
+
+def test_several_pipelines_compare_in_one_table(recorded, capsys):
+    code = r3("--workspace", recorded, "replay", "spmv", "--pipeline", "O3", "--pipeline", "O1,unroll=0",
+              "--pipeline", "O3,fast", "--repeat", 2)
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["pipeline", "status", "max"]
+    assert [l.split()[0] for l in lines[3:6]] == ["O3", "O1,unroll=0", "O3,fast"]
+    assert "relaxes floating-point" in lines[-1]
+
+
+def test_pipeline_specs_round_trip():
+    from spack_r3.replay.pipeline import format_spec
+
+    for spec in ("O3", "O2,vectorize=0,unroll=1,inline=500", "O3,passes=sroa;loop_rotate",
+                 "Os,codegen=1,cpu=skylake,features=+avx2-avx512f", "O3,fast", "O3,fast=reassoc+contract,fma=off,noalias=1"):
+        assert format_spec(parse(spec)) == spec

@@ -1,4 +1,8 @@
-"""Replay one captured kernel under a compiler pipeline, verify it and time it."""
+"""Replay one captured kernel under compiler pipelines, verify it and time it.
+
+With one --pipeline it prints that replay; with several, a table that compares
+them side by side (use --pairs for speedups measured against the O3 baseline).
+"""
 
 import json
 
@@ -7,7 +11,7 @@ from ..data import Launch, Variant
 from ..errors import R3Error
 from ..replay.pipeline import format_spec, parse
 from ..replay.server import ReplayServer
-from ..report import seconds
+from ..report import seconds, table
 from ..workspace import Workspace
 
 description = "replay a captured kernel in isolation"
@@ -15,9 +19,9 @@ description = "replay a captured kernel in isolation"
 
 def setup_parser(subparser):
     subparser.add_argument("capture", help="capture id (or unique prefix, or kernel name, or directory)")
-    subparser.add_argument("--pipeline", default="", metavar="SPEC",
+    subparser.add_argument("--pipeline", action="append", default=[], metavar="SPEC",
                            help="compiler pipeline, e.g. O2,vectorize=0,fast=reassoc+contract (default: O3, "
-                                "native CPU)")
+                                "native CPU); repeat it to compare several in one table")
     subparser.add_argument("--repeat", type=int, default=10, help="timed runs (after an untimed check run)")
     subparser.add_argument("--pairs", type=int, default=0,
                            help="also measure the speedup over the O3 baseline with N alternating pairs")
@@ -25,41 +29,71 @@ def setup_parser(subparser):
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point data (default: the capture's, else exact)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
-    subparser.add_argument("--json", action="store_true", help="print one JSON object")
+    subparser.add_argument("--json", action="store_true",
+                           help="print one JSON object (a list of them for several pipelines)")
 
 
 def replay(args):
     if args.repeat < 1:
         raise R3Error("--repeat must be at least 1")
     ws = Workspace(args.workspace)
-    pipeline = parse(args.pipeline)
+    pipelines = [parse(spec) for spec in (args.pipeline or [""])]  # every SPEC checked before any work
     directory = resolve(ws, args.capture)
     capture = load_capture(ws, directory)
-    variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
+    results = []
     with ReplayServer(timeout=args.timeout) as server:
-        ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)
-    result = {"capture": capture.id, "kernel": capture.kernel, "pipeline": format_spec(pipeline),
-              "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
-              "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,
-              "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
-              "compile_s": ev.compile_s, "speedup": ev.speedup, "speedup_min": ev.speedup_min,
-              "speedup_max": ev.speedup_max, "pairs": ev.pairs, "relaxes_fp": pipeline.relaxes_fp,
-              "in_app_s": capture.instance_s, "diagnostics": ev.diagnostics}
+        for pipeline in pipelines:
+            variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
+            ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)
+            results.append(_result(capture, pipeline, ev))
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
+    elif len(results) == 1:
+        _print_one(results[0])
     else:
-        print("%s (%s) pipeline %s: %s" % (capture.kernel, capture.id, result["pipeline"], ev.status))
-        if ev.compiled:
-            print("  compile   %s" % seconds(ev.compile_s))
-        if ev.status == "ok" or ev.compiled:
-            print("  verified  %s (max relative error %.3g)" % ("yes" if ev.verified else "NO", ev.max_rel_error))
-        if ev.time_median_s is not None:
-            print("  time      median %s  min %s  max %s  over %d runs  (in the app: %s)" % (
-                seconds(ev.time_median_s), seconds(ev.time_min_s), seconds(ev.time_max_s), ev.repeat,
-                seconds(capture.instance_s)))
-        if ev.speedup is not None:
-            print("  speedup   %.3fx over O3 (min %.3f, max %.3f, %d pairs)" % (
-                ev.speedup, ev.speedup_min, ev.speedup_max, ev.pairs))
-        if ev.diagnostics:
-            print("  " + ev.diagnostics)
-    return 0 if ev.ok else 1
+        _print_table(capture, results)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def _result(capture, pipeline, ev):
+    return {"capture": capture.id, "kernel": capture.kernel, "pipeline": format_spec(pipeline),
+            "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
+            "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,
+            "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
+            "compiled": ev.compiled, "compile_s": ev.compile_s, "speedup": ev.speedup,
+            "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max, "pairs": ev.pairs,
+            "relaxes_fp": pipeline.relaxes_fp, "in_app_s": capture.instance_s, "diagnostics": ev.diagnostics}
+
+
+def _print_one(r):
+    print("%s (%s) pipeline %s: %s" % (r["kernel"], r["capture"], r["pipeline"], r["status"]))
+    if r["compiled"]:
+        print("  compile   %s" % seconds(r["compile_s"]))
+        print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))
+    if r["time_median_s"] is not None:
+        print("  time      median %s  min %s  max %s  over %d runs  (in the app: %s)" % (
+            seconds(r["time_median_s"]), seconds(r["time_min_s"]), seconds(r["time_max_s"]), r["repeat"],
+            seconds(r["in_app_s"])))
+    if r["speedup"] is not None:
+        print("  speedup   %.3fx over O3 (min %.3f, max %.3f, %d pairs)" % (
+            r["speedup"], r["speedup_min"], r["speedup_max"], r["pairs"]))
+    if r["relaxes_fp"]:
+        print("  note      this pipeline relaxes floating-point semantics")
+    if r["diagnostics"]:
+        print("  " + r["diagnostics"])
+
+
+def _print_table(capture, results):
+    print("%s (%s), in the app %s" % (capture.kernel, capture.id, seconds(capture.instance_s)))
+    rows = []
+    for r in results:
+        speedup = "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (
+            r["speedup"], r["speedup_min"], r["speedup_max"])
+        rows.append([r["pipeline"] + (" *" if r["relaxes_fp"] else ""), r["status"],
+                     "%.2g" % r["max_rel_error"] if r["compiled"] else "-", seconds(r["compile_s"]),
+                     seconds(r["time_median_s"]),
+                     "-" if r["time_min_s"] is None else "%s-%s" % (seconds(r["time_min_s"]), seconds(r["time_max_s"])),
+                     speedup])
+    print(table(["pipeline", "status", "max rel err", "compile", "median", "range", "speedup vs O3"], rows))
+    if any(r["relaxes_fp"] for r in results):
+        print("* relaxes floating-point semantics")

@@ -133,7 +133,9 @@ def format_spec(p):
         items.append("cpu=" + p.cpu)
     if p.features != "host":
         items.append("features=" + p.features.replace(",", ""))
-    if p.fast_math:
+    if set(p.fast_math) == set(FAST_MATH_FLAGS):
+        items.append("fast")
+    elif p.fast_math:
         items.append("fast=" + "+".join(p.fast_math))
     if p.fma != "on":
         items.append("fma=" + p.fma)
