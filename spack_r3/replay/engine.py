@@ -1,8 +1,9 @@
 """The host replay engine: compile a captured kernel with a pipeline, put memory
 back where it was recorded, run, check and time it.
 
-Everything here runs inside a replay worker's per-candidate child process
-(see ``worker``): it maps memory at fixed addresses and calls JIT-compiled code.
+The replay worker (see ``worker``) prepares captures and may compile; mapping
+memory at fixed addresses and calling JIT-compiled code happen only in the child
+it forks for each candidate.
 """
 
 import ctypes

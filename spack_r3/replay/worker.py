@@ -74,7 +74,11 @@ class Worker:
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
-        log = tempfile.TemporaryFile()
+        with tempfile.TemporaryFile() as log:
+            return self._fork_candidate(prepared, variant, req, baseline, base, log)
+
+    def _fork_candidate(self, prepared, variant, req, baseline, base, log):
+        """Run one candidate in a child; ``log`` receives its stdout and stderr."""
         rfd, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:  # the candidate's own process
