@@ -364,3 +364,21 @@ def test_pipeline_specs_round_trip():
     for spec in ("O3", "O2,vectorize=0,unroll=1,inline=500", "O3,passes=sroa;loop_rotate",
                  "Os,codegen=1,cpu=skylake,features=+avx2-avx512f", "O3,fast", "O3,fast=reassoc+contract,fma=off,noalias=1"):
         assert format_spec(parse(spec)) == spec
+
+
+def test_a_build_that_ignores_the_launcher_is_one_clear_error(tmp_path, clang):
+    src = tmp_path / "hardcoded"
+    shutil.copytree(os.path.join(DEMOS, "heat"), src)
+    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", src,
+                         "--build", "make CC=%s" % clang, "--run", "./heat 32 2")
+    assert proc.returncode == 2 and "without the record runtime" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_failing_run_keeps_what_it_captured(tmp_path, clang):
+    ws = tmp_path / "ws"
+    # alpha=0.3 makes the heat demo unstable: its self-check fails after the kernels ran
+    proc = r3_subprocess("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"),
+                         "--run", "./heat 32 20 0.3")
+    assert proc.returncode == 2 and "application run failed" in proc.stderr
+    assert "jacobi_step" in {c.kernel for c in list_captures(Workspace(str(ws)))}

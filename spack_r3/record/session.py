@@ -5,6 +5,7 @@ directory and built there.
 """
 
 import datetime
+import glob
 import os
 import shlex
 import shutil
@@ -112,6 +113,10 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     finally:
         # Whatever finished before a failure is kept.
         captures = capture_store.ingest(record_dir, workspace, tolerance)
+    if not glob.glob(os.path.join(record_dir, "profile.*.json")):
+        raise R3Error("the application ran without the record runtime: its build did not compile and link "
+                      "through r3-record (Make must use $(CC); see --build) (log: %s)"
+                      % os.path.join(run_dir, "build.log"))
     stats, app_s = capture_store.load_profiles(record_dir)
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
