@@ -382,3 +382,9 @@ def test_a_failing_run_keeps_what_it_captured(tmp_path, clang):
                          "--run", "./heat 32 20 0.3")
     assert proc.returncode == 2 and "application run failed" in proc.stderr
     assert "jacobi_step" in {c.kernel for c in list_captures(Workspace(str(ws)))}
+
+
+def test_a_kernel_name_that_does_not_exist_is_one_clear_error(tmp_path, clang):
+    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
+                         "--run", "./heat 32 2", "--kernel", "jacobi_stpe")
+    assert proc.returncode == 2 and "jacobi_stpe" in proc.stderr and proc.stderr.count("\n") == 1

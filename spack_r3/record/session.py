@@ -6,6 +6,7 @@ directory and built there.
 
 import datetime
 import glob
+import json
 import os
 import shlex
 import shutil
@@ -58,6 +59,20 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
 TARGETS = {"native": "-march=native", "as-built": ""}
 
 
+def _check_requested(kernels, record_dir, say):
+    """--kernel names the build did not instrument: an error if none was, else a warning."""
+    found = set()
+    for path in glob.glob(os.path.join(record_dir, "tus", "*", "tu.json")):
+        with open(path) as f:
+            found |= {k["name"] for k in json.load(f)["kernels"]}
+    missing = [k for k in kernels if k not in found]
+    if missing and len(missing) == len(kernels):
+        raise R3Error("no function named %s was compiled through r3-record (C++ names are mangled; "
+                      "see build.log in %s)" % (", ".join(missing), os.path.dirname(record_dir)))
+    if missing:
+        say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
+
+
 def _hottest(run, tree, env, run_dir, timeout, top, say):
     """A first run with probes only (no captures): the ``top`` kernels by self time."""
     say("profiling run (no captures) to find the %d hottest kernels: %s" % (top, run))
@@ -105,6 +120,7 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     build = build or "make CC=%s" % shlex.quote(cc)
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
+    _check_requested(kernels, record_dir, say)
     if top:
         env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say)) or "none"
     say("running: %s" % run)
@@ -132,8 +148,6 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
 
 
 def _source_of(tu_dir):
-    import json
-
     try:
         with open(os.path.join(tu_dir, "tu.json")) as f:
             return os.path.basename(json.load(f)["source_file"])
