@@ -330,10 +330,12 @@ def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):
     assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "cg"), "--run", "./cg 64 200",
               "--top", 2, "--json") == 0
     result = json.loads(capsys.readouterr().out)
-    ranked = [h["kernel"] for h in result["kernels"]]  # the capture run's hotness, hottest first
-    captured = {c.kernel for c in list_captures(Workspace(ws))}
-    assert len(captured) == 2 and len(ranked) == 5
-    assert captured <= set(ranked[:3])  # the two runs may swap neighbours on a noisy machine
+    assert len(result["kernels"]) == 5  # the capture run still profiles every kernel
+    from spack_r3.capture import load_profiles
+
+    stats, _ = load_profiles(os.path.join(result["run_dir"], "profile"))  # the probes-only run
+    hottest = {name for (_, name), s in sorted(stats.items(), key=lambda kv: -kv[1]["self_ns"])[:2]}
+    assert {c.kernel for c in list_captures(Workspace(ws))} == hottest
 
 
 def test_worker_keeps_recently_used_captures_within_its_cache(recorded):
