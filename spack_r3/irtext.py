@@ -34,41 +34,34 @@ def c_string(value):
     return 'c"%s"' % body, len(data)
 
 
-def matching(text, start):
-    """Index just past the bracket that closes the one at ``text[start]``."""
-    depth, i, quote = 0, start, False
-    while i < len(text):
+def _scan(text, start=0):
+    """(index, char, bracket depth after it, inside a string?) for each character."""
+    depth, quote = 0, False
+    for i in range(start, len(text)):
         c = text[i]
         if c == '"':
             quote = not quote
         elif not quote:
-            if c in _OPEN:
-                depth += 1
-            elif c in _CLOSE:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-        i += 1
+            depth += (c in _OPEN) - (c in _CLOSE)
+        yield i, c, depth, quote
+
+
+def matching(text, start):
+    """Index just past the bracket that closes the one at ``text[start]``."""
+    for i, c, depth, quote in _scan(text, start):
+        if depth == 0 and not quote and c in _CLOSE:
+            return i + 1
     raise ValueError("unbalanced brackets in IR: %r" % text[start:start + 80])
 
 
 def split_top(text, sep=","):
     """Split at ``sep`` where no bracket or quote is open."""
-    parts, depth, quote, cur = [], 0, False, []
-    for c in text:
-        if c == '"':
-            quote = not quote
-        elif not quote:
-            if c in _OPEN:
-                depth += 1
-            elif c in _CLOSE:
-                depth -= 1
-            elif c == sep and depth == 0:
-                parts.append("".join(cur).strip())
-                cur = []
-                continue
-        cur.append(c)
-    tail = "".join(cur).strip()
+    parts, last = [], 0
+    for i, c, depth, quote in _scan(text):
+        if c == sep and depth == 0 and not quote:
+            parts.append(text[last:i].strip())
+            last = i + 1
+    tail = text[last:].strip()
     if tail or parts:
         parts.append(tail)
     return parts
@@ -98,9 +91,9 @@ class FunctionDef:
         open_paren = m.end() - 1
         close = matching(line, open_paren)
         self.params = split_top(line[open_paren + 1:close - 1])
-        self.suffix = line[close:].rstrip()
+        self.suffix = line[close:].strip()
         if self.suffix.endswith("{"):
-            self.suffix = self.suffix[:-1].rstrip()
+            self.suffix = self.suffix[:-1].strip()
 
     @property
     def linkage_free_prefix(self):
