@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 
+from . import __doc__ as package_doc
 from . import __version__
 from .errors import R3Error
 
@@ -46,7 +47,7 @@ def dispatch(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="r3", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="r3", description=package_doc.splitlines()[0])
     parser.add_argument("--version", action="version", version="spack-r3 " + __version__)
     setup_parser(parser)
     args = parser.parse_args(argv)
