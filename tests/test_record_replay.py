@@ -243,12 +243,16 @@ def test_spack_r3_replays_through_the_spack_extension(recorded, spack_root, tmp_
     assert json.loads(replayed.stdout)["verified"] is True
 
 
-def test_instances_capture_successive_calls(tmp_path, clang):
+def test_instances_capture_successive_calls(tmp_path, clang, capsys):
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 10",
               "--kernel", "jacobi_step", "--instances", 3) == 0
     caps = sorted((c for c in list_captures(Workspace(ws)) if c.kernel == "jacobi_step"), key=lambda c: c.instance)
     assert [c.instance for c in caps] == [1, 2, 3]
+    capsys.readouterr()
+    assert r3("--workspace", ws, "kernels", "--json") == 0
+    listed = [e for e in json.loads(capsys.readouterr().out) if e["kernel"] == "jacobi_step"]
+    assert sorted(e["instance"] for e in listed) == [1, 2, 3] and {e["instances"] for e in listed} == {3}
     assert len({c.id for c in caps}) == 3  # different memory, different content address
     with ReplayServer() as server:
         for c in caps:
