@@ -12,6 +12,7 @@ import sys
 from . import __doc__ as package_doc
 from . import __version__
 from .errors import R3Error
+from .report import stdout_to_devnull
 
 # Order is the order of the pipeline.
 COMMANDS = ["recipe", "record", "kernels", "replay"]
@@ -44,6 +45,9 @@ def dispatch(args):
     except KeyboardInterrupt:
         print("r3 %s: interrupted; finished work is kept" % args.r3_command, file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head and the like: stop quietly, as on SIGPIPE
+        stdout_to_devnull()
+        return 141
 
 
 def main(argv=None):

@@ -1,4 +1,19 @@
-"""Plain-text tables and number formatting for everything the CLI prints."""
+"""Plain-text tables, number formatting and progress lines for everything the CLI prints."""
+
+import os
+import sys
+
+
+def stdout_to_devnull():
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def say(line):
+    """Print a progress line; if the reader of our output went away, the work goes on."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        stdout_to_devnull()
 
 
 def table(headers, rows, align=None):

@@ -394,3 +394,18 @@ def test_a_kernel_name_that_does_not_exist_is_one_clear_error(tmp_path, clang):
     proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
                          "--run", "./heat 32 2", "--kernel", "jacobi_stpe")
     assert proc.returncode == 2 and "jacobi_stpe" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path, clang):
+    marker = "heat 1536 99999"  # minutes of work: it must not outlive the timeout
+    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
+                         "--kernel", "jacobi_step", "--run", "./" + marker, "--timeout", 2)
+    assert proc.returncode == 2 and "timed out after 2" in proc.stderr
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps
+
+
+def test_the_application_output_is_shown_as_it_runs(tmp_path, clang, capsys):
+    assert r3("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
+              "--kernel", "jacobi_step", "--run", "./heat 32 3") == 0
+    assert "  | heat: n=32 steps=3" in capsys.readouterr().out

@@ -3,7 +3,7 @@
 import json
 
 from ..record.session import record as record_tree
-from ..report import percent, seconds, table
+from ..report import percent, say, seconds, table
 from ..workspace import Workspace
 
 description = "build with probes, run, capture hot kernels"
@@ -34,10 +34,11 @@ def setup_parser(subparser):
 
 def record(args):
     ws = Workspace(args.workspace)
-    progress = None if args.json else (lambda msg: print("==> " + msg, flush=True))
+    progress = None if args.json else (lambda msg: say("==> " + msg))
     result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
                          instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
                          target=args.target, top=args.top,
+                         output=None if args.json else (lambda line: say("  | " + line)),
                          progress=progress)
     if args.json:
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,

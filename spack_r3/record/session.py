@@ -10,8 +10,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import List
 
@@ -39,13 +41,29 @@ def launcher_command():
     return "%s -m spack_r3.record.launcher" % shlex.quote(sys.executable)
 
 
-def _run_logged(cmd, cwd, env, log_path, what, timeout=None):
+def _pump(stream, log, echo):
+    for line in stream:
+        log.write(line)
+        if echo:
+            echo(line.rstrip("\n"))
+
+
+def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
+    """Run a shell command, its output into ``log_path`` (and, with ``echo``, shown as it
+    comes). A timeout kills the command's whole process group, not just the shell."""
     with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, log, echo), daemon=True)
+        reader.start()
         try:
-            proc = subprocess.run(cmd, shell=True, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             raise R3Error("%s timed out after %ss (log: %s)" % (what, timeout, log_path))
+        finally:
+            reader.join(timeout=10)
     if proc.returncode != 0:
         with open(log_path, errors="replace") as f:
             text = f.read()
@@ -73,20 +91,23 @@ def _check_requested(kernels, record_dir, say):
         say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
 
 
-def _hottest(run, tree, env, run_dir, timeout, top, say):
+def _hottest(run, tree, env, run_dir, timeout, top, say, output):
     """A first run with probes only (no captures): the ``top`` kernels by self time."""
     say("profiling run (no captures) to find the %d hottest kernels: %s" % (top, run))
     profile_dir = os.path.join(run_dir, "profile")
     _run_logged(run, tree, dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
-                os.path.join(run_dir, "profile.log"), "the profiling run", timeout)
+                os.path.join(run_dir, "profile.log"), "the profiling run", timeout, echo=output)
     stats, _ = capture_store.load_profiles(profile_dir)
     ranked = sorted(stats.items(), key=lambda item: -item[1]["self_ns"])
     return [name for (_, name), _ in ranked[:top]]
 
 
 def record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, timeout=None,
-           target="native", top=None, progress=None):
-    """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult."""
+           target="native", top=None, progress=None, output=None):
+    """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult.
+
+    ``progress`` receives one line per step, ``output`` each line the application prints.
+    """
     say = progress or (lambda msg: None)
     source = os.path.abspath(source)
     if not os.path.isdir(source):
@@ -122,10 +143,10 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
     _check_requested(kernels, record_dir, say)
     if top:
-        env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say)) or "none"
+        env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say, output)) or "none"
     say("running: %s" % run)
     try:
-        _run_logged(run, tree, env, os.path.join(run_dir, "run.log"), "the application run", timeout)
+        _run_logged(run, tree, env, os.path.join(run_dir, "run.log"), "the application run", timeout, echo=output)
     finally:
         # Whatever finished before a failure is kept.
         captures = capture_store.ingest(record_dir, workspace, tolerance)
