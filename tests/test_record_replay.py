@@ -151,7 +151,14 @@ def test_corrupt_and_unknown_captures_get_one_line(recorded, tmp_path):
     pre = os.path.join(cap, "pre.bin")
     with open(pre, "r+b") as f:
         f.truncate(os.path.getsize(pre) // 2)
-    for argv, needle in ((["replay", cap], "truncated"),
+    flipped = str(tmp_path / "flipped")
+    shutil.copytree(capture_of(recorded, "spmv"), flipped)
+    with open(os.path.join(flipped, "post.bin"), "r+b") as f:  # same size, one bit off
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last ^ 1]))
+    for argv, needle in ((["replay", cap], "truncated"), (["replay", flipped], "checksum mismatch"),
                          (["--workspace", recorded, "replay", "no-such-capture"], "unknown capture"),
                          (["--workspace", recorded, "replay", "spmv", "--pipeline", "O3,passes=warp_drive"],
                           "unknown pass")):

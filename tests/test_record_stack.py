@@ -13,14 +13,13 @@ import struct
 
 import pytest
 
-from spack_r3 import cli
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Variant
 from spack_r3.memimage import KIND_HEAP, KIND_STACK, find_region, read_regions, region_bytes
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
-from test_record_replay import _rewrite_image
+from test_record_replay import _rewrite_image, r3
 
 LOCALS_APP = r"""
 #include <stdio.h>
@@ -114,10 +113,6 @@ SAXPY_MAKEFILE = (
     "saxpy_app: main.o saxpy.o\n\t$(CXX) -O2 -o saxpy_app main.o saxpy.o\n"
     "%.o: %.cpp saxpy.h\n\t$(CXX) -O2 -c $< -o $@\n"
 )
-
-
-def r3(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def captures(ws):
