@@ -14,10 +14,12 @@ import os
 import shutil
 import tempfile
 
+from . import cxxnames
 from .data import Capture, FileDigest
 from .errors import CaptureError
 from .fileutil import sha256_file
 from .memimage import read_regions
+from .record.libstate import unreplayable_reason
 
 CAPTURE_FILES = ("module.bc", "pre.bin", "post.bin")
 
@@ -79,6 +81,7 @@ def ingest(record_dir, workspace, tolerance=None):
         if kinfo is None:
             continue
         units = _link_units(kinfo, meta["tu_dir"], exporters)
+        kinfo = dict(kinfo, unreplayable=kinfo.get("unreplayable") or _unreplayable_through(kinfo, exporters))
         written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance))
     return written
 
@@ -112,6 +115,22 @@ def _link_units(kinfo, own_unit, exporters):
     return sorted(units)
 
 
+def _unreplayable_through(kinfo, exporters):
+    """Why the kernel cannot replay because of what its callees in other units call
+    (its own unit's calls were judged at record time, see ``record.libstate``)."""
+    library, todo, seen = set(), list(kinfo.get("calls", [])), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in exporters:
+            todo.extend(exporters[name][1])
+        else:
+            library.add(name)
+    return unreplayable_reason(library)
+
+
 def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance):
     module = os.path.join(meta["tu_dir"], "module.bc")
     digests = {"module.bc": sha256_file(module)}
@@ -142,12 +161,16 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
              "share": (s.get("self_ns", 0) / 1e9 / app_s) if app_s else None},
         instance=meta["instance"],
         instance_s=meta.get("instance_ns", 0) / 1e9,
-        arena={"base": meta["arena_base"], "end": meta["arena_end"]},
+        arena=dict({"base": meta["arena_base"], "end": meta["arena_end"]},
+                   **({"runtime_base": meta["runtime_base"], "runtime_end": meta["runtime_end"]}
+                      if "runtime_base" in meta else {})),
+        memory=meta.get("memory", {}),
         globals=meta.get("globals", []),
         files={},
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
+        unreplayable=kinfo.get("unreplayable"),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
         return load_capture(workspace, ident)
@@ -182,19 +205,26 @@ def list_captures(workspace):
 
 
 def resolve(workspace, ref):
-    """A capture directory from an id, a unique id prefix, a kernel name or a path."""
+    """A capture directory from an id, a unique id prefix, a kernel name or a path.
+
+    A C++ kernel is named by its symbol, its demangled name, or its qualified name
+    alone when no other captured kernel has that one (see ``cxxnames``)."""
     if os.path.isfile(os.path.join(ref, "capture.json")):
         return os.path.abspath(ref)
     direct = workspace.capture_dir(ref)
     if os.path.isdir(direct):
         return direct
     caps = list_captures(workspace)
-    matches = [c for c in caps if c.id.startswith(ref)] or [c for c in caps if c.kernel == ref]
+    matches = [c for c in caps if c.id.startswith(ref)]
+    if not matches:
+        _, kernels = cxxnames.best_matches(ref, [c.kernel for c in caps])
+        matches = [c for c in caps if c.kernel in kernels]
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:
         raise CaptureError("unknown capture '%s' in %s (see: r3 kernels)" % (ref, workspace.root))
-    raise CaptureError("'%s' is ambiguous: %s" % (ref, ", ".join(c.id for c in matches)))
+    raise CaptureError("'%s' is ambiguous: %s" % (ref, ", ".join(
+        "%s (%s)" % (c.id, cxxnames.display(c.kernel)) for c in matches)))
 
 
 def load_capture_dir(path, verify_digests=True):

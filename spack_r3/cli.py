@@ -22,14 +22,19 @@ def _command_module(name):
     return importlib.import_module("spack_r3.commands." + name.replace("-", "_"))
 
 
+WORKSPACE_HELP = "workspace directory (default: $R3_WORKSPACE or ~/.spack-r3)"
+
+
 def setup_parser(parser):
-    parser.add_argument("--workspace", default=None,
-                        help="workspace directory (default: $R3_WORKSPACE or ~/.spack-r3)")
+    parser.add_argument("--workspace", default=None, help=WORKSPACE_HELP)
     sub = parser.add_subparsers(dest="r3_command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
         module = _command_module(name)
         p = sub.add_parser(name, help=module.description, description=module.__doc__)
+        # Also after the command (r3 record ... --workspace W). SUPPRESS: when it is not
+        # given there, the subcommand leaves the value given before it alone.
+        p.add_argument("--workspace", default=argparse.SUPPRESS, help=WORKSPACE_HELP)
         module.setup_parser(p)
     return parser
 

@@ -56,6 +56,8 @@ class Capture:
     created: str = ""
     format: int = CAPTURE_FORMAT
     link_units: List[str] = field(default_factory=list)  # other units' bitcode the kernel calls into
+    memory: dict = field(default_factory=dict)  # mode (pages|heap), live_bytes, touched_bytes, thread
+    unreplayable: Optional[str] = None  # why replay refuses it: library state the recording does not keep
 
     def to_json(self):
         return asdict(self)

@@ -100,15 +100,18 @@ def test_pipelines_change_code_but_still_verify(recorded):
 
 
 def test_fast_math_needs_a_tolerance(recorded):
-    """Reassociating the n-body reduction changes low bits: exact check fails, tolerance passes."""
+    """Reassociating the n-body reduction may change low bits, and whether it does depends on
+    the CPU's vector width and on where the arrays lie: an exact check fails exactly when
+    bits changed, and a tolerance accepts the result either way."""
     cap = capture_of(recorded, "compute_forces")
     with ReplayServer() as server:
         for spec in ("O3,fast=reassoc+contract", "O3,fast"):
             relaxed = Variant(pipeline=parse(spec))
             exact = server.submit(cap, relaxed, repeat=1, tolerance=0.0)
-            assert exact.status == WRONG_OUTPUT and exact.max_rel_error > 0, (spec, exact)
+            assert exact.compiled and exact.verified == (exact.max_rel_error == 0), (spec, exact)
+            assert exact.status == (OK if exact.verified else WRONG_OUTPUT), (spec, exact)
             loose = server.submit(cap, relaxed, repeat=1, tolerance=1e-6)
-            assert loose.ok and loose.verified and 0 < loose.max_rel_error <= 1e-6, (spec, loose)
+            assert loose.ok and loose.verified and loose.max_rel_error <= 1e-6, (spec, loose)
         # Turning FMA contraction off changes rounding only: well within the tolerance.
         unfused = server.submit(cap, Variant(pipeline=parse("O3,fma=off")), repeat=1)
         assert unfused.ok and unfused.max_rel_error <= 1e-12
@@ -363,12 +366,30 @@ def test_worker_keeps_recently_used_captures_within_its_cache(recorded):
 def test_several_pipelines_compare_in_one_table(recorded, capsys):
     code = r3("--workspace", recorded, "replay", "spmv", "--pipeline", "O3", "--pipeline", "O1,unroll=0",
               "--pipeline", "O3,fast", "--repeat", 2)
-    out = capsys.readouterr().out
-    assert code == 0
-    lines = out.splitlines()
+    lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:3] == ["pipeline", "status", "max"]
-    assert [l.split()[0] for l in lines[3:6]] == ["O3", "O1,unroll=0", "O3,fast"]
+    rows = [l.split() for l in lines[3:6]]
+    assert [r[0] for r in rows] == ["O3", "O1,unroll=0", "O3,fast"]
+    # pipelines that keep floating-point semantics reproduce the recording bit for bit
+    assert rows[0][1] == rows[1][1] == "ok"
+    # O3,fast may reassociate spmv's row sums: whether that changes low bits depends on the
+    # CPU's vector width and on where the arrays lie, so it verifies exactly or not at all
+    assert rows[2][1] == "*" and rows[2][2] in ("ok", "wrong-output")
+    assert code == (0 if rows[2][2] == "ok" else 1)  # the exit status says whether all verified
     assert "relaxes floating-point" in lines[-1]
+
+
+def test_workspace_may_follow_the_command(recorded, capsys, tmp_path):
+    listings = []
+    for argv in (["--workspace", recorded, "kernels", "--json"], ["kernels", "--json", "--workspace", recorded]):
+        assert r3(*argv) == 0
+        listings.append(json.loads(capsys.readouterr().out))
+    assert listings[0] and listings[0] == listings[1]
+    # given in both places, the one after the command counts
+    assert r3("--workspace", tmp_path / "elsewhere", "replay", "spmv", "--repeat", 1, "--json",
+              "--workspace", recorded) == 0
+    assert json.loads(capsys.readouterr().out)["kernel"] == "spmv"
+    assert not os.path.exists(tmp_path / "elsewhere")
 
 
 def test_pipeline_specs_round_trip():

@@ -274,6 +274,7 @@ struct r3_kinfo {
   int64_t nglobals; const struct r3_global *globals; int64_t ret_size;
   int64_t calls, total_ns, self_ns, captured, registered;
   struct r3_kinfo *next;
+  int64_t flags, id, sel;
 };
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
 void __r3_exit(struct r3_kinfo *k, const void *ret);
@@ -362,9 +363,10 @@ def kernel_exe(clang, rt_link, tmp_path_factory):
     return build(clang, rt_link, tmp_path_factory.mktemp("kprog"), "kern", KERNEL_PROG)
 
 
-def test_capture_default(kernel_exe, tmp_path):
+def test_capture_whole_heap(kernel_exe, tmp_path):
+    """R3_CAPTURE_PAGES=0: the fallback that stores every live chunk of the heap."""
     rec = tmp_path / "rec"
-    proc = run(kernel_exe, R3_RECORD_DIR=rec)
+    proc = run(kernel_exe, R3_RECORD_DIR=rec, R3_CAPTURE_PAGES=0)
     assert proc.returncode == 0, proc.stderr
     assert "r3-record runtime" not in proc.stderr
     out = parse_out(proc.stdout)
@@ -440,6 +442,52 @@ def test_capture_default(kernel_exe, tmp_path):
     assert not any(name.startswith(".tmp") for name in os.listdir(rec / "captures"))
 
 
+def bytes_at(path, addr, n, kind=memimage.KIND_HEAP):
+    """``n`` bytes at ``addr`` from the one region of ``kind`` that holds them."""
+    hits = [r for r in memimage.read_regions(path) if r.kind == kind and r.addr <= addr and addr + n <= r.end]
+    assert len(hits) == 1, (hex(addr), n, hits)
+    return memimage.region_bytes(path, hits[0])[addr - hits[0].addr:addr - hits[0].addr + n]
+
+
+def test_capture_touched_pages(kernel_exe, tmp_path):
+    """The default: a capture holds the pages the kernel touched, not the 24 MiB it did not."""
+    rec = tmp_path / "rec"
+    proc = run(kernel_exe, ["24"], R3_RECORD_DIR=rec)
+    assert proc.returncode == 0, proc.stderr
+    assert "r3-record runtime" not in proc.stderr
+    out = parse_out(proc.stdout)
+    A, B, T, n = int(out["A"], 16), int(out["B"], 16), int(out["T"], 16), int(out["N"])
+    pid = int(captures(rec)[0].rsplit("-", 1)[1])
+    assert captures(rec) == ["outer-1-%d" % pid, "scale-1-%d" % pid]
+    cap = rec / "captures" / ("scale-1-%d" % pid)
+    with open(cap / "meta.json") as f:
+        meta = json.load(f)
+    mem = meta["memory"]
+    assert mem["mode"] == "pages" and mem["thread"] == "main"
+    assert mem["live_bytes"] > 24 << 20
+    # A (8000 bytes) spans two or three pages; nothing else of the application is touched
+    assert n * 8 <= mem["touched_bytes"] <= n * 8 + 2 * 4096
+    pre, post = cap / "pre.bin", cap / "post.bin"
+    assert os.path.getsize(pre) < 64 << 10 and os.path.getsize(post) < 64 << 10
+    table = np.arange(1, 9, dtype=float)
+    inp = np.arange(n) * 0.5
+    assert np.array_equal(np.frombuffer(bytes_at(pre, A, n * 8), "<f8"), inp)
+    assert np.array_equal(np.frombuffer(bytes_at(post, A, n * 8), "<f8"), inp * 2.0 + table[np.arange(n) % 8])
+    assert not [r for r in memimage.read_regions(pre) if r.kind == memimage.KIND_HEAP and r.addr <= B < r.end]
+    assert np.array_equal(np.frombuffer(bytes_at(pre, T, 64, memimage.KIND_GLOBAL), "<f8"), table)
+    # heap regions are whole pages in pre.bin; post.bin holds the same bytes at most
+    pre_heap = [r for r in memimage.read_regions(pre) if r.kind == memimage.KIND_HEAP]
+    assert all(r.addr % 4096 == 0 and r.size % 4096 == 0 for r in pre_heap)
+    for r in memimage.read_regions(post):
+        if r.kind == memimage.KIND_HEAP:
+            assert any(p.addr <= r.addr and r.end <= p.end for p in pre_heap)
+    # outer's nested scale ran on B: outer's capture holds B, before and after
+    ocap = rec / "captures" / ("outer-1-%d" % pid)
+    assert np.array_equal(np.frombuffer(bytes_at(ocap / "pre.bin", B, n * 8), "<f8"), np.arange(n) * 0.25)
+    assert np.array_equal(np.frombuffer(bytes_at(ocap / "post.bin", B, n * 8), "<f8"),
+                          np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8])
+
+
 def test_capture_instances_and_selection(kernel_exe, tmp_path):
     rec = tmp_path / "two"
     proc = run(kernel_exe, R3_RECORD_DIR=rec, R3_INSTANCES=2, R3_CAPTURE="scale")
@@ -496,7 +544,7 @@ def test_no_record_dir_writes_nothing(kernel_exe, tmp_path):
 
 def test_snapshot_time_excluded(kernel_exe, tmp_path):
     rec = tmp_path / "rec"
-    proc = run(kernel_exe, ["24"], R3_RECORD_DIR=rec, R3_CAPTURE="outer")
+    proc = run(kernel_exe, ["24"], R3_RECORD_DIR=rec, R3_CAPTURE="outer", R3_CAPTURE_PAGES=0)
     assert proc.returncode == 0, proc.stderr
     out = parse_out(proc.stdout)
     names = captures(rec)
@@ -515,11 +563,13 @@ OMP_PROG = r"""
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 struct r3_kinfo {
   const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
   int64_t nglobals; const void *globals; int64_t ret_size;
   int64_t calls, total_ns, self_ns, captured, registered;
   void *next;
+  int64_t flags, id, sel;
 };
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
 void __r3_exit(struct r3_kinfo *k, const void *ret);
@@ -538,45 +588,54 @@ int main(void) {
   double *x = calloc(1000, sizeof(double)), *y = calloc(1000, sizeof(double));
   double *z = calloc(1000, sizeof(double));
   pthread_t t;
-  pthread_create(&t, NULL, thr, z);   /* not the main thread: not captured */
+  pthread_create(&t, NULL, thr, z);   /* not the main thread */
   pthread_join(t, NULL);
   #pragma omp parallel num_threads(2)
-  kern(omp_get_thread_num() ? y : x);  /* inside a parallel region: not captured */
-  kern(z);                              /* captured */
-  printf("Z %p\n", (void *)z);
+  kern(omp_get_thread_num() ? y : x);  /* inside a parallel region */
+  kern(z);
+  double sx = 0, sy = 0, sz = 0;
+  for (int i = 0; i < 1000; i++) { sx += x[i]; sy += y[i]; sz += z[i]; }
+  printf("X %p\nY %p\nZ %p\nPID %d\nSUMS %.0f %.0f %.0f\n", (void *)x, (void *)y, (void *)z, (int)getpid(), sx, sy, sz);
   return 0;
 }
 """
 
 
 def test_capture_threads_and_openmp(clang, rt_link, tmp_path):
+    """Calls on other threads and inside parallel regions are captured in snapshot processes."""
     if not find_libomp(clang):
         pytest.skip("no LLVM OpenMP runtime (libomp)")
     libdir = os.path.dirname(find_libomp(clang))
     exe = build(clang, rt_link, tmp_path, "omp", OMP_PROG,
                 ["-fopenmp", "-pthread", "-L" + libdir, "-Wl,-rpath," + libdir])
     rec = tmp_path / "rec"
-    proc = run(exe, R3_RECORD_DIR=rec, OMP_NUM_THREADS=2)
+    proc = run(exe, R3_RECORD_DIR=rec, OMP_NUM_THREADS=2, R3_INSTANCES=2)
     assert proc.returncode == 0, proc.stderr
-    z = int(parse_out(proc.stdout)["Z"], 16)
+    assert "r3-record runtime" not in proc.stderr
+    out = parse_out(proc.stdout)
+    x, y, z = (int(out[v], 16) for v in "XYZ")
     names = captures(rec)
-    assert len(names) == 1 and names[0].startswith("kern-1-"), names
-    with open(rec / "captures" / names[0] / "meta.json") as f:
-        meta = json.load(f)
-    assert int(meta["args"][0], 16) == z and meta["threads"] == 2
-    post = rec / "captures" / names[0] / "post.bin"
-    r, post_regs = region_at(post, z)
-    assert np.array_equal(doubles(post, r, 1000), np.full(1000, 2.0))
-    # the OpenMP runtime's own chunks are kind 3; they are what else the parallel region changed
-    pre = rec / "captures" / names[0] / "pre.bin"
-    pre_regs = {x.addr: x for x in memimage.read_regions(pre)}
-    assert any(x.kind == memimage.KIND_RUNTIME for x in post_regs)
-    changed = [x for x in post_regs if x.addr != z and x.kind != memimage.KIND_GLOBAL and
-               (x.addr not in pre_regs or
-                memimage.region_bytes(post, x) != memimage.region_bytes(pre, pre_regs[x.addr]))]
-    assert all(x.kind == memimage.KIND_RUNTIME for x in changed), changed
-    _, ks = load_profile(rec, meta["pid"])
-    assert ks["kern"]["calls"] == 4 and ks["kern"]["captured"] == 1
+    assert len(names) == 2 and all(n.startswith("kern-") for n in names), names
+    metas = {}
+    for name in names:
+        with open(rec / "captures" / name / "meta.json") as f:
+            meta = json.load(f)
+        metas[meta["instance"]] = (meta, rec / "captures" / name)
+    # instance 1: the plain pthread's call (its parallel loop gets the default 2 threads)
+    meta, cap = metas[1]
+    assert int(meta["args"][0], 16) == z and meta["memory"]["thread"] == "worker" and meta["threads"] == 2
+    assert meta["pid"] != int(out["PID"])  # taken in a snapshot process
+    assert np.array_equal(np.frombuffer(bytes_at(cap / "pre.bin", z, 8000), "<f8"), np.zeros(1000))
+    assert np.array_equal(np.frombuffer(bytes_at(cap / "post.bin", z, 8000), "<f8"), np.ones(1000))
+    # instance 2: one thread's call inside the parallel region (its nested loop: 1 thread)
+    meta, cap = metas[2]
+    arg = int(meta["args"][0], 16)
+    assert arg in (x, y) and meta["memory"]["thread"] == "worker" and meta["threads"] == 1
+    assert np.array_equal(np.frombuffer(bytes_at(cap / "post.bin", arg, 8000), "<f8"), np.ones(1000))
+    # the application's own results are untouched by the snapshots
+    assert out["SUMS"] == "1000 1000 2000"
+    _, ks = load_profile(rec, int(out["PID"]))
+    assert ks["kern"]["calls"] == 4 and ks["kern"]["captured"] == 2
 
 
 # --------------------------------------------------------------------------------------

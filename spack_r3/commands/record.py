@@ -2,6 +2,7 @@
 
 import json
 
+from .. import cxxnames
 from ..record.session import record as record_tree
 from ..report import percent, say, seconds, table
 from ..workspace import Workspace
@@ -18,7 +19,9 @@ def setup_parser(subparser):
                                 '-DCMAKE_C_COMPILER=$R3_CLANG -DCMAKE_C_COMPILER_LAUNCHER=$R3_LAUNCHER '
                                 '-DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER)')
     subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
-                           help="record this function (repeatable; default: every function with a loop)")
+                           help="record this function (repeatable; default: every function with a loop). C++: "
+                                "the mangled or demangled name, or the qualified name alone (Solver::apply) "
+                                "when no overload shares it")
     subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
     subparser.add_argument("--top", type=int, default=None, metavar="K",
                            help="run twice: first with probes only, then capture only the K hottest kernels "
@@ -44,8 +47,8 @@ def record(args):
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,
                           "captures": [c.id for c in result.captures]}, indent=1))
         return 0
-    rows = [[h["kernel"], h["source"], h["calls"], seconds(h["total_s"]), seconds(h["self_s"]), percent(h["share"]),
-             h["capture"] or "-"] for h in result.hotness]
+    rows = [[cxxnames.display(h["kernel"]), h["source"], h["calls"], seconds(h["total_s"]), seconds(h["self_s"]),
+             percent(h["share"]), h["capture"] or "-"] for h in result.hotness]
     print("application time %s, %d capture(s) in %s" % (seconds(result.app_s), len(result.captures), ws.root))
     print(table(["kernel", "source", "calls", "total", "self", "share", "capture"], rows))
     return 0

@@ -6,6 +6,7 @@ them side by side (use --pairs for speedups measured against the O3 baseline).
 
 import json
 
+from .. import cxxnames
 from ..capture import load_capture_dir, resolve
 from ..data import Launch, Variant
 from ..errors import R3Error
@@ -18,7 +19,8 @@ description = "replay a captured kernel in isolation"
 
 
 def setup_parser(subparser):
-    subparser.add_argument("capture", help="capture id (or unique prefix, or kernel name, or directory)")
+    subparser.add_argument("capture", help="capture id (or unique prefix, or kernel name, or directory); a C++ "
+                                           "kernel by its mangled or demangled name, or its qualified name alone")
     subparser.add_argument("--pipeline", action="append", default=[], metavar="SPEC",
                            help="compiler pipeline, e.g. O2,vectorize=0,fast=reassoc+contract (default: O3, "
                                 "native CPU); repeat it to compare several in one table")
@@ -58,7 +60,8 @@ def replay(args):
 
 
 def _result(capture, pipeline, ev):
-    return {"capture": capture.id, "kernel": capture.kernel, "pipeline": format_spec(pipeline),
+    return {"capture": capture.id, "kernel": capture.kernel, "kernel_demangled": cxxnames.demangle(capture.kernel),
+            "pipeline": format_spec(pipeline),
             "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
             "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,
             "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
@@ -68,7 +71,7 @@ def _result(capture, pipeline, ev):
 
 
 def _print_one(r):
-    print("%s (%s) pipeline %s: %s" % (r["kernel"], r["capture"], r["pipeline"], r["status"]))
+    print("%s (%s) pipeline %s: %s" % (cxxnames.display(r["kernel"]), r["capture"], r["pipeline"], r["status"]))
     if r["compiled"]:
         print("  compile   %s" % seconds(r["compile_s"]))
         print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))
@@ -86,7 +89,7 @@ def _print_one(r):
 
 
 def _print_table(capture, results):
-    print("%s (%s), in the app %s" % (capture.kernel, capture.id, seconds(capture.instance_s)))
+    print("%s (%s), in the app %s" % (cxxnames.display(capture.kernel), capture.id, seconds(capture.instance_s)))
     rows = []
     for r in results:
         speedup = "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (

@@ -11,16 +11,29 @@ another, goes through the probes. The struct passed to the runtime is
 import ctypes
 import re
 from dataclasses import asdict, dataclass, field
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
+from .. import cxxnames
 from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
+from .libstate import unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
 NOT_KERNELS = {"main"}
+# Library functions through which the system writes or reads application memory (input,
+# communication). Under a page-tracked capture such memory may be protected, and a system
+# call answers EFAULT instead of faulting: kernels calling them are captured whole-heap.
+SYSTEM_IO_CALLS = {
+    "read", "pread", "pread64", "readv", "recv", "recvfrom", "recvmsg", "write", "pwrite", "writev", "send",
+    "sendto", "sendmsg", "fread", "fwrite", "fgets", "fgetc", "getc", "getline", "getdelim", "fscanf", "scanf", "sscanf",
+    "__isoc99_fscanf", "__isoc99_scanf", "__isoc23_fscanf", "__isoc23_scanf", "fopen", "fopen64", "open", "open64",
+    "mmap", "mmap64", "ioctl", "poll", "select", "epoll_wait",
+} | {"MPI_" + op for op in ("Send", "Recv", "Isend", "Irecv", "Sendrecv", "Allreduce", "Reduce", "Bcast",
+                            "Alltoall", "Allgather", "Gather", "Scatter", "Wait", "Waitall", "File_read",
+                            "File_write", "Put", "Get")}
 
 _llvm_ready = False
 
@@ -44,6 +57,7 @@ class KernelInfo:
     openmp: bool = False
     has_loop: bool = False
     calls: List[str] = field(default_factory=list)  # functions it reaches that other units define
+    unreplayable: Optional[str] = None  # why replay would compute something else (see libstate)
 
     @property
     def signature(self):
@@ -206,18 +220,23 @@ class ModuleAnalysis:
         reach = self.reachable(name)
         openmp = any(OMP_FORK in self.refs[f][0] for f in reach)
         loop = self.loops[name] or (openmp and any(self.loops[f] for f in reach if f != name))
+        calls = self.external_calls(name)
+        # Still recorded (its hotness counts); replay refuses it with this reason.
         return KernelInfo(name, ret_type, ret_size, types, byvals, self.referenced_globals(name),
-                          openmp, loop, self.external_calls(name))
+                          openmp, loop, calls, unreplayable_reason(calls))
 
     def select(self, wanted=None):
         """Kernels of this unit: the ``wanted`` names, or every function holding a loop.
 
+        A wanted name may be a symbol or a C++ name as ``cxxnames`` reads it (demangled,
+        or qualified without parameters: every overload of it here is taken; the record
+        session settles which of them across units were meant).
         Returns (kernels, skipped) where skipped lists (name, reason).
         """
         kernels, skipped = [], []
         for name, fn in self.defined.items():
             if wanted is not None:
-                if name not in wanted:
+                if not any(cxxnames.match_level(w, name) for w in wanted):
                     continue
             elif name in NOT_KERNELS or _is_outlined(name) or fn.linkage in _ODR_LINKAGES:
                 continue  # ODR copies (C++ templates, inline functions): not kernels by design
@@ -260,7 +279,8 @@ def _array_size(type_text, analysis):
     return int(m.group(1)) * elem
 
 
-KINFO_TYPE = "{ ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, ptr }"
+KINFO_TYPE = "{ ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, i64, i64, i64 }"
+KFLAG_WHOLE_HEAP = 1  # r3rt.h R3_KFLAG_WHOLE_HEAP
 
 
 def instrument_text(ll_text, kernels, tu_dir):
@@ -286,6 +306,11 @@ def instrument_text(ll_text, kernels, tu_dir):
     return "\n".join(lines + extra) + "\n"
 
 
+def kernel_flags(k):
+    """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system."""
+    return KFLAG_WHOLE_HEAP if set(k.calls) & SYSTEM_IO_CALLS else 0
+
+
 def _kinfo_globals(idx, k):
     out = []
     name_const, name_len = c_string(k.name)
@@ -307,8 +332,8 @@ def _kinfo_globals(idx, k):
         gptr = "null"
     out.append(
         "@__r3.kinfo.%d = internal global %s { ptr @__r3.name.%d, ptr @__r3.tu_dir, i64 %d, ptr @__r3.byval.%d, "
-        "i64 %d, ptr %s, i64 %d, i64 0, i64 0, i64 0, i64 0, i64 0, ptr null }, align 8"
-        % (idx, KINFO_TYPE, idx, n, idx, ng, gptr, k.ret_size)
+        "i64 %d, ptr %s, i64 %d, i64 0, i64 0, i64 0, i64 0, i64 0, ptr null, i64 %d, i64 0, i64 0 }, align 8"
+        % (idx, KINFO_TYPE, idx, n, idx, ng, gptr, k.ret_size, kernel_flags(k))
     )
     return out
 

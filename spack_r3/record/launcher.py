@@ -202,7 +202,8 @@ def launch(argv):
     line = CompileLine(argv)
     if not record_dir or line.passthrough or line.language_forced:
         return run(argv)
-    wanted = set(filter(None, os.environ.get("R3_KERNELS", "").split(","))) or None
+    # One name a line: demangled C++ names hold commas.
+    wanted = set(filter(None, os.environ.get("R3_KERNELS", "").split("\n"))) or None
     cxx_sources = line.sources
     if line.compile_only:
         if not cxx_sources:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from .. import capture as capture_store
+from .. import cxxnames
 from ..errors import R3Error
 from ..toolchain import find_clang
 
@@ -78,17 +79,30 @@ TARGETS = {"native": "-march=native", "as-built": ""}
 
 
 def _check_requested(kernels, record_dir, say):
-    """--kernel names the build did not instrument: an error if none was, else a warning."""
+    """(the symbols that the --kernel names stand for, every symbol the build instrumented).
+
+    A name is a symbol or a C++ name (see ``cxxnames``). One that matched nothing is an
+    error if no name matched, else a warning; a qualified C++ name that fits several
+    overloads is an error that lists them."""
     found = set()
     for path in glob.glob(os.path.join(record_dir, "tus", "*", "tu.json")):
         with open(path) as f:
             found |= {k["name"] for k in json.load(f)["kernels"]}
-    missing = [k for k in kernels if k not in found]
+    symbols, missing = set(), []
+    for ref in kernels:
+        _, matched = cxxnames.best_matches(ref, found)
+        if len(matched) > 1:
+            raise R3Error("--kernel %s is ambiguous: %s (give the parameter list or the mangled name)"
+                          % (ref, "; ".join("%s = %s" % (cxxnames.tidy(m), m) for m in matched)))
+        symbols |= set(matched)
+        if not matched:
+            missing.append(ref)
     if missing and len(missing) == len(kernels):
-        raise R3Error("no function named %s was compiled through r3-record (C++ names are mangled; "
-                      "see build.log in %s)" % (", ".join(missing), os.path.dirname(record_dir)))
+        raise R3Error("no function named %s was compiled through r3-record (see build.log in %s)"
+                      % (", ".join(missing), os.path.dirname(record_dir)))
     if missing:
         say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
+    return symbols, found
 
 
 def _hottest(run, tree, env, run_dir, timeout, top, say, output):
@@ -136,12 +150,17 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     clangxx = clangxx if os.access(clangxx, os.X_OK) else clang
     env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
                R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
-               R3_KERNELS=",".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
+               R3_KERNELS="\n".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
                R3_TARGET_FLAGS=TARGETS[target])
     build = build or "make CC=%s" % shlex.quote(cc)
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
-    _check_requested(kernels, record_dir, say)
+    if kernels:
+        meant, instrumented = _check_requested(kernels, record_dir, say)
+        if meant != instrumented:
+            # A unit instruments whatever a name may mean there (``saxpy`` is also a C++
+            # overload's qualified name); what it means across units is captured.
+            env["R3_CAPTURE"] = ",".join(sorted(meant))
     if top:
         env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say, output)) or "none"
     say("running: %s" % run)
@@ -160,7 +179,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     for (tu_dir, name), s in stats.items():
         src = _source_of(tu_dir)
         hotness.append({
-            "kernel": name, "source": src, "calls": s["calls"], "total_s": s["total_ns"] / 1e9,
+            "kernel": name, "kernel_demangled": cxxnames.demangle(name), "source": src, "calls": s["calls"],
+            "total_s": s["total_ns"] / 1e9,
             "self_s": s["self_ns"] / 1e9, "share": (s["self_ns"] / 1e9 / app_s) if app_s else None,
             "capture": by_kernel[name].id if name in by_kernel else None,
         })

@@ -6,6 +6,7 @@ memory at fixed addresses and calling JIT-compiled code happen only in the child
 it forks for each candidate.
 """
 
+import bisect
 import ctypes
 import ctypes.util
 import mmap
@@ -20,7 +21,8 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ..errors import CaptureError
-from ..memimage import KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
+from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions, region_bytes
+from .libraries import load_cxx_runtime
 from .module import UnreplayableError, apply_pipeline_edits, declared_functions, extract_kernel, trampoline
 
 MAP_FIXED_NOREPLACE = 0x100000
@@ -80,6 +82,8 @@ def prepare(capture, directory):
         with open(os.path.join(directory, name), "rb") as f:
             return f.read()
 
+    if capture.unreplayable:  # it would run, and differ: refused, never reported as wrong output
+        raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
     try:
         ir = extract_kernel(read("module.bc"), capture.kernel, [g["name"] for g in capture.globals],
                             [read(u) for u in capture.link_units])
@@ -87,35 +91,68 @@ def prepare(capture, directory):
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, err))
     except (KeyError, ValueError, RuntimeError) as err:
         raise CaptureError("capture %s: cannot extract kernel %s: %s" % (capture.id, capture.kernel, err))
+    # C++ code calls its runtime (OpenMP regions' exception cleanup, std::vector::at):
+    # the worker loads the one the build linked, once, for every candidate it forks.
+    unloaded = load_cxx_runtime(capture.compile_command, capture.source_file)
     missing = [f for f in declared_functions(ir) if llvm.address_of_symbol(f) is None]
     if missing:  # MCJIT would abort the process on them: say what is wrong instead
         raise CaptureError("capture %s: %s calls %s, defined in another translation unit or library that "
-                           "replay does not load" % (capture.id, capture.kernel, ", ".join(sorted(missing))))
+                           "replay does not load%s" % (capture.id, capture.kernel, ", ".join(sorted(missing)),
+                                                       " (%s not found)" % ", ".join(unloaded) if unloaded else ""))
     pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
     pre_regions = read_regions(pre_path)
-    existed = {(r.addr, r.size) for r in pre_regions}
-    images = {"pre.bin": [(r.addr, bytes(region_bytes(pre_path, r))) for r in pre_regions]}
-    # Compared: what existed before the kernel ran. Not compared: OpenMP's own heap
-    # (team and barrier state), and blocks allocated during the kernel, which replay
-    # allocates elsewhere (the worker's malloc).
-    images["post.bin"] = [(r.addr, bytes(region_bytes(post_path, r))) for r in read_regions(post_path)
-                          if r.kind != KIND_RUNTIME and (r.kind == KIND_GLOBAL or (r.addr, r.size) in existed)]
+    pre = [(r.addr, bytes(region_bytes(pre_path, r))) for r in pre_regions]
+    post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(pre_regions, read_regions(post_path))]
     # OpenMP's critical-section words hold the recording process's lock handles:
     # replay starts them from zero (no lock) and never compares them.
     runtime = [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals
                if g["name"].startswith(RUNTIME_GLOBAL_PREFIXES)]
     inside = lambda addr: any(lo <= addr < hi for lo, hi in runtime)  # noqa: E731
-    images["pre.bin"] = [(a, bytes(len(d)) if inside(a) else d) for a, d in images["pre.bin"]]
-    images["post.bin"] = [(a, d) for a, d in images["post.bin"] if not inside(a)]
+    pre = [(a, bytes(len(d)) if inside(a) else d) for a, d in pre]
+    post = [(a, d) for a, d in post if not inside(a)]
     slots = [int(a, 16) for a in capture.args]
     byval = [bytes.fromhex(b) if b else b"" for b in capture.byval_data]
-    arena = (int(capture.arena["base"], 16), int(capture.arena["end"], 16))
-    ranges = _page_ranges([arena] + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
-                          + [(r.addr, r.addr + r.size) for r in pre_regions if r.kind == KIND_STACK])
-    before = dict(images["pre.bin"])
-    outputs = [(a, before[a]) for a, d in images["post.bin"] if a in before and before[a] != d]
-    return Prepared(capture, ir, images["pre.bin"], images["post.bin"], slots, byval,
-                    bytes.fromhex(capture.ret) if capture.ret else b"", ranges, fp_types(ir), outputs)
+    arena = [(int(capture.arena["base"], 16), int(capture.arena["end"], 16))]
+    if capture.arena.get("runtime_base"):  # the runtimes' pool at the arena's top
+        arena.append((int(capture.arena["runtime_base"], 16), int(capture.arena["runtime_end"], 16)))
+    ranges = _page_ranges(arena + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
+                          + [(r.addr, r.end) for r in pre_regions if r.kind == KIND_STACK]
+                          + [(r.addr, r.end) for r in pre_regions if not any(lo <= r.addr < hi for lo, hi in arena)])
+    return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
+                    ranges, fp_types(ir), _outputs(pre, post))
+
+
+def _compared(pre_regions, post_regions):
+    """The post-state regions replay compares. Heap regions only where the pre-state holds
+    them (a block the kernel allocated is allocated elsewhere at replay; a page-tracked
+    capture leaves out what the allocator rewrote); globals and the caller's stack always;
+    runtime state (OpenMP's team and barrier blocks, a worker's TLS) never."""
+    heap = sorted((r.addr, r.end) for r in pre_regions if r.kind == KIND_HEAP)
+    starts = [lo for lo, _ in heap]
+
+    def held(r):
+        i = bisect.bisect_right(starts, r.addr) - 1
+        return i >= 0 and r.end <= heap[i][1]
+
+    return [r for r in post_regions
+            if r.kind in (KIND_GLOBAL, KIND_STACK) or (r.kind == KIND_HEAP and held(r))]
+
+
+def _outputs(pre, post):
+    """(address, pre-state bytes) of every compared range the kernel changed: what must be
+    put back between timed runs."""
+    starts = sorted((a, d) for a, d in pre)
+    keys = [a for a, _ in starts]
+    out = []
+    for addr, data in post:
+        i = bisect.bisect_right(keys, addr) - 1
+        if i < 0:
+            continue
+        base, whole = starts[i]
+        before = whole[addr - base:addr - base + len(data)]
+        if len(before) == len(data) and before != data:
+            out.append((addr, before))
+    return out
 
 
 def _page_ranges(spans):

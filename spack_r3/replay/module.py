@@ -92,17 +92,25 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
     bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
     if kernel not in bodies:
         raise KeyError("kernel %s is not defined in its module" % kernel)
-    keep, todo = set(), [kernel]
+    # keep: definitions the kernel reaches; reached: those and the declarations it reaches.
+    # Only reached declarations stay, so what replay must resolve is what the kernel calls,
+    # not what the rest of its unit (main, a timer library) calls.
+    recorded = set(recorded_globals)
+    keep, reached, todo = set(), set(), [kernel]
     while todo:
         n = todo.pop()
-        if n in keep or n not in bodies:
+        if n in reached:
+            continue
+        reached.add(n)
+        if n not in bodies:
             continue
         keep.add(n)
         body = bodies[n]
         if body.startswith("@"):
+            if n in recorded:
+                continue  # becomes an external declaration: its initializer is not kept
             body = body.split("=", 1)[1]  # the initializer of a global
         todo.extend(_ref_name(r) for r in _REF.findall(body))
-    recorded = set(recorded_globals)
     out, frees = [], False
     for kind, name, text in entities:
         if kind == "function":
@@ -124,6 +132,8 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
             elif name not in own_globals and not re.match(r"^@\S+ = [^=]*\bconstant\b", text):
                 raise UnreplayableError("it reaches %s, a global of another translation unit that the "
                                         "recording did not keep" % name)
+        elif kind == "declare" and name not in reached:
+            continue
         out.append(text)
     if frees:
         out.append("declare void @%s(ptr)" % REPLAY_FREE)

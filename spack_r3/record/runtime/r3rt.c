@@ -21,6 +21,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
@@ -29,12 +30,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "r3rt.h"
 
-_Static_assert(sizeof(struct r3_kinfo) == 13 * 8, "r3_kinfo ABI: 13 x 8 bytes");
+_Static_assert(sizeof(struct r3_kinfo) == 16 * 8, "r3_kinfo ABI: 16 x 8 bytes");
 _Static_assert(sizeof(struct r3_global) == 3 * 8, "r3_global ABI: 3 x 8 bytes");
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -76,6 +78,10 @@ static void write_all(int fd, const void *p, size_t n) {
   }
 }
 
+/* where warnings go: stderr, or in a snapshot process (whose stderr is closed so that the
+ * application's own output is not printed twice) a copy of the parent's stderr */
+static int g_warn_fd = 2;
+
 /* one line to stderr: "r3-record runtime: " + parts (NULL-terminated) + "\n" */
 static void warn(const char *first, ...) {
   char buf[1024];
@@ -88,7 +94,7 @@ static void warn(const char *first, ...) {
     for (const char *s = part; *s && n < sizeof buf - 2; s++) buf[n++] = (*s == '\n') ? ' ' : *s;
   va_end(ap);
   buf[n++] = '\n';
-  write_all(2, buf, n);
+  write_all(g_warn_fd, buf, n);
 }
 
 static char *fmt_u64(char *end, uint64_t v) { /* writes backwards, returns start */
@@ -229,11 +235,29 @@ typedef struct chunk {
 #define MADV_MIN (128u * 1024u)       /* give pages back when freeing chunks this large */
 #define LARGE_SCAN 64
 
+/* Two pools share the arena: the application's, growing up from the arena's base, and the
+ * runtimes' (the OpenMP runtime and the dynamic loader, see owner_of), growing up from the
+ * last sixteenth. Runtime state therefore never shares a page with application data: a
+ * page-tracked capture protects application pages only, and a futex in OpenMP's team state
+ * never lies on a protected page (the kernel would answer EFAULT, not fault). */
+struct pool {
+  uintptr_t base, top, end, peak;
+  chunk_t *free[NCLASS];
+};
+enum { POOL_APP, POOL_RT };
+static struct pool g_pool[2];
+
 static char g_lock;
-static uintptr_t g_base, g_end, g_top, g_top_peak;
+static uintptr_t g_base, g_end; /* the whole arena mapping */
 static uint64_t g_live, g_live_peak;
 static uint64_t g_page = 4096;
-static chunk_t *g_free[NCLASS];
+
+static inline struct pool *pool_of_addr(uintptr_t u) {
+  return u >= g_pool[POOL_RT].base ? &g_pool[POOL_RT] : &g_pool[POOL_APP];
+}
+
+/* allocator writes inside a page-tracked capture: see the tracker below */
+static void heap_event(uintptr_t lo, uintptr_t hi);
 
 static void heap_lock(void) {
   unsigned spins = 0;
@@ -259,7 +283,9 @@ static int rt_text_cb(struct dl_phdr_info *info, size_t sz, void *data) {
   const char *n = info->dlpi_name, *b = n;
   if (!n || !*n) return 0;
   for (const char *x = n; *x; x++) if (*x == '/') b = x + 1;
-  if (strncmp(b, "libomp", 6) && strncmp(b, "libgomp", 7) && strncmp(b, "libiomp", 7)) return 0;
+  /* the OpenMP runtimes, and the dynamic loader (it allocates each thread's TLS blocks and DTV) */
+  if (strncmp(b, "libomp", 6) && strncmp(b, "libgomp", 7) && strncmp(b, "libiomp", 7) && strncmp(b, "ld-", 3))
+    return 0;
   int nrt = __atomic_load_n(&g_nrt, __ATOMIC_RELAXED);
   for (int i = 0; i < info->dlpi_phnum && nrt < MAXRT; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -304,9 +330,10 @@ static inline int is_state(const chunk_t *c, unsigned st) {
 }
 
 static void push_free(chunk_t *c) { /* lock held; c->tag already FREE */
+  struct pool *pl = pool_of_addr((uintptr_t)c);
   int fc = floor_class(c->size);
-  *link_of(c) = g_free[fc];
-  g_free[fc] = c;
+  *link_of(c) = pl->free[fc];
+  pl->free[fc] = c;
 }
 
 static void arena_fail(uint64_t base, int err) {
@@ -341,8 +368,13 @@ static void arena_init_locked(void) {
     munmap(p, size);
     arena_fail(base, EEXIST);
   }
-  g_base = g_top = g_top_peak = base;
+  g_base = base;
   g_end = base + size;
+  uintptr_t rt = (base + size - size / 16) & ~(uintptr_t)(g_page - 1);
+  g_pool[POOL_APP].base = g_pool[POOL_APP].top = g_pool[POOL_APP].peak = base;
+  g_pool[POOL_APP].end = rt;
+  g_pool[POOL_RT].base = g_pool[POOL_RT].top = g_pool[POOL_RT].peak = rt;
+  g_pool[POOL_RT].end = base + size;
 }
 
 /* allocate a chunk with at least n user bytes; *was_zero tells whether they are all zero */
@@ -353,21 +385,23 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
   chunk_t *c = NULL;
   heap_lock();
   if (!g_base) arena_init_locked();
+  struct pool *pl = &g_pool[own ? POOL_RT : POOL_APP];
   if (s <= SMALL_MAX) {
     int ci = ceil_class(s);
     s = class_size(ci);
-    c = g_free[ci];
-    if (c) g_free[ci] = *link_of(c);
+    c = pl->free[ci];
+    if (c) pl->free[ci] = *link_of(c);
   } else {
     s = (s + g_page - 1) & ~(g_page - 1);
     int ci = floor_class(s);
-    chunk_t **pp = &g_free[ci];
+    chunk_t **pp = &pl->free[ci];
     for (int i = 0; *pp && i < LARGE_SCAN; i++, pp = link_of(*pp)) {
       if ((*pp)->size >= s) { c = *pp; *pp = *link_of(c); break; }
     }
     for (int j = ci + 1; !c && j < NCLASS; j++) {
-      if (g_free[j]) { c = g_free[j]; g_free[j] = *link_of(c); }
+      if (pl->free[j]) { c = pl->free[j]; pl->free[j] = *link_of(c); }
     }
+    if (c) heap_event((uintptr_t)c, (uintptr_t)c + c->size); /* before the split changes c->size */
     if (c && c->size - s >= SPLIT_MIN) {
       chunk_t *r = (chunk_t *)((char *)c + s);
       r->size = c->size - s;
@@ -377,13 +411,15 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
     }
   }
   if (c) {
+    heap_event((uintptr_t)c, (uintptr_t)c + c->size);
     *was_zero = (c->tag & F_ZERO) != 0;
     *link_of(c) = NULL; /* restores the zero word the free-list link used */
   } else {
-    if (s > g_end - g_top) { heap_unlock(); errno = ENOMEM; return NULL; }
-    c = (chunk_t *)g_top;
-    g_top += s;
-    if (g_top > g_top_peak) g_top_peak = g_top;
+    if (s > pl->end - pl->top) { heap_unlock(); errno = ENOMEM; return NULL; }
+    c = (chunk_t *)pl->top;
+    pl->top += s;
+    if (pl->top > pl->peak) pl->peak = pl->top;
+    heap_event((uintptr_t)c, (uintptr_t)c + s);
     c->size = s;
     *was_zero = 1;
   }
@@ -397,7 +433,9 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
 /* the chunk of a live user pointer, or NULL (lock held) */
 static chunk_t *live_chunk(void *p) {
   uintptr_t u = (uintptr_t)p;
-  if (!g_base || u < g_base + HDR || u >= g_top || (u & 15)) return NULL;
+  if (!g_base || u < g_base + HDR || u >= g_end || (u & 15)) return NULL;
+  struct pool *pl = pool_of_addr(u);
+  if (u < pl->base + HDR || u >= pl->top) return NULL;
   chunk_t *c = (chunk_t *)(u - HDR);
   return is_state(c, ST_LIVE) ? c : NULL;
 }
@@ -407,6 +445,7 @@ static void heap_free(void *p) {
   heap_lock();
   chunk_t *c = live_chunk(p);
   if (!c) { heap_unlock(); return; } /* outside the arena, double free, or foreign: ignore */
+  heap_event((uintptr_t)c, (uintptr_t)c + c->size);
   c->tag = TAG_MAGIC | ST_FREE;
   g_live -= c->size - HDR;
   if (c->size >= MADV_MIN) {
@@ -477,11 +516,13 @@ static void *heap_realloc(void *p, size_t n, unsigned own) {
     return NULL;
   }
   uint64_t old = c->size;
+  struct pool *pl = pool_of_addr((uintptr_t)c);
   if (s <= old) {
     if (old - s >= SPLIT_MIN) { /* large shrink: give the tail back */
       s = (s + 15) & ~15ull;
       chunk_t *r = (chunk_t *)((char *)c + s);
       r->size = old - s;
+      heap_event((uintptr_t)c, (uintptr_t)c + old);
       r->tag = TAG_MAGIC | ST_FREE;
       push_free(r);
       c->size = s;
@@ -490,9 +531,10 @@ static void *heap_realloc(void *p, size_t n, unsigned own) {
     heap_unlock();
     return p;
   }
-  if ((uintptr_t)c + old == g_top && s - old <= g_end - g_top) { /* last chunk: grow in place */
-    g_top = (uintptr_t)c + s;
-    if (g_top > g_top_peak) g_top_peak = g_top;
+  if ((uintptr_t)c + old == pl->top && s - old <= pl->end - pl->top) { /* last chunk: grow in place */
+    pl->top = (uintptr_t)c + s;
+    if (pl->top > pl->peak) pl->peak = pl->top;
+    heap_event((uintptr_t)c, (uintptr_t)c + s);
     c->size = s;
     g_live += s - old;
     if (g_live > g_live_peak) g_live_peak = g_live;
@@ -579,6 +621,7 @@ typedef struct {
   int fd, err;
   size_t n, cap;
   char *buf;
+  uint64_t total; /* bytes of image records emitted (emit_region) */
 } wbuf_t;
 
 static void wb_flush(wbuf_t *w) {
@@ -690,6 +733,9 @@ static struct {
   uint64_t max_bytes;
   uint64_t budget; /* all captures of this process together, bytes (pre + post) */
   uint64_t t_start;
+  int pages;           /* capture the pages a kernel touches (1), or the whole live heap (0) */
+  uint64_t fork_timeout_s; /* a snapshot process (capture inside a parallel region) may take this long */
+  int sampling;        /* time only a sample of the calls of short, frequent kernels */
 } cfg;
 
 static void config_load(void) {
@@ -734,6 +780,15 @@ static void config_load(void) {
     warn("bad R3_CAPTURE_BUDGET=", s, "; using 32G", NULL);
     cfg.budget = 32ull << 30;
   }
+  s = getenv("R3_CAPTURE_PAGES");
+  cfg.pages = !(s && !strcmp(s, "0"));
+  s = getenv("R3_PROBE_SAMPLING");
+  cfg.sampling = !(s && !strcmp(s, "0"));
+  cfg.fork_timeout_s = 120;
+  if ((s = getenv("R3_CAPTURE_TIMEOUT")) && *s && (parse_num(s, &cfg.fork_timeout_s, 0) || !cfg.fork_timeout_s)) {
+    warn("bad R3_CAPTURE_TIMEOUT=", s, "; using 120 (seconds)", NULL);
+    cfg.fork_timeout_s = 120;
+  }
 }
 
 static void config_once(void) {
@@ -769,47 +824,107 @@ static int selected(const char *name) {
 /* ------------------------------------------------------------------------- */
 /* probes                                                                      */
 /* ------------------------------------------------------------------------- */
+/* A probe writes no shared cache line: calls and times go to counters of the calling thread
+ * (one block per thread, found again at exit through a global list). A kernel called often
+ * and briefly is timed on a sample of its calls: after SAMPLE_AFTER calls on a thread, one
+ * whose calls took under SAMPLE_SHORT_NS on average is timed once every SAMPLE_PERIOD calls,
+ * and that call's time counts SAMPLE_PERIOD times (R3_PROBE_SAMPLING=0 times every call). */
 
 #define MAXDEPTH 256
+#define MAXK 4096
+#define SAMPLE_AFTER 1024
+#define SAMPLE_SHORT_NS 5000
+#define SAMPLE_PERIOD 32
+
+struct tcount { uint64_t calls, total_ns, self_ns, period; };
+struct tblock { struct tblock *next; struct tcount c[MAXK]; };
 
 struct frame {
   struct r3_kinfo *k;
   uint64_t start;   /* ns */
   uint64_t paused0; /* t_paused at start */
-  uint64_t child;   /* inclusive ns of nested kernels */
+  uint64_t child;   /* inclusive ns of nested kernels (as counted, i.e. scaled) */
+  uint64_t scale;   /* 0: this call is not timed; else its time counts this many times */
 };
 
 static TLS struct frame t_stack[MAXDEPTH];
 static TLS int t_depth;
-static TLS uint64_t t_paused;   /* ns this thread spent taking snapshots */
+static TLS uint64_t t_paused;    /* ns this thread spent taking snapshots */
 static TLS int t_cap_depth = -1; /* frame index of the capture in progress, -1 none */
+static TLS struct tblock *t_block;
+static TLS int t_block_failed;
 
 static struct r3_kinfo *g_kernels;
+static struct tblock *g_blocks;
+static int64_t g_nkernels;
 
+/* registered: 0 not yet, 1 being registered, 2 done (id and sel valid) */
 static void register_kernel(struct r3_kinfo *k) {
   int64_t zero = 0;
-  if (__atomic_load_n(&k->registered, __ATOMIC_ACQUIRE)) return;
-  if (!__atomic_compare_exchange_n(&k->registered, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (!__atomic_compare_exchange_n(&k->registered, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    while (__atomic_load_n(&k->registered, __ATOMIC_ACQUIRE) != 2) cpu_relax();
     return;
+  }
+  int64_t id = __atomic_fetch_add(&g_nkernels, 1, __ATOMIC_RELAXED);
+  k->id = id < MAXK ? id : -1; /* beyond MAXK: shared atomic counters */
+  k->sel = 0;
   struct r3_kinfo *head = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE);
   do { k->next = head; } while (!__atomic_compare_exchange_n(&g_kernels, &head, k, 1, __ATOMIC_RELEASE,
                                                                __ATOMIC_ACQUIRE));
+  __atomic_store_n(&k->registered, 2, __ATOMIC_RELEASE);
 }
 
-/* ---- captures (main thread only, one at a time) ---- */
+static struct tcount *tcount_of(const struct r3_kinfo *k) {
+  if (k->id < 0) return NULL;
+  struct tblock *b = t_block;
+  if (!b) {
+    if (t_block_failed) return NULL;
+    void *m = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { t_block_failed = 1; return NULL; }
+    b = (struct tblock *)m;
+    struct tblock *head = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE);
+    do { b->next = head; } while (!__atomic_compare_exchange_n(&g_blocks, &head, b, 1, __ATOMIC_RELEASE,
+                                                                 __ATOMIC_ACQUIRE));
+    t_block = b;
+  }
+  return &b->c[k->id];
+}
+
+/* how many calls of this kernel on this thread one timed call stands for (a power of two) */
+static inline uint64_t probe_period(struct tcount *tc, uint64_t n) {
+  if (tc->period) return tc->period;
+  if (!cfg.sampling) return tc->period = 1;
+  if (n < SAMPLE_AFTER) return 1;
+  return tc->period = (tc->total_ns < (uint64_t)SAMPLE_SHORT_NS * n) ? SAMPLE_PERIOD : 1;
+}
+
+/* ---- captures: one at a time, process-wide ----
+ * On the main thread outside parallel regions a capture is taken in this process. A call on
+ * another thread, or inside a parallel region, is captured in a snapshot process: the
+ * calling thread forks, the child (a consistent copy of memory at the call, with this thread
+ * only) records the call, runs the kernel and exits; the parent waits, then makes its own
+ * call. The application's run never sees a protected page or a half-taken snapshot. */
 
 static char g_wbuf[1 << 16];
+static int g_capturing; /* a capture is being taken */
+static int g_child;     /* this process is a snapshot process */
 static struct {
   struct r3_kinfo *k;
   int64_t instance;
   char tmp[PATHMAX], fin[PATHMAX];
-  uint64_t *slots;  /* copy of the argument slots */
+  uint64_t *slots;      /* copy of the argument slots */
   unsigned char *byval; /* byval contents at enter, concatenated */
   size_t scratch_len;
   void *scratch;
-  int failed;
   uintptr_t stack_lo, stack_hi; /* kind-4 region of this capture, empty when equal */
-} cap;
+  uintptr_t tls_lo;     /* above it (a worker thread's TLS and thread control block): kind 3 */
+  int pages;            /* page-tracked (1) or whole-heap (0) */
+  int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
+  uint64_t live_bytes;  /* live application heap at the call */
+  uint64_t written;     /* bytes of pre.bin + post.bin */
+  int worker;           /* called on a thread other than the main one, or in a parallel region */
+  int64_t threads;      /* OpenMP threads a parallel region in the kernel would get */
+} cap = {.pre_fd = -1};
 
 #define NWARN 64
 static struct r3_kinfo *g_skip_warned[NWARN];
@@ -840,42 +955,239 @@ static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, 
   wb_put(w, h, sizeof h);
   if (size) wb_put(w, data, size);
   if (size & 7) wb_put(w, zeros, 8 - (size & 7));
+  w->total += sizeof h + size + ((size & 7) ? 8 - (size & 7) : 0);
 }
 
-/* write a memory image: every live arena chunk (kind 1 or 3), the kernel's globals (kind 2)
- * and the capture's stack region (kind 4, if any) */
-static int write_image(const char *path, struct r3_kinfo *k) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf};
-  wb_put(&w, "R3MEM1\0\0", 8);
+/* every live chunk of one pool: kind 1 (application) or 3 (runtimes); -1 on a corrupt heap */
+static int emit_pool(wbuf_t *w, int which) {
+  struct pool *pl = &g_pool[which];
   heap_lock();
-  for (uintptr_t h = g_base; h < g_top && !w.err;) {
+  for (uintptr_t h = pl->base; h < pl->top && !w->err;) {
     chunk_t *c = (chunk_t *)h;
     uint64_t sz = c->size;
-    if (sz < HDR || (sz & 15) || sz > g_top - h) {
+    if (sz < HDR || (sz & 15) || sz > pl->top - h) {
       heap_unlock();
       warn("arena heap is corrupt (bad chunk header); capture abandoned", NULL);
-      close(fd);
-      return EIO;
+      return -1;
     }
     if (is_state(c, ST_LIVE))
-      emit_region(&w, h + HDR, sz - HDR, (c->tag & F_RT) ? R3_KIND_RUNTIME : R3_KIND_HEAP, c + 1);
+      emit_region(w, h + HDR, sz - HDR, (which == POOL_RT || (c->tag & F_RT)) ? R3_KIND_RUNTIME : R3_KIND_HEAP, c + 1);
     h += sz;
   }
   heap_unlock();
-  for (int64_t i = 0; i < k->nglobals && k->globals && !w.err; i++) {
+  return 0;
+}
+
+/* what every image holds besides application heap: the runtimes' chunks, the kernel's
+ * globals, the capture's stack region */
+static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
+  if (emit_pool(w, POOL_RT)) { w->err = EIO; return; }
+  for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
     const struct r3_global *g = &k->globals[i];
     if (!g->addr || g->size <= 0) continue;
-    emit_region(&w, (uint64_t)(uintptr_t)g->addr, (uint64_t)g->size, R3_KIND_GLOBAL, g->addr);
+    emit_region(w, (uint64_t)(uintptr_t)g->addr, (uint64_t)g->size, R3_KIND_GLOBAL, g->addr);
   }
-  if (cap.stack_hi > cap.stack_lo && !w.err)
-    emit_region(&w, cap.stack_lo, cap.stack_hi - cap.stack_lo, R3_KIND_STACK, (const void *)cap.stack_lo);
+  if (cap.stack_hi > cap.stack_lo && !w->err) {
+    uintptr_t mid = cap.tls_lo > cap.stack_lo && cap.tls_lo < cap.stack_hi ? cap.tls_lo : cap.stack_hi;
+    emit_region(w, cap.stack_lo, mid - cap.stack_lo, R3_KIND_STACK, (const void *)cap.stack_lo);
+    if (mid < cap.stack_hi && !w->err)
+      emit_region(w, mid, cap.stack_hi - mid, R3_KIND_RUNTIME, (const void *)mid);
+  }
+}
+
+/* a whole-heap memory image: every live arena chunk, globals, stack */
+static int write_image(const char *path, struct r3_kinfo *k) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
+  wb_put(&w, "R3MEM1\0\0", 8);
+  w.total = 8;
+  if (emit_pool(&w, POOL_APP)) w.err = EIO;
+  if (!w.err) emit_fixed(&w, k);
   wb_flush(&w);
   int err = w.err;
   if (close(fd) && !err) err = errno;
+  cap.written += w.total;
   return err;
 }
+
+/* ---- touched pages ----
+ * A page-tracked capture protects the application pool's pages (PROT_NONE) when the kernel
+ * is called; the first access to a page faults, the handler copies the page as it was (its
+ * pre-state) and opens it. At exit, pre.bin gets those copies and post.bin the same pages
+ * as they are, less the byte ranges the allocator rewrote during the call (chunks the kernel
+ * allocated or freed: replay allocates elsewhere and ignores frees of recorded memory). */
+
+#define MAX_EVENTS (1 << 16)
+static struct {
+  int active, failed;
+  char lock;
+  uintptr_t lo, hi;
+  unsigned char *bits; /* one byte a page */
+  char *mirror;        /* pre-state copies, at the page's offset from lo */
+  size_t bits_len, mirror_len;
+  uint64_t touched;    /* pages */
+  uintptr_t (*ev)[2];
+  size_t nev, ev_len;
+  int ev_overflow;
+  struct sigaction old;
+} trk;
+
+static void heap_event(uintptr_t lo, uintptr_t hi) { /* heap lock held */
+  if (!__atomic_load_n(&trk.active, __ATOMIC_RELAXED) || hi <= trk.lo || lo >= trk.hi) return;
+  if (trk.nev >= MAX_EVENTS) { trk.ev_overflow = 1; return; }
+  trk.ev[trk.nev][0] = lo;
+  trk.ev[trk.nev][1] = hi;
+  trk.nev++;
+}
+
+static void trk_fault(int sig, siginfo_t *si, void *uc) {
+  uintptr_t a = (uintptr_t)si->si_addr;
+  if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
+    int saved = errno;
+    uintptr_t p = a & ~(uintptr_t)(g_page - 1);
+    size_t i = (p - trk.lo) / g_page;
+    while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
+    if (!trk.bits[i]) {
+      /* read-only while copying, so another thread's write waits for the copy */
+      if (mprotect((void *)p, g_page, PROT_READ) == 0) {
+        memcpy(trk.mirror + (p - trk.lo), (const void *)p, g_page);
+        if (mprotect((void *)p, g_page, PROT_READ | PROT_WRITE) == 0) {
+          trk.bits[i] = 1;
+          trk.touched++;
+        }
+      }
+      if (!trk.bits[i]) {
+        /* out of mappings (scattered pages split the arena into too many): open every page;
+         * the pre-state of pages not yet copied is lost, so this capture is abandoned */
+        mprotect((void *)trk.lo, trk.hi - trk.lo, PROT_READ | PROT_WRITE);
+        trk.failed = 1;
+        __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
+      }
+    }
+    __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
+    errno = saved;
+    return;
+  }
+  /* not ours: the application's handler, or the default action */
+  if ((trk.old.sa_flags & SA_SIGINFO) && trk.old.sa_sigaction) {
+    trk.old.sa_sigaction(sig, si, uc);
+  } else if (trk.old.sa_handler != SIG_DFL && trk.old.sa_handler != SIG_IGN) {
+    trk.old.sa_handler(sig);
+  } else {
+    signal(SIGSEGV, SIG_DFL); /* the faulting access runs again and kills as it would have */
+  }
+}
+
+static void *map_scratch(size_t len) {
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return m == MAP_FAILED ? NULL : m;
+}
+
+static void trk_free(void) {
+  if (trk.bits) munmap(trk.bits, trk.bits_len);
+  if (trk.mirror) munmap(trk.mirror, trk.mirror_len);
+  if (trk.ev) munmap(trk.ev, trk.ev_len);
+  trk.bits = NULL;
+  trk.mirror = NULL;
+  trk.ev = NULL;
+}
+
+static int trk_begin(void) {
+  heap_lock();
+  uintptr_t lo = g_pool[POOL_APP].base, hi = (g_pool[POOL_APP].top + g_page - 1) & ~(uintptr_t)(g_page - 1);
+  trk.lo = lo;
+  trk.hi = hi;
+  trk.touched = trk.nev = 0;
+  trk.ev_overflow = trk.failed = 0;
+  trk.bits_len = ((hi - lo) / g_page + g_page) & ~(size_t)(g_page - 1);
+  trk.mirror_len = hi > lo ? hi - lo : g_page;
+  trk.ev_len = sizeof(uintptr_t[2]) * MAX_EVENTS;
+  trk.bits = map_scratch(trk.bits_len);
+  trk.mirror = map_scratch(trk.mirror_len);
+  trk.ev = map_scratch(trk.ev_len);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = trk_fault;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  if (!trk.bits || !trk.mirror || !trk.ev || sigaction(SIGSEGV, &sa, &trk.old)) {
+    heap_unlock();
+    trk_free();
+    return -1;
+  }
+  __atomic_store_n(&trk.active, 1, __ATOMIC_RELEASE);
+  if (hi > lo && mprotect((void *)lo, hi - lo, PROT_NONE)) {
+    __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
+    heap_unlock();
+    sigaction(SIGSEGV, &trk.old, NULL);
+    trk_free();
+    return -1;
+  }
+  heap_unlock();
+  return 0;
+}
+
+static void trk_end(void) {
+  heap_lock();
+  if (trk.hi > trk.lo) mprotect((void *)trk.lo, trk.hi - trk.lo, PROT_READ | PROT_WRITE);
+  __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
+  heap_unlock();
+  while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax(); /* handlers in flight */
+  __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
+  sigaction(SIGSEGV, &trk.old, NULL);
+}
+
+/* the allocator's ranges, sorted and merged (shell sort: no malloc, no qsort) */
+static void trk_sort_events(void) {
+  size_t n = trk.nev;
+  for (size_t gap = n / 2; gap > 0; gap /= 2)
+    for (size_t i = gap; i < n; i++) {
+      uintptr_t a = trk.ev[i][0], b = trk.ev[i][1];
+      size_t j = i;
+      for (; j >= gap && trk.ev[j - gap][0] > a; j -= gap) {
+        trk.ev[j][0] = trk.ev[j - gap][0];
+        trk.ev[j][1] = trk.ev[j - gap][1];
+      }
+      trk.ev[j][0] = a;
+      trk.ev[j][1] = b;
+    }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (m && trk.ev[i][0] <= trk.ev[m - 1][1]) {
+      if (trk.ev[i][1] > trk.ev[m - 1][1]) trk.ev[m - 1][1] = trk.ev[i][1];
+    } else {
+      trk.ev[m][0] = trk.ev[i][0];
+      trk.ev[m][1] = trk.ev[i][1];
+      m++;
+    }
+  }
+  trk.nev = m;
+}
+
+/* touched pages as runs: pre (from the copies) or post (live, less the allocator's ranges) */
+static void trk_emit(wbuf_t *w, int post) {
+  size_t npages = (trk.hi - trk.lo) / g_page, e = 0;
+  for (size_t i = 0; i < npages && !w->err;) {
+    if (!trk.bits[i]) { i++; continue; }
+    size_t j = i;
+    while (j < npages && trk.bits[j]) j++;
+    uintptr_t a = trk.lo + i * g_page, b = trk.lo + j * g_page;
+    if (!post) {
+      emit_region(w, a, b - a, R3_KIND_HEAP, trk.mirror + (a - trk.lo));
+    } else {
+      while (e < trk.nev && trk.ev[e][1] <= a) e++;
+      uintptr_t x = a;
+      for (size_t f = e; f < trk.nev && trk.ev[f][0] < b && !w->err; f++) {
+        if (trk.ev[f][0] > x) emit_region(w, x, trk.ev[f][0] - x, R3_KIND_HEAP, (const void *)x);
+        if (trk.ev[f][1] > x) x = trk.ev[f][1];
+      }
+      if (x < b && !w->err) emit_region(w, x, b - x, R3_KIND_HEAP, (const void *)x);
+    }
+    i = j;
+  }
+}
+
 
 static int64_t nargs_of(const struct r3_kinfo *k) {
   return k->nargs < 0 ? 0 : (k->nargs > 65536 ? 65536 : k->nargs);
@@ -884,10 +1196,10 @@ static int64_t nargs_of(const struct r3_kinfo *k) {
 /* ---- the caller's stack (kind 4) ----
  * A kernel may receive pointers into its callers' frames: C local arrays, C++ objects passed
  * by reference, struct-return (sret) buffers. Replay maps the recorded stack range at its
- * recorded address, so one region from the lowest such pointer up to the top of the main
- * thread's stack (its outermost frame) keeps them valid. It lies above the kernel's own frames (and above the
- * noinline probe wrapper's), so between enter and exit only the kernel's writes through its
- * arguments change it: pre and post images hold it at the same address and size. */
+ * recorded address, so one region from the lowest such pointer up to the top of the thread's
+ * stack (its outermost frame) keeps them valid. It lies above the kernel's own frames (and
+ * above the noinline probe wrapper's), so between enter and exit only the kernel's writes
+ * through its arguments change it: pre and post images hold it at the same address and size. */
 #define STACK_MAX (64ull << 20)
 
 /* the end of the mapping holding address a, from /proc/self/maps (read(2), no malloc), or 0 */
@@ -951,13 +1263,36 @@ static uintptr_t main_stack_top(void) {
   return top;
 }
 
-/* choose the kind-4 region for a capture of k with these argument slots (main thread);
+
+/* the thread pointer: on x86-64 the static TLS blocks lie just below it, the thread control
+ * block at it; both sit at the top of a thread's stack mapping, above its frames */
+static uintptr_t thread_pointer(void) {
+#if defined(__x86_64__)
+  uintptr_t tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  return tp;
+#else
+  return 0;
+#endif
+}
+
+static size_t g_tls_static; /* bytes of static TLS of all loaded modules, found once */
+static int tls_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+  (void)sz; (void)data;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_TLS)
+      g_tls_static += (info->dlpi_phdr[i].p_memsz + 63) & ~(size_t)63;
+  return 0;
+}
+
+/* choose the kind-4 region for a capture of k with these argument slots;
  * -1: the region is too large, and a capture without it would not replay, so none is taken */
-static int stack_region(struct r3_kinfo *k, const uint64_t *slots) {
-  cap.stack_lo = cap.stack_hi = 0;
+static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thread) {
+  cap.stack_lo = cap.stack_hi = cap.tls_lo = 0;
   int64_t na = nargs_of(k);
   if (!slots || !na) return 0;
-  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), top = main_stack_top(), lo = UINTPTR_MAX;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo = UINTPTR_MAX;
+  uintptr_t top = main_thread ? main_stack_top() : mapping_end(sp);
   if (!top || top <= sp) return 0;
   for (int64_t i = 0; i < na; i++) {
     if (k->byval_sizes && k->byval_sizes[i] > 0) continue; /* saved with the arguments */
@@ -974,11 +1309,22 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots) {
   }
   cap.stack_lo = lo;
   cap.stack_hi = top;
+  if (!main_thread) {
+    /* a worker's TLS (errno, the OpenMP runtime's thread data) changes with whatever the
+     * thread does: restored, never compared */
+    uintptr_t tp = thread_pointer();
+    if (tp > lo && tp < top) {
+      if (!g_tls_static) dl_iterate_phdr(tls_cb, NULL);
+      uintptr_t t = tp - g_tls_static - 4096;
+      cap.tls_lo = t > lo ? t & ~(uintptr_t)15 : lo;
+    }
+  }
   return 0;
 }
 
 static void cleanup_tmp(void) {
   static const char *files[] = {"pre.bin", "post.bin", "meta.json"};
+  if (cap.pre_fd >= 0) { close(cap.pre_fd); cap.pre_fd = -1; }
   for (int i = 0; i < 3; i++) {
     char p[PATHMAX];
     path_t b = {p, 0, sizeof p, 0};
@@ -993,67 +1339,83 @@ static void cleanup_tmp(void) {
 static uint64_t g_budget_used;
 static int g_budget_warned;
 
-/* should this call be captured? (cheap checks first) */
+enum { CAP_NONE, CAP_HERE, CAP_FORK };
+
+static void release_capture(void) { __atomic_store_n(&g_capturing, 0, __ATOMIC_RELEASE); }
+
+/* should this call be captured, and where? (cheap checks first; a yes holds g_capturing) */
 static int want_capture(struct r3_kinfo *k) {
-  if (!cfg.have_dir || cfg.capture_none) return 0;
-  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 0;
-  if (t_cap_depth >= 0) return 0;
-  if (!selected(k->name)) return 0;
-  if ((pid_t)syscall(SYS_gettid) != getpid()) return 0;
-  omp_int_fn in_parallel = omp_fn(0);
-  if (in_parallel && in_parallel()) return 0;
+  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return CAP_NONE;
+  if (!cfg.have_dir || cfg.capture_none || g_child || t_cap_depth >= 0) return CAP_NONE;
+  int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
+  if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
+  if (sel != 1 || __atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) return CAP_NONE;
+  int whole = !cfg.pages || (k->flags & R3_KFLAG_WHOLE_HEAP);
   uint64_t live = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
-  if (live > cfg.max_bytes) {
+  if (whole && live > cfg.max_bytes) {
     int i;
     for (i = 0; i < NWARN && g_skip_warned[i]; i++)
-      if (g_skip_warned[i] == k) return 0;
+      if (g_skip_warned[i] == k) return CAP_NONE;
     if (i < NWARN) g_skip_warned[i] = k;
     char a[32], b[32];
     warn("not capturing ", k->name ? k->name : "?", ": live heap of ", fmt_u64(a + sizeof a, live),
          " bytes exceeds R3_MAX_CAPTURE_BYTES=", fmt_u64(b + sizeof b, cfg.max_bytes), NULL);
-    return 0;
+    return CAP_NONE;
   }
-  /* every capture writes the live heap twice: stop before the disk fills up */
-  if (g_budget_used + 2 * live > cfg.budget) {
+  /* a whole-heap capture writes the live heap twice; a page-tracked one is charged when done */
+  if (g_budget_used + (whole ? 2 * live : 0) >= cfg.budget) {
     if (!__atomic_exchange_n(&g_budget_warned, 1, __ATOMIC_RELAXED)) {
       char b[32];
       warn("capture budget R3_CAPTURE_BUDGET=", fmt_u64(b + sizeof b, cfg.budget),
            " bytes is spent; no further kernels are captured (record fewer with --kernel)", NULL);
     }
-    return 0;
+    return CAP_NONE;
   }
-  g_budget_used += 2 * live; /* main thread only: captures are taken there */
-  return 1;
+  int zero = 0;
+  if (!__atomic_compare_exchange_n(&g_capturing, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return CAP_NONE;
+  int here = (pid_t)syscall(SYS_gettid) == getpid();
+  omp_int_fn in_parallel = omp_fn(0);
+  if (here && in_parallel && in_parallel()) here = 0;
+  return here ? CAP_HERE : CAP_FORK;
 }
 
-static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) {
-  uint64_t t0 = now_ns();
-  int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
-  pid_t pid = getpid();
-  char dir[PATHMAX];
-  path_t b = {dir, 0, sizeof dir, 0};
+static void capture_paths(struct r3_kinfo *k, int64_t inst, pid_t pid, char *dir, path_t *t, path_t *f) {
+  path_t b = {dir, 0, PATHMAX, 0};
   pa(&b, cfg.dir);
   pa(&b, "/captures");
+  pa(t, dir); pa(t, "/.tmp-"); sanitize_name(t, k->name); pa(t, "-"); pa_u(t, (uint64_t)inst);
+  pa(t, "-"); pa_u(t, (uint64_t)pid);
+  pa(f, dir); pa(f, "/"); sanitize_name(f, k->name); pa(f, "-"); pa_u(f, (uint64_t)inst);
+  pa(f, "-"); pa_u(f, (uint64_t)pid);
+  if (b.ovf) t->ovf = 1;
+}
+
+/* start capturing instance inst of k: argument copies, pre-state; 0 if the capture runs */
+static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, int64_t inst, int main_thread) {
+  char dir[PATHMAX];
   path_t t = {cap.tmp, 0, sizeof cap.tmp, 0}, f = {cap.fin, 0, sizeof cap.fin, 0};
-  pa(&t, dir); pa(&t, "/.tmp-"); sanitize_name(&t, k->name); pa(&t, "-"); pa_u(&t, (uint64_t)inst);
-  pa(&t, "-"); pa_u(&t, (uint64_t)pid);
-  pa(&f, dir); pa(&f, "/"); sanitize_name(&f, k->name); pa(&f, "-"); pa_u(&f, (uint64_t)inst);
-  pa(&f, "-"); pa_u(&f, (uint64_t)pid);
-  if (b.ovf || t.ovf || f.ovf) { warn("capture path too long; not capturing ", k->name, NULL); goto out; }
+  capture_paths(k, inst, getpid(), dir, &t, &f);
+  if (t.ovf || f.ovf) { warn("capture path too long; not capturing ", k->name, NULL); return -1; }
   if (mkdir_p(dir) || (mkdir(cap.tmp, 0755) && errno != EEXIST)) {
     warn("cannot create ", cap.tmp, ": ", strerror(errno), NULL);
-    goto out;
+    return -1;
   }
   cap.k = k;
   cap.instance = inst;
-  cap.failed = 0;
   cap.scratch = NULL;
   cap.scratch_len = 0;
   cap.slots = NULL;
   cap.byval = NULL;
-  if (stack_region(k, slots) < 0) {
+  cap.written = 0;
+  cap.pre_fd = -1;
+  cap.worker = g_child;
+  if (!g_child) cap.threads = 0; /* a snapshot process was told before the fork */
+  cap.live_bytes = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
+  cap.pages = cfg.pages && !(k->flags & R3_KFLAG_WHOLE_HEAP);
+  if (stack_region(k, slots, main_thread) < 0) {
     cleanup_tmp();
-    goto out;
+    return -1;
   }
   int64_t na = nargs_of(k);
   uint64_t need = (uint64_t)na * 8;
@@ -1065,7 +1427,7 @@ static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) 
     if (m == MAP_FAILED) {
       warn("cannot save arguments of ", k->name, ": ", strerror(errno), NULL);
       cleanup_tmp();
-      goto out;
+      return -1;
     }
     cap.scratch = m;
     cap.scratch_len = len;
@@ -1083,16 +1445,40 @@ static void capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth) 
   char pre[PATHMAX];
   path_t p = {pre, 0, sizeof pre, 0};
   pa(&p, cap.tmp); pa(&p, "/pre.bin");
-  int err = p.ovf ? ENAMETOOLONG : write_image(pre, k);
+  int err = 0;
+  if (p.ovf) err = ENAMETOOLONG;
+  else if (!cap.pages) err = write_image(pre, k);
+  else {
+    /* the runtimes' chunks, globals and stack now; the touched pages when the call returns */
+    int fd = open(pre, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) err = errno;
+    else {
+      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
+      wb_put(&w, "R3MEM1\0\0", 8);
+      w.total = 8;
+      emit_fixed(&w, k);
+      wb_flush(&w);
+      err = w.err;
+      cap.written += w.total;
+      cap.pre_fd = fd;
+      if (!err && trk_begin()) {
+        warn("cannot track the pages ", k->name, " touches; capturing the whole heap", NULL);
+        close(fd);
+        cap.pre_fd = -1;
+        cap.pages = 0;
+        cap.written = 0;
+        err = write_image(pre, k);
+      }
+    }
+  }
   if (err) {
     warn("cannot write ", pre, ": ", strerror(err), NULL);
     cleanup_tmp();
     if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
-    goto out;
+    return -1;
   }
   t_cap_depth = depth;
-out:
-  t_paused += now_ns() - t0;
+  return 0;
 }
 
 static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t incl) {
@@ -1118,11 +1504,17 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   if (k->ret_size > 0 && ret) wb_hexbytes(w, ret, (size_t)k->ret_size);
   else wb_s(w, "null");
   omp_int_fn max_threads = omp_fn(1);
-  wb_s(w, ", \"threads\": "); wb_i(w, max_threads ? max_threads() : 1);
+  wb_s(w, ", \"threads\": "); wb_i(w, cap.threads ? cap.threads : (max_threads ? max_threads() : 1));
   wb_s(w, ", \"instance_ns\": "); wb_u(w, incl);
   wb_s(w, ", \"arena_base\": "); wb_hex(w, g_base);
-  wb_s(w, ", \"arena_end\": "); wb_hex(w, __atomic_load_n(&g_top, __ATOMIC_RELAXED));
-  wb_s(w, ", \"globals\": [");
+  wb_s(w, ", \"arena_end\": "); wb_hex(w, __atomic_load_n(&g_pool[POOL_APP].top, __ATOMIC_RELAXED));
+  wb_s(w, ", \"runtime_base\": "); wb_hex(w, g_pool[POOL_RT].base);
+  wb_s(w, ", \"runtime_end\": "); wb_hex(w, __atomic_load_n(&g_pool[POOL_RT].top, __ATOMIC_RELAXED));
+  wb_s(w, ", \"memory\": {\"mode\": "); wb_jstr(w, cap.pages ? "pages" : "heap");
+  wb_s(w, ", \"live_bytes\": "); wb_u(w, cap.live_bytes);
+  wb_s(w, ", \"touched_bytes\": "); wb_u(w, cap.pages ? trk.touched * g_page : cap.live_bytes);
+  wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
+  wb_s(w, "}, \"globals\": [");
   for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
     const struct r3_global *g = &k->globals[i];
     if (i) wb_s(w, ", ");
@@ -1134,64 +1526,218 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   wb_s(w, "]}\n");
 }
 
-static void capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
-  uint64_t t0 = now_ns();
+/* finish the capture: post-state, meta, rename; 0 on success */
+static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   char p[PATHMAX];
   path_t b = {p, 0, sizeof p, 0};
-  pa(&b, cap.tmp); pa(&b, "/post.bin");
-  int err = write_image(p, k);
+  int err = 0;
+  if (cap.pages) {
+    trk_end();
+    if (trk.failed || trk.ev_overflow) {
+      warn("capture of ", k->name, trk.failed ? ": its touched pages are too scattered to track"
+                                              : ": it allocates too often to track", "; its next call is captured whole",
+           NULL);
+      k->flags |= R3_KFLAG_WHOLE_HEAP;
+      __atomic_fetch_sub(&k->captured, 1, __ATOMIC_RELAXED); /* this instance did not count */
+      err = -1;
+    } else if (trk.touched * g_page > cfg.max_bytes) {
+      char a[32], c[32];
+      warn("capture of ", k->name, " dropped: it touched ", fmt_u64(a + sizeof a, trk.touched * g_page),
+           " bytes, more than R3_MAX_CAPTURE_BYTES=", fmt_u64(c + sizeof c, cfg.max_bytes), NULL);
+      err = -1;
+    } else {
+      trk_sort_events();
+      wbuf_t w = {cap.pre_fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
+      trk_emit(&w, 0);
+      wb_flush(&w);
+      err = w.err;
+      cap.written += w.total;
+      if (close(cap.pre_fd) && !err) err = errno;
+      cap.pre_fd = -1;
+      pa(&b, cap.tmp); pa(&b, "/post.bin");
+      int fd = err ? -1 : open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (!err && fd < 0) err = errno;
+      if (fd >= 0) {
+        wbuf_t v = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
+        wb_put(&v, "R3MEM1\0\0", 8);
+        v.total = 8;
+        trk_emit(&v, 1);
+        if (!v.err) emit_fixed(&v, k);
+        wb_flush(&v);
+        err = v.err;
+        cap.written += v.total;
+        if (close(fd) && !err) err = errno;
+      }
+    }
+  } else {
+    pa(&b, cap.tmp); pa(&b, "/post.bin");
+    err = write_image(p, k);
+  }
   if (!err) {
     b.n = 0;
     pa(&b, cap.tmp); pa(&b, "/meta.json");
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) err = errno;
     else {
-      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf};
+      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
       write_meta(&w, k, ret, incl);
       wb_flush(&w);
       err = w.err;
       if (close(fd) && !err) err = errno;
     }
   }
+  if (!err && g_budget_used + cap.written > cfg.budget) { /* charged when its size is known */
+    char c[32];
+    warn("capture of ", k->name, " dropped: capture budget R3_CAPTURE_BUDGET=", fmt_u64(c + sizeof c, cfg.budget),
+         " bytes is spent; no further kernels are captured (record fewer with --kernel)", NULL);
+    g_budget_warned = 1;
+    g_budget_used = cfg.budget;
+    err = -2;
+  }
   if (!err && rename(cap.tmp, cap.fin)) err = errno;
   if (err) {
-    warn("capture of ", k->name, " failed: ", strerror(err), NULL);
+    if (err > 0) warn("capture of ", k->name, " failed: ", strerror(err), NULL);
     cleanup_tmp();
+  } else {
+    g_budget_used += cap.written;
   }
+  if (cap.pages) trk_free();
   if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
   cap.scratch = NULL;
-  cap.stack_lo = cap.stack_hi = 0;
+  cap.stack_lo = cap.stack_hi = cap.tls_lo = 0;
   t_cap_depth = -1;
+  return err;
+}
+
+static uint64_t file_size(const char *dir, const char *name) {
+  char p[PATHMAX];
+  path_t b = {p, 0, sizeof p, 0};
+  pa(&b, dir); pa(&b, "/"); pa(&b, name);
+  struct stat st;
+  return (!b.ovf && stat(p, &st) == 0) ? (uint64_t)st.st_size : 0;
+}
+
+/* capture this call in a snapshot process (see above); returns in the parent once the child
+ * is done, and in the child ready to run the kernel */
+static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth) {
+  uint64_t t0 = now_ns();
+  int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
+  int main_thread = (pid_t)syscall(SYS_gettid) == getpid();
+  omp_int_fn in_parallel = omp_fn(0), max_threads = omp_fn(1);
+  /* nested parallel regions are inactive by default: one thread inside a parallel region */
+  int64_t threads = (in_parallel && in_parallel()) ? 1 : (max_threads ? max_threads() : 1);
+  int errfd = fcntl(g_warn_fd, F_DUPFD_CLOEXEC, 3);
+  pid_t pid = fork();
+  if (pid == 0) {
+    g_child = 1;
+    cap.threads = threads;
+    if (errfd >= 0) g_warn_fd = errfd;
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul >= 0) { dup2(nul, 1); dup2(nul, 2); close(nul); } /* the application's output: once */
+    if (capture_begin(k, slots, depth, inst, main_thread)) _exit(3);
+    return;
+  }
+  if (errfd >= 0) close(errfd);
+  if (pid < 0) {
+    warn("cannot start a snapshot process to capture ", k->name, ": ", strerror(errno), NULL);
+  } else {
+    int status = 0, timed_out = 0;
+    uint64_t deadline = t0 + cfg.fork_timeout_s * 1000000000ull;
+    struct timespec ts = {0, 100000};
+    for (;;) {
+      pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) break;
+      if (r < 0 && errno != EINTR) { status = 0; break; } /* reaped by the application */
+      if (now_ns() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        timed_out = 1;
+        break;
+      }
+      nanosleep(&ts, NULL);
+      if (ts.tv_nsec < 20000000) ts.tv_nsec *= 2;
+    }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    if (code == 5) {
+      g_budget_used = cfg.budget; /* the child found the budget spent, and said so */
+    } else if (code == 4) {
+      /* the child dropped its capture and said why */
+    } else if (timed_out || WIFSIGNALED(status) || code) {
+      char s[32];
+      warn("capture of ", k->name, " in a snapshot process failed: ",
+           timed_out ? "timed out (R3_CAPTURE_TIMEOUT)" : WIFSIGNALED(status) ? "killed by signal " : "exit status ",
+           timed_out ? "" : fmt_u64(s + sizeof s, (uint64_t)(WIFSIGNALED(status) ? WTERMSIG(status)
+                                                                                  : WEXITSTATUS(status))), NULL);
+    } else {
+      char dir[PATHMAX], tmp[PATHMAX], fin[PATHMAX];
+      path_t t = {tmp, 0, sizeof tmp, 0}, f = {fin, 0, sizeof fin, 0};
+      capture_paths(k, inst, pid, dir, &t, &f);
+      if (!f.ovf) g_budget_used += file_size(fin, "pre.bin") + file_size(fin, "post.bin");
+    }
+  }
+  release_capture();
   t_paused += now_ns() - t0;
 }
 
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
-  config_once();
-  register_kernel(k);
-  __atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&k->registered, __ATOMIC_ACQUIRE) != 2) {
+    config_once();
+    register_kernel(k);
+  }
+  struct tcount *tc = tcount_of(k);
+  uint64_t n = tc ? tc->calls++ : (uint64_t)__atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
   int d = t_depth++;
   if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
   struct frame *f = &t_stack[d];
   f->k = k;
   f->child = 0;
-  if (want_capture(k)) capture_begin(k, slots, d);
-  f->paused0 = t_paused;
-  f->start = now_ns();
+  uint64_t period = tc ? probe_period(tc, n) : 1;
+  f->scale = (n & (period - 1)) ? 0 : period;
+  int where = want_capture(k);
+  if (where != CAP_NONE) {
+    uint64_t t0 = now_ns();
+    if (!f->scale) f->scale = 1; /* a captured call is always timed */
+    if (where == CAP_FORK) {
+      capture_forked(k, slots, d);
+    } else {
+      int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
+      if (capture_begin(k, slots, d, inst, 1)) release_capture();
+      t_paused += now_ns() - t0;
+    }
+  }
+  if (f->scale) {
+    f->paused0 = t_paused;
+    f->start = now_ns();
+  }
 }
 
 void __r3_exit(struct r3_kinfo *k, const void *ret) {
-  uint64_t end = now_ns();
   int d = --t_depth;
   if (d < 0) { t_depth = 0; return; } /* unbalanced exit */
   if (d >= MAXDEPTH) return;
   struct frame *f = &t_stack[d];
-  uint64_t span = end - f->start, paused = t_paused - f->paused0;
-  uint64_t incl = span > paused ? span - paused : 0;
-  uint64_t self = incl > f->child ? incl - f->child : 0;
-  __atomic_fetch_add(&k->total_ns, (int64_t)incl, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&k->self_ns, (int64_t)self, __ATOMIC_RELAXED);
-  if (d > 0) t_stack[d - 1].child += incl;
-  if (t_cap_depth == d) capture_end(k, ret, incl);
+  uint64_t incl = 0;
+  if (f->scale) {
+    uint64_t span = now_ns() - f->start, paused = t_paused - f->paused0;
+    incl = span > paused ? span - paused : 0;
+    uint64_t self = incl > f->child ? incl - f->child : 0, sc = f->scale;
+    struct tcount *tc = tcount_of(k);
+    if (tc) {
+      tc->total_ns += incl * sc;
+      tc->self_ns += self * sc;
+    } else {
+      __atomic_fetch_add(&k->total_ns, (int64_t)(incl * sc), __ATOMIC_RELAXED);
+      __atomic_fetch_add(&k->self_ns, (int64_t)(self * sc), __ATOMIC_RELAXED);
+    }
+    if (d > 0) t_stack[d - 1].child += incl * sc;
+  }
+  if (t_cap_depth == d) {
+    uint64_t t0 = now_ns();
+    int err = capture_end(k, ret, incl);
+    if (g_child) _exit(err == 0 ? 0 : err == -2 ? 5 : 4); /* the snapshot process is done (see capture_forked) */
+    release_capture();
+    t_paused += now_ns() - t0;
+  }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1208,7 +1754,7 @@ static int g_profile_written;
 
 __attribute__((destructor(101))) static void r3_fini(void) {
   config_once();
-  if (!cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
+  if (g_child || !cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
   uint64_t app_ns = now_ns() - cfg.t_start;
   pid_t pid = getpid();
   char tmp[PATHMAX], fin[PATHMAX], buf[8192];
@@ -1221,23 +1767,36 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   if (mkdir_p(dir)) { warn("cannot create ", cfg.dir, ": ", strerror(errno), NULL); return; }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) { warn("cannot write ", tmp, ": ", strerror(errno), NULL); return; }
-  wbuf_t w = {fd, 0, 0, sizeof buf, buf};
+  wbuf_t w = {fd, 0, 0, sizeof buf, buf, 0};
   wb_s(&w, "{\"pid\": "); wb_u(&w, (uint64_t)pid);
   wb_s(&w, ", \"app_ns\": "); wb_u(&w, app_ns);
   wb_s(&w, ", \"arena_peak_bytes\": "); wb_u(&w, __atomic_load_n(&g_live_peak, __ATOMIC_RELAXED));
   wb_s(&w, ", \"arena_used_bytes\": ");
-  wb_u(&w, g_base ? __atomic_load_n(&g_top_peak, __ATOMIC_RELAXED) - g_base : 0);
+  wb_u(&w, g_base ? __atomic_load_n(&g_pool[POOL_APP].peak, __ATOMIC_RELAXED) - g_base : 0);
   wb_s(&w, ", \"arena_base\": "); wb_hex(&w, g_base);
   wb_s(&w, ", \"kernels\": [");
   int first = 1;
   for (struct r3_kinfo *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE); k; k = k->next) {
+    uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
+    uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
+    uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
+    int sampled = 0;
+    if (k->id >= 0)
+      for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
+        const struct tcount *c = &b->c[k->id];
+        calls += c->calls;
+        total += c->total_ns;
+        self += c->self_ns;
+        sampled |= c->period > 1;
+      }
     if (!first) wb_s(&w, ",");
     first = 0;
     wb_s(&w, "\n  {\"name\": "); wb_jstr(&w, k->name);
     wb_s(&w, ", \"tu_dir\": "); wb_jstr(&w, k->tu_dir);
-    wb_s(&w, ", \"calls\": "); wb_i(&w, __atomic_load_n(&k->calls, __ATOMIC_RELAXED));
-    wb_s(&w, ", \"total_ns\": "); wb_i(&w, __atomic_load_n(&k->total_ns, __ATOMIC_RELAXED));
-    wb_s(&w, ", \"self_ns\": "); wb_i(&w, __atomic_load_n(&k->self_ns, __ATOMIC_RELAXED));
+    wb_s(&w, ", \"calls\": "); wb_u(&w, calls);
+    wb_s(&w, ", \"total_ns\": "); wb_u(&w, total);
+    wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
+    wb_s(&w, ", \"sampled\": "); wb_s(&w, sampled ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");
   }
