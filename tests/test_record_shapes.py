@@ -13,12 +13,12 @@ import os
 import pytest
 
 from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.data import OK, Variant
 from spack_r3.errors import R3Error
 from spack_r3.record.libstate import unreplayable_reason
 from spack_r3.replay.libraries import cxx_runtime
 from spack_r3.replay.module import declared_functions, extract_kernel
 from spack_r3.replay.server import ReplayServer
-from spack_r3.data import OK, Variant
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess

@@ -139,7 +139,7 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     tree = os.path.join(run_dir, "src")
     record_dir = os.path.join(run_dir, "record")
     say("copying %s to %s" % (source, tree))
-    shutil.copytree(source, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "*.o"))
+    shutil.copytree(source, tree, symlinks=True, ignore=_copy_filter(workspace.root))
     os.makedirs(record_dir)
 
     # What a --build command can use: $R3_CC / $R3_CXX (launcher + compiler, for Make),
@@ -186,6 +186,20 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         })
     hotness.sort(key=lambda h: -h["self_s"])
     return RecordResult(run_dir, captures, hotness, app_s)
+
+
+def _copy_filter(workspace_root):
+    """What the copy of a source tree leaves out: VCS data, objects, and the workspace itself
+    when it lies inside the tree (the copy would otherwise copy itself without end)."""
+    patterns = shutil.ignore_patterns(".git", "*.o")
+    inside = os.path.realpath(workspace_root)
+
+    def ignore(directory, names):
+        skip = set(patterns(directory, names))
+        skip |= {n for n in names if os.path.realpath(os.path.join(directory, n)) == inside}
+        return skip
+
+    return ignore
 
 
 def _source_of(tu_dir):

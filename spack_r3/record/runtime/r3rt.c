@@ -610,8 +610,9 @@ void *pvalloc(size_t n) {
 
 size_t malloc_usable_size(void *p) { return usable_size(p); }
 
-static void atfork_prepare(void) { heap_lock(); }
-static void atfork_release(void) { heap_unlock(); }
+static void trk_lock_for_fork(int take);
+static void atfork_prepare(void) { heap_lock(); trk_lock_for_fork(1); }
+static void atfork_release(void) { trk_lock_for_fork(0); heap_unlock(); }
 
 /* ------------------------------------------------------------------------- */
 /* buffered output to a file descriptor                                        */
@@ -906,7 +907,10 @@ static inline uint64_t probe_period(struct tcount *tc, uint64_t n) {
  * call. The application's run never sees a protected page or a half-taken snapshot. */
 
 static char g_wbuf[1 << 16];
-static int g_capturing; /* a capture is being taken */
+/* One capture in this process and one snapshot process at a time; a snapshot may be taken
+ * while this process captures (a kernel called in a parallel loop of the captured driver). */
+static int g_capturing; /* an in-process capture is being taken */
+static int g_forking;   /* a snapshot process is running */
 static int g_child;     /* this process is a snapshot process */
 static struct {
   struct r3_kinfo *k;
@@ -916,8 +920,8 @@ static struct {
   unsigned char *byval; /* byval contents at enter, concatenated */
   size_t scratch_len;
   void *scratch;
-  uintptr_t stack_lo, stack_hi; /* kind-4 region of this capture, empty when equal */
-  uintptr_t tls_lo;     /* above it (a worker thread's TLS and thread control block): kind 3 */
+  int nstk;             /* kind-4 regions: the calling thread's stack, the main thread's */
+  struct { uintptr_t lo, hi, tls_lo; } stk[2]; /* above tls_lo (a worker's TLS and thread block): kind 3 */
   int pages;            /* page-tracked (1) or whole-heap (0) */
   int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
   uint64_t live_bytes;  /* live application heap at the call */
@@ -987,11 +991,11 @@ static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
     if (!g->addr || g->size <= 0) continue;
     emit_region(w, (uint64_t)(uintptr_t)g->addr, (uint64_t)g->size, R3_KIND_GLOBAL, g->addr);
   }
-  if (cap.stack_hi > cap.stack_lo && !w->err) {
-    uintptr_t mid = cap.tls_lo > cap.stack_lo && cap.tls_lo < cap.stack_hi ? cap.tls_lo : cap.stack_hi;
-    emit_region(w, cap.stack_lo, mid - cap.stack_lo, R3_KIND_STACK, (const void *)cap.stack_lo);
-    if (mid < cap.stack_hi && !w->err)
-      emit_region(w, mid, cap.stack_hi - mid, R3_KIND_RUNTIME, (const void *)mid);
+  for (int i = 0; i < cap.nstk && !w->err; i++) {
+    uintptr_t lo = cap.stk[i].lo, hi = cap.stk[i].hi, t = cap.stk[i].tls_lo;
+    uintptr_t mid = t > lo && t < hi ? t : hi;
+    emit_region(w, lo, mid - lo, R3_KIND_STACK, (const void *)lo);
+    if (mid < hi && !w->err) emit_region(w, mid, hi - mid, R3_KIND_RUNTIME, (const void *)mid);
   }
 }
 
@@ -1032,6 +1036,11 @@ static struct {
   int ev_overflow;
   struct sigaction old;
 } trk;
+
+static void trk_lock_for_fork(int take) {
+  if (take) while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
+  else __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
+}
 
 static void heap_event(uintptr_t lo, uintptr_t hi) { /* heap lock held */
   if (!__atomic_load_n(&trk.active, __ATOMIC_RELAXED) || hi <= trk.lo || lo >= trk.hi) return;
@@ -1138,6 +1147,15 @@ static void trk_end(void) {
   sigaction(SIGSEGV, &trk.old, NULL);
 }
 
+/* in a snapshot process forked during this process's own page-tracked capture: open every
+ * page again and forget that capture (the parent goes on with it) */
+static void trk_abandon(void) {
+  if (trk.hi > trk.lo) mprotect((void *)trk.lo, trk.hi - trk.lo, PROT_READ | PROT_WRITE);
+  __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
+  sigaction(SIGSEGV, &trk.old, NULL);
+  trk_free();
+}
+
 /* the allocator's ranges, sorted and merged (shell sort: no malloc, no qsort) */
 static void trk_sort_events(void) {
   size_t n = trk.nev;
@@ -1203,7 +1221,8 @@ static int64_t nargs_of(const struct r3_kinfo *k) {
 #define STACK_MAX (64ull << 20)
 
 /* the end of the mapping holding address a, from /proc/self/maps (read(2), no malloc), or 0 */
-static uintptr_t mapping_end(uintptr_t a) {
+/* main_stack (if not NULL): set when that mapping is the main thread's stack */
+static uintptr_t mapping_end(uintptr_t a, int *main_stack) {
   char buf[4096], line[512];
   size_t ln = 0;
   uintptr_t found = 0;
@@ -1236,7 +1255,10 @@ static uintptr_t mapping_end(uintptr_t a) {
         if (v < 0) { ok = 0; break; }
         hi = hi * 16 + (uint64_t)v;
       }
-      if (ok && d && lo <= a && a < hi) found = (uintptr_t)hi;
+      if (ok && d && lo <= a && a < hi) {
+        found = (uintptr_t)hi;
+        if (main_stack) *main_stack = strstr(s, "[stack]") != NULL;
+      }
     }
     if (found) break;
   }
@@ -1258,7 +1280,7 @@ static uintptr_t main_stack_top(void) {
     if (&__libc_stack_end && (uintptr_t)__libc_stack_end > here)
       top = ((uintptr_t)__libc_stack_end + 15) & ~(uintptr_t)15;
     else
-      top = mapping_end(here);
+      top = mapping_end(here, NULL);
   }
   return top;
 }
@@ -1276,47 +1298,59 @@ static uintptr_t thread_pointer(void) {
 #endif
 }
 
-static size_t g_tls_static; /* bytes of static TLS of all loaded modules, found once */
+/* the lowest address of the calling thread's static TLS blocks (every loaded module's) */
 static int tls_cb(struct dl_phdr_info *info, size_t sz, void *data) {
-  (void)sz; (void)data;
-  for (int i = 0; i < info->dlpi_phnum; i++)
-    if (info->dlpi_phdr[i].p_type == PT_TLS)
-      g_tls_static += (info->dlpi_phdr[i].p_memsz + 63) & ~(size_t)63;
+  uintptr_t *low = (uintptr_t *)data;
+  if (sz >= offsetof(struct dl_phdr_info, dlpi_tls_data) + sizeof info->dlpi_tls_data && info->dlpi_tls_data &&
+      (uintptr_t)info->dlpi_tls_data < *low)
+    *low = (uintptr_t)info->dlpi_tls_data;
   return 0;
 }
 
-/* choose the kind-4 region for a capture of k with these argument slots;
- * -1: the region is too large, and a capture without it would not replay, so none is taken */
+/* choose the kind-4 regions for a capture of k with these argument slots: from the lowest
+ * argument pointing into the calling thread's stack up to its top, and likewise for the main
+ * thread's stack when a worker gets pointers into it (a driver's locals shared with its
+ * parallel loop); -1: a region is too large, and a capture without it would not replay */
 static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thread) {
-  cap.stack_lo = cap.stack_hi = cap.tls_lo = 0;
+  cap.nstk = 0;
   int64_t na = nargs_of(k);
   if (!slots || !na) return 0;
-  uintptr_t sp = (uintptr_t)__builtin_frame_address(0), lo = UINTPTR_MAX;
-  uintptr_t top = main_thread ? main_stack_top() : mapping_end(sp);
-  if (!top || top <= sp) return 0;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t own_top = main_thread ? main_stack_top() : mapping_end(sp, NULL);
+  uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, top[2] = {own_top, main_thread ? 0 : main_stack_top()};
   for (int64_t i = 0; i < na; i++) {
     if (k->byval_sizes && k->byval_sizes[i] > 0) continue; /* saved with the arguments */
     uintptr_t v = (uintptr_t)slots[i];
-    if (v > sp && v < top && v < lo) lo = v;
+    if (!v || (v >= g_base && v < g_end)) continue;
+    if (v > sp && v < own_top) {
+      if (v < lo[0]) lo[0] = v;
+    } else if (top[1] && v < top[1] && v < lo[1]) {
+      int main_stack = 0;
+      if (mapping_end(v, &main_stack) && main_stack) lo[1] = v;
+    }
   }
-  if (lo == UINTPTR_MAX) return 0;
-  lo &= ~(uintptr_t)15;
-  if (top - lo > STACK_MAX) {
-    char a[32];
-    warn("not capturing ", k->name ? k->name : "?", ": an argument points ", fmt_u64(a + sizeof a, top - lo),
-         " bytes below the stack top (more than 64 MiB of stack to record)", NULL);
-    return -1;
-  }
-  cap.stack_lo = lo;
-  cap.stack_hi = top;
-  if (!main_thread) {
-    /* a worker's TLS (errno, the OpenMP runtime's thread data) changes with whatever the
-     * thread does: restored, never compared */
-    uintptr_t tp = thread_pointer();
-    if (tp > lo && tp < top) {
-      if (!g_tls_static) dl_iterate_phdr(tls_cb, NULL);
-      uintptr_t t = tp - g_tls_static - 4096;
-      cap.tls_lo = t > lo ? t & ~(uintptr_t)15 : lo;
+  for (int g = 0; g < 2; g++) {
+    if (lo[g] == UINTPTR_MAX || !top[g]) continue;
+    uintptr_t l = lo[g] & ~(uintptr_t)15;
+    if (top[g] - l > STACK_MAX) {
+      char a[32];
+      warn("not capturing ", k->name ? k->name : "?", ": an argument points ", fmt_u64(a + sizeof a, top[g] - l),
+           " bytes below the stack top (more than 64 MiB of stack to record)", NULL);
+      return -1;
+    }
+    int n = cap.nstk++;
+    cap.stk[n].lo = l;
+    cap.stk[n].hi = top[g];
+    cap.stk[n].tls_lo = 0;
+    if (g == 0 && !main_thread) {
+      /* a worker's TLS (errno, the OpenMP runtime's thread data) changes with whatever the
+       * thread does: restored, never compared */
+      uintptr_t tp = thread_pointer(), low = tp;
+      if (tp > l && tp < top[g]) {
+        dl_iterate_phdr(tls_cb, &low);
+        uintptr_t t = (low - 64) & ~(uintptr_t)15; /* a little below: alignment padding */
+        cap.stk[n].tls_lo = t > l ? t : l;
+      }
     }
   }
   return 0;
@@ -1341,7 +1375,7 @@ static int g_budget_warned;
 
 enum { CAP_NONE, CAP_HERE, CAP_FORK };
 
-static void release_capture(void) { __atomic_store_n(&g_capturing, 0, __ATOMIC_RELEASE); }
+static void release_capture(int *flag) { __atomic_store_n(flag, 0, __ATOMIC_RELEASE); }
 
 /* should this call be captured, and where? (cheap checks first; a yes holds g_capturing) */
 static int want_capture(struct r3_kinfo *k) {
@@ -1349,7 +1383,7 @@ static int want_capture(struct r3_kinfo *k) {
   if (!cfg.have_dir || cfg.capture_none || g_child || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
-  if (sel != 1 || __atomic_load_n(&g_capturing, __ATOMIC_RELAXED)) return CAP_NONE;
+  if (sel != 1) return CAP_NONE;
   int whole = !cfg.pages || (k->flags & R3_KFLAG_WHOLE_HEAP);
   uint64_t live = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
   if (whole && live > cfg.max_bytes) {
@@ -1371,12 +1405,11 @@ static int want_capture(struct r3_kinfo *k) {
     }
     return CAP_NONE;
   }
-  int zero = 0;
-  if (!__atomic_compare_exchange_n(&g_capturing, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-    return CAP_NONE;
   int here = (pid_t)syscall(SYS_gettid) == getpid();
   omp_int_fn in_parallel = omp_fn(0);
   if (here && in_parallel && in_parallel()) here = 0;
+  int zero = 0, *flag = here ? &g_capturing : &g_forking;
+  if (!__atomic_compare_exchange_n(flag, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return CAP_NONE;
   return here ? CAP_HERE : CAP_FORK;
 }
 
@@ -1599,12 +1632,12 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
     if (err > 0) warn("capture of ", k->name, " failed: ", strerror(err), NULL);
     cleanup_tmp();
   } else {
-    g_budget_used += cap.written;
+    __atomic_fetch_add(&g_budget_used, cap.written, __ATOMIC_RELAXED);
   }
   if (cap.pages) trk_free();
   if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
   cap.scratch = NULL;
-  cap.stack_lo = cap.stack_hi = cap.tls_lo = 0;
+  cap.nstk = 0;
   t_cap_depth = -1;
   return err;
 }
@@ -1630,6 +1663,8 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
   pid_t pid = fork();
   if (pid == 0) {
     g_child = 1;
+    if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE)) trk_abandon(); /* the parent's capture, not ours */
+    cap.pre_fd = -1;
     cap.threads = threads;
     if (errfd >= 0) g_warn_fd = errfd;
     int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -1672,10 +1707,11 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
       char dir[PATHMAX], tmp[PATHMAX], fin[PATHMAX];
       path_t t = {tmp, 0, sizeof tmp, 0}, f = {fin, 0, sizeof fin, 0};
       capture_paths(k, inst, pid, dir, &t, &f);
-      if (!f.ovf) g_budget_used += file_size(fin, "pre.bin") + file_size(fin, "post.bin");
+      if (!f.ovf) __atomic_fetch_add(&g_budget_used, file_size(fin, "pre.bin") + file_size(fin, "post.bin"),
+                                     __ATOMIC_RELAXED);
     }
   }
-  release_capture();
+  release_capture(&g_forking);
   t_paused += now_ns() - t0;
 }
 
@@ -1701,7 +1737,7 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
       capture_forked(k, slots, d);
     } else {
       int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
-      if (capture_begin(k, slots, d, inst, 1)) release_capture();
+      if (capture_begin(k, slots, d, inst, 1)) release_capture(&g_capturing);
       t_paused += now_ns() - t0;
     }
   }
@@ -1735,7 +1771,7 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
     uint64_t t0 = now_ns();
     int err = capture_end(k, ret, incl);
     if (g_child) _exit(err == 0 ? 0 : err == -2 ? 5 : 4); /* the snapshot process is done (see capture_forked) */
-    release_capture();
+    release_capture(&g_capturing);
     t_paused += now_ns() - t0;
   }
 }
