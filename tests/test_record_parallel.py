@@ -1,0 +1,160 @@
+"""Record the shapes of OpenMP proxy apps: a hot function called inside a parallel loop,
+a driver whose parallel loop has a dynamic schedule and a reduction, a heap far larger
+than what the kernels touch, and a kernel that reads input into the heap.
+
+The hot function is captured in a snapshot process (one thread's call, with what it
+touches, including the caller's locals on that thread's stack and the driver's locals on
+the main thread's stack); the driver in the application's own process, its pages tracked.
+"""
+
+import json
+import os
+import subprocess
+
+from spack_r3.capture import list_captures
+from spack_r3.workspace import Workspace
+
+from test_record_replay import r3
+
+XS_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { long n; double *energy; double *xs; } grid_t;
+
+static unsigned long hash(unsigned long x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdUL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53UL; x ^= x >> 33;
+  return x;
+}
+
+/* binary search, then interpolate 5 channels into out[] (a local array of the caller) */
+void lookup(const grid_t *g, double e, double *out) {
+  long lo = 0, hi = g->n - 1;
+  while (hi - lo > 1) {
+    long mid = (lo + hi) / 2;
+    if (g->energy[mid] > e) hi = mid; else lo = mid;
+  }
+  double f = (e - g->energy[lo]) / (g->energy[hi] - g->energy[lo]);
+  for (int c = 0; c < 5; c++) out[c] = g->xs[lo * 5 + c] + f * (g->xs[hi * 5 + c] - g->xs[lo * 5 + c]);
+}
+
+void simulate(const grid_t *g, long lookups, double *results) {
+  unsigned long verification = 0;
+#pragma omp parallel for schedule(dynamic, 100) reduction(+ : verification)
+  for (long i = 0; i < lookups; i++) {
+    double local[5];
+    double e = (hash(i) % 1000000) / 1000000.0;
+    lookup(g, e, local);
+    double best = local[0]; int arg = 0;
+    for (int c = 1; c < 5; c++) if (local[c] > best) { best = local[c]; arg = c; }
+    results[i] = best;
+    verification += arg + 1;
+  }
+  results[lookups] = (double)verification;
+}
+
+/* reads its input into the heap: the system writes there, so no page may be protected */
+void load(const char *path, double *to, long n) {
+  FILE *f = fopen(path, "rb");
+  long got = 0;
+  while (f && got < n) {
+    size_t r = fread(to + got, sizeof(double), n - got, f);
+    if (!r) break;
+    got += (long)r;
+  }
+  if (f) fclose(f);
+}
+
+int main(int argc, char **argv) {
+  long n = atol(argv[1]), lookups = atol(argv[2]);
+  grid_t g = {n, malloc(n * sizeof(double)), malloc(5 * n * sizeof(double))};
+  for (long i = 0; i < n; i++) g.energy[i] = (double)i / (n - 1);
+  FILE *f = fopen("xs.dat", "wb");
+  for (long i = 0; i < 5 * n; i++) { double v = (hash(i + 7) % 1000) / 1000.0; fwrite(&v, 8, 1, f); }
+  fclose(f);
+  char *ballast = malloc(32 << 20);  /* live, never touched by a kernel */
+  for (long i = 0; i < (32 << 20); i++) ballast[i] = (char)hash(i);
+  load("xs.dat", g.xs, 5 * n);
+  double *results = calloc(lookups + 1, sizeof(double));
+  simulate(&g, lookups, results);
+  double s = 0;
+  for (long i = 0; i < lookups; i++) s += results[i];
+  printf("sum %.17g verification %.0f ballast %d\n", s, results[lookups], ballast[12345]);
+  free(ballast);
+  return 0;
+}
+"""
+
+N, LOOKUPS = 20000, 200000
+
+
+def _record(tmp_path, ws):
+    src = tmp_path / "xs"
+    src.mkdir()
+    (src / "xs.c").write_text(XS_C)
+    (src / "Makefile").write_text("xs: xs.c\n\t$(CC) -O2 -fopenmp -o xs xs.c\n")
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    old = os.environ.copy()
+    os.environ.update(env)
+    try:
+        assert r3("--workspace", ws, "record", "--source", src, "--run", "./xs %d %d" % (N, LOOKUPS)) == 0
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return {c.kernel: c for c in list_captures(Workspace(ws))}
+
+
+def _replay(ws, capture, capsys):
+    code = r3("--workspace", ws, "replay", capture.id, "--json")
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if out.strip() else {})
+
+
+def test_parallel_shapes_record_and_replay(tmp_path, clang, capsys):
+    ws = str(tmp_path / "ws")
+    caps = _record(tmp_path, ws)
+    capsys.readouterr()
+    assert {"lookup", "simulate", "load"} <= set(caps)
+
+    # the hot function, called inside the parallel loop: one thread's call, in a snapshot process
+    lookup = caps["lookup"]
+    assert lookup.memory["thread"] == "worker" and lookup.memory["mode"] == "pages"
+    assert lookup.app["calls"] == LOOKUPS  # every call counted, though timed on a sample
+    # it touched a handful of pages of the grid, nothing of the 32 MiB ballast
+    assert lookup.memory["touched_bytes"] <= 64 * 4096 < lookup.memory["live_bytes"]
+    code, ev = _replay(ws, lookup, capsys)
+    assert code == 0 and ev["verified"], ev
+
+    # the driver: dynamic schedule and a reduction, replayed with OpenMP in the worker
+    simulate = caps["simulate"]
+    assert simulate.memory["thread"] == "main" and simulate.launch["openmp"]
+    reads_writes = (N + 5 * N + LOOKUPS + 1) * 8  # energy, xs, results
+    assert simulate.memory["touched_bytes"] <= 1.2 * reads_writes
+    assert simulate.memory["live_bytes"] > (32 << 20) + reads_writes
+    code, ev = _replay(ws, simulate, capsys)
+    assert code == 0 and ev["verified"], ev
+
+    # the input reader: captured whole-heap (no protected page may meet fread), and refused
+    load = caps["load"]
+    assert load.memory["mode"] == "heap"
+    assert load.unreplayable and "fread" in load.unreplayable
+
+
+def test_snapshots_leave_the_application_run_unchanged(tmp_path, clang):
+    """The recorded binary prints the same with captures (and snapshot processes) as without."""
+    ws = str(tmp_path / "ws")
+    _record(tmp_path, ws)
+    runs = [d for d in os.listdir(os.path.join(ws, "runs"))]
+    tree = os.path.join(ws, "runs", runs[0], "src")
+    outputs = []
+    for capture in ("*", "none"):
+        env = dict(os.environ, OMP_NUM_THREADS="2", R3_RECORD_DIR=str(tmp_path / ("rec-" + capture[0])),
+                   R3_CAPTURE=capture)
+        proc = subprocess.run(["./xs", str(N), str(LOOKUPS)], cwd=tree, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert "r3-record runtime" not in proc.stderr
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("sum ")
+    assert len(os.listdir(tmp_path / "rec-*" / "captures")) == 3  # load, simulate, lookup
+    assert not (tmp_path / "rec-n" / "captures").exists()
