@@ -8,7 +8,12 @@ For each demo application and its hottest kernel, side by side in one run:
 and the cost of recording: the application's run time under record (probes,
 arena heap, captures) over its plain -O3 -march=native run time.
 
-Writes bench/replay.json. Usage: scripts/bench_replay.py [--trials 3] [--out bench/replay.json]
+A second section records programs of our own shaped like the public proxy apps (a hot
+function called inside an OpenMP parallel loop, kernels next to main, C++ OpenMP methods),
+replays every capture, and reports the share of application time that replays verified,
+capture bytes against the live heap, and the recording overhead.
+
+Writes bench/replay.json. Usage: scripts/bench_replay.py [--trials 3] [--out bench/replay.json] [--no-shapes]
 """
 
 import argparse
@@ -95,6 +100,80 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
         "rebuild": spread(rebuild), "replay": spread(replay),
         "replay_compile_s": ev.compile_s, "replay_kernel_median_s": ev.time_median_s,
         "in_app_instance_s": cap.instance_s,
+        "capture_bytes": sum(os.path.getsize(os.path.join(cap_dir, n)) for n in ("pre.bin", "post.bin")),
+        "touched_bytes": cap.memory.get("touched_bytes"), "live_heap_bytes": cap.memory.get("live_bytes"),
+        "plain_run": spread(plain_runs), "record_run": spread(record_runs),
+        "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)),
+    }
+
+
+# ---- real-code shapes: our own programs shaped like the public proxy apps that failed ----
+# (the test suite's programs, run at sizes where a run takes about a second)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import test_record_parallel as parallel_shapes  # noqa: E402
+import test_record_shapes as shapes  # noqa: E402
+
+SHAPES = [
+    # name, files, build (sees $R3_CC/$R3_CXX or plain CC/CXX), run
+    ("xs-proxy (C, OpenMP, Monte Carlo)", {"xs.c": parallel_shapes.XS_C,
+                                           "Makefile": "xs: xs.c\n\t$(CC) -O3 -fopenmp -o xs xs.c\n"},
+     "make CC=%(cc)s", "./xs 200000 4000000"),
+    ("polybench-like (C, kernels next to main)", {"support.h": shapes.SUPPORT_H, "support.c": shapes.SUPPORT_C,
+                                                  "bench.c": shapes.BENCH_C, "Makefile": shapes.BENCH_MAKEFILE},
+     "make CC=%(cc)s", "./bench"),
+    ("smoother (C++, OpenMP methods)", {"smooth.h": shapes.SMOOTH_H, "smooth.cpp": shapes.SMOOTH_CPP,
+                                        "main.cpp": shapes.SMOOTH_MAIN, "Makefile": shapes.SMOOTH_MAKEFILE},
+     "make CXX=%(cxx)s", "./smooth"),
+]
+
+
+def bench_shape(name, files, build, run, clang, ws, trials, say):
+    """Record one program; replay every capture; capture bytes against live heap; overhead."""
+    src = tempfile.mkdtemp(prefix="bench-shape-")
+    for fname, text in files.items():
+        with open(os.path.join(src, fname), "w") as f:
+            f.write(text)
+    clangxx = clang.replace("clang", "clang++", 1)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    say("%s: recording" % name)
+    before = {c.id for c in list_captures(ws)}
+    rec = record(ws, src, run, build=build % {"cc": "\"$R3_CC\"", "cxx": "\"$R3_CXX\""})
+    caps = [c for c in list_captures(ws) if c.id not in before and c.id in {x.id for x in rec.captures}]
+    plain = tempfile.mkdtemp(prefix="bench-shape-plain-")
+    shutil.rmtree(plain)
+    shutil.copytree(src, plain)
+    timed(build % {"cc": "'%s -march=native'" % clang, "cxx": "'%s -march=native'" % clangxx}, plain, env)
+    recorded_tree = os.path.join(rec.run_dir, "src")
+    plain_runs, record_runs = [], []
+    for t in range(trials):
+        say("%s: overhead trial %d/%d" % (name, t + 1, trials))
+        plain_runs.append(timed(run, plain, env))
+        with tempfile.TemporaryDirectory() as rd:
+            record_runs.append(timed(run, recorded_tree, dict(env, R3_RECORD_DIR=rd, R3_CAPTURE="*")))
+    kernels = []
+    with ReplayServer() as server:
+        for c in caps:
+            cap_dir = ws.capture_dir(c.id)
+            files_bytes = sum(os.path.getsize(os.path.join(cap_dir, n)) for n in ("pre.bin", "post.bin"))
+            try:
+                ev = server.submit(cap_dir, Variant(), repeat=1)
+                status = "verified" if ev.ok and ev.verified else ev.status
+                detail = ev.diagnostics
+            except Exception as err:  # refused: the reason is the result
+                status, detail = "refused", str(err)
+            kernels.append({"kernel": c.kernel, "share": c.app.get("share") or 0.0, "status": status,
+                            "detail": detail[:200], "thread": c.memory.get("thread"), "mode": c.memory.get("mode"),
+                            "capture_bytes": files_bytes, "touched_bytes": c.memory.get("touched_bytes"),
+                            "live_heap_bytes": c.memory.get("live_bytes")})
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(plain, ignore_errors=True)
+    hot = [h for h in rec.hotness if (h["share"] or 0) > 0.01]
+    return {
+        "program": name, "run": run, "kernels": kernels,
+        "share_verified": sum(k["share"] for k in kernels if k["status"] == "verified"),
+        "share_refused": sum(k["share"] for k in kernels if k["status"] == "refused"),
+        "share_failed": sum(k["share"] for k in kernels if k["status"] not in ("verified", "refused")),
+        "hot_uncaptured": [h["kernel"] for h in hot if not h["capture"]],
         "plain_run": spread(plain_runs), "record_run": spread(record_runs),
         "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)),
     }
@@ -105,6 +184,7 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "replay.json"))
     ap.add_argument("--demo", action="append", help="only these demos")
+    ap.add_argument("--no-shapes", action="store_true", help="skip the real-code shapes section")
     args = ap.parse_args()
     clang = find_clang()
     say = lambda msg: print("==> " + msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -115,6 +195,7 @@ def main():
             if args.demo and name not in args.demo:
                 continue
             rows.append(bench_demo(name, run, kernel, clang, ws, args.trials, say))
+        real = [] if args.no_shapes else [bench_shape(*spec, clang, ws, args.trials, say) for spec in SHAPES]
     ratios = [r["ratio"] for r in rows]
     result = {
         "change": {"rebuild_cflags": CHANGE_CFLAGS, "replay_pipeline": CHANGE_SPEC},
@@ -124,15 +205,31 @@ def main():
         "ratio_min": min(ratios),
         "ratio_geomean": statistics.geometric_mean(ratios),
         "record_overhead": max(r["record_overhead"] for r in rows),
+        "real_code_shapes": real,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead"],
+    print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead", "capture", "live heap"],
                 [[r["kernel"], "%.3fs" % r["rebuild_s"], "%.3fs" % r["replay_s"], "%.1fx" % r["ratio"],
-                  "%.2fx" % r["record_overhead"]] for r in rows]))
+                  "%.2fx" % r["record_overhead"], _mib(r["capture_bytes"]), _mib(r["live_heap_bytes"])]
+                 for r in rows]))
+    for p in real:
+        print("\n%s (%s): recording overhead %.2fx [%.2f..%.2f s recorded, %.2f s plain]; app time in captured "
+              "kernels: %.0f%% verified, %.0f%% refused, %.0f%% failed; hot kernels not captured: %s"
+              % (p["program"], p["run"], p["record_overhead"], p["record_run"]["min"], p["record_run"]["max"],
+                 p["plain_run"]["median"], 100 * p["share_verified"], 100 * p["share_refused"],
+                 100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none"))
+        print(table(["kernel", "thread", "share", "replay", "capture", "touched", "live heap"],
+                    [[k["kernel"][:40], k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
+                      _mib(k["capture_bytes"]), _mib(k["touched_bytes"]), _mib(k["live_heap_bytes"])]
+                     for k in p["kernels"]]))
     print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
           % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"]))
+
+
+def _mib(n):
+    return "-" if n is None else "%.2f MiB" % (n / 2 ** 20)
 
 
 if __name__ == "__main__":

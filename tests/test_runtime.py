@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import stat
 import struct
 import subprocess
@@ -681,3 +682,59 @@ def test_truncated_capture_image(kernel_exe, tmp_path):
         memimage.read_regions(pre)
     assert "truncated at byte %d" % (size - 5) in str(info.value)
     assert str(pre) in str(info.value)
+
+
+SNAPSHOT_PROG = r"""
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+struct r3_kinfo {
+  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
+  int64_t nglobals; const void *globals; int64_t ret_size;
+  int64_t calls, total_ns, self_ns, captured, registered;
+  void *next;
+  int64_t flags, id, sel;
+};
+void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
+void __r3_exit(struct r3_kinfo *k, const void *ret);
+static struct r3_kinfo K = {"misbehave", "/tmp/tu", 1, NULL, 0, NULL, 0};
+static pid_t app;
+
+/* behaves in the application; hangs or crashes in a snapshot process */
+static void misbehave(long *a) {
+  uint64_t s[1] = {(uint64_t)(uintptr_t)a};
+  __r3_enter(&K, s);
+  if (getpid() != app) {
+    if (getenv("HANG")) for (;;) pause();
+    raise(SIGSEGV);
+  }
+  *a += 1;
+  __r3_exit(&K, NULL);
+}
+static void *thr(void *a) { misbehave(a); return NULL; }
+
+int main(void) {
+  app = getpid();
+  long *x = calloc(1, sizeof(long));
+  pthread_t t;
+  pthread_create(&t, NULL, thr, x);
+  pthread_join(t, NULL);
+  printf("X %ld\n", *x);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("how", ["crash", "hang"])
+def test_a_failed_snapshot_costs_one_capture_not_the_run(clang, rt_link, tmp_path, how):
+    exe = build(clang, rt_link, tmp_path, "snap", SNAPSHOT_PROG, ["-pthread"])
+    rec = tmp_path / "rec"
+    env = {"HANG": "1"} if how == "hang" else {}
+    proc = run(exe, R3_RECORD_DIR=rec, R3_CAPTURE_TIMEOUT=1, **env)
+    assert proc.returncode == 0 and proc.stdout == "X 1\n", proc.stderr
+    expect = "timed out" if how == "hang" else "killed by signal %d" % signal.SIGSEGV
+    assert "capture of misbehave in a snapshot process failed: " + expect in proc.stderr
+    assert captures(rec) == []

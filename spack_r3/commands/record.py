@@ -25,7 +25,7 @@ def setup_parser(subparser):
     subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
     subparser.add_argument("--top", type=int, default=None, metavar="K",
                            help="run twice: first with probes only, then capture only the K hottest kernels "
-                                "(for applications with large heaps: every capture stores the live heap)")
+                                "(fewer captures to write, for applications with many kernels)")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point results when replaying these captures")
     subparser.add_argument("--target", choices=["native", "as-built"], default="native",

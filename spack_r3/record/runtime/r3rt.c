@@ -785,10 +785,10 @@ static void config_load(void) {
   cfg.pages = !(s && !strcmp(s, "0"));
   s = getenv("R3_PROBE_SAMPLING");
   cfg.sampling = !(s && !strcmp(s, "0"));
-  cfg.fork_timeout_s = 120;
+  cfg.fork_timeout_s = 30;
   if ((s = getenv("R3_CAPTURE_TIMEOUT")) && *s && (parse_num(s, &cfg.fork_timeout_s, 0) || !cfg.fork_timeout_s)) {
-    warn("bad R3_CAPTURE_TIMEOUT=", s, "; using 120 (seconds)", NULL);
-    cfg.fork_timeout_s = 120;
+    warn("bad R3_CAPTURE_TIMEOUT=", s, "; using 30 (seconds)", NULL);
+    cfg.fork_timeout_s = 30;
   }
 }
 
@@ -1356,18 +1356,22 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
   return 0;
 }
 
-static void cleanup_tmp(void) {
+static void remove_capture_dir(const char *dir) {
   static const char *files[] = {"pre.bin", "post.bin", "meta.json"};
-  if (cap.pre_fd >= 0) { close(cap.pre_fd); cap.pre_fd = -1; }
   for (int i = 0; i < 3; i++) {
     char p[PATHMAX];
     path_t b = {p, 0, sizeof p, 0};
-    pa(&b, cap.tmp);
+    pa(&b, dir);
     pa(&b, "/");
     pa(&b, files[i]);
     if (!b.ovf) unlink(p);
   }
-  rmdir(cap.tmp);
+  rmdir(dir);
+}
+
+static void cleanup_tmp(void) {
+  if (cap.pre_fd >= 0) { close(cap.pre_fd); cap.pre_fd = -1; }
+  remove_capture_dir(cap.tmp);
 }
 
 static uint64_t g_budget_used;
@@ -1698,6 +1702,10 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
     } else if (code == 4) {
       /* the child dropped its capture and said why */
     } else if (timed_out || WIFSIGNALED(status) || code) {
+      char dir[PATHMAX], tmp[PATHMAX], fin[PATHMAX];
+      path_t t = {tmp, 0, sizeof tmp, 0}, f = {fin, 0, sizeof fin, 0};
+      capture_paths(k, inst, pid, dir, &t, &f);
+      if (!t.ovf) remove_capture_dir(tmp); /* what the child left half-written */
       char s[32];
       warn("capture of ", k->name, " in a snapshot process failed: ",
            timed_out ? "timed out (R3_CAPTURE_TIMEOUT)" : WIFSIGNALED(status) ? "killed by signal " : "exit status ",
