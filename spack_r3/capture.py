@@ -50,10 +50,21 @@ def load_profiles(record_dir):
         app_ns = max(app_ns, prof.get("app_ns", 0))
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
-            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "captured": 0})
+            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0})
             for field in s:
                 s[field] += k.get(field, 0)
     return stats, app_ns / 1e9
+
+
+def share_of(stats, app_s):
+    """A kernel's share of the application's run time. Self time summed over threads would
+    count a function called from every thread of a parallel loop once per thread (shares
+    over 100%); the main thread's self time is what the run waits for, as the main thread
+    works in every parallel region too. Kernels never called there: summed over threads."""
+    if not app_s:
+        return None
+    ns = stats.get("main_self_ns") or stats.get("self_ns", 0)
+    return min(1.0, ns / 1e9 / app_s)
 
 
 def ingest(record_dir, workspace, tolerance=None):
@@ -158,7 +169,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         target=dict(target, triple=tu.get("triple")),
         app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
              "self_s": s.get("self_ns", 0) / 1e9,
-             "share": (s.get("self_ns", 0) / 1e9 / app_s) if app_s else None},
+             "share": share_of(s, app_s)},
         instance=meta["instance"],
         instance_s=meta.get("instance_ns", 0) / 1e9,
         arena=dict({"base": meta["arena_base"], "end": meta["arena_end"]},

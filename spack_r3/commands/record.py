@@ -51,4 +51,7 @@ def record(args):
              percent(h["share"]), h["capture"] or "-"] for h in result.hotness]
     print("application time %s, %d capture(s) in %s" % (seconds(result.app_s), len(result.captures), ws.root))
     print(table(["kernel", "source", "calls", "total", "self", "share", "capture"], rows))
+    for h in result.hotness:
+        if h.get("not_captured"):
+            print("%s: not captured, replay would refuse it: %s" % (cxxnames.display(h["kernel"]), h["not_captured"]))
     return 0

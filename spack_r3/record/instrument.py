@@ -166,7 +166,7 @@ class ModuleAnalysis:
             names |= self.refs[f][1]
         result = []
         for g in sorted(names):
-            if not g or g.startswith("llvm."):
+            if not g or g.startswith("llvm.") or is_library_global(g):
                 continue
             gv = self.globals.get(g)
             if gv is None:
@@ -252,6 +252,18 @@ class ModuleAnalysis:
 _ODR_LINKAGES = (llvm.Linkage.linkonce_odr, llvm.Linkage.weak_odr, llvm.Linkage.available_externally)
 
 
+# Globals of the C and C++ libraries a kernel may name (stdout for printf, std::cout):
+# replay binds them to its own process's, never to recorded copies, whose pointers lead
+# into the recording process's library data.
+LIBRARY_GLOBALS = {"stdout", "stderr", "stdin", "environ", "__environ", "optarg", "optind", "opterr", "optopt",
+                   "errno", "program_invocation_name", "program_invocation_short_name", "timezone", "daylight",
+                   "tzname", "signgam"}
+
+
+def is_library_global(name):
+    return name in LIBRARY_GLOBALS or name.startswith(("_ZSt", "_ZNSt", "__libc_", "_IO_"))
+
+
 def _definition_words(gv):
     """The keywords of a global's definition up to ``global``/``constant``."""
     head = str(gv).split("=", 1)[1][:200].split()
@@ -281,6 +293,7 @@ def _array_size(type_text, analysis):
 
 KINFO_TYPE = "{ ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, i64, i64, i64 }"
 KFLAG_WHOLE_HEAP = 1  # r3rt.h R3_KFLAG_WHOLE_HEAP
+KFLAG_NO_CAPTURE = 2  # r3rt.h R3_KFLAG_NO_CAPTURE
 
 
 def instrument_text(ll_text, kernels, tu_dir):
@@ -307,8 +320,12 @@ def instrument_text(ll_text, kernels, tu_dir):
 
 
 def kernel_flags(k):
-    """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system."""
-    return KFLAG_WHOLE_HEAP if set(k.calls) & SYSTEM_IO_CALLS else 0
+    """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system;
+    no capture at all when replay would refuse it anyway (it reads input), since a
+    whole-heap capture is the costliest kind."""
+    if not set(k.calls) & SYSTEM_IO_CALLS:
+        return 0
+    return KFLAG_NO_CAPTURE if k.unreplayable else KFLAG_WHOLE_HEAP
 
 
 def _kinfo_globals(idx, k):

@@ -181,8 +181,9 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         hotness.append({
             "kernel": name, "kernel_demangled": cxxnames.demangle(name), "source": src, "calls": s["calls"],
             "total_s": s["total_ns"] / 1e9,
-            "self_s": s["self_ns"] / 1e9, "share": (s["self_ns"] / 1e9 / app_s) if app_s else None,
+            "self_s": s["self_ns"] / 1e9, "share": capture_store.share_of(s, app_s),
             "capture": by_kernel[name].id if name in by_kernel else None,
+            "not_captured": None if name in by_kernel else _unreplayable(tu_dir, name),
         })
     hotness.sort(key=lambda h: -h["self_s"])
     return RecordResult(run_dir, captures, hotness, app_s)
@@ -200,6 +201,16 @@ def _copy_filter(workspace_root):
         return skip
 
     return ignore
+
+
+def _unreplayable(tu_dir, kernel):
+    """Why replay would refuse ``kernel`` (from its unit's record data), or None."""
+    try:
+        with open(os.path.join(tu_dir, "tu.json")) as f:
+            kernels = json.load(f)["kernels"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return next((k.get("unreplayable") for k in kernels if k["name"] == kernel), None)
 
 
 def _source_of(tu_dir):

@@ -15,6 +15,11 @@ from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matchi
 _REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 _DEF_NAME = re.compile(r'(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+))\(')  # the name a parameter list follows
 REPLAY_FREE = "__r3_replay_free"
+REPLAY_FREE_SIZED = "__r3_replay_free_sized"
+# Deallocation functions a kernel may call on recorded (arena) memory, which replay must
+# not hand to its own allocator: free, and C++'s operator delete (plain and sized).
+DEALLOCATORS = {"free": REPLAY_FREE, "_ZdlPv": REPLAY_FREE, "_ZdaPv": REPLAY_FREE,
+                "_ZdlPvm": REPLAY_FREE_SIZED, "_ZdaPvm": REPLAY_FREE_SIZED}
 
 
 def _ref_name(ref):
@@ -50,7 +55,7 @@ def split_module(text):
 def declared_functions(text):
     """Functions the module calls but does not define (intrinsics and our own aside)."""
     return [name for kind, name, _ in split_module(text)
-            if kind == "declare" and not name.startswith("llvm.") and name != REPLAY_FREE]
+            if kind == "declare" and not name.startswith("llvm.") and name not in (REPLAY_FREE, REPLAY_FREE_SIZED)]
 
 
 def _external_global(line):
@@ -66,8 +71,9 @@ def _external_global(line):
     if tail[0] in "[{<":  # arrays, structs, packed structs, vectors
         end = matching(tail, 0)
         ty, rest2 = tail[:end], tail[end:]
-    else:
-        ty, rest2 = tail.split(" ", 1)[0], tail.split(" ", 1)[1] if " " in tail else ""
+    else:  # a scalar type, followed by the initializer, or (a declaration) by ", align N"
+        m2 = re.match(r"([^\s,]+)(.*)$", tail)
+        ty, rest2 = m2.group(1), m2.group(2)
     align = re.search(r", align (\d+)", rest2)
     return "%s = %s global %s%s" % (name, " ".join(["external"] + kept), ty,
                                    (", align " + align.group(1)) if align else "")
@@ -111,14 +117,15 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
                 continue  # becomes an external declaration: its initializer is not kept
             body = body.split("=", 1)[1]  # the initializer of a global
         todo.extend(_ref_name(r) for r in _REF.findall(body))
-    out, frees = [], False
+    out, frees = [], set()
     for kind, name, text in entities:
         if kind == "function":
             if name not in keep:
                 continue
-            if re.search(r"call void @free\(", text):
-                text = text.replace("call void @free(", "call void @%s(" % REPLAY_FREE)
-                frees = True
+            for dealloc, replacement in DEALLOCATORS.items():
+                if "call void @%s(" % dealloc in text:
+                    text = text.replace("call void @%s(" % dealloc, "call void @%s(" % replacement)
+                    frees.add(replacement)
             if name == kernel:  # the trampoline in another module must see it
                 lines = text.split("\n")
                 d = FunctionDef(lines[0], kernel)
@@ -135,8 +142,10 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
         elif kind == "declare" and name not in reached:
             continue
         out.append(text)
-    if frees:
+    if REPLAY_FREE in frees:
         out.append("declare void @%s(ptr)" % REPLAY_FREE)
+    if REPLAY_FREE_SIZED in frees:
+        out.append("declare void @%s(ptr, i64)" % REPLAY_FREE_SIZED)
     return "\n".join(out) + "\n"
 
 
@@ -213,6 +222,8 @@ def trampoline(kernel, signature, arena_base, arena_end):
              "  br i1 %in, label %skip, label %real",
              "real:", "  call void @free(ptr %p)", "  ret void",
              "skip:", "  ret void", "}",
+             "define void @%s(ptr %%p, i64 %%n) {" % REPLAY_FREE_SIZED,
+             "  call void @%s(ptr %%p)" % REPLAY_FREE, "  ret void", "}",
              "define void @__r3_call(ptr %slots, ptr %ret) {"]
     lines += loads
     call = "call %s %s(%s)" % (ret, global_ref(kernel), ", ".join(args))

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -838,7 +839,7 @@ static int selected(const char *name) {
 #define SAMPLE_PERIOD 32
 
 struct tcount { uint64_t calls, total_ns, self_ns, period; };
-struct tblock { struct tblock *next; struct tcount c[MAXK]; };
+struct tblock { struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
 
 struct frame {
   struct r3_kinfo *k;
@@ -883,6 +884,7 @@ static struct tcount *tcount_of(const struct r3_kinfo *k) {
     void *m = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) { t_block_failed = 1; return NULL; }
     b = (struct tblock *)m;
+    b->main_thread = (pid_t)syscall(SYS_gettid) == getpid();
     struct tblock *head = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE);
     do { b->next = head; } while (!__atomic_compare_exchange_n(&g_blocks, &head, b, 1, __ATOMIC_RELEASE,
                                                                  __ATOMIC_ACQUIRE));
@@ -962,8 +964,59 @@ static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, 
   w->total += sizeof h + size + ((size & 7) ? 8 - (size & 7) : 0);
 }
 
+/* ---- stdio's buffers ----
+ * A kernel that prints appends to stdout's buffer, a heap block libc allocated; at replay
+ * the same printf writes to the replay process's own stdout. The buffers and the FILE
+ * objects of every open stream (glibc's _IO_list_all) are restored but never compared:
+ * post.bin leaves them out. */
+#define MAXIO 64
+static uintptr_t g_io[MAXIO][2];
+static int g_nio;
+extern FILE *_IO_list_all __attribute__((weak));
+
+static void io_add(uintptr_t lo, uintptr_t hi) {
+  if (hi > lo && lo >= g_base && hi <= g_end && g_nio < MAXIO) {
+    g_io[g_nio][0] = lo;
+    g_io[g_nio][1] = hi;
+    g_nio++;
+  }
+}
+
+static void collect_stdio(void) {
+  g_nio = 0;
+#ifdef __GLIBC__
+  if (!&_IO_list_all) return;
+  int n = 0;
+  for (FILE *f = _IO_list_all; f && n < MAXIO; f = f->_chain, n++) {
+    io_add((uintptr_t)f->_IO_buf_base, (uintptr_t)f->_IO_buf_end);
+    chunk_t *c = (chunk_t *)(void *)f - 1; /* a FILE fopen allocated: its whole block */
+    if ((uintptr_t)f >= g_base + HDR && (uintptr_t)f < g_end && is_state(c, ST_LIVE))
+      io_add((uintptr_t)f, (uintptr_t)c + c->size);
+  }
+#endif
+}
+
+/* [a, b) less the stdio ranges, as regions of one kind (whole-heap post images) */
+static void emit_minus_io(wbuf_t *w, uintptr_t a, uintptr_t b, uint64_t kind) {
+  uintptr_t x = a;
+  for (int again = 1; again && x < b;) {
+    again = 0;
+    for (int i = 0; i < g_nio; i++) {
+      uintptr_t lo = g_io[i][0], hi = g_io[i][1];
+      if (hi <= x || lo >= b) continue;
+      if (lo <= x) { x = hi; again = 1; break; } /* starts inside: skip it */
+    }
+  }
+  if (x >= b) return;
+  uintptr_t next = b; /* the nearest stdio range after x */
+  for (int i = 0; i < g_nio; i++)
+    if (g_io[i][0] > x && g_io[i][0] < next) next = g_io[i][0];
+  emit_region(w, x, next - x, kind, (const void *)x);
+  if (next < b) emit_minus_io(w, next, b, kind);
+}
+
 /* every live chunk of one pool: kind 1 (application) or 3 (runtimes); -1 on a corrupt heap */
-static int emit_pool(wbuf_t *w, int which) {
+static int emit_pool(wbuf_t *w, int which, int post) {
   struct pool *pl = &g_pool[which];
   heap_lock();
   for (uintptr_t h = pl->base; h < pl->top && !w->err;) {
@@ -974,8 +1027,11 @@ static int emit_pool(wbuf_t *w, int which) {
       warn("arena heap is corrupt (bad chunk header); capture abandoned", NULL);
       return -1;
     }
-    if (is_state(c, ST_LIVE))
-      emit_region(w, h + HDR, sz - HDR, (which == POOL_RT || (c->tag & F_RT)) ? R3_KIND_RUNTIME : R3_KIND_HEAP, c + 1);
+    uint64_t kind = (which == POOL_RT || (c->tag & F_RT)) ? R3_KIND_RUNTIME : R3_KIND_HEAP;
+    if (is_state(c, ST_LIVE)) {
+      if (post && kind == R3_KIND_HEAP && g_nio) emit_minus_io(w, h + HDR, h + sz, kind);
+      else emit_region(w, h + HDR, sz - HDR, kind, c + 1);
+    }
     h += sz;
   }
   heap_unlock();
@@ -985,7 +1041,7 @@ static int emit_pool(wbuf_t *w, int which) {
 /* what every image holds besides application heap: the runtimes' chunks, the kernel's
  * globals, the capture's stack region */
 static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
-  if (emit_pool(w, POOL_RT)) { w->err = EIO; return; }
+  if (emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
   for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
     const struct r3_global *g = &k->globals[i];
     if (!g->addr || g->size <= 0) continue;
@@ -1000,13 +1056,13 @@ static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
 }
 
 /* a whole-heap memory image: every live arena chunk, globals, stack */
-static int write_image(const char *path, struct r3_kinfo *k) {
+static int write_image(const char *path, struct r3_kinfo *k, int post) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
   wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
   wb_put(&w, "R3MEM1\0\0", 8);
   w.total = 8;
-  if (emit_pool(&w, POOL_APP)) w.err = EIO;
+  if (emit_pool(&w, POOL_APP, post)) w.err = EIO;
   if (!w.err) emit_fixed(&w, k);
   wb_flush(&w);
   int err = w.err;
@@ -1327,6 +1383,14 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
     } else if (top[1] && v < top[1] && v < lo[1]) {
       int main_stack = 0;
       if (mapping_end(v, &main_stack) && main_stack) lo[1] = v;
+    } else if (v >= main_stack_top()) {
+      int main_stack = 0;
+      if (mapping_end(v, &main_stack) && main_stack) {
+        /* argv, the environment, the auxiliary vector: never recorded (they may hold secrets) */
+        warn("not capturing ", k->name ? k->name : "?",
+             ": an argument points to the program's arguments or environment, which captures never hold", NULL);
+        return -1;
+      }
     }
   }
   for (int g = 0; g < 2; g++) {
@@ -1387,7 +1451,7 @@ static int want_capture(struct r3_kinfo *k) {
   if (!cfg.have_dir || cfg.capture_none || g_child || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
-  if (sel != 1) return CAP_NONE;
+  if (sel != 1 || (k->flags & R3_KFLAG_NO_CAPTURE)) return CAP_NONE;
   int whole = !cfg.pages || (k->flags & R3_KFLAG_WHOLE_HEAP);
   uint64_t live = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
   if (whole && live > cfg.max_bytes) {
@@ -1484,7 +1548,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   pa(&p, cap.tmp); pa(&p, "/pre.bin");
   int err = 0;
   if (p.ovf) err = ENAMETOOLONG;
-  else if (!cap.pages) err = write_image(pre, k);
+  else if (!cap.pages) err = write_image(pre, k, 0);
   else {
     /* the runtimes' chunks, globals and stack now; the touched pages when the call returns */
     int fd = open(pre, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1504,7 +1568,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
         cap.pre_fd = -1;
         cap.pages = 0;
         cap.written = 0;
-        err = write_image(pre, k);
+        err = write_image(pre, k, 0);
       }
     }
   }
@@ -1583,6 +1647,11 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
            " bytes, more than R3_MAX_CAPTURE_BYTES=", fmt_u64(c + sizeof c, cfg.max_bytes), NULL);
       err = -1;
     } else {
+      collect_stdio();
+      for (int i = 0; i < g_nio && trk.nev < MAX_EVENTS; i++, trk.nev++) {
+        trk.ev[trk.nev][0] = g_io[i][0];
+        trk.ev[trk.nev][1] = g_io[i][1];
+      }
       trk_sort_events();
       wbuf_t w = {cap.pre_fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
       trk_emit(&w, 0);
@@ -1608,7 +1677,8 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
     }
   } else {
     pa(&b, cap.tmp); pa(&b, "/post.bin");
-    err = write_image(p, k);
+    collect_stdio();
+    err = write_image(p, k, 1);
   }
   if (!err) {
     b.n = 0;
@@ -1824,6 +1894,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
     uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
     uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
+    uint64_t main_self = 0;
     int sampled = 0;
     if (k->id >= 0)
       for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
@@ -1831,6 +1902,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
         calls += c->calls;
         total += c->total_ns;
         self += c->self_ns;
+        if (b->main_thread) main_self += c->self_ns;
         sampled |= c->period > 1;
       }
     if (!first) wb_s(&w, ",");
@@ -1840,6 +1912,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ", \"calls\": "); wb_u(&w, calls);
     wb_s(&w, ", \"total_ns\": "); wb_u(&w, total);
     wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
+    wb_s(&w, ", \"main_self_ns\": "); wb_u(&w, main_self);
     wb_s(&w, ", \"sampled\": "); wb_s(&w, sampled ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");

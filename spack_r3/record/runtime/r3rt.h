@@ -38,6 +38,8 @@ struct r3_kinfo {
 /* capture the whole live heap, not the touched pages: the kernel passes memory to the
  * system (reads input into it, communicates it), where a protected page is an EFAULT */
 #define R3_KFLAG_WHOLE_HEAP 1
+/* never capture: replay refuses the kernel anyway (it reads input) */
+#define R3_KFLAG_NO_CAPTURE 2
 
 /* slots: nargs x 8 bytes (ints zero-extended, float/double bit patterns, pointers) */
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
