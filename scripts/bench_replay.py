@@ -117,7 +117,7 @@ SHAPES = [
     # name, files, build (sees $R3_CC/$R3_CXX or plain CC/CXX), run
     ("xs-proxy (C, OpenMP, Monte Carlo)", {"xs.c": parallel_shapes.XS_C,
                                            "Makefile": "xs: xs.c\n\t$(CC) -O3 -fopenmp -o xs xs.c\n"},
-     "make CC=%(cc)s", "./xs 200000 4000000"),
+     "make CC=%(cc)s", "./xs 400000 10000000"),
     ("polybench-like (C, kernels next to main)", {"support.h": shapes.SUPPORT_H, "support.c": shapes.SUPPORT_C,
                                                   "bench.c": shapes.BENCH_C, "Makefile": shapes.BENCH_MAKEFILE},
      "make CC=%(cc)s", "./bench"),
@@ -144,10 +144,12 @@ def bench_shape(name, files, build, run, clang, ws, trials, say):
     shutil.copytree(src, plain)
     timed(build % {"cc": "'%s -march=native'" % clang, "cxx": "'%s -march=native'" % clangxx}, plain, env)
     recorded_tree = os.path.join(rec.run_dir, "src")
-    plain_runs, record_runs = [], []
-    for t in range(trials):
+    plain_runs, probe_runs, record_runs = [], [], []
+    for t in range(trials):  # alternated: plain, probes only, probes and captures
         say("%s: overhead trial %d/%d" % (name, t + 1, trials))
         plain_runs.append(timed(run, plain, env))
+        with tempfile.TemporaryDirectory() as rd:
+            probe_runs.append(timed(run, recorded_tree, dict(env, R3_RECORD_DIR=rd, R3_CAPTURE="none")))
         with tempfile.TemporaryDirectory() as rd:
             record_runs.append(timed(run, recorded_tree, dict(env, R3_RECORD_DIR=rd, R3_CAPTURE="*")))
     kernels = []
@@ -168,14 +170,17 @@ def bench_shape(name, files, build, run, clang, ws, trials, say):
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(plain, ignore_errors=True)
     hot = [h for h in rec.hotness if (h["share"] or 0) > 0.01]
+    timeable = statistics.median(plain_runs) >= 0.2  # shorter runs time process start-up
     return {
         "program": name, "run": run, "kernels": kernels,
         "share_verified": sum(k["share"] for k in kernels if k["status"] == "verified"),
         "share_refused": sum(k["share"] for k in kernels if k["status"] == "refused"),
         "share_failed": sum(k["share"] for k in kernels if k["status"] not in ("verified", "refused")),
         "hot_uncaptured": [h["kernel"] for h in hot if not h["capture"]],
-        "plain_run": spread(plain_runs), "record_run": spread(record_runs),
-        "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)),
+        "plain_run": spread(plain_runs), "probe_run": spread(probe_runs), "record_run": spread(record_runs),
+        "probe_overhead": statistics.median(r / p for r, p in zip(probe_runs, plain_runs)) if timeable else None,
+        "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)) if timeable else None,
+        "capture_cost_s": statistics.median(r - p for r, p in zip(record_runs, probe_runs)),
     }
 
 
@@ -215,10 +220,12 @@ def main():
                   "%.2fx" % r["record_overhead"], _mib(r["capture_bytes"]), _mib(r["live_heap_bytes"])]
                  for r in rows]))
     for p in real:
-        print("\n%s (%s): recording overhead %.2fx [%.2f..%.2f s recorded, %.2f s plain]; app time in captured "
-              "kernels: %.0f%% verified, %.0f%% refused, %.0f%% failed; hot kernels not captured: %s"
-              % (p["program"], p["run"], p["record_overhead"], p["record_run"]["min"], p["record_run"]["max"],
-                 p["plain_run"]["median"], 100 * p["share_verified"], 100 * p["share_refused"],
+        overhead = ("probes %.2fx, probes and captures %.2fx (captures cost %.2f s) [plain %.2f s]"
+                    % (p["probe_overhead"], p["record_overhead"], p["capture_cost_s"], p["plain_run"]["median"])
+                    if p["record_overhead"] else "not timed (plain run %.3f s)" % p["plain_run"]["median"])
+        print("\n%s (%s): recording overhead: %s; app time in captured kernels: %.0f%% verified, %.0f%% refused, "
+              "%.0f%% failed; hot kernels not captured: %s"
+              % (p["program"], p["run"], overhead, 100 * p["share_verified"], 100 * p["share_refused"],
                  100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none"))
         print(table(["kernel", "thread", "share", "replay", "capture", "touched", "live heap"],
                     [[k["kernel"][:40], k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
