@@ -29,6 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from spack_r3 import cxxnames  # noqa: E402
 from spack_r3.capture import list_captures  # noqa: E402
 from spack_r3.data import Variant  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
@@ -228,7 +229,7 @@ def main():
               % (p["program"], p["run"], overhead, 100 * p["share_verified"], 100 * p["share_refused"],
                  100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none"))
         print(table(["kernel", "thread", "share", "replay", "capture", "touched", "live heap"],
-                    [[k["kernel"][:40], k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
+                    [[cxxnames.display(k["kernel"], 40), k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
                       _mib(k["capture_bytes"]), _mib(k["touched_bytes"]), _mib(k["live_heap_bytes"])]
                      for k in p["kernels"]]))
     print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
