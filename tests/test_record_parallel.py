@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
 
@@ -98,19 +100,18 @@ int main(int argc, char **argv) {
 N, LOOKUPS = 20000, 200000
 
 
-def _record(tmp_path, ws, capsys=None):
+@pytest.fixture(autouse=True)
+def two_threads(monkeypatch):
+    """Parallel loops with a team of two, whatever the machine's core count."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+
+
+def _record(tmp_path, ws):
     src = tmp_path / "xs"
     src.mkdir()
     (src / "xs.c").write_text(XS_C)
     (src / "Makefile").write_text("xs: xs.c\n\t$(CC) -O2 -fopenmp -o xs xs.c\n")
-    env = dict(os.environ, OMP_NUM_THREADS="2")
-    old = os.environ.copy()
-    os.environ.update(env)
-    try:
-        assert r3("--workspace", ws, "record", "--source", src, "--run", "./xs %d %d" % (N, LOOKUPS)) == 0
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./xs %d %d" % (N, LOOKUPS)) == 0
     return {c.kernel: c for c in list_captures(Workspace(ws))}
 
 
@@ -167,7 +168,7 @@ def test_snapshots_leave_the_application_run_unchanged(tmp_path, clang):
     tree = os.path.join(ws, "runs", runs[0], "src")
     outputs = []
     for capture in ("*", "none"):
-        env = dict(os.environ, OMP_NUM_THREADS="2", R3_RECORD_DIR=str(tmp_path / ("rec-" + capture[0])),
+        env = dict(os.environ, R3_RECORD_DIR=str(tmp_path / ("rec-" + capture[0])),
                    R3_CAPTURE=capture)
         proc = subprocess.run(["./xs", str(N), str(LOOKUPS)], cwd=tree, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr

@@ -565,15 +565,7 @@ OMP_PROG = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-struct r3_kinfo {
-  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
-  int64_t nglobals; const void *globals; int64_t ret_size;
-  int64_t calls, total_ns, self_ns, captured, registered;
-  void *next;
-  int64_t flags, id, sel;
-};
-void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
-void __r3_exit(struct r3_kinfo *k, const void *ret);
+#include "r3rt.h"  /* the ABI (KERNEL_PROG spells it out instead) */
 static struct r3_kinfo K = {"kern", "/tmp/tu", 1, NULL, 0, NULL, 0};
 
 static void kern(double *a) {
@@ -608,7 +600,7 @@ def test_capture_threads_and_openmp(clang, rt_link, tmp_path):
         pytest.skip("no LLVM OpenMP runtime (libomp)")
     libdir = os.path.dirname(find_libomp(clang))
     exe = build(clang, rt_link, tmp_path, "omp", OMP_PROG,
-                ["-fopenmp", "-pthread", "-L" + libdir, "-Wl,-rpath," + libdir])
+                ["-I" + runtime.RUNTIME_DIR, "-fopenmp", "-pthread", "-L" + libdir, "-Wl,-rpath," + libdir])
     rec = tmp_path / "rec"
     proc = run(exe, R3_RECORD_DIR=rec, OMP_NUM_THREADS=2, R3_INSTANCES=2)
     assert proc.returncode == 0, proc.stderr
@@ -691,15 +683,7 @@ SNAPSHOT_PROG = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-struct r3_kinfo {
-  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
-  int64_t nglobals; const void *globals; int64_t ret_size;
-  int64_t calls, total_ns, self_ns, captured, registered;
-  void *next;
-  int64_t flags, id, sel;
-};
-void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
-void __r3_exit(struct r3_kinfo *k, const void *ret);
+#include "r3rt.h"  /* the ABI (KERNEL_PROG spells it out instead) */
 static struct r3_kinfo K = {"misbehave", "/tmp/tu", 1, NULL, 0, NULL, 0};
 static pid_t app;
 
@@ -730,7 +714,7 @@ int main(void) {
 
 @pytest.mark.parametrize("how", ["crash", "hang"])
 def test_a_failed_snapshot_costs_one_capture_not_the_run(clang, rt_link, tmp_path, how):
-    exe = build(clang, rt_link, tmp_path, "snap", SNAPSHOT_PROG, ["-pthread"])
+    exe = build(clang, rt_link, tmp_path, "snap", SNAPSHOT_PROG, ["-I" + runtime.RUNTIME_DIR, "-pthread"])
     rec = tmp_path / "rec"
     env = {"HANG": "1"} if how == "hang" else {}
     proc = run(exe, R3_RECORD_DIR=rec, R3_CAPTURE_TIMEOUT=1, **env)

@@ -17,23 +17,12 @@ import llvmlite.binding as llvm
 
 from .. import cxxnames
 from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
-from .libstate import unreplayable_reason
+from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
 NOT_KERNELS = {"main"}
-# Library functions through which the system writes or reads application memory (input,
-# communication). Under a page-tracked capture such memory may be protected, and a system
-# call answers EFAULT instead of faulting: kernels calling them are captured whole-heap.
-SYSTEM_IO_CALLS = {
-    "read", "pread", "pread64", "readv", "recv", "recvfrom", "recvmsg", "write", "pwrite", "writev", "send",
-    "sendto", "sendmsg", "fread", "fwrite", "fgets", "fgetc", "getc", "getline", "getdelim", "fscanf", "scanf", "sscanf",
-    "__isoc99_fscanf", "__isoc99_scanf", "__isoc23_fscanf", "__isoc23_scanf", "fopen", "fopen64", "open", "open64",
-    "mmap", "mmap64", "ioctl", "poll", "select", "epoll_wait",
-} | {"MPI_" + op for op in ("Send", "Recv", "Isend", "Irecv", "Sendrecv", "Allreduce", "Reduce", "Bcast",
-                            "Alltoall", "Allgather", "Gather", "Scatter", "Wait", "Waitall", "File_read",
-                            "File_write", "Put", "Get")}
 
 _llvm_ready = False
 
@@ -323,7 +312,7 @@ def kernel_flags(k):
     """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system;
     no capture at all when replay would refuse it anyway (it reads input), since a
     whole-heap capture is the costliest kind."""
-    if not set(k.calls) & SYSTEM_IO_CALLS:
+    if not SYSTEM_MEMORY_CALLS.intersection(k.calls):
         return 0
     return KFLAG_NO_CAPTURE if k.unreplayable else KFLAG_WHOLE_HEAP
 

@@ -44,6 +44,17 @@ STATEFUL = {
 }
 _STATE_OF = {fn: state for state, fns in STATEFUL.items() for fn in fns}
 
+# Functions through which the system itself reads or writes the memory they are given:
+# input, output that bypasses stdio's buffer, communication. A system call meeting a
+# protected page answers EFAULT instead of faulting, so record never page-tracks a kernel
+# that calls one (see ``instrument.kernel_flags``).
+SYSTEM_MEMORY_CALLS = frozenset(STATEFUL["the input it reads"]) | {
+    "write", "pwrite", "writev", "send", "sendto", "sendmsg", "recv", "recvfrom", "recvmsg", "fwrite",
+    "sscanf", "mmap", "mmap64", "ioctl", "poll", "select", "epoll_wait",
+} | {"MPI_" + op for op in ("Send", "Recv", "Isend", "Irecv", "Sendrecv", "Allreduce", "Reduce", "Bcast",
+                            "Alltoall", "Allgather", "Gather", "Scatter", "Wait", "Waitall", "File_read",
+                            "File_write", "Put", "Get")}
+
 
 def unreplayable_reason(calls):
     """Why a kernel that reaches the library functions ``calls`` cannot replay, or None.

@@ -176,14 +176,17 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     stats, app_s = capture_store.load_profiles(record_dir)
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
+    units = {}
     for (tu_dir, name), s in stats.items():
-        src = _source_of(tu_dir)
+        unit = units.setdefault(tu_dir, _read_unit(tu_dir))
         hotness.append({
-            "kernel": name, "kernel_demangled": cxxnames.demangle(name), "source": src, "calls": s["calls"],
+            "kernel": name, "kernel_demangled": cxxnames.demangle(name),
+            "source": os.path.basename(unit.get("source_file", "?")), "calls": s["calls"],
             "total_s": s["total_ns"] / 1e9,
             "self_s": s["self_ns"] / 1e9, "share": capture_store.share_of(s, app_s),
             "capture": by_kernel[name].id if name in by_kernel else None,
-            "not_captured": None if name in by_kernel else _unreplayable(tu_dir, name),
+            "not_captured": None if name in by_kernel else next(
+                (k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
         })
     hotness.sort(key=lambda h: -h["self_s"])
     return RecordResult(run_dir, captures, hotness, app_s)
@@ -203,19 +206,11 @@ def _copy_filter(workspace_root):
     return ignore
 
 
-def _unreplayable(tu_dir, kernel):
-    """Why replay would refuse ``kernel`` (from its unit's record data), or None."""
+def _read_unit(tu_dir):
+    """A unit's record data (tu.json: source file, kernels and why any would not replay),
+    or {} if it cannot be read."""
     try:
         with open(os.path.join(tu_dir, "tu.json")) as f:
-            kernels = json.load(f)["kernels"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return next((k.get("unreplayable") for k in kernels if k["name"] == kernel), None)
-
-
-def _source_of(tu_dir):
-    try:
-        with open(os.path.join(tu_dir, "tu.json")) as f:
-            return os.path.basename(json.load(f)["source_file"])
-    except (OSError, ValueError, KeyError):
-        return "?"
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}

@@ -402,17 +402,16 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
     for (int j = ci + 1; !c && j < NCLASS; j++) {
       if (pl->free[j]) { c = pl->free[j]; pl->free[j] = *link_of(c); }
     }
-    if (c) heap_event((uintptr_t)c, (uintptr_t)c + c->size); /* before the split changes c->size */
-    if (c && c->size - s >= SPLIT_MIN) {
+  }
+  if (c) {
+    heap_event((uintptr_t)c, (uintptr_t)c + c->size); /* as found: a split rewrites its tail too */
+    if (c->size - s >= SPLIT_MIN) { /* only large chunks: a small class fits exactly */
       chunk_t *r = (chunk_t *)((char *)c + s);
       r->size = c->size - s;
       r->tag = TAG_MAGIC | ST_FREE | (c->tag & F_ZERO);
       push_free(r);
       c->size = s;
     }
-  }
-  if (c) {
-    heap_event((uintptr_t)c, (uintptr_t)c + c->size);
     *was_zero = (c->tag & F_ZERO) != 0;
     *link_of(c) = NULL; /* restores the zero word the free-list link used */
   } else {
