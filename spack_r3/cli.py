@@ -15,7 +15,7 @@ from .errors import R3Error
 from .report import stdout_to_devnull
 
 # Order is the order of the pipeline.
-COMMANDS = ["recipe", "record", "kernels", "replay"]
+COMMANDS = ["recipe", "record", "kernels", "replay", "tune"]
 
 
 def _command_module(name):

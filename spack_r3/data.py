@@ -2,7 +2,7 @@
 
 Capture     one recorded kernel instance (a content-addressed directory).
 Pipeline    how a kernel's IR is optimized and compiled.
-Launch      how it is run (threads).
+Launch      how it is run (threads, OpenMP schedule and chunk).
 Variant     what differs from the recording: source patch, pipeline, launch.
 Evaluation  what replaying one variant of one capture measured.
 """
@@ -87,6 +87,11 @@ class Pipeline:
     fast_math: Tuple[str, ...] = ()  # subset of FAST_MATH_FLAGS
     fma: str = "on"  # on: keep llvm.fmuladd contraction; off: split into fmul + fadd
     noalias: bool = False  # mark the kernel's pointer parameters noalias
+    # An opt stage with Polly (LLVM's polyhedral loop optimizer) before the pipeline:
+    polly: bool = False
+    polly_tile: Optional[int] = None  # None: Polly's default tile size; 0: no tiling; N: tiles of N
+    polly_matmul: bool = True  # Polly's matrix-multiplication pattern optimization
+    polly_vectorizer: str = "none"  # none or stripmine
 
     @property
     def relaxes_fp(self):
@@ -110,6 +115,10 @@ class Pipeline:
 @dataclass
 class Launch:
     threads: Optional[int] = None  # None: as recorded
+    # OpenMP loops whose schedule is chosen at run time (dynamic, guided, runtime: clang's
+    # __kmpc_dispatch_init calls) take any schedule and chunk; None: as compiled.
+    schedule: Optional[str] = None  # static, dynamic or guided
+    chunk: Optional[int] = None
 
     def to_json(self):
         return asdict(self)
@@ -163,6 +172,9 @@ class Evaluation:
     speedup_min: Optional[float] = None
     speedup_max: Optional[float] = None
     pairs: int = 0
+    ratios: List[float] = field(default_factory=list)  # the per-pair ratios behind speedup
+    baseline_median_s: Optional[float] = None  # the baseline's runs of the same pairs
+    verify_runs: int = 0  # verification runs (several for parallel kernels: a race may verify once)
     diagnostics: str = ""
 
     @property

@@ -57,3 +57,30 @@ def size(nbytes):
 
 def percent(fraction):
     return "-" if fraction is None else "%.1f%%" % (100 * fraction)
+
+
+class ProgressBar:
+    """One progress line per task, on stderr: redrawn in place on a terminal, else
+    printed at every tenth of the way (logs stay short)."""
+
+    def __init__(self, stream=None, width=24):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.tty = self.stream.isatty()
+        self._last = {}
+
+    def update(self, key, done, total, text=""):
+        filled = int(self.width * done / total) if total else self.width
+        line = "%s [%s%s] %d/%d %s" % (key, "#" * filled, "." * (self.width - filled), done, total, text)
+        try:
+            if self.tty:
+                self.stream.write("\r\033[K" + line + ("\n" if done >= total else ""))
+            else:
+                step = (10 * done) // total if total else 10
+                if self._last.get(key) == step and done < total:
+                    return
+                self._last[key] = step
+                self.stream.write(line + "\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            pass

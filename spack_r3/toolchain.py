@@ -1,9 +1,11 @@
-"""Find the clang that record builds need (bitcode before optimization)."""
+"""Find the clang that record builds need (bitcode before optimization), and the
+LLVM tools of the same version that an opt stage (Polly) runs."""
 
 import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .errors import ToolchainError
@@ -67,3 +69,89 @@ def find_libomp(clang=None):
             if os.path.exists(p):
                 return p
     return None
+
+
+# The LLVM tools of an opt stage (Polly) before llvmlite's pipeline. They must read the
+# record clang's bitcode (same LLVM or newer) and write bitcode llvmlite reads (its LLVM
+# or older): the record clang's own version first.
+LLVM_TOOLS = ("opt", "llvm-link", "llvm-dis")
+
+
+@dataclass(frozen=True)
+class LLVMTools:
+    version: int
+    opt: str
+    link: str
+    dis: str
+
+
+def clang_major(clang):
+    """Major version of a clang named by path or name (``clang-19``), or None."""
+    if not clang:
+        return None
+    m = re.search(r"clang(?:\+\+)?-(\d+)$", os.path.basename(clang))
+    if m:
+        return int(m.group(1))
+    path = shutil.which(clang)
+    return clang_version(path) if path else None
+
+
+def _tool_version(path):
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"LLVM version (\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def _tools_in(version, directory=None):
+    """{tool: path} of one LLVM version: ``opt-N`` on PATH, LLVM's own bin directory,
+    or (unversioned names) a tool reporting that version. ``directory``: only there."""
+    found = {}
+    for tool in LLVM_TOOLS:
+        if directory:
+            candidates = [os.path.join(directory, n) for n in ("%s-%d" % (tool, version), tool)]
+        else:
+            candidates = [shutil.which("%s-%d" % (tool, version)),
+                          os.path.join("/usr/lib/llvm-%d/bin" % version, tool)]
+        for path in candidates:
+            if path and os.path.isfile(path) and os.access(path, os.X_OK):
+                found[tool] = path
+                break
+        else:
+            path = None if directory else shutil.which(tool)
+            if path and _tool_version(path) == version:
+                found[tool] = path
+    return found
+
+
+@lru_cache(maxsize=None)
+def _find_llvm_tools(version, newest, directory):
+    own = _tools_in(version, directory)
+    for v in range(version, newest + 1):
+        have = own if v == version else _tools_in(v, directory)
+        if len(have) == len(LLVM_TOOLS):
+            return LLVMTools(v, have["opt"], have["llvm-link"], have["llvm-dis"])
+    missing = ", ".join("%s-%d" % (t, version) for t in LLVM_TOOLS if t not in own)
+    where = (" in R3_LLVM_TOOLS=%s" % directory) if directory else ""
+    raise ToolchainError("not found%s: %s (Debian: apt-get install llvm-%d)" % (where, missing, version))
+
+
+def find_llvm_tools(version=None, newest=None):
+    """opt, llvm-link and llvm-dis of LLVM ``version`` (default: the record clang's),
+    or of a newer LLVM up to ``newest``; ``R3_LLVM_TOOLS`` names a directory to take
+    them from instead. Raises ToolchainError naming what is missing."""
+    if version is None:
+        version = clang_major(find_clang())
+    return _find_llvm_tools(version, max(version, newest or version), os.environ.get("R3_LLVM_TOOLS") or None)
+
+
+@lru_cache(maxsize=None)
+def opt_has_polly(opt):
+    """True when ``opt`` has Polly built in (Debian's opt-19 does)."""
+    try:
+        proc = subprocess.run([opt, "-polly", "-disable-output"], input=b"", capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

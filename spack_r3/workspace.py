@@ -27,6 +27,11 @@ class Workspace:
     def runs_dir(self):
         return os.path.join(self.root, "runs")
 
+    @property
+    def cache_dir(self):
+        """What compile stages built (Polly's output), reusable by any later replay."""
+        return os.path.join(self.root, "cache")
+
     def capture_dir(self, capture_id):
         return os.path.join(self.captures_dir, capture_id)
 

@@ -21,6 +21,7 @@ DEMOS = {
     "heat": (["64", "200"], ["64", "200", "0.3"]),  # alpha > 1/4: unstable, max principle fails
     "cg": (["32", "500"], ["32", "500", "1e-30"]),  # tolerance below rounding: unreachable
     "nbody": (["128", "20"], ["128", "50", "0.5"]),  # huge time step: energy not conserved
+    "dense": (["64", "2"], ["64", "2", "1e-3"]),  # injected error in every product: checks fail
 }
 RESULT = r"^{app}: .* PASSED$"
 
@@ -129,7 +130,7 @@ def _spack(spack_root, scope, *args, timeout=600):
 
 
 def test_spack_installs_demos(spack_root, clang, tmp_path):
-    """One `spack install` of all three recipes into a private install tree, then run them."""
+    """One `spack install` of all four recipes into a private install tree, then run them."""
     scope = tmp_path / "scope"
     scope.mkdir()
     opt = tmp_path / "opt"
@@ -159,7 +160,7 @@ def test_spack_installs_demos(spack_root, clang, tmp_path):
         "    externals:\n    - spec: gmake@%s\n      prefix: /usr\n" % _gmake_version()
     )
 
-    specs = ["r3-heat%clang", "r3-cg%clang", "r3-nbody%clang"]
+    specs = ["r3-heat%clang", "r3-cg%clang", "r3-nbody%clang", "r3-dense%clang"]
     proc = _spack(spack_root, scope, "install", "--fail-fast", *specs)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

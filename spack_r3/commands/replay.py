@@ -45,7 +45,7 @@ def replay(args):
     # loads the capture checks the digests, so large images are hashed only once.
     capture = load_capture_dir(directory, verify_digests=False)
     results = []
-    with ReplayServer(timeout=args.timeout) as server:
+    with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:
             variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
             ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)

@@ -23,6 +23,9 @@ from ..errors import R3Error
 from ..toolchain import find_clang
 
 
+RECORD_JSON = "record.json"
+
+
 @dataclass
 class RecordResult:
     run_dir: str
@@ -123,6 +126,8 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     ``progress`` receives one line per step, ``output`` each line the application prints.
     """
     say = progress or (lambda msg: None)
+    request = {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
+               "instances": instances, "tolerance": tolerance, "target": target}
     source = os.path.abspath(source)
     if not os.path.isdir(source):
         raise R3Error("source directory %s does not exist" % source)
@@ -189,7 +194,37 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
                 (k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
         })
     hotness.sort(key=lambda h: -h["self_s"])
-    return RecordResult(run_dir, captures, hotness, app_s)
+    result = RecordResult(run_dir, captures, hotness, app_s)
+    # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way.
+    with open(os.path.join(run_dir, RECORD_JSON + ".tmp"), "w") as f:
+        json.dump({"request": request, "app_s": app_s, "hotness": hotness,
+                   "captures": [c.id for c in captures]}, f, indent=1)
+    os.rename(os.path.join(run_dir, RECORD_JSON + ".tmp"), os.path.join(run_dir, RECORD_JSON))
+    return result
+
+
+def previous_record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native"):
+    """The latest run recorded with exactly these settings whose captures are all still
+    in the workspace (a RecordResult), or None."""
+    request = {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
+               "instances": instances, "tolerance": tolerance, "target": target}
+    for path in sorted(glob.glob(os.path.join(workspace.runs_dir, "*", RECORD_JSON)), reverse=True):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if data.get("request") != request:
+            continue
+        captures = []
+        for cid in data.get("captures", []):
+            try:
+                captures.append(capture_store.load_capture_dir(workspace.capture_dir(cid), verify_digests=False))
+            except R3Error:
+                break
+        else:
+            return RecordResult(os.path.dirname(path), captures, data.get("hotness", []), data.get("app_s", 0.0))
+    return None
 
 
 def _copy_filter(workspace_root):

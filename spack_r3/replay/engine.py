@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from statistics import median
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -23,7 +23,8 @@ import numpy as np
 from ..errors import CaptureError
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
-from .module import UnreplayableError, apply_pipeline_edits, declared_functions, extract_kernel, trampoline
+from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
+from .stages import CompileError, KernelIR, module_triple, optimized_module, resolve_target, target_machine
 
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_POPULATE = 0x8000
@@ -57,10 +58,6 @@ def host_cpu():
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
-class CompileError(Exception):
-    pass
-
-
 @dataclass
 class Prepared:
     """A capture parsed once by the worker and shared (copy-on-write) by every candidate."""
@@ -75,6 +72,7 @@ class Prepared:
     ranges: List[Tuple[int, int]] = field(default_factory=list)
     fp_types: List = field(default_factory=list)
     outputs: List[Tuple[int, bytes]] = field(default_factory=list)  # pre-state of what the kernel writes
+    unit: Optional[KernelIR] = None  # the kernel's module and bitcode: what a variant is compiled from
 
 
 def prepare(capture, directory):
@@ -84,9 +82,10 @@ def prepare(capture, directory):
 
     if capture.unreplayable:  # it would run, and differ: refused, never reported as wrong output
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
+    bitcode, link_units = read("module.bc"), tuple(read(u) for u in capture.link_units)
+    recorded_globals = tuple(g["name"] for g in capture.globals)
     try:
-        ir = extract_kernel(read("module.bc"), capture.kernel, [g["name"] for g in capture.globals],
-                            [read(u) for u in capture.link_units])
+        ir = extract_kernel(bitcode, capture.kernel, list(recorded_globals), list(link_units))
     except UnreplayableError as err:
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, err))
     except (KeyError, ValueError, RuntimeError) as err:
@@ -118,8 +117,11 @@ def prepare(capture, directory):
     ranges = _page_ranges(arena + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
                           + [(r.addr, r.end) for r in pre_regions if r.kind == KIND_STACK]
                           + [(r.addr, r.end) for r in pre_regions if not any(lo <= r.addr < hi for lo, hi in arena)])
+    # An opt stage (Polly) starts again from the bitcode, in the text of its own LLVM.
+    unit = KernelIR(capture.kernel, ir, bitcode, link_units, recorded_globals,
+                    capture.compile_command[0] if capture.compile_command else None)
     return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
-                    ranges, fp_types(ir), _outputs(pre, post))
+                    ranges, fp_types(ir), _outputs(pre, post), unit)
 
 
 def _compared(pre_regions, post_regions):
@@ -196,25 +198,16 @@ def restore(prepared, outputs_only=False):
 
 
 class Compiled:
-    """One JIT-compiled variant of a kernel, ready to call."""
+    """One JIT-compiled variant of a kernel, ready to call: ``stages.optimized_module`` (the
+    code a build of the variant gets too), compiled by MCJIT with the trampoline."""
 
-    def __init__(self, prepared, pipeline):
+    def __init__(self, prepared, pipeline, launch=None):
         t0 = time.perf_counter()
-        cpu, features = host_cpu()
-        cpu = cpu if pipeline.cpu == "host" else pipeline.cpu
-        features = features if pipeline.features == "host" else pipeline.features
-        text = apply_pipeline_edits(prepared.ir, prepared.capture.kernel, pipeline, cpu, features)
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as err:
-            lines = [l.strip() for l in str(err).splitlines() if "error" in l] or [str(err).strip()]
-            raise CompileError("IR rejected: %s" % lines[-1])
-        target = llvm.Target.from_triple(mod.triple or llvm.get_process_triple())
+        unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir)
+        cpu, features = resolve_target(pipeline)
         # An MCJIT engine owns its target machine: a fresh one per engine.
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=pipeline.codegen,
-                                          codemodel="jitdefault", jit=True)
-        self._optimize(mod, tm, pipeline)
+        tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
+        mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
         tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
@@ -226,28 +219,6 @@ class Compiled:
             raise CompileError("kernel entry not found after compilation")
         self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
         self.compile_s = time.perf_counter() - t0
-
-    @staticmethod
-    def _optimize(mod, tm, p):
-        level = {"0": 0, "1": 1, "2": 2, "3": 3, "s": 2, "z": 2}[p.opt]
-        pto = llvm.create_pipeline_tuning_options(speed_level=level)
-        if p.opt in ("s", "z"):  # llvmlite has no size levels: approximate -Os/-Oz by their tuning
-            pto.inlining_threshold = 75 if p.opt == "s" else 25
-            pto.loop_unrolling = False
-            if p.opt == "z":
-                pto.loop_vectorization = pto.slp_vectorization = False
-        for attr, value in (("loop_vectorization", p.loop_vectorize), ("slp_vectorization", p.slp_vectorize),
-                            ("loop_unrolling", p.unroll), ("loop_interleaving", p.interleave),
-                            ("inlining_threshold", p.inline_threshold)):
-            if value is not None:
-                setattr(pto, attr, value)
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        if p.passes:
-            extra = llvm.create_new_module_pass_manager()
-            for name in p.passes:
-                getattr(extra, "add_%s_pass" % name)()
-            extra.run(mod, pb)
 
 
 class Frame:

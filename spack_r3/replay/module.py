@@ -10,7 +10,7 @@ import re
 
 import llvmlite.binding as llvm
 
-from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matching
+from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matching, split_top
 
 _REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 _DEF_NAME = re.compile(r'(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+))\(')  # the name a parameter list follows
@@ -94,7 +94,17 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
     own_globals = {g.name for g in module.global_variables}
     for unit in link_units:
         module.link_in(llvm.parse_bitcode(unit))
-    entities = split_module(str(module))
+    return extract_kernel_text(str(module), kernel, recorded_globals, own_globals)
+
+
+def extract_kernel_text(text, kernel, recorded_globals, own_globals=None):
+    """``extract_kernel`` on textual IR, whichever LLVM printed it (llvmlite's, or an
+    ``llvm-dis`` of the same units linked, which an opt stage of that LLVM reads).
+
+    ``own_globals``: the globals the kernel's own unit defines (None: every global), so
+    that a writable global of a linked-in unit is refused.
+    """
+    entities = split_module(text)
     bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
     if kernel not in bodies:
         raise KeyError("kernel %s is not defined in its module" % kernel)
@@ -136,7 +146,8 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
                 continue
             if name in recorded:
                 text = _external_global(text)
-            elif name not in own_globals and not re.match(r"^@\S+ = [^=]*\bconstant\b", text):
+            elif (own_globals is not None and name not in own_globals
+                  and not re.match(r"^@\S+ = [^=]*\bconstant\b", text)):
                 raise UnreplayableError("it reaches %s, a global of another translation unit that the "
                                         "recording did not keep" % name)
         elif kind == "declare" and name not in reached:
@@ -196,6 +207,53 @@ def apply_pipeline_edits(text, kernel, pipeline, cpu, features):
         lines[i] = d.render(kernel, params=params)
         text = "\n".join(lines)
     return text
+
+
+# OpenMP loops whose schedule is chosen at run time: clang calls __kmpc_dispatch_init_{4,4u,8,8u}
+# (loc, gtid, i32 schedule, lb, ub, stride, chunk) and asks the runtime for each chunk, so any
+# schedule kind and chunk work. (__kmpc_for_static_init loops compute their own bounds: not these.)
+_DISPATCH_INIT = re.compile(r"\bcall void @__kmpc_dispatch_init_(?:4u?|8u?)\(")
+SCHEDULE_KINDS = {"static": 34, "dynamic": 35, "guided": 36}  # kmp_sch_*; static with a chunk: 33
+_STATIC, _STATIC_CHUNKED, _ORDERED = 34, 33, 32  # kmp_ord_* = kmp_sch_* + 32 (ordered loops stay ordered)
+_MODIFIERS = (1 << 29) | (1 << 30)  # monotonic, nonmonotonic: kept as compiled
+
+
+def dispatch_loops(ir):
+    """How many OpenMP loops of a module take a schedule and chunk from ``apply_launch_edits``."""
+    return len(_DISPATCH_INIT.findall(ir))
+
+
+def apply_launch_edits(text, schedule=None, chunk=None):
+    """Set the schedule kind (static, dynamic, guided) and chunk of every run-time-scheduled
+    OpenMP loop; a module without such loops is returned as it is. ``chunk`` alone keeps each
+    loop's kind (``schedule(runtime)`` and ``auto`` loops then ignore it, as the runtime does)."""
+    if schedule is None and chunk is None:
+        return text
+    if schedule is not None and schedule not in SCHEDULE_KINDS:
+        raise ValueError("schedule=%s: expected %s" % (schedule, ", ".join(SCHEDULE_KINDS)))
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise ValueError("chunk=%s: expected a positive integer" % (chunk,))
+    out, last = [], 0
+    for m in _DISPATCH_INIT.finditer(text):
+        open_paren = m.end() - 1
+        close = matching(text, open_paren)
+        args = split_top(text[open_paren + 1:close - 1])
+        words = args[2].split()
+        value = int(words[-1])
+        mods = value & _MODIFIERS
+        kind = value & ~_MODIFIERS
+        ordered = _ORDERED if kind > 64 else 0
+        if schedule is not None:
+            kind = SCHEDULE_KINDS[schedule] + ordered
+        if chunk is not None and kind == _STATIC + ordered:
+            kind = _STATIC_CHUNKED + ordered  # plain static divides the loop evenly: no chunk
+        args[2] = " ".join(words[:-1] + [str(kind | mods)])
+        if chunk is not None:
+            args[6] = " ".join(args[6].split()[:-1] + [str(chunk)])
+        out += [text[last:open_paren + 1], ", ".join(args), ")"]
+        last = close
+    out.append(text[last:])
+    return "".join(out)
 
 
 def trampoline(kernel, signature, arena_base, arena_end):

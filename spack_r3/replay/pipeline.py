@@ -5,10 +5,14 @@
     O3,passes=loop_unroll_and_jam;licm  extra passes after the standard pipeline
     O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
     O3,fast=reassoc+contract,fma=off,noalias=1
+    O3,polly=1,polly_tile=64,polly_matmul=0,polly_vec=stripmine
 
 Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
 passes, codegen, cpu, features, fast (flags joined by +, or ``fast``/``all``),
-fma (on/off), noalias (0/1).
+fma (on/off), noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
+that recorded, before the pipeline) and, with polly=1 only, polly_tile (tile size;
+0: no tiling; default: Polly's), polly_matmul (0/1: the matrix-multiplication
+pattern optimization, on by default), polly_vec (none/stripmine).
 """
 
 import re
@@ -19,6 +23,7 @@ from ..data import FAST_MATH_FLAGS, Pipeline
 from ..errors import PipelineError
 
 _BOOL = {"1": True, "on": True, "yes": True, "true": True, "0": False, "off": False, "no": False, "false": False}
+POLLY_VECTORIZERS = ("none", "stripmine")
 _EXCLUDED_PASSES = ("printer", "viewer", "verifier", "aa_eval", "refprune", "debug")
 
 
@@ -54,6 +59,7 @@ def parse(spec):
     p = Pipeline()
     if not spec:
         return p
+    polly_keys = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         m = re.match(r"^-?O([0123sz])$", item)
         if m:
@@ -111,8 +117,23 @@ def parse(spec):
             p.fma = value
         elif key == "noalias":
             p.noalias = _bool(key, value)
+        elif key == "polly":
+            p.polly = _bool(key, value)
+        elif key == "polly_tile":
+            p.polly_tile = _int(key, value, 0, 4096)
+            polly_keys.append(item)
+        elif key == "polly_matmul":
+            p.polly_matmul = _bool(key, value)
+            polly_keys.append(item)
+        elif key in ("polly_vec", "polly_vectorizer"):
+            if value not in POLLY_VECTORIZERS:
+                raise PipelineError("%s=%s: expected %s" % (key, value, " or ".join(POLLY_VECTORIZERS)))
+            p.polly_vectorizer = value
+            polly_keys.append(item)
         else:
             raise PipelineError("unknown pipeline key '%s'" % key)
+    if polly_keys and not p.polly:
+        raise PipelineError("%s: Polly's settings need polly=1" % ",".join(polly_keys))
     return p
 
 
@@ -141,4 +162,12 @@ def format_spec(p):
         items.append("fma=" + p.fma)
     if p.noalias:
         items.append("noalias=1")
+    if p.polly:
+        items.append("polly=1")
+        if p.polly_tile is not None:
+            items.append("polly_tile=%d" % p.polly_tile)
+        if not p.polly_matmul:
+            items.append("polly_matmul=0")
+        if p.polly_vectorizer != "none":
+            items.append("polly_vec=" + p.polly_vectorizer)
     return ",".join(items)

@@ -14,6 +14,7 @@ import time
 
 from ..data import CRASH, TIMEOUT, Evaluation, Variant
 from ..errors import R3Error
+from .stages import STAGE_CACHE_ENV
 
 
 class ReplayServer:
@@ -23,9 +24,11 @@ class ReplayServer:
             ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
     """
 
-    def __init__(self, timeout=60.0, load_timeout=300.0):
+    def __init__(self, timeout=60.0, load_timeout=300.0, cpus=None, cache_dir=None):
         self.timeout = timeout
         self.load_timeout = load_timeout
+        self.cpus = cpus  # pin the worker (and the candidates it forks) to these CPUs
+        self.cache_dir = cache_dir  # where compile stages keep what they built (see replay.stages)
         self.proc = None
         self._buf = b""
 
@@ -39,8 +42,12 @@ class ReplayServer:
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        if self.cache_dir:
+            env[STAGE_CACHE_ENV] = self.cache_dir
         self.proc = subprocess.Popen([sys.executable, "-m", "spack_r3.replay.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        if self.cpus:
+            os.sched_setaffinity(self.proc.pid, self.cpus)
         self._buf = b""
 
     def close(self):
@@ -88,12 +95,12 @@ class ReplayServer:
         if err or not reply.get("ok"):
             raise R3Error(err or reply.get("error"))
 
-    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None):
+    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None, verify_runs=1):
         """Replay one variant; never raises for a bad candidate, only for a bad capture."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),
-               "repeat": repeat, "pairs": pairs, "timeout": timeout}
+               "repeat": repeat, "pairs": pairs, "timeout": timeout, "verify_runs": verify_runs}
         if tolerance is not None:
             req["tolerance"] = tolerance
         reply, err = self._request(req, self.load_timeout + timeout + 10)
@@ -104,3 +111,36 @@ class ReplayServer:
         if not reply.get("ok"):
             raise R3Error(reply.get("error"))
         return Evaluation.from_json(reply["evaluation"])
+
+
+class ReplayPool:
+    """Several persistent replay workers, for evaluating candidates in parallel.
+
+    Each worker gets its own share of this process's CPUs and is pinned there, so
+    that the paired timings of one worker do not fight with another's; a parallel
+    kernel then runs at most ``cores_per_worker`` threads. With more workers than
+    CPUs nothing is pinned.
+
+        with ReplayPool(2) as pool:
+            for server in pool.servers: ...   # one driving thread per server
+    """
+
+    def __init__(self, workers=1, timeout=60.0, pin=True, cache_dir=None):
+        if workers < 1:
+            raise R3Error("--workers must be at least 1")
+        cpus = sorted(os.sched_getaffinity(0))
+        share = len(cpus) // workers
+        pinned = pin and share >= 1
+        self.cores_per_worker = max(1, share)
+        self.servers = [ReplayServer(timeout, cpus=cpus[i * share:(i + 1) * share] if pinned else None,
+                                     cache_dir=cache_dir) for i in range(workers)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        for server in self.servers:
+            server.close()

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What the search finds: random search against the Bayesian search, at equal budget.
+
+For each demo application: record it, then for each of its hot kernels run two
+studies over the same space and budget on one replay pool, (a) random and (b) the
+Bayesian search (multivariate TPE), and confirm both their best candidates side by
+side in one run (re-verified on every instance, re-measured in interleaved rounds of
+paired runs; see spack_r3/search/confirm.py). Then the search throughput:
+evaluations per minute with 1 and with 2 replay workers on the same kernel.
+
+Writes bench/search.json:
+  kernels:    [{kernel, demo, baseline_s, random: {...}, bayes: {...}}], each search holding
+              best_speedup (confirmed, with speedup_min/max), evaluations, evals_to_best (the
+              evaluation at which it found its best), search_best (what the search measured),
+              winner, relaxes_fp; bayes also evals_to_random_best (the evaluation at which it
+              first reached random's best search value)
+  throughput: {workers_1, workers_2} evaluations per minute, and their ratio
+
+Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--out bench/search.json]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from spack_r3 import cxxnames  # noqa: E402
+from spack_r3.data import Variant  # noqa: E402
+from spack_r3.record.session import record  # noqa: E402
+from spack_r3.replay.server import ReplayPool  # noqa: E402
+from spack_r3.report import table  # noqa: E402
+from spack_r3.search.bayes import Study, storage  # noqa: E402
+from spack_r3.search.confirm import confirm  # noqa: E402
+from spack_r3.search.results import kernel_result  # noqa: E402
+from spack_r3.search.space import Space  # noqa: E402
+from spack_r3.search.tune import kernel_facts, plan_targets  # noqa: E402
+from spack_r3.workspace import Workspace  # noqa: E402
+
+# Runs sized so that one kernel call takes about 1-20 ms: long enough to time, short
+# enough for 300 evaluations per kernel.
+DEMOS = {"heat": "./heat 512 60", "cg": "./cg", "nbody": "./nbody 800 4", "dense": "./dense 160 1"}
+TOLERANCE = 1e-9  # the demos' FP tolerance: fast-math and FMA changes are searched within it
+MIN_SHARE = 0.10
+
+
+def say(line):
+    print(line, file=sys.stderr, flush=True)
+
+
+def evals_to(curve, value):
+    """1-based evaluation at which the best-so-far curve first reached ``value``."""
+    return next((i + 1 for i, v in enumerate(curve) if v is not None and v >= value), None)
+
+
+def search_summary(study, result):
+    curve = study.curve()
+    best = max((v for v in curve if v is not None), default=None)
+    return {"best_speedup": result.speedup, "speedup_min": result.speedup_min, "speedup_max": result.speedup_max,
+            "evaluations": len(curve), "evals_to_best": evals_to(curve, best) if best else None,
+            "search_best": best, "winner": result.winner, "relaxes_fp": result.relaxes_fp,
+            "failed": result.failed, "rejected": result.rejected}
+
+
+def bench_kernel(pool, store, target, budget, seed, demo):
+    space = Space(kernel_facts(target, pool.cores_per_worker))
+    studies = {}
+    for name, sampler in (("random", "random"), ("bayes", "tpe")):
+        t0 = time.monotonic()
+        study = Study(store, target, space, sampler=sampler, seed=seed, pairs=5)
+        study.run(pool.servers, budget, progress=lambda p, name=name: p.done % 25 == 0 and say(
+            "  %s %s: %d/%d best %s" % (target.kernel, name, p.done, p.budget,
+                                        "-" if p.best is None else "%.2fx" % p.best)))
+        studies[name] = (study, time.monotonic() - t0)
+    # Both searches' best candidates confirmed side by side, in one run.
+    cands = [(target, [(Variant.from_json(t.user_attrs["variant"]), t.value) for t in s.best(3)])
+             for s, _ in studies.values()]
+    confirmed = confirm(pool.servers, cands, rounds=3, pairs=11)
+    entry = {"kernel": target.kernel, "kernel_demangled": cxxnames.demangle(target.kernel), "demo": demo,
+             "share": target.share, "space": len(space.params)}
+    for (name, (study, seconds)), conf in zip(studies.items(), confirmed):
+        result = kernel_result(target, study, conf)
+        entry[name] = search_summary(study, result)
+        entry[name]["search_s"] = seconds
+        entry.setdefault("baseline_s", result.baseline_s)
+    entry["bayes"]["evals_to_random_best"] = evals_to(studies["bayes"][0].curve(),
+                                                      entry["random"]["search_best"] or float("inf"))
+    return entry
+
+
+def throughput(ws, store, target, budget, seed):
+    """Evaluations per minute of the search alone, with 1 and 2 workers."""
+    out = {}
+    for workers in (1, 2):
+        with ReplayPool(workers) as pool:
+            space = Space(kernel_facts(target, pool.cores_per_worker))
+            target.source_variant = "throughput-%d" % workers  # a fresh study for each measurement
+            study = Study(store, target, space, sampler="random", seed=seed, pairs=5)
+            study.run(pool.servers, 4)  # workers started, capture loaded: not what is measured
+            t0 = time.monotonic()
+            study.run(pool.servers, 4 + budget)
+            out["workers_%d" % workers] = 60.0 * budget / (time.monotonic() - t0)
+    target.source_variant = "original"
+    out["ratio"] = out["workers_2"] / out["workers_1"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=int, default=150)
+    ap.add_argument("--demos", default=",".join(DEMOS))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--throughput-budget", type=int, default=40)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search.json"))
+    args = ap.parse_args()
+    ws = Workspace(tempfile.mkdtemp(prefix="bench-search-"))
+    store = storage(ws)
+    kernels, targets = [], []
+    for demo in args.demos.split(","):
+        say("%s: recording %s" % (demo, DEMOS[demo]))
+        rec = record(ws, os.path.join(ROOT, "repos", "r3", "sources", demo), DEMOS[demo], tolerance=TOLERANCE)
+        plan = plan_targets(ws, rec.captures, min_share=MIN_SHARE)
+        targets += [(demo, t) for t in plan.targets]
+    with ReplayPool(args.workers) as pool:
+        for demo, target in targets:
+            say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
+                                                                         args.budget))
+            kernels.append(bench_kernel(pool, store, target, args.budget, args.seed, demo))
+    say("throughput")
+    thr = throughput(ws, store, targets[0][1], args.throughput_budget, args.seed)
+    result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
+              "kernels": kernels, "throughput": thr,
+              "throughput_kernel": targets[0][1].kernel}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    rows = [[k["demo"], cxxnames.display(k["kernel"]), "%.2fms" % (1e3 * k["baseline_s"]),
+             "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"],
+                                   k["random"]["speedup_max"]), k["random"]["evals_to_best"],
+             "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"],
+                                   k["bayes"]["speedup_max"]), k["bayes"]["evals_to_best"],
+             k["bayes"]["evals_to_random_best"], k["bayes"]["winner"]] for k in kernels]
+    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's", "bayes winner"],
+                rows))
+    print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx)" % (
+        thr["workers_1"], thr["workers_2"], thr["ratio"]))
+    print("wrote %s" % args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Make the hot kernels faster: search compiler pipelines (Polly included) and launch
+settings for each, judged by replay, and report confirmed winners.
+
+With --source and --run it records first (or reuses the captures of an identical
+earlier record); without them it tunes the captures already in the workspace.
+Each kernel gets one Optuna study in the workspace's r3.db, so a killed run
+resumes where it stopped.
+"""
+
+import json
+
+from ..capture import list_captures
+from ..errors import R3Error
+from ..record.session import previous_record
+from ..record.session import record as record_tree
+from ..report import ProgressBar, percent, say
+from ..search.results import results_table, write_report
+from ..search.samplers import SAMPLERS
+from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
+from ..workspace import Workspace
+
+description = "search compiler pipelines and launch settings for the hot kernels"
+
+
+def setup_parser(subparser):
+    subparser.add_argument("--source", default=None, help="source tree to record first (never modified)")
+    subparser.add_argument("--run", default=None, help="command that runs the application (with --source)")
+    subparser.add_argument("--build", default=None, help="build command for the record (see r3 record --help)")
+    subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                           help="tune this kernel (repeatable; default: every captured kernel with at least "
+                                "--min-share of the run)")
+    subparser.add_argument("--min-share", type=float, default=0.02, metavar="F",
+                           help="smallest share of the application's time worth tuning (default 0.02)")
+    subparser.add_argument("--budget", type=int, default=60, metavar="N", help="evaluations per kernel (default 60)")
+    subparser.add_argument("--workers", type=int, default=1, metavar="N",
+                           help="replay workers evaluating in parallel, each pinned to its share of the CPUs")
+    subparser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+                           help="tpe (default: Bayesian, multivariate TPE) or random")
+    subparser.add_argument("--seed", type=int, default=None, help="sampler seed (for repeatable searches)")
+    subparser.add_argument("--tolerance", type=float, default=None,
+                           help="relative tolerance of floating-point results; fast-math and FMA changes are "
+                                "searched only when it is above 0 (default: the captures', else exact)")
+    subparser.add_argument("--pairs", type=int, default=5, help="paired runs per evaluation (default 5)")
+    subparser.add_argument("--confirm-pairs", type=int, default=11,
+                           help="paired runs per confirmation round of each winner candidate (default 11)")
+    subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
+    subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
+    subparser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def tune(args):
+    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds"):
+        if getattr(args, name) < 1:
+            raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
+    if bool(args.source) != bool(args.run):
+        raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
+    ws = Workspace(args.workspace)
+    progress = (lambda line: None) if args.json else (lambda line: say("==> " + line))
+    captures = _captures(ws, args, progress)
+    plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance)
+    for line in plan.skipped:
+        progress("not tuned: " + line)
+    if not plan.targets:
+        raise R3Error("no replayable kernel to tune in %s (see: r3 kernels)" % ws.root)
+    progress("tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %d worker(s)"
+             % (len(plan.targets), percent(plan.covered_share), args.budget, args.workers))
+    bar = ProgressBar()
+
+    def on_progress(p):
+        best = "-" if p.best is None else "%.2fx" % p.best
+        bar.update(p.kernel, p.done, p.budget, "best %s, %d failed" % (best, p.failed))
+
+    options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
+                          pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
+                          timeout=args.timeout)
+    results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress)
+    for line in skipped:
+        progress("not tuned: " + line)
+    header = "covered share of the run: %s" % percent(sum(r.share for r in results))
+    paths = write_report(ws, results, header)
+    if args.json:
+        print(json.dumps({"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
+                          "skipped": plan.skipped + skipped, "report": paths}, indent=1))
+        return 0 if results else 1
+    print(results_table(results))
+    print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
+    return 0 if results else 1
+
+
+def _captures(ws, args, progress):
+    if not args.source:
+        return list_captures(ws)
+    settings = dict(build=args.build, kernels=args.kernel, tolerance=None)
+    previous = previous_record(ws, args.source, args.run, **settings)
+    if previous:
+        progress("reusing the captures recorded in %s" % previous.run_dir)
+        return previous.captures
+    result = record_tree(ws, args.source, args.run, progress=progress, **settings)
+    return result.captures

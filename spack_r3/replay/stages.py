@@ -1,0 +1,315 @@
+"""Variant -> optimized module: the one road from a kernel's IR to the code that runs.
+
+Replay measures what this builds, and a build (a compiler launcher building tuned
+units) must build the same, so both call ``optimized_module``:
+
+1. IR edits (text): target CPU and features attributes, fast-math flags, FMA split,
+   ``noalias`` (``module.apply_pipeline_edits``), and the OpenMP schedule and chunk of
+   loops scheduled at run time (``module.apply_launch_edits``).
+2. With ``polly``: an ``opt -O3 -polly`` stage of the LLVM that wrote the bitcode
+   (Debian's opt-19 has Polly built in; llvmlite's LLVM 22 has no Polly, prints IR that
+   LLVM 19 cannot parse, and writes bitcode it cannot read, while it reads LLVM 19's).
+   The stage starts from that LLVM's own text of the same units (``KernelIR.tool_ir``),
+   and its bitcode output goes on to step 3.
+3. llvmlite's pass pipeline: the O-level, tuning options, extra passes.
+
+Nothing here knows about recorded memory: a ``KernelIR`` is a kernel's module and,
+for an opt stage, the bitcode it came from.
+"""
+
+import ctypes
+import ctypes.util
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+import llvmlite.binding as llvm
+
+from ..errors import ToolchainError
+from .. import toolchain
+from .module import apply_launch_edits, apply_pipeline_edits, dispatch_loops, extract_kernel, extract_kernel_text
+
+__all__ = ["CompileError", "KernelIR", "optimized_module", "resolve_target", "target_machine", "run_pipeline",
+           "polly_tools", "polly_available", "polly_options", "dispatch_loops", "module_triple",
+           "POLLY_TIMEOUT_S"]
+
+# Bounds the opt stage: Polly's analysis of one dense loop nest with run-time sizes can take
+# 20 s; below the replay server's default candidate timeout (60 s), so a run-away stage is a
+# compile error, not a lost candidate. ``R3_POLLY_TIMEOUT`` overrides it.
+POLLY_TIMEOUT_S = 50.0
+
+
+class CompileError(Exception):
+    """A variant that does not compile: one line saying why."""
+
+
+@dataclass
+class KernelIR:
+    """A kernel's module before optimization.
+
+    ``ir`` is its textual IR as llvmlite prints it (what the pipeline parses). An opt
+    stage needs the same module in its own LLVM's text, built from ``bitcode`` (the
+    kernel's unit as clang wrote it) and ``link_units`` (other units it calls into),
+    cut down to the kernel (``extract``) the way ``ir`` was; ``recorded_globals`` become
+    external declarations there, as in ``ir``. ``clang``: the compiler that wrote the
+    bitcode, whose LLVM version the opt stage uses.
+    """
+
+    kernel: str
+    ir: str
+    bitcode: Optional[bytes] = None
+    link_units: Tuple[bytes, ...] = ()
+    recorded_globals: Tuple[str, ...] = ()
+    clang: Optional[str] = None
+    extract: bool = True  # False: ``ir`` is the whole unit (a build), not the kernel cut out
+    _tool_ir: Dict[int, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True):
+        """The kernel of a unit's bitcode, in llvmlite's text (raises what ``extract_kernel`` raises)."""
+        if extract:
+            ir = extract_kernel(bitcode, kernel, list(recorded_globals), list(link_units))
+        else:
+            module = llvm.parse_bitcode(bitcode)
+            for unit in link_units:
+                module.link_in(llvm.parse_bitcode(unit))
+            ir = str(module)
+        return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract)
+
+    def tool_ir(self, tools, timeout=POLLY_TIMEOUT_S):
+        """The same module in the text of ``tools``' LLVM (``llvm-link`` + ``llvm-dis`` of the
+        bitcode, then the same extraction); computed once per KernelIR and LLVM version."""
+        if tools.version in self._tool_ir:
+            return self._tool_ir[tools.version]
+        if self.bitcode is None:
+            raise CompileError("polly needs the kernel's bitcode (an opt stage cannot read llvmlite's IR)")
+        with tempfile.TemporaryDirectory(prefix="r3-stage-") as tmp:
+            paths = []
+            for i, data in enumerate((self.bitcode,) + tuple(self.link_units)):
+                paths.append(os.path.join(tmp, "unit%d.bc" % i))
+                with open(paths[-1], "wb") as f:
+                    f.write(data)
+            if len(paths) > 1:
+                linked = os.path.join(tmp, "linked.bc")
+                _run_tool([tools.link] + paths + ["-o", linked], timeout)
+                paths = [linked]
+            text = _run_tool([tools.dis, paths[0], "-o", "-"], timeout).decode()
+        if self.extract:
+            own = {g.name for g in llvm.parse_bitcode(self.bitcode).global_variables}
+            text = extract_kernel_text(text, self.kernel, list(self.recorded_globals), own)
+        self._tool_ir[tools.version] = text
+        return text
+
+
+def resolve_target(pipeline, cpu=None, features=None):
+    """(cpu, features) a variant is compiled for: the pipeline's own where it names them,
+    else ``cpu``/``features`` (the machine a build targets), else this host's."""
+    if pipeline.cpu == "host" and cpu is None:
+        cpu = llvm.get_host_cpu_name()
+    if pipeline.features == "host" and features is None:
+        features = llvm.get_host_cpu_features().flatten()
+    return (cpu if pipeline.cpu == "host" else pipeline.cpu,
+            features if pipeline.features == "host" else pipeline.features)
+
+
+def module_triple(ir):
+    m = re.search(r'^target triple = "([^"]*)"', ir, re.M)
+    return m.group(1) if m and m.group(1) else llvm.get_process_triple()
+
+
+def target_machine(triple, cpu, features, codegen=3, jit=False):
+    """A fresh target machine (an MCJIT engine owns the one it is given)."""
+    target = llvm.Target.from_triple(triple)
+    if jit:
+        return target.create_target_machine(cpu=cpu, features=features, opt=codegen, codemodel="jitdefault",
+                                            jit=True)
+    return target.create_target_machine(cpu=cpu, features=features, opt=codegen, reloc="pic", codemodel="default")
+
+
+def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=None, timeout=None):
+    """The optimized llvmlite module of one variant of a kernel.
+
+    ``source``: a KernelIR. ``pipeline``: a data.Pipeline; ``launch``: a data.Launch
+    (only its OpenMP schedule and chunk touch the code) or None. ``cpu``/``features``:
+    the target where the pipeline says ``host`` (default: this machine). ``tm``: the
+    target machine the pipeline optimizes for (a JIT's, which then compiles the module);
+    None: a new one for ``cpu``/``features``/``pipeline.codegen``. ``timeout``: seconds
+    for each tool of the opt stage. Raises CompileError with one line.
+    """
+    cpu, features = resolve_target(pipeline, cpu, features)
+
+    def edits(text):
+        text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features)
+        if launch is not None:
+            try:
+                text = apply_launch_edits(text, launch.schedule, launch.chunk)
+            except ValueError as err:
+                raise CompileError(str(err))
+        return text
+
+    if pipeline.polly:
+        limit = timeout or float(os.environ.get("R3_POLLY_TIMEOUT") or POLLY_TIMEOUT_S)
+        tools = polly_tools(source.clang)
+        text = edits(source.tool_ir(tools, limit))
+        bitcode = _cached_stage([tools.opt] + polly_options(pipeline) + ["-", "-o", "-"], limit, text.encode())
+        try:
+            mod = llvm.parse_bitcode(bitcode)
+            mod.verify()
+        except RuntimeError as err:
+            raise CompileError("the polly stage's output is rejected: %s" % _last_error(str(err)))
+    else:
+        try:
+            mod = llvm.parse_assembly(edits(source.ir))
+            mod.verify()
+        except RuntimeError as err:
+            raise CompileError("IR rejected: %s" % _last_error(str(err)))
+    if tm is None:
+        tm = target_machine(mod.triple or llvm.get_process_triple(), cpu, features, pipeline.codegen)
+    run_pipeline(mod, tm, pipeline)
+    return mod
+
+
+STAGE_CACHE_ENV = "R3_STAGE_CACHE"
+
+
+def _cached_stage(argv, timeout, data):
+    """The opt stage's bitcode, from the stage cache when the same tool already ran with
+    the same options on the same text (Polly's analysis of one loop nest can take 20 s;
+    a search and its confirmation ask for the same stage many times). The cache is the
+    directory ``$R3_STAGE_CACHE`` (the replay server sets it to the workspace's);
+    unset: no cache."""
+    cache = os.environ.get(STAGE_CACHE_ENV)
+    if not cache:
+        return _run_tool(argv, timeout, data, stage="polly")
+    key = hashlib.sha256(json.dumps([argv, os.path.getmtime(argv[0])]).encode() + b"\0" + data).hexdigest()
+    path = os.path.join(cache, key[:2], key + ".bc")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        pass
+    out = _run_tool(argv, timeout, data, stage="polly")
+    try:  # atomic: concurrent candidates may write the same entry
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "wb") as f:
+            f.write(out)
+        os.rename(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written costs time, not the candidate
+    return out
+
+
+def run_pipeline(mod, tm, p):
+    """llvmlite's pass pipeline of ``p`` on ``mod``: the O-level, tuning options, extra passes."""
+    level = {"0": 0, "1": 1, "2": 2, "3": 3, "s": 2, "z": 2}[p.opt]
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
+    if p.opt in ("s", "z"):  # llvmlite has no size levels: approximate -Os/-Oz by their tuning
+        pto.inlining_threshold = 75 if p.opt == "s" else 25
+        pto.loop_unrolling = False
+        if p.opt == "z":
+            pto.loop_vectorization = pto.slp_vectorization = False
+    for attr, value in (("loop_vectorization", p.loop_vectorize), ("slp_vectorization", p.slp_vectorize),
+                        ("loop_unrolling", p.unroll), ("loop_interleaving", p.interleave),
+                        ("inlining_threshold", p.inline_threshold)):
+        if value is not None:
+            setattr(pto, attr, value)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    if p.passes:
+        extra = llvm.create_new_module_pass_manager()
+        for name in p.passes:
+            getattr(extra, "add_%s_pass" % name)()
+        extra.run(mod, pb)
+
+
+def polly_tools(clang=None):
+    """The opt, llvm-link and llvm-dis of the LLVM that ``clang`` (the record compiler;
+    default: the one record uses) belongs to, or a newer one llvmlite still reads.
+    CompileError with one line where they are missing."""
+    newest = llvm.llvm_version_info[0]
+    version = toolchain.clang_major(clang) if clang else None
+    try:
+        version = version or toolchain.clang_major(toolchain.find_clang())
+    except ToolchainError:
+        version = None
+    if version is None:
+        raise CompileError("polly needs opt, llvm-link and llvm-dis of the record clang's LLVM, and no clang "
+                           "was found to tell its version")
+    try:
+        return toolchain.find_llvm_tools(version, newest)
+    except ToolchainError as err:
+        raise CompileError("polly needs opt-%d, llvm-link-%d and llvm-dis-%d: %s" % (version, version, version, err))
+
+
+def polly_available(clang=None):
+    """True when a Polly stage can run for bitcode of ``clang`` (the search offers it then)."""
+    try:
+        return toolchain.opt_has_polly(polly_tools(clang).opt)
+    except CompileError:
+        return False
+
+
+def polly_options(p):
+    """opt's command line for the Polly stage of pipeline ``p`` (input and output aside).
+
+    Only Polly's own knobs reach opt; the pipeline's tuning options (vectorize, unroll,
+    inline...) act in llvmlite's pipeline after it. That keeps the stage's output a
+    function of few settings, so the stage cache serves most candidates of a search."""
+    args = ["-O3", "-polly"]
+    if p.polly_tile == 0:
+        args.append("-polly-tiling=false")
+    elif p.polly_tile is not None:
+        # -polly-tile-sizes=N sizes the first dimension only (the rest take the default
+        # size): N for every dimension is the default size.
+        args.append("-polly-default-tile-size=%d" % p.polly_tile)
+    args.append("-polly-pattern-matching-based-opts=%s" % ("true" if p.polly_matmul else "false"))
+    if p.polly_vectorizer != "none":
+        args.append("-polly-vectorizer=%s" % p.polly_vectorizer)
+    return args
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """In the tool's process: killed with its parent (a candidate killed at its deadline)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# opt warns about CPU names and features of a newer LLVM (the host's, as llvmlite names
+# them) and ignores them: not errors.
+_WARNING = re.compile(r"is not a recognized (?:feature|processor) for this target|^\s*$")
+
+
+def _run_tool(argv, timeout, data=None, stage=None):
+    """stdout of ``argv`` (bounded by ``timeout``); CompileError with its first error line."""
+    name = os.path.basename(argv[0])
+    what = "%s -%s" % (name, stage) if stage else name
+    try:
+        proc = subprocess.run(argv, input=data, stdin=None if data is not None else subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout, preexec_fn=_die_with_parent)
+    except subprocess.TimeoutExpired:
+        raise CompileError("%s took longer than %.0fs (R3_POLLY_TIMEOUT)" % (what, timeout))
+    except OSError as err:
+        raise CompileError("%s cannot run: %s" % (what, err))
+    if proc.returncode != 0:
+        lines = [l.strip() for l in proc.stderr.decode(errors="replace").splitlines() if not _WARNING.search(l)]
+        errors = [l for l in lines if "error" in l.lower()] or lines
+        if stage == "polly" and any("Unknown command line argument" in l and "polly" in l for l in lines):
+            raise CompileError("polly needs an opt with Polly built in (Debian's opt-19 has it); %s has not"
+                               % argv[0])
+        raise CompileError("%s failed: %s" % (what, errors[0] if errors else "exit status %d" % proc.returncode))
+    return proc.stdout
+
+
+def _last_error(message):
+    lines = [l.strip() for l in message.splitlines() if "error" in l] or [message.strip()]
+    return lines[-1]

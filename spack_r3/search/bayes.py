@@ -1,0 +1,194 @@
+"""The inner loop: one Optuna study per (kernel, source variant), evaluated by replay.
+
+Every trial is one candidate Variant replayed on the kernel's first capture by a
+worker of the replay pool, scored by the paired protocol (median of baseline /
+candidate time ratios, both compiled and resident in the same worker). A candidate
+that does not compile, crashes, hangs or computes a different result is a FAIL
+trial: it carries its status and diagnostic but no value, so it never ranks.
+
+Study state lives in the workspace's SQLite database (``r3.db``; ``optuna-dashboard
+sqlite:///.../r3.db`` opens it) and every trial is committed when it finishes: a
+killed run resumes where it stopped, and the trials it had in flight are run again.
+"""
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import optuna
+from optuna.trial import TrialState
+
+from ..data import OK, Variant
+from .samplers import make_sampler
+
+STORAGE_FILE = "r3.db"
+INTERRUPTED = "interrupted"  # status of a trial that a killed run left running
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def storage(workspace):
+    """The workspace's Optuna storage (one SQLite file for every study)."""
+    workspace.ensure()
+    url = "sqlite:///" + os.path.join(workspace.root, STORAGE_FILE)
+    # A generous busy timeout: several r3 processes may share one workspace.
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+@dataclass
+class Target:
+    """One kernel to tune: its captures (recorded instances; the first is searched on)."""
+
+    kernel: str
+    captures: List[str]  # capture directories
+    share: float = 0.0  # of the application's run time
+    parallel: bool = False
+    base: Variant = field(default_factory=Variant)  # its source patch, if any
+    source_variant: str = "original"  # names the source variant: one study each
+    tolerance: Optional[float] = None  # relative FP tolerance of its results (None: exact)
+
+    @property
+    def capture_id(self):
+        return os.path.basename(self.captures[0])
+
+
+@dataclass
+class Progress:
+    """What a study has done so far, for progress lines."""
+
+    kernel: str
+    done: int
+    budget: int
+    best: Optional[float]
+    failed: int
+
+
+def counted(trial):
+    """Trials that count as evaluations: finished, and not left behind by a kill."""
+    return trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.FAIL and trial.user_attrs.get("status") != INTERRUPTED)
+
+
+class Study:
+    """The search of one (kernel, source variant) with one sampler, resumable.
+
+        study = Study(storage(ws), target, space, sampler="tpe")
+        study.run(pool.servers, budget=60)
+        study.best(3)   # the top finished trials, best first
+    """
+
+    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0):
+        self.target, self.space = target, space
+        self.pairs, self.timeout = pairs, timeout
+        self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
+                                       space.fingerprint())
+        self.study = optuna.create_study(study_name=self.name, storage=store, direction="maximize",
+                                         sampler=make_sampler(sampler, seed), load_if_exists=True)
+        self.study.set_user_attr("kernel", target.kernel)
+        self.study.set_user_attr("captures", [os.path.basename(c) for c in target.captures])
+        self.study.set_user_attr("space", space.describe())
+        self._lock = threading.Lock()
+
+    def trials(self):
+        return [t for t in self.study.get_trials(deepcopy=False) if counted(t)]
+
+    def _recover(self):
+        """Trials a killed run left RUNNING: marked interrupted, their points asked again."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self.study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+            # (Optuna's public API sets attributes only through a live Trial.)
+            self.study._storage.set_trial_user_attr(t._trial_id, "status", INTERRUPTED)
+            self.study.tell(t.number, state=TrialState.FAIL)
+
+    def run(self, servers, budget, progress=None):
+        """Evaluate trials on ``servers`` (one thread each) until ``budget`` are counted."""
+        with self._lock:
+            self._recover()
+            finished = self.trials()
+        state = {"issued": len(finished), "failed": sum(t.state == TrialState.FAIL for t in finished),
+                 "done": len(finished), "best": max((t.value for t in finished if t.value is not None), default=None)}
+        errors = []
+
+        def report():
+            if progress:
+                progress(Progress(self.target.kernel, state["done"], budget, state["best"], state["failed"]))
+
+        def drive(server):
+            while not errors:
+                with self._lock:
+                    if state["issued"] >= budget:
+                        return
+                    state["issued"] += 1
+                    trial = self.study.ask()
+                    values = self.space.suggest(trial)
+                variant = self.space.variant(values, self.target.base)
+                t0 = time.monotonic()
+                try:
+                    ev = server.submit(self.target.captures[0], variant, pairs=self.pairs, tolerance=self.target.tolerance,
+                                       timeout=self.timeout)
+                except Exception as err:  # the capture itself is unusable: stop this study
+                    errors.append(err)
+                    with self._lock:
+                        trial.set_user_attr("status", INTERRUPTED)
+                        self.study.tell(trial, state=TrialState.FAIL)
+                    return
+                with self._lock:
+                    self._tell(trial, variant, ev, time.monotonic() - t0)
+                    state["done"] += 1
+                    if ev.status == OK:
+                        state["best"] = max(ev.speedup, state["best"] or 0.0)
+                    else:
+                        state["failed"] += 1
+                    report()
+
+        report()
+        threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def _tell(self, trial, variant, ev, seconds):
+        attrs = {"status": ev.status, "variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp,
+                 "time_s": ev.time_median_s, "baseline_s": ev.baseline_median_s, "speedup_min": ev.speedup_min,
+                 "speedup_max": ev.speedup_max, "max_rel_error": ev.max_rel_error, "eval_s": seconds,
+                 "diagnostics": (ev.diagnostics or "")[:500]}
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        if ev.status == OK:
+            self.study.tell(trial, ev.speedup)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def best(self, n=1):
+        """The ``n`` best finished trials (distinct variants), best first."""
+        seen, out = set(), []
+        for t in sorted((t for t in self.trials() if t.state == TrialState.COMPLETE), key=lambda t: -t.value):
+            key = repr(t.user_attrs.get("variant"))
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+            if len(out) == n:
+                break
+        return out
+
+    def curve(self):
+        """Best verified speedup after each evaluation (None before the first success)."""
+        best, out = None, []
+        for t in sorted(self.trials(), key=lambda t: t.datetime_complete or t.datetime_start):
+            if t.state == TrialState.COMPLETE:
+                best = max(best or 0.0, t.value)
+            out.append(best)
+        return out
+
+    def failures(self):
+        """Failed evaluations by kind: {"wrong-output": 3, ...}."""
+        kinds = {}
+        for t in self.trials():
+            if t.state == TrialState.FAIL:
+                kind = t.user_attrs.get("status", "failed")
+                kinds[kind] = kinds.get(kind, 0) + 1
+        return kinds

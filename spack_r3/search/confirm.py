@@ -1,0 +1,117 @@
+"""Winners are confirmed before anyone sees them.
+
+The best of a search is biased upward (the winner's curse: on these machines a
+naive search reported 1.73x where re-measurement gave 1.41x). So the few best
+candidates of each kernel are
+
+1. re-verified on every recorded instance of the kernel, several times over when
+   the kernel is parallel (a data race can verify once by luck), and
+2. re-measured with many more pairs, in rounds spread over time and interleaved
+   across kernels and candidates, so that one slow phase of the machine does not
+   decide.
+
+The speedup reported is the median of all re-measured pair ratios; its spread is
+the range of the round medians. A kernel whose candidates do not beat the baseline
+keeps the baseline (speedup 1, nothing to emit).
+"""
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from statistics import median
+from typing import List, Optional
+
+from ..data import OK, Variant
+
+
+@dataclass
+class Confirmed:
+    """A candidate after confirmation."""
+
+    variant: Variant
+    search_speedup: Optional[float] = None  # what the search measured (biased upward)
+    rejected: str = ""  # why it was dropped (an instance it does not verify on, a failed run)
+    ratios: List[float] = field(default_factory=list)
+    round_speedups: List[float] = field(default_factory=list)
+    baseline_times: List[float] = field(default_factory=list)
+    times: List[float] = field(default_factory=list)
+
+    @property
+    def speedup(self):
+        return median(self.ratios) if self.ratios else None
+
+
+def run_jobs(servers, jobs):
+    """Run ``job(server)`` for every job, one thread per server; results in job order."""
+    todo = queue.Queue()
+    for i, job in enumerate(jobs):
+        todo.put((i, job))
+    results = [None] * len(jobs)
+    errors = []
+
+    def drive(server):
+        while not errors:
+            try:
+                i, job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = job(server)
+            except Exception as err:  # a bad capture: reported to the caller
+                errors.append(err)
+
+    threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60.0,
+            progress=None):
+    """``candidates``: list of (Target, [(Variant, search_speedup), ...]).
+
+    Returns, per target in order, its list of Confirmed (rejected ones included)."""
+    confirmed = [[Confirmed(v, s) for v, s in cands] for _, cands in candidates]
+
+    # 1. Every instance, several runs for parallel kernels.
+    jobs, where = [], []
+    for ti, (target, _) in enumerate(candidates):
+        runs = parallel_runs if target.parallel else 1
+        for ci, c in enumerate(confirmed[ti]):
+            for k, capture in enumerate(target.captures):
+                jobs.append(lambda server, capture=capture, c=c, runs=runs, target=target: server.submit(
+                    capture, c.variant, repeat=1, tolerance=target.tolerance, timeout=timeout, verify_runs=runs))
+                where.append((ti, ci, k))
+    if progress:
+        progress("re-verifying %d candidate(s) on every recorded instance" % sum(map(len, confirmed)))
+    for (ti, ci, k), ev in zip(where, run_jobs(servers, jobs)):
+        c = confirmed[ti][ci]
+        if ev.status != OK and not c.rejected:
+            c.rejected = "instance %d of %d: %s%s" % (k + 1, len(candidates[ti][0].captures), ev.status,
+                                                    (" (%s)" % ev.diagnostics) if ev.diagnostics else "")
+
+    # 2. Rounds of paired measurements, interleaved across kernels and candidates.
+    for r in range(rounds):
+        if progress:
+            progress("re-measuring: round %d of %d, %d pairs per candidate" % (r + 1, rounds, pairs))
+        jobs, where = [], []
+        for ti, (target, _) in enumerate(candidates):
+            for ci, c in enumerate(confirmed[ti]):
+                if not c.rejected:
+                    jobs.append(lambda server, target=target, c=c: server.submit(
+                        target.captures[0], c.variant, pairs=pairs, tolerance=target.tolerance, timeout=timeout))
+                    where.append((ti, ci))
+        for (ti, ci), ev in zip(where, run_jobs(servers, jobs)):
+            c = confirmed[ti][ci]
+            if ev.status != OK:
+                c.rejected = "re-measurement round %d: %s %s" % (r + 1, ev.status, ev.diagnostics)
+                continue
+            c.ratios += ev.ratios
+            c.round_speedups.append(ev.speedup)
+            c.baseline_times.append(ev.baseline_median_s)
+            c.times.append(ev.time_median_s)
+    return confirmed

@@ -1,0 +1,154 @@
+"""What tuning found, per kernel: the result record, the table, the report files.
+
+The report (``<workspace>/reports/tune.txt``, ``tune.json``, ``tune.png``) is
+rewritten at the end of every ``r3 tune``: the table, each winner's variant, and a
+plot of the best verified speedup against evaluations per kernel.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from statistics import median
+from typing import Dict, List, Optional
+
+from .. import cxxnames
+from ..data import Variant
+from ..replay.pipeline import format_spec
+from ..report import percent, seconds, table
+
+
+@dataclass
+class KernelResult:
+    kernel: str
+    captures: List[str]
+    share: float
+    baseline_s: Optional[float]
+    best_s: Optional[float]
+    speedup: float  # re-measured: median of every confirmation pair
+    speedup_min: float  # lowest and highest of the round medians
+    speedup_max: float
+    evaluations: int
+    failed: Dict[str, int]
+    relaxes_fp: bool
+    winner: str  # "baseline" or the variant in words: pipeline SPEC and launch settings
+    variant: dict  # the winning Variant as JSON (the baseline's when nothing beat it)
+    search_speedup: Optional[float] = None  # what the search measured for the winner, before confirmation
+    pairs: int = 0  # confirmation pairs behind ``speedup``
+    study: str = ""
+    rejected: List[str] = field(default_factory=list)  # candidates dropped by confirmation, and why
+    curve: List[Optional[float]] = field(default_factory=list)  # best search speedup after each evaluation
+    tolerance: Optional[float] = None
+
+    def to_json(self):
+        d = asdict(self)
+        d["kernel_demangled"] = cxxnames.demangle(self.kernel)
+        d["failed_total"] = sum(self.failed.values())
+        return d
+
+    @classmethod
+    def from_json(cls, data):
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def describe_variant(variant):
+    """A variant in words: its pipeline SPEC, then launch settings."""
+    words = [format_spec(variant.pipeline)]
+    launch = variant.launch
+    for key in ("threads", "schedule", "chunk"):
+        value = getattr(launch, key, None)
+        if value is not None:
+            words.append("%s=%s" % (key, value))
+    return " ".join(words)
+
+
+def kernel_result(target, study, confirmed):
+    """Pick the winner among confirmed candidates (the baseline if none beats it)."""
+    good = [c for c in confirmed if not c.rejected and c.ratios]
+    best = max(good, key=lambda c: c.speedup, default=None)
+    any_measured = best or next((c for c in confirmed if c.baseline_times), None)
+    baseline_s = median(any_measured.baseline_times) if any_measured else None
+    trials = study.trials()
+    common = dict(kernel=target.kernel, captures=[os.path.basename(c) for c in target.captures], share=target.share,
+                  evaluations=len(trials), failed=study.failures(), study=study.name, curve=study.curve(),
+                  rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in confirmed if c.rejected],
+                  tolerance=target.tolerance)
+    if best is None or best.speedup <= 1.0:
+        return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,
+                            speedup_max=1.0, relaxes_fp=False, winner="baseline", variant=Variant().to_json(),
+                            pairs=len(best.ratios) if best else 0,
+                            search_speedup=best.search_speedup if best else None, **common)
+    return KernelResult(baseline_s=baseline_s, best_s=median(best.times), speedup=best.speedup,
+                        speedup_min=min(best.round_speedups), speedup_max=max(best.round_speedups),
+                        relaxes_fp=best.variant.pipeline.relaxes_fp, winner=describe_variant(best.variant),
+                        variant=best.variant.to_json(), search_speedup=best.search_speedup,
+                        pairs=len(best.ratios), **common)
+
+
+def failures_text(failed):
+    return ", ".join("%d %s" % (n, kind) for kind, n in sorted(failed.items())) or "-"
+
+
+def results_table(results):
+    rows = []
+    for r in results:
+        rows.append([cxxnames.display(r.kernel), percent(r.share), seconds(r.baseline_s), seconds(r.best_s),
+                     "%.2fx [%.2f-%.2f]" % (r.speedup, r.speedup_min, r.speedup_max), r.evaluations,
+                     failures_text(r.failed), r.winner + (" *" if r.relaxes_fp else "")])
+    text = table(["kernel", "share", "baseline", "best", "speedup", "evals", "failed", "winner"], rows)
+    if any(r.relaxes_fp for r in results):
+        text += "\n* relaxes floating-point semantics (within the kernel's tolerance)"
+    return text
+
+
+def write_report(workspace, results, header=""):
+    """The report files in the workspace; returns their paths."""
+    out = os.path.join(workspace.root, "reports")
+    os.makedirs(out, exist_ok=True)
+    paths = {"text": os.path.join(out, "tune.txt"), "json": os.path.join(out, "tune.json"),
+             "plot": os.path.join(out, "tune.png")}
+    lines = [header, results_table(results), ""] if header else [results_table(results), ""]
+    for r in results:
+        lines.append("%s: %s" % (cxxnames.display(r.kernel), r.winner))
+        lines.append("  variant %s" % json.dumps(r.variant, sort_keys=True))
+        lines.append("  search found %s, re-measured %.3fx over %d pairs; study %s" % (
+            "-" if r.search_speedup is None else "%.3fx" % r.search_speedup, r.speedup, r.pairs, r.study))
+        for why in r.rejected:
+            lines.append("  rejected %s" % why)
+    _write(paths["text"], "\n".join(lines) + "\n")
+    _write(paths["json"], json.dumps({"kernels": [r.to_json() for r in results]}, indent=1) + "\n")
+    plot_curves(results, paths["plot"])
+    return paths
+
+
+def _write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+
+
+def plot_curves(results, path):
+    """PNG: best verified speedup (as the search measured it) against evaluations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for r in results:
+        xs = [i + 1 for i, v in enumerate(r.curve) if v is not None]
+        ys = [v for v in r.curve if v is not None]
+        if xs:
+            line, = ax.step(xs, ys, where="post", label="%s (confirmed %.2fx)" % (cxxnames.display(r.kernel, 30),
+                                                                                  r.speedup))
+            ax.plot([xs[-1]], [r.speedup], "o", color=line.get_color())
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best speedup over -O3 -march=native")
+    ax.set_title("r3 tune: best verified speedup per kernel (dot: re-measured)")
+    if results:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png")
+    plt.close(fig)
+    os.rename(path + ".tmp.png", path)

@@ -1,0 +1,160 @@
+"""The search space of one kernel: typed parameters built from what its capture knows.
+
+A space is a list of parameters (bool, categorical, int range). Some are
+conditional: Polly's knobs exist only when Polly runs, the i-th extra pass only
+when the pass sequence is that long, floating-point relaxations only when the
+kernel's tolerance allows them, schedule and chunk only for OpenMP loops whose
+schedule is decided at run time. ``suggest`` turns an Optuna trial into parameter
+values, ``variant`` turns those into the Variant replay runs; ``describe`` prints
+the space, so a user sees what is searched.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Tuple
+
+from ..data import FAST_MATH_FLAGS, Launch, Pipeline, Variant
+
+# Extra passes worth trying after the standard pipeline (llvmlite's names): loop and
+# scalar clean-ups that can expose more vectorization or remove redundant work.
+EXTRA_PASSES = ("loop_unroll_and_jam", "loop_unroll", "loop_strength_reduce", "new_gvn", "reassociate",
+                "instruction_combine", "aggressive_instcombine", "sccp", "jump_threading",
+                "dead_store_elimination", "mem_copy_opt", "simplify_cfg", "sinking", "loop_rotate")
+MAX_EXTRA_PASSES = 3
+# Floating-point relaxations, weakest first; offered only within the kernel's tolerance.
+FAST_MATH_CHOICES = {"none": (), "contract": ("contract",), "reassoc+contract": ("reassoc", "contract"),
+                     "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
+                     "fast": FAST_MATH_FLAGS}
+TRISTATE = ("default", "on", "off")  # pipeline tuning options: what the O-level does, or forced
+
+
+def _always(values):
+    return True
+
+
+@dataclass
+class Param:
+    """One dimension. ``choices`` for bool/categorical, ``low``..``high`` for int."""
+
+    name: str
+    kind: str  # "bool", "categorical" or "int"
+    doc: str
+    choices: Tuple = ()
+    low: int = 0
+    high: int = 0
+    active: Callable = field(default=_always, repr=False)  # active(values so far) -> bool
+    condition: str = ""  # the same condition, for people
+
+    def suggest(self, trial):
+        if self.kind == "bool":
+            return trial.suggest_categorical(self.name, [False, True])
+        if self.kind == "int":
+            return trial.suggest_int(self.name, self.low, self.high)
+        return trial.suggest_categorical(self.name, list(self.choices))
+
+    def values_text(self):
+        if self.kind == "bool":
+            return "no, yes"
+        if self.kind == "int":
+            return "%d..%d" % (self.low, self.high)
+        return ", ".join("default" if c is None else str(c) for c in self.choices)
+
+
+@dataclass
+class KernelFacts:
+    """What the space depends on, read from a capture and its kernel's IR."""
+
+    kernel: str
+    parallel: bool = False  # the kernel forks OpenMP threads
+    dispatch_loops: int = 0  # OpenMP loops whose schedule and chunk are run-time choices
+    tolerance: Optional[float] = None  # relative FP tolerance; None or 0: exact results only
+    cores: int = 1  # CPUs a replay worker has (most threads worth trying)
+    polly: bool = False  # an opt with Polly is available
+
+    @property
+    def relax_fp(self):
+        return bool(self.tolerance)
+
+
+class Space:
+    def __init__(self, facts):
+        self.facts = facts
+        self.params = self._build(facts)
+
+    @staticmethod
+    def _build(f):
+        p = [
+            Param("opt", "categorical", "optimization level", choices=("2", "3", "s")),
+            Param("vectorize", "categorical", "loop vectorizer", choices=TRISTATE),
+            Param("slp", "categorical", "SLP vectorizer", choices=TRISTATE),
+            Param("unroll", "categorical", "loop unrolling", choices=TRISTATE),
+            Param("interleave", "categorical", "loop interleaving", choices=TRISTATE),
+            Param("inline", "categorical", "inlining threshold", choices=(None, 25, 225, 500, 1000)),
+            Param("codegen", "categorical", "code generation level", choices=(1, 2, 3)),
+            Param("noalias", "bool", "pointer parameters do not alias (verified on every instance)"),
+            Param("passes", "int", "extra passes after the standard pipeline", low=0, high=MAX_EXTRA_PASSES),
+        ]
+        for i in range(MAX_EXTRA_PASSES):
+            p.append(Param("pass%d" % i, "categorical", "extra pass %d" % (i + 1), choices=EXTRA_PASSES,
+                           active=lambda v, i=i: v.get("passes", 0) > i, condition="passes > %d" % i))
+        if f.polly:
+            p.append(Param("polly", "bool", "Polly polyhedral loop optimizer (opt stage before the pipeline)"))
+            on = lambda v: v.get("polly", False)  # noqa: E731
+            p += [Param("polly_tile", "categorical", "Polly tile size (0: no tiling)",
+                        choices=(None, 0, 16, 32, 64, 128, 256), active=on, condition="polly"),
+                  Param("polly_matmul", "bool", "Polly's matrix-multiplication pattern optimization",
+                        active=on, condition="polly"),
+                  Param("polly_vec", "categorical", "Polly vectorizer", choices=("none", "stripmine"),
+                        active=on, condition="polly")]
+        if f.relax_fp:
+            p += [Param("fast_math", "categorical", "fast-math flags (within tolerance %g)" % f.tolerance,
+                        choices=tuple(FAST_MATH_CHOICES)),
+                  Param("fma", "categorical", "FMA contraction (within tolerance %g)" % f.tolerance,
+                        choices=("on", "off"))]
+        if f.parallel and f.cores > 1:
+            p.append(Param("threads", "int", "OpenMP threads", low=1, high=f.cores))
+        if f.dispatch_loops:
+            p += [Param("schedule", "categorical", "OpenMP schedule of run-time scheduled loops",
+                        choices=("static", "dynamic", "guided")),
+                  Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256))]
+        return p
+
+    def suggest(self, trial):
+        """Parameter values for an Optuna trial (only the active parameters are asked)."""
+        values = {}
+        for param in self.params:
+            if param.active(values):
+                values[param.name] = param.suggest(trial)
+        return values
+
+    def variant(self, values, base=None):
+        """The Variant that parameter values describe (``base`` brings the source patch)."""
+        tri = {"default": None, "on": True, "off": False}
+        pipe = Pipeline(opt=values.get("opt", "3"), loop_vectorize=tri[values.get("vectorize", "default")],
+                        slp_vectorize=tri[values.get("slp", "default")], unroll=tri[values.get("unroll", "default")],
+                        interleave=tri[values.get("interleave", "default")],
+                        inline_threshold=values.get("inline"), codegen=values.get("codegen", 3),
+                        noalias=values.get("noalias", False),
+                        passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
+                        fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")], fma=values.get("fma", "on"))
+        if values.get("polly"):
+            pipe.polly = True
+            pipe.polly_tile = values.get("polly_tile")
+            pipe.polly_matmul = values.get("polly_matmul", True)
+            pipe.polly_vectorizer = values.get("polly_vec", "none")
+        launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"))
+        return Variant(pipeline=pipe, launch=launch, source_patch=base.source_patch if base else None)
+
+    def fingerprint(self):
+        """Short hash of the space: a study is resumed only into the same space."""
+        desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params]
+        return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
+
+    def describe(self):
+        """One line per parameter: name, values, condition."""
+        lines = []
+        for p in self.params:
+            lines.append("  %-13s %-32s %s%s" % (p.name, p.values_text(), p.doc,
+                                                 (" [if %s]" % p.condition) if p.condition else ""))
+        return "\n".join(lines)

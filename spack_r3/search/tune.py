@@ -1,0 +1,141 @@
+"""``r3 tune`` without its command line: captures in, confirmed winners out.
+
+    plan = plan_targets(workspace, captures, kernels=[], min_share=0.02)
+    results, skipped = tune(workspace, plan.targets, TuneOptions(budget=60, workers=2))
+
+Each target (a kernel and its recorded instances) gets one study, searched on the
+replay pool; then every kernel's best candidates are confirmed together (see
+``confirm``) and the winner of each is picked.
+"""
+
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .. import cxxnames
+from ..capture import load_capture_dir
+from ..data import Variant
+from ..errors import R3Error
+from ..replay import module as replay_module
+from ..replay.stages import polly_available
+from ..replay.server import ReplayPool
+from .bayes import Study, Target, storage
+from .confirm import confirm
+from .results import KernelResult, kernel_result
+from .space import KernelFacts, Space
+
+
+@dataclass
+class TuneOptions:
+    budget: int = 60  # evaluations per kernel
+    workers: int = 1
+    sampler: str = "tpe"
+    seed: Optional[int] = None
+    pairs: int = 5  # pairs per evaluation during the search
+    confirm_pairs: int = 11  # pairs per confirmation round
+    confirm_rounds: int = 3
+    candidates: int = 3  # best candidates of each kernel that are confirmed
+    timeout: float = 60.0
+
+
+@dataclass
+class Plan:
+    targets: List[Target] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)  # "kernel: why it is not tuned"
+
+    @property
+    def covered_share(self):
+        return sum(t.share for t in self.targets)
+
+
+def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None):
+    """Group captures into kernels (instances together) and choose what to tune:
+    the named kernels, or every replayable kernel with at least ``min_share`` of the run."""
+    groups = {}
+    for c in sorted(captures, key=lambda c: c.instance):
+        groups.setdefault((c.kernel, c.compile_dir, c.source_file), []).append(c)
+    wanted = set()
+    if kernels:
+        names = [k for k, _, _ in groups]
+        for ref in kernels:
+            _, found = cxxnames.best_matches(ref, names)
+            if not found:
+                raise R3Error("no capture of kernel '%s' (see: r3 kernels)" % ref)
+            wanted |= set(found)
+    plan = Plan()
+    for (kernel, _, _), caps in sorted(groups.items(), key=lambda kv: -(kv[1][0].app.get("share") or 0)):
+        share = caps[0].app.get("share") or 0.0
+        name = cxxnames.display(kernel)
+        if kernels and kernel not in wanted:
+            continue
+        if caps[0].unreplayable:
+            plan.skipped.append("%s: cannot replay: %s" % (name, caps[0].unreplayable))
+        elif not kernels and share < min_share:
+            plan.skipped.append("%s: %.1f%% of the run, under --min-share" % (name, 100 * share))
+        else:
+            plan.targets.append(Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
+                                       bool(caps[0].launch.get("openmp")),
+                                       tolerance=caps[0].tolerance if tolerance is None else tolerance))
+    return plan
+
+
+def kernel_facts(target, cores):
+    """What the kernel's search space depends on."""
+    capture = load_capture_dir(target.captures[0], verify_digests=False)
+    with open(os.path.join(target.captures[0], "module.bc"), "rb") as f:
+        try:
+            ir = replay_module.extract_kernel(f.read(), capture.kernel, [g["name"] for g in capture.globals])
+        except Exception:  # replay itself will say what is wrong with this capture
+            ir = ""
+    return KernelFacts(kernel=capture.kernel, parallel=target.parallel, dispatch_loops=replay_module.dispatch_loops(ir),
+                       tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)))
+
+
+def _confirm_key(study, options):
+    return [len(study.trials()), options.candidates, options.confirm_rounds, options.confirm_pairs]
+
+
+def _saved_result(study, options):
+    saved = study.study.user_attrs.get("confirmed")
+    if saved and saved.get("key") == _confirm_key(study, options):
+        return KernelResult.from_json(saved["result"])
+    return None
+
+
+def _record_clang(capture):
+    return capture.compile_command[0] if capture.compile_command else None
+
+
+def tune(workspace, targets, options, progress=None, say=None):
+    """Search and confirm every target; returns (KernelResult list, skipped lines)."""
+    say = say or (lambda line: None)
+    store = storage(workspace)
+    studied, skipped = [], []
+    with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
+        for target in targets:
+            space = Space(kernel_facts(target, pool.cores_per_worker))
+            study = Study(store, target, space, sampler=options.sampler, seed=options.seed, pairs=options.pairs,
+                          timeout=options.timeout)
+            try:
+                study.run(pool.servers, options.budget, progress)
+            except R3Error as err:
+                skipped.append("%s: %s" % (cxxnames.display(target.kernel), err))
+                continue
+            studied.append((target, study))
+        # A study confirmed before with the same trials and settings keeps its result.
+        todo = [(t, s) for t, s in studied if _saved_result(s, options) is None]
+        candidates = [(t, [(Variant.from_json(tr.user_attrs["variant"]), tr.value)
+                           for tr in s.best(options.candidates)]) for t, s in todo]
+        confirmed = dict(zip((s.name for _, s in todo),
+                             confirm(pool.servers, candidates, rounds=options.confirm_rounds,
+                                     pairs=options.confirm_pairs, timeout=options.timeout, progress=say)
+                             if todo else []))
+    results = []
+    for target, study in studied:
+        if study.name in confirmed:
+            result = kernel_result(target, study, confirmed[study.name])
+            study.study.set_user_attr("confirmed", {"key": _confirm_key(study, options), "result": result.to_json()})
+        else:
+            result = _saved_result(study, options)
+        results.append(result)
+    return results, skipped

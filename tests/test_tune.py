@@ -1,0 +1,258 @@
+"""r3 tune: the Bayesian inner loop over compiler pipelines and launch settings.
+
+A small program of our own with two kernels: a naive matrix product (where loop
+transformations matter) and a float dot product (where floating-point relaxations
+change the result). Tests read as examples: what the search space holds for a
+kernel, a whole `r3 tune` run and its report, failed candidates that never rank,
+and a study that survives a real kill.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from spack_r3.capture import list_captures
+from spack_r3.data import OK, Variant
+from spack_r3.replay.server import ReplayPool, ReplayServer
+from spack_r3.search.bayes import Study, Target, counted, storage
+from spack_r3.search.space import KernelFacts, Space
+from spack_r3.workspace import Workspace
+
+from test_record_replay import r3, r3_subprocess
+
+KERNELS_C = r"""
+/* Sizes known at compile time keep Polly's analysis of the nest short (with sizes
+   known only at run time its matrix-product optimization takes ~20 s to compile). */
+#define N 48
+void matmul(const double a[N][N], const double b[N][N], double c[N][N]) {
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int k = 0; k < N; k++)
+        s += a[i][k] * b[k][j];
+      c[i][j] = s;
+    }
+}
+
+float dot(int n, const float *x, const float *y) {
+  float s = 0.0f;
+  for (int i = 0; i < n; i++)
+    s += x[i] * y[i];
+  return s;
+}
+"""
+
+MAIN_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void matmul(const double a[48][48], const double b[48][48], double c[48][48]);
+float dot(int n, const float *x, const float *y);
+
+int main(void) {
+  int n = 48, m = 100000;
+  double *a = malloc(n * n * sizeof(double)), *b = malloc(n * n * sizeof(double)), *c = malloc(n * n * sizeof(double));
+  float *x = malloc(m * sizeof(float)), *y = malloc(m * sizeof(float));
+  for (int i = 0; i < n * n; i++) { a[i] = (i % 7) * 0.25 + 1.0 / (i + 1); b[i] = (i % 5) * 0.5 - 1.0 / (i + 3); }
+  for (int i = 0; i < m; i++) { x[i] = (float)(i % 97) / 13.0f + 1.0f / (i + 1); y[i] = (float)(i % 31) / 7.0f - 0.5f; }
+  for (int r = 0; r < 3; r++) matmul((const double (*)[48])a, (const double (*)[48])b, (double (*)[48])c);
+  float s = dot(m, x, y);
+  printf("c[0]=%g c[last]=%g dot=%g\n", c[0], c[n * n - 1], s);
+  return 0;
+}
+"""
+
+MAKEFILE = "prog: main.o kernels.o\n\t$(CC) -O2 -o $@ main.o kernels.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory, clang):
+    src = tmp_path_factory.mktemp("tune") / "src"
+    src.mkdir()
+    for name, text in (("kernels.c", KERNELS_C), ("main.c", MAIN_C), ("Makefile", MAKEFILE)):
+        (src / name).write_text(text)
+    return str(src)
+
+
+@pytest.fixture(scope="module")
+def tuned(program, tmp_path_factory):
+    """One whole `r3 tune` (recording first), as a user runs it, with --json."""
+    ws = str(tmp_path_factory.mktemp("tune-ws"))
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
+                         "--budget", 10, "--workers", 2, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
+                         "--seed", 1, "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return ws, json.loads(proc.stdout)
+
+
+def captures(ws):
+    return {c.kernel: os.path.join(ws, "captures", c.id) for c in list_captures(Workspace(ws))}
+
+
+def test_space_follows_what_the_capture_knows():
+    exact = Space(KernelFacts("k", polly=True))
+    names = [p.name for p in exact.params]
+    assert {"opt", "vectorize", "codegen", "noalias", "passes", "pass0", "polly", "polly_tile"} <= set(names)
+    assert "fast_math" not in names and "fma" not in names  # exact results: no FP relaxation searched
+    assert "threads" not in names and "schedule" not in names  # a serial kernel has no launch settings
+
+    relaxed = Space(KernelFacts("k", tolerance=1e-9, parallel=True, dispatch_loops=1, cores=4))
+    names = [p.name for p in relaxed.params]
+    assert {"fast_math", "fma", "threads", "schedule", "chunk"} <= set(names)
+    assert "polly" not in names  # no opt with Polly on this (pretend) machine
+    assert relaxed.fingerprint() != exact.fingerprint()
+    text = relaxed.describe()
+    assert "within tolerance 1e-09" in text and "[if passes > 0]" in text
+
+
+def test_space_suggests_variants_through_optuna():
+    space = Space(KernelFacts("k", tolerance=1e-6, polly=True, parallel=True, cores=2))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+    seen_polly = seen_passes = False
+    for _ in range(40):
+        trial = study.ask()
+        values = space.suggest(trial)
+        variant = space.variant(values)
+        assert variant.pipeline.opt in ("2", "3", "s")
+        assert len(variant.pipeline.passes) == values["passes"]  # conditional: only as many as asked
+        assert ("polly_tile" in values) == values["polly"]
+        seen_polly |= variant.pipeline.polly
+        seen_passes |= bool(variant.pipeline.passes)
+        assert variant.pipeline.relaxes_fp == (values["fast_math"] != "none" or values["fma"] == "off")
+        assert Variant.from_json(variant.to_json()) == variant
+        study.tell(trial, 1.0)
+    assert seen_polly and seen_passes
+
+
+def test_tune_reports_confirmed_winners(tuned):
+    ws, out = tuned
+    [k] = out["kernels"]
+    for key in ("kernel", "baseline_s", "best_s", "speedup", "speedup_min", "speedup_max", "evaluations", "failed",
+                "relaxes_fp", "winner"):
+        assert key in k
+    assert k["kernel"] == "matmul" and k["evaluations"] == 10
+    assert k["baseline_s"] > 0 and k["best_s"] > 0
+    assert k["speedup_min"] <= k["speedup"] <= k["speedup_max"]
+    assert k["speedup"] >= 1.0  # a candidate that does not beat the baseline re-measured is not a winner
+    assert k["relaxes_fp"] is False  # exact kernel: no FP relaxation was searched
+    if k["winner"] != "baseline":
+        assert k["pairs"] == 10  # 2 rounds of 5 confirmation pairs
+    # The winner replays verified on every recorded instance.
+    variant = Variant.from_json(k["variant"])
+    with ReplayServer() as server:
+        for cid in k["captures"]:
+            assert server.submit(os.path.join(ws, "captures", cid), variant, repeat=1).status == OK
+    # The report: table, winners, plot.
+    report = out["report"]
+    with open(report["text"]) as f:
+        text = f.read()
+    assert "matmul" in text and "speedup" in text
+    with open(report["plot"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # Every evaluation is in the workspace's Optuna storage.
+    study = optuna.load_study(study_name=k["study"], storage=storage(Workspace(ws)))
+    assert sum(counted(t) for t in study.get_trials()) == 10
+
+
+def test_tune_reuses_captures_and_prints_a_table(tuned, program):
+    ws, out = tuned
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
+                         "--budget", 10, "--workers", 2, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
+                         "--seed", 1, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "reusing the captures" in proc.stdout  # recorded the same way before: not recorded again
+    assert "covering" in proc.stdout
+    lines = proc.stdout.splitlines()
+    header = next(i for i, l in enumerate(lines) if l.startswith("kernel"))
+    assert "baseline" in lines[header] and "winner" in lines[header]
+    assert lines[header + 2].startswith("matmul")
+    # The study was complete: no new evaluations, the same one study.
+    study = optuna.load_study(study_name=out["kernels"][0]["study"], storage=storage(Workspace(ws)))
+    assert sum(counted(t) for t in study.get_trials()) == 10
+
+
+def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
+    cap = captures(ws)["dot"]
+    # A tolerance so small that only an exact result verifies, yet above 0, so fast-math is searched.
+    target = Target("dot", [cap], tolerance=1e-300)
+    space = Space(KernelFacts("dot", tolerance=1e-300))
+    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    exact = {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default", "interleave": "default",
+             "inline": None, "codegen": 3, "noalias": False, "passes": 0, "fast_math": "none", "fma": "on"}
+    study.study.enqueue_trial(dict(exact, fast_math="fast"))  # reassociates the float sum: a different result
+    study.study.enqueue_trial(exact)
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=2)
+    trials = sorted(study.trials(), key=lambda t: t.number)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[0].user_attrs["status"] == "wrong-output" and trials[0].value is None
+    assert "differs" in trials[0].user_attrs["diagnostics"]
+    assert study.failures() == {"wrong-output": 1}
+    assert [t.number for t in study.best(3)] == [trials[1].number]  # only the correct one ranks
+
+
+def _finished_trials(db):
+    """Finished trials in a study database that another process is writing (read-only:
+    opening it through Optuna here would race that process creating its tables)."""
+    if not os.path.exists(db):
+        return 0
+    try:
+        with sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5) as con:
+            return con.execute("SELECT count(*) FROM trials WHERE state IN ('COMPLETE', 'FAIL')").fetchone()[0]
+    except sqlite3.Error:  # tables not there yet
+        return 0
+
+
+def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
+    ws = str(tmp_path / "ws")
+    argv = [sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--source", program, "--run", "./prog",
+            "--kernel", "matmul", "--budget", "30", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1",
+            "--seed", "2"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "stderr"), "w"))
+    store = os.path.join(ws, "r3.db")
+    finished, deadline = 0, time.monotonic() + 300
+    while finished < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        finished = _finished_trials(store)
+    assert finished >= 4, "the study did not get going: %s" % (tmp_path / "stderr").read_text()[-2000:]
+    assert proc.poll() is None and finished < 30  # killed mid-study
+    proc.send_signal(signal.SIGKILL)  # a real kill: no handler runs
+    proc.wait()
+    [summary] = optuna.get_all_study_summaries(storage="sqlite:///" + store)
+    study = optuna.load_study(study_name=summary.study_name, storage="sqlite:///" + store)
+    before = {t.number: (t.state, t.value, t.params) for t in study.get_trials() if counted(t)}
+
+    done = subprocess.run(argv + ["--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["kernels"][0]["evaluations"] == 30
+    study = optuna.load_study(study_name=out["kernels"][0]["study"], storage="sqlite:///" + store)
+    after = {t.number: (t.state, t.value, t.params) for t in study.get_trials()}
+    for number, trial in before.items():  # every evaluation finished before the kill is still there, unchanged
+        assert after[number] == trial
+    assert sum(counted(t) for t in study.get_trials()) == 30
+    # A trial the kill left running was run again, not lost.
+    for t in study.get_trials():
+        if t.user_attrs.get("status") == "interrupted":
+            assert any(u.user_attrs.get("requeued_from") == t.number for u in study.get_trials())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "0"], "--budget must be at least 1"),
+    (["--source", "."], "--source and --run go together"),
+    ([], "no replayable kernel to tune"),
+    (["--kernel", "nope"], "no capture of kernel 'nope'"),
+])
+def test_bad_input_is_one_line(tmp_path, argv, message):
+    proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)
+    assert proc.returncode != 0
+    assert message in proc.stderr and "Traceback" not in proc.stderr
