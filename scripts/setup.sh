@@ -6,15 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "setup: $*"; }
 
-# 1. clang >= 15 and libomp for record builds and OpenMP replay.
+# 1. clang >= 15 and libomp for record builds and OpenMP replay; opt, llvm-link and
+#    llvm-dis of the same LLVM (package llvm-19) for the Polly stage of r3 tune.
 have_clang() { for c in ${R3_CLANG:-} clang-22 clang-21 clang-20 clang-19 clang-18 clang-17 clang-16 clang-15; do command -v "$c" >/dev/null 2>&1 && return 0; done; return 1; }
-if ! have_clang || ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1; then
+if ! have_clang || ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 || { [ -z "${R3_CLANG:-}" ] && ! command -v llvm-dis-19 >/dev/null; }; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing clang-19 and libomp-19-dev with apt"
+    say "installing clang-19, libomp-19-dev and llvm-19 with apt"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 libomp-19-dev >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 libomp-19-dev llvm-19 >/dev/null
   else
-    say "need clang >= 15 and libomp (Debian: sudo apt-get install clang-19 libomp-19-dev), or set R3_CLANG"
+    say "need clang >= 15, libomp and llvm tools (Debian: sudo apt-get install clang-19 libomp-19-dev llvm-19), or set R3_CLANG"
     exit 1
   fi
 fi

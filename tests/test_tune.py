@@ -20,9 +20,10 @@ import pytest
 from optuna.trial import TrialState
 
 from spack_r3.capture import list_captures
-from spack_r3.data import OK, Variant
+from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import Study, Target, counted, storage
+from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
 
@@ -129,6 +130,22 @@ def test_space_suggests_variants_through_optuna():
         assert Variant.from_json(variant.to_json()) == variant
         study.tell(trial, 1.0)
     assert seen_polly and seen_passes
+
+
+def test_a_winner_is_reported_without_settings_that_do_not_matter():
+    # A search winner as the sampler picked it: Polly with a tile size, an inlining
+    # threshold, an extra pass and 2 threads.
+    winner = Variant(Pipeline(opt="2", inline_threshold=500, passes=("sccp",), polly=True, polly_tile=64),
+                     Launch(threads=2))
+    names = [name for name, _ in settings(winner)]
+    assert names == ["opt", "inline_threshold", "passes", "polly", "polly_tile", "threads"]
+    # Each setting can be put back to its default alone; Polly takes its knobs with it.
+    alone = dict(settings(winner))
+    assert alone["polly"].pipeline.polly is False and alone["polly"].pipeline.polly_tile is None
+    assert alone["inline_threshold"].pipeline.inline_threshold is None and alone["inline_threshold"].pipeline.polly
+    lean = without(winner, ["inline_threshold", "passes", "threads"])
+    assert lean == Variant(Pipeline(opt="2", polly=True, polly_tile=64), Launch())
+    assert settings(Variant()) == []  # the baseline has nothing to drop
 
 
 def test_tune_reports_confirmed_winners(tuned):

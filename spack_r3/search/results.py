@@ -15,6 +15,7 @@ from .. import cxxnames
 from ..data import Variant
 from ..replay.pipeline import format_spec
 from ..report import percent, seconds, table
+from .simplify import settings
 
 
 @dataclass
@@ -66,6 +67,9 @@ def kernel_result(target, study, confirmed):
     """Pick the winner among confirmed candidates (the baseline if none beats it)."""
     good = [c for c in confirmed if not c.rejected and c.ratios]
     best = max(good, key=lambda c: c.speedup, default=None)
+    if best:  # within 2% of the best, the variant with fewest settings wins: less to build, less to break
+        best = min((c for c in good if c.speedup >= 0.98 * best.speedup), key=lambda c: (len(settings(c.variant)),
+                                                                                        -c.speedup))
     any_measured = best or next((c for c in confirmed if c.baseline_times), None)
     baseline_s = median(any_measured.baseline_times) if any_measured else None
     trials = study.trials()

@@ -22,6 +22,7 @@ from ..replay.server import ReplayPool
 from .bayes import Study, Target, storage
 from .confirm import confirm
 from .results import KernelResult, kernel_result
+from .simplify import simplify
 from .space import KernelFacts, Space
 
 
@@ -91,6 +92,16 @@ def kernel_facts(target, cores):
                        tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)))
 
 
+def _candidates(pool, target, study, options):
+    """The best few of a study, and the best without the settings that do not matter."""
+    best = [(Variant.from_json(t.user_attrs["variant"]), t.value) for t in study.best(options.candidates)]
+    if best and best[0][1] > 1.0:
+        lean = simplify(pool.servers, target, best[0][0], best[0][1], pairs=options.pairs, timeout=options.timeout)
+        if lean != best[0][0]:
+            best.append((lean, None))
+    return best
+
+
 def _confirm_key(study, options):
     return [len(study.trials()), options.candidates, options.confirm_rounds, options.confirm_pairs]
 
@@ -124,8 +135,7 @@ def tune(workspace, targets, options, progress=None, say=None):
             studied.append((target, study))
         # A study confirmed before with the same trials and settings keeps its result.
         todo = [(t, s) for t, s in studied if _saved_result(s, options) is None]
-        candidates = [(t, [(Variant.from_json(tr.user_attrs["variant"]), tr.value)
-                           for tr in s.best(options.candidates)]) for t, s in todo]
+        candidates = [(t, _candidates(pool, t, s, options)) for t, s in todo]
         confirmed = dict(zip((s.name for _, s in todo),
                              confirm(pool.servers, candidates, rounds=options.confirm_rounds,
                                      pairs=options.confirm_pairs, timeout=options.timeout, progress=say)

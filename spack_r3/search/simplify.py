@@ -1,0 +1,60 @@
+"""Winners without passengers: settings that do not earn their keep are dropped.
+
+A search's best variant carries every setting the sampler happened to pick, most
+of which do nothing for this kernel (an inlining threshold for a kernel that calls
+nothing, an extra pass that finds no work). What gets emitted and built later
+should be the settings that matter: each non-default setting of the winner is put
+back to its default, one at a time, in parallel on the pool; those whose removal
+keeps at least ``keep`` of the winner's paired speedup are all removed together.
+The simplified variant then goes through confirmation beside the original
+candidates, and wins ties (see ``results.kernel_result``).
+"""
+
+from dataclasses import fields, replace
+
+from ..data import OK, Launch, Pipeline, Variant
+from .confirm import run_jobs
+
+_PIPELINE_DEFAULTS = {f.name: f.default for f in fields(Pipeline)}
+_POLLY_KNOBS = ("polly_tile", "polly_matmul", "polly_vectorizer")
+
+
+def settings(variant):
+    """The non-default settings of a variant, each as (name, the variant without it)."""
+    out = []
+    p = variant.pipeline
+    for name, default in _PIPELINE_DEFAULTS.items():
+        if name in ("cpu", "features") or getattr(p, name) == default:
+            continue
+        if name in _POLLY_KNOBS and not p.polly:
+            continue
+        reset = {name: default}
+        if name == "polly":  # without Polly its knobs mean nothing
+            reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
+        out.append((name, Variant(replace(p, **reset), variant.launch, variant.source_patch)))
+    for name in ("threads", "schedule", "chunk"):
+        if getattr(variant.launch, name) is not None:
+            out.append((name, Variant(p, replace(variant.launch, **{name: None}), variant.source_patch)))
+    return out
+
+
+def without(variant, names):
+    """``variant`` with every setting in ``names`` back at its default."""
+    p, launch = variant.pipeline, variant.launch
+    reset = {n: _PIPELINE_DEFAULTS[n] for n in names if n in _PIPELINE_DEFAULTS}
+    if "polly" in names:
+        reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
+    return Variant(replace(p, **reset), replace(launch, **{n: None for n in names if hasattr(Launch, n)}),
+                   variant.source_patch)
+
+
+def simplify(servers, target, variant, speedup, pairs=5, keep=0.97, timeout=60.0):
+    """The variant without the settings that do not matter (or ``variant`` itself)."""
+    trials = settings(variant)
+    if not trials:
+        return variant
+    evs = run_jobs(servers, [lambda server, v=v: server.submit(target.captures[0], v, pairs=pairs,
+                                                                tolerance=target.tolerance, timeout=timeout)
+                             for _, v in trials])
+    passengers = [name for (name, _), ev in zip(trials, evs) if ev.status == OK and ev.speedup >= keep * speedup]
+    return without(variant, passengers) if passengers else variant
