@@ -113,6 +113,16 @@ def test_space_follows_what_the_capture_knows():
     assert "within tolerance 1e-09" in text and "[if passes > 0]" in text
 
 
+def test_bayesian_search_starts_from_what_is_known_to_matter():
+    space = Space(KernelFacts("k", tolerance=1e-9, polly=True))
+    seeds = [space.variant(values) for values in space.seeds()]
+    assert seeds[0] == Variant()  # the baseline itself: the reference point
+    assert Variant(Pipeline(noalias=True)) in seeds and Variant(Pipeline(polly=True)) in seeds
+    assert any(v.pipeline.polly and v.pipeline.relaxes_fp for v in seeds)
+    exact = Space(KernelFacts("k"))
+    assert not any(exact.variant(v).pipeline.relaxes_fp for v in exact.seeds())  # never outside tolerance
+
+
 def test_space_suggests_variants_through_optuna():
     space = Space(KernelFacts("k", tolerance=1e-6, polly=True, parallel=True, cores=2))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
@@ -212,7 +222,7 @@ def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
     trials = sorted(study.trials(), key=lambda t: t.number)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert trials[0].user_attrs["status"] == "wrong-output" and trials[0].value is None
-    assert "differs" in trials[0].user_attrs["diagnostics"]
+    assert "differs" in trials[0].user_attrs["evaluation"]["diagnostics"]
     assert study.failures() == {"wrong-output": 1}
     assert [t.number for t in study.best(3)] == [trials[1].number]  # only the correct one ranks
 

@@ -70,6 +70,11 @@ def counted(trial):
         trial.state == TrialState.FAIL and trial.user_attrs.get("status") != INTERRUPTED)
 
 
+def trial_variant(trial):
+    """The Variant a finished trial evaluated."""
+    return Variant.from_json(trial.user_attrs["evaluation"]["variant"])
+
+
 class Study:
     """The search of one (kernel, source variant) with one sampler, resumable.
 
@@ -89,6 +94,9 @@ class Study:
         self.study.set_user_attr("captures", [os.path.basename(c) for c in target.captures])
         self.study.set_user_attr("space", space.describe())
         self._lock = threading.Lock()
+        if sampler == "tpe" and not self.study.get_trials(deepcopy=False):
+            for values in space.seeds():  # a new Bayesian study starts from what is known to matter
+                self.study.enqueue_trial(values, user_attrs={"seed": True})
 
     def trials(self):
         return [t for t in self.study.get_trials(deepcopy=False) if counted(t)]
@@ -152,12 +160,13 @@ class Study:
             raise errors[0]
 
     def _tell(self, trial, variant, ev, seconds):
-        attrs = {"status": ev.status, "variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp,
-                 "time_s": ev.time_median_s, "baseline_s": ev.baseline_median_s, "speedup_min": ev.speedup_min,
-                 "speedup_max": ev.speedup_max, "max_rel_error": ev.max_rel_error, "eval_s": seconds,
-                 "diagnostics": (ev.diagnostics or "")[:500]}
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
+        # Two attributes, not one per field: each is a database write in this (main) process,
+        # which shares the CPUs with the pinned workers.
+        trial.set_user_attr("status", ev.status)
+        trial.set_user_attr("evaluation", {
+            "variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp, "time_s": ev.time_median_s,
+            "baseline_s": ev.baseline_median_s, "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max,
+            "max_rel_error": ev.max_rel_error, "eval_s": seconds, "diagnostics": (ev.diagnostics or "")[:500]})
         if ev.status == OK:
             self.study.tell(trial, ev.speedup)
         else:
@@ -167,7 +176,7 @@ class Study:
         """The ``n`` best finished trials (distinct variants), best first."""
         seen, out = set(), []
         for t in sorted((t for t in self.trials() if t.state == TrialState.COMPLETE), key=lambda t: -t.value):
-            key = repr(t.user_attrs.get("variant"))
+            key = repr(t.user_attrs["evaluation"]["variant"])
             if key not in seen:
                 seen.add(key)
                 out.append(t)

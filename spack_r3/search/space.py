@@ -146,6 +146,44 @@ class Space:
         launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"))
         return Variant(pipeline=pipe, launch=launch, source_patch=base.source_patch if base else None)
 
+    def defaults(self):
+        """Values that describe the baseline itself (-O3, as compiled, as recorded)."""
+        known = {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
+                 "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
+                 "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
+                 "fast_math": "none", "fma": "on", "threads": self.facts.cores, "schedule": "static", "chunk": None}
+        values = {}
+        for p in self.params:
+            if p.active(values):
+                values[p.name] = known[p.name]
+        return values
+
+    def seeds(self):
+        """Where the Bayesian search starts: the baseline, then each setting measured to
+        matter most on these kernels (DESIGN.md, "LLVM facts that bite": Polly on loop
+        nests, noalias, fast-math within tolerance), alone and together."""
+        names = {p.name for p in self.params}
+        changes = [{}, {"noalias": True}]
+        if "polly" in names:
+            changes.append({"polly": True})
+        if "fast_math" in names:
+            changes.append({"fast_math": "fast"})
+            changes.append({"fast_math": "fast", "noalias": True})
+        if "polly" in names and "fast_math" in names:
+            changes.append({"polly": True, "fast_math": "fast", "noalias": True})
+        out = []
+        for change in changes:
+            values = {}
+            for p in self.params:  # defaults, with the change; conditional ones as they become active
+                if p.active(values):
+                    values[p.name] = change.get(p.name, self.defaults().get(p.name, self._knob_default(p)))
+            out.append(values)
+        return out
+
+    @staticmethod
+    def _knob_default(param):
+        return {"polly_tile": None, "polly_matmul": True, "polly_vec": "none"}.get(param.name)
+
     def fingerprint(self):
         """Short hash of the space: a study is resumed only into the same space."""
         desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params]

@@ -19,7 +19,7 @@ from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from .bayes import Study, Target, storage
+from .bayes import Study, Target, storage, trial_variant
 from .confirm import confirm
 from .results import KernelResult, kernel_result
 from .simplify import simplify
@@ -94,7 +94,7 @@ def kernel_facts(target, cores):
 
 def _candidates(pool, target, study, options):
     """The best few of a study, and the best without the settings that do not matter."""
-    best = [(Variant.from_json(t.user_attrs["variant"]), t.value) for t in study.best(options.candidates)]
+    best = [(trial_variant(t), t.value) for t in study.best(options.candidates)]
     if best and best[0][1] > 1.0:
         lean = simplify(pool.servers, target, best[0][0], best[0][1], pairs=options.pairs, timeout=options.timeout)
         if lean != best[0][0]:
