@@ -21,6 +21,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..data import OK, Variant
+from .confirm import each_server
 from .samplers import make_sampler
 
 STORAGE_FILE = "r3.db"
@@ -151,11 +152,7 @@ class Study:
                     report()
 
         report()
-        threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        each_server(servers, drive)
         if errors:
             raise errors[0]
 

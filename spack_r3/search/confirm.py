@@ -41,6 +41,15 @@ class Confirmed:
         return median(self.ratios) if self.ratios else None
 
 
+def each_server(servers, drive):
+    """Run ``drive(server)`` on a thread of its own for every server; wait for all."""
+    threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run_jobs(servers, jobs):
     """Run ``job(server)`` for every job, one thread per server; results in job order."""
     todo = queue.Queue()
@@ -60,11 +69,7 @@ def run_jobs(servers, jobs):
             except Exception as err:  # a bad capture: reported to the caller
                 errors.append(err)
 
-    threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    each_server(servers, drive)
     if errors:
         raise errors[0]
     return results
