@@ -30,7 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from spack_r3 import cxxnames  # noqa: E402
-from spack_r3.data import Variant  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402

@@ -15,14 +15,19 @@ MIN_CLANG = 15
 CANDIDATES = ["clang"] + ["clang-%d" % v for v in range(22, MIN_CLANG - 1, -1)]
 
 
-def clang_version(path):
-    """Major version of the clang at ``path``, or None if it is not clang."""
+def _major_version(path, pattern):
+    """The major version ``path --version`` prints after ``pattern``, or None."""
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"clang version (\d+)", out)
+    m = re.search(pattern + r" (\d+)", out)
     return int(m.group(1)) if m else None
+
+
+def clang_version(path):
+    """Major version of the clang at ``path``, or None if it is not clang."""
+    return _major_version(path, "clang version")
 
 
 @lru_cache(maxsize=None)
@@ -96,15 +101,6 @@ def clang_major(clang):
     return clang_version(path) if path else None
 
 
-def _tool_version(path):
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"LLVM version (\d+)", out)
-    return int(m.group(1)) if m else None
-
-
 def _tools_in(version, directory=None):
     """{tool: path} of one LLVM version: ``opt-N`` on PATH, LLVM's own bin directory,
     or (unversioned names) a tool reporting that version. ``directory``: only there."""
@@ -121,7 +117,7 @@ def _tools_in(version, directory=None):
                 break
         else:
             path = None if directory else shutil.which(tool)
-            if path and _tool_version(path) == version:
+            if path and _major_version(path, "LLVM version") == version:
                 found[tool] = path
     return found
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from ..fileutil import write_atomic
 from . import fixes
 from .validate import validate
 
@@ -51,13 +52,6 @@ def next_attempt_number(recipe_dir):
             if m:
                 n = max(n, int(m.group(1)))
     return n + 1
-
-
-def _write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _tail(text, n=MAX_DIAGNOSTICS):
@@ -130,14 +124,15 @@ class Refiner:
         return attempts
 
     def _save(self, att):
-        _write(os.path.join(att.directory, "outcome.json"), json.dumps(att.to_dict(), indent=1, sort_keys=True) + "\n")
+        write_atomic(os.path.join(att.directory, "outcome.json"),
+                     json.dumps(att.to_dict(), indent=1, sort_keys=True) + "\n")
 
     def _attempt(self, att, name, text, analysis):
-        _write(os.path.join(att.directory, "package.py"), text)
+        write_atomic(os.path.join(att.directory, "package.py"), text)
         v = validate(text)
         att.valid = v.ok
         att.reasons = v.reasons
-        _write(os.path.join(att.directory, "validation.json"), json.dumps(
+        write_atomic(os.path.join(att.directory, "validation.json"), json.dumps(
             {"ok": v.ok, "reasons": v.reasons, "class": v.package_class, "bases": v.base_classes}, indent=1) + "\n")
         if not v.ok:
             att.outcome = "rejected"
@@ -146,7 +141,7 @@ class Refiner:
         self.repo.write_recipe(name, text)
         specfile = os.path.join(att.directory, "spec.json")
         conc = self.spack.concretize(name, specfile)
-        _write(os.path.join(att.directory, "spec.log"), conc.result.output)
+        write_atomic(os.path.join(att.directory, "spec.log"), conc.result.output)
         if not conc.ok:
             att.outcome = "concretize-failed"
             errs = conc.result.error_lines() or [conc.result.output.strip()[-2000:]]
@@ -158,7 +153,7 @@ class Refiner:
             att.outcome = "concretized"
             return
         inst = self.spack.install_specfile(specfile)
-        _write(os.path.join(att.directory, "install.log"), inst.result.output)
+        write_atomic(os.path.join(att.directory, "install.log"), inst.result.output)
         if not inst.ok:
             att.outcome = "install-failed"
             att.diagnostics = self._install_diagnostics(att, inst)
@@ -168,7 +163,7 @@ class Refiner:
         att.prefix = self.spack.location("/" + conc.hash) if conc.hash else None
         if self.run_check:
             res = self.spack.test_run("/" + conc.hash)
-            _write(os.path.join(att.directory, "test.log"), res.output)
+            write_atomic(os.path.join(att.directory, "test.log"), res.output)
             att.check_passed = check_verdict(res.ok, res.output)
 
     def _install_diagnostics(self, att, inst):

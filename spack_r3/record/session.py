@@ -20,6 +20,7 @@ from typing import List
 from .. import capture as capture_store
 from .. import cxxnames
 from ..errors import R3Error
+from ..fileutil import write_atomic
 from ..toolchain import find_clang
 
 
@@ -126,8 +127,7 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     ``progress`` receives one line per step, ``output`` each line the application prints.
     """
     say = progress or (lambda msg: None)
-    request = {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
-               "instances": instances, "tolerance": tolerance, "target": target}
+    request = _request(source, run, build, kernels, instances, tolerance, target)
     source = os.path.abspath(source)
     if not os.path.isdir(source):
         raise R3Error("source directory %s does not exist" % source)
@@ -196,18 +196,21 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     hotness.sort(key=lambda h: -h["self_s"])
     result = RecordResult(run_dir, captures, hotness, app_s)
     # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way.
-    with open(os.path.join(run_dir, RECORD_JSON + ".tmp"), "w") as f:
-        json.dump({"request": request, "app_s": app_s, "hotness": hotness,
-                   "captures": [c.id for c in captures]}, f, indent=1)
-    os.rename(os.path.join(run_dir, RECORD_JSON + ".tmp"), os.path.join(run_dir, RECORD_JSON))
+    write_atomic(os.path.join(run_dir, RECORD_JSON), json.dumps(
+        {"request": request, "app_s": app_s, "hotness": hotness, "captures": [c.id for c in captures]}, indent=1))
     return result
+
+
+def _request(source, run, build, kernels, instances, tolerance, target):
+    """How a run was recorded, as record.json keeps it (``build`` as the user gave it)."""
+    return {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
+            "instances": instances, "tolerance": tolerance, "target": target}
 
 
 def previous_record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native"):
     """The latest run recorded with exactly these settings whose captures are all still
     in the workspace (a RecordResult), or None."""
-    request = {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
-               "instances": instances, "tolerance": tolerance, "target": target}
+    request = _request(source, run, build, kernels, instances, tolerance, target)
     for path in sorted(glob.glob(os.path.join(workspace.runs_dir, "*", RECORD_JSON)), reverse=True):
         try:
             with open(path) as f:

@@ -54,10 +54,6 @@ def init_llvm(libomp=None):
         llvm.load_library_permanently(libomp)
 
 
-def host_cpu():
-    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-
-
 @dataclass
 class Prepared:
     """A capture parsed once by the worker and shared (copy-on-write) by every candidate."""

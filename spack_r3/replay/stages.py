@@ -33,6 +33,7 @@ import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
 from .. import toolchain
+from ..fileutil import write_atomic
 from .module import apply_launch_edits, apply_pipeline_edits, dispatch_loops, extract_kernel, extract_kernel_text
 
 __all__ = ["CompileError", "KernelIR", "optimized_module", "resolve_target", "target_machine", "run_pipeline",
@@ -197,10 +198,7 @@ def _cached_stage(argv, timeout, data):
     out = _run_tool(argv, timeout, data, stage="polly")
     try:  # atomic: concurrent candidates may write the same entry
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "wb") as f:
-            f.write(out)
-        os.rename(tmp, path)
+        write_atomic(path, out)
     except OSError:
         pass  # a cache that cannot be written costs time, not the candidate
     return out

@@ -134,8 +134,8 @@ class Study:
                 variant = self.space.variant(values, self.target.base)
                 t0 = time.monotonic()
                 try:
-                    ev = server.submit(self.target.captures[0], variant, pairs=self.pairs, tolerance=self.target.tolerance,
-                                       timeout=self.timeout)
+                    ev = server.submit(self.target.captures[0], variant, pairs=self.pairs,
+                                       tolerance=self.target.tolerance, timeout=self.timeout)
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
                     with self._lock:

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 from .. import cxxnames
 from ..data import Variant
+from ..fileutil import write_atomic
 from ..replay.pipeline import format_spec
 from ..report import percent, seconds, table
 from .simplify import settings
@@ -124,16 +125,10 @@ def write_report(workspace, results, header=""):
             "-" if r.search_speedup is None else "%.3fx" % r.search_speedup, r.speedup, r.pairs, r.study))
         for why in r.rejected:
             lines.append("  rejected %s" % why)
-    _write(paths["text"], "\n".join(lines) + "\n")
-    _write(paths["json"], json.dumps({"kernels": [r.to_json() for r in results]}, indent=1) + "\n")
+    write_atomic(paths["text"], "\n".join(lines) + "\n")
+    write_atomic(paths["json"], json.dumps({"kernels": [r.to_json() for r in results]}, indent=1) + "\n")
     plot_curves(results, paths["plot"])
     return paths
-
-
-def _write(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path + ".tmp", path)
 
 
 def plot_curves(results, path):

@@ -21,28 +21,19 @@ _POLLY_KNOBS = ("polly_tile", "polly_matmul", "polly_vectorizer")
 
 def settings(variant):
     """The non-default settings of a variant, each as (name, the variant without it)."""
-    out = []
     p = variant.pipeline
-    for name, default in _PIPELINE_DEFAULTS.items():
-        if name in ("cpu", "features") or getattr(p, name) == default:
-            continue
-        if name in _POLLY_KNOBS and not p.polly:
-            continue
-        reset = {name: default}
-        if name == "polly":  # without Polly its knobs mean nothing
-            reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
-        out.append((name, Variant(replace(p, **reset), variant.launch, variant.source_patch)))
-    for name in ("threads", "schedule", "chunk"):
-        if getattr(variant.launch, name) is not None:
-            out.append((name, Variant(p, replace(variant.launch, **{name: None}), variant.source_patch)))
-    return out
+    names = [name for name, default in _PIPELINE_DEFAULTS.items()
+             if name not in ("cpu", "features") and getattr(p, name) != default
+             and (p.polly or name not in _POLLY_KNOBS)]
+    names += [name for name in ("threads", "schedule", "chunk") if getattr(variant.launch, name) is not None]
+    return [(name, without(variant, [name])) for name in names]
 
 
 def without(variant, names):
     """``variant`` with every setting in ``names`` back at its default."""
     p, launch = variant.pipeline, variant.launch
     reset = {n: _PIPELINE_DEFAULTS[n] for n in names if n in _PIPELINE_DEFAULTS}
-    if "polly" in names:
+    if "polly" in names:  # without Polly its knobs mean nothing
         reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
     return Variant(replace(p, **reset), replace(launch, **{n: None for n in names if hasattr(Launch, n)}),
                    variant.source_patch)

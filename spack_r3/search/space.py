@@ -146,17 +146,25 @@ class Space:
         launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"))
         return Variant(pipeline=pipe, launch=launch, source_patch=base.source_patch if base else None)
 
-    def defaults(self):
-        """Values that describe the baseline itself (-O3, as compiled, as recorded)."""
-        known = {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
-                 "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
-                 "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
-                 "fast_math": "none", "fma": "on", "threads": self.facts.cores, "schedule": "static", "chunk": None}
-        values = {}
-        for p in self.params:
+    def _baseline_values(self):
+        """Every parameter's value that describes the baseline itself (-O3, as compiled,
+        as recorded); Polly's knobs at Polly's own defaults."""
+        return {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
+                "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
+                "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
+                "fast_math": "none", "fma": "on", "threads": self.facts.cores, "schedule": "static", "chunk": None}
+
+    def _values(self, change):
+        """The active parameters' values: the baseline's, with ``change`` applied."""
+        base, values = self._baseline_values(), {}
+        for p in self.params:  # conditional ones as they become active
             if p.active(values):
-                values[p.name] = known[p.name]
+                values[p.name] = change.get(p.name, base[p.name])
         return values
+
+    def defaults(self):
+        """Values that describe the baseline itself."""
+        return self._values({})
 
     def seeds(self):
         """Where the Bayesian search starts: the baseline, then each setting measured to
@@ -171,18 +179,7 @@ class Space:
             changes.append({"fast_math": "fast", "noalias": True})
         if "polly" in names and "fast_math" in names:
             changes.append({"polly": True, "fast_math": "fast", "noalias": True})
-        out = []
-        for change in changes:
-            values = {}
-            for p in self.params:  # defaults, with the change; conditional ones as they become active
-                if p.active(values):
-                    values[p.name] = change.get(p.name, self.defaults().get(p.name, self._knob_default(p)))
-            out.append(values)
-        return out
-
-    @staticmethod
-    def _knob_default(param):
-        return {"polly_tile": None, "polly_matmul": True, "polly_vec": "none"}.get(param.name)
+        return [self._values(change) for change in changes]
 
     def fingerprint(self):
         """Short hash of the space: a study is resumed only into the same space."""

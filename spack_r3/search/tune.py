@@ -14,7 +14,6 @@ from typing import List, Optional
 
 from .. import cxxnames
 from ..capture import load_capture_dir
-from ..data import Variant
 from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay.stages import polly_available
@@ -134,7 +133,8 @@ def tune(workspace, targets, options, progress=None, say=None):
                 continue
             studied.append((target, study))
         # A study confirmed before with the same trials and settings keeps its result.
-        todo = [(t, s) for t, s in studied if _saved_result(s, options) is None]
+        saved = {s.name: _saved_result(s, options) for _, s in studied}
+        todo = [(t, s) for t, s in studied if saved[s.name] is None]
         candidates = [(t, _candidates(pool, t, s, options)) for t, s in todo]
         confirmed = dict(zip((s.name for _, s in todo),
                              confirm(pool.servers, candidates, rounds=options.confirm_rounds,
@@ -146,6 +146,6 @@ def tune(workspace, targets, options, progress=None, say=None):
             result = kernel_result(target, study, confirmed[study.name])
             study.study.set_user_attr("confirmed", {"key": _confirm_key(study, options), "result": result.to_json()})
         else:
-            result = _saved_result(study, options)
+            result = saved[study.name]
         results.append(result)
     return results, skipped

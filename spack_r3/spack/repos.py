@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set
 
 from ..errors import R3Error
+from ..fileutil import write_atomic
 
 LAYOUTS = ("v1", "v2")
 
@@ -83,10 +84,7 @@ class Repo:
     def write_recipe(self, name, text):
         path = self.recipe_path(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         return path
 
 
