@@ -182,6 +182,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
         unreplayable=kinfo.get("unreplayable"),
+        bitcode_args=tu.get("bitcode_args", []),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
         return load_capture(workspace, ident)

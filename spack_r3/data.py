@@ -8,7 +8,7 @@ Evaluation  what replaying one variant of one capture measured.
 """
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 CAPTURE_FORMAT = 1
 
@@ -58,6 +58,9 @@ class Capture:
     link_units: List[str] = field(default_factory=list)  # other units' bitcode the kernel calls into
     memory: dict = field(default_factory=dict)  # mode (pages|heap), live_bytes, touched_bytes, thread
     unreplayable: Optional[str] = None  # why replay refuses it: library state the recording does not keep
+    # The flags module.bc was compiled with (besides the source and output): a source
+    # variant is compiled with the same ones.
+    bitcode_args: List[str] = field(default_factory=list)
 
     def to_json(self):
         return asdict(self)
@@ -133,12 +136,17 @@ class Variant:
     pipeline: Pipeline = field(default_factory=Pipeline)
     launch: Launch = field(default_factory=Launch)
     source_patch: Optional[str] = None  # unified diff against the capture's source file
+    # Macro knobs a source rewrite exposes (e.g. a tile size), compiled in as -DNAME=VALUE.
+    source_defines: Dict[str, int] = field(default_factory=dict)
+    source_rule: Optional[str] = None  # what made the patch: a rule's name, or "llm"
 
     def to_json(self):
         return {
             "pipeline": self.pipeline.to_json(),
             "launch": self.launch.to_json(),
             "source_patch": self.source_patch,
+            "source_defines": dict(self.source_defines),
+            "source_rule": self.source_rule,
         }
 
     @classmethod
@@ -147,6 +155,8 @@ class Variant:
             pipeline=Pipeline.from_json(data.get("pipeline", {})),
             launch=Launch.from_json(data.get("launch", {})),
             source_patch=data.get("source_patch"),
+            source_defines=dict(data.get("source_defines") or {}),
+            source_rule=data.get("source_rule"),
         )
 
 

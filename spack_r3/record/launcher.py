@@ -117,6 +117,18 @@ def codegen_args(line):
     return keep
 
 
+def _unoptimized_args(line):
+    # -O0 would mark every function optnone: the replay pipeline could not optimize them.
+    return ["-O2"] if line.opt_level == "-O0" else []
+
+
+def bitcode_args(line):
+    """The flags (no source, output or dependency files) that compile the unit's bitcode
+    before optimization: a source variant of the unit is compiled with the same ones."""
+    return (line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags()
+            + _unoptimized_args(line))
+
+
 def target_flags():
     """Extra flags that pin the recorded build to the machine it is tuned for
     (``R3_TARGET_FLAGS``, set by ``r3 record --target``), so the recording computes
@@ -138,8 +150,7 @@ def record_unit(line, source, obj, record_dir, wanted):
         deps_target = []
         if any(a in ("-MD", "-MMD") for a in base) and not any(a in ("-MT", "-MQ") for a in base):
             deps_target = ["-MT", obj]
-        opt = [] if line.opt_level not in ("-O0",) else ["-O2"]  # -O0 would mark everything optnone
-        cmd_bc = [line.compiler] + base + target_flags() + deps_target + opt + [
+        cmd_bc = [line.compiler] + base + target_flags() + deps_target + _unoptimized_args(line) + [
             "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
         if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
             return "the compiler could not emit LLVM bitcode (is it clang?)"
@@ -182,6 +193,7 @@ def _store_unit(tu_dir, bitcode, line, source, kernels, analysis):
         "source_file": src,
         "compile_command": [line.compiler] + line.args,
         "compile_dir": os.getcwd(),
+        "bitcode_args": bitcode_args(line),
         "triple": analysis.module.triple,
         "kernels": [k.to_json() for k in kernels],
         "exports": analysis.exports(),

@@ -13,7 +13,7 @@ import mmap
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import List, Optional, Tuple
 
@@ -69,6 +69,7 @@ class Prepared:
     fp_types: List = field(default_factory=list)
     outputs: List[Tuple[int, bytes]] = field(default_factory=list)  # pre-state of what the kernel writes
     unit: Optional[KernelIR] = None  # the kernel's module and bitcode: what a variant is compiled from
+    directory: str = ""  # the capture's folder
 
 
 def prepare(capture, directory):
@@ -117,7 +118,7 @@ def prepare(capture, directory):
     unit = KernelIR(capture.kernel, ir, bitcode, link_units, recorded_globals,
                     capture.compile_command[0] if capture.compile_command else None)
     return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
-                    ranges, fp_types(ir), _outputs(pre, post), unit)
+                    ranges, fp_types(ir), _outputs(pre, post), unit, directory)
 
 
 def _compared(pre_regions, post_regions):
@@ -191,6 +192,28 @@ def restore(prepared, outputs_only=False):
     for addr, data in (prepared.outputs if outputs_only else prepared.pre):
         ctypes.memmove(addr, data, len(data))
 
+
+
+def with_source_variant(prepared, patch, defines):
+    """``prepared`` with its kernel compiled from a source variant of its unit (see
+    ``replay.source``): the same capture, memory and baseline; only the code differs."""
+    from .source import variant_bitcode
+
+    capture, unit = prepared.capture, prepared.unit
+    bitcode = variant_bitcode(capture, prepared.directory, patch, defines)
+    try:
+        fn = llvm.parse_bitcode(bitcode).get_function(capture.kernel)
+    except NameError:
+        raise CompileError("the source variant no longer defines %s" % capture.kernel)
+    params = [str(a.type) for a in fn.arguments]
+    if params != list(capture.signature["params"]):
+        raise CompileError("the source variant changed %s's signature (%s, recorded %s)"
+                           % (capture.kernel, ", ".join(params), ", ".join(capture.signature["params"])))
+    try:
+        variant = KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+    except (UnreplayableError, KeyError, ValueError, RuntimeError) as err:
+        raise CompileError("the source variant's %s cannot replay: %s" % (capture.kernel, err))
+    return replace(prepared, unit=variant, ir=variant.ir)
 
 
 class Compiled:

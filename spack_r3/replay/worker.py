@@ -135,9 +135,12 @@ def _collect(pid, rfd, timeout):
 
 def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
     """Compile, restore, verify and time one variant (inside the forked child)."""
-    if variant.source_patch:
-        ev.status, ev.diagnostics = COMPILE_ERROR, "source patches are not replayable by this engine yet"
-        return ev
+    if variant.source_patch or variant.source_defines:
+        try:
+            prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
+        except engine.CompileError as err:
+            ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
+            return ev
     # Recorded globals must have their addresses before the JIT resolves symbols.
     engine.map_recorded_memory(prepared)
     if isinstance(baseline, engine.CompileError):

@@ -35,8 +35,8 @@ def without(variant, names):
     reset = {n: _PIPELINE_DEFAULTS[n] for n in names if n in _PIPELINE_DEFAULTS}
     if "polly" in names:  # without Polly its knobs mean nothing
         reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
-    return Variant(replace(p, **reset), replace(launch, **{n: None for n in names if hasattr(Launch, n)}),
-                   variant.source_patch)
+    return replace(variant, pipeline=replace(p, **reset),
+                   launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)}))
 
 
 def simplify(servers, target, variant, speedup, pairs=5, keep=0.97, timeout=60.0):

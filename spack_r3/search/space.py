@@ -11,8 +11,8 @@ the space, so a user sees what is searched.
 
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Callable, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, Optional, Tuple
 
 from ..data import FAST_MATH_FLAGS, Launch, Pipeline, Variant
 
@@ -22,6 +22,7 @@ EXTRA_PASSES = ("loop_unroll_and_jam", "loop_unroll", "loop_strength_reduce", "n
                 "instruction_combine", "aggressive_instcombine", "sccp", "jump_threading",
                 "dead_store_elimination", "mem_copy_opt", "simplify_cfg", "sinking", "loop_rotate")
 MAX_EXTRA_PASSES = 3
+KNOB_PREFIX = "knob:"  # parameters that are a source variant's macro knobs
 # Floating-point relaxations, weakest first; offered only within the kernel's tolerance.
 FAST_MATH_CHOICES = {"none": (), "contract": ("contract",), "reassoc+contract": ("reassoc", "contract"),
                      "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
@@ -71,6 +72,9 @@ class KernelFacts:
     tolerance: Optional[float] = None  # relative FP tolerance; None or 0: exact results only
     cores: int = 1  # CPUs a replay worker has (most threads worth trying)
     polly: bool = False  # an opt with Polly is available
+    # Macro knobs of a source variant (name -> values, the rewrite's default first),
+    # e.g. the tile size a tiling rule exposes: searched like any other setting.
+    knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def relax_fp(self):
@@ -118,6 +122,9 @@ class Space:
             p += [Param("schedule", "categorical", "OpenMP schedule of run-time scheduled loops",
                         choices=("static", "dynamic", "guided")),
                   Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256))]
+        for name, choices in sorted(f.knobs.items()):
+            p.append(Param(KNOB_PREFIX + name, "categorical", "source knob %s (-D%s=...)" % (name, name),
+                           choices=tuple(choices)))
         return p
 
     def suggest(self, trial):
@@ -144,7 +151,10 @@ class Space:
             pipe.polly_matmul = values.get("polly_matmul", True)
             pipe.polly_vectorizer = values.get("polly_vec", "none")
         launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"))
-        return Variant(pipeline=pipe, launch=launch, source_patch=base.source_patch if base else None)
+        defines = {k[len(KNOB_PREFIX):]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
+        if base is None:
+            return Variant(pipeline=pipe, launch=launch, source_defines=defines)
+        return replace(base, pipeline=pipe, launch=launch, source_defines=dict(base.source_defines, **defines))
 
     def _baseline_values(self):
         """Every parameter's value that describes the baseline itself (-O3, as compiled,
@@ -157,6 +167,7 @@ class Space:
     def _values(self, change):
         """The active parameters' values: the baseline's, with ``change`` applied."""
         base, values = self._baseline_values(), {}
+        base.update({KNOB_PREFIX + k: v[0] for k, v in self.facts.knobs.items()})
         for p in self.params:  # conditional ones as they become active
             if p.active(values):
                 values[p.name] = change.get(p.name, base[p.name])

@@ -1,0 +1,89 @@
+"""Unified diffs of one source file: what a source variant is, and what emit applies.
+
+    patch = make_patch(old_text, new_text, "kernels.c")
+    assert apply_patch(old_text, patch) == new_text
+
+``apply_patch`` is strict (every context and removed line must match where the hunk
+says): a patch that no longer fits its file is an error, never a guess. The format is
+the one ``patch -p1`` and Spack's ``patch()`` directive read.
+"""
+
+import difflib
+import re
+
+from .errors import R3Error
+
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+class PatchError(R3Error):
+    """A patch that does not apply to the text it is given."""
+
+
+def make_patch(old, new, filename, context=3):
+    """The unified diff from ``old`` to ``new`` (``a/<filename>`` -> ``b/<filename>``)."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 "a/" + filename, "b/" + filename, n=context)
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def patched_file(patch):
+    """The file name a patch changes (without the ``b/`` prefix)."""
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            name = line[4:].split("\t")[0].strip()
+            return name[2:] if name.startswith("b/") else name
+    raise PatchError("not a unified diff: no '+++' line")
+
+
+def apply_patch(text, patch):
+    """``text`` with ``patch`` applied; PatchError if any hunk does not match exactly."""
+    old = text.splitlines(keepends=True)
+    out, pos = [], 0  # pos: the next line of ``old`` not yet copied
+    lines = patch.splitlines(keepends=True)
+    i, hunks = 0, 0
+    while i < len(lines):
+        m = HUNK.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        hunks += 1
+        start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+        if start < pos or start > len(old):
+            raise PatchError("hunk %d starts at line %s, outside the file or before the previous hunk"
+                             % (hunks, m.group(1)))
+        out.extend(old[pos:start])
+        pos = start
+        i += 1
+        while i < len(lines) and not HUNK.match(lines[i]):
+            line = lines[i]
+            tag, body = line[:1], line[1:]
+            if line.startswith("\\"):  # "\ No newline at end of file": the previous line has none
+                if out and out[-1].endswith("\n") and lines[i - 1][:1] in "+ ":
+                    out[-1] = out[-1][:-1]
+                i += 1
+                continue
+            if tag in (" ", "-"):
+                want = body
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                have = old[pos] if pos < len(old) else None
+                if nxt.startswith("\\") and have is not None and not have.endswith("\n"):
+                    want = body.rstrip("\n")
+                if have != want:
+                    raise PatchError("hunk %d does not match line %d: expected %r, found %r"
+                                     % (hunks, pos + 1, want.rstrip("\n"), (have or "").rstrip("\n")))
+                if tag == " ":
+                    out.append(have)
+                pos += 1
+            elif tag == "+":
+                out.append(body)
+            elif line.startswith(("--- ", "+++ ")):
+                break
+            i += 1
+    if not hunks:
+        raise PatchError("not a unified diff: no hunks")
+    out.extend(old[pos:])
+    return "".join(out)
