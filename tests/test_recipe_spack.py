@@ -17,8 +17,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -29,6 +27,8 @@ from spack_r3.recipe.pipeline import RecipeRequest, make_recipe
 from spack_r3.spack.repos import write_scope
 from spack_r3.spack.sandbox import make_sandbox
 from spack_r3.workspace import Workspace
+
+from modelserver import ScriptedModel
 
 TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trees")
 ORDER = ["r3tvec", "r3t-autotools", "r3t-cmake", "r3t-meson"]  # r3tvec first: the others use it
@@ -118,54 +118,6 @@ def test_refine_repairs_planted_missing_dependency(sandbox):
 
 
 # -- the model path: a scripted OpenAI-compatible server on loopback ---------------------
-
-class ScriptedModel:
-    """Answers chat completions from a script of functions of the request's messages."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.requests = []
-        handler = self._handler()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = "http://127.0.0.1:%d/v1" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def _handler(self):
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                model.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                if self.path.rstrip("/") != "/v1/chat/completions" or not model.script:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                content = model.script.pop(0)(body["messages"])
-                data = json.dumps({
-                    "id": "chatcmpl-%d" % len(model.requests), "object": "chat.completion", "created": 0,
-                    "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop",
-                                                        "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
 
 def _facts(messages):
     user = messages[1]["content"]

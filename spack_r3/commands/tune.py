@@ -1,5 +1,6 @@
 """Make the hot kernels faster: search compiler pipelines (Polly included) and launch
-settings for each, judged by replay, and report confirmed winners.
+settings for each, and source rewrites of their units (rules, or a language model),
+judged by replay, and report confirmed winners.
 
 With --source and --run it records first (or reuses the captures of an identical
 earlier record); without them it tunes the captures already in the workspace.
@@ -11,10 +12,12 @@ import json
 
 from ..capture import list_captures
 from ..errors import R3Error
+from ..model import client as model_client
 from ..record.session import previous_record
 from ..record.session import record as record_tree
 from ..report import ProgressBar, percent, say
 from ..search.results import results_table, write_report
+from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
@@ -45,13 +48,29 @@ def setup_parser(subparser):
                            help="paired runs per confirmation round of each winner candidate (default 11)")
     subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
+    subparser.add_argument("--mutator", choices=("rules", "llm", "none"), default="rules",
+                           help="who proposes source rewrites: rules (default, no model), llm (a model through "
+                                "--llm-url) or none (compiler pipelines and launch settings only)")
+    subparser.add_argument("--fallback-rules", action="store_true",
+                           help="with --mutator llm: go on with the rules when the model endpoint fails")
+    subparser.add_argument("--remix-share", type=float, default=0.5, metavar="F",
+                           help="share of each kernel's budget spent on source variants (default 0.5)")
+    subparser.add_argument("--child-budget", type=int, default=10, metavar="N",
+                           help="Bayesian evaluations of each source variant that verifies (default 10)")
+    subparser.add_argument("--repairs", type=int, default=2, metavar="N",
+                           help="times a rewrite that fails to compile or verify goes back to its mutator "
+                                "with the diagnostic (default 2)")
+    model_client.add_arguments(subparser)
     subparser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def tune(args):
-    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds"):
+    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget"):
         if getattr(args, name) < 1:
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
+    if not 0.0 <= args.remix_share < 1.0:
+        raise R3Error("--remix-share must be in [0, 1)")
+    mutator = _mutator(args)
     if bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
@@ -72,7 +91,8 @@ def tune(args):
 
     options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
-                          timeout=args.timeout)
+                          timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
+                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress)
     for line in skipped:
         progress("not tuned: " + line)
@@ -85,6 +105,17 @@ def tune(args):
     print(results_table(results))
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
     return 0 if results else 1
+
+
+def _mutator(args):
+    if args.mutator != "llm":
+        return make_mutator(args.mutator)
+    config = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
+    if config is None:
+        if args.fallback_rules:
+            return make_mutator("rules")
+        raise R3Error("--mutator llm needs a model endpoint: --llm-url and --llm-model (or R3_LLM_URL, R3_LLM_MODEL)")
+    return make_mutator("llm", config)
 
 
 def _captures(ws, args, progress):

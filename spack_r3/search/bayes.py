@@ -198,3 +198,39 @@ class Study:
                 kind = t.user_attrs.get("status", "failed")
                 kinds[kind] = kinds.get(kind, 0) + 1
         return kinds
+
+
+class StudyGroup:
+    """The studies of one kernel seen as one search: the original's and its source
+    variants' (``remix``), with failed rewrites that never got a study (``checks``:
+    their statuses)."""
+
+    def __init__(self, studies, checks=()):
+        self.studies, self.checks = list(studies), list(checks)
+        self.name = self.studies[0].name
+        self.study = self.studies[0].study  # the original's Optuna study keeps the group's attributes
+
+    def trials(self):
+        return [t for s in self.studies for t in s.trials()]
+
+    def best(self, n=1):
+        ranked = sorted((t for s in self.studies for t in s.best(n)), key=lambda t: -t.value)
+        return ranked[:n]
+
+    def curve(self):
+        """Best verified speedup after each evaluation, across the studies in time order."""
+        best, out = None, []
+        for t in sorted(self.trials(), key=lambda t: t.datetime_complete or t.datetime_start):
+            if t.state == TrialState.COMPLETE:
+                best = max(best or 0.0, t.value)
+            out.append(best)
+        return out
+
+    def failures(self):
+        kinds = {}
+        for s in self.studies:
+            for kind, n in s.failures().items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        for status in self.checks:
+            kinds[status] = kinds.get(status, 0) + 1
+        return kinds

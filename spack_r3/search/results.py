@@ -59,6 +59,9 @@ class KernelResult:
 def describe_variant(variant):
     """A variant in words: its pipeline SPEC, then launch settings."""
     words = [format_spec(variant.pipeline)]
+    if variant.source_patch:  # the rewrite first: it is what a build of the winner patches in
+        knobs = ",".join("%s=%s" % kv for kv in sorted(variant.source_defines.items()))
+        words.insert(0, "rewrite[%s%s]" % (variant.source_rule or "patch", (" " + knobs) if knobs else ""))
     launch = variant.launch
     for key in ("threads", "schedule", "chunk"):
         value = getattr(launch, key, None)

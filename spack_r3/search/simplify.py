@@ -17,6 +17,7 @@ from .confirm import run_jobs
 
 _PIPELINE_DEFAULTS = {f.name: f.default for f in fields(Pipeline)}
 _POLLY_KNOBS = ("polly_tile", "polly_matmul", "polly_vectorizer")
+SOURCE = "source"  # the setting that is a variant's source rewrite (patch and macro knobs)
 
 
 def settings(variant):
@@ -26,6 +27,8 @@ def settings(variant):
              if name not in ("cpu", "features") and getattr(p, name) != default
              and (p.polly or name not in _POLLY_KNOBS)]
     names += [name for name in ("threads", "schedule", "chunk") if getattr(variant.launch, name) is not None]
+    if variant.source_patch:  # a rewrite is a setting too: one that does not pay is not emitted
+        names.append(SOURCE)
     return [(name, without(variant, [name])) for name in names]
 
 
@@ -35,8 +38,11 @@ def without(variant, names):
     reset = {n: _PIPELINE_DEFAULTS[n] for n in names if n in _PIPELINE_DEFAULTS}
     if "polly" in names:  # without Polly its knobs mean nothing
         reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
-    return replace(variant, pipeline=replace(p, **reset),
-                   launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)}))
+    out = replace(variant, pipeline=replace(p, **reset),
+                  launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)}))
+    if SOURCE in names:
+        out = replace(out, source_patch=None, source_defines={}, source_rule=None)
+    return out
 
 
 def simplify(servers, target, variant, speedup, pairs=5, keep=0.97, timeout=60.0):

@@ -18,7 +18,12 @@ from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from .bayes import Study, Target, storage, trial_variant
+from ..data import OK
+from ..model.client import ModelError
+from .bayes import Study, StudyGroup, Target, storage, trial_variant
+from .mutators import make_mutator
+from .patterns import Patterns
+from .remix import Remix, RemixOptions
 from .confirm import confirm
 from .results import KernelResult, kernel_result
 from .simplify import simplify
@@ -36,6 +41,13 @@ class TuneOptions:
     confirm_rounds: int = 3
     candidates: int = 3  # best candidates of each kernel that are confirmed
     timeout: float = 60.0
+    # The outer loop (``remix``): a mutator (``mutators.make_mutator``; None: pipelines
+    # only) and the share of each kernel's budget its source variants get.
+    mutator: Optional[object] = None
+    remix_share: float = 0.5
+    child_budget: int = 10
+    repairs: int = 2
+    fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
 
 
 @dataclass
@@ -101,8 +113,33 @@ def _candidates(pool, target, study, options):
     return best
 
 
+def _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say):
+    """The outer loop over source variants; returns the kernel's studies as one search."""
+    remix = Remix(workspace, store, target, facts, options.mutator,
+                  RemixOptions(budget=budget, child_budget=options.child_budget, repairs=options.repairs,
+                               sampler=options.sampler, seed=options.seed, pairs=options.pairs,
+                               timeout=options.timeout), patterns)
+    base_best = max([t.value for t in study.best(1)] + [1.0])
+
+    def extend(n):  # while a model answers: more of the original's own search
+        study.run(pool.servers, len(study.trials()) + n)
+        return True
+
+    try:
+        remix.run(pool.servers, base_best, progress, say, extend)
+    except ModelError as err:
+        if not options.fallback_rules:
+            raise
+        say("%s; going on with the rules mutator" % err)
+        options.mutator = make_mutator("rules")
+        return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say)
+    checks = [c.status for c in remix.children if c.status not in (OK, "pending")]
+    return StudyGroup([study] + [s for _, s in remix.studies()], checks)
+
+
 def _confirm_key(study, options):
-    return [len(study.trials()), options.candidates, options.confirm_rounds, options.confirm_pairs]
+    return [len(study.trials()), options.candidates, options.confirm_rounds, options.confirm_pairs,
+            options.mutator.name if options.mutator else "none"]
 
 
 def _saved_result(study, options):
@@ -122,13 +159,20 @@ def tune(workspace, targets, options, progress=None, say=None):
     store = storage(workspace)
     studied, skipped = [], []
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
+        patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
-            space = Space(kernel_facts(target, pool.cores_per_worker))
-            study = Study(store, target, space, sampler=options.sampler, seed=options.seed, pairs=options.pairs,
-                          timeout=options.timeout)
+            facts = kernel_facts(target, pool.cores_per_worker)
+            study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
+                          pairs=options.pairs, timeout=options.timeout)
+            remix_budget = int(round(options.budget * options.remix_share)) if options.mutator else 0
             try:
-                study.run(pool.servers, options.budget, progress)
+                study.run(pool.servers, options.budget - remix_budget, progress)
+                if remix_budget:
+                    study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
+                                   patterns, progress, say)
             except R3Error as err:
+                if isinstance(err, ModelError):
+                    raise
                 skipped.append("%s: %s" % (cxxnames.display(target.kernel), err))
                 continue
             studied.append((target, study))

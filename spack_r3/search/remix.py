@@ -1,0 +1,396 @@
+"""The outer loop: MAP-Elites over source variants of one kernel's unit.
+
+    remix = Remix(workspace, store, target, facts, mutator, options)
+    remix.run(servers, base_study, progress)
+    remix.studies()   # the inner studies of the children that compiled and verified
+
+A child is a rewrite of a parent's unit (the original, or an earlier child) proposed
+by a mutator (``mutators``). It is compiled and verified in a replay worker (several
+verification runs if it may be parallel: a data race can verify once by luck); one
+that fails goes back to its mutator with the diagnostic, up to ``repairs`` times. A
+child that verifies gets a short inner Bayesian study of its own (``bayes.Study``, one
+per source variant) over pipelines, launch settings and the rewrite's macro knobs; its
+fitness is that study's best verified paired speedup.
+
+The archive keeps the best child of each cell of two behaviour descriptors:
+
+- rewrite class: which kinds of change the variant carries since the original, the
+  classes of ``REWRITE_CLASSES`` joined with "+" (``loop-order+aliasing``);
+- size: how many lines of the unit it changes, bucketed by ``SIZE_BUCKETS``.
+
+Parents are drawn uniformly from the occupied cells (the original is one), so a
+variant that is not the best overall but is the best of its kind still gets children:
+that is how a rewrite that needs another one first (tile after interchange) is found.
+
+State: every child is written to ``<workspace>/remix/<study>.json`` as soon as it is
+proposed (a model's answer is never asked for twice) and again when it is measured;
+inner studies live in Optuna storage. A killed run resumes both.
+"""
+
+import hashlib
+import json
+import os
+import queue
+import random
+import threading
+from dataclasses import asdict, dataclass, field, replace
+from typing import Dict, List, Optional, Tuple
+
+from .. import cxxnames
+from ..capture import load_capture_dir
+from ..data import OK, WRONG_OUTPUT, Variant
+from ..errors import R3Error
+from ..fileutil import write_atomic
+from ..replay.source import unit_text
+from ..sourcepatch import PatchError, apply_patch, make_patch
+from .bayes import Study
+from .mutators import Feedback, KernelSource, Proposal
+from .mutators.cast import ASTError
+from .space import Space
+
+REWRITE_CLASSES = {
+    "restrict": "aliasing", "scalar-replace": "aliasing",
+    "omp-parallel": "parallel", "omp-simd": "vector", "vectorize-pragma": "vector", "unroll-pragma": "vector",
+    "interchange": "loop-order", "tile": "loop-order",
+    "llm": "model",
+}
+SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
+PARALLEL_RULES = ("omp-parallel", "llm")
+MAX_REPEATS = 50  # rewrites that may add threads: verified several times
+ORIGINAL = "original"
+
+
+@dataclass
+class Child:
+    """One source variant: what made it, its patch against the original unit, and its fate."""
+
+    id: str
+    parent: str
+    rules: Tuple[str, ...]  # every rewrite since the original, in order
+    description: str
+    patch: str
+    knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    status: str = "pending"  # pending, then OK or the failed check's status
+    diagnostic: str = ""
+    speedup: float = 0.0  # best verified paired speedup of its inner study (0: none)
+    check_speedup: float = 0.0  # the rewrite alone, at the baseline pipeline
+    evaluations: int = 0  # replay evaluations spent on it (check, repairs, inner study)
+    repairs: int = 0
+
+    @property
+    def rule(self):
+        return self.rules[-1] if self.rules else ORIGINAL
+
+    def cell(self):
+        classes = sorted({REWRITE_CLASSES.get(r, "other") for r in self.rules})
+        changed = sum(1 for line in self.patch.splitlines()
+                      if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        size = next((name for limit, name in SIZE_BUCKETS if changed <= limit), "large")
+        return ("+".join(classes) or ORIGINAL, size if self.rules else "-")
+
+    def to_json(self):
+        d = asdict(self)
+        d["rules"], d["knobs"] = list(self.rules), {k: list(v) for k, v in self.knobs.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(**dict(d, rules=tuple(d["rules"]), knobs={k: tuple(v) for k, v in d.get("knobs", {}).items()}))
+
+
+def kernel_source(capture, directory, text=None, rules=()):
+    """The kernel's unit as a mutator sees it (``text``: a variant's, else the recorded one)."""
+    flags = list(capture.bitcode_args) or list(capture.compile_command[1:])
+    parse = [a for a in flags if not a.startswith("-O")]
+    function = capture.kernel
+    if capture.kernel.startswith("_Z"):
+        function = cxxnames.qualified(capture.kernel).split("(")[0].split("::")[-1]
+    return KernelSource(
+        kernel=capture.kernel, function=function, filename=os.path.basename(capture.source_file),
+        text=unit_text(capture, directory) if text is None else text, parse_args=parse,
+        compile_dir=capture.compile_dir, clang=capture.compile_command[0],
+        include_dir=os.path.dirname(capture.source_file),
+        openmp=any(a.startswith("-fopenmp") and "simd" not in a for a in flags),
+        tolerance=capture.tolerance, rules=tuple(rules))
+
+
+def child_id(patch, knobs):
+    return hashlib.sha256(json.dumps([patch, sorted(knobs)]).encode()).hexdigest()[:10]
+
+
+@dataclass
+class RemixOptions:
+    budget: int = 60  # replay evaluations for the whole outer loop of one kernel
+    child_budget: int = 10  # inner Bayesian evaluations per child that verifies
+    repairs: int = 2  # times a failed child goes back to its mutator
+    sampler: str = "tpe"
+    seed: Optional[int] = None
+    pairs: int = 5
+    timeout: float = 60.0
+    pending_proposals: int = 4  # model proposals asked for ahead of the evaluations
+
+
+class Remix:
+    def __init__(self, workspace, store, target, facts, mutator, options, patterns=None):
+        self.workspace, self.store, self.target, self.facts = workspace, store, target, facts
+        self.mutator, self.options, self.patterns = mutator, options, patterns
+        self.capture_dir = target.captures[0]
+        self.capture = load_capture_dir(self.capture_dir, verify_digests=False)
+        self.original = unit_text(self.capture, self.capture_dir)
+        self.name = "%s@%s/%s" % (target.kernel, target.capture_id, mutator.name)
+        self.path = os.path.join(workspace.root, "remix", hashlib.sha256(self.name.encode()).hexdigest()[:16]
+                                 + ".json")
+        self.extended = 0  # evaluations of the original's search run while a model answered
+        self.children: List[Child] = self._load()
+        self.rng = random.Random(options.seed if options.seed is not None else 0)
+        self._lock = threading.Lock()
+
+    # -- state -------------------------------------------------------------------------
+
+    def _load(self):
+        if not os.path.isfile(self.path):
+            return []
+        with open(self.path) as f:
+            data = json.load(f)
+        self.extended = data.get("extended", 0)
+        return [Child.from_json(c) for c in data["children"]]
+
+    def _save(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with self._lock:
+            data = {"name": self.name, "extended": self.extended, "children": [c.to_json() for c in self.children]}
+        write_atomic(self.path, json.dumps(data, indent=1))
+
+    def spent(self):
+        return self.extended + sum(c.evaluations for c in self.children)
+
+    def text_of(self, child):
+        return self.original if child is None else apply_patch(self.original, child.patch)
+
+    # -- the archive -------------------------------------------------------------------
+
+    def archive(self, base_speedup):
+        """cell -> elite (None stands for the original, whose fitness is the base study's)."""
+        cells = {(ORIGINAL, "-"): (base_speedup, None)}
+        for c in self.children:
+            if c.status == OK and c.speedup > cells.get(c.cell(), (0.0, None))[0]:
+                cells[c.cell()] = (c.speedup, c)
+        return cells
+
+    def _parents(self, base_speedup):
+        elites = [child for _, child in self.archive(base_speedup).values()]
+        self.rng.shuffle(elites)
+        return elites
+
+    # -- proposals ---------------------------------------------------------------------
+
+    def _source(self, parent):
+        return kernel_source(self.capture, self.capture_dir, self.text_of(parent),
+                             parent.rules if parent else ())
+
+    def _feedback(self, parent, base_speedup):
+        ok = sorted((c for c in self.children if c.status == OK), key=lambda c: -c.speedup)
+        failed = [c for c in self.children if c.status not in (OK, "pending")][-3:]
+        examples = self.patterns.examples(self.target.kernel) if self.patterns else []
+        return Feedback(parent_speedup=parent.speedup if parent else base_speedup,
+                        best=[(c.description, c.speedup) for c in ok[:3]],
+                        failures=[(c.description, c.diagnostic) for c in failed], examples=examples)
+
+    def _child(self, parent, proposal, repairs=0):
+        """A Child for ``proposal`` (a rewrite of ``parent``'s text), or None if it is a
+        rewrite already tried or no change."""
+        patch = make_patch(self.original, proposal.text, os.path.basename(self.capture.source_file))
+        if not patch:
+            return None
+        knobs = dict(parent.knobs if parent else {}, **proposal.knobs)
+        ident = child_id(patch, knobs)
+        if any(c.id == ident for c in self.children):
+            return None
+        return Child(ident, parent.id if parent else ORIGINAL, (parent.rules if parent else ()) + (proposal.rule,),
+                     proposal.description, patch, knobs, repairs=repairs)
+
+    def _proposals(self, parent, base_speedup):
+        """The mutator's rewrites of ``parent``, inherited winning rules first."""
+        try:
+            props = self.mutator.propose(self._source(parent), self._feedback(parent, base_speedup))
+        except (ASTError, PatchError) as err:  # this parent does not parse: no children of it
+            return []
+        if self.patterns:
+            rank = self.patterns.rule_ranking()
+            props = sorted(props, key=lambda p: -rank.get(p.rule, 1.0))
+        return [(parent, p) for p in props]
+
+    # -- evaluation --------------------------------------------------------------------
+
+    def _variant(self, child):
+        return Variant(source_patch=child.patch, source_rule="+".join(child.rules),
+                       source_defines={k: v[0] for k, v in child.knobs.items()})
+
+    def _check(self, server, child):
+        """Compile and verify the child at the baseline pipeline (one evaluation)."""
+        variant = self._variant(child)
+        runs = 1
+        if self.target.parallel or set(child.rules) & set(PARALLEL_RULES):
+            # A data race can verify once by luck: several runs, with every core the worker has.
+            runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
+        ev = server.submit(self.capture_dir, variant, pairs=self.options.pairs,
+                           tolerance=self.target.tolerance, timeout=self.options.timeout, verify_runs=runs)
+        child.evaluations += 1
+        child.status, child.diagnostic = ev.status, (ev.diagnostics or "")
+        child.check_speedup = ev.speedup if ev.status == OK else 0.0
+        return ev
+
+    def child_study(self, child):
+        facts = replace(self.facts, knobs=dict(child.knobs))
+        # A rewrite that adds OpenMP threads makes the kernel parallel: threads become a setting.
+        if "omp-parallel" in child.rules:
+            facts = replace(facts, parallel=True)
+        target = replace(self.target, base=self._variant(child), source_variant=child.id,
+                         parallel=self.target.parallel or "omp-parallel" in child.rules)
+        return Study(self.store, target, Space(facts), sampler=self.options.sampler, seed=self.options.seed,
+                     pairs=self.options.pairs, timeout=self.options.timeout)
+
+    def _measure(self, servers, child, progress):
+        """The child's inner study (resumed if a killed run started it)."""
+        study = self.child_study(child)
+        before = len(study.trials())
+        study.run(servers, self.options.child_budget, progress)
+        best = study.best(1)
+        child.evaluations += len(study.trials()) - before
+        child.speedup = max([t.value for t in best] + [child.check_speedup])
+
+    def studies(self):
+        """(child, inner Study) of every child that verified."""
+        return [(c, self.child_study(c)) for c in self.children if c.status == OK]
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self, servers, base_speedup, progress=None, say=None, extend=None):
+        """Spend the budget on children. ``extend(n)`` runs n more evaluations of the
+        elite's own search: what workers do while a model is still answering."""
+        say = say or (lambda line: None)
+        for child in self.children:  # a killed run's unfinished children first
+            if child.status == "pending":
+                self._evaluate(servers, child, progress, say)
+        feed = ProposalFeed(self, base_speedup) if self.mutator.concurrent else None
+        tried_parents = set()
+        todo: List[Tuple[Optional[Child], Proposal]] = []
+        repeats = 0  # proposals in a row that were tried before: a mutator with nothing new
+        try:
+            while self.spent() < self.options.budget and repeats < MAX_REPEATS:
+                item = None
+                if feed:
+                    item = feed.next(block=False)
+                    if item is None and feed.busy():
+                        if extend:
+                            n = min(len(servers), self.options.budget - self.spent())
+                            extend(n)
+                            self.extended += n
+                            self._save()
+                            continue
+                        item = feed.next(block=True)
+                    if item is None and not feed.busy():
+                        if feed.errors:
+                            say("  the model stopped answering (%s): no more source variants of %s"
+                                % (feed.errors[0], cxxnames.display(self.target.kernel)))
+                        break
+                else:
+                    while not todo:
+                        parents = [p for p in self._parents(base_speedup) if (p.id if p else ORIGINAL) not in tried_parents]
+                        if not parents:
+                            break
+                        tried_parents.add(parents[0].id if parents[0] else ORIGINAL)
+                        todo = self._proposals(parents[0], base_speedup)
+                    if not todo:
+                        break
+                    item = todo.pop(0)
+                parent, proposal = item
+                child = self._child(parent, proposal)
+                if child is None:
+                    repeats += 1
+                    continue
+                repeats = 0
+                with self._lock:
+                    self.children.append(child)
+                self._save()
+                say("  %s: %s" % (cxxnames.display(self.target.kernel), child.description))
+                self._evaluate(servers, child, progress, say, parent, proposal)
+                if feed and child.status == OK:
+                    tried_parents.discard(child.id)
+        finally:
+            if feed:
+                feed.stop()
+
+    def _evaluate(self, servers, child, progress, say, parent=None, proposal=None):
+        while True:
+            ev = self._check(servers[0], child)
+            self._save()
+            if ev.status == OK or child.repairs >= self.options.repairs or proposal is None:
+                break
+            fixed = self.mutator.repair(self._source(parent), proposal, _diagnostic(ev))
+            if fixed is None:
+                break
+            say("  repairing %s (%s)" % (child.description, ev.status))
+            fixed_child = self._child(parent, fixed, repairs=child.repairs + 1)
+            if fixed_child is None:
+                break
+            # The repaired rewrite takes the failed one's place; its failure stays on record.
+            fixed_child.evaluations = 0
+            with self._lock:
+                self.children.append(fixed_child)
+            self._save()
+            child, proposal = fixed_child, fixed
+        if child.status == OK:
+            self._measure(servers, child, progress)
+            self._save()
+            if self.patterns and child.speedup > 1.0:
+                self.patterns.add(self.target.kernel, child, self.facts)
+
+
+def _diagnostic(ev):
+    if ev.status == WRONG_OUTPUT:
+        return "wrong output: %s" % ev.diagnostics
+    return "%s: %s" % (ev.status, ev.diagnostics)
+
+
+class ProposalFeed:
+    """Asks a slow mutator (a model) for proposals on a thread, ahead of the evaluations,
+    so the replay workers have work while it answers."""
+
+    def __init__(self, remix, base_speedup):
+        self.remix, self.base_speedup = remix, base_speedup
+        self.items = queue.Queue()
+        self.errors = []
+        self.answered = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            if self.items.qsize() >= self.remix.options.pending_proposals:
+                self._stop.wait(0.05)
+                continue
+            try:
+                parent = self.remix._parents(self.base_speedup)[0]
+                for item in self.remix._proposals(parent, self.base_speedup):
+                    self.items.put(item)
+                self.answered += 1
+            except R3Error as err:  # the endpoint is gone: the loop stops asking
+                self.errors.append(err)
+                return
+
+    def busy(self):
+        return self.thread.is_alive() and not self.errors
+
+    def next(self, block):
+        try:
+            return self.items.get(block=block, timeout=1.0 if block else None)
+        except queue.Empty:
+            # A model that never answered is an error; one that stops answering ends the loop.
+            if self.errors and self.items.empty() and not self.answered:
+                raise self.errors[0]
+            return None
+
+    def stop(self):
+        self._stop.set()
