@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""What the search finds: random search against the Bayesian search, at equal budget.
+"""What the search finds: random search, the Bayesian search and the full r3, at equal budget.
 
-For each demo application: record it, then for each of its hot kernels run two
-studies over the same space and budget on one replay pool, (a) random and (b) the
-Bayesian search (multivariate TPE), and confirm both their best candidates side by
+For each demo application: record it, then for each of its hot kernels run three
+searches at the same budget on one replay pool, (a) random and (b) the Bayesian
+search (multivariate TPE) over the same space, and (c) the full r3: the Bayesian
+search on half the budget and the outer loop over source rewrites (the ``rules``
+mutator, no model) on the other half; and confirm all their best candidates side by
 side in one run (re-verified on every instance, re-measured in interleaved rounds of
 paired runs; see spack_r3/search/confirm.py). Then the search throughput:
 evaluations per minute with 1 and with 2 replay workers on the same kernel.
 
 Writes bench/search.json:
-  kernels:    [{kernel, demo, baseline_s, random: {...}, bayes: {...}}], each search holding
+  kernels:    [{kernel, demo, baseline_s, random: {...}, bayes: {...}, r3: {...}}], each search holding
               best_speedup (confirmed, with speedup_min/max), evaluations, evals_to_best (the
               evaluation at which it found its best), search_best (what the search measured),
               winner, relaxes_fp; bayes also evals_to_random_best (the evaluation at which it
@@ -25,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -33,7 +36,10 @@ from spack_r3 import cxxnames  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
-from spack_r3.search.bayes import Study, storage, trial_variant  # noqa: E402
+from spack_r3.search.bayes import Study, StudyGroup, storage, trial_variant  # noqa: E402
+from spack_r3.search.mutators import make_mutator  # noqa: E402
+from spack_r3.search.patterns import Patterns  # noqa: E402
+from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
 from spack_r3.search.confirm import confirm  # noqa: E402
 from spack_r3.search.results import kernel_result  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
@@ -65,7 +71,21 @@ def search_summary(study, result):
             "failed": result.failed, "rejected": result.rejected}
 
 
-def bench_kernel(pool, store, target, budget, seed, demo):
+def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
+    """The Bayesian search on (1 - share) of the budget, then source variants (rules)."""
+    base_target = replace(target, source_variant="r3-original")  # its own study, not (b)'s
+    base = Study(store, base_target, space, sampler="tpe", seed=seed, pairs=5)
+    remix_budget = int(round(budget * share))
+    base.run(pool.servers, budget - remix_budget)
+    remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
+                  RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws))
+    remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]),
+              say=lambda line: say("  r3" + line))
+    return StudyGroup([base] + [s for _, s in remix.studies()],
+                      [c.status for c in remix.children if c.status not in ("ok", "pending")])
+
+
+def bench_kernel(ws, pool, store, target, budget, seed, demo):
     space = Space(kernel_facts(target, pool.cores_per_worker))
     studies = {}
     for name, sampler in (("random", "random"), ("bayes", "tpe")):
@@ -75,7 +95,9 @@ def bench_kernel(pool, store, target, budget, seed, demo):
             "  %s %s: %d/%d best %s" % (target.kernel, name, p.done, p.budget,
                                         "-" if p.best is None else "%.2fx" % p.best)))
         studies[name] = (study, time.monotonic() - t0)
-    # Both searches' best candidates confirmed side by side, in one run.
+    t0 = time.monotonic()
+    studies["r3"] = (full_r3(ws, pool, store, target, space, budget, seed), time.monotonic() - t0)
+    # The searches' best candidates confirmed side by side, in one run.
     cands = [(target, [(trial_variant(t), t.value) for t in s.best(3)])
              for s, _ in studies.values()]
     confirmed = confirm(pool.servers, cands, rounds=3, pairs=11)
@@ -133,7 +155,7 @@ def main():
         for demo, target in targets:
             say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
                                                                          args.budget))
-            kernels.append(bench_kernel(pool, store, target, args.budget, args.seed, demo))
+            kernels.append(bench_kernel(ws, pool, store, target, args.budget, args.seed, demo))
     say("throughput")
     serial = next((t for _, t in targets if not t.parallel), targets[0][1])
     thr = throughput(ws, store, serial, args.throughput_budget, args.seed)
@@ -148,9 +170,11 @@ def main():
                                    k["random"]["speedup_max"]), k["random"]["evals_to_best"],
              "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"],
                                    k["bayes"]["speedup_max"]), k["bayes"]["evals_to_best"],
-             k["bayes"]["evals_to_random_best"], k["bayes"]["winner"]] for k in kernels]
-    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's", "bayes winner"],
-                rows))
+             k["bayes"]["evals_to_random_best"],
+             "%.2fx [%.2f-%.2f]" % (k["r3"]["best_speedup"], k["r3"]["speedup_min"], k["r3"]["speedup_max"]),
+             k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
+    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's", "r3", "at",
+                 "r3 winner"], rows))
     print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx)" % (
         thr["workers_1"], thr["workers_2"], thr["ratio"]))
     print("wrote %s" % args.out)

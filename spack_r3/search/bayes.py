@@ -121,7 +121,8 @@ class Study:
 
         def report():
             if progress:
-                progress(Progress(self.target.kernel, state["done"], budget, state["best"], state["failed"]))
+                progress(Progress(self.target.kernel, state["done"], max(budget, state["done"]), state["best"],
+                                  state["failed"]))
 
         def drive(server):
             while not errors:

@@ -56,7 +56,8 @@ REWRITE_CLASSES = {
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
 PARALLEL_RULES = ("omp-parallel", "llm")
-MAX_REPEATS = 50  # rewrites that may add threads: verified several times
+MAX_REPEATS = 50
+MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
 ORIGINAL = "original"
 
 
@@ -272,6 +273,7 @@ class Remix:
         for child in self.children:  # a killed run's unfinished children first
             if child.status == "pending":
                 self._evaluate(servers, child, progress, say)
+        extended_before = self.extended
         feed = ProposalFeed(self, base_speedup) if self.mutator.concurrent else None
         tried_parents = set()
         todo: List[Tuple[Optional[Child], Proposal]] = []
@@ -317,6 +319,13 @@ class Remix:
                 self._evaluate(servers, child, progress, say, parent, proposal)
                 if feed and child.status == OK:
                     tried_parents.discard(child.id)
+        except R3Error:
+            if feed and not feed.answered:
+                # A model that never answered spent nothing of the outer loop's budget: what
+                # the workers searched meanwhile stays in the original's study.
+                self.extended = extended_before
+                self._save()
+            raise
         finally:
             if feed:
                 feed.stop()
@@ -361,7 +370,7 @@ class ProposalFeed:
         self.remix, self.base_speedup = remix, base_speedup
         self.items = queue.Queue()
         self.errors = []
-        self.answered = 0
+        self.answered, self.empty = 0, 0
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -373,9 +382,13 @@ class ProposalFeed:
                 continue
             try:
                 parent = self.remix._parents(self.base_speedup)[0]
-                for item in self.remix._proposals(parent, self.base_speedup):
+                items = self.remix._proposals(parent, self.base_speedup)
+                for item in items:
                     self.items.put(item)
                 self.answered += 1
+                self.empty = 0 if items else self.empty + 1
+                if self.empty >= MAX_EMPTY_ANSWERS:  # the model has nothing more to say
+                    return
             except R3Error as err:  # the endpoint is gone: the loop stops asking
                 self.errors.append(err)
                 return

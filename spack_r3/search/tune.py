@@ -113,7 +113,7 @@ def _candidates(pool, target, study, options):
     return best
 
 
-def _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say):
+def _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn):
     """The outer loop over source variants; returns the kernel's studies as one search."""
     remix = Remix(workspace, store, target, facts, options.mutator,
                   RemixOptions(budget=budget, child_budget=options.child_budget, repairs=options.repairs,
@@ -130,9 +130,9 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
     except ModelError as err:
         if not options.fallback_rules:
             raise
-        say("%s; going on with the rules mutator" % err)
+        warn("warning: %s; going on with the rules mutator" % err)
         options.mutator = make_mutator("rules")
-        return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say)
+        return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn)
     checks = [c.status for c in remix.children if c.status not in (OK, "pending")]
     return StudyGroup([study] + [s for _, s in remix.studies()], checks)
 
@@ -153,9 +153,11 @@ def _record_clang(capture):
     return capture.compile_command[0] if capture.compile_command else None
 
 
-def tune(workspace, targets, options, progress=None, say=None):
-    """Search and confirm every target; returns (KernelResult list, skipped lines)."""
+def tune(workspace, targets, options, progress=None, say=None, warn=None):
+    """Search and confirm every target; returns (KernelResult list, skipped lines).
+    ``say``: progress lines; ``warn``: lines the user must see even with --json."""
     say = say or (lambda line: None)
+    warn = warn or say
     store = storage(workspace)
     studied, skipped = [], []
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
@@ -169,7 +171,7 @@ def tune(workspace, targets, options, progress=None, say=None):
                 study.run(pool.servers, options.budget - remix_budget, progress)
                 if remix_budget:
                     study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
-                                   patterns, progress, say)
+                                   patterns, progress, say, warn)
             except R3Error as err:
                 if isinstance(err, ModelError):
                     raise

@@ -1,0 +1,576 @@
+"""The ``rules`` mutator: deterministic rewrites of a kernel found on clang's AST, no model.
+
+    proposals = RulesMutator().propose(source, Feedback())
+    # -> Proposal(text=<whole unit>, rule="interchange", description="interchange k,j in gemm")
+
+Every rule looks at the kernel's definition (``loops.Function``), decides with a
+conservative test that the rewrite keeps the kernel's results, and edits the unit's
+text at the AST's offsets. When the test is unsure, the rule is not offered: a proposal
+that is wrong by construction would only cost a replay to find out.
+
+- ``restrict``: the pointer parameters that lack it get ``restrict`` (``__restrict__`` in
+  C++). An assertion of the caller's (replay checks it against the recording); refused
+  when the body passes one parameter twice to a call or sets one from another.
+- ``omp-parallel``: ``#pragma omp parallel for`` on an outermost loop whose iterations
+  are independent (``independent``), in a unit compiled with -fopenmp.
+- ``omp-simd``: ``#pragma omp simd`` on an innermost loop, by the same test.
+- ``vectorize-pragma``, ``unroll-pragma``: ``#pragma clang loop`` hints on an innermost
+  loop, the count a macro knob. Vectorizing with a hint may reorder a floating-point
+  reduction, so with exact results (no tolerance) a loop that may carry one is skipped.
+- ``interchange``: swaps a perfect nest of two loops, or first distributes the outer loop
+  around the inner one when the outer's iterations are independent (``matmul``'s
+  ``c[..] = 0`` before its k loop).
+- ``tile``: strip-mines a perfect nest of two loops and moves both tile loops outside,
+  the tile size a macro knob.
+- ``scalar-replace``: an element read and written at the same index all through a loop
+  (``c[i*n+j] += ...`` over k) lives in a local across the loop.
+
+The pragma counts and tile sizes are macros (``R3_IC_1``...) defined at the top of the
+unit under ``#ifndef``, so the inner search sets them with ``-D``: ``Proposal.knobs``
+lists the values to try, the default first. Clang expands a macro inside
+``#pragma clang loop ... (N)`` and, through one level of indirection, inside ``_Pragma``.
+"""
+
+import os
+from typing import List, Optional
+
+from . import Feedback, KernelSource, Mutator, Proposal, cast
+from .loops import (LOOPS, Function, Refused, effects, has_kind, injective_in, is_arithmetic, is_float, key, kids,
+                    ref_decl, refs, source_of, span, stmt_end, strip, type_of)
+
+INTERLEAVE = (4, 1, 2, 8)
+UNROLL = (4, 2, 8)
+TILE = (32, 8, 16, 64, 128)
+PRAGMA_HELPER = ("#ifndef R3_LOOP\n#define R3_PRAGMA(x) _Pragma(#x)\n"
+                 "#define R3_LOOP(x) R3_PRAGMA(x) /* expands x's macros first */\n#endif\n")
+
+
+class RulesMutator(Mutator):
+    name = "rules"
+
+    def propose(self, source: KernelSource, feedback: Optional[Feedback] = None) -> List[Proposal]:
+        fn = Function(source)
+        out = []
+        for rule in (restrict, omp_parallel, omp_simd, vectorize_pragma, unroll_pragma, interchange, tile,
+                     scalar_replace):
+            out.extend(rule(fn))
+        return [p for p in out if _parses(source, p)]
+
+
+def _parses(source, proposal):
+    """A last guard against a bad edit: the rewrite parses and still defines the kernel."""
+    try:
+        cast.function_definition(source, text=proposal.text)
+        return True
+    except cast.ASTError:
+        return False
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+def is_cxx(source):
+    args = list(source.parse_args)
+    if "-x" in args[:-1]:
+        return "c++" in args[args.index("-x") + 1]
+    ext = os.path.splitext(source.filename)[1]
+    return ext in (".cc", ".cpp", ".cxx", ".C", ".c++", ".cp", ".CPP", ".hpp") or "++" in os.path.basename(
+        source.clang)
+
+
+def fresh(source, base):
+    """A name that nowhere occurs in the unit's text: ``base`` itself, else with a number
+    (always numbered when ``base`` ends with '_': ``R3_TILE_1``)."""
+    names = (base + str(n) if base.endswith("_") or n > 1 else base for n in range(1, 1000))
+    for name in names:
+        if name not in source.text:
+            return name
+    raise Refused("no fresh name for %s" % base)
+
+
+def knob_header(name, default):
+    return "#ifndef %s\n#define %s %d\n#endif\n" % (name, name, default)
+
+
+def line_before(text, offset, line):
+    """The edit that puts ``line`` (a directive) on a line of its own just before ``offset``."""
+    if text.starts_line(offset):
+        return (offset, offset, line + "\n" + text.indent(offset))
+    return (offset, offset, "\n" + line + "\n")
+
+
+def omp_bound(parents):
+    """Whether the statement under ``parents`` is an OpenMP directive's own loop, or sits in
+    a region that collapses loops or vectorizes with OpenMP already."""
+    for p in reversed(parents):
+        kind = p.get("kind", "")
+        if kind.startswith("OMP") and ("Simd" in kind or any(
+                c.get("kind") == "OMPCollapseClause" for c in kids(p))):
+            return True
+    for p in reversed(parents):
+        kind = p.get("kind", "")
+        if kind in ("CapturedStmt", "CapturedDecl"):
+            continue
+        return kind.startswith("OMP")
+    return False
+
+
+def hinted(parents):
+    """A loop already under a ``#pragma clang loop`` (or another statement attribute)."""
+    return bool(parents) and parents[-1].get("kind") == "AttributedStmt"
+
+
+def _invariant_in(fx, *loops):
+    """A test that an expression does not change across a region with effects ``fx``."""
+    varying = set(fx.scalar_writes) | fx.locals | {l.id for l in loops}
+
+    def test(expr):
+        return not (refs(expr) & varying) and not has_kind(expr, ("CallExpr",))
+
+    return test
+
+
+def private_writes(fn, fx, allowed=()):
+    """Classify the scalars a region writes: its own locals are fine, counters of loops in
+    it that are only ever counters become ``private``; ``allowed`` names the rest that the
+    caller handles (reductions); anything else is carried between iterations."""
+    private = []
+    for var in fx.scalar_writes:
+        if var in fx.locals or var in allowed:
+            continue
+        if fn.pure_counter(var):
+            private.append(fn.decls[var]["name"])
+            continue
+        raise Refused("%s is carried from one iteration to the next" % fn.decls.get(var, {}).get("name", var))
+    return sorted(private)
+
+
+def stores_disjoint(fn, fx, vars_, invariant):
+    """Every array the region writes is written and read at one index that names a
+    different element for different values of one of ``vars_`` (so iterations that differ
+    there never touch the same element). Arrays declared in the region are its own."""
+    for base in fx.written_bases():
+        accs = fx.on(base)
+        decl = accs[0].decl
+        if decl is None:
+            raise Refused("a store through %s" % base[5:])
+        if fn.is_local_pointer(decl["id"]):
+            raise Refused("a store through the local pointer %s" % decl["name"])
+        if decl["id"] in fx.locals:
+            continue  # an array of the iteration's own
+        if len({a.index_key for a in accs}) != 1:
+            raise Refused("%s is accessed at different indices" % decl["name"])
+        if not any(injective_in(accs[0].indices, v, invariant) for v in vars_):
+            raise Refused("%s[...] is the same element in different iterations" % decl["name"])
+
+
+def reductions(fn, fx, region, tolerance):
+    """Scalars that a region only ever adds to (``s += x``): an OpenMP ``reduction(+:s)``.
+    Floating-point sums reorder, so they need a tolerance."""
+    out = []
+    for var in fx.scalar_writes:
+        decl = fn.decls.get(var)
+        if var in fx.locals or decl is None or decl.get("storageClass") == "static" or not is_arithmetic(decl):
+            continue
+        if is_float(decl) and not tolerance:
+            continue
+        uses = [(n, p) for n, p in fn.uses.get(var, []) if any(x is region for x in p)]
+        if all(p and p[-1].get("kind") == "CompoundAssignOperator" and p[-1].get("opcode") == "+="
+               and kids(p[-1])[0] is n for n, p in uses):
+            out.append(var)
+    return out
+
+
+def independent(fn, loop, tolerance=None):
+    """(private, reductions) of a loop whose iterations may run in any order or at once;
+    Refused otherwise. The conservative test: no calls but math, every array it writes is
+    written and read at one index that moves with the induction variable, every scalar it
+    writes is its own (or a pure inner counter, or a ``+=`` reduction)."""
+    fx = effects(loop.body)
+    if fx.refusal:
+        raise Refused(fx.refusal)
+    stores_disjoint(fn, fx, [loop.id], _invariant_in(fx, loop))
+    sums = reductions(fn, fx, loop.body, tolerance)
+    private = private_writes(fn, fx, allowed=sums)
+    if not loop.declared and not fn.pure_counter(loop.id):
+        raise Refused("%s is used after the loop" % loop.name)
+    return private, [fn.decls[v]["name"] for v in sums]
+
+
+# ---------------------------------------------------------------- restrict
+
+
+def restrict(fn):
+    src, text = fn.source, fn.text
+    word = "__restrict__" if is_cxx(src) else (
+        "__restrict" if any(a in ("-std=c89", "-std=c90", "-std=gnu89", "-std=gnu90", "-ansi")
+                            for a in src.parse_args) else "restrict")
+    pointers = [p for p in fn.params if _pointer_param(p)]
+    lacking = [p for p in pointers if "restrict" not in (p.get("type") or {}).get("qualType", "")]
+    if not lacking or _aliases(fn, pointers):
+        return []
+    edits = []
+    for p in lacking:
+        loc = p.get("loc") or {}
+        if "spellingLoc" in loc or not loc.get("_main") or text[loc["offset"]:loc["offset"] + len(p["name"])] \
+                != p["name"]:
+            return []  # written by a macro: leave the signature alone
+        edits.append((loc["offset"], loc["offset"], word + " "))
+    names = ", ".join(p["name"] for p in lacking)
+    return [Proposal(text.edit(edits), "restrict", "restrict %s in %s" % (names, fn.name))]
+
+
+def _pointer_param(param):
+    """A named parameter written as a pointer (``T *p``, or a pointer typedef), not an array
+    (``T a[]``: its declaration goes on past its name) nor a function pointer."""
+    words = type_of(param).split()
+    while words and words[-1] in ("const", "volatile", "restrict", "__restrict", "__restrict__"):
+        words.pop()
+    name, loc = param.get("name"), param.get("loc") or {}
+    end = ((param.get("range") or {}).get("end") or {})
+    return bool(name) and bool(words) and words[-1].endswith("*") and "(" not in " ".join(words) \
+        and end.get("offset") == loc.get("offset")
+
+
+def _aliases(fn, pointers):
+    """Whether the body visibly makes two pointer parameters alias: one passed twice to a
+    call, or one assigned from an expression that mentions another."""
+    ids = {p["id"] for p in pointers}
+    for node, _ in cast.walk(fn.body):
+        kind = node.get("kind", "")
+        if kind.endswith("CallExpr"):
+            passed = [ref_decl(a)["id"] for a in kids(node)[1:] if ref_decl(a) and ref_decl(a)["id"] in ids]
+            if len(passed) != len(set(passed)):
+                return True
+        if kind in ("BinaryOperator", "CompoundAssignOperator") and node.get("opcode") in ("=", "+=", "-="):
+            target, value = kids(node)
+            t = ref_decl(target)
+            if t and t["id"] in ids and (refs(value) & ids) - {t["id"]}:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------- OpenMP
+
+
+def omp_parallel(fn):
+    if not fn.source.openmp:
+        return []
+    out = []
+    for loop in fn.loops():
+        if loop.enclosing() or any(p.get("kind", "").startswith("OMP") for p in loop.parents) \
+                or hinted(loop.parents):
+            continue
+        try:
+            private, sums = independent(fn, loop, fn.source.tolerance)
+            begin = span(fn.text, loop.node)[0]
+        except Refused:
+            continue
+        pragma = "#pragma omp parallel for" + _clauses(private, sums)
+        out.append(Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), "omp-parallel",
+                            "omp parallel for over %s in %s" % (loop.name, fn.name)))
+    return out
+
+
+def _clauses(private, sums):
+    text = ""
+    if private:
+        text += " private(%s)" % ", ".join(private)
+    if sums:
+        text += " reduction(+:%s)" % ", ".join(sums)
+    return text
+
+
+def omp_simd(fn):
+    if not fn.source.openmp:
+        return []
+    out = []
+    for loop in _innermost(fn):
+        try:
+            private, sums = independent(fn, loop, fn.source.tolerance)
+            begin = span(fn.text, loop.node)[0]
+        except Refused:
+            continue
+        pragma = "#pragma omp simd" + _clauses(private, sums)
+        out.append(Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), "omp-simd",
+                            "omp simd on the %s loop in %s" % (loop.name, fn.name)))
+    return out
+
+
+def _innermost(fn):
+    """Canonical innermost loops that no pragma or OpenMP directive owns yet."""
+    return [l for l in fn.loops() if l.is_innermost() and not hinted(l.parents) and not omp_bound(l.parents)]
+
+
+# ---------------------------------------------------------------- clang loop hints
+
+
+def _hint(fn, loop, rule, words, prefix, values, what):
+    knob = fresh(fn.source, prefix)
+    begin = span(fn.text, loop.node)[0]
+    text = fn.text.edit([(0, 0, knob_header(knob, values[0]) + PRAGMA_HELPER),
+                         line_before(fn.text, begin, "R3_LOOP(clang loop %s(%s))" % (words, knob))])
+    return Proposal(text, rule, "%s the %s loop in %s (%s)" % (what, loop.name, fn.name, knob), {knob: values})
+
+
+def vectorize_pragma(fn):
+    out = []
+    for loop in _innermost(fn):
+        if not fn.source.tolerance and _may_reassociate(fn, loop):
+            continue  # a hinted vectorizer reorders reductions: only within a tolerance
+        try:
+            out.append(_hint(fn, loop, "vectorize-pragma", "vectorize(enable) interleave_count", "R3_IC_",
+                             INTERLEAVE, "vectorize"))
+        except Refused:
+            continue
+    return out
+
+
+def unroll_pragma(fn):
+    out = []
+    for loop in _innermost(fn):
+        try:
+            out.append(_hint(fn, loop, "unroll-pragma", "unroll_count", "R3_UF_", UNROLL, "unroll"))
+        except Refused:
+            continue
+    return out
+
+
+def _may_reassociate(fn, loop):
+    """Whether a loop may accumulate a floating-point value across iterations (into a scalar
+    from outside, or an element that does not move with the induction variable)."""
+    fx = effects(loop.body)
+    if fx.refusal:
+        return True
+    for var in fx.scalar_writes:
+        if var not in fx.locals and is_float(fn.decls.get(var) or {}):
+            return True
+    invariant = _invariant_in(fx, loop)
+    return any(a.write and is_float(a.node) and not injective_in(a.indices, loop.id, invariant)
+               for a in fx.accesses)
+
+
+# ---------------------------------------------------------------- interchange and tiling
+
+
+def _nests(fn):
+    """(outer, inner, prefix, suffix) for each outer loop whose body is one inner loop, alone
+    (a perfect nest: no prefix or suffix statements) or among plain statements."""
+    for outer in fn.loops():
+        if omp_bound(outer.parents):
+            continue
+        body = outer.body
+        stmts = kids(body) if body.get("kind") == "CompoundStmt" else [body]
+        fors = [i for i, s in enumerate(stmts) if s.get("kind") == "ForStmt"]
+        if len(fors) != 1:
+            continue
+        k = fors[0]
+        inner = fn.canonical(stmts[k], outer.parents + (outer.node,) + ((body,) if body is not stmts[k] else ()))
+        if inner is None:
+            continue
+        yield outer, inner, stmts[:k], stmts[k + 1:]
+
+
+def pair_legal(fn, outer, inner):
+    """Whether two nested loops may run in the other order: bounds independent of each
+    other, and every element written in the inner body is touched only by iterations
+    that share one of the two induction variables (dependences then keep their order)."""
+    if outer.id in refs(inner.lo) | refs(inner.hi) or inner.id in refs(outer.lo) | refs(outer.hi):
+        raise Refused("a bound depends on the other loop")
+    if not _bounds_fixed(fn, inner, effects(outer.body)):
+        raise Refused("the inner loop's bounds change in the outer loop")
+    fx = effects(inner.body)
+    if fx.refusal:
+        raise Refused(fx.refusal)
+    stores_disjoint(fn, fx, [outer.id, inner.id], _invariant_in(fx, outer, inner))
+    private_writes(fn, fx)
+    for loop in (outer, inner):
+        if not loop.declared and not fn.pure_counter(loop.id):
+            raise Refused("%s is used after the loops" % loop.name)
+
+
+def _bounds_fixed(fn, inner, outer_fx):
+    """The inner loop's bounds read nothing the outer body changes (its own counter aside)."""
+    fx = type(outer_fx)(accesses=outer_fx.accesses, locals=outer_fx.locals,
+                        scalar_writes={k: v for k, v in outer_fx.scalar_writes.items() if k != inner.id})
+    return fn.invariant(inner.lo, fx) and fn.invariant(inner.hi, fx)
+
+
+def _header(fn, loop):
+    """[begin, end) of ``for (...)``, without the white space before the body."""
+    begin = span(fn.text, loop.node)[0]
+    body = span(fn.text, loop.body)[0]
+    return begin, begin + len(fn.text.raw[begin:body].rstrip())
+
+
+def interchange(fn):
+    out = []
+    for outer, inner, prefix, suffix in _nests(fn):
+        try:
+            pair_legal(fn, outer, inner)
+            if prefix or suffix:
+                text, note = _distribute(fn, outer, inner, prefix, suffix)
+            else:
+                (ob, oe), (ib, ie) = _header(fn, outer), _header(fn, inner)
+                text, note = fn.text.edit([(ob, oe, fn.text[ib:ie]), (ib, ie, fn.text[ob:oe])]), ""
+        except Refused:
+            continue
+        out.append(Proposal(text, "interchange", "interchange %s,%s in %s%s" % (outer.name, inner.name, fn.name,
+                                                                               note)))
+    return out
+
+
+def _distribute(fn, outer, inner, prefix, suffix):
+    """Split the outer loop into one loop per part (its statements before the inner loop,
+    the nest, its statements after) and interchange the nest. Legal when the outer loop's
+    iterations are independent: then the parts may run in any order across iterations."""
+    private, sums = independent(fn, outer)
+    if sums:
+        raise Refused("a reduction")
+    for stmt in prefix + suffix:
+        if stmt.get("kind") == "DeclStmt" or has_kind(stmt, LOOPS + ("BreakStmt", "ContinueStmt", "DeclStmt")):
+            raise Refused("the outer loop's other statements declare, loop or jump")
+    text = fn.text
+    head = text[slice(*_header(fn, outer))]
+    ib, ie = _header(fn, inner)
+    inner_head = text[ib:ie]
+    body_begin, inner_end = span(text, inner.body)[0], stmt_end(text, inner.node)
+    open_, close = span(text, outer.body)
+    before = text[open_ + 1:ib].strip()
+    after = text[inner_end:close - 1].strip()
+    pad = text.indent(span(text, outer.node)[0])
+    parts = []
+    if before:
+        parts.append("%s {\n%s  %s\n%s}" % (head, pad, before, pad))
+    parts.append("%s\n%s  %s\n%s    %s" % (inner_head, pad, head, pad, text[body_begin:inner_end]))
+    if after:
+        parts.append("%s {\n%s  %s\n%s}" % (head, pad, after, pad))
+    new = ("\n" + pad).join(parts)
+    if not outer.parents or outer.parents[-1].get("kind") != "CompoundStmt":
+        new = "{\n%s%s\n%s}" % (pad, new, pad)  # one statement where one was (``for (i...) for (j...)``)
+    begin, end = span(text, outer.node)[0], stmt_end(text, outer.node)
+    what = " after distributing %s" % ", ".join(key_text(fn, s) for s in prefix + suffix)
+    return text.edit([(begin, end, new)]), what
+
+
+def key_text(fn, stmt):
+    """A short readable form of a statement, for a description."""
+    try:
+        return " ".join(source_of(fn.text, stmt).split())
+    except Refused:  # cut short by a macro: print it from the AST instead
+        text = key(stmt, ids=False)
+        return text[1:-1] if text.startswith("(") and text.endswith(")") else text
+
+
+def tile(fn):
+    out = []
+    for outer, inner, prefix, suffix in _nests(fn):
+        if prefix or suffix:
+            continue
+        try:
+            pair_legal(fn, outer, inner)
+            text, knob = _tile(fn, outer, inner)
+        except Refused:
+            continue
+        out.append(Proposal(text, "tile", "tile %s,%s in %s (%s)" % (outer.name, inner.name, fn.name, knob),
+                            {knob: TILE}))
+    return out
+
+
+def _tile(fn, outer, inner):
+    text, src = fn.text, fn.source
+    size = fresh(src, "R3_TILE_")
+    tiles = {l.id: fresh(src, "%s_tile" % l.name) for l in (outer, inner)}
+    if len(set(tiles.values())) != 2:
+        raise Refused("no fresh names")
+
+    def tile_loop(l):
+        t = tiles[l.id]
+        return "for (%s %s = %s; %s %s %s; %s += %s)" % (
+            _var_type(fn, l), t, source_of(text, l.lo), t, l.op, source_of(text, l.hi), t, size)
+
+    def point_loop(l):
+        t, hi = tiles[l.id], "(%s)" % source_of(text, l.hi)
+        last = "%s + %s" % (t, size) if l.op == "<" else "%s + %s - 1" % (t, size)
+        init = ("%s %s = %s" % (_var_type(fn, l), l.name, t)) if l.declared else "%s = %s" % (l.name, t)
+        return "for (%s; %s %s (%s < %s ? %s : %s); %s)" % (init, l.name, l.op, last, hi, last, hi,
+                                                          source_of(text, l.inc))
+
+    pad = text.indent(span(text, outer.node)[0])
+    body = text[span(text, inner.body)[0]:stmt_end(text, inner.node)]
+    lines = [tile_loop(outer), tile_loop(inner), point_loop(outer), point_loop(inner), body]
+    nest = ("\n" + pad).join("  " * i + line for i, line in enumerate(lines))
+    begin, end = span(text, outer.node)[0], stmt_end(text, outer.node)
+    return text.edit([(0, 0, knob_header(size, TILE[0])), (begin, end, nest)]), size
+
+
+def _var_type(fn, loop):
+    decl = fn.decls[loop.id]
+    return (decl.get("type") or {}).get("qualType", "int")
+
+
+# ---------------------------------------------------------------- scalar replacement
+
+
+def scalar_replace(fn):
+    out = []
+    for loop in fn.loops():
+        if hinted(loop.parents) or omp_bound(loop.parents):
+            continue
+        try:
+            out.append(_scalar_replace(fn, loop))
+        except Refused:
+            continue
+    return out
+
+
+def _scalar_replace(fn, loop):
+    """Keep the one element a loop writes in a local across the loop: legal when nothing
+    else is written in the loop, every access to that array is to that element, and the
+    element's index does not change in the loop. The loop is guarded by its own entry test
+    so an empty loop touches no memory, as before."""
+    fx = effects(loop.body)
+    if fx.refusal:
+        raise Refused(fx.refusal)
+    bases = fx.written_bases()
+    if len(bases) != 1:
+        raise Refused("not one array written")
+    accs = fx.on(bases[0])
+    first = accs[0]
+    if first.decl is None or fn.is_local_pointer(first.decl["id"]) or first.decl["id"] in fx.locals:
+        raise Refused("not a named array")
+    if len({a.index_key for a in accs}) != 1 or not is_arithmetic(first.node):
+        raise Refused("not one element")
+    private_writes(fn, fx)  # other scalars: the body's own
+    varying = set(fx.scalar_writes) | fx.locals | {loop.id}
+    for index in first.indices:
+        if index is None:
+            continue
+        if refs(index) & varying or has_kind(index, ("CallExpr",)) or any(
+                a.base == first.base for a in effects(index).accesses):
+            raise Refused("the index changes in the loop")
+    if not loop.declared and not fn.pure_counter(loop.id):
+        raise Refused("%s is used after the loop" % loop.name)
+    text = fn.text
+    element = source_of(text, first.node)
+    acc = fresh(fn.source, "r3_%s" % first.decl["name"])
+    begin, end = span(text, loop.node)[0], stmt_end(text, loop.node)
+    pad = text.indent(begin)
+    guard = "%s %s %s" % (_paren(text, loop.lo), loop.op, _paren(text, loop.hi))
+    head = "if (%s) {\n%s  %s %s = %s;\n%s  " % (guard, pad, _element_type(first.node), acc, element, pad)
+    tail = "\n%s  %s = %s;\n%s}" % (pad, element, acc, pad)
+    edits = [(begin, begin, head), (end, end, tail)]
+    edits += [span(text, a.node) + (acc,) for a in accs]
+    return Proposal(text.edit(edits), "scalar-replace",
+                    "scalar-replace %s across the %s loop in %s" % (" ".join(element.split()), loop.name, fn.name))
+
+
+def _paren(text, node):
+    """A bound's text, in parentheses unless it is a single name or number."""
+    simple = strip(node).get("kind") in ("DeclRefExpr", "IntegerLiteral")
+    return source_of(text, node) if simple else "(%s)" % source_of(text, node)
+
+
+def _element_type(node):
+    t = node.get("type") or {}
+    return t.get("desugaredQualType") or t.get("qualType")

@@ -1,0 +1,339 @@
+"""The ``rules`` mutator: deterministic rewrites of a kernel, found on clang's AST.
+
+A small program of our own, compiled with -fopenmp, holds one kernel per situation: a
+perfect i,k,j nest, a matrix product whose j loop first clears c (not a perfect nest), a
+dot product, and kernels where a rewrite would be wrong: a loop-carried dependence, a
+stencil reading ahead of what it writes, a scalar carried between iterations, a
+triangular nest. It is recorded once; each test asks the mutator for its proposals on
+one kernel and, where a rule applies, proves the rewrite by replaying it against the
+recording (compiled, run, outputs compared). Tests never assert a speedup.
+"""
+
+import dataclasses
+import os
+
+import pytest
+
+from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.data import OK, Variant
+from spack_r3.replay.server import ReplayServer
+from spack_r3.search.mutators import Feedback, KernelSource
+from spack_r3.search.mutators import cast
+from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.remix import kernel_source
+from spack_r3.sourcepatch import make_patch
+from spack_r3.workspace import Workspace
+
+from test_record_replay import r3
+
+KERNELS_C = r"""
+#include <math.h>
+
+void mm_ikj(int n, const double *a, const double *b, double *c)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < n; j++)
+                c[i * n + j] += a[i * n + k] * b[k * n + j];
+}
+
+void matmul(int n, const double *a, const double *b, double *c)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            c[i * n + j] = 0.0;
+            for (int k = 0; k < n; k++)
+                c[i * n + j] += a[i * n + k] * b[k * n + j];
+        }
+}
+
+double dot(int n, const double *x, const double *y)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
+
+void prefix(int n, double *a, const double *b)
+{
+    for (int i = 1; i < n; i++)
+        a[i] = a[i - 1] + b[i];
+}
+
+void smooth(int n, double *a, const double *b)
+{
+    for (int i = 0; i < n - 1; i++)
+        a[i] = 0.5 * (a[i + 1] + sqrt(b[i]));
+}
+
+double decay(int n, double *out, const double *x)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        s = 0.5 * s + x[i];
+        out[i] = s;
+    }
+    return s;
+}
+
+void lower(int n, double *a)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j <= i; j++)
+            a[i * n + j] *= 2.0;
+}
+"""
+
+MAIN_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void mm_ikj(int, const double *, const double *, double *);
+void matmul(int, const double *, const double *, double *);
+double dot(int, const double *, const double *);
+void prefix(int, double *, const double *);
+void smooth(int, double *, const double *);
+double decay(int, double *, const double *);
+void lower(int, double *);
+
+int main(void) {
+  int n = 45;  /* not a multiple of any tile size or vector width: remainders run too */
+  double *a = malloc(n * n * sizeof(double)), *b = malloc(n * n * sizeof(double));
+  double *c = calloc(n * n, sizeof(double)), *d = malloc(n * n * sizeof(double));
+  for (int i = 0; i < n * n; i++) { a[i] = (i % 7) * 0.25 + 1.0 / (i + 1); b[i] = (i % 5) * 0.5 - 1.0 / (i + 3); }
+  for (int r = 0; r < 2; r++) { mm_ikj(n, a, b, c); matmul(n, a, b, d); }
+  double s = dot(n * n, a, b);
+  prefix(n * n, c, a); smooth(n * n, d, b);
+  s += decay(n * n, c, b);
+  lower(n, d);
+  printf("%g %g %g\n", c[n * n - 1], d[n + 1], s);
+  return 0;
+}
+"""
+
+MAKEFILE = ("prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
+            "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n")
+KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "lower")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, clang):
+    """One workspace with a capture of every kernel of the program."""
+    src = tmp_path_factory.mktemp("rules") / "src"
+    src.mkdir()
+    for name, text in (("kernels.c", KERNELS_C), ("main.c", MAIN_C), ("Makefile", MAKEFILE)):
+        (src / name).write_text(text)
+    ws = str(tmp_path_factory.mktemp("rules-ws"))
+    argv = ["--workspace", ws, "record", "--source", str(src), "--run", "./prog"]
+    for kernel in KERNELS:
+        argv += ["--kernel", kernel]
+    assert r3(*argv) == 0
+    return ws
+
+
+@pytest.fixture(scope="module")
+def server(recorded):
+    with ReplayServer(cache_dir=os.path.join(recorded, "cache")) as s:
+        yield s
+
+
+def capture_dir(ws, kernel):
+    caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
+    assert caps, "no capture of %s" % kernel
+    return os.path.join(ws, "captures", caps[0].id)
+
+
+def source(ws, kernel):
+    d = capture_dir(ws, kernel)
+    return kernel_source(load_capture_dir(d), d)
+
+
+def proposals(ws, kernel, **changes):
+    src = dataclasses.replace(source(ws, kernel), **changes)
+    return src, RulesMutator().propose(src, Feedback())
+
+
+def rules_of(props):
+    return [p.rule for p in props]
+
+
+def one(props, rule, containing=""):
+    found = [p for p in props if p.rule == rule and containing in p.description]
+    assert len(found) == 1, "%s %r: %s" % (rule, containing, [p.description for p in props])
+    return found[0]
+
+
+def replays(ws, server, src, proposal, knobs=None, tolerance=None, verify_runs=1):
+    """The rewrite compiles and gives the recorded results (every knob at the value given,
+    else at its default); returns the text the replay built."""
+    cast.dump(src, proposal.text)  # it parses
+    defines = {name: values[0] for name, values in proposal.knobs.items()}
+    defines.update(knobs or {})
+    variant = Variant(source_patch=make_patch(src.text, proposal.text, src.filename), source_defines=defines,
+                      source_rule=proposal.rule)
+    ev = server.submit(capture_dir(ws, src.kernel), variant, pairs=3, timeout=60, tolerance=tolerance,
+                       verify_runs=verify_runs)
+    assert ev.status == OK, (proposal.description, ev.status, ev.diagnostics)
+    return proposal.text
+
+
+def test_restrict_marks_every_pointer_parameter(recorded, server):
+    src, props = proposals(recorded, "mm_ikj")
+    p = one(props, "restrict")
+    assert p.description == "restrict a, b, c in mm_ikj"
+    assert "const double *restrict a, const double *restrict b, double *restrict c" in p.text
+    replays(recorded, server, src, p)
+    # once all are restrict, there is nothing left to offer
+    again = RulesMutator().propose(dataclasses.replace(src, text=p.text), Feedback())
+    assert "restrict" not in rules_of(again)
+
+
+def test_omp_parallel_on_an_outer_loop_with_independent_iterations(recorded, server):
+    src, props = proposals(recorded, "mm_ikj")
+    assert src.openmp
+    p = one(props, "omp-parallel")
+    assert p.description == "omp parallel for over i in mm_ikj"
+    assert "#pragma omp parallel for\n    for (int i = 0;" in p.text
+    replays(recorded, server, src, p, verify_runs=3)  # a race can verify once by luck
+    # a unit not compiled with -fopenmp: the pragma would do nothing, so it is not offered
+    _, serial = proposals(recorded, "mm_ikj", openmp=False)
+    assert not {"omp-parallel", "omp-simd"} & set(rules_of(serial))
+
+
+def test_omp_simd_and_loop_hints_on_the_innermost_loop(recorded, server):
+    src, props = proposals(recorded, "mm_ikj")
+    simd = one(props, "omp-simd")
+    assert "#pragma omp simd\n            for (int j" in simd.text
+    replays(recorded, server, src, simd)
+    vec = one(props, "vectorize-pragma")
+    assert vec.knobs == {"R3_IC_1": (4, 1, 2, 8)}
+    assert "R3_LOOP(clang loop vectorize(enable) interleave_count(R3_IC_1))" in vec.text
+    assert "#ifndef R3_IC_1\n#define R3_IC_1 4\n#endif" in vec.text
+    replays(recorded, server, src, vec, knobs={"R3_IC_1": 2})
+    unroll = one(props, "unroll-pragma")
+    assert list(unroll.knobs) == ["R3_UF_1"]
+    replays(recorded, server, src, unroll, knobs={"R3_UF_1": 8})
+
+
+def test_interchange_of_a_perfect_nest(recorded, server):
+    src, props = proposals(recorded, "mm_ikj")
+    assert sorted(p.description for p in props if p.rule == "interchange") == [
+        "interchange i,k in mm_ikj", "interchange k,j in mm_ikj"]
+    p = one(props, "interchange", "k,j")
+    assert "for (int j = 0; j < n; j++)\n            for (int k = 0; k < n; k++)" in p.text
+    replays(recorded, server, src, p)
+
+
+def test_interchange_after_distributing_the_initialization(recorded, server):
+    """matmul's j loop clears c[i*n+j] before its k loop: not a perfect nest. Its iterations
+    are independent, so it is split in two (clear, then the nest) and the nest interchanged."""
+    src, props = proposals(recorded, "matmul")
+    p = one(props, "interchange", "j,k")
+    assert p.description == "interchange j,k in matmul after distributing c[i * n + j] = 0.0"
+    replays(recorded, server, src, p)
+    # no tiling of a nest that is not perfect
+    assert not [q for q in props if q.rule == "tile" and "j,k" in q.description]
+
+
+def test_tile_with_the_size_as_a_knob(recorded, server):
+    src, props = proposals(recorded, "mm_ikj")
+    p = one(props, "tile", "k,j")
+    assert p.knobs == {"R3_TILE_1": (32, 8, 16, 64, 128)}
+    assert "k_tile + R3_TILE_1 < (n) ? k_tile + R3_TILE_1 : (n)" in p.text
+    replays(recorded, server, src, p, knobs={"R3_TILE_1": 8})  # 45 = 5 * 8 + 5: a partial tile
+    replays(recorded, server, src, p)
+
+
+def test_scalar_replacement_of_an_accumulated_element(recorded, server):
+    src, props = proposals(recorded, "matmul")
+    p = one(props, "scalar-replace")
+    assert p.description == "scalar-replace c[i * n + j] across the k loop in matmul"
+    assert "double r3_c = c[i * n + j];" in p.text and "c[i * n + j] = r3_c;" in p.text
+    replays(recorded, server, src, p)
+    # in the i,k,j nest the element moves with the innermost loop: nothing to keep
+    assert "scalar-replace" not in rules_of(proposals(recorded, "mm_ikj")[1])
+
+
+def test_a_floating_point_sum_is_reordered_only_within_a_tolerance(recorded, server):
+    exact, props = proposals(recorded, "dot")
+    assert exact.tolerance is None
+    assert not {"omp-parallel", "omp-simd", "vectorize-pragma"} & set(rules_of(props))
+    assert "unroll-pragma" in rules_of(props)  # unrolling keeps the order
+    src, props = proposals(recorded, "dot", tolerance=1e-9)
+    p = one(props, "omp-parallel")
+    assert "#pragma omp parallel for reduction(+:s)" in p.text
+    replays(recorded, server, src, p, tolerance=1e-9, verify_runs=2)
+    assert "omp simd reduction(+:s)" in one(props, "omp-simd").text
+
+
+def test_the_replay_check_catches_a_wrong_rewrite(recorded, server):
+    """What the tests above rely on: a rewrite that changes results does not verify."""
+    src = source(recorded, "matmul")
+    wrong = src.text.replace("c[i * n + j] = 0.0;", "c[i * n + j] = 1.0;")
+    variant = Variant(source_patch=make_patch(src.text, wrong, src.filename))
+    ev = server.submit(capture_dir(recorded, "matmul"), variant, pairs=3, timeout=60)
+    assert ev.status != OK
+
+
+@pytest.mark.parametrize("kernel", ["prefix", "smooth", "decay"])
+def test_no_parallel_loop_with_a_carried_dependence(recorded, kernel):
+    """a[i] = a[i-1] + ...; a[i] = f(a[i+1]); s = 0.5 * s + x[i]: iterations depend on each other."""
+    _, props = proposals(recorded, kernel)
+    assert not {"omp-parallel", "omp-simd", "scalar-replace"} & set(rules_of(props))
+    assert "restrict" in rules_of(props)
+
+
+def test_no_interchange_or_tiling_of_a_triangular_nest(recorded):
+    _, props = proposals(recorded, "lower")
+    assert not {"interchange", "tile"} & set(rules_of(props))
+    assert "omp-parallel" in rules_of(props)  # its rows are still independent
+
+
+# ---- on texts alone (no recording): what the rules refuse, and the language they write
+
+
+def unit(tmp_path, text, function, filename="k.c", **kw):
+    return KernelSource(kernel=function, function=function, filename=filename, text=text, parse_args=[],
+                        compile_dir=str(tmp_path), clang="/usr/bin/clang-19", **kw)
+
+
+def test_restrict_is_refused_when_the_body_makes_parameters_alias(tmp_path, clang):
+    text = ("void axpy(int n, double *x, double *y);\n"
+            "void twice(int n, double *x, double *y) { axpy(n, x, x); }\n"
+            "void shift(int n, double *x, double *y) { y = x + 1; for (int i = 0; i < n; i++) y[i] += x[i]; }\n")
+    for fn in ("twice", "shift"):
+        assert "restrict" not in rules_of(RulesMutator().propose(unit(tmp_path, text, fn), Feedback()))
+
+
+def test_cxx_units_get_the_cxx_spelling(tmp_path, clang):
+    text = "void scale(int n, double *x, double s) { for (int i = 0; i < n; i++) x[i] *= s; }\n"
+    p = one(RulesMutator().propose(unit(tmp_path, text, "scale", filename="k.cpp"), Feedback()), "restrict")
+    assert "double *__restrict__ x" in p.text
+
+
+def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
+    """PolyBench style: counters declared at the top of the function."""
+    text = ("void scale(int n, int m, double A[40][40], double beta) {\n  int i, j;\n"
+            "  for (i = 0; i < n; i++)\n    for (j = 0; j < m; j++)\n      A[i][j] *= beta;\n}\n"
+            "int leak(int n, double *a) {\n  int i, j;\n  for (i = 0; i < n; i++)\n"
+            "    for (j = 0; j < n; j++)\n      a[i * n + j] = 0;\n  return j;\n}\n")
+    props = RulesMutator().propose(unit(tmp_path, text, "scale", openmp=True), Feedback())
+    assert "#pragma omp parallel for private(j)" in one(props, "omp-parallel").text
+    # j's last value is returned: making it private (or reordering the loops) would change it
+    leak = rules_of(RulesMutator().propose(unit(tmp_path, text, "leak", openmp=True), Feedback()))
+    assert not {"omp-parallel", "interchange", "tile"} & set(leak)
+
+
+def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
+    """A store through a pointer derived in the loop, a call that may write anything, a
+    jump out of the loop: the rules do not guess."""
+    text = ("void log_row(double *);\n"
+            "void rows(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    double *row = c + i * n;\n"
+            "    for (int j = 0; j < n; j++)\n      row[j] = 1.0;\n  }\n}\n"
+            "void calls(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    c[i] = 2.0;\n"
+            "    log_row(c);\n  }\n}\n"
+            "void stops(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    if (c[i] < 0) break;\n"
+            "    c[i] = 2.0;\n  }\n}\n")
+    for fn in ("rows", "calls", "stops"):
+        props = RulesMutator().propose(unit(tmp_path, text, fn, openmp=True), Feedback())
+        assert not {"omp-parallel", "omp-simd", "interchange", "tile", "scalar-replace"} & set(rules_of(props)), fn
