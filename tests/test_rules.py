@@ -326,14 +326,16 @@ def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
 
 def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
     """A store through a pointer derived in the loop, a call that may write anything, a
-    jump out of the loop: the rules do not guess."""
+    jump out of the loop, a written array read under another name: the rules do not guess."""
     text = ("void log_row(double *);\n"
             "void rows(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    double *row = c + i * n;\n"
             "    for (int j = 0; j < n; j++)\n      row[j] = 1.0;\n  }\n}\n"
             "void calls(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    c[i] = 2.0;\n"
             "    log_row(c);\n  }\n}\n"
             "void stops(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    if (c[i] < 0) break;\n"
-            "    c[i] = 2.0;\n  }\n}\n")
-    for fn in ("rows", "calls", "stops"):
+            "    c[i] = 2.0;\n  }\n}\n"
+            "void ahead(int n, double *c) {\n  double *d = c + 1;\n  for (int i = 0; i < n; i++)\n"
+            "    c[i] = d[i] + (c + 1)[i];\n}\n")
+    for fn in ("rows", "calls", "stops", "ahead"):
         props = RulesMutator().propose(unit(tmp_path, text, fn, openmp=True), Feedback())
         assert not {"omp-parallel", "omp-simd", "interchange", "tile", "scalar-replace"} & set(rules_of(props)), fn

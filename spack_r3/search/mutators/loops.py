@@ -276,6 +276,7 @@ class Access:
     indices: Tuple[Optional[dict], ...]  # subscripts, outermost dimension first (None: *p)
     write: bool = False
     address: bool = False  # &a[i]: not an access, an address that may escape
+    base_node: Optional[dict] = None  # the base expression (a pointer, an array)
 
     @property
     def index_key(self):
@@ -301,15 +302,15 @@ def access_of(node, consumed):
         ptr = strip(kids(node)[0], casts=False)
         if ptr.get("kind") == "ImplicitCastExpr" and ptr.get("castKind") == "LValueToRValue":
             decl, base = _named_base(ptr)
-            return Access(node, base, decl, (None,))
+            return Access(node, base, decl, (None,), base_node=ptr)
         sum_ = strip(ptr)
         if sum_.get("kind") == "BinaryOperator" and sum_.get("opcode") == "+":
             a, b = kids(sum_)
             if "*" not in type_of(a):
                 a, b = b, a
             decl, base = _named_base(a)
-            return Access(node, base, decl, (b,))
-        return Access(node, "expr:" + key(ptr), None, (None,))
+            return Access(node, base, decl, (b,), base_node=a)
+        return Access(node, "expr:" + key(ptr), None, (None,), base_node=ptr)
     indices, cur = [], node
     while True:
         base, index = kids(cur)
@@ -324,7 +325,7 @@ def access_of(node, consumed):
                 cur = sub
                 continue
         decl, key_ = _named_base(base)
-        return Access(node, key_, decl, tuple(indices))
+        return Access(node, key_, decl, tuple(indices), base_node=base)
 
 
 @dataclass

@@ -145,10 +145,26 @@ def private_writes(fn, fx, allowed=()):
     return sorted(private)
 
 
+def no_hidden_alias(fn, fx):
+    """Refused when the region writes memory and reads some through a pointer the function
+    computes (``p = a + 1; ... p[i]``) or an address expression that mentions a written
+    array (``(a + 1)[i]``): the same element under another name. (Distinct parameters are
+    taken not to overlap, as ``restrict`` asserts; replay checks it against the recording.)"""
+    written = {a.decl["id"] for a in fx.accesses if a.write and a.decl}
+    if not any(a.write for a in fx.accesses):
+        return
+    for a in fx.accesses:
+        if a.decl is not None and fn.is_local_pointer(a.decl["id"]):
+            raise Refused("an access through the local pointer %s" % a.decl["name"])
+        if a.decl is None and refs(a.base_node) & written:
+            raise Refused("a written array is also reached through %s" % a.base[5:])
+
+
 def stores_disjoint(fn, fx, vars_, invariant):
     """Every array the region writes is written and read at one index that names a
     different element for different values of one of ``vars_`` (so iterations that differ
     there never touch the same element). Arrays declared in the region are its own."""
+    no_hidden_alias(fn, fx)
     for base in fx.written_bases():
         accs = fx.on(base)
         decl = accs[0].decl
@@ -542,6 +558,7 @@ def _scalar_replace(fn, loop):
     if len({a.index_key for a in accs}) != 1 or not is_arithmetic(first.node):
         raise Refused("not one element")
     private_writes(fn, fx)  # other scalars: the body's own
+    no_hidden_alias(fn, fx)
     varying = set(fx.scalar_writes) | fx.locals | {loop.id}
     for index in first.indices:
         if index is None:
