@@ -16,6 +16,11 @@ def say(line):
         stdout_to_devnull()
 
 
+def warn(line):
+    """A line the user must see even when stdout carries JSON: on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def table(headers, rows, align=None):
     """Render rows as an aligned text table (numbers right-aligned)."""
     rows = [["" if v is None else str(v) for v in r] for r in rows]

@@ -88,7 +88,7 @@ def tuned(program, tmp_path_factory):
     ws = str(tmp_path_factory.mktemp("tune-ws"))
     proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
                          "--budget", 10, "--workers", 2, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
-                         "--seed", 1, "--json", timeout=600)
+                         "--seed", 1, "--mutator", "none", "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     return ws, json.loads(proc.stdout)
 
@@ -192,7 +192,7 @@ def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     ws, out = tuned
     proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
                          "--budget", 10, "--workers", 2, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
-                         "--seed", 1, timeout=600)
+                         "--seed", 1, "--mutator", "none", timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "reusing the captures" in proc.stdout  # recorded the same way before: not recorded again
     assert "covering" in proc.stdout
@@ -244,7 +244,7 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
     ws = str(tmp_path / "ws")
     argv = [sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--source", program, "--run", "./prog",
             "--kernel", "matmul", "--budget", "30", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1",
-            "--seed", "2"]
+            "--seed", "2", "--mutator", "none"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "stderr"), "w"))
     store = os.path.join(ws, "r3.db")
     finished, deadline = 0, time.monotonic() + 300

@@ -15,7 +15,7 @@ from ..errors import R3Error
 from ..model import client as model_client
 from ..record.session import previous_record
 from ..record.session import record as record_tree
-from ..report import ProgressBar, percent, say
+from ..report import ProgressBar, percent, say, warn
 from ..search.results import results_table, write_report
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
@@ -93,7 +93,7 @@ def tune(args):
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
                           child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules)
-    results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=say)
+    results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)
     header = "covered share of the run: %s" % percent(sum(r.share for r in results))
