@@ -184,12 +184,7 @@ class Study:
 
     def curve(self):
         """Best verified speedup after each evaluation (None before the first success)."""
-        best, out = None, []
-        for t in sorted(self.trials(), key=lambda t: t.datetime_complete or t.datetime_start):
-            if t.state == TrialState.COMPLETE:
-                best = max(best or 0.0, t.value)
-            out.append(best)
-        return out
+        return best_curve(self.trials())
 
     def failures(self):
         """Failed evaluations by kind: {"wrong-output": 3, ...}."""
@@ -199,6 +194,16 @@ class Study:
                 kind = t.user_attrs.get("status", "failed")
                 kinds[kind] = kinds.get(kind, 0) + 1
         return kinds
+
+
+def best_curve(trials):
+    """Best verified speedup after each of ``trials`` in time order (None before the first success)."""
+    best, out = None, []
+    for t in sorted(trials, key=lambda t: t.datetime_complete or t.datetime_start):
+        if t.state == TrialState.COMPLETE:
+            best = max(best or 0.0, t.value)
+        out.append(best)
+    return out
 
 
 class StudyGroup:
@@ -220,12 +225,7 @@ class StudyGroup:
 
     def curve(self):
         """Best verified speedup after each evaluation, across the studies in time order."""
-        best, out = None, []
-        for t in sorted(self.trials(), key=lambda t: t.datetime_complete or t.datetime_start):
-            if t.state == TrialState.COMPLETE:
-                best = max(best or 0.0, t.value)
-            out.append(best)
-        return out
+        return best_curve(self.trials())
 
     def failures(self):
         kinds = {}
