@@ -82,7 +82,7 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
 TARGETS = {"native": "-march=native", "as-built": ""}
 
 
-def _check_requested(kernels, record_dir, say):
+def _check_requested(kernels, record_dir, say, build_log):
     """(the symbols that the --kernel names stand for, every symbol the build instrumented).
 
     A name is a symbol or a C++ name (see ``cxxnames``). One that matched nothing is an
@@ -102,8 +102,8 @@ def _check_requested(kernels, record_dir, say):
         if not matched:
             missing.append(ref)
     if missing and len(missing) == len(kernels):
-        raise R3Error("no function named %s was compiled through r3-record (see build.log in %s)"
-                      % (", ".join(missing), os.path.dirname(record_dir)))
+        raise R3Error("no function named %s was compiled through r3-record (see %s)"
+                      % (", ".join(missing), build_log))
     if missing:
         say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
     return symbols, found
@@ -139,45 +139,66 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         raise R3Error("unknown --target %s (choose: %s)" % (target, ", ".join(TARGETS)))
     clang = find_clang()
     workspace.ensure()
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    run_dir = os.path.join(workspace.runs_dir, "%s-%s" % (stamp, os.path.basename(source.rstrip("/"))))
+    run_dir = new_run_dir(workspace, os.path.basename(source.rstrip("/")))
     tree = os.path.join(run_dir, "src")
     record_dir = os.path.join(run_dir, "record")
     say("copying %s to %s" % (source, tree))
     shutil.copytree(source, tree, symlinks=True, ignore=_copy_filter(workspace.root))
     os.makedirs(record_dir)
+    env = record_environment(record_dir, clang, kernels, instances, target)
+    build = build or "make CC=%s" % shlex.quote(env["R3_CC"])
+    say("building with probes: %s" % build)
+    _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
+    return run_and_ingest(workspace, request, run_dir, record_dir, env, run, tree, kernels=kernels, top=top,
+                          tolerance=tolerance, timeout=timeout, say=say, output=output)
 
-    # What a --build command can use: $R3_CC / $R3_CXX (launcher + compiler, for Make),
-    # $R3_LAUNCHER and $R3_CLANG / $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER).
+
+def new_run_dir(workspace, label):
+    """A fresh directory under the workspace's runs/ for one record."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    run_dir = os.path.join(workspace.runs_dir, "%s-%s" % (stamp, label))
+    os.makedirs(run_dir)
+    return run_dir
+
+
+def record_environment(record_dir, clang, kernels=(), instances=1, target="native"):
+    """The variables a record build and run need. What a --build command can use:
+    $R3_CC / $R3_CXX (launcher + compiler, for Make), $R3_LAUNCHER and $R3_CLANG /
+    $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER)."""
     launcher = launcher_command()
     cc = "%s %s" % (launcher, shlex.quote(clang))
     clangxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
     clangxx = clangxx if os.access(clangxx, os.X_OK) else clang
-    env = dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
-               R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
-               R3_KERNELS="\n".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
-               R3_TARGET_FLAGS=TARGETS[target])
-    build = build or "make CC=%s" % shlex.quote(cc)
-    say("building with probes: %s" % build)
-    _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
+    return dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
+                R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
+                R3_KERNELS="\n".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
+                R3_TARGET_FLAGS=TARGETS[target])
+
+
+def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kernels=(), top=None, tolerance=None,
+                   timeout=None, say=None, output=None, build_log=None):
+    """After a build with probes: run ``run`` in ``cwd``, ingest the captures, write
+    record.json. Returns RecordResult."""
+    say = say or (lambda msg: None)
+    build_log = build_log or os.path.join(run_dir, "build.log")
+    env = dict(env)
     if kernels:
-        meant, instrumented = _check_requested(kernels, record_dir, say)
+        meant, instrumented = _check_requested(kernels, record_dir, say, build_log)
         if meant != instrumented:
             # A unit instruments whatever a name may mean there (``saxpy`` is also a C++
             # overload's qualified name); what it means across units is captured.
             env["R3_CAPTURE"] = ",".join(sorted(meant))
     if top:
-        env["R3_CAPTURE"] = ",".join(_hottest(run, tree, env, run_dir, timeout, top, say, output)) or "none"
+        env["R3_CAPTURE"] = ",".join(_hottest(run, cwd, env, run_dir, timeout, top, say, output)) or "none"
     say("running: %s" % run)
     try:
-        _run_logged(run, tree, env, os.path.join(run_dir, "run.log"), "the application run", timeout, echo=output)
+        _run_logged(run, cwd, env, os.path.join(run_dir, "run.log"), "the application run", timeout, echo=output)
     finally:
         # Whatever finished before a failure is kept.
         captures = capture_store.ingest(record_dir, workspace, tolerance)
     if not glob.glob(os.path.join(record_dir, "profile.*.json")):
         raise R3Error("the application ran without the record runtime: its build did not compile and link "
-                      "through r3-record (Make must use $(CC); see --build) (log: %s)"
-                      % os.path.join(run_dir, "build.log"))
+                      "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log)
     stats, app_s = capture_store.load_profiles(record_dir)
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
@@ -211,13 +232,20 @@ def previous_record(workspace, source, run, build=None, kernels=(), instances=1,
     """The latest run recorded with exactly these settings whose captures are all still
     in the workspace (a RecordResult), or None."""
     request = _request(source, run, build, kernels, instances, tolerance, target)
+    return find_record(workspace, lambda data: data.get("request") == request)
+
+
+def find_record(workspace, wanted, with_data=False):
+    """The latest recorded run whose record.json satisfies ``wanted`` and whose captures
+    are all still in the workspace: a RecordResult (with ``with_data``: and the record.json
+    contents), or None."""
     for path in sorted(glob.glob(os.path.join(workspace.runs_dir, "*", RECORD_JSON)), reverse=True):
         try:
             with open(path) as f:
                 data = json.load(f)
         except (OSError, ValueError):
             continue
-        if data.get("request") != request:
+        if not wanted(data):
             continue
         captures = []
         for cid in data.get("captures", []):
@@ -226,7 +254,8 @@ def previous_record(workspace, source, run, build=None, kernels=(), instances=1,
             except R3Error:
                 break
         else:
-            return RecordResult(os.path.dirname(path), captures, data.get("hotness", []), data.get("app_s", 0.0))
+            result = RecordResult(os.path.dirname(path), captures, data.get("hotness", []), data.get("app_s", 0.0))
+            return (result, data) if with_data else result
     return None
 
 

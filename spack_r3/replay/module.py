@@ -83,7 +83,7 @@ class UnreplayableError(Exception):
     """The kernel reaches state the recording did not keep."""
 
 
-def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
+def extract_kernel(bitcode, kernel, recorded_globals, link_units=(), build=False):
     """Textual IR holding ``kernel`` and what it reaches, ready for per-variant edits.
 
     ``link_units`` are the bitcode of other translation units that define functions
@@ -94,15 +94,16 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=()):
     own_globals = {g.name for g in module.global_variables}
     for unit in link_units:
         module.link_in(llvm.parse_bitcode(unit))
-    return extract_kernel_text(str(module), kernel, recorded_globals, own_globals)
+    return extract_kernel_text(str(module), kernel, recorded_globals, own_globals, build)
 
 
-def extract_kernel_text(text, kernel, recorded_globals, own_globals=None):
+def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=False):
     """``extract_kernel`` on textual IR, whichever LLVM printed it (llvmlite's, or an
     ``llvm-dis`` of the same units linked, which an opt stage of that LLVM reads).
 
     ``own_globals``: the globals the kernel's own unit defines (None: every global), so
-    that a writable global of a linked-in unit is refused.
+    that a writable global of a linked-in unit is refused. ``build``: for a build (r3-apply),
+    not replay: deallocation calls stay what they are.
     """
     entities = split_module(text)
     bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
@@ -132,7 +133,7 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None):
         if kind == "function":
             if name not in keep:
                 continue
-            for dealloc, replacement in DEALLOCATORS.items():
+            for dealloc, replacement in ({} if build else DEALLOCATORS).items():
                 if "call void @%s(" % dealloc in text:
                     text = text.replace("call void @%s(" % dealloc, "call void @%s(" % replacement)
                     frees.add(replacement)

@@ -68,20 +68,22 @@ class KernelIR:
     link_units: Tuple[bytes, ...] = ()
     recorded_globals: Tuple[str, ...] = ()
     clang: Optional[str] = None
-    extract: bool = True  # False: ``ir`` is the whole unit (a build), not the kernel cut out
+    extract: bool = True  # False: ``ir`` is the whole unit, not the kernel cut out
+    build: bool = False  # cut out for a build (r3-apply), not for replay: frees stay frees
     _tool_ir: Dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True):
+    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True,
+                     build=False):
         """The kernel of a unit's bitcode, in llvmlite's text (raises what ``extract_kernel`` raises)."""
         if extract:
-            ir = extract_kernel(bitcode, kernel, list(recorded_globals), list(link_units))
+            ir = extract_kernel(bitcode, kernel, list(recorded_globals), list(link_units), build)
         else:
             module = llvm.parse_bitcode(bitcode)
             for unit in link_units:
                 module.link_in(llvm.parse_bitcode(unit))
             ir = str(module)
-        return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract)
+        return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract, build)
 
     def tool_ir(self, tools, timeout=POLLY_TIMEOUT_S):
         """The same module in the text of ``tools``' LLVM (``llvm-link`` + ``llvm-dis`` of the
@@ -103,7 +105,7 @@ class KernelIR:
             text = _run_tool([tools.dis, paths[0], "-o", "-"], timeout).decode()
         if self.extract:
             own = {g.name for g in llvm.parse_bitcode(self.bitcode).global_variables}
-            text = extract_kernel_text(text, self.kernel, list(self.recorded_globals), own)
+            text = extract_kernel_text(text, self.kernel, list(self.recorded_globals), own, self.build)
         self._tool_ir[tools.version] = text
         return text
 

@@ -160,11 +160,14 @@ class Spack:
         root = nodes[0]
         return ConcretizeOutcome(True, res, specfile, root.get("hash"))
 
-    def install_specfile(self, specfile, keep_stage=True, verbose=False):
-        """``spack install -f SPECFILE``: installs the concrete spec without solving again."""
+    def install_specfile(self, specfile, keep_stage=True, verbose=False, overwrite=False):
+        """``spack install -f SPECFILE``: installs the concrete spec without solving again
+        (``overwrite``: builds it again when that hash is installed already)."""
         args = ["install"]
         if keep_stage:
             args.append("--keep-stage")
+        if overwrite:
+            args += ["--overwrite", "-y"]
         if verbose:
             args.append("--verbose")
         args += ["-f", specfile]

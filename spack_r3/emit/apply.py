@@ -1,0 +1,256 @@
+"""``r3-apply``: the compiler launcher that builds tuned units through replay's stages.
+
+    r3-apply COMPILER ARGS...          (with R3_APPLY_PLAN=<plan.json>)
+
+A compile of a unit that the plan names is built in two parts, linked into the object
+the build asked for (``ld -r``):
+
+- the tuned kernels, each cut out of the unit and optimized exactly as replay measured
+  it: ``replay.stages.optimized_module`` of the same bitcode (the unit compiled with the
+  flags record used, the variant's source defines added), emitted for this machine;
+- the rest of the unit, with each tuned kernel turned into a declaration, compiled as
+  the build would have compiled it (its own optimization and code generation flags).
+
+The unit's writable ``static`` globals (and a ``static`` kernel) are first given hidden
+external names, so both parts share one copy. Every other command (other units, links,
+preprocessing) runs unchanged. Source patches are not applied here: Spack applies them
+(``patch()`` in the emitted package) before the build, so the unit compiled is already
+the patched one.
+
+A unit that the plan names but that does not build this way fails the build with one
+line (``R3_APPLY_FALLBACK=1`` keeps the untuned object instead, with a warning): a
+``+r3`` build is what was measured, or nothing.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from .plan import load_plan
+
+PLAN_ENV = "R3_APPLY_PLAN"
+
+
+def warn(msg):
+    print("r3-apply: " + msg, file=sys.stderr)
+
+
+class ApplyError(Exception):
+    """One line: why a planned unit could not be built as tuned."""
+
+
+def _run(argv, what, **kw):
+    proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", **kw)
+    if proc.returncode != 0:
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        errors = [l for l in lines if "error" in l.lower()] or lines or ["exit status %d" % proc.returncode]
+        raise ApplyError("%s failed: %s" % (what, errors[0].strip()))
+    return proc.stdout
+
+
+_GLOBAL_DEF = re.compile(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = ((?:[a-z_]+ )*?)(global|constant) ', re.M)
+_INTERNAL_FN = re.compile(r'^define ((?:[a-z_]+ )*?)(internal|private) ', re.M)
+_REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
+
+
+def _name(ref):
+    return ref[1:].strip('"')
+
+
+def shared_names(text, kernels, tag):
+    """The unit's text with its writable internal globals, and the ``kernels`` that are
+    internal, renamed ``<name>.r3.<tag>`` with hidden visibility; returns (text, {old: new}
+    for the kernels, [every writable global]). The kernel module and the rest of the unit
+    then name one copy of each."""
+    renames, writable = {}, []
+    for m in _GLOBAL_DEF.finditer(text):
+        words = m.group(2).split()
+        if m.group(3) != "global" or _name(m.group(1)).startswith("llvm."):
+            continue
+        if "internal" in words or "private" in words:
+            renames[m.group(1)] = "@%s.r3.%s" % (_name(m.group(1)), tag)
+        writable.append(m.group(1))
+    for line in text.split("\n"):
+        if line.startswith("define ") and re.search(r"\b(internal|private)\b", line.split("(", 1)[0]):
+            for k in kernels:
+                if re.search(r"@%s\(" % re.escape(k), line) or ('@"%s"(' % k) in line:
+                    renames["@" + k] = "@%s.r3.%s" % (k, tag)
+    if renames:
+        text = _REF.sub(lambda m: renames.get(m.group(0), m.group(0)), text)
+        lines = text.split("\n")
+        new_names = set(renames.values())
+        for i, line in enumerate(lines):
+            ref = _REF.match(line)
+            if ref and ref.group(0) in new_names:
+                lines[i] = re.sub(r" = ((?:[a-z_]+ )*?)(?:internal|private) ", r" = \1hidden ", line, count=1)
+            elif line.startswith("define ") and any(n + "(" in line for n in new_names):
+                lines[i] = _INTERNAL_FN.sub(r"define \1hidden ", line, count=1)
+        text = "\n".join(lines)
+    kernel_names = {k: _name(renames.get("@" + k, "@" + k)) for k in kernels}
+    return text, kernel_names, [_name(renames.get(w, w)) for w in writable]
+
+
+def declare_only(text, kernels):
+    """The unit with the ``define`` of each of ``kernels`` replaced by a declaration."""
+    from ..irtext import FunctionDef, LINKAGE_WORDS
+
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        line = lines[i]
+        name = next((k for k in kernels if line.startswith("define ") and (
+            re.search(r"@%s\(" % re.escape(k), line) or ('@"%s"(' % k) in line)), None)
+        if name is None:
+            out.append(line)
+            i += 1
+            continue
+        d = FunctionDef(line, name)
+        prefix = " ".join(w for w in d.prefix.split() if w not in LINKAGE_WORDS or w in ("hidden", "dso_local"))
+        suffix = re.sub(r"\b(personality|prefix|prologue|section|comdat|align|gc)\b.*$", "", d.suffix).strip()
+        suffix = " ".join(w for w in suffix.split() if w.startswith("#") or w in ("unnamed_addr",
+                                                                                   "local_unnamed_addr"))
+        out.append("declare %s @%s(%s) %s" % (prefix, name, ", ".join(_param_types(d)), suffix))
+        while lines[i] != "}":
+            i += 1
+        i += 1
+    return "\n".join(out)
+
+
+def _param_types(d):
+    """Parameter types with attributes, the names dropped (a declaration needs no names)."""
+    out = []
+    for p in d.params:
+        words = p.split()
+        out.append(" ".join(words[:-1]) if len(words) > 1 and words[-1].startswith("%") else p)
+    return out
+
+
+def build_unit(line, source, obj, unit):
+    """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError)."""
+    from ..record.launcher import _unoptimized_args, codegen_args
+    from ..replay.stages import CompileError, KernelIR, optimized_module, target_machine
+    from ..data import Launch, Pipeline
+    from ..replay.engine import init_llvm
+
+    init_llvm()
+    compiler = line.compiler
+    tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
+    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.get("defines", {}).items())]
+    kernels = [k["symbol"] for k in unit["kernels"]]
+    with tempfile.TemporaryDirectory(prefix="r3-apply-") as tmp:
+        ll = os.path.join(tmp, "unit.ll")
+        _run([compiler] + line.without(drop_sources=True, drop_output=True, drop_deps=True)
+             + _unoptimized_args(line) + defines
+             + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll], "the unit's IR")
+        with open(ll) as f:
+            text, names, writable = shared_names(f.read(), kernels, tag)
+        missing = [k for k in kernels if not re.search(r"^define .*@%s\(" % re.escape(names[k]), text, re.M)
+                   and ('@"%s"(' % names[k]) not in text]
+        if missing:
+            raise ApplyError("%s does not define %s (the source changed since tuning?)"
+                             % (source, ", ".join(missing)))
+        shared = os.path.join(tmp, "shared.ll")
+        with open(shared, "w") as f:
+            f.write(text)
+        bc = os.path.join(tmp, "shared.bc")
+        _run([compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module",
+              shared, "-o", bc], "the unit's bitcode")
+        with open(bc, "rb") as f:
+            bitcode = f.read()
+        rest = os.path.join(tmp, "rest.ll")
+        with open(rest, "w") as f:
+            f.write(declare_only(text, [names[k] for k in kernels]))
+        parts = [os.path.join(tmp, "rest.o")]
+        _run([compiler] + codegen_args(line) + ["-Wno-unused-command-line-argument", "-Wno-override-module",
+                                                "-c", rest, "-o", parts[0]], "the unit without its kernels")
+        for k in unit["kernels"]:
+            pipeline = Pipeline.from_json(k["pipeline"])
+            launch = Launch.from_json(k.get("launch") or {})
+            try:
+                source_ir = KernelIR.from_bitcode(names[k["symbol"]], bitcode, recorded_globals=writable,
+                                                  clang=compiler, build=True)
+                mod = optimized_module(source_ir, pipeline, launch)
+            except CompileError as err:
+                raise ApplyError("%s: %s" % (k["symbol"], err))
+            except Exception as err:  # extraction: what replay would refuse
+                raise ApplyError("%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__))
+            if launch.threads:
+                mod = _with_threads(mod, launch.threads)
+            from ..replay.stages import resolve_target
+            cpu, features = resolve_target(pipeline)
+            tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
+            parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
+            with open(parts[-1], "wb") as f:
+                f.write(tm.emit_object(mod))
+        linker = shutil.which("ld") or "ld"
+        _run([linker, "-r"] + parts + ["-o", obj], "linking the tuned object")
+
+
+_FORK = re.compile(r"^(\s*)call void \(ptr, i32, ptr, \.\.\.\) @__kmpc_fork_call\((ptr @[-\w.$\"]+),", re.M)
+
+
+def _with_threads(mod, threads):
+    """The kernel's parallel regions run on ``threads`` threads (what ``num_threads(N)``
+    compiles to), so one kernel's thread count does not leak into the rest of the run."""
+    import llvmlite.binding as llvm
+
+    text = str(mod)
+    count = [0]
+
+    def push(m):
+        count[0] += 1
+        gtid = "%%r3.gtid.%d" % count[0]
+        return ("%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_threads(%s, i32 %s, "
+                "i32 %d)\n%s" % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, threads, m.group(0)))
+
+    text = _FORK.sub(push, text)
+    if not count[0]:
+        return mod
+    for decl in ("declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_threads(ptr, i32, i32)"):
+        name = decl.split("@")[1].split("(")[0]
+        if not re.search(r"^declare [^\n]*@%s\(" % name, text, re.M):
+            text += "\n" + decl + "\n"
+    out = llvm.parse_assembly(text)
+    out.verify()
+    return out
+
+
+def launch(argv):
+    from ..record.launcher import CompileLine
+
+    if not argv:
+        print("usage: r3-apply COMPILER ARGS...  (with %s=<plan.json>)" % PLAN_ENV, file=sys.stderr)
+        return 2
+    plan_path = os.environ.get(PLAN_ENV)
+    line = CompileLine(argv)
+    if not plan_path or line.passthrough or line.language_forced or not line.compile_only or len(line.sources) != 1:
+        return subprocess.run(argv).returncode
+    plan = load_plan(plan_path)
+    source = line.sources[0]
+    unit = plan.unit_for(os.path.abspath(source))
+    # The build's own compile first: its dependency files and diagnostics stay the build's.
+    rc = subprocess.run(argv).returncode
+    if rc != 0 or unit is None:
+        return rc
+    obj = line.output or os.path.splitext(os.path.basename(source))[0] + ".o"
+    try:
+        build_unit(line, source, obj, unit)
+    except ApplyError as err:
+        if os.environ.get("R3_APPLY_FALLBACK") == "1":
+            warn("%s: built untuned: %s" % (source, err))
+            subprocess.run(argv)
+            return 0
+        warn("%s: %s (R3_APPLY_FALLBACK=1 builds it untuned)" % (source, err))
+        return 1
+    return 0
+
+
+def main():
+    sys.exit(launch(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

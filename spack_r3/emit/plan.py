@@ -1,0 +1,78 @@
+"""A build plan: what ``r3-apply`` builds differently, for one target, as JSON.
+
+    {"format": 1, "target": "zen3", "units": [
+      {"source": "src/kernels.c",                 # relative to the source root
+       "defines": {"R3_TILE_1": 32},               # the source variant's macro knobs
+       "kernels": [{"symbol": "matmul", "pipeline": {...}, "launch": {...},
+                    "relaxes_fp": false, "speedup": 9.8, "share": 0.71}]}]}
+
+Emit writes it beside the package; ``r3-apply`` reads it (``R3_APPLY_PLAN``). Source
+patches are not in the plan: the package applies them before the build.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+PLAN_FORMAT = 1
+
+
+@dataclass
+class PlannedKernel:
+    symbol: str
+    pipeline: dict
+    launch: dict = field(default_factory=dict)
+    relaxes_fp: bool = False
+    speedup: float = 1.0  # confirmed replay speedup
+    share: float = 0.0  # of the application's run time, as recorded
+    rule: Optional[str] = None  # the source rewrite's rule, if any
+
+
+@dataclass
+class PlannedUnit:
+    source: str
+    kernels: List[PlannedKernel] = field(default_factory=list)
+    defines: Dict[str, int] = field(default_factory=dict)
+    patch: Optional[str] = None  # the patch file's name in the package directory
+
+
+@dataclass
+class Plan:
+    target: str
+    units: List[PlannedUnit] = field(default_factory=list)
+    format: int = PLAN_FORMAT
+
+    def unit_for(self, path):
+        """The unit planned for the source file at ``path`` (absolute, in some build's
+        stage), as a dict for ``apply.build_unit``; matched by its path relative to the
+        source root, so any stage directory matches."""
+        norm = os.path.normpath(path)
+        for unit in self.units:
+            rel = os.path.normpath(unit.source)
+            if norm == rel or norm.endswith(os.sep + rel):
+                return {"source": unit.source, "defines": dict(unit.defines),
+                        "kernels": [k.__dict__ for k in unit.kernels]}
+        return None
+
+    def predicted_app_speedup(self):
+        """The application's speedup if each kernel's share of the run shrinks by its
+        replay speedup and the rest stays (Amdahl)."""
+        saved = sum(k.share * (1.0 - 1.0 / k.speedup) for u in self.units for k in u.kernels if k.speedup > 0)
+        return 1.0 / max(1e-9, 1.0 - saved)
+
+    def to_json(self):
+        return {"format": self.format, "target": self.target,
+                "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
+                           "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
+
+    @classmethod
+    def from_json(cls, data):
+        units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
+                             dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
+        return cls(data["target"], units, data.get("format", PLAN_FORMAT))
+
+
+def load_plan(path):
+    with open(path) as f:
+        return Plan.from_json(json.load(f))

@@ -1,0 +1,219 @@
+"""``spack r3 record <spec>``: build a package through Spack with probes, run it, keep captures.
+
+The build happens in the workspace's Spack sandbox (``<ws>/spack``: its own install tree,
+stage and caches; the user's installs and configuration are read, never written), from a
+recipe that inherits the package's own and puts ``r3-record`` behind Spack's compiler
+wrapper (``wrap.record_package``). The run is ``--run`` in a scratch directory with the
+install's ``bin`` first on PATH, or the recipe's stand-alone test (``spack test run``).
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..errors import R3Error
+from ..record import session
+from ..toolchain import find_clang
+from .repos import PackageIndex, configured_repos, create_repo, detect_layout
+from .runner import Spack
+from .sandbox import make_sandbox
+from .wrap import record_package
+
+OWN_NAMESPACES = ("r3record", "r3tuned")
+
+
+@dataclass
+class SpackSite:
+    """The Spack that r3 drives: the user's scopes plus the workspace's sandbox."""
+
+    spack: Spack
+    sandbox: object
+    layout: str
+    record_repo: object
+
+    def find_recipe(self, name):
+        """(namespace, recipe path) of the package's own recipe (ours aside), or None."""
+        repos = [r for r in configured_repos(self.spack) if r.namespace not in OWN_NAMESPACES]
+        info = PackageIndex(repos).find(name)
+        return (info.namespace, info.path) if info else None
+
+
+def package_name(spec):
+    m = re.match(r"^\s*([A-Za-z0-9][\w.-]*)", spec or "")
+    if not m:
+        raise R3Error("not a spec: %r" % spec)
+    return m.group(1)
+
+
+def open_site(workspace, user_scopes=(), extra_repos=()):
+    """The workspace's sandbox with the record repository at the front."""
+    spack = Spack(scopes=user_scopes)
+    root = os.path.join(workspace.root, "spack")
+    layout = detect_layout(spack.version())
+    record_repo = create_repo(os.path.join(root, "r3record"), "r3record", layout)
+    repos = [record_repo.path] + [os.path.abspath(r) for r in extra_repos]
+    sandbox = make_sandbox(os.path.join(root, "sandbox"), repos=repos)
+    _write_compilers(spack, sandbox.scope)
+    return SpackSite(spack.with_scopes(sandbox.scope), sandbox, layout, record_repo)
+
+
+def _write_compilers(spack, scope):
+    """The record clang as a compiler of the sandbox (0.x; on 1.x compilers are externals)."""
+    path = os.path.join(scope, "compilers.yaml")
+    if os.path.exists(path) or spack.major_minor() >= (1, 0):
+        return
+    clang = find_clang()
+    version = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True).stdout.strip()
+    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
+    res = spack.run("arch", "--operating-system", timeout=120)
+    if not res.ok:
+        raise R3Error("spack arch failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
+    import platform
+    data = {"compilers": [{"compiler": {
+        "spec": "clang@=%s" % version, "paths": {"cc": clang, "cxx": cxx if os.path.exists(cxx) else None,
+                                                 "f77": None, "fc": None},
+        "operating_system": res.stdout.strip(), "target": platform.machine(), "modules": []}}]}
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def with_clang(spec):
+    return spec if "%" in spec else spec + " %clang"
+
+
+@dataclass
+class Installed:
+    hash: str
+    prefix: str
+    specfile: str
+    node: dict  # the root of the concrete spec (name, version, arch, compiler...)
+
+    @property
+    def target(self):
+        t = (self.node.get("arch") or {}).get("target")
+        return t.get("name") if isinstance(t, dict) else t
+
+    @property
+    def version(self):
+        return self.node.get("version")
+
+    @property
+    def compiler(self):
+        c = self.node.get("compiler") or {}
+        return "%s@%s" % (c.get("name"), c.get("version")) if c else None
+
+
+def install(site, spec, directory, what, rebuild=False):
+    """Concretize and install ``spec`` in the sandbox; R3Error with Spack's reason."""
+    os.makedirs(directory, exist_ok=True)
+    specfile = os.path.join(directory, "spec.json")
+    outcome = site.spack.concretize(spec, specfile)
+    if not outcome.ok:
+        lines = outcome.result.error_lines() or [l for l in outcome.result.output.splitlines() if l.strip()][-1:]
+        raise R3Error("%s: %s does not concretize: %s" % (what, spec, lines[0] if lines else "?"))
+    done = site.spack.install_specfile(specfile, overwrite=rebuild)
+    with open(os.path.join(directory, "install.log"), "w") as f:
+        f.write(done.result.output)
+    if not done.ok:
+        events = []
+        for log in done.build_logs[:1]:
+            events = [e.get("text", "") for e in site.spack.parse_log(log)][:3]
+        where = done.build_logs[0] if done.build_logs else os.path.join(directory, "install.log")
+        reason = "; ".join(l.strip() for l in events if l.strip()) or (done.result.error_lines() or ["?"])[0]
+        raise R3Error("%s of %s failed: %s (log: %s)" % (what, spec, reason, where))
+    with open(specfile) as f:
+        node = json.load(f)["spec"]["nodes"][0]
+    prefix = site.spack.location("/" + outcome.hash)
+    if not prefix:
+        raise R3Error("%s: spack installed %s but cannot locate it" % (what, spec))
+    return Installed(outcome.hash, prefix, specfile, node)
+
+
+def run_command(site, installed, run):
+    """The command that runs the installed package: ``run`` with its bin first on PATH, or
+    its stand-alone tests."""
+    if run:
+        return run
+    recipe = site.find_recipe(installed.node["name"])
+    text = open(recipe[1]).read() if recipe else ""
+    if not re.search(r"^\s*def test(_\w+)?\(self", text, re.M):
+        raise R3Error("%s declares no stand-alone test to run: give --run CMD" % installed.node["name"])
+    return " ".join(shlex.quote(a) for a in site.spack.argv("test", "run", "/" + installed.hash))
+
+
+def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=None, timeout=None, user_scopes=(),
+                extra_repos=(), progress=None, output=None):
+    """Build ``spec`` with probes through Spack, run it, ingest captures (a RecordResult)."""
+    say = progress or (lambda msg: None)
+    name = package_name(spec)
+    workspace.ensure()
+    say("Spack sandbox: %s" % os.path.join(workspace.root, "spack"))
+    site = open_site(workspace, user_scopes, extra_repos)
+    recipe = site.find_recipe(name)
+    if recipe is None:
+        raise R3Error("unknown package %s: no recipe in Spack's repositories (r3 recipe generates one)" % name)
+    namespace, _ = recipe
+    run_dir = session.new_run_dir(workspace, name)
+    record_dir = os.path.join(run_dir, "record")
+    os.makedirs(record_dir)
+    env = session.record_environment(record_dir, find_clang(), kernels, instances, target="as-built")
+    keys = ("R3_RECORD_DIR", "R3_KERNELS", "R3_INSTANCES", "R3_CAPTURE", "R3_TARGET_FLAGS")
+    site.record_repo.write_recipe(name, record_package(namespace, name, site.layout, {k: env[k] for k in keys}))
+    say("building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
+        % (with_clang(spec), namespace))
+    # A rebuild every time: the build writes into this record's directory.
+    installed = install(site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True)
+    command = run_command(site, installed, run)
+    cwd = os.path.join(run_dir, "run")
+    os.makedirs(cwd, exist_ok=True)
+    env.update({k: v for k, v in site.spack.environment().items() if k.startswith("SPACK")})
+    env["PATH"] = os.path.join(installed.prefix, "bin") + os.pathsep + env.get("PATH", "")
+    request = {"spec": spec, "package": name, "run": run, "kernels": sorted(kernels), "instances": instances,
+               "tolerance": tolerance}
+    result = session.run_and_ingest(workspace, request, run_dir, record_dir, env, command, cwd, kernels=kernels,
+                                    tolerance=tolerance, timeout=timeout, say=say, output=output,
+                                    build_log=os.path.join(run_dir, "spack", "install.log"))
+    _add_spack_facts(run_dir, {"package": name, "namespace": namespace, "spec": spec, "hash": installed.hash,
+                               "version": installed.version, "target": installed.target,
+                               "compiler": installed.compiler, "prefix": installed.prefix,
+                               "source_root": _source_root(result.captures)})
+    return result
+
+
+def _source_root(captures):
+    """The package's source root in the record build's stage (``.../spack-src``)."""
+    for c in captures:
+        parts = c.source_file.split(os.sep)
+        if "spack-src" in parts:
+            return os.sep.join(parts[:parts.index("spack-src") + 1])
+    return None
+
+
+def _add_spack_facts(run_dir, facts):
+    path = os.path.join(run_dir, session.RECORD_JSON)
+    with open(path) as f:
+        data = json.load(f)
+    data["spack"] = facts
+    from ..fileutil import write_atomic
+    write_atomic(path, json.dumps(data, indent=1))
+
+
+def previous_spack_record(workspace, spec, run=None, kernels=(), instances=1, tolerance=None):
+    """The latest record of ``spec`` made the same way, its captures still there, or None."""
+    request = {"spec": spec, "package": package_name(spec), "run": run, "kernels": sorted(kernels),
+               "instances": instances, "tolerance": tolerance}
+    return session.find_record(workspace, lambda data: data.get("request") == request)
+
+
+def latest_spack_record(workspace, package):
+    """(RecordResult, its spack facts) of the package's latest record, or (None, None)."""
+    found = session.find_record(workspace, lambda data: (data.get("spack") or {}).get("package") == package,
+                                with_data=True)
+    if not found:
+        return None, None
+    result, data = found
+    return result, data["spack"]

@@ -1,0 +1,134 @@
+"""Packages that inherit a recipe and build it through an r3 launcher.
+
+Both the record build (``r3-record``) and the tuned variant (``r3-apply``) are the
+original recipe, subclassed: the same versions, variants, dependencies and build, with
+``SPACK_CC``/``SPACK_CXX`` pointed at ``r3-spack-cc``/``r3-spack-cxx`` (``hook.py``),
+which run the launcher in front of the real compiler, behind Spack's wrapper.
+
+Importing the parent, by Spack version:
+
+- 0.x: ``from spack.pkg.<ns>.<module> import *`` brings the class and every builder class
+  the parent module defines (without them Spack silently skips the parent's build phases);
+- 1.x: ``from spack_repo.<ns>.packages.<dir>.package import *``, the same way.
+"""
+
+import os
+import sys
+
+from .repos import class_name, package_dir_name
+
+HOOK_DIR = os.path.dirname(os.path.abspath(sys.executable))
+
+
+def parent_module(namespace, name, layout):
+    if layout == "v2":
+        return "spack_repo.%s.packages.%s.package" % (namespace, package_dir_name(name, "v2"))
+    return "spack.pkg.%s.%s" % (namespace, name.replace("-", "_"))
+
+
+# The subclass's compilers: 0.x has ``self.compiler``; on 1.x compilers are dependencies
+# of the languages (``self.spec["c"]``).
+_COMPILERS = '''
+    def _r3_compilers(self):
+        compiler = getattr(self, "compiler", None)
+        if compiler is not None:
+            return compiler.cc, compiler.cxx
+        found = []
+        for lang, attr in (("c", "cc"), ("cxx", "cxx")):
+            try:
+                found.append(getattr(self.spec[lang].package, attr))
+            except Exception:
+                found.append(None)
+        return tuple(found)
+
+    def _r3_launch(self, env, launcher):
+        cc, cxx = self._r3_compilers()
+        env.set("R3_SPACK_LAUNCHER", launcher)
+        if cc:
+            env.set("R3_REAL_CC", cc)
+            env.set("SPACK_CC", os.path.join(R3_HOOKS, "r3-spack-cc"))
+        if cxx:
+            env.set("R3_REAL_CXX", cxx)
+            env.set("SPACK_CXX", os.path.join(R3_HOOKS, "r3-spack-cxx"))
+'''
+
+
+def _header(namespace, name, layout, what):
+    module = parent_module(namespace, name, layout)
+    cls = class_name(name)
+    return ["# %s" % what,
+            "import json",
+            "import os",
+            "",
+            "from spack.package import *",
+            "from %s import *  # the recipe, and the builder classes it defines" % module,
+            "from %s import %s as _R3Original" % (module, cls),
+            "",
+            "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper)",
+            "R3_HOOKS = %r" % HOOK_DIR,
+            ""]
+
+
+def record_package(namespace, name, layout, env):
+    """A recipe that builds ``namespace.name`` through ``r3-record``, with ``env`` (the
+    record directory and its settings) in its build and test environment. Its text holds
+    ``env``, so each record is a new hash: Spack builds it again instead of reusing."""
+    cls = class_name(name)
+    lines = _header(namespace, name, layout, "Written by spack-r3 (r3 record): %s built with probes." % name)
+    lines += ["", "class %s(_R3Original):" % cls,
+              "    r3_record_env = %s" % _literal(env).replace("\n", "\n    "),
+              "",
+              "    def setup_build_environment(self, env):",
+              "        super().setup_build_environment(env)",
+              "        for key, value in self.r3_record_env.items():",
+              "            env.set(key, value)",
+              '        self._r3_launch(env, "record")',
+              "",
+              "    def setup_run_environment(self, env):",
+              "        super().setup_run_environment(env)",
+              "        for key, value in self.r3_record_env.items():",
+              "            env.set(key, value)"]
+    return "\n".join(lines) + "\n" + _COMPILERS
+
+
+def tuned_package(namespace, name, layout, targets):
+    """The tuned variant: ``targets`` maps each archspec microarchitecture to its plan
+    (``emit.plan.Plan``, written as ``r3-<target>.json`` beside the recipe) and patches."""
+    cls = class_name(name)
+    lines = _header(namespace, name, layout,
+                    "Written by spack-r3 (spack r3 emit): %s with the kernels r3 tune measured, per target. "
+                    "Emit rewrites this file from the r3-<target>.json plans beside it." % name)
+    lines += ["# target -> the plan r3-apply builds (kernels, pipelines, launch settings, FP labels)",
+              "R3_PLANS = %s" % _literal({t: "r3-%s.json" % t for t in sorted(targets)}), "",
+              "", "class %s(_R3Original):" % cls,
+              '    variant("r3", default=True, description="build the kernels spack-r3 tuned for this '
+              'target (%s)")' % ", ".join(sorted(targets))]
+    for target in sorted(targets):
+        plan = targets[target]
+        for unit in plan.units:
+            if unit.patch:
+                lines.append('    patch("%s", when="+r3 target=%s")' % (unit.patch, target))
+        relaxed = sorted(k.symbol for u in plan.units for k in u.kernels if k.relaxes_fp)
+        if relaxed:
+            lines.append("    # target=%s relaxes floating-point semantics in: %s" % (target, ", ".join(relaxed)))
+    lines += ["",
+              "    def _r3_plan(self):",
+              '        if not self.spec.satisfies("+r3"):',
+              "            return None",
+              "        name = R3_PLANS.get(str(self.spec.target))",
+              "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
+              "",
+              "    def setup_build_environment(self, env):",
+              "        super().setup_build_environment(env)",
+              "        plan = self._r3_plan()",
+              "        if plan:",
+              '            env.set("R3_APPLY_PLAN", plan)',
+              '            self._r3_launch(env, "apply")',
+              ""]
+    return "\n".join(lines) + "\n" + _COMPILERS
+
+
+def _literal(value):
+    import pprint
+
+    return pprint.pformat(value, indent=4, width=100)
