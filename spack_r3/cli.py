@@ -15,7 +15,7 @@ from .errors import R3Error
 from .report import stdout_to_devnull
 
 # Order is the order of the pipeline.
-COMMANDS = ["recipe", "record", "kernels", "replay", "tune"]
+COMMANDS = ["recipe", "record", "kernels", "replay", "tune", "emit", "status"]
 
 
 def _command_module(name):

@@ -32,6 +32,11 @@ class Workspace:
         """What compile stages built (Polly's output), reusable by any later replay."""
         return os.path.join(self.root, "cache")
 
+    @property
+    def results_dir(self):
+        """Each kernel's confirmed tune result, by its first capture's id (what emit reads)."""
+        return os.path.join(self.root, "results")
+
     def capture_dir(self, capture_id):
         return os.path.join(self.captures_dir, capture_id)
 

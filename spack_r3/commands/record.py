@@ -1,8 +1,11 @@
-"""Build a source tree with record probes, run it, and capture its hot kernels."""
+"""Build with record probes, run, and capture the hot kernels: a Spack spec (built
+through Spack in the workspace's sandbox) or a source tree (--source, built with make
+or --build)."""
 
 import json
 
 from .. import cxxnames
+from ..errors import R3Error
 from ..record.session import record as record_tree
 from ..report import percent, say, seconds, table
 from ..workspace import Workspace
@@ -10,9 +13,22 @@ from ..workspace import Workspace
 description = "build with probes, run, capture hot kernels"
 
 
+def add_spack_arguments(subparser):
+    """Options of the subcommands that drive Spack."""
+    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
+                           help="extra Spack configuration scope to read (repeatable), e.g. one listing the "
+                                "repository of the package")
+    subparser.add_argument("--spack-repo", action="append", default=[], metavar="DIR",
+                           help="extra Spack package repository to read (repeatable)")
+
+
 def setup_parser(subparser):
-    subparser.add_argument("--source", required=True, help="source tree to build (never modified)")
-    subparser.add_argument("--run", required=True, help="command that runs the application (in the build tree)")
+    subparser.add_argument("spec", nargs="?", default=None,
+                           help="Spack spec to build through Spack (r3-dense, r3-heat@1.0); or give --source")
+    subparser.add_argument("--source", default=None, help="source tree to build (never modified)")
+    subparser.add_argument("--run", default=None,
+                           help="command that runs the application (in the build tree; for a spec, with the "
+                                "install's bin first on PATH; default for a spec: its stand-alone tests)")
     subparser.add_argument("--build", default=None,
                            help='build command (default: make CC="r3-record <clang>"). It sees $R3_CC and $R3_CXX '
                                 '(launcher + compiler, for Make), $R3_LAUNCHER, $R3_CLANG and $R3_CLANGXX (for CMake: '
@@ -32,17 +48,29 @@ def setup_parser(subparser):
                            help="native (default): compile kernels for this machine, as Spack does and as the "
                                 "replay baseline does; as-built: keep the build's own target flags")
     subparser.add_argument("--timeout", type=float, default=None, help="seconds the run may take")
+    add_spack_arguments(subparser)
     subparser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def record(args):
     ws = Workspace(args.workspace)
     progress = None if args.json else (lambda msg: say("==> " + msg))
-    result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
-                         instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
-                         target=args.target, top=args.top,
-                         output=None if args.json else (lambda line: say("  | " + line)),
-                         progress=progress)
+    output = None if args.json else (lambda line: say("  | " + line))
+    if bool(args.spec) == bool(args.source):
+        raise R3Error("give a Spack spec or --source DIR (one of them)")
+    if args.spec:
+        if args.build or args.top:
+            raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")
+        from ..spack.record import record_spec
+        result = record_spec(ws, args.spec, run=args.run, kernels=args.kernel, instances=args.instances,
+                             tolerance=args.tolerance, timeout=args.timeout, user_scopes=args.spack_config,
+                             extra_repos=args.spack_repo, progress=progress, output=output)
+    else:
+        if not args.run:
+            raise R3Error("--source needs --run CMD")
+        result = record_tree(ws, args.source, args.run, build=args.build, kernels=args.kernel,
+                             instances=args.instances, tolerance=args.tolerance, timeout=args.timeout,
+                             target=args.target, top=args.top, output=output, progress=progress)
     if args.json:
         print(json.dumps({"run_dir": result.run_dir, "app_s": result.app_s, "kernels": result.hotness,
                           "captures": [c.id for c in result.captures]}, indent=1))

@@ -21,11 +21,15 @@ from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
+from .record import add_spack_arguments
 
 description = "search compiler pipelines and launch settings for the hot kernels"
 
 
 def setup_parser(subparser):
+    subparser.add_argument("spec", nargs="?", default=None,
+                           help="Spack spec: record it through Spack (or reuse its record), tune, emit the tuned "
+                                "variant (--repo) and check it in the application (+r3 against ~r3)")
     subparser.add_argument("--source", default=None, help="source tree to record first (never modified)")
     subparser.add_argument("--run", default=None, help="command that runs the application (with --source)")
     subparser.add_argument("--build", default=None, help="build command for the record (see r3 record --help)")
@@ -61,6 +65,12 @@ def setup_parser(subparser):
                            help="times a rewrite that fails to compile or verify goes back to its mutator "
                                 "with the diagnostic (default 2)")
     model_client.add_arguments(subparser)
+    add_spack_arguments(subparser)
+    subparser.add_argument("--repo", default=None, metavar="DIR",
+                           help="with a spec: the Spack repository the tuned variant goes to (default: "
+                                "<workspace>/repos/r3tuned)")
+    subparser.add_argument("--check-pairs", type=int, default=5, metavar="N",
+                           help="with a spec: paired application runs of +r3 against ~r3 (default 5; 0: no check)")
     subparser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -71,7 +81,9 @@ def tune(args):
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
     mutator = _mutator(args)
-    if bool(args.source) != bool(args.run):
+    if args.spec and args.source:
+        raise R3Error("give a Spack spec or --source DIR, not both")
+    if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
     progress = (lambda line: None) if args.json else (lambda line: say("==> " + line))
@@ -98,13 +110,61 @@ def tune(args):
         progress("not tuned: " + line)
     header = "covered share of the run: %s" % percent(sum(r.share for r in results))
     paths = write_report(ws, results, header)
+    spack_part = _emit_and_check(ws, args, progress) if args.spec and results else None
     if args.json:
-        print(json.dumps({"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
-                          "skipped": plan.skipped + skipped, "report": paths}, indent=1))
+        out = {"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
+               "skipped": plan.skipped + skipped, "report": paths}
+        if spack_part:
+            out.update(spack_part)
+        print(json.dumps(out, indent=1))
         return 0 if results else 1
     print(results_table(results))
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
+    if spack_part:
+        _print_spack_part(spack_part)
     return 0 if results else 1
+
+
+def _emit_and_check(ws, args, progress):
+    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3."""
+    from ..spack.check import check_app
+    from ..spack.emit import emit
+    from ..spack.record import latest_spack_record, package_name
+
+    name = package_name(args.spec)
+    try:
+        done = emit(ws, name, args.repo)
+    except R3Error as err:  # nothing beat the baseline: no variant to write
+        progress("no tuned variant written: %s" % err)
+        return {"emitted": None}
+    progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
+    out = {"emitted": {"recipe": done.recipe, "target": done.target, "targets": done.targets,
+                       "predicted_app_speedup": done.plan.predicted_app_speedup()}}
+    _, facts = latest_spack_record(ws, name)
+    run = args.run or (facts or {}).get("run")
+    if args.check_pairs < 1 or not run:
+        if args.check_pairs >= 1:
+            progress("no application check: the record ran the package's tests, give --run CMD to time a run")
+        return out
+    check = check_app(ws, done, args.spec, run, pairs=args.check_pairs, user_scopes=args.spack_config,
+                      extra_repos=args.spack_repo, repo_root=args.repo, say=progress)
+    from ..spack.emit import record_check
+    record_check(done, check)
+    out["check"] = check.to_json()
+    return out
+
+
+def _print_spack_part(part):
+    emitted = part.get("emitted")
+    if not emitted:
+        return
+    print("tuned variant: %s (target=%s)" % (emitted["recipe"], emitted["target"]))
+    check = part.get("check")
+    if check:
+        print("application: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
+              "(fidelity %.2f)" % (check["app_untuned_s"], check["app_tuned_s"], check["app_speedup"],
+                                   check["app_speedup_min"], check["app_speedup_max"], check["pairs"],
+                                   check["predicted_app_speedup"], check["fidelity"]))
 
 
 def _mutator(args):
@@ -119,6 +179,15 @@ def _mutator(args):
 
 
 def _captures(ws, args, progress):
+    if args.spec:
+        from ..spack.record import previous_spack_record, record_spec
+
+        previous = previous_spack_record(ws, args.spec, args.run, args.kernel)
+        if previous:
+            progress("reusing the captures recorded in %s" % previous.run_dir)
+            return previous.captures
+        return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, user_scopes=args.spack_config,
+                           extra_repos=args.spack_repo, progress=progress).captures
     if not args.source:
         return list_captures(ws)
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None)

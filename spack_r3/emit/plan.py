@@ -42,6 +42,9 @@ class Plan:
     target: str
     units: List[PlannedUnit] = field(default_factory=list)
     format: int = PLAN_FORMAT
+    # What the plan was tuned with (for staleness): package, namespace, version, compiler,
+    # spec, source_root, sources ({unit: sha256 of the original}), app measurements.
+    facts: dict = field(default_factory=dict)
 
     def unit_for(self, path):
         """The unit planned for the source file at ``path`` (absolute, in some build's
@@ -62,7 +65,7 @@ class Plan:
         return 1.0 / max(1e-9, 1.0 - saved)
 
     def to_json(self):
-        return {"format": self.format, "target": self.target,
+        return {"format": self.format, "target": self.target, "facts": self.facts,
                 "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
                            "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
 
@@ -70,7 +73,7 @@ class Plan:
     def from_json(cls, data):
         units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
                              dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
-        return cls(data["target"], units, data.get("format", PLAN_FORMAT))
+        return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}))
 
 
 def load_plan(path):

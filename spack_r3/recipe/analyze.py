@@ -36,6 +36,9 @@ class Dependency:
     required: bool = True
     spack: Optional[str] = None  # resolved Spack package (or virtual) name
     system: bool = False      # provided by libc / the compiler: no Spack dependency
+    # other names the project looks for it by (find_library(... NAMES siloh5 silo)): the
+    # first of name + alternatives that maps to a Spack package is the dependency
+    alternatives: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -63,7 +66,11 @@ class Analysis:
     notes: List[str] = field(default_factory=list)
 
     def to_dict(self):
-        return asdict(self)
+        d = asdict(self)
+        for dep in d["dependencies"]:
+            if not dep["alternatives"]:
+                del dep["alternatives"]  # only where there are some
+        return d
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -237,14 +244,27 @@ def _unq(s):
 def analyze_cmake(a: Analysis):
     files = [p for p in _walk(a.root) if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")]
     files.sort(key=lambda p: (p.count(os.sep), p))
+    texts = {path: _read(path) for path in files}
+    # options first, so that an if() sees an option declared in a file read later (include())
     options = {}
+    for path in files:
+        for cmd, argtext, _whole in _cmake_commands(texts[path]):
+            args = [_unq(x) for x in _cmake_args(argtext)]
+            if cmd in ("option", "cmake_dependent_option") and len(args) >= 2:
+                default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
+                options[args[0]] = (args[1], default)
     project_prefix = None
     langs = None
     exes, tests = [], []
+    found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
     for path in files:
         rel = os.path.relpath(path, a.root)
-        conds = []  # stack of option names (or None) guarding the current block
-        for cmd, argtext, whole in _cmake_commands(_read(path)):
+        module = re.match(r"^Find(.+)\.cmake$", os.path.basename(path))
+        # one entry per open if() block: [condition of the branch we are in, negations of the
+        # conditions of the branches before it (None: not expressible)]; a condition is a list
+        # of option literals ("WITH_X", "~WITH_X") that all hold in the branch
+        conds = []
+        for cmd, argtext, whole in _cmake_commands(texts[path]):
             args = [_unq(x) for x in _cmake_args(argtext)]
             if cmd == "project" and args and project_prefix is None:
                 project_prefix = re.sub(r"\W", "_", args[0]).upper()
@@ -260,20 +280,31 @@ def analyze_cmake(a: Analysis):
                     langs = args[1:]
             elif cmd == "enable_language" and args:
                 langs = (langs or []) + [args[0]]
-            elif cmd in ("option", "cmake_dependent_option") and len(args) >= 2:
-                default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
-                options[args[0]] = (args[1], default)
             elif cmd == "if":
-                opt = args[0] if len(args) == 1 and args[0] in options else None
-                neg = len(args) == 2 and args[0] == "NOT" and args[1] in options
-                conds.append(("~" + args[1]) if neg else opt)
+                lits, exact = _cmake_condition(args, options)
+                conds.append([lits, _negation(lits, exact, [])])
             elif cmd in ("elseif", "else"):
                 if conds:
-                    top = conds[-1]
-                    conds[-1] = (("~" + top) if top and not top.startswith("~") else None) if cmd == "else" else None
+                    before = conds[-1][1]  # what holds once the branches so far were not taken
+                    if cmd == "else":
+                        conds[-1] = [list(before or []), None]
+                    else:
+                        lits, exact = _cmake_condition(args, options)
+                        conds[-1] = [list(before or []) + lits, _negation(lits, exact, before)]
             elif cmd == "endif":
                 if conds:
                     conds.pop()
+            elif cmd in ("find_library", "find_path") and len(args) >= 2:
+                found = _cmake_find_names(args, cmd)
+                if found:
+                    kind = "library" if cmd == "find_library" else "header"
+                    dep = Dependency(found[0], kind, "%s: %s" % (rel, " ".join(whole.split())), ["build", "link"],
+                                     _cmake_when(conds, options, project_prefix), "REQUIRED" in args,
+                                     system=kind == "library" and found[0] in SYSTEM_LIBS, alternatives=found[1:])
+                    if module:
+                        found_in_module.append((dep, module.group(1)))
+                    else:
+                        a.dependencies.append(dep)
             elif cmd == "find_package" and args:
                 when = _cmake_when(conds, options, project_prefix)
                 required = "REQUIRED" in args
@@ -317,6 +348,7 @@ def analyze_cmake(a: Analysis):
                     if lib in ("m", "dl", "pthread", "rt"):
                         a.dependencies.append(Dependency(lib, "library", "%s: %s" % (rel, " ".join(whole.split())),
                                                          system=True))
+    _module_dependencies(a, found_in_module)
     if langs is None:
         langs = ["C", "CXX"]
     lang_map = {"C": "c", "CXX": "cxx", "Fortran": "fortran", "CUDA": "cuda"}
@@ -346,9 +378,12 @@ def analyze_cmake(a: Analysis):
     vmap = {v.option: v.name for v in a.variants}
     for d in a.dependencies:
         if d.when:
-            neg = d.when.startswith("~")
-            opt = d.when.lstrip("~")
-            d.when = ("~" if neg else "+") + vmap[opt] if opt in vmap else None
+            parts = []
+            for lit in d.when.split():
+                opt = lit.lstrip("~")
+                if opt in vmap:
+                    parts.append(("~" if lit.startswith("~") else "+") + vmap[opt])
+            d.when = "".join(dict.fromkeys(parts)) or None
     a.executables = [e for e in exes if e in a.build.get("installed", exes)]
     a.checks = [c for c in tests if c.exe in a.executables]
 
@@ -359,11 +394,90 @@ CMAKE_TOOLS = {"PkgConfig", "Git", "Doxygen", "Python", "Python3", "PythonInterp
                "FLEX", "SWIG"}
 
 
+# the keywords of find_library / find_path after the result variable
+CMAKE_FIND_KEYWORDS = {"NAMES", "NAMES_PER_DIR", "HINTS", "PATHS", "PATH_SUFFIXES", "DOC", "REQUIRED",
+                       "OPTIONAL", "NO_CACHE", "VALIDATOR", "REGISTRY_VIEW", "ENV", "NO_DEFAULT_PATH",
+                       "NO_PACKAGE_ROOT_PATH", "NO_CMAKE_PATH", "NO_CMAKE_ENVIRONMENT_PATH",
+                       "NO_SYSTEM_ENVIRONMENT_PATH", "NO_CMAKE_SYSTEM_PATH", "NO_CMAKE_INSTALL_PREFIX",
+                       "CMAKE_FIND_ROOT_PATH_BOTH", "ONLY_CMAKE_FIND_ROOT_PATH", "NO_CMAKE_FIND_ROOT_PATH"}
+
+
+def _cmake_find_names(args, cmd):
+    """The names a ``find_library(VAR NAMES a b ...)`` / ``find_path(VAR x.h ...)`` looks for,
+    in order (a library without ``lib`` prefix or file suffix); variables left out."""
+    if "NAMES" in args:
+        names = []
+        for x in args[args.index("NAMES") + 1:]:
+            if x in CMAKE_FIND_KEYWORDS:
+                break
+            names.append(x)
+    else:
+        names = [args[1]] if args[1] not in CMAKE_FIND_KEYWORDS else []
+    out = []
+    for n in names:
+        if not n or "$" in n or "<" in n:
+            continue
+        if cmd == "find_library":
+            n = re.sub(r"\.(a|lib|dll|dylib|so(\.\d+)*)$", "", n)
+            n = n[3:] if n.startswith("lib") and len(n) > 3 else n
+        if n and n not in out:
+            out.append(n)
+    return out
+
+
+def _cmake_condition(args, options):
+    """(literals, exact) of an ``if()``/``elseif()`` condition: the options that must be on
+    (``"WITH_X"``) or off (``"~WITH_X"``) in the branch; ``exact`` when that is all it says.
+    ``X``, ``${X}``, ``NOT X`` and ``AND`` of those are understood; anything else (``OR``,
+    parentheses, comparisons, platform checks) adds no literal."""
+    if not args or "OR" in args or any("(" in x or ")" in x for x in args):
+        return [], False
+    lits, exact, part = [], True, []
+    for tok in args + ["AND"]:
+        if tok != "AND":
+            part.append(tok)
+            continue
+        neg = len(part) == 2 and part[0] == "NOT"
+        name = part[-1] if len(part) == (2 if neg else 1) else None
+        if name:
+            m = re.match(r"^\$\{(\w+)\}$", name)
+            name = m.group(1) if m else name
+        if name in options:
+            lits.append(("~" if neg else "") + name)
+        else:
+            exact = False
+        part = []
+    return lits, exact
+
+
+def _negation(lits, exact, before):
+    """What holds after a branch with condition ``lits`` was not taken (given ``before``, what
+    held before it), as literals, or None when that is not a plain list of options."""
+    if before is None or not exact or len(lits) != 1:
+        return None
+    lit = lits[0]
+    return list(before) + [lit[1:] if lit.startswith("~") else "~" + lit]
+
+
+def _module_dependencies(a, found_in_module):
+    """What a FindN.cmake module of the project looks for is needed where ``find_package(N)``
+    is called: once per condition of those calls; not at all if nothing calls it."""
+    for dep, module in found_in_module:
+        whens = [d.when for d in a.dependencies if d.kind in ("cmake", "tool") and d.name.lower() == module.lower()]
+        if None in whens:
+            whens = [None]
+        for when in dict.fromkeys(whens):
+            lits = ((when or "") + " " + (dep.when or "")).split()
+            a.dependencies.append(Dependency(dep.name, dep.kind, dep.source, list(dep.type),
+                                             " ".join(dict.fromkeys(lits)) or None, dep.required,
+                                             system=dep.system, alternatives=list(dep.alternatives)))
+
+
 def _cmake_when(conds, options, prefix):
-    for c in reversed(conds):
-        if c:
-            return c  # option name (maybe negated); mapped to a variant afterwards
-    return None
+    """The options guarding the current block, outermost first, as one string of literals
+    (``"WITH_X ~WITH_Y"``); mapped to a Spack condition (``+x~y``) once variants are named."""
+    lits = [lit for cond, _neg in conds for lit in cond]
+    return " ".join(dict.fromkeys(lits)) or None
 
 
 # -- Meson --------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from . import names
+from . import names, templates
+
+FIXES = "templates/fixes.py.tmpl"  # the recipe text the fixes insert, under recipes/
 
 
 @dataclass
@@ -135,7 +137,7 @@ def add_dependency(text, spack_name, types=("build", "link")) -> Optional[str]:
     else:
         indent = " " * anchor.col_offset
         at = anchor.end_lineno
-    lines.insert(at, indent + new + "  # added by spack-r3 from the build diagnostics\n")
+    lines.insert(at, indent + templates.render(FIXES, "added_dependency", line=new) + "\n")
     return "".join(lines)
 
 
@@ -233,9 +235,10 @@ def _install_method(text, exes) -> Optional[str]:
         if isinstance(s, ast.FunctionDef) and s.name in ("install_targets", "install"):
             start = min([d.lineno for d in s.decorator_list] + [s.lineno])
             del lines[start - 1:s.end_lineno]
-    body = ["    def install(self, spec, prefix):\n", "        mkdirp(prefix.bin)\n"]
-    body += ["        install(%r, prefix.bin)\n" % e for e in exes] or ["        install_tree('.', prefix.share)\n"]
-    out = "".join(lines).rstrip("\n") + "\n\n" + "".join(body)
+    body = [templates.render(FIXES, "install")]
+    body += [templates.render(FIXES, "install_program", exe=repr(e)) for e in exes] or [
+        templates.render(FIXES, "install_tree")]
+    out = "".join(lines).rstrip("\n") + "\n\n" + "".join(b + "\n" for b in body)
     try:
         ast.parse(out)
     except SyntaxError:

@@ -3,7 +3,10 @@
 ``find_package(ZLIB)`` -> ``zlib-api`` (a virtual), ``pkg_check_modules(... fftw3)`` ->
 ``fftw-api``, ``-lopenblas`` -> ``blas``, ``dependency('r3tvec')`` -> ``r3tvec`` when some
 configured repository has it. A known table first (names that differ), then the index:
-exact name, lower-case, ``lib`` prefix added or removed, ``_`` -> ``-``, ``py-`` for Python.
+exact name, lower-case, ``lib`` prefix added or removed, ``_`` -> ``-``, ``py-`` for Python;
+for a library also without an HDF5 flavour or version (``siloh5`` -> ``silo``), for a header
+also its directory (``silo/silo.h`` -> ``silo``). Only a name some configured repository has
+(``index.has``) is taken.
 """
 
 import re
@@ -72,13 +75,22 @@ def candidates(name, kind):
         return ["py-" + base, base]
     if kind == "header":
         base = re.sub(r"\.h(pp)?$", "", low.split("/")[-1])
-        return [base, "lib" + base]
+        out = [base, "lib" + base]
+        if "/" in low:  # the directory: silo/silo.h -> silo, eigen3/Eigen/Core -> eigen
+            top = low.split("/")[0]
+            out += [top, re.sub(r"-?\d+(\.\d+)*$", "", top)]
+        return out
     out += [name, low, low.replace("_", "-")]
     if low.startswith("lib"):
         out.append(low[3:])
     else:
         out.append("lib" + low)
     out.append(re.sub(r"-?\d+(\.\d+)*$", "", low))  # glib-2.0 -> glib, fftw3 -> fftw
+    if kind == "library":
+        stem = low[3:] if low.startswith("lib") else low
+        stem = re.sub(r"[-_]?h5$", "", stem)  # the HDF5 flavour: siloh5 -> silo
+        out.append(stem)
+        out.append(re.sub(r"[-_.]?\d+(\.\d+)*$", "", stem))  # version digits: silo4.11 -> silo
     seen, uniq = set(), []
     for c in out:
         if c and c not in seen:
@@ -112,7 +124,10 @@ def resolve(analysis, index):
         if d.name.lower() in (analysis.name.lower(), analysis.name.lower().replace("-", "")):
             d.system = True  # the project itself (its own library or config file)
             continue
-        spack_name, system = resolve_name(d.name, d.kind, index)
+        for name in [d.name] + list(d.alternatives):
+            spack_name, system = resolve_name(name, d.kind, index)
+            if spack_name or system:
+                break
         if system:
             d.system = True
             continue

@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 from ..fileutil import write_atomic
-from . import fixes
+from . import fixes, templates
 from .validate import validate
 
 MAX_DIAGNOSTICS = 6000
+DIAGNOSTICS = "prompts/diagnostics.tmpl"  # the text of the diagnostics, under recipes/
 
 
 @dataclass
@@ -136,7 +137,8 @@ class Refiner:
             {"ok": v.ok, "reasons": v.reasons, "class": v.package_class, "bases": v.base_classes}, indent=1) + "\n")
         if not v.ok:
             att.outcome = "rejected"
-            att.diagnostics = "The recipe was rejected before Spack loaded it:\n" + "\n".join("- " + r for r in v.reasons)
+            att.diagnostics = templates.render(DIAGNOSTICS, "rejected") + "\n" + "\n".join(
+                templates.render(DIAGNOSTICS, "rejected_reason", reason=r) for r in v.reasons)
             return
         self.repo.write_recipe(name, text)
         specfile = os.path.join(att.directory, "spec.json")
@@ -145,7 +147,8 @@ class Refiner:
         if not conc.ok:
             att.outcome = "concretize-failed"
             errs = conc.result.error_lines() or [conc.result.output.strip()[-2000:]]
-            att.diagnostics = "`spack spec %s` failed:\n%s" % (name, _tail("\n".join(errs) + "\n" + conc.result.stderr))
+            att.diagnostics = templates.render(DIAGNOSTICS, "spec_failed", name=name,
+                                               errors=_tail("\n".join(errs) + "\n" + conc.result.stderr))
             return
         att.concretized = True
         att.spec_hash = conc.hash
@@ -167,7 +170,7 @@ class Refiner:
             att.check_passed = check_verdict(res.ok, res.output)
 
     def _install_diagnostics(self, att, inst):
-        parts = ["`spack install` failed:"]
+        parts = [templates.render(DIAGNOSTICS, "install_failed")]
         parts += inst.result.error_lines()
         for i, log in enumerate(inst.build_logs):
             if not os.path.isfile(log):
@@ -179,16 +182,17 @@ class Refiner:
                 continue
             events = self.spack.parse_log(log)
             if events:
-                parts.append("Errors Spack found in the build log (%s):" % os.path.basename(log))
+                parts.append(templates.render(DIAGNOSTICS, "build_log", log=os.path.basename(log)))
                 for e in events[:10]:
-                    parts.append("  line %s: %s" % (e.get("line"), e.get("text", "").rstrip()))
+                    parts.append(templates.render(DIAGNOSTICS, "build_log_error", line=e.get("line"),
+                                                  text=e.get("text", "").rstrip()))
                     for c in e.get("after", [])[:3]:
-                        parts.append("      " + c.rstrip())
+                        parts.append(templates.render(DIAGNOSTICS, "build_log_context", text=c.rstrip()))
             with open(log, errors="replace") as f:
                 content = f.read()
             # the lines our rules look at, from anywhere in the log
             for f_ in fixes.diagnose(content):
-                parts.append("  " + f_.evidence)
+                parts.append(templates.render(DIAGNOSTICS, "finding", evidence=f_.evidence))
         if len(parts) == 1:
             parts.append(_tail(inst.result.output, 3000))
         text = "\n".join(dict.fromkeys(parts))  # keep order, drop repeated lines

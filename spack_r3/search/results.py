@@ -114,6 +114,23 @@ def results_table(results):
     return text
 
 
+def save_results(workspace, results):
+    """Keep each kernel's result beside its captures: ``results/<capture id>.json``."""
+    os.makedirs(workspace.results_dir, exist_ok=True)
+    for r in results:
+        for cid in r.captures:
+            write_atomic(os.path.join(workspace.results_dir, cid + ".json"), json.dumps(r.to_json(), indent=1))
+
+
+def load_result(workspace, capture_id):
+    """The saved KernelResult of a capture, or None."""
+    try:
+        with open(os.path.join(workspace.results_dir, capture_id + ".json")) as f:
+            return KernelResult.from_json(json.load(f))
+    except (OSError, ValueError):
+        return None
+
+
 def write_report(workspace, results, header=""):
     """The report files in the workspace; returns their paths."""
     out = os.path.join(workspace.root, "reports")

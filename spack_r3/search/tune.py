@@ -25,7 +25,7 @@ from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
 from .confirm import confirm
-from .results import KernelResult, kernel_result
+from .results import KernelResult, kernel_result, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
 
@@ -194,4 +194,5 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
         else:
             result = saved[study.name]
         results.append(result)
+    save_results(workspace, results)
     return results, skipped

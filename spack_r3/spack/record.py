@@ -49,14 +49,17 @@ def package_name(spec):
     return m.group(1)
 
 
-def open_site(workspace, user_scopes=(), extra_repos=()):
-    """The workspace's sandbox with the record repository at the front."""
+def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
+    """The workspace's sandbox with the record repository at the front (``front_repo``:
+    that one instead, e.g. the tuned repository for a check)."""
     spack = Spack(scopes=user_scopes)
     root = os.path.join(workspace.root, "spack")
     layout = detect_layout(spack.version())
     record_repo = create_repo(os.path.join(root, "r3record"), "r3record", layout)
-    repos = [record_repo.path] + [os.path.abspath(r) for r in extra_repos]
-    sandbox = make_sandbox(os.path.join(root, "sandbox"), repos=repos)
+    first = front_repo or record_repo.path
+    repos = [first] + [os.path.abspath(r) for r in extra_repos]
+    sandbox = make_sandbox(os.path.join(root, "sandbox"), repos=repos,
+                           scope_name="scope" if front_repo is None else "scope-check")
     _write_compilers(spack, sandbox.scope)
     return SpackSite(spack.with_scopes(sandbox.scope), sandbox, layout, record_repo)
 
@@ -179,7 +182,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
                                     build_log=os.path.join(run_dir, "spack", "install.log"))
     _add_spack_facts(run_dir, {"package": name, "namespace": namespace, "spec": spec, "hash": installed.hash,
                                "version": installed.version, "target": installed.target,
-                               "compiler": installed.compiler, "prefix": installed.prefix,
+                               "compiler": installed.compiler, "prefix": installed.prefix, "layout": site.layout,
                                "source_root": _source_root(result.captures)})
     return result
 

@@ -70,10 +70,11 @@ def find_externals(extra_bin_dirs=()) -> Dict[str, dict]:
     return found
 
 
-def make_sandbox(root, repos=(), extra_bin_dirs=(), seed_cache=True) -> Sandbox:
-    """Create (or reuse) the sandbox at ``root``; returns its scope directory for ``spack -C``."""
+def make_sandbox(root, repos=(), extra_bin_dirs=(), seed_cache=True, scope_name="scope") -> Sandbox:
+    """Create (or reuse) the sandbox at ``root``; returns its scope directory for ``spack -C``.
+    Scopes of other names (other repository lists) share its install tree and caches."""
     root = os.path.abspath(root)
-    scope = os.path.join(root, "scope")
+    scope = os.path.join(root, scope_name)
     misc = os.path.join(root, "misc-cache")
     user_cache = os.path.join(os.path.expanduser("~"), ".spack", "cache")
     if seed_cache and not os.path.isdir(misc) and os.path.isdir(user_cache):

@@ -1,0 +1,41 @@
+"""Write the winners of r3 tune for a package into a Spack repository as its tuned
+variant: a package that inherits the recipe, with variant r3, the source patches and the
+tuned pipeline and launch settings keyed to the microarchitecture they were tuned on
+(spack install <package>+r3 then builds exactly what was measured)."""
+
+import json
+
+from ..report import say
+from ..workspace import Workspace
+
+description = "write the tuned variant of a package into a Spack repository"
+
+
+def setup_parser(subparser):
+    subparser.add_argument("package", help="package whose tuned kernels to emit (recorded with r3 record SPEC)")
+    subparser.add_argument("--repo", default=None, metavar="DIR",
+                           help="Spack repository to write (default: <workspace>/repos/r3tuned, namespace r3tuned; "
+                                "created if missing)")
+    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def emit(args):
+    from ..spack.emit import emit as emit_package
+
+    ws = Workspace(args.workspace)
+    done = emit_package(ws, args.package, args.repo)
+    if args.json:
+        print(json.dumps({"package": done.package, "target": done.target, "recipe": done.recipe,
+                          "plan": done.plan_path, "targets": done.targets, "skipped": done.skipped,
+                          "predicted_app_speedup": done.plan.predicted_app_speedup(),
+                          "kernels": [k.__dict__ for u in done.plan.units for k in u.kernels]}, indent=1))
+        return 0
+    for line in done.skipped:
+        say("==> not emitted: " + line)
+    kernels = [k for u in done.plan.units for k in u.kernels]
+    print("%s: %d tuned kernel(s) for target=%s (targets now: %s), predicted application speedup %.2fx"
+          % (done.package, len(kernels), done.target, ", ".join(done.targets), done.plan.predicted_app_speedup()))
+    print("recipe: %s" % done.recipe)
+    print("build it: spack -C <a scope listing %s> install %s+r3" % (done.recipe.rsplit("/packages/", 1)[0],
+                                                                     done.package))
+    return 0

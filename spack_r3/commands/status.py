@@ -1,0 +1,61 @@
+"""Which packages have tuned variants, for which targets, with which speedups (replay's
+prediction and, after a check, the application's), and which are stale: the package
+version, the compiler or a tuned source changed since tuning, or a patch no longer applies."""
+
+import json
+
+from ..report import table
+from ..workspace import Workspace
+
+description = "tuned packages, their targets and speedups, and which are stale"
+
+
+def setup_parser(subparser):
+    subparser.add_argument("package", nargs="?", default=None, help="only this package")
+    subparser.add_argument("--repo", default=None, metavar="DIR",
+                           help="tuned Spack repository (default: <workspace>/repos/r3tuned)")
+    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
+                           help="extra Spack configuration scope (to find the original recipes)")
+    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def status(args):
+    from ..errors import R3Error
+    from ..spack.emit import default_repo
+    from ..spack.status import status as tuned_status
+
+    ws = Workspace(args.workspace)
+    repo = args.repo or default_repo(ws)
+    rows = tuned_status(repo, _recipe_texts(args.spack_config), args.package)
+    if args.package and not rows:
+        raise R3Error("%s has no tuned variant in %s" % (args.package, repo))
+    if args.json:
+        print(json.dumps({"repo": repo, "packages": [r.to_json() for r in rows]}, indent=1))
+        return 1 if any(r.stale for r in rows) else 0
+    if not rows:
+        print("no tuned packages in %s" % repo)
+        return 0
+    print(table(["package", "target", "kernels", "predicted", "measured", "version", "compiler", "state"],
+                [[r.package, r.target, len(r.kernels), "%.2fx" % r.predicted_app_speedup,
+                  "-" if r.measured_app_speedup is None else "%.2fx" % r.measured_app_speedup,
+                  r.version or "-", r.compiler or "-", "stale" if r.stale else "current"] for r in rows]))
+    for r in rows:
+        for why in r.stale:
+            print("%s target=%s is stale: %s" % (r.package, r.target, why))
+    return 1 if any(r.stale for r in rows) else 0
+
+
+def _recipe_texts(scopes):
+    """name -> the original recipe's text, through Spack when there is one (else None)."""
+    def text_of(name):
+        try:
+            from ..spack.record import OWN_NAMESPACES
+            from ..spack.repos import PackageIndex, configured_repos
+            from ..spack.runner import Spack
+
+            repos = [r for r in configured_repos(Spack(scopes=scopes)) if r.namespace not in OWN_NAMESPACES]
+            info = PackageIndex(repos).find(name)
+            return info.text() if info else None
+        except Exception:  # no Spack: the version is not checked
+            return None
+    return text_of

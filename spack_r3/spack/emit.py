@@ -1,0 +1,154 @@
+"""``spack r3 emit <package>``: the winners of ``r3 tune`` as a tuned variant in a Spack repo.
+
+    <repo>/packages/<name>/package.py     inherits the recipe; variant r3; patch(..., when=
+                                          "+r3 target=<uarch>"); r3-apply when +r3
+    <repo>/packages/<name>/r3-<uarch>.json the build plan of one target (``emit.plan``)
+    <repo>/packages/<name>/r3-<uarch>-<n>.patch  the source rewrites, relative to the source root
+
+The package is written again from every ``r3-*.json`` beside it, so emitting for a
+second target adds to the package instead of replacing it.
+"""
+
+import datetime
+import glob
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import List
+
+from ..capture import load_capture_dir
+from ..data import Variant
+from ..errors import R3Error
+from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
+from ..fileutil import write_atomic
+from ..search.results import load_result
+from ..sourcepatch import PatchError, apply_patch, make_patch
+from ..replay.source import unit_text
+from .record import latest_spack_record
+from .repos import create_repo, open_repo
+from .wrap import tuned_package
+
+NAMESPACE = "r3tuned"
+
+
+def default_repo(workspace):
+    return os.path.join(workspace.root, "repos", NAMESPACE)
+
+
+@dataclass
+class Emitted:
+    package: str
+    target: str
+    recipe: str
+    plan: Plan
+    plan_path: str
+    targets: List[str] = field(default_factory=list)  # every target the package now has
+    skipped: List[str] = field(default_factory=list)  # "kernel: why it is not in the plan"
+
+
+def build_plan(workspace, package):
+    """(Plan, skipped lines, {patch name: text}) from the package's latest record and the
+    tune results of its captures."""
+    record, facts = latest_spack_record(workspace, package)
+    if record is None:
+        raise R3Error("nothing recorded for %s: run spack r3 record %s (or spack r3 tune %s) first"
+                      % (package, package, package))
+    target = facts.get("target") or "unknown"
+    plan = Plan(target, facts=dict(facts, emitted=datetime.datetime.now().isoformat(timespec="seconds")))
+    skipped, units, texts, patches = [], {}, {}, {}
+    for capture in record.captures:
+        result = load_result(workspace, capture.id)
+        if result is None or result.captures[:1] != [capture.id]:
+            continue  # not tuned, or another instance of a kernel counted already
+        if result.winner == "baseline" or result.speedup <= 1.0:
+            skipped.append("%s: nothing beat the baseline" % result.kernel)
+            continue
+        variant = Variant.from_json(result.variant)
+        rel = _relative(capture.source_file, facts.get("source_root"))
+        unit = units.setdefault(rel, PlannedUnit(rel))
+        directory = workspace.capture_dir(capture.id)
+        if rel not in texts:
+            original = unit_text(capture, directory)
+            texts[rel] = [original, original]
+            plan.facts.setdefault("sources", {})[rel] = hashlib.sha256(original.encode()).hexdigest()
+        if variant.source_patch:
+            try:  # rewrites of different kernels of one unit must compose
+                combined = apply_patch(texts[rel][1], variant.source_patch)
+            except PatchError as err:
+                skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
+                continue
+            clash = {k for k, v in variant.source_defines.items() if unit.defines.get(k, v) != v}
+            if clash:
+                skipped.append("%s: its knobs clash with another kernel's: %s" % (result.kernel, ", ".join(sorted(clash))))
+                continue
+            texts[rel][1] = combined
+            unit.defines.update(variant.source_defines)
+        unit.kernels.append(PlannedKernel(result.kernel, variant.pipeline.to_json(), variant.launch.to_json(),
+                                          result.relaxes_fp, result.speedup, result.share, variant.source_rule))
+    for n, (rel, unit) in enumerate(sorted(units.items())):
+        original, changed = texts[rel]
+        if changed != original:
+            unit.patch = "r3-%s-%d.patch" % (target, n)
+            patches[unit.patch] = make_patch(original, changed, rel)
+        plan.units.append(unit)
+    if not plan.units:
+        raise R3Error("nothing tuned for %s: run spack r3 tune %s first%s" % (
+            package, package, (" (%s)" % "; ".join(skipped)) if skipped else ""))
+    return plan, skipped, patches
+
+
+def _relative(path, source_root):
+    if source_root and path.startswith(source_root.rstrip(os.sep) + os.sep):
+        return os.path.relpath(path, source_root)
+    return os.path.basename(path)
+
+
+def emit(workspace, package, repo_root=None, layout=None):
+    """Write (or add to) the tuned package; returns Emitted."""
+    plan, skipped, patches = build_plan(workspace, package)
+    facts = plan.facts
+    repo = create_repo(repo_root or default_repo(workspace), NAMESPACE, layout or facts.get("layout") or "v1")
+    if repo.namespace == facts.get("namespace"):
+        raise R3Error("the tuned repository cannot be the package's own (%s)" % repo.path)
+    recipe = repo.recipe_path(package)
+    directory = os.path.dirname(recipe)
+    os.makedirs(directory, exist_ok=True)
+    for old in glob.glob(os.path.join(directory, "r3-%s-*.patch" % plan.target)):
+        os.remove(old)  # this target's earlier rewrites
+    for name, text in patches.items():
+        write_atomic(os.path.join(directory, name), text)
+    plan_path = os.path.join(directory, "r3-%s.json" % plan.target)
+    write_atomic(plan_path, _json(plan.to_json()))
+    plans = {p.target: p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
+    write_atomic(recipe, tuned_package(facts["namespace"], package, repo.layout, plans))
+    return Emitted(package, plan.target, recipe, plan, plan_path, sorted(plans), skipped)
+
+
+def record_check(emitted, check):
+    """Keep the application check in the plan (``spack r3 status`` shows it)."""
+    emitted.plan.facts["check"] = check.to_json()
+    write_atomic(emitted.plan_path, _json(emitted.plan.to_json()))
+
+
+def tuned_plans(repo_root):
+    """{package: {target: Plan}} of a tuned repository."""
+    repo = open_repo(repo_root)
+    out = {}
+    if repo is None:
+        return out
+    for name in repo.package_names():
+        directory = os.path.dirname(repo.recipe_path(name))
+        for path in sorted(glob.glob(os.path.join(directory, "r3-*.json"))):
+            try:
+                plan = load_plan(path)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            out.setdefault(name, {})[plan.target] = plan
+    return out
+
+
+def _json(data):
+    import json
+
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"

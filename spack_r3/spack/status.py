@@ -1,0 +1,112 @@
+"""``spack r3 status``: tuned packages, their targets and speedups, and which are stale.
+
+A tuned variant is stale when what it was measured on changed: the package's version
+(the recipe now prefers another), the compiler (another clang than the one it was tuned
+with), or the source (a tuned unit differs from the one recorded, or its patch no longer
+applies to it).
+"""
+
+import hashlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..sourcepatch import PatchError, apply_patch
+from ..toolchain import find_clang
+from .emit import tuned_plans
+
+
+@dataclass
+class TargetStatus:
+    package: str
+    target: str
+    kernels: List[str]
+    predicted_app_speedup: float
+    measured_app_speedup: Optional[float]
+    version: Optional[str]
+    compiler: Optional[str]
+    stale: List[str] = field(default_factory=list)  # why, one line each; empty: current
+
+    def to_json(self):
+        return dict(self.__dict__)
+
+
+def preferred_version(recipe_text):
+    """The version Spack would pick from a recipe's ``version(...)`` lines (preferred=True
+    first, else the highest), or None."""
+    found = re.findall(r"^\s*version\(\s*[\"']([^\"']+)[\"']([^)]*)\)", recipe_text, re.M)
+    preferred = [v for v, rest in found if re.search(r"preferred\s*=\s*True", rest)]
+    if preferred:
+        return preferred[0]
+    numeric = [v for v, _ in found if re.match(r"^\d", v)]
+
+    def key(v):
+        return [int(p) if p.isdigit() else -1 for p in re.split(r"[.-]", v)]
+
+    return max(numeric, key=key) if numeric else (found[0][0] if found else None)
+
+
+def _clang_version():
+    try:
+        out = subprocess.run([find_clang(), "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+        return out.strip() or None
+    except Exception:
+        return None
+
+
+def status(repo_root, recipe_text_of=None, package=None):
+    """One TargetStatus per (package, target) in the tuned repository.
+    ``recipe_text_of(name)``: the original recipe's text (None: the version is not checked)."""
+    clang = _clang_version()
+    out = []
+    for name, plans in sorted(tuned_plans(repo_root).items()):
+        if package and name != package:
+            continue
+        for target, plan in sorted(plans.items()):
+            facts = plan.facts
+            st = TargetStatus(name, target, [k.symbol for u in plan.units for k in u.kernels],
+                              plan.predicted_app_speedup(), (facts.get("check") or {}).get("app_speedup"),
+                              facts.get("version"), facts.get("compiler"))
+            text = recipe_text_of(name) if recipe_text_of else None
+            now = preferred_version(text) if text else None
+            if now and facts.get("version") and now != facts["version"]:
+                st.stale.append("version: tuned on %s, the recipe now prefers %s" % (facts["version"], now))
+            tuned_clang = (facts.get("compiler") or "").partition("@")[2]
+            if clang and tuned_clang and clang != tuned_clang:
+                st.stale.append("compiler: tuned with clang %s, this machine's is %s" % (tuned_clang, clang))
+            st.stale += _source_changes(plan, repo_root, name)
+            out.append(st)
+    return out
+
+
+def _source_changes(plan, repo_root, name):
+    """Tuned units whose source (in the record build's kept stage) changed, or whose patch
+    no longer applies there."""
+    root = plan.facts.get("source_root")
+    if not root or not os.path.isdir(root):
+        return []
+    from .repos import open_repo
+
+    repo = open_repo(repo_root)
+    directory = os.path.dirname(repo.recipe_path(name)) if repo else ""
+    out = []
+    for unit in plan.units:
+        path = os.path.join(root, unit.source)
+        try:
+            with open(path, errors="surrogateescape") as f:
+                text = f.read()
+        except OSError:
+            out.append("source: %s is gone from %s" % (unit.source, root))
+            continue
+        want = (plan.facts.get("sources") or {}).get(unit.source)
+        if want and hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest() != want:
+            out.append("source: %s changed since tuning" % unit.source)
+        if unit.patch:
+            try:
+                with open(os.path.join(directory, unit.patch)) as f:
+                    apply_patch(text, f.read())
+            except (OSError, PatchError) as err:
+                out.append("patch: %s no longer applies to %s (%s)" % (unit.patch, unit.source, err))
+    return out
