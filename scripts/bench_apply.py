@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Does what replay predicts hold in the application? For every demo package:
+``r3 tune <demo> --run CMD`` (record through Spack, tune, emit the tuned variant), then the
+``+r3`` build against the ``~r3`` build, both installed by Spack, timed in the same run as
+pairs in alternating order (``spack/check.py``).
+
+    python scripts/bench_apply.py [--budget 16] [--pairs 7] [--demos dense,heat] [--out bench/apply.json]
+
+Writes ``packages``: per demo ``app_untuned_s``, ``app_tuned_s``, ``app_speedup`` with its
+spread (min/max of the pair ratios), ``predicted_app_speedup`` (replay's confirmed kernel
+speedups weighted by each kernel's share of the recorded run) and ``fidelity`` =
+(app_speedup - 1) / (predicted_app_speedup - 1). Target: fidelity at least 0.8 for every demo.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+R3 = os.path.join(os.path.dirname(sys.executable), "r3")
+
+# The run each demo is recorded, tuned and checked with (a few tenths of a second untuned).
+RUNS = {
+    "dense": "dense 300 2",
+    "heat": "heat 512 200",
+    "cg": "cg 96 400",
+    "nbody": "nbody 1024 10",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--demos", default=",".join(RUNS))
+    ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
+    args = ap.parse_args()
+    ws = args.workspace or tempfile.mkdtemp(prefix="r3-bench-apply-")
+    scope = os.path.join(ws, "scope")
+    os.makedirs(scope, exist_ok=True)
+    with open(os.path.join(scope, "repos.yaml"), "w") as f:
+        f.write("repos:\n- %s\n" % os.path.join(ROOT, "repos", "r3"))
+    packages = []
+    for demo in args.demos.split(","):
+        spec = "r3-" + demo
+        argv = [R3, "--workspace", ws, "tune", spec, "--run", RUNS[demo], "--budget", str(args.budget),
+                "--workers", str(args.workers), "--min-share", "0.05", "--confirm-rounds", "2",
+                "--check-pairs", str(args.pairs), "--spack-config", scope, "--json"]
+        print("==> %s: %s" % (spec, " ".join(argv[3:])), flush=True)
+        start = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        took = time.monotonic() - start
+        if proc.returncode != 0 or not proc.stdout.strip().startswith("{"):
+            print(proc.stderr[-2000:], file=sys.stderr)
+            packages.append({"package": spec, "error": (proc.stderr.strip().splitlines() or ["?"])[-1],
+                             "seconds": took})
+            continue
+        out = json.loads(proc.stdout)
+        check = out.get("check") or {}
+        entry = {"package": spec, "run": RUNS[demo], "seconds": round(took, 1),
+                 "kernels": [{"kernel": k["kernel"], "share": k["share"], "speedup": k["speedup"],
+                              "winner": k["winner"]} for k in out["kernels"]]}
+        if check:
+            entry.update({k: check[k] for k in ("app_untuned_s", "app_tuned_s", "app_speedup", "app_speedup_min",
+                                                "app_speedup_max", "predicted_app_speedup", "fidelity", "pairs")})
+        else:
+            entry["error"] = "no tuned variant (nothing beat the baseline)"
+        packages.append(entry)
+        print("    %s" % json.dumps({k: entry.get(k) for k in ("app_speedup", "predicted_app_speedup", "fidelity")}),
+              flush=True)
+    result = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+              "settings": {"budget": args.budget, "pairs": args.pairs, "workers": args.workers},
+              "target": "fidelity >= 0.8 for every demo", "packages": packages}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print("%-10s %10s %10s %18s %10s %9s" % ("package", "untuned", "+r3", "app speedup", "predicted", "fidelity"))
+    for p in packages:
+        if "app_speedup" in p:
+            print("%-10s %9.3fs %9.3fs %6.2fx [%.2f-%.2f] %9.2fx %9.2f" % (
+                p["package"], p["app_untuned_s"], p["app_tuned_s"], p["app_speedup"], p["app_speedup_min"],
+                p["app_speedup_max"], p["predicted_app_speedup"], p["fidelity"]))
+        else:
+            print("%-10s %s" % (p["package"], p.get("error")))
+    print("wrote %s" % args.out)
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""r3-apply, the launcher a tuned package builds with: tuned kernels come from replay's
+``optimized_module``, the rest of the unit as the build compiles it, one copy of the
+unit's static state shared by both. No Spack needed: plain make with CC="r3-apply clang".
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spack_r3.emit.apply import declare_only, shared_names
+from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
+
+R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+
+# A kernel that is static, uses a static (writable) accumulator and a static helper, and is
+# called from main in the same unit: the cases a split of the unit must keep whole.
+KERNELS_C = r"""
+#include <stdio.h>
+static double total;
+static int calls;
+static double scale(double x) { return 0.5 * x; }
+static void axpy(int n, double a, const double *x, double *y) {
+  for (int i = 0; i < n; i++) { y[i] += a * scale(x[i]); total += y[i]; }
+  calls++;
+}
+void smooth(int n, double *v) {
+  for (int i = 1; i < n - 1; i++) v[i] = (v[i - 1] + v[i] + v[i + 1]) / 3.0;
+}
+void run_all(int n, double *x, double *y) {
+  for (int r = 0; r < 20; r++) { axpy(n, 1.5, x, y); smooth(n, y); }
+  printf("total=%.17g calls=%d y0=%.17g\n", total, calls, y[n / 2]);
+}
+"""
+
+MAIN_C = r"""
+#include <stdlib.h>
+void run_all(int n, double *x, double *y);
+int main(void) {
+  int n = 1000;
+  double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  for (int i = 0; i < n; i++) { x[i] = i % 7; y[i] = 1.0 / (i + 1); }
+  run_all(n, x, y);
+  return 0;
+}
+"""
+
+MAKEFILE = "app: main.o kernels.o\n\t$(CC) -O2 -o app main.o kernels.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n"
+
+
+def _tree(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kernels.c").write_text(KERNELS_C)
+    (src / "main.c").write_text(MAIN_C)
+    (src / "Makefile").write_text(MAKEFILE)
+    return src
+
+
+def _plan(path, kernels, source="kernels.c"):
+    plan = Plan("any", [PlannedUnit(source, [PlannedKernel(k, p) for k, p in kernels])])
+    path.write_text(json.dumps(plan.to_json()))
+    return str(path)
+
+
+def _make(src, clang, plan=None, extra_env=None):
+    env = dict(os.environ, **(extra_env or {}))
+    if plan:
+        env["R3_APPLY_PLAN"] = plan
+    subprocess.run(["make", "-s", "clean"], cwd=src, capture_output=True)
+    for f in ("app", "main.o", "kernels.o"):
+        if (src / f).exists():
+            (src / f).unlink()
+    return subprocess.run(["make", "-s", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env,
+                          capture_output=True, text=True)
+
+
+def _symbols(obj):
+    out = subprocess.run(["nm", str(obj)], capture_output=True, text=True).stdout
+    return [line.split()[-1] for line in out.splitlines() if line.split()[-2:-1] in (["T"], ["t"])]
+
+
+def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
+    src = _tree(tmp_path)
+    built = _make(src, clang)
+    assert built.returncode == 0, built.stderr
+    untuned = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    assert "calls=20" in untuned
+
+    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3", "noalias": True}),
+                                          ("smooth", {"opt": "2", "loop_vectorize": False})])
+    built = _make(src, clang, plan)
+    assert built.returncode == 0, built.stderr
+    tuned = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    assert tuned == untuned  # exact FP settings: the same numbers, one shared `total` and `calls`
+    # One definition of each tuned kernel (the static one under its hidden shared name).
+    names = _symbols(src / "kernels.o")
+    assert names.count("smooth") == 1
+    assert len([n for n in names if n.startswith("axpy.r3.")]) == 1
+
+
+def test_units_and_commands_outside_the_plan_build_unchanged(clang, tmp_path):
+    src = _tree(tmp_path)
+    plan = _plan(tmp_path / "plan.json", [("smooth", {"opt": "3"})], source="elsewhere/kernels.c")
+    built = _make(src, clang, plan)
+    assert built.returncode == 0, built.stderr
+    assert not any(n.startswith("axpy.r3.") for n in _symbols(src / "kernels.o"))  # not split
+
+
+def test_a_kernel_gone_from_the_source_fails_the_build_with_one_line(clang, tmp_path):
+    src = _tree(tmp_path)
+    plan = _plan(tmp_path / "plan.json", [("renamed_kernel", {"opt": "3"})])
+    built = _make(src, clang, plan)
+    assert built.returncode != 0
+    lines = [l for l in built.stderr.splitlines() if l.startswith("r3-apply:")]
+    assert len(lines) == 1 and "does not define renamed_kernel" in lines[0], built.stderr
+    assert "Traceback" not in built.stderr
+    # Asked for: the untuned object instead, with a warning.
+    built = _make(src, clang, plan, {"R3_APPLY_FALLBACK": "1"})
+    assert built.returncode == 0 and "built untuned" in built.stderr
+
+
+def test_shared_names_and_declarations_on_ir():
+    text = "\n".join([
+        "@count = internal global i32 0, align 4",
+        "@.str = private unnamed_addr constant [3 x i8] c\"%d\\00\", align 1",
+        "@shared = dso_local global double 0.0, align 8",
+        "define internal void @kern(ptr noundef %p) #0 {",
+        "entry:",
+        "  %v = load i32, ptr @count, align 4",
+        "  ret void",
+        "}",
+        "define dso_local i32 @main() #0 {",
+        "  call void @kern(ptr null)",
+        "  ret i32 0",
+        "}",
+    ])
+    out, names, writable = shared_names(text, ["kern"], "abcd1234")
+    assert names == {"kern": "kern.r3.abcd1234"}
+    assert "@count.r3.abcd1234 = hidden global i32 0" in out
+    assert "@.str = private" in out  # constants may be copied: left alone
+    assert sorted(writable) == ["count.r3.abcd1234", "shared"]
+    assert "define hidden void @kern.r3.abcd1234(" in out
+    assert "call void @kern.r3.abcd1234(ptr null)" in out
+    declared = declare_only(out, ["kern.r3.abcd1234"])
+    assert "declare hidden void @kern.r3.abcd1234(ptr noundef) #0" in declared
+    assert "%v = load" not in declared and "define dso_local i32 @main()" in declared
+
+
+def test_plan_matches_units_in_any_stage_and_predicts_with_amdahl(tmp_path):
+    plan = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", {}, speedup=2.0, share=0.5),
+                                                 PlannedKernel("b", {}, speedup=4.0, share=0.2)], {"R3_TILE_1": 32})])
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan.to_json()))
+    again = load_plan(str(path))
+    assert again.unit_for("/tmp/spack-stage/x/spack-src/src/k.c")["defines"] == {"R3_TILE_1": 32}
+    assert again.unit_for("/tmp/other/k.c") is None
+    # 1 / (1 - 0.5 * (1 - 1/2) - 0.2 * (1 - 1/4))
+    assert again.predicted_app_speedup() == pytest.approx(1 / (1 - 0.25 - 0.15))
