@@ -136,15 +136,16 @@ def install(site, spec, directory, what, rebuild=False):
     return Installed(outcome.hash, prefix, specfile, node)
 
 
+def has_tests(recipe_path):
+    with open(recipe_path, errors="replace") as f:
+        return bool(re.search(r"^\s*def test(_\w+)?\(self", f.read(), re.M))
+
+
 def run_command(site, installed, run):
     """The command that runs the installed package: ``run`` with its bin first on PATH, or
     its stand-alone tests."""
     if run:
         return run
-    recipe = site.find_recipe(installed.node["name"])
-    text = open(recipe[1]).read() if recipe else ""
-    if not re.search(r"^\s*def test(_\w+)?\(self", text, re.M):
-        raise R3Error("%s declares no stand-alone test to run: give --run CMD" % installed.node["name"])
     return " ".join(shlex.quote(a) for a in site.spack.argv("test", "run", "/" + installed.hash))
 
 
@@ -159,7 +160,9 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     recipe = site.find_recipe(name)
     if recipe is None:
         raise R3Error("unknown package %s: no recipe in Spack's repositories (r3 recipe generates one)" % name)
-    namespace, _ = recipe
+    namespace, recipe_path = recipe
+    if not run and not has_tests(recipe_path):
+        raise R3Error("%s declares no stand-alone test to run: give --run CMD" % name)
     run_dir = session.new_run_dir(workspace, name)
     record_dir = os.path.join(run_dir, "record")
     os.makedirs(record_dir)

@@ -1,0 +1,215 @@
+"""The Spack round trip with a real Spack (no mocks): record a package through Spack ->
+tune (small budget) -> emit the tuned variant -> ``spack install <package>+r3`` and
+``~r3`` -> run both; for a demo (Make) and a CMake package written here. Then the bad
+inputs, and ``spack r3 -h`` through Spack's extension mechanism.
+
+Concretization costs ~30 s on this machine: the tests share one workspace (one sandbox,
+one install tree) per module, and keep the Spack calls few.
+"""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from spack_r3 import cli
+from spack_r3.extension import EXTENSION_ROOT
+from spack_r3.spack.repos import write_scope
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_REPO = os.path.join(ROOT, "repos", "r3")
+
+pytestmark = pytest.mark.spack
+
+
+def r3(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main([str(a) for a in argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+# A CMake package of our own: a stencil kernel in its own unit, a driver that checks it.
+CMAKE_KERNEL = r"""
+void relax(int n, const double *in, double *out) {
+  for (int i = 1; i < n - 1; i++) out[i] = 0.25 * in[i - 1] + 0.5 * in[i] + 0.25 * in[i + 1];
+}
+"""
+CMAKE_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void relax(int n, const double *in, double *out);
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 100000, steps = argc > 2 ? atoi(argv[2]) : 50;
+  double *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+  a[n / 2] = b[n / 2] = 1.0;
+  for (int s = 0; s < steps; s++) { relax(n, a, b); double *t = a; a = b; b = t; }
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += a[i];
+  printf("relaxcm: sum=%.12f %s\n", sum, (sum > 0.999 && sum < 1.001) ? "PASSED" : "FAILED");
+  return !(sum > 0.999 && sum < 1.001);
+}
+"""
+CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
+project(relaxcm C)
+add_executable(relaxcm main.c relax.c)
+install(TARGETS relaxcm DESTINATION bin)
+"""
+CMAKE_RECIPE = '''from spack.package import *
+
+
+class R3tRelaxcm(CMakePackage):
+    """A stencil relaxation, built with CMake (spack-r3's round-trip test)."""
+
+    homepage = "https://example.org/r3t-relaxcm"
+    url = "file://{tarball}"
+
+    version("1.0", sha256="{sha256}")
+
+    depends_on("c", type="build")
+'''
+BROKEN_RECIPE = '''from spack.package import *
+
+
+class R3tBroken(MakefilePackage):
+    """A build that fails (spack-r3's bad-input test)."""
+
+    homepage = "https://example.org/r3t-broken"
+    url = "file://{tarball}"
+
+    version("1.0", sha256="{sha256}")
+
+    depends_on("c", type="build")
+'''
+
+
+def _package(repo, name, recipe, files, tmp):
+    src = tmp / ("%s-1.0" % name)
+    src.mkdir()
+    for fname, text in files.items():
+        (src / fname).write_text(text)
+    tarball = tmp / ("%s-1.0.tar.gz" % name)
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    sha = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    pkg = repo / "packages" / name
+    pkg.mkdir(parents=True)
+    (pkg / "package.py").write_text(recipe.format(tarball=tarball, sha256=sha))
+
+
+@pytest.fixture(scope="module")
+def site(spack_root, clang, tmp_path_factory):
+    """One workspace, and a scope with the demo repository and a repository of test packages."""
+    tmp = tmp_path_factory.mktemp("spack-roundtrip")
+    repo = tmp / "testrepo"
+    (repo / "packages").mkdir(parents=True)
+    (repo / "repo.yaml").write_text("repo:\n  namespace: r3test\n")
+    _package(repo, "r3t-relaxcm", CMAKE_RECIPE, {"CMakeLists.txt": CMAKELISTS, "main.c": CMAKE_MAIN,
+                                                 "relax.c": CMAKE_KERNEL}, tmp)
+    _package(repo, "r3t-broken", BROKEN_RECIPE, {"Makefile": "all:\n\t$(CC) -c missing.c\n"}, tmp)
+    scope = write_scope(str(tmp / "scope"), repos=[DEMO_REPO, str(repo)])
+    return {"ws": str(tmp / "ws"), "scope": scope, "tmp": tmp}
+
+
+def tune(site, spec, run, *extra):
+    return r3("--workspace", site["ws"], "tune", spec, "--run", run, "--spack-config", site["scope"],
+              "--mutator", "none", "--budget", "6", "--confirm-rounds", "1", "--confirm-pairs", "3",
+              "--check-pairs", "2", "--json", *extra)
+
+
+def _installed_run(prefix, command):
+    exe, *args = command.split()
+    return subprocess.run([os.path.join(prefix, "bin", exe)] + args, capture_output=True, text=True, timeout=300)
+
+
+def test_demo_round_trip_record_tune_emit_install_run(site):
+    rc, out, err = tune(site, "r3-dense", "dense 120 1", "--kernel", "matmul")
+    assert rc == 0, err
+    res = json.loads(out)
+    [kernel] = res["kernels"]
+    assert kernel["kernel"] == "matmul" and kernel["evaluations"] >= 6
+    emitted = res["emitted"]
+    if kernel["winner"] == "baseline":  # nothing won on this machine: nothing to build
+        assert emitted is None
+        pytest.skip("no candidate beat the baseline on this machine")
+    recipe = emitted["recipe"]
+    text = open(recipe).read()
+    assert "from spack.pkg.r3.r3_dense import *" in text and 'variant("r3"' in text
+    plan = json.load(open(os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])))
+    assert [k["symbol"] for u in plan["units"] for k in u["kernels"]] == ["matmul"]
+    assert plan["facts"]["package"] == "r3-dense" and plan["facts"]["target"] == emitted["target"]
+    # Both builds ran and passed their self-check (the tuned matmul computes the right product).
+    check = res["check"]
+    assert check["pairs"] == 2 and check["app_speedup_min"] > 0
+    for prefix in (check["tuned_prefix"], check["untuned_prefix"]):
+        proc = _installed_run(prefix, "dense 120 1")
+        assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
+    # The +r3 build's matmul is the tuned one: r3-apply's split leaves its own object file.
+    spec = json.load(open(os.path.join(check["tuned_prefix"], ".spack", "spec.json")))
+    assert spec["spec"]["nodes"][0]["parameters"]["r3"] is True
+
+    # status: one current target, with the application's measured speedup.
+    rc, out, err = r3("--workspace", site["ws"], "status", "r3-dense", "--spack-config", site["scope"], "--json")
+    assert rc == 0, out + err
+    [row] = json.loads(out)["packages"]
+    assert row["target"] == emitted["target"] and row["stale"] == [] and row["measured_app_speedup"] > 0
+
+    # A stale variant: tuned with another compiler than this machine's.
+    path = os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])
+    data = json.load(open(path))
+    data["facts"]["compiler"] = "clang@7.0.0"
+    data["facts"]["version"] = "0.9"
+    json.dump(data, open(path, "w"))
+    rc, out, err = r3("--workspace", site["ws"], "status", "--spack-config", site["scope"])
+    assert rc == 1
+    assert re.search(r"r3-dense target=\S+ is stale: compiler: tuned with clang 7\.0\.0", out), out
+    assert "is stale: version: tuned on 0.9, the recipe now prefers 1.0" in out
+
+
+def test_cmake_package_round_trip(site):
+    rc, out, err = tune(site, "r3t-relaxcm", "relaxcm 200000 40", "--kernel", "relax")
+    assert rc == 0, err
+    res = json.loads(out)
+    [kernel] = res["kernels"]
+    assert kernel["kernel"] == "relax"
+    if kernel["winner"] == "baseline":
+        pytest.skip("no candidate beat the baseline on this machine")
+    text = open(res["emitted"]["recipe"]).read()
+    assert "from spack.pkg.r3test.r3t_relaxcm import *" in text  # CMakeBuilder comes with it
+    for prefix in (res["check"]["tuned_prefix"], res["check"]["untuned_prefix"]):
+        proc = _installed_run(prefix, "relaxcm 200000 40")
+        assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["record", "r3-no-such-package", "--run", "true"], r"unknown package r3-no-such-package"),
+    (["record", "r3-dense@9.9", "--run", "dense 8 1"], r"r3-dense@9\.9.* does not concretize"),
+    (["record", "r3t-broken", "--run", "true"], r"the record build of r3t-broken.* failed: .*\(log: \S+\)"),
+    (["record", "r3-heat"], r"r3-heat declares no stand-alone test to run: give --run CMD"),
+    (["emit", "r3-cg"], r"nothing recorded for r3-cg"),
+])
+def test_bad_input_is_one_line_and_touches_nothing(site, tmp_path, argv, message):
+    ws = str(tmp_path / "ws")
+    extra = ["--spack-config", site["scope"]] if argv[0] == "record" else []
+    rc, out, err = r3("--workspace", ws, *argv, *extra)
+    assert rc != 0
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and re.search(message, lines[0]), err
+    assert "Traceback" not in err
+
+
+def test_spack_r3_help_lists_the_subcommands(site, spack_root, tmp_path):
+    ext = write_scope(str(tmp_path / "ext"), config={"extensions": [EXTENSION_ROOT]})
+    env = dict(os.environ, SPACK_PYTHON=os.environ.get("SPACK_PYTHON") or sys.executable)
+    proc = subprocess.run([os.path.join(spack_root, "bin", "spack"), "-C", ext, "r3", "-h"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for sub in ("recipe", "record", "kernels", "replay", "tune", "emit", "status"):
+        assert re.search(r"^\s+%s\s" % sub, proc.stdout, re.M), (sub, proc.stdout)
