@@ -213,3 +213,15 @@ def test_spack_r3_help_lists_the_subcommands(site, spack_root, tmp_path):
     assert proc.returncode == 0, proc.stderr
     for sub in ("recipe", "record", "kernels", "replay", "tune", "emit", "status"):
         assert re.search(r"^\s+%s\s" % sub, proc.stdout, re.M), (sub, proc.stdout)
+
+
+def test_package_without_a_recipe_gets_one_then_records(site, tmp_path):
+    """The recipe stage first (rule-based generator, refined against real installs), then
+    the same record path through Spack."""
+    tree = os.path.join(ROOT, "tests", "trees", "r3tvec")
+    rc, out, err = r3("--workspace", site["ws"], "record", "r3tvec", "--source", tree, "--run", "r3tvec-demo",
+                      "--spack-config", site["scope"], "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["captures"], res
+    assert any(k["source"] == "r3tvec.c" for k in res["kernels"]), res["kernels"]

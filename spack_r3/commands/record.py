@@ -25,7 +25,9 @@ def add_spack_arguments(subparser):
 def setup_parser(subparser):
     subparser.add_argument("spec", nargs="?", default=None,
                            help="Spack spec to build through Spack (r3-dense, r3-heat@1.0); or give --source")
-    subparser.add_argument("--source", default=None, help="source tree to build (never modified)")
+    subparser.add_argument("--source", default=None,
+                           help="source tree to build (never modified); with a spec: where the recipe stage "
+                                "generates a recipe from when Spack has none (directory, tarball or URL)")
     subparser.add_argument("--run", default=None,
                            help="command that runs the application (in the build tree; for a spec, with the "
                                 "install's bin first on PATH; default for a spec: its stand-alone tests)")
@@ -56,15 +58,15 @@ def record(args):
     ws = Workspace(args.workspace)
     progress = None if args.json else (lambda msg: say("==> " + msg))
     output = None if args.json else (lambda line: say("  | " + line))
-    if bool(args.spec) == bool(args.source):
-        raise R3Error("give a Spack spec or --source DIR (one of them)")
+    if not args.spec and not args.source:
+        raise R3Error("give a Spack spec or --source DIR")
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")
         from ..spack.record import record_spec
         result = record_spec(ws, args.spec, run=args.run, kernels=args.kernel, instances=args.instances,
                              tolerance=args.tolerance, timeout=args.timeout, user_scopes=args.spack_config,
-                             extra_repos=args.spack_repo, progress=progress, output=output)
+                             extra_repos=args.spack_repo, progress=progress, output=output, source=args.source)
     else:
         if not args.run:
             raise R3Error("--source needs --run CMD")

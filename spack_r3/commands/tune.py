@@ -81,8 +81,6 @@ def tune(args):
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
     mutator = _mutator(args)
-    if args.spec and args.source:
-        raise R3Error("give a Spack spec or --source DIR, not both")
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
@@ -146,8 +144,9 @@ def _emit_and_check(ws, args, progress):
         if args.check_pairs >= 1:
             progress("no application check: the record ran the package's tests, give --run CMD to time a run")
         return out
+    repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
     check = check_app(ws, done, args.spec, run, pairs=args.check_pairs, user_scopes=args.spack_config,
-                      extra_repos=args.spack_repo, repo_root=args.repo, say=progress)
+                      extra_repos=repos, repo_root=args.repo, say=progress)
     from ..spack.emit import record_check
     record_check(done, check)
     out["check"] = check.to_json()
@@ -187,7 +186,7 @@ def _captures(ws, args, progress):
             progress("reusing the captures recorded in %s" % previous.run_dir)
             return previous.captures
         return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, user_scopes=args.spack_config,
-                           extra_repos=args.spack_repo, progress=progress).captures
+                           extra_repos=args.spack_repo, progress=progress, source=args.source).captures
     if not args.source:
         return list_captures(ws)
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None)

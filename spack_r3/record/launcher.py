@@ -242,9 +242,13 @@ def launch(argv):
             if rc:
                 return rc
             objs.append(obj)
-        args = line.without(drop_sources=True, drop_output=False, drop_compile_only=False)
+        # Each object where its source stood: a static library named after the source
+        # must come after the object that uses it.
+        by_source = dict(zip(cxx_sources, objs))
+        args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
+        args = [by_source.get(a, a) for a in args]
         extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler))
-        return run([line.compiler] + args + objs + extra)
+        return run([line.compiler] + args + extra)
 
 
 def _compile(line, single_argv, source, obj, record_dir, wanted):

@@ -150,16 +150,23 @@ def run_command(site, installed, run):
 
 
 def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=None, timeout=None, user_scopes=(),
-                extra_repos=(), progress=None, output=None):
-    """Build ``spec`` with probes through Spack, run it, ingest captures (a RecordResult)."""
+                extra_repos=(), progress=None, output=None, source=None):
+    """Build ``spec`` with probes through Spack, run it, ingest captures (a RecordResult).
+    A package without a recipe gets one from the recipe stage first, from ``source`` (a
+    source directory, tarball or URL)."""
     say = progress or (lambda msg: None)
     name = package_name(spec)
     workspace.ensure()
     say("Spack sandbox: %s" % os.path.join(workspace.root, "spack"))
     site = open_site(workspace, user_scopes, extra_repos)
     recipe = site.find_recipe(name)
+    if recipe is None and source:
+        extra_repos = list(extra_repos) + [generate_recipe(workspace, site, name, source, user_scopes, say)]
+        site = open_site(workspace, user_scopes, extra_repos)
+        recipe = site.find_recipe(name)
     if recipe is None:
-        raise R3Error("unknown package %s: no recipe in Spack's repositories (r3 recipe generates one)" % name)
+        raise R3Error("unknown package %s: no recipe in Spack's repositories (give --source DIR or URL to "
+                      "generate one)" % name)
     namespace, recipe_path = recipe
     if not run and not has_tests(recipe_path):
         raise R3Error("%s declares no stand-alone test to run: give --run CMD" % name)
@@ -186,8 +193,26 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     _add_spack_facts(run_dir, {"package": name, "namespace": namespace, "spec": spec, "hash": installed.hash,
                                "version": installed.version, "target": installed.target,
                                "compiler": installed.compiler, "prefix": installed.prefix, "layout": site.layout,
+                               "repos": [os.path.abspath(r) for r in extra_repos],
                                "source_root": _source_root(result.captures)})
     return result
+
+
+def generate_recipe(workspace, site, name, source, user_scopes, say):
+    """The recipe stage (``r3 recipe``) for a package Spack does not know; returns the
+    repository it wrote to. Its trial installs go to the sandbox."""
+    from ..model import client as model_client
+    from ..recipe.pipeline import RecipeRequest, make_recipe
+
+    say("%s has no recipe: generating one from %s" % (name, source))
+    request = RecipeRequest(name=name, source=source, model=model_client.resolve(None, None, None),
+                            spack_scopes=list(user_scopes) + [site.sandbox.scope])
+    result = make_recipe(request, workspace, say)
+    if not result.ok or not result.repo:
+        raise R3Error("no recipe for %s: the recipe stage ended %s (attempts in %s)"
+                      % (name, result.status, result.directory))
+    say("recipe for %s: %s" % (name, result.recipe))
+    return result.repo
 
 
 def _source_root(captures):
