@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--child-budget", type=int, default=4, help="evaluations of each source variant")
+    ap.add_argument("--min-share", type=float, default=0.1, help="smallest share of the run worth tuning")
     ap.add_argument("--demos", default=",".join(RUNS))
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
@@ -52,7 +54,8 @@ def main():
     for demo in args.demos.split(","):
         spec = "r3-" + demo
         argv = [R3, "--workspace", ws, "tune", spec, "--run", RUNS[demo], "--budget", str(args.budget),
-                "--workers", str(args.workers), "--min-share", "0.05", "--confirm-rounds", "2",
+                "--workers", str(args.workers), "--min-share", str(args.min_share), "--confirm-rounds", "2",
+                "--child-budget", str(args.child_budget),
                 "--check-pairs", str(args.pairs), "--spack-config", scope, "--json"]
         print("==> %s: %s" % (spec, " ".join(argv[3:])), flush=True)
         start = time.monotonic()
@@ -62,6 +65,7 @@ def main():
             print(proc.stderr[-2000:], file=sys.stderr)
             packages.append({"package": spec, "error": (proc.stderr.strip().splitlines() or ["?"])[-1],
                              "seconds": took})
+            _write(args, packages)
             continue
         out = json.loads(proc.stdout)
         check = out.get("check") or {}
@@ -76,13 +80,7 @@ def main():
         packages.append(entry)
         print("    %s" % json.dumps({k: entry.get(k) for k in ("app_speedup", "predicted_app_speedup", "fidelity")}),
               flush=True)
-    result = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
-              "settings": {"budget": args.budget, "pairs": args.pairs, "workers": args.workers},
-              "target": "fidelity >= 0.8 for every demo", "packages": packages}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+        _write(args, packages)  # after each package: a long run that stops keeps what it measured
     print("%-10s %10s %10s %18s %10s %9s" % ("package", "untuned", "+r3", "app speedup", "predicted", "fidelity"))
     for p in packages:
         if "app_speedup" in p:
@@ -92,6 +90,17 @@ def main():
         else:
             print("%-10s %s" % (p["package"], p.get("error")))
     print("wrote %s" % args.out)
+
+
+def _write(args, packages):
+    result = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+              "settings": {"budget": args.budget, "pairs": args.pairs, "workers": args.workers,
+                           "child_budget": args.child_budget, "min_share": args.min_share},
+              "target": "fidelity >= 0.8 for every demo", "packages": packages}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
 
 
 def _cpu():
