@@ -28,8 +28,8 @@ R3 = os.path.join(os.path.dirname(sys.executable), "r3")
 # The run each demo is recorded, tuned and checked with (a few tenths of a second untuned).
 RUNS = {
     "dense": "dense 300 2",
-    "heat": "heat 512 200",
-    "cg": "cg 96 400",
+    "heat": "heat 1024 400",
+    "cg": "cg 160 600",
     "nbody": "nbody 1024 10",
 }
 
