@@ -62,32 +62,23 @@ project(relaxcm C)
 add_executable(relaxcm main.c relax.c)
 install(TARGETS relaxcm DESTINATION bin)
 """
-CMAKE_RECIPE = '''from spack.package import *
+RECIPE = '''from spack.package import *
 
 
-class R3tRelaxcm(CMakePackage):
-    """A stencil relaxation, built with CMake (spack-r3's round-trip test)."""
+class {cls}({base}):
+    """{doc}"""
 
-    homepage = "https://example.org/r3t-relaxcm"
-    url = "file://{tarball}"
+    homepage = "https://example.org/{name}"
+    url = "file://{{tarball}}"
 
-    version("1.0", sha256="{sha256}")
-
-    depends_on("c", type="build")
-'''
-BROKEN_RECIPE = '''from spack.package import *
-
-
-class R3tBroken(MakefilePackage):
-    """A build that fails (spack-r3's bad-input test)."""
-
-    homepage = "https://example.org/r3t-broken"
-    url = "file://{tarball}"
-
-    version("1.0", sha256="{sha256}")
+    version("1.0", sha256="{{sha256}}")
 
     depends_on("c", type="build")
 '''
+CMAKE_RECIPE = RECIPE.format(cls="R3tRelaxcm", base="CMakePackage", name="r3t-relaxcm",
+                             doc="A stencil relaxation, built with CMake (spack-r3's round-trip test).")
+BROKEN_RECIPE = RECIPE.format(cls="R3tBroken", base="MakefilePackage", name="r3t-broken",
+                              doc="A build that fails (spack-r3's bad-input test).")
 
 
 def _package(repo, name, recipe, files, tmp):

@@ -46,15 +46,18 @@ def status(args):
 
 
 def _recipe_texts(scopes):
-    """name -> the original recipe's text, through Spack when there is one (else None)."""
+    """name -> the original recipe's text, through Spack when there is one (else None).
+    The package index is read once, on the first call."""
+    index = []
+
     def text_of(name):
         try:
-            from ..spack.record import OWN_NAMESPACES
-            from ..spack.repos import PackageIndex, configured_repos
-            from ..spack.runner import Spack
+            if not index:
+                from ..spack.record import recipe_index
+                from ..spack.runner import Spack
 
-            repos = [r for r in configured_repos(Spack(scopes=scopes)) if r.namespace not in OWN_NAMESPACES]
-            info = PackageIndex(repos).find(name)
+                index.append(recipe_index(Spack(scopes=scopes)))
+            info = index[0].find(name)
             return info.text() if info else None
         except Exception:  # no Spack: the version is not checked
             return None

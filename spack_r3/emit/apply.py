@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 
+from ..irtext import FunctionDef, LINKAGE_WORDS, global_ref, name_pattern
 from .plan import load_plan
 
 PLAN_ENV = "R3_APPLY_PLAN"
@@ -54,11 +55,11 @@ def _run(argv, what, **kw):
 
 _GLOBAL_DEF = re.compile(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = ((?:[a-z_]+ )*?)(global|constant) ', re.M)
 _INTERNAL_FN = re.compile(r'^define ((?:[a-z_]+ )*?)(internal|private) ', re.M)
-_REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
 
 
-def _name(ref):
-    return ref[1:].strip('"')
+def _defines(line, name):
+    """True when ``line`` is the ``define`` of function ``name``."""
+    return line.startswith("define") and re.match(r"^define\s.*?%s\(" % name_pattern(name), line) is not None
 
 
 def shared_names(text, kernels, tag):
@@ -66,19 +67,21 @@ def shared_names(text, kernels, tag):
     internal, renamed ``<name>.r3.<tag>`` with hidden visibility; returns (text, {old: new}
     for the kernels, [every writable global]). The kernel module and the rest of the unit
     then name one copy of each."""
+    from ..replay.module import _REF, _ref_name  # (llvmlite: not loaded for units outside the plan)
+
     renames, writable = {}, []
     for m in _GLOBAL_DEF.finditer(text):
         words = m.group(2).split()
-        if m.group(3) != "global" or _name(m.group(1)).startswith("llvm."):
+        if m.group(3) != "global" or _ref_name(m.group(1)).startswith("llvm."):
             continue
         if "internal" in words or "private" in words:
-            renames[m.group(1)] = "@%s.r3.%s" % (_name(m.group(1)), tag)
+            renames[m.group(1)] = global_ref("%s.r3.%s" % (_ref_name(m.group(1)), tag))
         writable.append(m.group(1))
     for line in text.split("\n"):
         if line.startswith("define ") and re.search(r"\b(internal|private)\b", line.split("(", 1)[0]):
             for k in kernels:
-                if re.search(r"@%s\(" % re.escape(k), line) or ('@"%s"(' % k) in line:
-                    renames["@" + k] = "@%s.r3.%s" % (k, tag)
+                if _defines(line, k):
+                    renames[global_ref(k)] = global_ref("%s.r3.%s" % (k, tag))
     if renames:
         text = _REF.sub(lambda m: renames.get(m.group(0), m.group(0)), text)
         lines = text.split("\n")
@@ -90,19 +93,16 @@ def shared_names(text, kernels, tag):
             elif line.startswith("define ") and any(n + "(" in line for n in new_names):
                 lines[i] = _INTERNAL_FN.sub(r"define \1hidden ", line, count=1)
         text = "\n".join(lines)
-    kernel_names = {k: _name(renames.get("@" + k, "@" + k)) for k in kernels}
-    return text, kernel_names, [_name(renames.get(w, w)) for w in writable]
+    kernel_names = {k: _ref_name(renames.get(global_ref(k), global_ref(k))) for k in kernels}
+    return text, kernel_names, [_ref_name(renames.get(w, w)) for w in writable]
 
 
 def declare_only(text, kernels):
     """The unit with the ``define`` of each of ``kernels`` replaced by a declaration."""
-    from ..irtext import FunctionDef, LINKAGE_WORDS
-
     lines, out, i = text.split("\n"), [], 0
     while i < len(lines):
         line = lines[i]
-        name = next((k for k in kernels if line.startswith("define ") and (
-            re.search(r"@%s\(" % re.escape(k), line) or ('@"%s"(' % k) in line)), None)
+        name = next((k for k in kernels if _defines(line, k)), None)
         if name is None:
             out.append(line)
             i += 1
@@ -112,7 +112,7 @@ def declare_only(text, kernels):
         suffix = re.sub(r"\b(personality|prefix|prologue|section|comdat|align|gc)\b.*$", "", d.suffix).strip()
         suffix = " ".join(w for w in suffix.split() if w.startswith("#") or w in ("unnamed_addr",
                                                                                    "local_unnamed_addr"))
-        out.append("declare %s @%s(%s) %s" % (prefix, name, ", ".join(_param_types(d)), suffix))
+        out.append("declare %s %s(%s) %s" % (prefix, global_ref(name), ", ".join(_param_types(d)), suffix))
         while lines[i] != "}":
             i += 1
         i += 1
@@ -131,7 +131,7 @@ def _param_types(d):
 def build_unit(line, source, obj, unit):
     """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError)."""
     from ..record.launcher import _unoptimized_args, codegen_args
-    from ..replay.stages import CompileError, KernelIR, optimized_module, target_machine
+    from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
 
@@ -147,8 +147,8 @@ def build_unit(line, source, obj, unit):
              + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll], "the unit's IR")
         with open(ll) as f:
             text, names, writable = shared_names(f.read(), kernels, tag)
-        missing = [k for k in kernels if not re.search(r"^define .*@%s\(" % re.escape(names[k]), text, re.M)
-                   and ('@"%s"(' % names[k]) not in text]
+        lines = text.split("\n")
+        missing = [k for k in kernels if not any(_defines(l, names[k]) for l in lines)]
         if missing:
             raise ApplyError("%s does not define %s (the source changed since tuning?)"
                              % (source, ", ".join(missing)))
@@ -179,7 +179,6 @@ def build_unit(line, source, obj, unit):
                 raise ApplyError("%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__))
             if launch.threads:
                 mod = _with_threads(mod, launch.threads)
-            from ..replay.stages import resolve_target
             cpu, features = resolve_target(pipeline)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))

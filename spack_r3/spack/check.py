@@ -63,27 +63,23 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
         raise R3Error("the check needs a run command to time (--run)")
     site = open_site(workspace, user_scopes, extra_repos, front_repo=emitted_repo_path(repo_root, workspace))
     base = os.path.join(workspace.root, "spack", "check", emitted.package)
-    prefixes = {}
-    for flag in ("+r3", "~r3"):
+    prefixes, envs, cwds = {}, {}, {}
+    for flag, label in (("+r3", "tuned"), ("~r3", "untuned")):
         say("building %s %s through Spack (%s)" % (spec, flag, "tuned: r3-apply" if flag == "+r3" else "untuned"))
-        prefixes[flag] = install(site, with_clang(spec) + " " + flag, os.path.join(base, flag[1:] + flag[0]),
-                                 "the %s build" % flag).prefix
+        prefix = install(site, with_clang(spec) + " " + flag, os.path.join(base, label), "the %s build" % flag).prefix
+        prefixes[flag] = prefix
+        envs[flag] = dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep + os.environ.get("PATH", ""))
+        cwds[flag] = os.path.join(base, "run-" + label)
+        os.makedirs(cwds[flag], exist_ok=True)
     runs = {flag: [] for flag in prefixes}
-    env = dict(os.environ)
-    cwd = {}
-    for flag, prefix in prefixes.items():
-        cwd[flag] = os.path.join(base, "run" + flag.replace("+", "-on").replace("~", "-off"))
-        os.makedirs(cwd[flag], exist_ok=True)
     ratios = []
     for i in range(pairs):
         order = ("~r3", "+r3") if i % 2 == 0 else ("+r3", "~r3")
-        took = {}
         for flag in order:
-            flag_env = dict(env, PATH=os.path.join(prefixes[flag], "bin") + os.pathsep + env.get("PATH", ""))
-            took[flag] = _timed(run, cwd[flag], flag_env, timeout)
-            runs[flag].append(took[flag])
-        ratios.append(took["~r3"] / took["+r3"])
-        say("pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)" % (i + 1, pairs, took["~r3"], took["+r3"], ratios[-1]))
+            runs[flag].append(_timed(run, cwds[flag], envs[flag], timeout))
+        ratios.append(runs["~r3"][-1] / runs["+r3"][-1])
+        say("pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)" % (i + 1, pairs, runs["~r3"][-1], runs["+r3"][-1],
+                                                                ratios[-1]))
     predicted = emitted.plan.predicted_app_speedup()
     measured = statistics.median(ratios)
     return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),

@@ -12,12 +12,11 @@ second target adds to the package instead of replacing it.
 import datetime
 import glob
 import hashlib
+import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from typing import List
 
-from ..capture import load_capture_dir
 from ..data import Variant
 from ..errors import R3Error
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
@@ -149,6 +148,4 @@ def tuned_plans(repo_root):
 
 
 def _json(data):
-    import json
-
     return json.dumps(data, indent=1, sort_keys=True) + "\n"

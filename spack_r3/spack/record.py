@@ -13,9 +13,9 @@ import re
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import List, Optional
 
 from ..errors import R3Error
+from ..fileutil import write_atomic
 from ..record import session
 from ..toolchain import find_clang
 from .repos import PackageIndex, configured_repos, create_repo, detect_layout
@@ -37,9 +37,13 @@ class SpackSite:
 
     def find_recipe(self, name):
         """(namespace, recipe path) of the package's own recipe (ours aside), or None."""
-        repos = [r for r in configured_repos(self.spack) if r.namespace not in OWN_NAMESPACES]
-        info = PackageIndex(repos).find(name)
+        info = recipe_index(self.spack).find(name)
         return (info.namespace, info.path) if info else None
+
+
+def recipe_index(spack):
+    """The recipes of the repositories ``spack`` is configured with, ours (record, tuned) aside."""
+    return PackageIndex([r for r in configured_repos(spack) if r.namespace not in OWN_NAMESPACES])
 
 
 def package_name(spec):
@@ -229,7 +233,6 @@ def _add_spack_facts(run_dir, facts):
     with open(path) as f:
         data = json.load(f)
     data["spack"] = facts
-    from ..fileutil import write_atomic
     write_atomic(path, json.dumps(data, indent=1))
 
 

@@ -57,7 +57,6 @@ def _header(namespace, name, layout, what):
     module = parent_module(namespace, name, layout)
     cls = class_name(name)
     return ["# %s" % what,
-            "import json",
             "import os",
             "",
             "from spack.package import *",
