@@ -134,6 +134,14 @@ def throughput(ws, store, target, budget, seed):
     return out
 
 
+def write(args, kernels, thr=None, throughput_kernel=None):
+    result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
+              "kernels": kernels, "throughput": thr, "throughput_kernel": throughput_kernel}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=150)
@@ -156,15 +164,11 @@ def main():
             say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
                                                                          args.budget))
             kernels.append(bench_kernel(ws, pool, store, target, args.budget, args.seed, demo))
+            write(args, kernels)  # an hour's run: what is finished is kept if it is cut short
     say("throughput")
     serial = next((t for _, t in targets if not t.parallel), targets[0][1])
     thr = throughput(ws, store, serial, args.throughput_budget, args.seed)
-    result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
-              "kernels": kernels, "throughput": thr,
-              "throughput_kernel": serial.kernel}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write(args, kernels, thr, serial.kernel)
     rows = [[k["demo"], cxxnames.display(k["kernel"]), "%.2fms" % (1e3 * k["baseline_s"]),
              "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"],
                                    k["random"]["speedup_max"]), k["random"]["evals_to_best"],
