@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from spack_r3.emit.apply import declare_only, shared_names
+from spack_r3.emit.apply import declare_only, planned_symbol, shared_names
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
@@ -120,6 +120,50 @@ def test_a_kernel_gone_from_the_source_fails_the_build_with_one_line(clang, tmp_
     # Asked for: the untuned object instead, with a warning.
     built = _make(src, clang, plan, {"R3_APPLY_FALLBACK": "1"})
     assert built.returncode == 0 and "built untuned" in built.stderr
+
+
+def test_a_compile_and_link_line_builds_its_planned_unit_tuned(clang, tmp_path):
+    src = _tree(tmp_path)
+    untuned = _make(src, clang)
+    assert untuned.returncode == 0, untuned.stderr
+    expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    (src / "Makefile").write_text("app: main.c kernels.c\n\t$(CC) -O2 -o app main.c kernels.c\n")
+    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3", "noalias": True})])
+    built = _make(src, clang, plan)
+    assert built.returncode == 0, built.stderr
+    assert subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout == expected
+    # The executable holds the tuned (split) unit: axpy under its shared hidden name.
+    assert any(n.startswith("axpy.r3.") for n in _symbols(src / "app"))
+
+
+def _profile(src, tmp_path, label):
+    out = tmp_path / ("profile-" + label)
+    run = subprocess.run(["./app"], cwd=src, capture_output=True, text=True,
+                         env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"))
+    assert run.returncode == 0, run.stderr
+    (path,) = out.glob("profile.*.json")
+    return run.stdout, {planned_symbol(k["name"]): k for k in json.loads(path.read_text())["kernels"]}
+
+
+def test_timed_builds_report_each_planned_kernel_in_the_run(clang, tmp_path):
+    """The check's timed pair: the tuned kernels and the untuned ones, each behind record's
+    probe wrapper; a run with R3_RECORD_DIR writes their time inside the application."""
+    src = _tree(tmp_path)
+    assert _make(src, clang).returncode == 0
+    expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3"}), ("smooth", {"opt": "2"})])
+    for label, env in (("tuned", {"R3_APPLY_PROBES": "1"}),
+                       ("untuned", {"R3_APPLY_PROBES": "1", "R3_APPLY_UNTUNED": "1"})):
+        built = _make(src, clang, plan, env)
+        assert built.returncode == 0, built.stderr
+        stdout, kernels = _profile(src, tmp_path, label)
+        assert stdout == expected
+        # Only the planned kernels are timed, each once per call (20 calls each).
+        assert set(kernels) == {"axpy", "smooth"}, kernels
+        assert all(k["calls"] == 20 and k["total_ns"] > 0 for k in kernels.values()), kernels
+    # Without the probes setting the tuned build has no runtime and no wrappers.
+    assert _make(src, clang, plan).returncode == 0
+    assert not any(n.startswith("__r3") for n in _symbols(src / "app"))
 
 
 def test_shared_names_and_declarations_on_ir():

@@ -61,6 +61,19 @@ def test_analyze_autotools_makefile_meson_trees(index):
     assert [(v.name, v.option, v.default) for v in ms.variants] == [("verbose", "verbose", False)]
 
 
+def test_a_makefile_without_all_or_install_installs_its_default_goal(tmp_path):
+    """The shape of a single-benchmark Makefile (PolyBench's, as people wrap it): make's first
+    target is the program, and the generated install() puts it in bin."""
+    (tmp_path / "Makefile").write_text("CFLAGS = -O3\nbench: bench.o util.o\n\t$(CC) $^ -o $@ -lm\n"
+                                       "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\nclean:\n\trm -f bench *.o\n")
+    (tmp_path / "bench.c").write_text("int main(void) { return 0; }\n")
+    a = analyze(str(tmp_path), "bench")
+    assert a.build_system == "makefile" and not a.build["has_install"]
+    assert a.executables == ["bench"]
+    source = Source(tree=str(tmp_path), url="file:///tmp/bench-1.0.tar.gz", sha256="a" * 64, origin=str(tmp_path))
+    assert 'install("bench", prefix.bin)' in RuleGenerator().generate(a, source)
+
+
 def test_name_mapping_uses_the_package_index(index):
     assert names.resolve_name("ZLIB", "cmake", index) == ("zlib-api", False)
     assert names.resolve_name("MPI", "cmake", index) == ("mpi", False)

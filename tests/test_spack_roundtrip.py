@@ -112,7 +112,7 @@ def site(spack_root, clang, tmp_path_factory):
 def tune(site, spec, run, *extra):
     return r3("--workspace", site["ws"], "tune", spec, "--run", run, "--spack-config", site["scope"],
               "--mutator", "none", "--budget", "6", "--confirm-rounds", "1", "--confirm-pairs", "3",
-              "--check-pairs", "2", "--json", *extra)
+              "--check-pairs", "2", "--check-kernel-pairs", "1", "--json", *extra)
 
 
 def _installed_run(prefix, command):
@@ -145,6 +145,10 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     # The +r3 build's matmul is the tuned one: r3-apply's split leaves its own object file.
     spec = json.load(open(os.path.join(check["tuned_prefix"], ".spack", "spec.json")))
     assert spec["spec"]["nodes"][0]["parameters"]["r3"] is True
+    # matmul inside the application, from the timed builds (+r3probes), beside replay's speedup.
+    [timed] = check["kernels"]
+    assert timed["kernel"] == "matmul" and timed["calls"] >= 1
+    assert timed["untuned_s"] > 0 and timed["tuned_s"] > 0 and timed["replay_speedup"] == kernel["speedup"]
 
     # status: one current target, with the application's measured speedup.
     rc, out, err = r3("--workspace", site["ws"], "status", "r3-dense", "--spack-config", site["scope"], "--json")

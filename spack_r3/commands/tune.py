@@ -10,12 +10,13 @@ resumes where it stopped.
 
 import json
 
+from .. import cxxnames
 from ..capture import list_captures
 from ..errors import R3Error
 from ..model import client as model_client
 from ..record.session import previous_record
 from ..record.session import record as record_tree
-from ..report import ProgressBar, percent, say, warn
+from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
@@ -71,6 +72,9 @@ def setup_parser(subparser):
                                 "<workspace>/repos/r3tuned)")
     subparser.add_argument("--check-pairs", type=int, default=5, metavar="N",
                            help="with a spec: paired application runs of +r3 against ~r3 (default 5; 0: no check)")
+    subparser.add_argument("--check-kernel-pairs", type=int, default=3, metavar="N",
+                           help="with a spec: paired runs of the timed builds (+r3probes) for each tuned kernel's "
+                                "time inside the application (default 3; 0: not measured)")
     subparser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -146,7 +150,7 @@ def _emit_and_check(ws, args, progress):
         return out
     repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
     check = check_app(ws, done, args.spec, run, pairs=args.check_pairs, user_scopes=args.spack_config,
-                      extra_repos=repos, repo_root=args.repo, say=progress)
+                      extra_repos=repos, repo_root=args.repo, say=progress, kernel_pairs=args.check_kernel_pairs)
     from ..spack.emit import record_check
     record_check(done, check)
     out["check"] = check.to_json()
@@ -164,6 +168,12 @@ def _print_spack_part(part):
               "(fidelity %.2f)" % (check["app_untuned_s"], check["app_tuned_s"], check["app_speedup"],
                                    check["app_speedup_min"], check["app_speedup_max"], check["pairs"],
                                    check["predicted_app_speedup"], check["fidelity"]))
+    if check and check.get("kernels"):
+        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.4fs" % k["untuned_s"], "%.4fs" % k["tuned_s"],
+                 "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
+                 "%.2fx" % k["replay_speedup"], "%.2f" % k["fidelity"]] for k in check["kernels"]]
+        print(table(["kernel in the application", "calls", "untuned", "tuned", "speedup", "replay", "fidelity"],
+                    rows))
 
 
 def _mutator(args):

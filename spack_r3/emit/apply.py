@@ -17,6 +17,12 @@ preprocessing) runs unchanged. Source patches are not applied here: Spack applie
 (``patch()`` in the emitted package) before the build, so the unit compiled is already
 the patched one.
 
+Timed builds (the application check's): with ``R3_APPLY_PROBES=1`` each planned kernel
+keeps record's probe wrapper in front of it and links record's runtime, so a run with
+``R3_RECORD_DIR`` set (and ``R3_CAPTURE=none``) writes each kernel's time inside the
+application; ``R3_APPLY_UNTUNED=1`` builds the same wrappers around the untuned kernels,
+the baseline those times are compared with.
+
 A unit that the plan names but that does not build this way fails the build with one
 line (``R3_APPLY_FALLBACK=1`` keeps the untuned object instead, with a warning): a
 ``+r3`` build is what was measured, or nothing.
@@ -34,6 +40,9 @@ from ..irtext import FunctionDef, LINKAGE_WORDS, global_ref, name_pattern
 from .plan import load_plan
 
 PLAN_ENV = "R3_APPLY_PLAN"
+PROBES_ENV = "R3_APPLY_PROBES"
+UNTUNED_ENV = "R3_APPLY_UNTUNED"
+TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wrapper
 
 
 def warn(msg):
@@ -128,8 +137,10 @@ def _param_types(d):
     return out
 
 
-def build_unit(line, source, obj, unit):
-    """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError)."""
+def build_unit(line, source, obj, unit, probes=False, tuned=True):
+    """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError):
+    tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
+    ``probes``."""
     from ..record.launcher import _unoptimized_args, codegen_args
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..data import Launch, Pipeline
@@ -138,7 +149,7 @@ def build_unit(line, source, obj, unit):
     init_llvm()
     compiler = line.compiler
     tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
-    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.get("defines", {}).items())]
+    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.get("defines", {}).items())] if tuned else []
     kernels = [k["symbol"] for k in unit["kernels"]]
     with tempfile.TemporaryDirectory(prefix="r3-apply-") as tmp:
         ll = os.path.join(tmp, "unit.ll")
@@ -146,27 +157,30 @@ def build_unit(line, source, obj, unit):
              + _unoptimized_args(line) + defines
              + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll], "the unit's IR")
         with open(ll) as f:
-            text, names, writable = shared_names(f.read(), kernels, tag)
+            original = f.read()
+        if tuned:
+            text, names, writable = shared_names(original, kernels, tag)
+        else:  # one part: nothing to share
+            text, names, writable = original, {k: k for k in kernels}, []
         lines = text.split("\n")
         missing = [k for k in kernels if not any(_defines(l, names[k]) for l in lines)]
         if missing:
             raise ApplyError("%s does not define %s (the source changed since tuning?)"
                              % (source, ", ".join(missing)))
-        shared = os.path.join(tmp, "shared.ll")
-        with open(shared, "w") as f:
-            f.write(text)
-        bc = os.path.join(tmp, "shared.bc")
-        _run([compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module",
-              shared, "-o", bc], "the unit's bitcode")
-        with open(bc, "rb") as f:
-            bitcode = f.read()
+        bitcode = _bitcode(compiler, text, tmp)
+        if probes:
+            text = _with_probes(text, bitcode, [names[k] for k in kernels])
         rest = os.path.join(tmp, "rest.ll")
         with open(rest, "w") as f:
-            f.write(declare_only(text, [names[k] for k in kernels]))
+            if tuned:
+                f.write(declare_only(text, [(TIMED_PREFIX if probes else "") + names[k] for k in kernels]))
+            else:
+                f.write(text)
         parts = [os.path.join(tmp, "rest.o")]
         _run([compiler] + codegen_args(line) + ["-Wno-unused-command-line-argument", "-Wno-override-module",
-                                                "-c", rest, "-o", parts[0]], "the unit without its kernels")
-        for k in unit["kernels"]:
+                                                "-c", rest, "-o", parts[0]],
+             "the unit without its kernels" if tuned else "the unit with probes")
+        for k in unit["kernels"] if tuned else []:
             pipeline = Pipeline.from_json(k["pipeline"])
             launch = Launch.from_json(k.get("launch") or {})
             try:
@@ -179,13 +193,50 @@ def build_unit(line, source, obj, unit):
                 raise ApplyError("%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__))
             if launch.threads:
                 mod = _with_threads(mod, launch.threads)
+            if probes:  # the body behind the wrapper that rest.o now defines
+                mod.get_function(names[k["symbol"]]).name = TIMED_PREFIX + names[k["symbol"]]
             cpu, features = resolve_target(pipeline)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:
                 f.write(tm.emit_object(mod))
+        if len(parts) == 1:
+            shutil.copyfile(parts[0], obj)
+            return
         linker = shutil.which("ld") or "ld"
         _run([linker, "-r"] + parts + ["-o", obj], "linking the tuned object")
+
+
+def planned_symbol(name):
+    """The plan's name of a kernel that a tuned build renamed (a ``static`` kernel gets a
+    shared name ``<name>.r3.<tag>``): what a timed run's profile calls it."""
+    return re.sub(r"\.r3\.[0-9a-f]{8}$", "", name)
+
+
+def _bitcode(compiler, text, tmp):
+    path = os.path.join(tmp, "shared.ll")
+    with open(path, "w") as f:
+        f.write(text)
+    bc = os.path.join(tmp, "shared.bc")
+    _run([compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module",
+          path, "-o", bc], "the unit's bitcode")
+    with open(bc, "rb") as f:
+        return f.read()
+
+
+def _with_probes(text, bitcode, kernels):
+    """``text`` with record's probe wrapper in front of each of ``kernels``, whose bodies
+    become ``TIMED_PREFIX + name``."""
+    from ..record.instrument import ModuleAnalysis, instrument_text
+
+    analysis = ModuleAnalysis(bitcode)
+    infos = []
+    for name in kernels:
+        info = analysis.kernel(name)
+        if isinstance(info, str):
+            raise ApplyError("%s cannot be timed: %s" % (name, info))
+        infos.append(info)
+    return instrument_text(text, infos, "", orig_prefix=TIMED_PREFIX)
 
 
 _FORK = re.compile(r"^(\s*)call void \(ptr, i32, ptr, \.\.\.\) @__kmpc_fork_call\((ptr @[-\w.$\"]+),", re.M)
@@ -225,18 +276,50 @@ def launch(argv):
         return 2
     plan_path = os.environ.get(PLAN_ENV)
     line = CompileLine(argv)
-    if not plan_path or line.passthrough or line.language_forced or not line.compile_only or len(line.sources) != 1:
+    if not plan_path or line.passthrough or line.language_forced:
         return subprocess.run(argv).returncode
     plan = load_plan(plan_path)
-    source = line.sources[0]
-    unit = plan.unit_for(os.path.abspath(source))
-    # The build's own compile first: its dependency files and diagnostics stay the build's.
-    rc = subprocess.run(argv).returncode
-    if rc != 0 or unit is None:
-        return rc
-    obj = line.output or os.path.splitext(os.path.basename(source))[0] + ".o"
+    probes = os.environ.get(PROBES_ENV) == "1"
+    tuned = os.environ.get(UNTUNED_ENV) != "1"
+    planned = [s for s in line.sources if plan.unit_for(os.path.abspath(s))]
+    if line.compile_only:
+        if len(line.sources) != 1 or not planned:  # (several sources with -c: never seen with a plan)
+            return subprocess.run(argv).returncode
+        obj = line.output or os.path.splitext(os.path.basename(planned[0]))[0] + ".o"
+        return _compile(line, argv, planned[0], obj, plan, probes, tuned)
+    # A link, possibly compiling planned sources on the way: each planned one becomes an
+    # object built as above, standing where its source stood.
+    from ..record.launcher import _clang_for_runtime
+    from ..record.runtime import link_args
+
+    from ..errors import ToolchainError
+
     try:
-        build_unit(line, source, obj, unit)
+        extra = link_args(_clang_for_runtime(line.compiler)) if probes and not line.shared else []
+    except ToolchainError as err:
+        warn(str(err))
+        return 1
+    with tempfile.TemporaryDirectory(prefix="r3-apply-link-") as tmp:
+        objects = {}
+        for i, src in enumerate(planned):
+            obj = os.path.join(tmp, "%d-%s.o" % (i, os.path.splitext(os.path.basename(src))[0]))
+            single = [line.compiler] + line.without(drop_sources=True, drop_output=True) + ["-c", src, "-o", obj]
+            rc = _compile(CompileLine(single), single, src, obj, plan, probes, tuned)
+            if rc:
+                return rc
+            objects[src] = obj
+        args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
+        return subprocess.run([line.compiler] + [objects.get(a, a) for a in args] + extra).returncode
+
+
+def _compile(line, argv, source, obj, plan, probes, tuned):
+    """The build's own compile of ``source`` first (its dependency files and diagnostics
+    stay the build's), then the planned one over its object."""
+    rc = subprocess.run(argv).returncode
+    if rc != 0 or not (tuned or probes):
+        return rc
+    try:
+        build_unit(line, source, obj, plan.unit_for(os.path.abspath(source)), probes=probes, tuned=tuned)
     except ApplyError as err:
         if os.environ.get("R3_APPLY_FALLBACK") == "1":
             warn("%s: built untuned: %s" % (source, err))

@@ -707,6 +707,11 @@ def _makefile_checks(a: Analysis, paths):
                         a.executables.append(tok)
 
 
+# Targets that make's default goal may be but that build no program.
+NOT_PROGRAM_TARGETS = {"clean", "distclean", "install", "check", "test", "tests", "help", "default", "debug",
+                       "release", "depend", "dep", "run"}
+
+
 def analyze_makefile(a: Analysis):
     mk = next((os.path.join(a.root, n) for n in ("GNUmakefile", "Makefile", "makefile")
                if os.path.isfile(os.path.join(a.root, n))), None)
@@ -734,6 +739,8 @@ def analyze_makefile(a: Analysis):
             t = t.strip()
             if t and "$" not in t and not re.search(r"\.(o|a|so|pc|h)$", t) and t in targets:
                 a.build.setdefault("all_targets", []).append(t)
+    elif targets and targets[0] not in NOT_PROGRAM_TARGETS and not re.search(r"\.(o|a|so|pc|h)$", targets[0]):
+        a.build["all_targets"] = [targets[0]]  # no `all`: make builds the first target
     _makefile_checks(a, [mk])
     if not a.build["has_install"]:
         a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")]

@@ -285,8 +285,10 @@ KFLAG_WHOLE_HEAP = 1  # r3rt.h R3_KFLAG_WHOLE_HEAP
 KFLAG_NO_CAPTURE = 2  # r3rt.h R3_KFLAG_NO_CAPTURE
 
 
-def instrument_text(ll_text, kernels, tu_dir):
-    """Return clang's textual IR with every kernel wrapped by record probes."""
+def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
+    """Return clang's textual IR with every kernel wrapped by record probes; the kernel's
+    own body is renamed ``orig_prefix + name`` (r3-apply's timed builds name it so that
+    the tuned body can stand in for it)."""
     lines = ll_text.split("\n")
     extra = [
         "",
@@ -299,7 +301,7 @@ def instrument_text(ll_text, kernels, tu_dir):
     for idx, k in enumerate(kernels):
         line_no = find_define(lines, k.name)
         d = FunctionDef(lines[line_no], k.name)
-        orig = "__r3_orig." + k.name
+        orig = orig_prefix + k.name
         # The original becomes internal so it may be inlined into its wrapper.
         lines[line_no] = d.render(orig, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
                                   suffix=d.suffix.replace("comdat", ""))

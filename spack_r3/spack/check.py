@@ -5,17 +5,40 @@ Both builds come from the tuned recipe in the workspace's sandbox (``~r3`` is th
 original recipe's build); each pair runs them one after the other, in alternating order,
 and the pair's ratio (untuned / tuned wall time) is one sample. The prediction is replay's:
 each tuned kernel's share of the recorded run shrunk by its confirmed speedup (Amdahl).
+
+Then each tuned kernel inside the application: ``+r3+r3probes`` and ``~r3+r3probes`` put
+record's probe wrapper in front of the planned kernels (tuned and untuned; nothing else
+differs), paired runs with ``R3_CAPTURE=none`` write each kernel's time, and the ratio of
+the two is set against the speedup replay measured for that kernel.
 """
 
 import os
+import shutil
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import List
 
+from ..capture import load_profiles
+from ..emit.apply import planned_symbol
 from ..errors import R3Error
 from .emit import default_repo
 from .record import install, open_site, with_clang
+
+
+@dataclass
+class KernelCheck:
+    """One tuned kernel's time inside the application, untuned against tuned."""
+    kernel: str
+    calls: int
+    untuned_s: float  # medians of the timed runs (inclusive time, summed over threads)
+    tuned_s: float
+    app_speedup: float  # median of the pair ratios
+    app_speedup_min: float
+    app_speedup_max: float
+    replay_speedup: float  # what replay measured (the plan's)
+    fidelity: float
 
 
 @dataclass
@@ -33,6 +56,7 @@ class AppCheck:
     tuned_prefix: str
     untuned_prefix: str
     run: str
+    kernels: List[KernelCheck] = field(default_factory=list)
 
     def to_json(self):
         return asdict(self)
@@ -56,35 +80,91 @@ def _timed(command, cwd, env, timeout):
 
 
 def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repos=(), repo_root=None,
-              timeout=600, say=None):
-    """Build ``spec`` +r3 and ~r3 from the tuned repository and time ``run`` in both."""
+              timeout=600, say=None, kernel_pairs=3):
+    """Build ``spec`` +r3 and ~r3 from the tuned repository and time ``run`` in both; then,
+    with ``kernel_pairs``, the timed builds for each tuned kernel's time in the run."""
     say = say or (lambda line: None)
     if not run:
         raise R3Error("the check needs a run command to time (--run)")
     site = open_site(workspace, user_scopes, extra_repos, front_repo=emitted_repo_path(repo_root, workspace))
     base = os.path.join(workspace.root, "spack", "check", emitted.package)
-    prefixes, envs, cwds = {}, {}, {}
-    for flag, label in (("+r3", "tuned"), ("~r3", "untuned")):
-        say("building %s %s through Spack (%s)" % (spec, flag, "tuned: r3-apply" if flag == "+r3" else "untuned"))
-        prefix = install(site, with_clang(spec) + " " + flag, os.path.join(base, label), "the %s build" % flag).prefix
-        prefixes[flag] = prefix
-        envs[flag] = dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep + os.environ.get("PATH", ""))
-        cwds[flag] = os.path.join(base, "run-" + label)
-        os.makedirs(cwds[flag], exist_ok=True)
-    runs = {flag: [] for flag in prefixes}
+    builds = _builds(site, spec, base, (("+r3", "tuned"), ("~r3", "untuned")), say)
+    runs = {flag: [] for flag in builds}
     ratios = []
-    for i in range(pairs):
-        order = ("~r3", "+r3") if i % 2 == 0 else ("+r3", "~r3")
+    for i, order in enumerate(_alternating(pairs, "~r3", "+r3")):
         for flag in order:
-            runs[flag].append(_timed(run, cwds[flag], envs[flag], timeout))
+            runs[flag].append(_timed(run, builds[flag].cwd, builds[flag].env, timeout))
         ratios.append(runs["~r3"][-1] / runs["+r3"][-1])
         say("pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)" % (i + 1, pairs, runs["~r3"][-1], runs["+r3"][-1],
                                                                 ratios[-1]))
     predicted = emitted.plan.predicted_app_speedup()
     measured = statistics.median(ratios)
-    return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
-                    statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
-                    fidelity(measured, predicted), prefixes["+r3"], prefixes["~r3"], run)
+    check = AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
+                     statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
+                     fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run)
+    if kernel_pairs > 0:
+        check.kernels = check_kernels(site, emitted, spec, run, base, kernel_pairs, timeout, say)
+    return check
+
+
+@dataclass
+class _Build:
+    prefix: str
+    env: dict
+    cwd: str
+
+
+def _builds(site, spec, base, flags, say):
+    out = {}
+    for flag, label in flags:
+        say("building %s %s through Spack (%s)" % (spec, flag, label))
+        prefix = install(site, with_clang(spec) + " " + flag, os.path.join(base, label), "the %s build" % flag).prefix
+        cwd = os.path.join(base, "run-" + label)
+        os.makedirs(cwd, exist_ok=True)
+        out[flag] = _Build(prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep
+                                        + os.environ.get("PATH", "")), cwd)
+    return out
+
+
+def _alternating(pairs, first, second):
+    """Pair orders, alternating, so neither build always runs first (warm caches, clocks)."""
+    return [(first, second) if i % 2 == 0 else (second, first) for i in range(pairs)]
+
+
+def check_kernels(site, emitted, spec, run, base, pairs, timeout, say):
+    """Each planned kernel's time in the run, timed builds untuned against tuned, paired."""
+    builds = _builds(site, spec, base, (("+r3+r3probes", "timed tuned"), ("~r3+r3probes", "timed untuned")), say)
+    times = {flag: [] for flag in builds}  # per run: {kernel: (total seconds, calls)}
+    for i, order in enumerate(_alternating(pairs, "~r3+r3probes", "+r3+r3probes")):
+        for flag in order:
+            out = os.path.join(builds[flag].cwd, "profile-%d" % i)
+            shutil.rmtree(out, ignore_errors=True)
+            _timed(run, builds[flag].cwd, dict(builds[flag].env, R3_RECORD_DIR=out, R3_CAPTURE="none"), timeout)
+            times[flag].append(_kernel_times(out))
+        say("kernel times %d/%d" % (i + 1, pairs))
+    out = []
+    for unit in emitted.plan.units:
+        for k in unit.kernels:
+            pairs_seen = [(u[k.symbol], t[k.symbol]) for u, t in zip(times["~r3+r3probes"], times["+r3+r3probes"])
+                          if k.symbol in u and k.symbol in t and t[k.symbol][0] > 0]
+            if not pairs_seen:
+                say("%s: not called in the timed runs" % k.symbol)
+                continue
+            ratios = [u[0] / t[0] for u, t in pairs_seen]
+            measured = statistics.median(ratios)
+            out.append(KernelCheck(k.symbol, pairs_seen[0][1][1], statistics.median(u[0] for u, _ in pairs_seen),
+                                   statistics.median(t[0] for _, t in pairs_seen), measured, min(ratios),
+                                   max(ratios), k.speedup, fidelity(measured, k.speedup)))
+    return out
+
+
+def _kernel_times(record_dir):
+    stats, _ = load_profiles(record_dir)
+    out = {}
+    for (_, name), s in stats.items():
+        seconds, calls = out.get(planned_symbol(name), (0.0, 0))
+        out[planned_symbol(name)] = (seconds + s["total_ns"] / 1e9, calls + s["calls"])
+    return out
 
 
 def emitted_repo_path(repo_root, workspace):

@@ -110,18 +110,24 @@ def tuned_package(namespace, name, layout, targets):
         relaxed = sorted(k.symbol for u in plan.units for k in u.kernels if k.relaxes_fp)
         if relaxed:
             lines.append("    # target=%s relaxes floating-point semantics in: %s" % (target, ", ".join(relaxed)))
-    lines += ["",
+    lines += ['    variant("r3probes", default=False, description="time the planned kernels inside the application '
+              '(tuned with +r3, untuned with ~r3): a run with R3_RECORD_DIR=<dir> R3_CAPTURE=none writes '
+              '<dir>/profile.<pid>.json")',
+              "",
               "    def _r3_plan(self):",
-              '        if not self.spec.satisfies("+r3"):',
-              "            return None",
               "        name = R3_PLANS.get(str(self.spec.target))",
               "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
               "",
               "    def setup_build_environment(self, env):",
               "        super().setup_build_environment(env)",
               "        plan = self._r3_plan()",
-              "        if plan:",
+              '        tuned, probes = self.spec.satisfies("+r3"), self.spec.satisfies("+r3probes")',
+              "        if plan and (tuned or probes):",
               '            env.set("R3_APPLY_PLAN", plan)',
+              "            if not tuned:",
+              '                env.set("R3_APPLY_UNTUNED", "1")',
+              "            if probes:",
+              '                env.set("R3_APPLY_PROBES", "1")',
               '            self._r3_launch(env, "apply")',
               ""]
     return "\n".join(lines) + "\n" + _COMPILERS
