@@ -78,7 +78,8 @@ def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
     remix_budget = int(round(budget * share))
     base.run(pool.servers, budget - remix_budget)
     remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
-                  RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws))
+                  RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
+                  inherit=[t.params for t in base.best(2)])
     remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]),
               say=lambda line: say("  r3" + line))
     return StudyGroup([base] + [s for _, s in remix.studies()],

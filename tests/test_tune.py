@@ -123,6 +123,26 @@ def test_bayesian_search_starts_from_what_is_known_to_matter():
     assert not any(exact.variant(v).pipeline.relaxes_fp for v in exact.seeds())  # never outside tolerance
 
 
+def test_a_source_variant_search_starts_from_the_original_winners(tmp_path):
+    """A source variant's space has the rewrite's knobs (and may lose FP relaxation): the
+    original's best settings are adopted where they fit and tried before anything else."""
+    original = Space(KernelFacts("k", tolerance=1e-9, polly=True, parallel=True, cores=4))
+    won = original.adopt({"opt": "2", "polly": True, "polly_tile": 64, "fast_math": "fast", "threads": 3,
+                          "no_such_setting": 1})
+    child = Space(KernelFacts("k", polly=True, parallel=True, cores=2, knobs={"R3_TILE_1": (32, 64)}))
+    values = child.adopt(won)
+    variant = child.variant(values)
+    assert variant.pipeline.opt == "2" and variant.pipeline.polly and variant.pipeline.polly_tile == 64
+    assert not variant.pipeline.relaxes_fp  # this space is exact: fast-math is not taken
+    assert values["threads"] == 2  # 3 threads do not fit 2 cores: the baseline's instead
+    assert variant.source_defines == {"R3_TILE_1": 32}
+    # Tried first, then the space's own seeds.
+    ws = Workspace(str(tmp_path / "ws"))
+    study = Study(storage(ws), Target("k", [str(tmp_path / "cap")], 1.0), child, seeds=[values])
+    assert len(study.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) == 1 + len(child.seeds())
+    assert child.suggest(study.study.ask()) == values
+
+
 def test_space_suggests_variants_through_optuna():
     space = Space(KernelFacts("k", tolerance=1e-6, polly=True, parallel=True, cores=2))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))

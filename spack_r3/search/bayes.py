@@ -84,7 +84,7 @@ class Study:
         study.best(3)   # the top finished trials, best first
     """
 
-    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0):
+    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=()):
         self.target, self.space = target, space
         self.pairs, self.timeout = pairs, timeout
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
@@ -96,8 +96,10 @@ class Study:
         self.study.set_user_attr("space", space.describe())
         self._lock = threading.Lock()
         if sampler == "tpe" and not self.study.get_trials(deepcopy=False):
-            for values in space.seeds():  # a new Bayesian study starts from what is known to matter
-                self.study.enqueue_trial(values, user_attrs={"seed": True})
+            # A new Bayesian study starts from what is known to matter: ``seeds`` (e.g. the
+            # best pipelines of the original, for a source variant), then the space's own.
+            for values in list(seeds) + space.seeds():
+                self.study.enqueue_trial(values, user_attrs={"seed": True}, skip_if_exists=True)
 
     def trials(self):
         return [t for t in self.study.get_trials(deepcopy=False) if counted(t)]

@@ -132,8 +132,11 @@ class RemixOptions:
 
 
 class Remix:
-    def __init__(self, workspace, store, target, facts, mutator, options, patterns=None):
+    def __init__(self, workspace, store, target, facts, mutator, options, patterns=None, inherit=()):
         self.workspace, self.store, self.target, self.facts = workspace, store, target, facts
+        # The original's best settings (Optuna params): each child's search tries them first,
+        # so a rewrite is measured with the pipeline that already won, not only from scratch.
+        self.inherit = list(inherit)
         self.mutator, self.options, self.patterns = mutator, options, patterns
         self.capture_dir = target.captures[0]
         self.capture = load_capture_dir(self.capture_dir, verify_digests=False)
@@ -214,7 +217,7 @@ class Remix:
         """The mutator's rewrites of ``parent``, inherited winning rules first."""
         try:
             props = self.mutator.propose(self._source(parent), self._feedback(parent, base_speedup))
-        except (ASTError, PatchError) as err:  # this parent does not parse: no children of it
+        except (ASTError, PatchError):  # this parent does not parse: no children of it
             return []
         if self.patterns:
             rank = self.patterns.rule_ranking()
@@ -248,8 +251,10 @@ class Remix:
             facts = replace(facts, parallel=True)
         target = replace(self.target, base=self._variant(child), source_variant=child.id,
                          parallel=self.target.parallel or "omp-parallel" in child.rules)
-        return Study(self.store, target, Space(facts), sampler=self.options.sampler, seed=self.options.seed,
-                     pairs=self.options.pairs, timeout=self.options.timeout)
+        space = Space(facts)
+        return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
+                     pairs=self.options.pairs, timeout=self.options.timeout,
+                     seeds=[space.adopt(values) for values in self.inherit])
 
     def _measure(self, servers, child, progress):
         """The child's inner study (resumed if a killed run started it)."""

@@ -12,7 +12,7 @@ candidates, and wins ties (see ``results.kernel_result``).
 
 from dataclasses import fields, replace
 
-from ..data import OK, Launch, Pipeline, Variant
+from ..data import OK, Launch, Pipeline
 from .confirm import run_jobs
 
 _PIPELINE_DEFAULTS = {f.name: f.default for f in fields(Pipeline)}

@@ -170,8 +170,25 @@ class Space:
         base.update({KNOB_PREFIX + k: v[0] for k, v in self.facts.knobs.items()})
         for p in self.params:  # conditional ones as they become active
             if p.active(values):
-                values[p.name] = change.get(p.name, base[p.name])
+                if p.name in change:
+                    values[p.name] = change[p.name]
+                elif p.name in base:
+                    values[p.name] = base[p.name]
+                else:  # a conditional one the baseline never activates (an extra pass)
+                    values[p.name] = p.low if p.kind == "int" else (p.choices or (False,))[0]
         return values
+
+    def adopt(self, values):
+        """``values`` from another space's trial (the original's, for a source variant) as
+        values of this one: what this space cannot take falls back to the baseline's."""
+        valid = {}
+        for p in self.params:
+            v = values.get(p.name)
+            if p.name in values and ((p.kind == "int" and isinstance(v, int) and p.low <= v <= p.high)
+                                     or (p.kind == "bool" and isinstance(v, bool))
+                                     or (p.kind == "categorical" and v in p.choices)):
+                valid[p.name] = v
+        return self._values(valid)
 
     def defaults(self):
         """Values that describe the baseline itself."""

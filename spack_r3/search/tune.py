@@ -118,7 +118,8 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
     remix = Remix(workspace, store, target, facts, options.mutator,
                   RemixOptions(budget=budget, child_budget=options.child_budget, repairs=options.repairs,
                                sampler=options.sampler, seed=options.seed, pairs=options.pairs,
-                               timeout=options.timeout), patterns)
+                               timeout=options.timeout), patterns,
+                  inherit=[t.params for t in study.best(2)])
     base_best = max([t.value for t in study.best(1)] + [1.0])
 
     def extend(n):  # while a model answers: more of the original's own search
