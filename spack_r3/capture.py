@@ -39,7 +39,9 @@ def _host_target():
 
 
 def load_profiles(record_dir):
-    """Hotness from every process of a run: {(tu_dir, kernel): stats}, app seconds."""
+    """Hotness from every process of a run: {(tu_dir, kernel): stats}, app seconds (the
+    time the run took less the time it spent taking snapshots, which the application
+    without probes would not spend: shares of the run are shares of that)."""
     stats, app_ns = {}, 0
     for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
         try:
@@ -47,7 +49,7 @@ def load_profiles(record_dir):
                 prof = json.load(f)
         except (OSError, ValueError):
             continue
-        app_ns = max(app_ns, prof.get("app_ns", 0))
+        app_ns = max(app_ns, prof.get("app_ns", 0) - prof.get("paused_ns", 0))
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
             s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0})

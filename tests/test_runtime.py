@@ -434,6 +434,8 @@ def test_capture_whole_heap(kernel_exe, tmp_path):
 
     prof, ks = load_profile(rec, pid)
     assert prof["pid"] == pid and prof["app_ns"] > 0 and prof["arena_peak_bytes"] >= 2 * n * 8
+    # Taking the two captures is time the application without probes would not spend.
+    assert 0 < prof["paused_ns"] < prof["app_ns"]
     assert ks["scale"]["calls"] == 3 and ks["outer"]["calls"] == 1
     assert ks["scale"]["captured"] == 1 and ks["outer"]["captured"] == 1
     assert ks["scale"]["tu_dir"] == '/tmp/tu "dir"\\x'

@@ -851,6 +851,12 @@ struct frame {
 static TLS struct frame t_stack[MAXDEPTH];
 static TLS int t_depth;
 static TLS uint64_t t_paused;    /* ns this thread spent taking snapshots */
+static uint64_t g_paused;        /* ns all threads spent taking snapshots: not the application's time */
+
+static void pause_add(uint64_t ns) {
+  t_paused += ns;
+  __atomic_fetch_add(&g_paused, ns, __ATOMIC_RELAXED);
+}
 static TLS int t_cap_depth = -1; /* frame index of the capture in progress, -1 none */
 static TLS struct tblock *t_block;
 static TLS int t_block_failed;
@@ -1789,7 +1795,7 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
     }
   }
   release_capture(&g_forking);
-  t_paused += now_ns() - t0;
+  pause_add(now_ns() - t0);
 }
 
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
@@ -1815,7 +1821,7 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
     } else {
       int64_t inst = __atomic_add_fetch(&k->captured, 1, __ATOMIC_RELAXED);
       if (capture_begin(k, slots, d, inst, 1)) release_capture(&g_capturing);
-      t_paused += now_ns() - t0;
+      pause_add(now_ns() - t0);
     }
   }
   if (f->scale) {
@@ -1849,7 +1855,7 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
     int err = capture_end(k, ret, incl);
     if (g_child) _exit(err == 0 ? 0 : err == -2 ? 5 : 4); /* the snapshot process is done (see capture_forked) */
     release_capture(&g_capturing);
-    t_paused += now_ns() - t0;
+    pause_add(now_ns() - t0);
   }
 }
 
@@ -1883,6 +1889,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   wbuf_t w = {fd, 0, 0, sizeof buf, buf, 0};
   wb_s(&w, "{\"pid\": "); wb_u(&w, (uint64_t)pid);
   wb_s(&w, ", \"app_ns\": "); wb_u(&w, app_ns);
+  wb_s(&w, ", \"paused_ns\": "); wb_u(&w, __atomic_load_n(&g_paused, __ATOMIC_RELAXED));
   wb_s(&w, ", \"arena_peak_bytes\": "); wb_u(&w, __atomic_load_n(&g_live_peak, __ATOMIC_RELAXED));
   wb_s(&w, ", \"arena_used_bytes\": ");
   wb_u(&w, g_base ? __atomic_load_n(&g_pool[POOL_APP].peak, __ATOMIC_RELAXED) - g_base : 0);
