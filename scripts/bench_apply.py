@@ -30,7 +30,7 @@ R3 = os.path.join(os.path.dirname(sys.executable), "r3")
 # The run each demo is recorded, tuned and checked with: about half a second untuned as
 # Spack builds it, so that scheduler noise is small against the run.
 RUNS = {
-    "dense": "dense 300 2",
+    "dense": "dense 500 2",
     "heat": "heat 2048 800",
     "cg": "cg 400 1500",
     "nbody": "nbody 2048 40",
@@ -48,6 +48,8 @@ def main():
     ap.add_argument("--demos", default=",".join(RUNS))
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
+    ap.add_argument("--update", action="store_true",
+                    help="replace only the packages run now in --out, keep the others (each says when it ran)")
     args = ap.parse_args()
     ws = args.workspace or tempfile.mkdtemp(prefix="r3-bench-apply-")
     scope = os.path.join(ws, "scope")
@@ -55,6 +57,11 @@ def main():
     with open(os.path.join(scope, "repos.yaml"), "w") as f:
         f.write("repos:\n- %s\n" % os.path.join(ROOT, "repos", "r3"))
     packages = []
+    kept = []
+    if args.update and os.path.exists(args.out):
+        with open(args.out) as f:
+            run_now = {"r3-" + d for d in args.demos.split(",")}
+            kept = [p for p in json.load(f)["packages"] if p["package"] not in run_now]
     for demo in args.demos.split(","):
         spec = "r3-" + demo
         argv = [R3, "--workspace", ws, "tune", spec, "--run", RUNS[demo], "--budget", str(args.budget),
@@ -70,11 +77,12 @@ def main():
             print(proc.stderr[-2000:], file=sys.stderr)
             packages.append({"package": spec, "error": (proc.stderr.strip().splitlines() or ["?"])[-1],
                              "seconds": took})
-            _write(args, packages)
+            _write(args, kept + packages)
             continue
         out = json.loads(proc.stdout)
         check = out.get("check") or {}
         entry = {"package": spec, "run": RUNS[demo], "seconds": round(took, 1),
+                 "when": time.strftime("%Y-%m-%d %H:%M"), "settings": _settings(args),
                  "kernels": [{"kernel": k["kernel"], "share": k["share"], "speedup": k["speedup"],
                               "winner": k["winner"]} for k in out["kernels"]]}
         if check:
@@ -86,7 +94,7 @@ def main():
         packages.append(entry)
         print("    %s" % json.dumps({k: entry.get(k) for k in ("app_speedup", "predicted_app_speedup", "fidelity")}),
               flush=True)
-        _write(args, packages)  # after each package: a long run that stops keeps what it measured
+        _write(args, kept + packages)  # after each package: a long run that stops keeps what it measured
     print("%-10s %10s %10s %18s %10s %9s" % ("package", "untuned", "+r3", "app speedup", "predicted", "fidelity"))
     for p in packages:
         if "app_speedup" in p:
@@ -105,10 +113,13 @@ def main():
     print("wrote %s" % args.out)
 
 
+def _settings(args):
+    return {"budget": args.budget, "pairs": args.pairs, "kernel_pairs": args.kernel_pairs,
+            "workers": args.workers, "child_budget": args.child_budget, "min_share": args.min_share}
+
+
 def _write(args, packages):
     result = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
-              "settings": {"budget": args.budget, "pairs": args.pairs, "kernel_pairs": args.kernel_pairs, "workers": args.workers,
-                           "child_budget": args.child_budget, "min_share": args.min_share},
               "target": "fidelity >= 0.8 for every demo", "packages": packages}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
