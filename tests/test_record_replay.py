@@ -53,6 +53,15 @@ def recorded(tmp_path_factory, clang):
     return ws
 
 
+def source_tree(tmp_path_factory, name, files):
+    """A fresh directory ``<name>/src`` holding ``files`` ({file name: text}); its path."""
+    src = tmp_path_factory.mktemp(name) / "src"
+    src.mkdir()
+    for fname, text in files.items():
+        (src / fname).write_text(text)
+    return str(src)
+
+
 def capture_of(ws, kernel):
     caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
     assert caps, "no capture of %s" % kernel

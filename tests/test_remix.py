@@ -24,7 +24,7 @@ from spack_r3.sourcepatch import apply_patch, make_patch
 from spack_r3.workspace import Workspace
 
 from modelserver import ScriptedModel, closed_port_url
-from test_record_replay import r3_subprocess
+from test_record_replay import r3_subprocess, source_tree
 
 KERNELS_C = r"""
 void blend(int n, double *x, const double *y)
@@ -109,11 +109,7 @@ def scripted(answers, repairs):
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory, clang):
-    src = tmp_path_factory.mktemp("remix") / "src"
-    src.mkdir()
-    for name, text in (("kernels.c", KERNELS_C), ("main.c", MAIN_C), ("Makefile", MAKEFILE)):
-        (src / name).write_text(text)
-    return str(src)
+    return source_tree(tmp_path_factory, "remix", {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
 
 
 def tune_argv(ws, program, *extra):

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.capture import load_capture_dir
 from spack_r3.data import OK, Variant
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback, KernelSource
@@ -22,9 +22,8 @@ from spack_r3.search.mutators import cast
 from spack_r3.search.mutators.rules import RulesMutator
 from spack_r3.search.remix import kernel_source
 from spack_r3.sourcepatch import make_patch
-from spack_r3.workspace import Workspace
 
-from test_record_replay import r3
+from test_record_replay import capture_of, r3, source_tree
 
 KERNELS_C = r"""
 #include <math.h>
@@ -119,12 +118,9 @@ KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "lower")
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, clang):
     """One workspace with a capture of every kernel of the program."""
-    src = tmp_path_factory.mktemp("rules") / "src"
-    src.mkdir()
-    for name, text in (("kernels.c", KERNELS_C), ("main.c", MAIN_C), ("Makefile", MAKEFILE)):
-        (src / name).write_text(text)
+    src = source_tree(tmp_path_factory, "rules", {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
     ws = str(tmp_path_factory.mktemp("rules-ws"))
-    argv = ["--workspace", ws, "record", "--source", str(src), "--run", "./prog"]
+    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
     for kernel in KERNELS:
         argv += ["--kernel", kernel]
     assert r3(*argv) == 0
@@ -137,14 +133,8 @@ def server(recorded):
         yield s
 
 
-def capture_dir(ws, kernel):
-    caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
-    assert caps, "no capture of %s" % kernel
-    return os.path.join(ws, "captures", caps[0].id)
-
-
 def source(ws, kernel):
-    d = capture_dir(ws, kernel)
+    d = capture_of(ws, kernel)
     return kernel_source(load_capture_dir(d), d)
 
 
@@ -171,7 +161,7 @@ def replays(ws, server, src, proposal, knobs=None, tolerance=None, verify_runs=1
     defines.update(knobs or {})
     variant = Variant(source_patch=make_patch(src.text, proposal.text, src.filename), source_defines=defines,
                       source_rule=proposal.rule)
-    ev = server.submit(capture_dir(ws, src.kernel), variant, pairs=3, timeout=60, tolerance=tolerance,
+    ev = server.submit(capture_of(ws, src.kernel), variant, pairs=3, timeout=60, tolerance=tolerance,
                        verify_runs=verify_runs)
     assert ev.status == OK, (proposal.description, ev.status, ev.diagnostics)
     return proposal.text
@@ -271,7 +261,7 @@ def test_the_replay_check_catches_a_wrong_rewrite(recorded, server):
     src = source(recorded, "matmul")
     wrong = src.text.replace("c[i * n + j] = 0.0;", "c[i * n + j] = 1.0;")
     variant = Variant(source_patch=make_patch(src.text, wrong, src.filename))
-    ev = server.submit(capture_dir(recorded, "matmul"), variant, pairs=3, timeout=60)
+    ev = server.submit(capture_of(recorded, "matmul"), variant, pairs=3, timeout=60)
     assert ev.status != OK
 
 

@@ -14,16 +14,15 @@ import llvmlite.binding as llvm
 import pytest
 
 from spack_r3 import toolchain
-from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.capture import load_capture_dir
 from spack_r3.data import COMPILE_ERROR, OK, Launch, Pipeline, Variant
 from spack_r3.errors import PipelineError, ToolchainError
 from spack_r3.replay.module import apply_launch_edits
 from spack_r3.replay.pipeline import format_spec, parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.replay.stages import CompileError, KernelIR, dispatch_loops, optimized_module, polly_available
-from spack_r3.workspace import Workspace
 
-from test_record_replay import r3
+from test_record_replay import capture_of, r3
 
 # A naive triple loop on fixed-size arrays: the loop nest Polly tiles (and recognizes as a
 # matrix product). Its values are multiples of 1/8, so every summation order is exact.
@@ -98,12 +97,6 @@ def recorded(tmp_path_factory, clang):
     return ws
 
 
-def capture_dir(ws, kernel):
-    caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
-    assert caps, "no capture of %s" % kernel
-    return os.path.join(ws, "captures", caps[0].id)
-
-
 def kernel_ir(cap):
     """The kernel of a capture as the stages take it (what the replay worker builds too)."""
     capture = load_capture_dir(cap)
@@ -156,7 +149,7 @@ def test_launch_schedule_and_chunk_travel_with_the_variant():
 
 
 def test_polly_variant_of_a_matrix_product_replays_verified(recorded, polly, native):
-    cap = capture_dir(recorded, "matmul")
+    cap = capture_of(recorded, "matmul")
     assert polly_available(load_capture_dir(cap).compile_command[0])  # what the search asks
     with ReplayServer() as server:
         for spec in ("O3,polly=1", "O3,polly=1,polly_tile=16,polly_matmul=0", "O2,polly=1,polly_tile=0"):
@@ -169,7 +162,7 @@ def test_polly_variant_of_a_matrix_product_replays_verified(recorded, polly, nat
 
 
 def test_polly_without_its_tools_is_a_compile_error(recorded, clang, monkeypatch, tmp_path, native):
-    cap = capture_dir(recorded, "matmul")
+    cap = capture_of(recorded, "matmul")
     version = toolchain.clang_major(load_capture_dir(cap).compile_command[0])
 
     def none_here(*args, **kw):
@@ -193,7 +186,7 @@ def test_polly_without_its_tools_is_a_compile_error(recorded, clang, monkeypatch
 
 
 def test_dynamic_schedule_loop_replays_under_other_schedules(recorded, native):
-    dot, scale = capture_dir(recorded, "dot"), capture_dir(recorded, "scale")
+    dot, scale = capture_of(recorded, "dot"), capture_of(recorded, "scale")
     unit = kernel_ir(dot)
     assert dispatch_loops(unit.ir) == 1  # schedule(dynamic): the runtime decides, editable
     assert dispatch_loops(kernel_ir(scale).ir) == 0  # schedule(static): compiled in, left alone

@@ -27,7 +27,7 @@ from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
 
-from test_record_replay import r3, r3_subprocess
+from test_record_replay import r3, r3_subprocess, source_tree
 
 KERNELS_C = r"""
 /* Sizes known at compile time keep Polly's analysis of the nest short (with sizes
@@ -75,11 +75,7 @@ MAKEFILE = "prog: main.o kernels.o\n\t$(CC) -O2 -o $@ main.o kernels.o\n%.o: %.c
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory, clang):
-    src = tmp_path_factory.mktemp("tune") / "src"
-    src.mkdir()
-    for name, text in (("kernels.c", KERNELS_C), ("main.c", MAIN_C), ("Makefile", MAKEFILE)):
-        (src / name).write_text(text)
-    return str(src)
+    return source_tree(tmp_path_factory, "tune", {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
 
 
 @pytest.fixture(scope="module")

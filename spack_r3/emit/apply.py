@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 
+from ..errors import ToolchainError
 from ..irtext import FunctionDef, LINKAGE_WORDS, global_ref, name_pattern
 from .plan import load_plan
 
@@ -287,29 +288,17 @@ def launch(argv):
             return subprocess.run(argv).returncode
         obj = line.output or os.path.splitext(os.path.basename(planned[0]))[0] + ".o"
         return _compile(line, argv, planned[0], obj, plan, probes, tuned)
-    # A link, possibly compiling planned sources on the way: each planned one becomes an
-    # object built as above, standing where its source stood.
-    from ..record.launcher import _clang_for_runtime
+    # A link, possibly compiling planned sources on the way: each planned one built as above.
+    from ..record.launcher import _clang_for_runtime, link_compiling
     from ..record.runtime import link_args
-
-    from ..errors import ToolchainError
 
     try:
         extra = link_args(_clang_for_runtime(line.compiler)) if probes and not line.shared else []
     except ToolchainError as err:
         warn(str(err))
         return 1
-    with tempfile.TemporaryDirectory(prefix="r3-apply-link-") as tmp:
-        objects = {}
-        for i, src in enumerate(planned):
-            obj = os.path.join(tmp, "%d-%s.o" % (i, os.path.splitext(os.path.basename(src))[0]))
-            single = [line.compiler] + line.without(drop_sources=True, drop_output=True) + ["-c", src, "-o", obj]
-            rc = _compile(CompileLine(single), single, src, obj, plan, probes, tuned)
-            if rc:
-                return rc
-            objects[src] = obj
-        args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
-        return subprocess.run([line.compiler] + [objects.get(a, a) for a in args] + extra).returncode
+    return link_compiling(line, planned, lambda argv, src, obj: _compile(CompileLine(argv), argv, src, obj, plan,
+                                                                        probes, tuned), extra)
 
 
 def _compile(line, argv, source, obj, plan, probes, tuned):

@@ -233,22 +233,27 @@ def launch(argv):
     # A link, possibly compiling sources on the way.
     from .runtime import link_args
 
+    extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler))
+    return link_compiling(line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir,
+                                                                            wanted), extra)
+
+
+def link_compiling(line, sources, compile_one, extra=()):
+    """Run the link ``line`` whose ``sources`` a launcher compiles itself: each by
+    ``compile_one(argv, source, obj)`` (its exit status) into a temporary object, which
+    stands where its source stood (a static library named after the source must come
+    after the object that uses it); ``extra`` goes at the end of the link."""
     with tempfile.TemporaryDirectory(prefix="r3-link-") as tmp:
-        objs = []
-        for i, src in enumerate(cxx_sources):
+        objects = {}
+        for i, src in enumerate(sources):
             obj = os.path.join(tmp, "%d-%s.o" % (i, os.path.splitext(os.path.basename(src))[0]))
             single = [line.compiler] + line.without(drop_sources=True, drop_output=True) + ["-c", src, "-o", obj]
-            rc = _compile(line, single, src, obj, record_dir, wanted)
+            rc = compile_one(single, src, obj)
             if rc:
                 return rc
-            objs.append(obj)
-        # Each object where its source stood: a static library named after the source
-        # must come after the object that uses it.
-        by_source = dict(zip(cxx_sources, objs))
+            objects[src] = obj
         args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
-        args = [by_source.get(a, a) for a in args]
-        extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler))
-        return run([line.compiler] + args + extra)
+        return run([line.compiler] + [objects.get(a, a) for a in args] + list(extra))
 
 
 def _compile(line, single_argv, source, obj, record_dir, wanted):

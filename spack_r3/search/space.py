@@ -54,6 +54,14 @@ class Param:
             return trial.suggest_int(self.name, self.low, self.high)
         return trial.suggest_categorical(self.name, list(self.choices))
 
+    def accepts(self, value):
+        """Whether ``value`` lies in this dimension."""
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if self.kind == "int":
+            return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
+        return value in self.choices
+
     def values_text(self):
         if self.kind == "bool":
             return "no, yes"
@@ -181,14 +189,8 @@ class Space:
     def adopt(self, values):
         """``values`` from another space's trial (the original's, for a source variant) as
         values of this one: what this space cannot take falls back to the baseline's."""
-        valid = {}
-        for p in self.params:
-            v = values.get(p.name)
-            if p.name in values and ((p.kind == "int" and isinstance(v, int) and p.low <= v <= p.high)
-                                     or (p.kind == "bool" and isinstance(v, bool))
-                                     or (p.kind == "categorical" and v in p.choices)):
-                valid[p.name] = v
-        return self._values(valid)
+        return self._values({p.name: values[p.name] for p in self.params
+                             if p.name in values and p.accepts(values[p.name])})
 
     def defaults(self):
         """Values that describe the baseline itself."""

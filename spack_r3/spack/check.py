@@ -167,8 +167,9 @@ def _kernel_times(record_dir):
     stats, _ = load_profiles(record_dir)
     out = {}
     for (_, name), s in stats.items():
-        seconds, calls = out.get(planned_symbol(name), (0.0, 0))
-        out[planned_symbol(name)] = (seconds + s["total_ns"] / 1e9, calls + s["calls"])
+        symbol = planned_symbol(name)
+        seconds, calls = out.get(symbol, (0.0, 0))
+        out[symbol] = (seconds + s["total_ns"] / 1e9, calls + s["calls"])
     return out
 
 

@@ -277,24 +277,24 @@ def omp_parallel(fn):
         if loop.enclosing() or any(p.get("kind", "").startswith("OMP") for p in loop.parents) \
                 or hinted(loop.parents):
             continue
-        try:
-            private, sums = independent(fn, loop, fn.source.tolerance)
-            begin = span(fn.text, loop.node)[0]
-        except Refused:
-            continue
-        pragma = "#pragma omp parallel for" + _clauses(private, sums)
-        out.append(Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), "omp-parallel",
-                            "omp parallel for over %s in %s" % (loop.name, fn.name)))
+        out += _omp_pragma(fn, loop, "#pragma omp parallel for", "omp-parallel",
+                           "omp parallel for over %s in %s" % (loop.name, fn.name))
     return out
 
 
-def _clauses(private, sums):
-    text = ""
+def _omp_pragma(fn, loop, pragma, rule, description):
+    """[the Proposal of ``pragma`` (with the private and reduction clauses the loop
+    needs) before ``loop``], or [] where its iterations are not independent."""
+    try:
+        private, sums = independent(fn, loop, fn.source.tolerance)
+        begin = span(fn.text, loop.node)[0]
+    except Refused:
+        return []
     if private:
-        text += " private(%s)" % ", ".join(private)
+        pragma += " private(%s)" % ", ".join(private)
     if sums:
-        text += " reduction(+:%s)" % ", ".join(sums)
-    return text
+        pragma += " reduction(+:%s)" % ", ".join(sums)
+    return [Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), rule, description)]
 
 
 def omp_simd(fn):
@@ -302,14 +302,8 @@ def omp_simd(fn):
         return []
     out = []
     for loop in _innermost(fn):
-        try:
-            private, sums = independent(fn, loop, fn.source.tolerance)
-            begin = span(fn.text, loop.node)[0]
-        except Refused:
-            continue
-        pragma = "#pragma omp simd" + _clauses(private, sums)
-        out.append(Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), "omp-simd",
-                            "omp simd on the %s loop in %s" % (loop.name, fn.name)))
+        out += _omp_pragma(fn, loop, "#pragma omp simd", "omp-simd",
+                           "omp simd on the %s loop in %s" % (loop.name, fn.name))
     return out
 
 
