@@ -8,7 +8,9 @@ pairs in alternating order (``spack/check.py``).
 
 Writes ``packages``: per demo ``app_untuned_s``, ``app_tuned_s``, ``app_speedup`` with its
 spread (min/max of the pair ratios), ``predicted_app_speedup`` (replay's confirmed kernel
-speedups weighted by each kernel's share of the recorded run) and ``fidelity`` =
+speedups weighted by each kernel's share of the untuned run, measured in the timed untuned
+build; ``shares_from`` says so, and ``predicted_from_recorded_shares`` is the same prediction
+from the recorded run's shares) and ``fidelity`` =
 (app_speedup - 1) / (predicted_app_speedup - 1). Target: fidelity at least 0.8 for every demo.
 And per tuned kernel, ``kernels_in_app``: its time inside the application in the timed
 builds (untuned and tuned, paired), their ratio with its spread, against replay's speedup.
@@ -87,7 +89,8 @@ def main():
                               "winner": k["winner"]} for k in out["kernels"]]}
         if check:
             entry.update({k: check[k] for k in ("app_untuned_s", "app_tuned_s", "app_speedup", "app_speedup_min",
-                                                "app_speedup_max", "predicted_app_speedup", "fidelity", "pairs")})
+                                                "app_speedup_max", "predicted_app_speedup", "fidelity", "pairs",
+                                                "shares_from", "predicted_from_recorded_shares")})
             entry["kernels_in_app"] = check.get("kernels", [])
         else:
             entry["error"] = "no tuned variant (nothing beat the baseline)"

@@ -165,14 +165,17 @@ def _print_spack_part(part):
     check = part.get("check")
     if check:
         print("application: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
-              "(fidelity %.2f)" % (check["app_untuned_s"], check["app_tuned_s"], check["app_speedup"],
-                                   check["app_speedup_min"], check["app_speedup_max"], check["pairs"],
-                                   check["predicted_app_speedup"], check["fidelity"]))
+              "(fidelity %.2f; kernel shares of the %s)" % (
+                  check["app_untuned_s"], check["app_tuned_s"], check["app_speedup"], check["app_speedup_min"],
+                  check["app_speedup_max"], check["pairs"], check["predicted_app_speedup"], check["fidelity"],
+                  check["shares_from"]))
     if check and check.get("kernels"):
-        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.4fs" % k["untuned_s"], "%.4fs" % k["tuned_s"],
+        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.1f%%" % (100 * k["share"]), "%.4fs" % k["untuned_s"],
+                 "%.4fs" % k["tuned_s"],
                  "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
                  "%.2fx" % k["replay_speedup"], "%.2f" % k["fidelity"]] for k in check["kernels"]]
-        print(table(["kernel in the application", "calls", "untuned", "tuned", "speedup", "replay", "fidelity"],
+        print(table(["kernel in the application", "calls", "share", "untuned", "tuned", "speedup", "replay",
+                     "fidelity"],
                     rows))
 
 

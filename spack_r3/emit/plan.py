@@ -59,10 +59,8 @@ class Plan:
         return None
 
     def predicted_app_speedup(self):
-        """The application's speedup if each kernel's share of the run shrinks by its
-        replay speedup and the rest stays (Amdahl)."""
-        saved = sum(k.share * (1.0 - 1.0 / k.speedup) for u in self.units for k in u.kernels if k.speedup > 0)
-        return 1.0 / max(1e-9, 1.0 - saved)
+        """The application's speedup predicted from the recorded shares (see ``amdahl``)."""
+        return amdahl((k.share, k.speedup) for u in self.units for k in u.kernels)
 
     def to_json(self):
         return {"format": self.format, "target": self.target, "facts": self.facts,
@@ -74,6 +72,13 @@ class Plan:
         units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
                              dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
         return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}))
+
+
+def amdahl(shares_and_speedups):
+    """The application's speedup if each kernel's share of the run shrinks by its speedup
+    and the rest of the run stays as it was."""
+    saved = sum(share * (1.0 - 1.0 / speedup) for share, speedup in shares_and_speedups if speedup > 0)
+    return 1.0 / max(1e-9, 1.0 - saved)
 
 
 def load_plan(path):

@@ -120,7 +120,10 @@ def emit(workspace, package, repo_root=None, layout=None):
     plan_path = os.path.join(directory, "r3-%s.json" % plan.target)
     write_atomic(plan_path, _json(plan.to_json()))
     plans = {p.target: p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
-    write_atomic(recipe, tuned_package(facts["namespace"], package, repo.layout, plans))
+    # The parent is imported as its own repository's layout says (records from before
+    # ``parent_layout`` was kept: their record repository's layout, which was the same).
+    parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
+    write_atomic(recipe, tuned_package(facts["namespace"], package, parent_layout, plans))
     return Emitted(package, plan.target, recipe, plan, plan_path, sorted(plans), skipped)
 
 

@@ -36,9 +36,10 @@ class SpackSite:
     record_repo: object
 
     def find_recipe(self, name):
-        """(namespace, recipe path) of the package's own recipe (ours aside), or None."""
+        """(namespace, recipe path, layout of its repository) of the package's own recipe
+        (ours aside), or None."""
         info = recipe_index(self.spack).find(name)
-        return (info.namespace, info.path) if info else None
+        return (info.namespace, info.path, info.layout) if info else None
 
 
 def recipe_index(spack):
@@ -98,6 +99,7 @@ class Installed:
     prefix: str
     specfile: str
     node: dict  # the root of the concrete spec (name, version, arch, compiler...)
+    nodes: list = None  # every node of the concrete spec (1.x: the compilers are among them)
 
     @property
     def target(self):
@@ -110,8 +112,23 @@ class Installed:
 
     @property
     def compiler(self):
-        c = self.node.get("compiler") or {}
-        return "%s@%s" % (c.get("name"), c.get("version")) if c else None
+        return spec_compiler(self.node, self.nodes or [])
+
+
+def spec_compiler(node, nodes):
+    """``name@version`` of the compiler of a concrete spec's node: 0.x keeps it in the node
+    (``compiler``); 1.x makes it a dependency providing the ``c`` (or ``cxx``) virtual."""
+    c = node.get("compiler")
+    if c:
+        return "%s@%s" % (c.get("name"), c.get("version"))
+    by_hash = {n.get("hash"): n for n in nodes}
+    for lang in ("c", "cxx"):
+        for dep in node.get("dependencies") or []:
+            if lang in ((dep.get("parameters") or {}).get("virtuals") or []):
+                found = by_hash.get(dep.get("hash"))
+                if found:
+                    return "%s@%s" % (found.get("name"), found.get("version"))
+    return None
 
 
 def install(site, spec, directory, what, rebuild=False):
@@ -133,11 +150,11 @@ def install(site, spec, directory, what, rebuild=False):
         reason = "; ".join(l.strip() for l in events if l.strip()) or (done.result.error_lines() or ["?"])[0]
         raise R3Error("%s of %s failed: %s (log: %s)" % (what, spec, reason, where))
     with open(specfile) as f:
-        node = json.load(f)["spec"]["nodes"][0]
+        nodes = json.load(f)["spec"]["nodes"]
     prefix = site.spack.location("/" + outcome.hash)
     if not prefix:
         raise R3Error("%s: spack installed %s but cannot locate it" % (what, spec))
-    return Installed(outcome.hash, prefix, specfile, node)
+    return Installed(outcome.hash, prefix, specfile, nodes[0], nodes)
 
 
 def has_tests(recipe_path):
@@ -171,7 +188,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     if recipe is None:
         raise R3Error("unknown package %s: no recipe in Spack's repositories (give --source DIR or URL to "
                       "generate one)" % name)
-    namespace, recipe_path = recipe
+    namespace, recipe_path, parent_layout = recipe
     if not run and not has_tests(recipe_path):
         raise R3Error("%s declares no stand-alone test to run: give --run CMD" % name)
     run_dir = session.new_run_dir(workspace, name)
@@ -179,7 +196,9 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     os.makedirs(record_dir)
     env = session.record_environment(record_dir, find_clang(), kernels, instances, target="as-built")
     keys = ("R3_RECORD_DIR", "R3_KERNELS", "R3_INSTANCES", "R3_CAPTURE", "R3_TARGET_FLAGS")
-    site.record_repo.write_recipe(name, record_package(namespace, name, site.layout, {k: env[k] for k in keys}))
+    # The subclass imports the recipe the way its own repository's layout says (Spack 1.x
+    # reads v1 repositories too, as ``spack.pkg.<ns>``), whatever the record repository's is.
+    site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, {k: env[k] for k in keys}))
     say("building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
         % (with_clang(spec), namespace))
     # A rebuild every time: the build writes into this record's directory.
@@ -197,6 +216,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     _add_spack_facts(run_dir, {"package": name, "namespace": namespace, "spec": spec, "hash": installed.hash,
                                "version": installed.version, "target": installed.target,
                                "compiler": installed.compiler, "prefix": installed.prefix, "layout": site.layout,
+                               "parent_layout": parent_layout,
                                "repos": [os.path.abspath(r) for r in extra_repos],
                                "source_root": _source_root(result.captures)})
     return result

@@ -178,13 +178,14 @@ class RecipeInfo:
     dependencies: Set[str] = field(default_factory=set)
     variants: Set[str] = field(default_factory=set)
     provides: Set[str] = field(default_factory=set)
+    layout: str = "v1"  # of the repository it is in: how a subclass imports it
 
     def text(self):
         with open(self.path, errors="replace") as f:
             return f.read()
 
 
-def recipe_info(name, namespace, path, text=None):
+def recipe_info(name, namespace, path, text=None, layout="v1"):
     if text is None:
         with open(path, errors="replace") as f:
             text = f.read()
@@ -203,7 +204,7 @@ def recipe_info(name, namespace, path, text=None):
         for v in re.findall(r"[\"']([^\"']+)[\"']", m.group(1)):
             provides.add(re.split(r"[@+~ ]", v)[0])
     return RecipeInfo(name, namespace, path, systems, set(DEP_RE.findall(text)),
-                      set(VARIANT_RE.findall(text)), provides)
+                      set(VARIANT_RE.findall(text)), provides, layout)
 
 
 class PackageIndex:
@@ -217,7 +218,7 @@ class PackageIndex:
             for name in repo.package_names():
                 if name in self.recipes:
                     continue
-                info = recipe_info(name, repo.namespace, repo.recipe_path(name))
+                info = recipe_info(name, repo.namespace, repo.recipe_path(name), layout=repo.layout)
                 self.recipes[name] = info
                 for v in info.provides:
                     self.virtuals.setdefault(v, []).append(name)

@@ -60,6 +60,24 @@ class InstallOutcome:
     build_logs: List[str] = field(default_factory=list)  # build logs Spack pointed at
 
 
+# ``spack repo list``: 0.x prints ``<namespace> <path>``; 1.x prints
+# ``[+] <namespace> <api> <path>`` (``[-]`` for a repository that failed to load, `` - `` for
+# a git repository not cloned yet: neither has packages to read).
+_REPO_LINE = re.compile(r"^\s*(?:(\[\+\]|\[-\]| ?- ?)\s+)?(\S+)\s+(?:(v\d+\.\d+)\s+)?(\S.*?)\s*$")
+
+
+def parse_repo_list(text):
+    """[(namespace, path)] from the output of ``spack repo list`` (Spack 0.x or 1.x)."""
+    repos = []
+    for line in text.splitlines():
+        m = _REPO_LINE.match(line)
+        if not m or (m.group(1) and m.group(1) != "[+]"):
+            continue
+        if os.path.isdir(m.group(4)):
+            repos.append((m.group(2), m.group(4)))
+    return repos
+
+
 def _version_tuple(text):
     m = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
@@ -135,12 +153,7 @@ class Spack:
         res = self.run("repo", "list", timeout=120)
         if not res.ok:
             raise R3Error("spack repo list failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
-        repos = []
-        for line in res.stdout.splitlines():
-            parts = line.split(None, 1)
-            if len(parts) == 2 and os.path.isdir(parts[1].strip()):
-                repos.append((parts[0], parts[1].strip()))
-        return repos
+        return parse_repo_list(res.stdout)
 
     # -- the refine loop's calls -------------------------------------------------------
 
@@ -161,8 +174,9 @@ class Spack:
         return ConcretizeOutcome(True, res, specfile, root.get("hash"))
 
     def install_specfile(self, specfile, keep_stage=True, verbose=False, overwrite=False):
-        """``spack install -f SPECFILE``: installs the concrete spec without solving again
-        (``overwrite``: builds it again when that hash is installed already)."""
+        """``spack install -f SPECFILE`` (0.x; 1.x: ``spack install ./SPECFILE``, ``-f`` is
+        ``--force`` there): installs the concrete spec without solving again (``overwrite``:
+        builds it again when that hash is installed already)."""
         args = ["install"]
         if keep_stage:
             args.append("--keep-stage")
@@ -170,8 +184,15 @@ class Spack:
             args += ["--overwrite", "-y"]
         if verbose:
             args.append("--verbose")
-        args += ["-f", specfile]
-        res = self.run(*args)
+        cwd = None
+        if self.major_minor() >= (1, 0):
+            # A spec file is a spec literal there; its parser takes only [\w./-] in a file
+            # name, so the file goes by its name relative to its directory.
+            cwd, name = os.path.split(os.path.abspath(specfile))
+            args.append(os.path.join(".", name))
+        else:
+            args += ["-f", specfile]
+        res = self.run(*args, cwd=cwd)
         logs = []
         for m in re.finditer(r"See build log for details:\s*\n?\s*(\S+)", res.output):
             if m.group(1) not in logs:

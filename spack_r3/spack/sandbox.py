@@ -76,7 +76,8 @@ def make_sandbox(root, repos=(), extra_bin_dirs=(), seed_cache=True, scope_name=
     root = os.path.abspath(root)
     scope = os.path.join(root, scope_name)
     misc = os.path.join(root, "misc-cache")
-    user_cache = os.path.join(os.path.expanduser("~"), ".spack", "cache")
+    user_cache = os.path.join(os.environ.get("SPACK_USER_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".spack"),
+                              "cache")
     if seed_cache and not os.path.isdir(misc) and os.path.isdir(user_cache):
         shutil.copytree(user_cache, misc, ignore=shutil.ignore_patterns("*.lock"))
     externals = find_externals(extra_bin_dirs)

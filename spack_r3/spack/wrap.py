@@ -5,11 +5,13 @@ original recipe, subclassed: the same versions, variants, dependencies and build
 ``SPACK_CC``/``SPACK_CXX`` pointed at ``r3-spack-cc``/``r3-spack-cxx`` (``hook.py``),
 which run the launcher in front of the real compiler, behind Spack's wrapper.
 
-Importing the parent, by Spack version:
+Importing the parent, by the layout of the parent's repository (``layout`` below; not the
+layout of the repository the subclass is written to: Spack 1.x reads v1 repositories too):
 
-- 0.x: ``from spack.pkg.<ns>.<module> import *`` brings the class and every builder class
-  the parent module defines (without them Spack silently skips the parent's build phases);
-- 1.x: ``from spack_repo.<ns>.packages.<dir>.package import *``, the same way.
+- v1 (all of 0.x; 1.x for v1 repositories): ``from spack.pkg.<ns>.<module> import *``
+  brings the class and every builder class the parent module defines (without them Spack
+  silently skips the parent's build phases);
+- v2 (1.x): ``from spack_repo.<ns>.packages.<dir>.package import *``, the same way.
 """
 
 import os
