@@ -37,6 +37,7 @@ RUNS = {
     "cg": "cg 400 1500",
     "nbody": "nbody 2048 40",
 }
+TOLERANCE = 1e-9  # as bench_search: fast-math and FMA changes are searched within it, and labelled
 
 
 def main():
@@ -47,6 +48,9 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--child-budget", type=int, default=4, help="evaluations of each source variant")
     ap.add_argument("--min-share", type=float, default=0.1, help="smallest share of the run worth tuning")
+    ap.add_argument("--tolerance", type=float, default=TOLERANCE,
+                    help="relative FP tolerance the search may use (default %g, what the demos' self-checks "
+                         "accept; 0: exact)" % TOLERANCE)
     ap.add_argument("--demos", default=",".join(RUNS))
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
@@ -68,7 +72,7 @@ def main():
         spec = "r3-" + demo
         argv = [R3, "--workspace", ws, "tune", spec, "--run", RUNS[demo], "--budget", str(args.budget),
                 "--workers", str(args.workers), "--min-share", str(args.min_share), "--confirm-rounds", "2",
-                "--child-budget", str(args.child_budget),
+                "--child-budget", str(args.child_budget), "--tolerance", str(args.tolerance),
                 "--check-pairs", str(args.pairs), "--check-kernel-pairs", str(args.kernel_pairs),
                 "--spack-config", scope, "--json"]
         print("==> %s: %s" % (spec, " ".join(argv[3:])), flush=True)
@@ -86,7 +90,7 @@ def main():
         entry = {"package": spec, "run": RUNS[demo], "seconds": round(took, 1),
                  "when": time.strftime("%Y-%m-%d %H:%M"), "settings": _settings(args),
                  "kernels": [{"kernel": k["kernel"], "share": k["share"], "speedup": k["speedup"],
-                              "winner": k["winner"]} for k in out["kernels"]]}
+                              "winner": k["winner"], "relaxes_fp": k["relaxes_fp"]} for k in out["kernels"]]}
         if check:
             entry.update({k: check[k] for k in ("app_untuned_s", "app_tuned_s", "app_speedup", "app_speedup_min",
                                                 "app_speedup_max", "predicted_app_speedup", "fidelity", "pairs",
@@ -118,7 +122,8 @@ def main():
 
 def _settings(args):
     return {"budget": args.budget, "pairs": args.pairs, "kernel_pairs": args.kernel_pairs,
-            "workers": args.workers, "child_budget": args.child_budget, "min_share": args.min_share}
+            "workers": args.workers, "child_budget": args.child_budget, "min_share": args.min_share,
+            "tolerance": args.tolerance}
 
 
 def _write(args, packages):

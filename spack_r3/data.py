@@ -185,6 +185,8 @@ class Evaluation:
     ratios: List[float] = field(default_factory=list)  # the per-pair ratios behind speedup
     baseline_median_s: Optional[float] = None  # the baseline's runs of the same pairs
     verify_runs: int = 0  # verification runs (several for parallel kernels: a race may verify once)
+    threads: Optional[int] = None  # OpenMP threads the candidate ran with (None: left as it was)
+    baseline_threads: Optional[int] = None  # and the baseline of its pairs (as recorded, within the CPUs)
     diagnostics: str = ""
 
     @property

@@ -14,6 +14,8 @@ import subprocess
 import pytest
 
 from spack_r3.capture import list_captures
+from spack_r3.data import Launch, Variant
+from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3
@@ -148,6 +150,18 @@ def test_parallel_shapes_record_and_replay(tmp_path, clang, capsys):
     # a kernel naming stderr replays against the replay process's own stream
     code, ev = _replay(ws, caps["report"], capsys)
     assert code == 0 and ev["verified"], ev
+
+    # OpenMP threads in paired timings: the baseline as recorded, the candidate as it asks,
+    # neither above the worker's CPUs (a worker pinned to one CPU runs both with one thread).
+    assert simulate.launch["threads"] == 2
+    cpus = sorted(os.sched_getaffinity(0))
+    directory = Workspace(ws).capture_dir(simulate.id)
+    with ReplayServer(cpus=cpus[:1]) as pinned:
+        ev = pinned.submit(directory, pairs=2)
+    assert ev.ok and (ev.baseline_threads, ev.threads) == (1, 1), ev.diagnostics
+    with ReplayServer() as server:
+        ev = server.submit(directory, Variant(launch=Launch(threads=1)), pairs=2)
+    assert ev.ok and (ev.baseline_threads, ev.threads) == (min(2, len(cpus)), 1), ev.diagnostics
 
 
 def test_input_reader_is_not_captured_and_says_why(tmp_path, clang, capsys):

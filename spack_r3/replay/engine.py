@@ -332,15 +332,30 @@ def time_runs(prepared, frame, compiled, repeat):
     return times
 
 
-def paired_ratios(prepared, frame, baseline, candidate, pairs):
-    """The paired protocol: alternate baseline and candidate; ratios baseline/candidate."""
+def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None)):
+    """The paired protocol: alternate baseline and candidate; ratios baseline/candidate.
+    ``threads``: the OpenMP threads of each (see ``thread_counts``)."""
     ratios, cand_times = [], []
     for _ in range(pairs):
+        set_threads(libomp, threads[0])
         tb = time_runs(prepared, frame, baseline, 1)[0]
+        set_threads(libomp, threads[1])
         tc = time_runs(prepared, frame, candidate, 1)[0]
         ratios.append(tb / tc if tc > 0 else float("inf"))
         cand_times.append(tc)
     return ratios, cand_times
+
+
+def thread_counts(recorded, requested, cpus):
+    """OpenMP threads of (baseline, candidate) in one evaluation: the baseline runs as the
+    application did (``recorded``), the candidate with its own launch setting if it has one;
+    neither above ``cpus``, the CPUs this worker may use. Oversubscribed threads wait for a
+    time slice at every barrier, which times the scheduler rather than the kernel (a 0.4 ms
+    kernel measured anywhere from 10x to 25x faster than itself with 2 threads on 1 CPU)."""
+    def clamp(n):
+        return min(int(n), cpus) if n else None
+
+    return clamp(recorded), clamp(requested or recorded)
 
 
 def set_threads(libomp, threads):

@@ -153,8 +153,10 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
         ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
         return ev
     ev.compiled, ev.compile_s = True, candidate.compile_s
-    threads = variant.launch.threads or prepared.capture.launch.get("threads")
-    engine.set_threads(libomp, threads)
+    threads = engine.thread_counts(prepared.capture.launch.get("threads"), variant.launch.threads,
+                                   len(os.sched_getaffinity(0)))
+    ev.baseline_threads, ev.threads = threads
+    engine.set_threads(libomp, threads[1])
     frame = engine.Frame(prepared)
     tolerance = req.get("tolerance", prepared.capture.tolerance)
     # The verification run doubles as the warm-up; it is never timed. A parallel kernel
@@ -170,7 +172,7 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
             return ev
     if pairs:
-        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs)
+        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads)
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
         ev.pairs, ev.ratios = pairs, ratios
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]

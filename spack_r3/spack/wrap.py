@@ -28,20 +28,25 @@ def parent_module(namespace, name, layout):
     return "spack.pkg.%s.%s" % (namespace, name.replace("-", "_"))
 
 
-# The subclass's compilers: 0.x has ``self.compiler``; on 1.x compilers are dependencies
-# of the languages (``self.spec["c"]``).
+# The subclass's compilers: on 1.x compilers are the dependencies that provide the
+# languages (``self.compiler`` is only a deprecated adaptor there, which raises for a
+# language the package does not use: a C-only package has no ``cxx``); 0.x has
+# ``self.compiler``.
 _COMPILERS = '''
     def _r3_compilers(self):
-        compiler = getattr(self, "compiler", None)
-        if compiler is not None:
-            return compiler.cc, compiler.cxx
         found = []
         for lang, attr in (("c", "cc"), ("cxx", "cxx")):
             try:
-                found.append(getattr(self.spec[lang].package, attr))
+                deps = self.spec.dependencies(virtuals=[lang])
+                found.append(getattr(deps[0].package, attr) if deps else None)
             except Exception:
                 found.append(None)
-        return tuple(found)
+        if any(found):
+            return tuple(found)
+        compiler = getattr(self, "compiler", None)
+        if compiler is None:
+            return None, None
+        return getattr(compiler, "cc", None), getattr(compiler, "cxx", None)
 
     def _r3_launch(self, env, launcher):
         cc, cxx = self._r3_compilers()
