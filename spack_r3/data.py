@@ -187,6 +187,7 @@ class Evaluation:
     verify_runs: int = 0  # verification runs (several for parallel kernels: a race may verify once)
     threads: Optional[int] = None  # OpenMP threads the candidate ran with (None: left as it was)
     baseline_threads: Optional[int] = None  # and the baseline of its pairs (as recorded, within the CPUs)
+    runs_per_sample: int = 1  # runs summed in each timing sample of a pair (short kernels: several)
     diagnostics: str = ""
 
     @property

@@ -332,26 +332,43 @@ def time_runs(prepared, frame, compiled, repeat):
     return times
 
 
-def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None)):
-    """The paired protocol: alternate baseline and candidate; ratios baseline/candidate.
-    ``threads``: the OpenMP threads of each (see ``thread_counts``)."""
+# Each timing sample of the paired protocol lasts at least this long. One call of a 40 us
+# kernel times the interrupts and preemptions that land in it as much as the kernel: on
+# this 2-core machine one call's baseline/candidate ratios ranged 3.8x-13x around 9x.
+MIN_SAMPLE_S = 1e-3
+MOST_RUNS_PER_SAMPLE = 64
+
+
+def runs_per_sample(prepared, frame, compiled, min_s=MIN_SAMPLE_S):
+    """How many runs one timing sample sums so that it lasts ``min_s`` (from one run of
+    ``compiled``, the faster side of a pair as a rule)."""
+    seconds = time_runs(prepared, frame, compiled, 1)[0]
+    if seconds <= 0:
+        return MOST_RUNS_PER_SAMPLE
+    return max(1, min(MOST_RUNS_PER_SAMPLE, -int(-min_s // seconds)))
+
+
+def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None), runs=1):
+    """The paired protocol: alternate baseline and candidate; ratios baseline/candidate,
+    each side's sample the sum of ``runs`` runs (memory restored before each, untimed).
+    ``threads``: the OpenMP threads of each (see ``thread_counts``). Returns the ratios
+    and the candidate's time per run in each pair."""
     ratios, cand_times = [], []
     for _ in range(pairs):
         set_threads(libomp, threads[0])
-        tb = time_runs(prepared, frame, baseline, 1)[0]
+        tb = sum(time_runs(prepared, frame, baseline, runs))
         set_threads(libomp, threads[1])
-        tc = time_runs(prepared, frame, candidate, 1)[0]
+        tc = sum(time_runs(prepared, frame, candidate, runs))
         ratios.append(tb / tc if tc > 0 else float("inf"))
-        cand_times.append(tc)
+        cand_times.append(tc / runs)
     return ratios, cand_times
 
 
 def thread_counts(recorded, requested, cpus):
     """OpenMP threads of (baseline, candidate) in one evaluation: the baseline runs as the
-    application did (``recorded``), the candidate with its own launch setting if it has one;
-    neither above ``cpus``, the CPUs this worker may use. Oversubscribed threads wait for a
-    time slice at every barrier, which times the scheduler rather than the kernel (a 0.4 ms
-    kernel measured anywhere from 10x to 25x faster than itself with 2 threads on 1 CPU)."""
+    application did (``recorded``), the candidate with its own launch setting if it has one,
+    so that a thread count is measured against the application's; neither above ``cpus``,
+    the CPUs this worker may use (threads beyond them would time the scheduler)."""
     def clamp(n):
         return min(int(n), cpus) if n else None
 

@@ -172,7 +172,9 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
             return ev
     if pairs:
-        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads)
+        ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate)
+        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
+                                             ev.runs_per_sample)
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
         ev.pairs, ev.ratios = pairs, ratios
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]

@@ -89,8 +89,19 @@ def _write_compilers(spack, scope):
         json.dump(data, f, indent=1)
 
 
-def with_clang(spec):
-    return spec if "%" in spec else spec + " %clang"
+def with_clang(spec, variants=""):
+    """``spec`` built with clang (unless it names a compiler), with ``variants`` (e.g.
+    ``+r3``) on its root. Variants go before the first ``%``/``^``: on Spack 1.x what
+    follows ``%clang`` constrains the compiler's node (``pkg %clang +r3`` asks for
+    ``llvm+r3``); 0.x reads either order the same."""
+    spec = spec.strip()
+    if "%" not in spec:
+        spec += " %clang"
+    variants = (variants or "").strip()
+    if not variants:
+        return spec
+    m = re.search(r"\s*[%^]", spec)
+    return spec[:m.start()] + " " + variants + " " + spec[m.start():].lstrip()
 
 
 @dataclass
