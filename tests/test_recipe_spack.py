@@ -24,7 +24,7 @@ from spack_r3 import cli
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.recipe import fixes
 from spack_r3.recipe.pipeline import RecipeRequest, make_recipe
-from spack_r3.spack.repos import write_scope
+from spack_r3.spack.repos import open_repo, write_scope
 from spack_r3.spack.sandbox import make_sandbox
 from spack_r3.workspace import Workspace
 
@@ -56,8 +56,14 @@ def generate(sb, tree, *extra):
     return rc, (json.loads(out) if out.strip().startswith("{") else None), err
 
 
+def _recipe(ws, name):
+    """Where the workspace's repository keeps ``name``'s recipe, in this Spack's layout."""
+    repo = open_repo(os.path.join(ws, "repo"))
+    return repo.recipe_path(name) if repo else os.path.join(ws, "repo", "packages", name, "package.py")
+
+
 def ensure_generated(sb, tree):
-    if not os.path.isfile(os.path.join(sb.ws, "repo", "packages", tree, "package.py")):
+    if not os.path.isfile(_recipe(sb.ws, tree)):
         rc, res, err = generate(sb, tree)
         assert rc == 0, (err, res)
 
@@ -100,7 +106,7 @@ def test_refine_repairs_planted_missing_dependency(sandbox):
         pytest.skip("needs cmake, zlib and pkg-config on this machine")
     ensure_generated(sandbox, "r3tvec")
     ensure_generated(sandbox, "r3t-cmake")
-    good = open(os.path.join(sandbox.ws, "repo", "packages", "r3t-cmake", "package.py")).read()
+    good = open(_recipe(sandbox.ws, "r3t-cmake")).read()
     planted = re.sub(r'(?m)^\s*depends_on\("r3tvec"\)\n', "", good)
     assert planted != good and "r3tvec\")" not in planted
     ws = Workspace(sandbox.ws)

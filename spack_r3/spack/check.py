@@ -138,7 +138,7 @@ def _builds(site, spec, base, flags, say):
     out = {}
     for flag, label in flags:
         say("building %s %s through Spack (%s)" % (spec, flag, label))
-        prefix = install(site, with_clang(spec) + " " + flag, os.path.join(base, label), "the %s build" % flag).prefix
+        prefix = install(site, with_clang(spec, flag), os.path.join(base, label), "the %s build" % flag).prefix
         cwd = os.path.join(base, "run-" + label)
         os.makedirs(cwd, exist_ok=True)
         out[flag] = _Build(prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep

@@ -70,23 +70,58 @@ def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
 
 
 def _write_compilers(spack, scope):
-    """The record clang as a compiler of the sandbox (0.x; on 1.x compilers are externals)."""
+    """The record clang as a compiler of the sandbox: 0.x, ``compilers.yaml``; 1.x, an
+    external ``llvm`` in the sandbox's ``packages.yaml`` (1.x takes only external compilers,
+    so without one ``%clang`` does not concretize where the user never ran ``spack compiler
+    find``)."""
     path = os.path.join(scope, "compilers.yaml")
-    if os.path.exists(path) or spack.major_minor() >= (1, 0):
+    if spack.major_minor() >= (1, 0):
+        _write_llvm_external(scope)
+        return
+    if os.path.exists(path):
         return
     clang = find_clang()
     version = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True).stdout.strip()
-    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
+    cxx = _clangxx(clang)
     res = spack.run("arch", "--operating-system", timeout=120)
     if not res.ok:
         raise R3Error("spack arch failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
     import platform
     data = {"compilers": [{"compiler": {
-        "spec": "clang@=%s" % version, "paths": {"cc": clang, "cxx": cxx if os.path.exists(cxx) else None,
-                                                 "f77": None, "fc": None},
+        "spec": "clang@=%s" % version, "paths": {"cc": clang, "cxx": cxx, "f77": None, "fc": None},
         "operating_system": res.stdout.strip(), "target": platform.machine(), "modules": []}}]}
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+
+
+def _clangxx(clang):
+    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
+    return cxx if os.path.exists(cxx) else None
+
+
+def _write_llvm_external(scope):
+    """Add the record clang to the sandbox scope's ``packages.yaml`` (which ``make_sandbox``
+    writes, as JSON) as an external ``llvm``, the way ``spack compiler find`` declares it."""
+    clang = find_clang()
+    version = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True).stdout.strip()
+    if not re.match(r"^\d+\.\d+", version):
+        return
+    path = os.path.join(scope, "packages.yaml")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {"packages": {}}
+    compilers = {"c": clang}
+    if _clangxx(clang):
+        compilers["cxx"] = _clangxx(clang)
+    external = {"spec": "llvm@%s+clang~flang~lld~lldb" % version,
+                "prefix": os.path.dirname(os.path.dirname(clang)),
+                "extra_attributes": {"compilers": compilers}}
+    data.setdefault("packages", {}).setdefault("llvm", {})["externals"] = [external]
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
 
 
 def with_clang(spec, variants=""):

@@ -1,0 +1,157 @@
+"""What differs under Spack 1.x, tested without one (CI has Spack 0.2x only): the output of
+``spack repo list``, the spec file install, where variants go in a spec with a compiler,
+the compiler of a concrete spec, the compilers a wrapped package finds, and how a wrapped
+package imports its parent (by the parent repository's layout).
+
+With ``R3_SPACK1_ROOT`` pointing at a Spack 1.x (and its config reachable, e.g. through
+``SPACK_USER_CONFIG_PATH``), the last test also runs ``spack r3 -h`` and ``spack repo list``
+through it; otherwise it skips.
+"""
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from spack_r3.extension import EXTENSION_ROOT
+from spack_r3.spack import wrap
+from spack_r3.spack.record import spec_compiler, with_clang
+from spack_r3.spack.repos import detect_layout, write_scope
+from spack_r3.spack.runner import Spack, SpackResult, parse_repo_list
+
+
+def test_repo_list_of_either_spack(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b with space"
+    a.mkdir()
+    b.mkdir()
+    old = "r3         %s\nbuiltin    %s\n" % (a, b)  # 0.x
+    assert parse_repo_list(old) == [("r3", str(a)), ("builtin", str(b))]
+    new = ("[+] r3         v1.0    %s\n"
+           "[+] builtin    v2.2    %s\n"
+           " -  remote            %s\n"
+           "[-] broken            %s: cannot read repo.yaml\n" % (a, b, a, b))  # 1.x
+    assert parse_repo_list(new) == [("r3", str(a)), ("builtin", str(b))]
+    assert parse_repo_list("[+] gone   v2.0   /no/such/dir\n") == []
+
+
+def test_layout_follows_the_spack_major_version():
+    assert detect_layout("0.23.1") == "v1" and detect_layout("0.24.0.dev0") == "v1"
+    assert detect_layout("1.0.2") == "v2" and detect_layout("1.2.0.dev0") == "v2"
+
+
+def _fake_spack(version, calls):
+    spack = Spack(root="/nonexistent-spack")
+    spack._version = version
+
+    def run(*args, timeout=None, cwd=None, env=None):
+        calls.append((list(args), cwd))
+        return SpackResult(list(args), 0, "", "", 0.0)
+
+    spack.run = run
+    return spack
+
+
+@pytest.mark.parametrize("version", ["0.24.0.dev0", "1.2.0.dev0"])
+def test_spec_file_install_by_version(tmp_path, version):
+    specfile = str(tmp_path / "spec.json")
+    calls = []
+    outcome = _fake_spack(version, calls).install_specfile(specfile, overwrite=True)
+    assert outcome.ok
+    [(args, cwd)] = calls
+    assert args[:4] == ["install", "--keep-stage", "--overwrite", "-y"]
+    if version.startswith("0."):
+        assert args[4:] == ["-f", specfile] and cwd is None
+    else:  # -f is --force on 1.x; a spec file is a spec literal there
+        assert args[4:] == ["./spec.json"] and cwd == str(tmp_path)
+
+
+def test_variants_go_on_the_root_before_the_compiler():
+    assert with_clang("r3-dense") == "r3-dense %clang"
+    assert with_clang("r3-dense", "+r3") == "r3-dense +r3 %clang"
+    assert with_clang("r3-dense@1.0 %gcc", "~r3+r3probes") == "r3-dense@1.0 ~r3+r3probes %gcc"
+    assert with_clang("r3-dense%clang", "+r3") == "r3-dense +r3 %clang"
+
+
+def test_compiler_of_a_concrete_spec():
+    old = {"name": "r3-dense", "hash": "a", "compiler": {"name": "clang", "version": "19.1.7"}}
+    assert spec_compiler(old, [old]) == "clang@19.1.7"
+    root = {"name": "r3-dense", "hash": "a", "dependencies": [
+        {"name": "glibc", "hash": "g", "parameters": {"deptypes": ["link"], "virtuals": ["libc"]}},
+        {"name": "llvm", "hash": "l", "parameters": {"deptypes": ["build"], "virtuals": ["c"]}}]}
+    nodes = [root, {"name": "glibc", "hash": "g", "version": "2.36"}, {"name": "llvm", "hash": "l", "version": "19.1.7"}]
+    assert spec_compiler(root, nodes) == "llvm@19.1.7"
+    assert spec_compiler({"name": "x", "hash": "x"}, []) is None
+
+
+def _wrapped_class():
+    ns = {"os": os, "R3_HOOKS": "/hooks"}
+    exec("class Wrapped:\n    compiler = None\n" + wrap._COMPILERS, ns)
+    return ns["Wrapped"]
+
+
+def _node(**attrs):
+    return types.SimpleNamespace(package=types.SimpleNamespace(**attrs))
+
+
+class _Spec1:
+    """A concrete spec of Spack 1.x: compilers are the dependencies providing c / cxx."""
+
+    def __init__(self, by_lang):
+        self.by_lang = by_lang
+
+    def dependencies(self, name=None, deptype=None, *, virtuals=None):
+        return [self.by_lang[v] for v in virtuals or [] if v in self.by_lang]
+
+
+class _Adaptor:
+    """1.x's deprecated ``self.compiler``: raises for a language the package has not."""
+
+    cc = "/usr/bin/clang-19"
+
+    @property
+    def cxx(self):
+        raise AttributeError("'x' has no cxx compiler, so the 'cxx' property cannot be retrieved")
+
+
+def test_wrapped_package_finds_its_compilers():
+    cls = _wrapped_class()
+    p = cls()
+    p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19")})  # 1.x, a C-only package
+    p.compiler = _Adaptor()
+    assert p._r3_compilers() == ("/usr/bin/clang-19", None)
+    p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19"), "cxx": _node(cxx="/usr/bin/clang++-19")})
+    assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
+    p.spec = _Spec1({})  # 0.x: no language dependencies; self.compiler has both
+    p.compiler = types.SimpleNamespace(cc="/usr/bin/clang-19", cxx="/usr/bin/clang++-19")
+    assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
+    env = {}
+    p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "record")
+    assert env["SPACK_CC"] == "/hooks/r3-spack-cc" and env["R3_REAL_CXX"] == "/usr/bin/clang++-19"
+
+
+def test_parent_is_imported_by_its_own_repository_layout():
+    # A v1 repository (all of 0.x; read by 1.x too) is ``spack.pkg.<ns>`` whatever the
+    # layout of the repository the wrapped package is written to.
+    v1 = wrap.record_package("r3", "r3-dense", "v1", {"R3_RECORD_DIR": "/r"})
+    assert "from spack.pkg.r3.r3_dense import *" in v1
+    v2 = wrap.tuned_package("builtin", "3proxy", "v2", {})
+    assert "from spack_repo.builtin.packages._3proxy.package import _3proxy as _R3Original" in v2
+    compile(v1, "package.py", "exec")
+    compile(v2, "package.py", "exec")
+
+
+def test_extension_help_through_a_real_spack1(tmp_path):
+    root = os.environ.get("R3_SPACK1_ROOT")
+    if not root or not os.access(os.path.join(root, "bin", "spack"), os.X_OK):
+        pytest.skip("no Spack 1.x (set R3_SPACK1_ROOT)")
+    spack = Spack(root=root)
+    if spack.major_minor() < (1, 0):
+        pytest.skip("R3_SPACK1_ROOT is Spack %s" % spack.version())
+    assert spack.repo_list(), "no repository parsed from spack repo list"
+    ext = write_scope(str(tmp_path / "ext"), config={"extensions": [EXTENSION_ROOT]})
+    env = dict(spack.environment(), SPACK_PYTHON=os.environ.get("SPACK_PYTHON") or sys.executable)
+    proc = subprocess.run([spack.exe, "-C", ext, "r3", "-h"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "emit" in proc.stdout and "record" in proc.stdout
