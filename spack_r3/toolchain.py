@@ -51,6 +51,21 @@ def find_clang():
     raise ToolchainError("no clang >= %d found for recording%s; %s" % (MIN_CLANG, found, hint))
 
 
+def clang_release(clang):
+    """The full version ``clang -dumpversion`` prints (``19.1.7``), or None."""
+    try:
+        out = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.strip() or None
+
+
+def clangxx_beside(clang):
+    """The ``clang++`` installed beside ``clang`` (``clang-19`` -> ``clang++-19``), or None."""
+    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
+    return cxx if os.access(cxx, os.X_OK) else None
+
+
 def clang_libdir(clang):
     """The LLVM library directory of ``clang`` (where its libomp.so lives)."""
     out = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True).stdout.strip()

@@ -21,7 +21,7 @@ from .. import capture as capture_store
 from .. import cxxnames
 from ..errors import R3Error
 from ..fileutil import write_atomic
-from ..toolchain import find_clang
+from ..toolchain import clangxx_beside, find_clang
 
 
 RECORD_JSON = "record.json"
@@ -167,8 +167,7 @@ def record_environment(record_dir, clang, kernels=(), instances=1, target="nativ
     $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER)."""
     launcher = launcher_command()
     cc = "%s %s" % (launcher, shlex.quote(clang))
-    clangxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
-    clangxx = clangxx if os.access(clangxx, os.X_OK) else clang
+    clangxx = clangxx_beside(clang) or clang
     return dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
                 R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
                 R3_KERNELS="\n".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",

@@ -11,13 +11,12 @@ import json
 import os
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..record import session
-from ..toolchain import find_clang
+from ..toolchain import clang_release, clangxx_beside, find_clang
 from .repos import PackageIndex, configured_repos, create_repo, detect_layout
 from .runner import Spack
 from .sandbox import make_sandbox
@@ -81,8 +80,8 @@ def _write_compilers(spack, scope):
     if os.path.exists(path):
         return
     clang = find_clang()
-    version = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True).stdout.strip()
-    cxx = _clangxx(clang)
+    version = clang_release(clang) or ""
+    cxx = clangxx_beside(clang)
     res = spack.run("arch", "--operating-system", timeout=120)
     if not res.ok:
         raise R3Error("spack arch failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
@@ -94,16 +93,11 @@ def _write_compilers(spack, scope):
         json.dump(data, f, indent=1)
 
 
-def _clangxx(clang):
-    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
-    return cxx if os.path.exists(cxx) else None
-
-
 def _write_llvm_external(scope):
     """Add the record clang to the sandbox scope's ``packages.yaml`` (which ``make_sandbox``
     writes, as JSON) as an external ``llvm``, the way ``spack compiler find`` declares it."""
     clang = find_clang()
-    version = subprocess.run([clang, "-dumpversion"], capture_output=True, text=True).stdout.strip()
+    version = clang_release(clang) or ""
     if not re.match(r"^\d+\.\d+", version):
         return
     path = os.path.join(scope, "packages.yaml")
@@ -113,8 +107,8 @@ def _write_llvm_external(scope):
     except (OSError, ValueError):
         data = {"packages": {}}
     compilers = {"c": clang}
-    if _clangxx(clang):
-        compilers["cxx"] = _clangxx(clang)
+    if clangxx_beside(clang):
+        compilers["cxx"] = clangxx_beside(clang)
     external = {"spec": "llvm@%s+clang~flang~lld~lldb" % version,
                 "prefix": os.path.dirname(os.path.dirname(clang)),
                 "extra_attributes": {"compilers": compilers}}

@@ -9,12 +9,11 @@ applies to it).
 import hashlib
 import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..sourcepatch import PatchError, apply_patch
-from ..toolchain import find_clang
+from ..toolchain import clang_release, find_clang
 from .emit import tuned_plans
 
 
@@ -50,9 +49,8 @@ def preferred_version(recipe_text):
 
 def _clang_version():
     try:
-        out = subprocess.run([find_clang(), "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
-        return out.strip() or None
-    except Exception:
+        return clang_release(find_clang())
+    except Exception:  # no clang: the compiler is not checked
         return None
 
 
