@@ -108,23 +108,23 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
         ratios.append(runs["~r3"][-1] / runs["+r3"][-1])
         say("pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)" % (i + 1, pairs, runs["~r3"][-1], runs["+r3"][-1],
                                                                 ratios[-1]))
-    predicted = emitted.plan.predicted_app_speedup()
-    measured = statistics.median(ratios)
-    check = AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
-                     statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
-                     fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run,
-                     predicted_from_recorded_shares=predicted)
+    kernels, kernels_error = [], None
     if kernel_pairs > 0:
         try:
-            check.kernels = check_kernels(site, emitted, spec, run, base, kernel_pairs, timeout, say)
+            kernels = check_kernels(site, emitted, spec, run, base, kernel_pairs, timeout, say)
         except R3Error as err:  # the application's check stands without them
-            check.kernels_error = str(err)
+            kernels_error = str(err)
             say("kernel times inside the application not measured: %s" % err)
-    if check.kernels:
-        check.predicted_app_speedup = amdahl((k.share, k.replay_speedup) for k in check.kernels)
-        check.fidelity = fidelity(measured, check.predicted_app_speedup)
-        check.shares_from = "timed untuned build"
-    return check
+    recorded = emitted.plan.predicted_app_speedup()
+    if kernels:
+        predicted, shares_from = amdahl((k.share, k.replay_speedup) for k in kernels), "timed untuned build"
+    else:
+        predicted, shares_from = recorded, "recorded run"
+    measured = statistics.median(ratios)
+    return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
+                    statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
+                    fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run, kernels,
+                    kernels_error, shares_from, recorded)
 
 
 @dataclass
