@@ -8,7 +8,7 @@ import pytest
 
 from spack_r3.recipe import fixes, names
 from spack_r3.recipe.analyze import analyze
-from spack_r3.recipe.generate import RuleGenerator, extract_code
+from spack_r3.recipe.generate import RuleGenerator, extract_code, fit_layout
 from spack_r3.recipe.retrieve import similar
 from spack_r3.recipe.source import Source, acquire, finalize, pack_tree
 from spack_r3.recipe.validate import validate
@@ -117,6 +117,28 @@ def test_rule_generator_v2_layout_imports_base_from_spack_repo(index):
     text = RuleGenerator().generate(a, src, "v2")
     assert "from spack_repo.builtin.build_systems.cmake import CMakePackage" in text
     assert validate(text).ok
+
+
+MODEL_RECIPE = '''# written by a model, the 0.2x way
+from spack.package import *
+
+
+class Stream(MakefilePackage, CudaPackage):
+    """STREAM."""
+    version("5.10", sha256="0" * 64)
+'''
+
+
+def test_model_recipes_get_the_imports_of_the_repository_layout():
+    # Spack 1.x (v2 repos): each base class comes from spack_repo.builtin.build_systems.
+    v2 = fit_layout(MODEL_RECIPE, "v2")
+    assert v2.splitlines()[1:4] == ["from spack_repo.builtin.build_systems.makefile import MakefilePackage",
+                                    "from spack_repo.builtin.build_systems.cuda import CudaPackage",
+                                    "from spack.package import *"]
+    assert fit_layout(v2, "v2") == v2 and validate(v2).ok
+    # Spack 0.2x (v1 repos): those imports would not resolve, spack.package has the bases.
+    assert fit_layout(v2, "v1") == MODEL_RECIPE
+    assert fit_layout("class Broken(:", "v2") == "class Broken(:"  # the validator's to reject
 
 
 def test_repository_layouts(tmp_path):

@@ -159,6 +159,10 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     assert rc == 0, out + err
     [row] = json.loads(out)["packages"]
     assert row["target"] == emitted["target"] and row["stale"] == [] and row["measured_app_speedup"] > 0
+    # ... and matmul's speedup in replay beside the one measured inside the application.
+    [k] = row["kernel_speedups"]
+    assert k["kernel"] == "matmul" and k["predicted"] == kernel["speedup"]
+    assert k["measured"] == timed["app_speedup"] and k["measured_min"] <= k["measured"] <= k["measured_max"]
 
     # A stale variant: tuned with another compiler than this machine's.
     path = os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])
@@ -168,6 +172,7 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     json.dump(data, open(path, "w"))
     rc, out, err = r3("--workspace", site["ws"], "status", "--spack-config", site["scope"])
     assert rc == 1
+    assert re.search(r"r3-dense +\S+ +matmul +[\d.]+x +[\d.]+x \[", out), out
     assert re.search(r"r3-dense target=\S+ is stale: compiler: tuned with clang 7\.0\.0", out), out
     assert "is stale: version: tuned on 0.9, the recipe now prefers 1.0" in out
 

@@ -4,6 +4,7 @@ version, the compiler or a tuned source changed since tuning, or a patch no long
 
 import json
 
+from .. import cxxnames
 from ..report import table
 from ..workspace import Workspace
 
@@ -39,6 +40,11 @@ def status(args):
                 [[r.package, r.target, len(r.kernels), "%.2fx" % r.predicted_app_speedup,
                   "-" if r.measured_app_speedup is None else "%.2fx" % r.measured_app_speedup,
                   r.version or "-", r.compiler or "-", "stale" if r.stale else "current"] for r in rows]))
+    kernels = [[r.package, r.target, cxxnames.display(k.kernel), "%.2fx" % k.predicted,
+                "-" if k.measured is None else "%.2fx [%.2f-%.2f]" % (k.measured, k.measured_min, k.measured_max)]
+               for r in rows for k in r.kernel_speedups]
+    if kernels:
+        print(table(["package", "target", "kernel", "replay", "in the application"], kernels))
     for r in rows:
         for why in r.stale:
             print("%s target=%s is stale: %s" % (r.package, r.target, why))

@@ -14,6 +14,7 @@ directory (``templates.py`` finds and renders it; ``recipes/README.md`` tells ho
 What is written, and in which order, is decided here.
 """
 
+import ast
 import json
 import re
 from typing import List, Optional
@@ -27,6 +28,18 @@ V2_MODULES = {"cmake": "cmake", "autotools": "autotools", "makefile": "makefile"
               "python": "python", "generic": "generic"}
 
 PACKAGE = "templates/package.py.tmpl"
+
+# Where Spack 1.x keeps each base class a recipe may derive from (``spack_repo.builtin.
+# build_systems.<module>``); Spack 0.2x has them all in ``spack.package``.
+V2_BASE_MODULES = dict(
+    {BASES[k]: m for k, m in V2_MODULES.items()},
+    AspellDictPackage="aspell_dict", BundlePackage="bundle", CachedCMakePackage="cached_cmake",
+    CargoPackage="cargo", CudaPackage="cuda", GNUMirrorPackage="gnu", GoPackage="go", LuaPackage="lua",
+    MavenPackage="maven", NMakePackage="nmake", OctavePackage="octave", PerlPackage="perl", QMakePackage="qmake",
+    ROCmPackage="rocm", RPackage="r", RacketPackage="racket", RubyPackage="ruby", SConsPackage="scons",
+    SIPPackage="sip", SourceforgePackage="sourceforge", SourcewarePackage="sourceware", WafPackage="waf",
+    XorgPackage="xorg")
+V2_BUILD_SYSTEMS = "spack_repo.builtin.build_systems."
 
 
 def _q(s):
@@ -50,6 +63,34 @@ def header(build_system, layout, origin, how):
         lines.append("")
     lines += templates.lines(PACKAGE, "spack_import")
     return "\n".join(lines)
+
+
+def fit_layout(text, layout):
+    """A recipe's imports made right for the repository layout it goes to, whatever the
+    model wrote: on v2 (Spack 1.x) each base class the package derives from is imported
+    from ``spack_repo.builtin.build_systems`` (a v1-style recipe fails there with
+    ``name 'MakefilePackage' is not defined``); on v1 (Spack 0.2x) those imports, which
+    would not resolve, are dropped, since ``spack.package`` has the bases. A text that
+    does not parse is returned as it is, for the validator to reject."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    lines = text.splitlines(keepends=True)
+    imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
+    if layout != "v2":
+        drop = {i for n in imports if (n.module or "").startswith(V2_BUILD_SYSTEMS)
+                for i in range(n.lineno - 1, n.end_lineno)}
+        return "".join(l for i, l in enumerate(lines) if i not in drop)
+    imported = {a.asname or a.name for n in imports for a in n.names}
+    bases = [b.id for n in tree.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)]
+    missing = [b for b in dict.fromkeys(bases) if b in V2_BASE_MODULES and b not in imported]
+    if not missing:
+        return text
+    api = next((n for n in imports if n.module == "spack.package"), None)
+    at = api.lineno - 1 if api else next((n.lineno - 1 for n in tree.body), len(lines))
+    new = ["from %s%s import %s\n" % (V2_BUILD_SYSTEMS, V2_BASE_MODULES[b], b) for b in missing]
+    return "".join(lines[:at] + new + lines[at:])
 
 
 def dependency_line(name, types=("build", "link"), when=None):
@@ -268,4 +309,4 @@ class ModelGenerator:
     def generate(self, analysis, source, layout="v1", examples=None, feedback=None, previous=None):
         messages = build_messages(analysis, source, layout, self.spack_version, examples, feedback, previous)
         self.last_messages = messages
-        return extract_code(self.model.complete(messages))
+        return fit_layout(extract_code(self.model.complete(messages)), layout)

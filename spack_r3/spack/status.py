@@ -9,12 +9,22 @@ applies to it).
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 from ..sourcepatch import PatchError, apply_patch
 from ..toolchain import clang_release, find_clang
 from .emit import tuned_plans
+
+
+@dataclass
+class KernelStatus:
+    """One tuned kernel: replay's speedup and, after a check, its speedup inside the application."""
+    kernel: str
+    predicted: float
+    measured: Optional[float] = None
+    measured_min: Optional[float] = None
+    measured_max: Optional[float] = None
 
 
 @dataclass
@@ -27,9 +37,10 @@ class TargetStatus:
     version: Optional[str]
     compiler: Optional[str]
     stale: List[str] = field(default_factory=list)  # why, one line each; empty: current
+    kernel_speedups: List[KernelStatus] = field(default_factory=list)
 
     def to_json(self):
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def preferred_version(recipe_text):
@@ -67,6 +78,7 @@ def status(repo_root, recipe_text_of=None, package=None):
             st = TargetStatus(name, target, [k.symbol for u in plan.units for k in u.kernels],
                               plan.predicted_app_speedup(), (facts.get("check") or {}).get("app_speedup"),
                               facts.get("version"), facts.get("compiler"))
+            st.kernel_speedups = kernel_speedups(plan)
             text = recipe_text_of(name) if recipe_text_of else None
             now = preferred_version(text) if text else None
             if now and facts.get("version") and now != facts["version"]:
@@ -76,6 +88,19 @@ def status(repo_root, recipe_text_of=None, package=None):
                 st.stale.append("compiler: tuned with clang %s, this machine's is %s" % (tuned_clang, clang))
             st.stale += _source_changes(plan, repo_root, name)
             out.append(st)
+    return out
+
+
+def kernel_speedups(plan):
+    """Each tuned kernel's replay speedup, with the check's measurement inside the
+    application beside it when the check timed it (``facts.check.kernels``)."""
+    timed = {k["kernel"]: k for k in ((plan.facts.get("check") or {}).get("kernels") or [])}
+    out = []
+    for unit in plan.units:
+        for k in unit.kernels:
+            t = timed.get(k.symbol)
+            out.append(KernelStatus(k.symbol, k.speedup, *((t["app_speedup"], t["app_speedup_min"],
+                                                              t["app_speedup_max"]) if t else ())))
     return out
 
 
