@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--tolerance", type=float, default=TOLERANCE,
                     help="relative FP tolerance the search may use (default %g, what the demos' self-checks "
                          "accept; 0: exact)" % TOLERANCE)
+    ap.add_argument("--cache", default="warm", choices=("warm", "shared", "cold"),
+                    help="the caches each timed replay run starts with (r3 tune --cache)")
     ap.add_argument("--demos", default=",".join(RUNS))
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
@@ -74,7 +76,7 @@ def main():
                 "--workers", str(args.workers), "--min-share", str(args.min_share), "--confirm-rounds", "2",
                 "--child-budget", str(args.child_budget), "--tolerance", str(args.tolerance),
                 "--check-pairs", str(args.pairs), "--check-kernel-pairs", str(args.kernel_pairs),
-                "--spack-config", scope, "--json"]
+                "--cache", args.cache, "--spack-config", scope, "--json"]
         print("==> %s: %s" % (spec, " ".join(argv[3:])), flush=True)
         start = time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True)
@@ -123,7 +125,7 @@ def main():
 def _settings(args):
     return {"budget": args.budget, "pairs": args.pairs, "kernel_pairs": args.kernel_pairs,
             "workers": args.workers, "child_budget": args.child_budget, "min_share": args.min_share,
-            "tolerance": args.tolerance}
+            "tolerance": args.tolerance, "cache": args.cache}
 
 
 def _write(args, packages):

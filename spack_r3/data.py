@@ -162,6 +162,9 @@ class Variant:
 
 # Evaluation.status values: only "ok" is a usable measurement.
 OK, COMPILE_ERROR, CRASH, TIMEOUT, WRONG_OUTPUT = "ok", "compile-error", "crash", "timeout", "wrong-output"
+# The cache state each timed run of a replay starts from (see replay.engine.CacheFlush).
+WARM, SHARED, COLD = "warm", "shared", "cold"
+CACHE_STATES = (WARM, SHARED, COLD)
 
 
 @dataclass
@@ -188,6 +191,8 @@ class Evaluation:
     threads: Optional[int] = None  # OpenMP threads the candidate ran with (None: left as it was)
     baseline_threads: Optional[int] = None  # and the baseline of its pairs (as recorded, within the CPUs)
     runs_per_sample: int = 1  # runs summed in each timing sample of a pair (short kernels: several)
+    resampled: int = 0  # pairs measured again because the worker was preempted during them
+    cache: str = "warm"  # the caches each timed run started with: WARM, SHARED or COLD (replay.engine.CacheFlush)
     diagnostics: str = ""
 
     @property

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO_ROOT
 from spack_r3 import cli
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
-from spack_r3.data import CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
+from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
 from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayServer
@@ -106,6 +106,34 @@ def test_pipelines_change_code_but_still_verify(recorded):
         paired = server.submit(cap, Variant(pipeline=parse("O1")), pairs=5)
         assert paired.ok and paired.pairs == 5
         assert paired.speedup_min <= paired.speedup <= paired.speedup_max
+
+
+def test_pairs_preempted_by_another_process_are_measured_again(recorded):
+    """A busy process on the worker's CPU takes it away in slices of milliseconds; a pair
+    that lost its CPU part of the way through is measured again, not believed."""
+    cap = capture_of(recorded, "jacobi_step")
+    cpu = sorted(os.sched_getaffinity(0))[:1]
+    busy = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, %r)\nwhile True: pass" % cpu])
+    try:
+        with ReplayServer(cpus=cpu) as pinned:
+            ev = pinned.submit(cap, Variant(pipeline=parse("O2")), pairs=9)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert ev.ok and ev.pairs == len(ev.ratios) == 9
+    assert ev.resampled > 0, ev
+
+
+@pytest.mark.parametrize("cache", CACHE_STATES)
+def test_replay_in_each_cache_state(recorded, cache):
+    """Warm: each run finds the data where the previous run left it; shared: each OpenMP
+    thread's own caches emptied first; cold: every cache emptied. The check run is the same."""
+    cap = capture_of(recorded, "spmv")  # an OpenMP kernel: the shared flush runs in its team
+    with ReplayServer() as server:
+        ev = server.submit(cap, Variant(pipeline=parse("O2")), pairs=3, cache=cache)
+    assert ev.ok and ev.verified and ev.cache == cache and ev.pairs == 3
+    rc = r3("--workspace", recorded, "replay", cap, "--repeat", 2, "--cache", cache)
+    assert rc == 0
 
 
 def test_fast_math_needs_a_tolerance(recorded):

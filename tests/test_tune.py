@@ -221,6 +221,22 @@ def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     assert sum(counted(t) for t in study.get_trials()) == 10
 
 
+def test_a_tune_measured_with_cold_private_caches_is_a_study_of_its_own(tuned, program):
+    """--cache shared: every timed run starts with each thread's own caches emptied, as in an
+    application where other kernels ran in between; its evaluations never mix with warm ones."""
+    ws, out = tuned
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
+                         "--budget", 4, "--pairs", 3, "--confirm-pairs", 3, "--confirm-rounds", 1, "--seed", 1,
+                         "--mutator", "none", "--cache", "shared", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    [shared] = json.loads(proc.stdout)["kernels"]
+    assert shared["cache"] == "shared" and shared["study"].endswith("/shared")
+    assert shared["study"] != out["kernels"][0]["study"] and out["kernels"][0]["cache"] == "warm"
+    study = optuna.load_study(study_name=shared["study"], storage=storage(Workspace(ws)))
+    evaluations = [t.user_attrs["evaluation"] for t in study.get_trials() if "evaluation" in t.user_attrs]
+    assert evaluations and all(e["cache"] == "shared" for e in evaluations if e["time_s"] is not None)
+
+
 def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0

@@ -8,7 +8,7 @@ import json
 
 from .. import cxxnames
 from ..capture import load_capture_dir, resolve
-from ..data import Launch, Variant
+from ..data import CACHE_STATES, WARM, Launch, Variant
 from ..errors import R3Error
 from ..replay.pipeline import format_spec, parse
 from ..replay.server import ReplayServer
@@ -31,6 +31,10 @@ def setup_parser(subparser):
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point data (default: the capture's, else exact)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
+    subparser.add_argument("--cache", choices=CACHE_STATES, default=WARM,
+                           help="caches at the start of each timed run: warm (as the previous run left them), "
+                                "shared (each thread's own caches emptied: data in the last-level cache at most) "
+                                "or cold (all emptied: data in memory)")
     subparser.add_argument("--json", action="store_true",
                            help="print one JSON object (a list of them for several pipelines)")
 
@@ -48,7 +52,8 @@ def replay(args):
     with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:
             variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
-            ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance)
+            ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance,
+                               cache=args.cache)
             results.append(_result(capture, pipeline, ev))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
@@ -59,6 +64,13 @@ def replay(args):
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
+def in_app_per_call(capture):
+    """The kernel's mean time per call in the recorded run (the captured call itself is
+    slowed by taking the capture, so its own time says little)."""
+    calls, total = capture.app.get("calls"), capture.app.get("total_s")
+    return total / calls if calls and total else capture.instance_s
+
+
 def _result(capture, pipeline, ev):
     return {"capture": capture.id, "kernel": capture.kernel, "kernel_demangled": cxxnames.demangle(capture.kernel),
             "pipeline": format_spec(pipeline),
@@ -67,7 +79,8 @@ def _result(capture, pipeline, ev):
             "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
             "compiled": ev.compiled, "compile_s": ev.compile_s, "speedup": ev.speedup,
             "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max, "pairs": ev.pairs,
-            "relaxes_fp": pipeline.relaxes_fp, "in_app_s": capture.instance_s, "diagnostics": ev.diagnostics}
+            "relaxes_fp": pipeline.relaxes_fp, "in_app_s": in_app_per_call(capture), "cache": ev.cache,
+            "resampled": ev.resampled, "diagnostics": ev.diagnostics}
 
 
 def _print_one(r):
@@ -76,9 +89,9 @@ def _print_one(r):
         print("  compile   %s" % seconds(r["compile_s"]))
         print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))
     if r["time_median_s"] is not None:
-        print("  time      median %s  min %s  max %s  over %d runs  (in the app: %s)" % (
+        print("  time      median %s  min %s  max %s  over %d runs, %s cache  (in the app: %s per call)" % (
             seconds(r["time_median_s"]), seconds(r["time_min_s"]), seconds(r["time_max_s"]), r["repeat"],
-            seconds(r["in_app_s"])))
+            r["cache"], seconds(r["in_app_s"])))
     if r["speedup"] is not None:
         print("  speedup   %.3fx over O3 (min %.3f, max %.3f, %d pairs)" % (
             r["speedup"], r["speedup_min"], r["speedup_max"], r["pairs"]))
@@ -89,7 +102,8 @@ def _print_one(r):
 
 
 def _print_table(capture, results):
-    print("%s (%s), in the app %s" % (cxxnames.display(capture.kernel), capture.id, seconds(capture.instance_s)))
+    print("%s (%s), in the app %s per call" % (cxxnames.display(capture.kernel), capture.id,
+                                               seconds(in_app_per_call(capture))))
     rows = []
     for r in results:
         speedup = "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (

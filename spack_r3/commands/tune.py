@@ -12,6 +12,7 @@ import json
 
 from .. import cxxnames
 from ..capture import list_captures
+from ..data import CACHE_STATES, WARM
 from ..errors import R3Error
 from ..model import client as model_client
 from ..record.session import previous_record
@@ -53,6 +54,10 @@ def setup_parser(subparser):
                            help="paired runs per confirmation round of each winner candidate (default 11)")
     subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
+    subparser.add_argument("--cache", choices=CACHE_STATES, default=WARM,
+                           help="caches at the start of each timed run (see r3 replay --help); a kernel whose "
+                                "data other kernels push out of cache in the application is measured closer to "
+                                "its time there with shared")
     subparser.add_argument("--mutator", choices=("rules", "llm", "none"), default="rules",
                            help="who proposes source rewrites: rules (default, no model), llm (a model through "
                                 "--llm-url) or none (compiler pipelines and launch settings only)")
@@ -106,7 +111,8 @@ def tune(args):
     options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
-                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules)
+                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
+                          cache=args.cache)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from ..data import CRASH, TIMEOUT, Evaluation, Variant
+from ..data import CRASH, TIMEOUT, WARM, Evaluation, Variant
 from ..errors import R3Error
 from .stages import STAGE_CACHE_ENV
 
@@ -95,12 +95,15 @@ class ReplayServer:
         if err or not reply.get("ok"):
             raise R3Error(err or reply.get("error"))
 
-    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None, verify_runs=1):
-        """Replay one variant; never raises for a bad candidate, only for a bad capture."""
+    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None, verify_runs=1,
+               cache=WARM):
+        """Replay one variant; never raises for a bad candidate, only for a bad capture.
+        ``cache``: WARM, each timed run finding the caches as the previous run left them,
+        or COLD, emptied before each (see ``engine.CacheFlush``)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),
-               "repeat": repeat, "pairs": pairs, "timeout": timeout, "verify_runs": verify_runs}
+               "repeat": repeat, "pairs": pairs, "timeout": timeout, "verify_runs": verify_runs, "cache": cache}
         if tolerance is not None:
             req["tolerance"] = tolerance
         reply, err = self._request(req, self.load_timeout + timeout + 10)

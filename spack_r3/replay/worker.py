@@ -7,7 +7,7 @@ worker itself never maps recorded memory or runs compiled code.
 
 Requests:  {"op": "load", "dir": D}
            {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
-            "tolerance": T|null, "timeout": S, "verify_runs": V}
+            "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"cold"}
            {"op": "quit"}
 """
 
@@ -22,7 +22,7 @@ import traceback
 from collections import OrderedDict
 
 from ..capture import load_capture_dir
-from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Evaluation, Pipeline, Variant
+from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Pipeline, Variant
 from ..errors import R3Error
 from ..toolchain import find_libomp
 from . import engine
@@ -171,15 +171,20 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
             ev.status = WRONG_OUTPUT
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
             return ev
+    cache = req.get("cache") or WARM
+    flush = engine.CacheFlush(cache, max(t or 1 for t in threads)) if cache != WARM else None
+    ev.cache = cache
     if pairs:
-        ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate)
-        ratios, times = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
-                                             ev.runs_per_sample)
+        runs = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
+        ev.runs_per_sample = min(runs, engine.MOST_COLD_RUNS_PER_SAMPLE) if flush else runs
+        measured = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
+                                        ev.runs_per_sample, flush)
+        ratios, times = measured.ratios, measured.candidate_s
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
-        ev.pairs, ev.ratios = pairs, ratios
+        ev.pairs, ev.ratios, ev.resampled = pairs, ratios, measured.resampled
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]
     else:
-        times = engine.time_runs(prepared, frame, candidate, max(1, int(req.get("repeat") or 5)))
+        times = engine.time_runs(prepared, frame, candidate, max(1, int(req.get("repeat") or 5)), flush)
     ev.time_median_s, ev.time_min_s, ev.time_max_s = engine.spread(times)
     ev.repeat = len(times)
     ev.status = OK

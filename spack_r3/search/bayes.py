@@ -20,7 +20,7 @@ from typing import List, Optional
 import optuna
 from optuna.trial import TrialState
 
-from ..data import OK, Variant
+from ..data import OK, WARM, Variant
 from .confirm import each_server
 from .samplers import make_sampler
 
@@ -48,6 +48,7 @@ class Target:
     base: Variant = field(default_factory=Variant)  # its source patch, if any
     source_variant: str = "original"  # names the source variant: one study each
     tolerance: Optional[float] = None  # relative FP tolerance of its results (None: exact)
+    cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
 
     @property
     def capture_id(self):
@@ -89,6 +90,8 @@ class Study:
         self.pairs, self.timeout = pairs, timeout
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
                                        space.fingerprint())
+        if target.cache != WARM:  # measured otherwise: a study of its own
+            self.name += "/" + target.cache
         self.study = optuna.create_study(study_name=self.name, storage=store, direction="maximize",
                                          sampler=make_sampler(sampler, seed), load_if_exists=True)
         self.study.set_user_attr("kernel", target.kernel)
@@ -138,7 +141,8 @@ class Study:
                 t0 = time.monotonic()
                 try:
                     ev = server.submit(self.target.captures[0], variant, pairs=self.pairs,
-                                       tolerance=self.target.tolerance, timeout=self.timeout)
+                                       tolerance=self.target.tolerance, timeout=self.timeout,
+                                       cache=self.target.cache)
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
                     with self._lock:
@@ -166,7 +170,8 @@ class Study:
         trial.set_user_attr("evaluation", {
             "variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp, "time_s": ev.time_median_s,
             "baseline_s": ev.baseline_median_s, "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max,
-            "max_rel_error": ev.max_rel_error, "eval_s": seconds, "diagnostics": (ev.diagnostics or "")[:500]})
+            "max_rel_error": ev.max_rel_error, "eval_s": seconds, "diagnostics": (ev.diagnostics or "")[:500],
+            "cache": ev.cache, "resampled": ev.resampled})
         if ev.status == OK:
             self.study.tell(trial, ev.speedup)
         else:

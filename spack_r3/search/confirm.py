@@ -108,7 +108,8 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
             for ci, c in enumerate(confirmed[ti]):
                 if not c.rejected:
                     jobs.append(lambda server, target=target, c=c: server.submit(
-                        target.captures[0], c.variant, pairs=pairs, tolerance=target.tolerance, timeout=timeout))
+                        target.captures[0], c.variant, pairs=pairs, tolerance=target.tolerance, timeout=timeout,
+                        cache=target.cache))
                     where.append((ti, ci))
         for (ti, ci), ev in zip(where, run_jobs(servers, jobs)):
             c = confirmed[ti][ci]

@@ -238,7 +238,8 @@ class Remix:
             # A data race can verify once by luck: several runs, with every core the worker has.
             runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
         ev = server.submit(self.capture_dir, variant, pairs=self.options.pairs,
-                           tolerance=self.target.tolerance, timeout=self.options.timeout, verify_runs=runs)
+                           tolerance=self.target.tolerance, timeout=self.options.timeout, verify_runs=runs,
+                           cache=self.target.cache)
         child.evaluations += 1
         child.status, child.diagnostic = ev.status, (ev.diagnostics or "")
         child.check_speedup = ev.speedup if ev.status == OK else 0.0

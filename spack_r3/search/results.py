@@ -43,6 +43,7 @@ class KernelResult:
     rejected: List[str] = field(default_factory=list)  # candidates dropped by confirmation, and why
     curve: List[Optional[float]] = field(default_factory=list)  # best search speedup after each evaluation
     tolerance: Optional[float] = None
+    cache: str = "warm"  # the caches each timed run started with (data.CACHE_STATES)
 
     def to_json(self):
         d = asdict(self)
@@ -83,7 +84,7 @@ def kernel_result(target, study, confirmed):
     common = dict(kernel=target.kernel, captures=[os.path.basename(c) for c in target.captures], share=target.share,
                   evaluations=len(trials), failed=study.failures(), study=study.name, curve=study.curve(),
                   rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in confirmed if c.rejected],
-                  tolerance=target.tolerance)
+                  tolerance=target.tolerance, cache=target.cache)
     # A winner must be faster in every confirmation round, and by more than noise overall;
     # else the kernel keeps its baseline (nothing to emit).
     if best is None or best.speedup <= MIN_GAIN or min(best.round_speedups) <= 1.0:

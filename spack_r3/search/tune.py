@@ -18,7 +18,7 @@ from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from ..data import OK
+from ..data import OK, WARM
 from ..model.client import ModelError
 from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
@@ -48,6 +48,7 @@ class TuneOptions:
     child_budget: int = 10
     repairs: int = 2
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
+    cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
 
 
 @dataclass
@@ -164,6 +165,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
+            target.cache = options.cache
             facts = kernel_facts(target, pool.cores_per_worker)
             study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
                           pairs=options.pairs, timeout=options.timeout)
