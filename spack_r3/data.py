@@ -192,7 +192,7 @@ class Evaluation:
     baseline_threads: Optional[int] = None  # and the baseline of its pairs (as recorded, within the CPUs)
     runs_per_sample: int = 1  # runs summed in each timing sample of a pair (short kernels: several)
     resampled: int = 0  # pairs measured again because the worker was preempted during them
-    cache: str = "warm"  # the caches each timed run started with: WARM, SHARED or COLD (replay.engine.CacheFlush)
+    cache: str = WARM  # the caches each timed run started with: WARM, SHARED or COLD (replay.engine.CacheFlush)
     diagnostics: str = ""
 
     @property

@@ -65,9 +65,11 @@ def replay(args):
 
 
 def in_app_per_call(capture):
-    """The kernel's mean time per call in the recorded run (the captured call itself is
-    slowed by taking the capture, so its own time says little)."""
+    """The kernel's mean time per call in the recorded run, the captured call left out
+    where there are others: taking the capture slows it (cg's dot: 14 ms against 0.09)."""
     calls, total = capture.app.get("calls"), capture.app.get("total_s")
+    if calls and total and calls > 1 and total > capture.instance_s:
+        return (total - capture.instance_s) / (calls - 1)
     return total / calls if calls and total else capture.instance_s
 
 

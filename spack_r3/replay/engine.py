@@ -9,6 +9,7 @@ it forks for each candidate.
 import bisect
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import os
 import re
@@ -22,6 +23,7 @@ from typing import List, Optional, Tuple
 import llvmlite.binding as llvm
 import numpy as np
 
+from ..data import COLD, Pipeline
 from ..errors import CaptureError
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
@@ -369,6 +371,16 @@ void r3_flush_private(double *buf, long per_thread, const char *tlb, long pages)
 TLB_PAGES = 4096  # more 4 KiB pages than a core's second-level TLB holds (1.5-3k on current x86)
 
 
+@functools.lru_cache(maxsize=None)
+def flush_ir():
+    """The flush as LLVM IR, compiled by clang once per process: the worker asks for it
+    before it forks a candidate, so that no candidate runs clang again."""
+    from ..toolchain import find_clang
+
+    return subprocess.run([find_clang(), "-x", "c", "-fopenmp", "-O2", "-S", "-emit-llvm", "-o", "-", "-"],
+                          input=_FLUSH_C, capture_output=True, text=True, check=True).stdout
+
+
 class CacheFlush:
     """Empties caches before each timed run. In an application a kernel often starts on
     data that other kernels pushed out of a core's own caches, where replay, calling it
@@ -381,25 +393,20 @@ class CacheFlush:
     """
 
     def __init__(self, mode, threads=1):
-        from ..toolchain import find_clang
-
         l2 = cache_bytes(2) or (1 << 20)
         self.per_thread = 2 * l2 // 8
         self.buffer = np.zeros(self.per_thread * max(1, threads), dtype=np.float64)
         # Only read: every page maps the kernel's zero page, so the sweep costs TLB entries, not memory.
         self.tlb = mmap.mmap(-1, TLB_PAGES * 4096 * max(1, threads), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.tlb_addr = ctypes.addressof(ctypes.c_char.from_buffer(self.tlb))
-        self.shared = np.zeros(2 * (cache_bytes() or (32 << 20)) // 8, dtype=np.float64) if mode == "cold" else None
-        ir = subprocess.run([find_clang(), "-x", "c", "-fopenmp", "-O2", "-S", "-emit-llvm", "-o", "-", "-"],
-                            input=_FLUSH_C, capture_output=True, text=True, check=True).stdout
-        mod = llvm.parse_assembly(ir)
-        tm = target_machine(mod.triple, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), 2,
-                            jit=True)
+        self.shared = np.zeros(2 * (cache_bytes() or (32 << 20)) // 8, dtype=np.float64) if mode == COLD else None
+        mod = llvm.parse_assembly(flush_ir())
+        # An MCJIT engine owns its target machine: a fresh one, for this host.
+        tm = target_machine(mod.triple, *resolve_target(Pipeline()), codegen=2, jit=True)
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
         self._flush = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long)(
             self.engine.get_function_address("r3_flush_private"))
-        self.threads = max(1, threads)
 
     def __call__(self):
         self._flush(self.buffer.ctypes.data, self.per_thread, self.tlb_addr, TLB_PAGES)
@@ -407,17 +414,26 @@ class CacheFlush:
             self.shared += 1.0
 
 
-def time_runs(prepared, frame, compiled, repeat, flush=None):
+def preemptions():
+    """Involuntary context switches of this process (all its threads) so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+def time_runs(prepared, frame, compiled, repeat, flush=None, preempted=None):
     """``repeat`` timed runs, each after the kernel's outputs are put back (and, with
-    ``flush``, the caches emptied), neither of which is timed."""
+    ``flush``, the caches emptied), neither of which is timed. ``preempted``: a list that
+    gets, for each run, whether the process lost its CPU during the timed part."""
     times = []
     for _ in range(repeat):
         restore(prepared, outputs_only=True)
         if flush:
             flush()
+        switches = preemptions() if preempted is not None else 0
         t0 = time.perf_counter()
         frame.run(compiled)
         times.append(time.perf_counter() - t0)
+        if preempted is not None:
+            preempted.append(preemptions() != switches)
     return times
 
 
@@ -426,16 +442,17 @@ def time_runs(prepared, frame, compiled, repeat, flush=None):
 # this 2-core machine one call's baseline/candidate ratios ranged 3.8x-13x around 9x.
 MIN_SAMPLE_S = 1e-3
 MOST_RUNS_PER_SAMPLE = 64
-MOST_COLD_RUNS_PER_SAMPLE = 8  # each cold run costs a flush of twice the last-level cache
+MOST_FLUSHED_RUNS_PER_SAMPLE = 8  # each run after a flush costs the flush too (twice L2, or the LLC)
 
 
 def runs_per_sample(prepared, frame, compiled, min_s=MIN_SAMPLE_S, flush=None):
     """How many runs one timing sample sums so that it lasts ``min_s`` (from one run of
-    ``compiled``, the faster side of a pair as a rule)."""
+    ``compiled``, the faster side of a pair as a rule); fewer when each run follows a ``flush``."""
+    most = MOST_FLUSHED_RUNS_PER_SAMPLE if flush else MOST_RUNS_PER_SAMPLE
     seconds = time_runs(prepared, frame, compiled, 1, flush)[0]
     if seconds <= 0:
-        return MOST_RUNS_PER_SAMPLE
-    return max(1, min(MOST_RUNS_PER_SAMPLE, -int(-min_s // seconds)))
+        return most
+    return max(1, min(most, -int(-min_s // seconds)))
 
 
 # A pair during which the worker was preempted is measured again, up to this many times.
@@ -444,11 +461,6 @@ def runs_per_sample(prepared, frame, compiled, min_s=MIN_SAMPLE_S, flush=None):
 # heat's residual2 with 2 pinned workers, one evaluation's pair ratios ran 0.57x-16.6x
 # around a true 6.5x, and its median (13.8x) became the search's best.
 MOST_RESAMPLES = 3
-
-
-def preemptions():
-    """Involuntary context switches of this process (all its threads) so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
 @dataclass
@@ -462,18 +474,19 @@ def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, thre
                   flush=None):
     """The paired protocol: alternate baseline and candidate; ratios baseline/candidate,
     each side's sample the sum of ``runs`` runs (memory restored before each, untimed).
-    ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: a cold
-    cache before every run (``CacheFlush``). A pair during which the process was
+    ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: caches
+    emptied before every run (``CacheFlush``). A pair during which the process was
     preempted is measured again (``MOST_RESAMPLES``)."""
     out = Pairs([], [])
     for _ in range(pairs):
         for attempt in range(MOST_RESAMPLES + 1):
-            switches = preemptions()
+            # Only the timed parts count: a preemption during a restore or a flush costs nothing.
+            preempted = []
             set_threads(libomp, threads[0])
-            tb = sum(time_runs(prepared, frame, baseline, runs, flush))
+            tb = sum(time_runs(prepared, frame, baseline, runs, flush, preempted))
             set_threads(libomp, threads[1])
-            tc = sum(time_runs(prepared, frame, candidate, runs, flush))
-            if preemptions() == switches or attempt == MOST_RESAMPLES:
+            tc = sum(time_runs(prepared, frame, candidate, runs, flush, preempted))
+            if not any(preempted) or attempt == MOST_RESAMPLES:
                 break
             out.resampled += 1
         out.ratios.append(tb / tc if tc > 0 else float("inf"))

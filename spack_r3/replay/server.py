@@ -99,7 +99,7 @@ class ReplayServer:
                cache=WARM):
         """Replay one variant; never raises for a bad candidate, only for a bad capture.
         ``cache``: WARM, each timed run finding the caches as the previous run left them,
-        or COLD, emptied before each (see ``engine.CacheFlush``)."""
+        SHARED or COLD, emptied before each (see ``engine.CacheFlush``)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),

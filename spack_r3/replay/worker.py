@@ -7,7 +7,7 @@ worker itself never maps recorded memory or runs compiled code.
 
 Requests:  {"op": "load", "dir": D}
            {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
-            "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"cold"}
+            "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"shared"|"cold"}
            {"op": "quit"}
 """
 
@@ -73,6 +73,8 @@ class Worker:
         prepared = self.load(req["dir"])
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
+        if (req.get("cache") or WARM) != WARM:
+            engine.flush_ir()  # clang runs here once, not in every candidate's process
         base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
         with tempfile.TemporaryFile() as log:
             return self._fork_candidate(prepared, variant, req, baseline, base, log)
@@ -175,8 +177,7 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
     flush = engine.CacheFlush(cache, max(t or 1 for t in threads)) if cache != WARM else None
     ev.cache = cache
     if pairs:
-        runs = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
-        ev.runs_per_sample = min(runs, engine.MOST_COLD_RUNS_PER_SAMPLE) if flush else runs
+        ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
         measured = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
                                         ev.runs_per_sample, flush)
         ratios, times = measured.ratios, measured.candidate_s

@@ -12,7 +12,7 @@ from statistics import median
 from typing import Dict, List, Optional
 
 from .. import cxxnames
-from ..data import Variant
+from ..data import WARM, Variant
 from ..fileutil import write_atomic
 from ..replay.pipeline import format_spec
 from ..report import percent, seconds, table
@@ -43,7 +43,7 @@ class KernelResult:
     rejected: List[str] = field(default_factory=list)  # candidates dropped by confirmation, and why
     curve: List[Optional[float]] = field(default_factory=list)  # best search speedup after each evaluation
     tolerance: Optional[float] = None
-    cache: str = "warm"  # the caches each timed run started with (data.CACHE_STATES)
+    cache: str = WARM  # the caches each timed run started with (data.CACHE_STATES)
 
     def to_json(self):
         d = asdict(self)
