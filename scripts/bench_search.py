@@ -16,7 +16,8 @@ Writes bench/search.json:
               evaluation at which it found its best), search_best (what the search measured),
               winner, relaxes_fp; bayes also evals_to_random_best (the evaluation at which it
               first reached random's best search value)
-  throughput: {workers_1, workers_2} evaluations per minute, and their ratio
+  throughput: {workers_1, workers_2} evaluations per minute (medians of rounds), and their ratio
+              (median of the rounds' ratios, with ratio_min/ratio_max)
 
 Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--out bench/search.json]
 """
@@ -24,6 +25,7 @@ Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--o
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -72,7 +74,8 @@ def search_summary(study, result):
 
 
 def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
-    """The Bayesian search on (1 - share) of the budget, then source variants (rules)."""
+    """The Bayesian search on (1 - share) of the budget, then source variants (rules); what
+    the rules leave unspent goes back to the Bayesian search, as in r3 tune."""
     base_target = replace(target, source_variant="r3-original")  # its own study, not (b)'s
     base = Study(store, base_target, space, sampler="tpe", seed=seed, pairs=5)
     remix_budget = int(round(budget * share))
@@ -80,8 +83,8 @@ def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
     remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
                   RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
                   inherit=[t.params for t in base.best(2)])
-    remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]),
-              say=lambda line: say("  r3" + line))
+    remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]), say=lambda line: say("  r3" + line),
+              extend=lambda n: base.run(pool.servers, len(base.trials()) + n))
     return StudyGroup([base] + [s for _, s in remix.studies()],
                       [c.status for c in remix.children if c.status not in ("ok", "pending")])
 
@@ -114,25 +117,29 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
     return entry
 
 
-def throughput(ws, store, target, budget, seed):
+def throughput(ws, store, target, budget, seed, reps=3):
     """Evaluations per minute of the search alone, with 1 and 2 workers, on a serial kernel
     (the same space for both) without Polly (whose stage cache would serve the second run
-    what the first compiled)."""
-    out = {}
-    for workers in (1, 2):
-        with ReplayPool(workers) as pool:
-            facts = kernel_facts(target, pool.cores_per_worker)
-            facts.polly = False
-            space = Space(facts)
-            target.source_variant = "throughput-%d" % workers  # a fresh study for each measurement
-            study = Study(store, target, space, sampler="random", seed=seed, pairs=5)
-            study.run(pool.servers, 4)  # workers started, capture loaded: not what is measured
-            t0 = time.monotonic()
-            study.run(pool.servers, 4 + budget)
-            out["workers_%d" % workers] = 60.0 * budget / (time.monotonic() - t0)
+    what the first compiled). ``reps`` rounds, 1 and 2 workers side by side in each: the
+    ratio is the median of the rounds' ratios, with their spread."""
+    rates = {1: [], 2: []}
+    for rep in range(reps):
+        for workers in (1, 2):
+            with ReplayPool(workers) as pool:
+                facts = kernel_facts(target, pool.cores_per_worker)
+                facts.polly = False
+                space = Space(facts)
+                target.source_variant = "throughput-%d-%d" % (workers, rep)  # a fresh study each time
+                study = Study(store, target, space, sampler="random", seed=seed + rep, pairs=5)
+                study.run(pool.servers, 4)  # workers started, capture loaded: not what is measured
+                t0 = time.monotonic()
+                study.run(pool.servers, 4 + budget)
+                rates[workers].append(60.0 * budget / (time.monotonic() - t0))
     target.source_variant = "original"
-    out["ratio"] = out["workers_2"] / out["workers_1"]
-    return out
+    ratios = sorted(b / a for a, b in zip(rates[1], rates[2]))
+    return {"workers_1": statistics.median(rates[1]), "workers_2": statistics.median(rates[2]),
+            "ratio": statistics.median(ratios), "ratio_min": ratios[0], "ratio_max": ratios[-1],
+            "rounds": {"workers_1": rates[1], "workers_2": rates[2]}}
 
 
 def write(args, kernels, thr=None, throughput_kernel=None):
@@ -180,8 +187,8 @@ def main():
              k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
     print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's", "r3", "at",
                  "r3 winner"], rows))
-    print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx)" % (
-        thr["workers_1"], thr["workers_2"], thr["ratio"]))
+    print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
+        thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))
     print("wrote %s" % args.out)
 
 

@@ -7,7 +7,6 @@ qualified name alone when no other overload shares it.
 """
 
 import json
-import os
 
 import pytest
 

@@ -496,7 +496,7 @@ def test_capture_instances_and_selection(kernel_exe, tmp_path):
     proc = run(kernel_exe, R3_RECORD_DIR=rec, R3_INSTANCES=2, R3_CAPTURE="scale")
     assert proc.returncode == 0, proc.stderr
     out = parse_out(proc.stdout)
-    A, B, n = int(out["A"], 16), int(out["B"], 16), int(out["N"])
+    A, B = int(out["A"], 16), int(out["B"], 16)
     names = captures(rec)
     pid = int(names[0].rsplit("-", 1)[1])
     assert names == ["scale-1-%d" % pid, "scale-2-%d" % pid]

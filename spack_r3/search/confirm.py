@@ -22,6 +22,7 @@ from statistics import median
 from typing import List, Optional
 
 from ..data import OK, Variant
+from ..replay.server import defer_to_workers
 
 
 @dataclass
@@ -43,7 +44,11 @@ class Confirmed:
 
 def each_server(servers, drive):
     """Run ``drive(server)`` on a thread of its own for every server; wait for all."""
-    threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in servers]
+    def run(server):
+        defer_to_workers(servers)
+        drive(server)
+
+    threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in servers]
     for t in threads:
         t.start()
     for t in threads:

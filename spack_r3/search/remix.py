@@ -144,7 +144,9 @@ class Remix:
         self.name = "%s@%s/%s" % (target.kernel, target.capture_id, mutator.name)
         self.path = os.path.join(workspace.root, "remix", hashlib.sha256(self.name.encode()).hexdigest()[:16]
                                  + ".json")
-        self.extended = 0  # evaluations of the original's search run while a model answered
+        # Evaluations of the original's own search that this loop's budget paid for: run
+        # while a model answered, and what the mutator left when it had nothing more to try.
+        self.extended = 0
         self.children: List[Child] = self._load()
         self.rng = random.Random(options.seed if options.seed is not None else 0)
         self._lock = threading.Lock()
@@ -274,7 +276,8 @@ class Remix:
 
     def run(self, servers, base_speedup, progress=None, say=None, extend=None):
         """Spend the budget on children. ``extend(n)`` runs n more evaluations of the
-        elite's own search: what workers do while a model is still answering."""
+        original's own search: what workers do while a model is still answering, and
+        where the budget goes that the mutator leaves (no more rewrites to try)."""
         say = say or (lambda line: None)
         for child in self.children:  # a killed run's unfinished children first
             if child.status == "pending":
@@ -335,6 +338,13 @@ class Remix:
         finally:
             if feed:
                 feed.stop()
+        left = self.options.budget - self.spent()
+        if extend and left > 0:
+            say("  %s: no more source variants to try; %d evaluations back to the pipeline search"
+                % (cxxnames.display(self.target.kernel), left))
+            extend(left)
+            self.extended += left
+            self._save()
 
     def _evaluate(self, servers, child, progress, say, parent=None, proposal=None):
         while True:

@@ -123,7 +123,7 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
                   inherit=[t.params for t in study.best(2)])
     base_best = max([t.value for t in study.best(1)] + [1.0])
 
-    def extend(n):  # while a model answers: more of the original's own search
+    def extend(n):  # more of the original's own search: while a model answers, or when rewrites run out
         study.run(pool.servers, len(study.trials()) + n)
         return True
 
