@@ -15,7 +15,9 @@ Writes bench/search.json:
               best_speedup (confirmed, with speedup_min/max), evaluations, evals_to_best (the
               evaluation at which it found its best), search_best (what the search measured),
               winner, relaxes_fp; bayes also evals_to_random_best (the evaluation at which it
-              first reached random's best search value)
+              first reached random's best search value); verdicts bayes.vs_random, r3.vs_random,
+              r3.vs_bayes: better (confirmation spreads apart), as good, tie (below the other's
+              median, which lies within its own spread) or worse
   throughput: {workers_1, workers_2} evaluations per minute (medians of rounds), and their ratio
               (median of the rounds' ratios, with ratio_min/ratio_max)
 
@@ -73,6 +75,22 @@ def search_summary(study, result):
             "failed": result.failed, "rejected": result.rejected}
 
 
+def verdict(a, b):
+    """How search ``a``'s confirmed best compares with ``b``'s: "better", "tie" (a is below
+    b's median but b's median lies within a's confirmation spread: the gap is noise) or
+    "worse"."""
+    if a["best_speedup"] >= b["best_speedup"]:
+        return "better" if a["speedup_min"] > b["speedup_max"] else "as good"
+    return "tie" if a["speedup_max"] >= b["best_speedup"] else "worse"
+
+
+def add_verdicts(entry):
+    entry["bayes"]["vs_random"] = verdict(entry["bayes"], entry["random"])
+    entry["r3"]["vs_random"] = verdict(entry["r3"], entry["random"])
+    entry["r3"]["vs_bayes"] = verdict(entry["r3"], entry["bayes"])
+    return entry
+
+
 def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
     """The Bayesian search on (1 - share) of the budget, then source variants (rules); what
     the rules leave unspent goes back to the Bayesian search, as in r3 tune."""
@@ -114,7 +132,7 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
         entry.setdefault("baseline_s", result.baseline_s)
     entry["bayes"]["evals_to_random_best"] = evals_to(studies["bayes"][0].curve(),
                                                       entry["random"]["search_best"] or float("inf"))
-    return entry
+    return add_verdicts(entry)
 
 
 def throughput(ws, store, target, budget, seed, reps=3):
@@ -187,6 +205,9 @@ def main():
              k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
     print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's", "r3", "at",
                  "r3 winner"], rows))
+    print(table(["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
+                [[cxxnames.display(k["kernel"]), k["bayes"]["vs_random"], k["r3"]["vs_random"], k["r3"]["vs_bayes"]]
+                 for k in kernels]))
     print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
         thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))
     print("wrote %s" % args.out)

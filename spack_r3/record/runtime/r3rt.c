@@ -1115,6 +1115,7 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
   if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
     int saved = errno;
+    uint64_t t0 = now_ns(); /* the copy is the recording's time, not the kernel's */
     uintptr_t p = a & ~(uintptr_t)(g_page - 1);
     size_t i = (p - trk.lo) / g_page;
     while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
@@ -1136,6 +1137,7 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
       }
     }
     __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
+    pause_add(now_ns() - t0);
     errno = saved;
     return;
   }
