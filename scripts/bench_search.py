@@ -76,9 +76,9 @@ def search_summary(study, result):
 
 
 def verdict(a, b):
-    """How search ``a``'s confirmed best compares with ``b``'s: "better", "tie" (a is below
-    b's median but b's median lies within a's confirmation spread: the gap is noise) or
-    "worse"."""
+    """How search ``a``'s confirmed best compares with ``b``'s: "better" (at or above b's, the
+    confirmation spreads apart), "as good" (at or above b's), "tie" (below b's median, which
+    lies within a's confirmation spread: the gap is noise) or "worse"."""
     if a["best_speedup"] >= b["best_speedup"]:
         return "better" if a["speedup_min"] > b["speedup_max"] else "as good"
     return "tie" if a["speedup_max"] >= b["best_speedup"] else "worse"
@@ -102,7 +102,7 @@ def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
                   RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
                   inherit=[t.params for t in base.best(2)])
     remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]), say=lambda line: say("  r3" + line),
-              extend=lambda n: base.run(pool.servers, len(base.trials()) + n))
+              extend=lambda n: base.extend(pool.servers, n))
     return StudyGroup([base] + [s for _, s in remix.studies()],
                       [c.status for c in remix.children if c.status not in ("ok", "pending")])
 

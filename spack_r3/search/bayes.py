@@ -19,13 +19,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from statistics import median
 from typing import List, Optional
 
 import optuna
 from optuna.trial import TrialState, create_trial
 
 from ..data import OK, WARM, Variant
+from ..replay.engine import spread
 from .confirm import each_server
 from .samplers import make_sampler
 
@@ -113,14 +113,19 @@ class Study:
         self.study.set_user_attr("space", space.describe())
         self.live = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed))
         self._lock = threading.Lock()
-        self._recover()
-        self.live.add_trials([t for t in self.study.get_trials(deepcopy=False) if counted(t)])
+        stored = self.study.get_trials(deepcopy=False)
+        self._recover(stored)
+        self.live.add_trials([t for t in stored if counted(t)])
         if sampler == "tpe":
             # The Bayesian search starts from what is known to matter: ``seeds`` (e.g. the best
             # pipelines of the original, for a source variant), then the space's own; those a
             # run before this one evaluated are not asked again.
             for values in list(seeds) + space.seeds():
                 self.enqueue(values, {"seed": True})
+
+    def extend(self, servers, n, progress=None):
+        """Evaluate ``n`` trials more than are counted now."""
+        self.run(servers, len(self.trials()) + n, progress)
 
     def enqueue(self, values, attrs=None, once=True):
         """Have ``values`` evaluated next, before the sampler's own choices (``once``: unless
@@ -135,10 +140,13 @@ class Study:
     def trials(self):
         return [t for t in self.live.get_trials(deepcopy=False) if counted(t)]
 
-    def _recover(self):
-        """Trials that a killed run of an older r3 left RUNNING in the database: marked
-        interrupted (never counted), their points enqueued again."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+    def _recover(self, stored):
+        """Trials that a killed run of an older r3 left RUNNING or WAITING in the database
+        (``stored``): the running ones marked interrupted (never counted), the points of
+        both enqueued again."""
+        for t in stored:
+            if t.state not in (TrialState.RUNNING, TrialState.WAITING):
+                continue
             if t.state == TrialState.RUNNING:
                 # (Optuna's public API sets attributes only through a live Trial.)
                 self.study._storage.set_trial_user_attr(t._trial_id, "status", INTERRUPTED)
@@ -167,22 +175,24 @@ class Study:
                     trial = self.live.ask()
                     values = self.space.suggest(trial)
                 variant = self.space.variant(values, self.target.base)
+
+                def measure(pairs):
+                    return server.submit(self.target.captures[0], variant, pairs=pairs,
+                                         tolerance=self.target.tolerance, timeout=self.timeout,
+                                         cache=self.target.cache)
+
                 t0 = time.monotonic()
                 try:
-                    ev = server.submit(self.target.captures[0], variant, pairs=self.pairs,
-                                       tolerance=self.target.tolerance, timeout=self.timeout,
-                                       cache=self.target.cache)
+                    ev = measure(self.pairs)
+                    best = state["best"]
+                    if ev.status == OK and self.recheck_pairs and (best is None or ev.speedup > best):
+                        ev = remeasured(ev, measure(self.recheck_pairs))
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
                     with self._lock:
                         trial.set_user_attr("status", INTERRUPTED)
                         self.live.tell(trial, state=TrialState.FAIL)
                     return
-                best = state["best"]
-                if ev.status == OK and self.recheck_pairs and (best is None or ev.speedup > best):
-                    ev = remeasured(ev, server.submit(self.target.captures[0], variant, pairs=self.recheck_pairs,
-                                                      tolerance=self.target.tolerance, timeout=self.timeout,
-                                                      cache=self.target.cache))
                 with self._lock:
                     self._tell(trial, variant, ev, time.monotonic() - t0)
                     state["done"] += 1
@@ -205,11 +215,10 @@ class Study:
             "cache": ev.cache, "resampled": ev.resampled, "pairs": ev.pairs})
         for key in ("status", "evaluation"):
             trial.set_user_attr(key, attrs[key])
-        ok = ev.status == OK
-        self.live.tell(trial, ev.speedup if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL)
+        state, value = (TrialState.COMPLETE, ev.speedup) if ev.status == OK else (TrialState.FAIL, None)
+        self.live.tell(trial, value, state=state)
         # Kept: one database transaction per finished evaluation.
-        self.study.add_trial(create_trial(state=TrialState.COMPLETE if ok else TrialState.FAIL,
-                                          value=ev.speedup if ok else None, params=trial.params,
+        self.study.add_trial(create_trial(state=state, value=value, params=trial.params,
                                           distributions=trial.distributions, user_attrs=attrs))
 
     def best(self, n=1):
@@ -244,9 +253,9 @@ def remeasured(first, again):
     if again.status != OK:
         return again
     ratios = first.ratios + again.ratios
-    return replace(first, speedup=median(ratios), speedup_min=min(ratios), speedup_max=max(ratios),
-                   pairs=len(ratios), ratios=ratios, resampled=first.resampled + again.resampled,
-                   verify_runs=first.verify_runs + again.verify_runs)
+    speedup, low, high = spread(ratios)
+    return replace(first, speedup=speedup, speedup_min=low, speedup_max=high, pairs=len(ratios), ratios=ratios,
+                   resampled=first.resampled + again.resampled, verify_runs=first.verify_runs + again.verify_runs)
 
 
 def best_curve(trials):

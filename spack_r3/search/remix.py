@@ -294,10 +294,7 @@ class Remix:
                     item = feed.next(block=False)
                     if item is None and feed.busy():
                         if extend:
-                            n = min(len(servers), self.options.budget - self.spent())
-                            extend(n)
-                            self.extended += n
-                            self._save()
+                            self._extend(extend, min(len(servers), self.options.budget - self.spent()))
                             continue
                         item = feed.next(block=True)
                     if item is None and not feed.busy():
@@ -342,9 +339,13 @@ class Remix:
         if extend and left > 0:
             say("  %s: no more source variants to try; %d evaluations back to the pipeline search"
                 % (cxxnames.display(self.target.kernel), left))
-            extend(left)
-            self.extended += left
-            self._save()
+            self._extend(extend, left)
+
+    def _extend(self, extend, n):
+        """n more evaluations of the original's own search, paid from this loop's budget."""
+        extend(n)
+        self.extended += n
+        self._save()
 
     def _evaluate(self, servers, child, progress, say, parent=None, proposal=None):
         while True:

@@ -122,13 +122,9 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
                                timeout=options.timeout), patterns,
                   inherit=[t.params for t in study.best(2)])
     base_best = max([t.value for t in study.best(1)] + [1.0])
-
-    def extend(n):  # more of the original's own search: while a model answers, or when rewrites run out
-        study.run(pool.servers, len(study.trials()) + n)
-        return True
-
     try:
-        remix.run(pool.servers, base_best, progress, say, extend)
+        # More of the original's own search: while a model answers, or when rewrites run out.
+        remix.run(pool.servers, base_best, progress, say, lambda n: study.extend(pool.servers, n))
     except ModelError as err:
         if not options.fallback_rules:
             raise
