@@ -10,8 +10,8 @@ Study state lives in the workspace's SQLite database (``r3.db``; ``optuna-dashbo
 sqlite:///.../r3.db`` opens it) and every trial is committed there when it finishes:
 a killed run resumes where it stopped, and only the trials it had in flight are
 lost (their points are asked again). The sampler itself works on an in-memory copy
-of the study: asking a trial from SQLite costs 30-60 ms of this process's CPU (a
-database write per parameter, every trial read back for TPE), against 1-6 ms in
+of the study: asking a trial from SQLite costs 27-53 ms of this process's CPU (a
+database write per parameter, every trial read back for TPE), against 0.6-6 ms in
 memory, and this process shares the CPUs with the pinned workers it feeds.
 """
 
@@ -95,8 +95,8 @@ class Study:
         self.pairs, self.timeout = pairs, timeout
         # A candidate that would be the new best is measured again with this many more
         # pairs (and verified again) before it counts: the best of many 5-pair medians is
-        # mostly luck (on a memory-bound stencil where nothing beats -O3, the best screened
-        # 1.10-1.17x and measured 1.00x again), and a lucky value misleads the sampler and
+        # mostly luck (on a memory-bound stencil where nothing beats -O3, the 5 best screened
+        # 1.03-1.17x and 0.97-1.06x measured again), and a lucky value misleads the sampler and
         # every later comparison with it.
         self.recheck_pairs = 2 * pairs
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
