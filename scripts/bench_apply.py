@@ -51,8 +51,9 @@ def main():
     ap.add_argument("--tolerance", type=float, default=TOLERANCE,
                     help="relative FP tolerance the search may use (default %g, what the demos' self-checks "
                          "accept; 0: exact)" % TOLERANCE)
-    ap.add_argument("--cache", default="warm", choices=("warm", "shared", "cold"),
-                    help="the caches each timed replay run starts with (r3 tune --cache)")
+    ap.add_argument("--cache", default="auto", choices=("auto", "warm", "shared", "cold"),
+                    help="the caches each timed replay run starts with (r3 tune --cache; default auto: per "
+                         "kernel, as its application leaves them between its calls)")
     ap.add_argument("--demos", default=",".join(RUNS))
     ap.add_argument("--workspace", default=None, help="default: a fresh temporary directory")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "apply.json"))
@@ -92,7 +93,8 @@ def main():
         entry = {"package": spec, "run": RUNS[demo], "seconds": round(took, 1),
                  "when": time.strftime("%Y-%m-%d %H:%M"), "settings": _settings(args),
                  "kernels": [{"kernel": k["kernel"], "share": k["share"], "speedup": k["speedup"],
-                              "winner": k["winner"], "relaxes_fp": k["relaxes_fp"]} for k in out["kernels"]]}
+                              "winner": k["winner"], "relaxes_fp": k["relaxes_fp"], "cache": k.get("cache")}
+                             for k in out["kernels"]]}
         if check:
             entry.update({k: check[k] for k in ("app_untuned_s", "app_tuned_s", "app_speedup", "app_speedup_min",
                                                 "app_speedup_max", "predicted_app_speedup", "fidelity", "pairs",

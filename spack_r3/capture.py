@@ -95,7 +95,8 @@ def ingest(record_dir, workspace, tolerance=None):
             continue
         units = _link_units(kinfo, meta["tu_dir"], exporters)
         kinfo = dict(kinfo, unreplayable=kinfo.get("unreplayable") or _unreplayable_through(kinfo, exporters))
-        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance))
+        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance,
+                                      run=os.path.abspath(record_dir)))
     return written
 
 
@@ -144,7 +145,7 @@ def _unreplayable_through(kinfo, exporters):
     return unreplayable_reason(library)
 
 
-def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance):
+def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance, run):
     module = os.path.join(meta["tu_dir"], "module.bc")
     digests = {"module.bc": sha256_file(module)}
     for name in ("pre.bin", "post.bin"):
@@ -171,7 +172,8 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         target=dict(target, triple=tu.get("triple")),
         app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
              "self_s": s.get("self_ns", 0) / 1e9,
-             "share": share_of(s, app_s)},
+             "share": share_of(s, app_s),
+             "run": run},  # which captures ran beside it (replay.cachestate)
         instance=meta["instance"],
         instance_s=meta.get("instance_ns", 0) / 1e9,
         arena=dict({"base": meta["arena_base"], "end": meta["arena_end"]},

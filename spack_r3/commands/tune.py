@@ -12,7 +12,8 @@ import json
 
 from .. import cxxnames
 from ..capture import list_captures
-from ..data import CACHE_STATES, WARM
+from ..data import CACHE_STATES
+from ..replay.cachestate import AUTO
 from ..errors import R3Error
 from ..model import client as model_client
 from ..record.session import previous_record
@@ -54,10 +55,11 @@ def setup_parser(subparser):
                            help="paired runs per confirmation round of each winner candidate (default 11)")
     subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
-    subparser.add_argument("--cache", choices=CACHE_STATES, default=WARM,
-                           help="caches at the start of each timed run (see r3 replay --help); a kernel whose "
-                                "data other kernels push out of cache in the application is measured closer to "
-                                "its time there with shared")
+    subparser.add_argument("--cache", choices=CACHE_STATES + (AUTO,), default=AUTO,
+                           help="caches at the start of each timed run (see r3 replay --help); auto (default): "
+                                "per kernel, the state its application leaves them in between its calls, from "
+                                "what the recorded kernels touch (a kernel whose data the others push out of "
+                                "its cores' caches is measured with shared)")
     subparser.add_argument("--mutator", choices=("rules", "llm", "none"), default="rules",
                            help="who proposes source rewrites: rules (default, no model), llm (a model through "
                                 "--llm-url) or none (compiler pipelines and launch settings only)")
@@ -95,9 +97,11 @@ def tune(args):
     ws = Workspace(args.workspace)
     progress = (lambda line: None) if args.json else (lambda line: say("==> " + line))
     captures = _captures(ws, args, progress)
-    plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance)
+    plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance, cache=args.cache)
     for line in plan.skipped:
         progress("not tuned: " + line)
+    for line in plan.caches:
+        progress(line)
     if not plan.targets:
         raise R3Error("no replayable kernel to tune in %s (see: r3 kernels)" % ws.root)
     progress("tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %d worker(s)"
@@ -111,8 +115,7 @@ def tune(args):
     options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
-                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
-                          cache=args.cache)
+                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)

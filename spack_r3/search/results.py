@@ -29,8 +29,8 @@ class KernelResult:
     share: float
     baseline_s: Optional[float]
     best_s: Optional[float]
-    speedup: float  # re-measured: median of every confirmation pair
-    speedup_min: float  # lowest and highest of the round medians
+    speedup: float  # re-measured: median of every pair of the winner's last measurement (see kernel_result)
+    speedup_min: float  # lowest and highest of its round medians
     speedup_max: float
     evaluations: int
     failed: Dict[str, int]
@@ -38,6 +38,7 @@ class KernelResult:
     winner: str  # "baseline" or the variant in words: pipeline SPEC and launch settings
     variant: dict  # the winning Variant as JSON (the baseline's when nothing beat it)
     search_speedup: Optional[float] = None  # what the search measured for the winner, before confirmation
+    picked_speedup: Optional[float] = None  # what confirmation measured, when ``speedup`` was measured again
     pairs: int = 0  # confirmation pairs behind ``speedup``
     study: str = ""
     rejected: List[str] = field(default_factory=list)  # candidates dropped by confirmation, and why
@@ -71,32 +72,46 @@ def describe_variant(variant):
     return " ".join(words)
 
 
-def kernel_result(target, study, confirmed):
-    """Pick the winner among confirmed candidates (the baseline if none beats it)."""
+def pick(confirmed):
+    """The winner among confirmed candidates, or None when none beats the baseline: it must
+    be faster in every confirmation round, and by more than noise overall. Within 2% of the
+    best, the variant with fewest settings wins: less to build, less to break."""
     good = [c for c in confirmed if not c.rejected and c.ratios]
     best = max(good, key=lambda c: c.speedup, default=None)
-    if best:  # within 2% of the best, the variant with fewest settings wins: less to build, less to break
-        best = min((c for c in good if c.speedup >= 0.98 * best.speedup), key=lambda c: (len(settings(c.variant)),
-                                                                                        -c.speedup))
-    any_measured = best or next((c for c in confirmed if c.baseline_times), None)
+    if best is None or best.speedup <= MIN_GAIN or min(best.round_speedups) <= 1.0:
+        return None
+    return min((c for c in good if c.speedup >= 0.98 * best.speedup and min(c.round_speedups) > 1.0),
+               key=lambda c: (len(settings(c.variant)), -c.speedup))
+
+
+def kernel_result(target, study, confirmed, again=None):
+    """The kernel's result: the ``pick`` of its confirmed candidates, its speedup from
+    ``again`` (``confirm.measure_again`` of that pick) when given, since the pairs a pick
+    was made by read high. A pick that is not faster by more than noise measured again
+    leaves the kernel its baseline (nothing to emit)."""
+    best = pick(confirmed)
+    measured = again if best and again is not None else best
+    if measured is not None and (measured.rejected or not measured.ratios or measured.speedup <= MIN_GAIN):
+        measured = None
+    any_measured = measured or next((c for c in confirmed if c.baseline_times), None)
     baseline_s = median(any_measured.baseline_times) if any_measured else None
     trials = study.trials()
+    rejected = [c for c in confirmed if c.rejected] + ([again] if again is not None and again.rejected else [])
     common = dict(kernel=target.kernel, captures=[os.path.basename(c) for c in target.captures], share=target.share,
                   evaluations=len(trials), failed=study.failures(), study=study.name, curve=study.curve(),
-                  rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in confirmed if c.rejected],
-                  tolerance=target.tolerance, cache=target.cache)
-    # A winner must be faster in every confirmation round, and by more than noise overall;
-    # else the kernel keeps its baseline (nothing to emit).
-    if best is None or best.speedup <= MIN_GAIN or min(best.round_speedups) <= 1.0:
+                  rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
+                  tolerance=target.tolerance, cache=target.cache,
+                  picked_speedup=best.speedup if best and again is not None else None)
+    if measured is None:
         return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,
                             speedup_max=1.0, relaxes_fp=False, winner="baseline", variant=Variant().to_json(),
-                            pairs=len(best.ratios) if best else 0,
+                            pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
                             search_speedup=best.search_speedup if best else None, **common)
-    return KernelResult(baseline_s=baseline_s, best_s=median(best.times), speedup=best.speedup,
-                        speedup_min=min(best.round_speedups), speedup_max=max(best.round_speedups),
+    return KernelResult(baseline_s=baseline_s, best_s=median(measured.times), speedup=measured.speedup,
+                        speedup_min=min(measured.round_speedups), speedup_max=max(measured.round_speedups),
                         relaxes_fp=best.variant.pipeline.relaxes_fp, winner=describe_variant(best.variant),
                         variant=best.variant.to_json(), search_speedup=best.search_speedup,
-                        pairs=len(best.ratios), **common)
+                        pairs=len(measured.ratios), **common)
 
 
 def failures_text(failed):

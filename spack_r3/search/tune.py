@@ -5,7 +5,8 @@
 
 Each target (a kernel and its recorded instances) gets one study, searched on the
 replay pool; then every kernel's best candidates are confirmed together (see
-``confirm``) and the winner of each is picked.
+``confirm``) and the winner of each is picked, then measured again alone: the
+speedup it reports does not come from the pairs that picked it.
 """
 
 import os
@@ -16,6 +17,8 @@ from .. import cxxnames
 from ..capture import load_capture_dir
 from ..errors import R3Error
 from ..replay import module as replay_module
+from ..replay import cachestate
+from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
 from ..data import OK, WARM
@@ -24,8 +27,8 @@ from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
-from .confirm import confirm
-from .results import KernelResult, kernel_result, save_results
+from .confirm import confirm, measure_again
+from .results import KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
 
@@ -48,22 +51,24 @@ class TuneOptions:
     child_budget: int = 10
     repairs: int = 2
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
-    cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
 
 
 @dataclass
 class Plan:
     targets: List[Target] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not tuned"
+    caches: List[str] = field(default_factory=list)  # "kernel: the cache state it is measured in, and why"
 
     @property
     def covered_share(self):
         return sum(t.share for t in self.targets)
 
 
-def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None):
+def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None, cache=WARM):
     """Group captures into kernels (instances together) and choose what to tune:
-    the named kernels, or every replayable kernel with at least ``min_share`` of the run."""
+    the named kernels, or every replayable kernel with at least ``min_share`` of the run.
+    ``cache``: the state every kernel's timed runs start in (data.CACHE_STATES), or
+    ``cachestate.AUTO`` for the one its application leaves between its calls."""
     groups = {}
     for c in sorted(captures, key=lambda c: c.instance):
         groups.setdefault((c.kernel, c.compile_dir, c.source_file), []).append(c)
@@ -86,9 +91,14 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
         elif not kernels and share < min_share:
             plan.skipped.append("%s: %.1f%% of the run, under --min-share" % (name, 100 * share))
         else:
-            plan.targets.append(Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
-                                       bool(caps[0].launch.get("openmp")),
-                                       tolerance=caps[0].tolerance if tolerance is None else tolerance))
+            target = Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
+                            bool(caps[0].launch.get("openmp")),
+                            tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=cache)
+            if cache == AUTO:
+                choice = cachestate.choose(caps[0], captures)
+                target.cache = choice.state
+                plan.caches.append("%s: timed with %s caches: %s" % (name, choice.state, choice.reason))
+            plan.targets.append(target)
     return plan
 
 
@@ -161,7 +171,6 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
-            target.cache = options.cache
             facts = kernel_facts(target, pool.cores_per_worker)
             study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
                           pairs=options.pairs, timeout=options.timeout)
@@ -185,10 +194,16 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
                              confirm(pool.servers, candidates, rounds=options.confirm_rounds,
                                      pairs=options.confirm_pairs, timeout=options.timeout, progress=say)
                              if todo else []))
+        picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
+        picked = [(t, s, best) for t, s, best in picked if best]
+        again = dict(zip((s.name for _, s, _ in picked),
+                         measure_again(pool.servers, [(t, best.variant) for t, _, best in picked],
+                                       rounds=options.confirm_rounds, pairs=options.confirm_pairs,
+                                       timeout=options.timeout, progress=say) if picked else []))
     results = []
     for target, study in studied:
         if study.name in confirmed:
-            result = kernel_result(target, study, confirmed[study.name])
+            result = kernel_result(target, study, confirmed[study.name], again.get(study.name))
             study.study.set_user_attr("confirmed", {"key": _confirm_key(study, options), "result": result.to_json()})
         else:
             result = saved[study.name]

@@ -1,0 +1,101 @@
+"""Which caches a kernel's timed replays should start with: the state the application
+leaves them in between two of the kernel's calls.
+
+Replay calls a kernel again and again on the same memory, so whatever fits in a core's
+own caches stays there (WARM). In the application other code runs between two calls and
+may push the kernel's data out; a candidate that is fast on cached data (a vectorised
+reduction) then gains much less there than in a warm replay (a dot product of two 1.3 MB
+vectors between sparse matrix products: 10.8x warm, 5.6x with each core's caches
+emptied, 6.6x in the application). The recording gives both sides of the question: the
+bytes each captured kernel touches (``memory.touched_bytes``, from page tracking) and how
+often each was called.
+
+    choice = choose(capture, captures_of_the_same_run)
+    choice.state    # WARM, SHARED or COLD (replay.engine.CacheFlush)
+    choice.reason   # one line for the user
+
+The state matters only where the kernel's data fits in a cache level: a kernel that
+streams more than its threads' own caches hold reads the last-level cache in replay as
+in the application, whatever ran before.
+"""
+
+import os
+from dataclasses import dataclass
+
+from ..data import COLD, SHARED, WARM
+from .engine import cache_bytes
+
+AUTO = "auto"  # r3 tune --cache auto: each kernel's state chosen here
+
+
+@dataclass
+class CacheChoice:
+    state: str
+    reason: str
+
+
+def _mb(n):
+    return "%.1f MB" % (n / 1e6)
+
+
+def _footprint(capture):
+    """Bytes the captured call touched; None when the capture kept the whole heap."""
+    memory = capture.memory or {}
+    return memory.get("touched_bytes") if memory.get("mode") == "pages" else None
+
+
+def traffic_between_calls(capture, run):
+    """Bytes the other captured kernels of the run touch, on average, between two calls of
+    ``capture``'s kernel (each of their calls counted as touching what its capture did).
+    Code that was not captured adds to it: this is a lower bound."""
+    calls = capture.app.get("calls") or 0
+    total = 0
+    for other in run:
+        if other.kernel == capture.kernel:
+            continue
+        touched = _footprint(other)
+        if touched:
+            total += touched * (other.app.get("calls") or 0)
+    return total / calls if calls else 0
+
+
+def same_run(capture, captures):
+    """The first instance of each kernel recorded in the same run as ``capture``."""
+    run = capture.app.get("run")
+    key = (lambda c: c.app.get("run") == run) if run else (lambda c: c.app.get("app_s") == capture.app.get("app_s"))
+    firsts = {}
+    for c in sorted(captures, key=lambda c: c.instance):
+        if key(c):
+            firsts.setdefault(c.kernel, c)
+    return list(firsts.values())
+
+
+def choose(capture, captures, l2=None, llc=None, cpus=None):
+    """The cache state for ``capture``'s timed runs, from the captures of its run.
+    ``l2``/``llc``: one core's level-2 and last-level cache bytes (default: this machine's)."""
+    l2 = l2 or cache_bytes(2)
+    llc = llc or cache_bytes()
+    cpus = cpus or os.cpu_count() or 1
+    footprint = _footprint(capture)
+    calls = capture.app.get("calls") or 0
+    if not l2 or not llc:
+        return CacheChoice(WARM, "this machine does not say how large its caches are")
+    if footprint is None:
+        return CacheChoice(WARM, "the capture kept the whole heap, so what the kernel touches is unknown")
+    if calls < 2:
+        return CacheChoice(WARM, "called once, nothing runs between its calls")
+    threads = min(capture.launch.get("threads") or 1, cpus) if capture.launch.get("openmp") else 1
+    private = l2 * threads
+    traffic = traffic_between_calls(capture, same_run(capture, captures))
+    between = "between two calls the other kernels touch %s" % _mb(traffic)
+    if footprint <= llc and traffic >= llc:
+        return CacheChoice(COLD, "touches %s; %s, more than the %s last-level cache"
+                           % (_mb(footprint), between, _mb(llc)))
+    if footprint <= private and traffic >= private:
+        return CacheChoice(SHARED, "touches %s, which fits in %d thread(s)' %s of L2; %s"
+                           % (_mb(footprint), threads, _mb(private), between))
+    if footprint > private:
+        return CacheChoice(WARM, "touches %s, more than %d thread(s)' %s of L2 hold: it streams "
+                           "from the last-level cache in the application too" % (_mb(footprint), threads, _mb(private)))
+    return CacheChoice(WARM, "touches %s; %s, which its threads' L2 (%s) holds beside it"
+                       % (_mb(footprint), between, _mb(private)))
