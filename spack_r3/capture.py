@@ -52,7 +52,8 @@ def load_profiles(record_dir):
         app_ns = max(app_ns, prof.get("app_ns", 0) - prof.get("paused_ns", 0))
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
-            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0})
+            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0,
+                                       "main_top_calls": 0})
             for field in s:
                 s[field] += k.get(field, 0)
     return stats, app_ns / 1e9
@@ -173,6 +174,8 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
              "self_s": s.get("self_ns", 0) / 1e9,
              "share": share_of(s, app_s),
+             # calls with no recorded kernel below them on the main thread's stack
+             "top_calls": s.get("main_top_calls", 0),
              "run": run},  # which captures ran beside it (replay.cachestate)
         instance=meta["instance"],
         instance_s=meta.get("instance_ns", 0) / 1e9,

@@ -15,11 +15,11 @@ MB = 1000 * 1000
 L2, LLC = 1 << 20, 32 << 20  # one core's
 
 
-def capture(kernel, touched, calls, threads=2, run="/ws/runs/1/record", mode="pages", instance=1):
+def capture(kernel, touched, calls, threads=2, run="/ws/runs/1/record", mode="pages", instance=1, top=None):
     return Capture(id=kernel, kernel=kernel, source_file="kernels.c", compile_command=[], compile_dir="/",
                    signature={}, args=[], byval_data=[], ret=None,
                    launch={"threads": threads, "openmp": threads > 1}, target={},
-                   app={"calls": calls, "run": run, "app_s": 0.32}, instance=instance, instance_s=0.0,
+                   app={"calls": calls, "top_calls": calls if top is None else top, "run": run, "app_s": 0.32}, instance=instance, instance_s=0.0,
                    arena={}, globals=[], files={},
                    memory={"mode": mode, "touched_bytes": touched, "live_bytes": 17 * MB})
 
@@ -77,3 +77,15 @@ def test_only_kernels_of_the_same_run_count(cg_run):
     again = cg_run + [capture("spmv", int(12.8 * MB), 814, instance=2)]
     assert cachestate.traffic_between_calls(by_name(cg_run, "dot"), cachestate.same_run(by_name(cg_run, "dot"), again)) \
         == cachestate.traffic_between_calls(by_name(cg_run, "dot"), cg_run)
+
+
+def test_nested_kernels_are_part_of_their_callers(cg_run):
+    # A solver step that calls spmv and dot: recorded too, it touches what they touch,
+    # inside its own calls. Between two dot calls nothing more runs than before.
+    step = [capture("cg_step", int(15 * MB), 813)]
+    nested = [capture(c.kernel, c.memory["touched_bytes"], c.app["calls"], top=0) for c in cg_run]
+    dot = by_name(nested, "dot")
+    choice = cachestate.choose(dot, nested + step, l2=L2, llc=LLC, cpus=2)
+    assert choice.state == WARM and "inside other recorded kernels" in choice.reason
+    # The step itself: other top-level kernels only (none here), not its own callees.
+    assert cachestate.traffic_between_calls(step[0], nested + step) == 0

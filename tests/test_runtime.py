@@ -437,6 +437,8 @@ def test_capture_whole_heap(kernel_exe, tmp_path):
     # Taking the two captures is time the application without probes would not spend.
     assert 0 < prof["paused_ns"] < prof["app_ns"]
     assert ks["scale"]["calls"] == 3 and ks["outer"]["calls"] == 1
+    # scale is called twice on its own and once inside outer: two outermost calls
+    assert ks["scale"]["main_top_calls"] == 2 and ks["outer"]["main_top_calls"] == 1
     assert ks["scale"]["captured"] == 1 and ks["outer"]["captured"] == 1
     assert ks["scale"]["tu_dir"] == '/tmp/tu "dir"\\x'
     for k in ks.values():

@@ -44,18 +44,27 @@ def _footprint(capture):
     return memory.get("touched_bytes") if memory.get("mode") == "pages" else None
 
 
+def top_calls(capture):
+    """Calls of the kernel with no recorded kernel below them on the main thread's stack
+    (captures recorded before that was counted: all its calls)."""
+    top = capture.app.get("top_calls")
+    return capture.app.get("calls") or 0 if top is None else top
+
+
 def traffic_between_calls(capture, run):
     """Bytes the other captured kernels of the run touch, on average, between two calls of
     ``capture``'s kernel (each of their calls counted as touching what its capture did).
-    Code that was not captured adds to it: this is a lower bound."""
-    calls = capture.app.get("calls") or 0
+    Only outermost calls count: what a nested kernel touches is part of its caller's
+    footprint, and runs inside the caller's call, not between. Code that was not captured
+    adds to it: this is a lower bound."""
+    calls = top_calls(capture)
     total = 0
     for other in run:
         if other.kernel == capture.kernel:
             continue
         touched = _footprint(other)
         if touched:
-            total += touched * (other.app.get("calls") or 0)
+            total += touched * top_calls(other)
     return total / calls if calls else 0
 
 
@@ -77,11 +86,14 @@ def choose(capture, captures, l2=None, llc=None, cpus=None):
     llc = llc or cache_bytes()
     cpus = cpus or os.cpu_count() or 1
     footprint = _footprint(capture)
-    calls = capture.app.get("calls") or 0
+    calls = top_calls(capture)
     if not l2 or not llc:
         return CacheChoice(WARM, "this machine does not say how large its caches are")
     if footprint is None:
         return CacheChoice(WARM, "the capture kept the whole heap, so what the kernel touches is unknown")
+    if not calls and capture.app.get("calls"):
+        return CacheChoice(WARM, "called only from inside other recorded kernels: what runs between its "
+                                 "calls is not known")
     if calls < 2:
         return CacheChoice(WARM, "called once, nothing runs between its calls")
     threads = min(capture.launch.get("threads") or 1, cpus) if capture.launch.get("openmp") else 1

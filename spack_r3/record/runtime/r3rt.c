@@ -837,7 +837,9 @@ static int selected(const char *name) {
 #define SAMPLE_SHORT_NS 5000
 #define SAMPLE_PERIOD 32
 
-struct tcount { uint64_t calls, total_ns, self_ns, period; };
+/* top_calls: calls with no recorded kernel below them on the thread's stack (replay.cachestate
+   counts what those touch as what runs between another kernel's calls) */
+struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls; };
 struct tblock { struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
 
 struct frame {
@@ -1808,6 +1810,7 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
   struct tcount *tc = tcount_of(k);
   uint64_t n = tc ? tc->calls++ : (uint64_t)__atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
   int d = t_depth++;
+  if (d == 0 && tc) tc->top_calls++;
   if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
   struct frame *f = &t_stack[d];
   f->k = k;
@@ -1902,7 +1905,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
     uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
     uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
-    uint64_t main_self = 0;
+    uint64_t main_self = 0, main_top = 0;
     int sampled = 0;
     if (k->id >= 0)
       for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
@@ -1910,7 +1913,10 @@ __attribute__((destructor(101))) static void r3_fini(void) {
         calls += c->calls;
         total += c->total_ns;
         self += c->self_ns;
-        if (b->main_thread) main_self += c->self_ns;
+        if (b->main_thread) {
+          main_self += c->self_ns;
+          main_top += c->top_calls;
+        }
         sampled |= c->period > 1;
       }
     if (!first) wb_s(&w, ",");
@@ -1921,6 +1927,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ", \"total_ns\": "); wb_u(&w, total);
     wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
     wb_s(&w, ", \"main_self_ns\": "); wb_u(&w, main_self);
+    wb_s(&w, ", \"main_top_calls\": "); wb_u(&w, main_top);
     wb_s(&w, ", \"sampled\": "); wb_s(&w, sampled ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");
