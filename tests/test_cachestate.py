@@ -40,7 +40,7 @@ def test_a_kernel_whose_data_the_others_push_out_of_l2_is_timed_with_shared_cach
     assert choice.state == SHARED
     # 12.8 MB every other call, 2.6 MB on every call, 2.6 MB every other call
     assert cachestate.traffic_between_calls(by_name(cg_run, "dot"), cg_run) == pytest.approx(
-        12.8 * MB * 814 / 1629 + 2.6 * MB * 1626 / 1629 + 2.6 * MB * 813 / 1629 + 4096 / 1629)
+        int(12.8 * MB) * 814 / 1629 + int(2.6 * MB) * 1626 / 1629 + int(2.6 * MB) * 813 / 1629 + 4096 / 1629)
     assert "1.3 MB" in choice.reason and "L2" in choice.reason
 
 
@@ -80,12 +80,14 @@ def test_only_kernels_of_the_same_run_count(cg_run):
 
 
 def test_nested_kernels_are_part_of_their_callers(cg_run):
-    # A solver step that calls spmv and dot: recorded too, it touches what they touch,
-    # inside its own calls. Between two dot calls nothing more runs than before.
+    # A solver step that calls spmv, dot and the updates, recorded too: its 15 MB hold what
+    # they touch inside it. Between two dot calls runs the rest of a step.
     step = [capture("cg_step", int(15 * MB), 813)]
     nested = [capture(c.kernel, c.memory["touched_bytes"], c.app["calls"], top=0) for c in cg_run]
     dot = by_name(nested, "dot")
-    choice = cachestate.choose(dot, nested + step, l2=L2, llc=LLC, cpus=2)
-    assert choice.state == WARM and "inside other recorded kernels" in choice.reason
-    # The step itself: other top-level kernels only (none here), not its own callees.
+    assert cachestate.traffic_between_calls(dot, nested + step) == pytest.approx(
+        (15 * MB * 813 - int(1.3 * MB) * 1629) / 1629)
+    assert cachestate.choose(dot, nested + step, l2=L2, llc=LLC, cpus=2).state == SHARED
+    # The step itself: nothing else runs between its calls.
     assert cachestate.traffic_between_calls(step[0], nested + step) == 0
+    assert cachestate.choose(step[0], nested + step, l2=L2, llc=LLC, cpus=2).state == WARM

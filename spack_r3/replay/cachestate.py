@@ -52,20 +52,17 @@ def top_calls(capture):
 
 
 def traffic_between_calls(capture, run):
-    """Bytes the other captured kernels of the run touch, on average, between two calls of
-    ``capture``'s kernel (each of their calls counted as touching what its capture did).
-    Only outermost calls count: what a nested kernel touches is part of its caller's
-    footprint, and runs inside the caller's call, not between. Code that was not captured
-    adds to it: this is a lower bound."""
-    calls = top_calls(capture)
-    total = 0
-    for other in run:
-        if other.kernel == capture.kernel:
-            continue
-        touched = _footprint(other)
-        if touched:
-            total += touched * top_calls(other)
-    return total / calls if calls else 0
+    """Bytes the run touches, on average, between two calls of ``capture``'s kernel, from
+    the captures of the run: the pages each outermost call touched (a caller's footprint
+    holds what its callees touch inside it), times those calls, less the kernel's own
+    calls, spread over its calls. A kernel nested in a time step is separated from its next
+    call by the rest of the step. Code that was not captured adds to it: a lower bound."""
+    calls = capture.app.get("calls") or 0
+    if not calls:
+        return 0
+    outermost = sum(_footprint(c) * top_calls(c) for c in run if _footprint(c))
+    own = (_footprint(capture) or 0) * calls
+    return max(outermost - own, 0) / calls
 
 
 def same_run(capture, captures):
@@ -86,20 +83,17 @@ def choose(capture, captures, l2=None, llc=None, cpus=None):
     llc = llc or cache_bytes()
     cpus = cpus or os.cpu_count() or 1
     footprint = _footprint(capture)
-    calls = top_calls(capture)
+    calls = capture.app.get("calls") or 0
     if not l2 or not llc:
         return CacheChoice(WARM, "this machine does not say how large its caches are")
     if footprint is None:
         return CacheChoice(WARM, "the capture kept the whole heap, so what the kernel touches is unknown")
-    if not calls and capture.app.get("calls"):
-        return CacheChoice(WARM, "called only from inside other recorded kernels: what runs between its "
-                                 "calls is not known")
     if calls < 2:
         return CacheChoice(WARM, "called once, nothing runs between its calls")
     threads = min(capture.launch.get("threads") or 1, cpus) if capture.launch.get("openmp") else 1
     private = l2 * threads
     traffic = traffic_between_calls(capture, same_run(capture, captures))
-    between = "between two calls the other kernels touch %s" % _mb(traffic)
+    between = "between two calls the rest of the run touches %s" % _mb(traffic)
     if footprint <= llc and traffic >= llc:
         return CacheChoice(COLD, "touches %s; %s, more than the %s last-level cache"
                            % (_mb(footprint), between, _mb(llc)))
