@@ -91,14 +91,14 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
         elif not kernels and share < min_share:
             plan.skipped.append("%s: %.1f%% of the run, under --min-share" % (name, 100 * share))
         else:
-            target = Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
-                            bool(caps[0].launch.get("openmp")),
-                            tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=cache)
+            state = cache
             if cache == AUTO:
                 choice = cachestate.choose(caps[0], captures)
-                target.cache = choice.state
+                state = choice.state
                 plan.caches.append("%s: timed with %s caches: %s" % (name, choice.state, choice.reason))
-            plan.targets.append(target)
+            plan.targets.append(Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
+                                       bool(caps[0].launch.get("openmp")),
+                                       tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state))
     return plan
 
 
