@@ -5,11 +5,16 @@ then records until EOF, little-endian::
 
     uint64 addr; uint64 size; uint64 kind; uint8 bytes[size]; zero padding to a multiple of 8
 
-``kind`` 1 is a live heap chunk of the arena (user pointer, usable size), 2 a global the
-kernel references, 3 a live heap chunk the OpenMP runtime allocated (team and barrier state:
-it changes whenever a parallel region runs, so replay restores it but must not compare it).
+``kind`` 1 is a live heap chunk of the arena (user pointer, usable size), or a run of pages a
+page-tracked capture touched, 2 a global the kernel references, 3 a live heap chunk the
+OpenMP runtime allocated (team and barrier state: it changes whenever a parallel region
+runs, so replay restores it but must not compare it), 4 the caller's stack. Kind 5 appears
+in a page-tracked ``post.bin`` only: heap bytes the kernel did not change, with no bytes in
+the file (they are the ``pre.bin`` beside it); ``read_regions`` gives them as kind 1
+regions whose bytes ``region_bytes`` reads from that ``pre.bin``.
 """
 
+import bisect
 import mmap
 import os
 import struct
@@ -23,6 +28,7 @@ KIND_HEAP = 1
 KIND_GLOBAL = 2
 KIND_RUNTIME = 3  # heap chunks the OpenMP runtime allocated for itself
 KIND_STACK = 4  # the caller's stack above a pointer argument that points into it
+KIND_SAME = 5  # post.bin only: unchanged heap bytes, held by pre.bin
 _HDR = struct.Struct("<QQQ")
 
 
@@ -32,6 +38,7 @@ class Region:
     size: int
     kind: int
     offset: int  # where the region's bytes start in the file
+    path: str = ""  # the file holding them, when not the image that listed the region
 
     @property
     def end(self):
@@ -64,19 +71,38 @@ def read_regions(path):
                 raise CaptureError("%s: truncated at byte %d (record header at byte %d)" % (path, total, pos))
             addr, size, kind = _HDR.unpack(raw)
             data = pos + _HDR.size
-            end = data + size + _pad(size)
+            stored = 0 if kind == KIND_SAME else size
+            end = data + stored + _pad(stored)
             if end > total:
                 raise CaptureError("%s: truncated at byte %d (record at byte %d needs %d bytes)"
                                    % (path, total, pos, end - pos))
             regions.append(Region(addr, size, kind, data))
             f.seek(end)
             pos = end
+    if any(r.kind == KIND_SAME for r in regions):
+        regions = _resolve_same(path, regions)
     return regions
+
+
+def _resolve_same(path, regions):
+    """Kind-5 regions of a post.bin as kind-1 regions read from the pre.bin beside it."""
+    pre_path = os.path.join(os.path.dirname(path), "pre.bin")
+    pre = sorted((r for r in read_regions(pre_path) if r.kind == KIND_HEAP), key=lambda r: r.addr)
+    starts = [r.addr for r in pre]
+    out = []
+    for r in regions:
+        if r.kind == KIND_SAME:
+            i = bisect.bisect_right(starts, r.addr) - 1
+            if i < 0 or r.end > pre[i].end:
+                raise CaptureError("%s: unchanged bytes at 0x%x (%d) are not in %s" % (path, r.addr, r.size, pre_path))
+            r = Region(r.addr, r.size, KIND_HEAP, pre[i].offset + (r.addr - pre[i].addr), pre_path)
+        out.append(r)
+    return out
 
 
 def region_bytes(path, region):
     """The bytes of ``region`` (from read_regions of the same file)."""
-    with open(os.fspath(path), "rb") as f:
+    with open(region.path or os.fspath(path), "rb") as f:
         f.seek(region.offset)
         data = f.read(region.size)
     if len(data) != region.size:
@@ -88,7 +114,7 @@ def region_view(path, region):
     """A read-only memoryview of ``region`` backed by mmap (no copy; for large regions)."""
     if region.size == 0:
         return memoryview(b"")
-    with open(os.fspath(path), "rb") as f:
+    with open(region.path or os.fspath(path), "rb") as f:
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     if region.offset + region.size > len(m):
         m.close()

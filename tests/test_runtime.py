@@ -493,6 +493,92 @@ def test_capture_touched_pages(kernel_exe, tmp_path):
                           np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8])
 
 
+STREAM_PROG = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct r3_kinfo {
+  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
+  int64_t nglobals; const void *globals; int64_t ret_size;
+  int64_t calls, total_ns, self_ns, captured, registered;
+  struct r3_kinfo *next;
+  int64_t flags, id, sel;
+};
+void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
+void __r3_exit(struct r3_kinfo *k, const void *ret);
+static const int64_t byval[3] = {0, 0, 0};
+static struct r3_kinfo K_total = {"total", "/tmp/tu", 3, byval, 0, NULL, 0};
+
+/* reads 8 MiB front to back, writes one double */
+__attribute__((noinline)) static void total_impl(const double *a, long n, double *out) {
+  double s = 0;
+  for (long i = 0; i < n; i++) s += a[i];
+  *out = s;
+}
+
+static void total(const double *a, long n, double *out) {
+  uint64_t slots[3] = {(uint64_t)(uintptr_t)a, (uint64_t)n, (uint64_t)(uintptr_t)out};
+  __r3_enter(&K_total, slots);
+  total_impl(a, n, out);
+  __r3_exit(&K_total, NULL);
+}
+
+int main(void) {
+  long n = 1 << 20;
+  double *a = malloc(n * sizeof(double)), *out = malloc(sizeof(double));
+  for (long i = 0; i < n; i++) a[i] = (double)(i % 1000);
+  *out = -1;
+  total(a, n, out);
+  printf("A %p\nOUT %p\nN %ld\nS %a\n", (void *)a, (void *)out, n, *out);
+  return 0;
+}
+"""
+
+
+def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
+    """A kernel reading 8 MiB front to back: its pages open a growing window at a time (not
+    one fault a page), and post.bin leaves out what it only read (kind 5: pre.bin has it)."""
+    exe = build(clang, rt_link, tmp_path, "stream", STREAM_PROG)
+    rec = tmp_path / "rec"
+    proc = run(exe, R3_RECORD_DIR=rec)
+    assert proc.returncode == 0, proc.stderr
+    out = parse_out(proc.stdout)
+    A, OUT, n = int(out["A"], 16), int(out["OUT"], 16), int(out["N"])
+    cap = rec / "captures" / captures(rec)[0]
+    with open(cap / "meta.json") as f:
+        mem = json.load(f)["memory"]
+    pages = n * 8 // 4096
+    assert mem["faults"] <= pages // 32  # 2048 pages in about 40 faults
+    # a window opens at most a quarter of the stream before it, and 1 MiB, past what is read
+    assert n * 8 <= mem["touched_bytes"] <= n * 8 + (1 << 20) + 2 * 4096
+    pre, post = cap / "pre.bin", cap / "post.bin"
+    assert os.path.getsize(pre) >= n * 8 and os.path.getsize(post) < 64 << 10
+    # read back, post.bin has the array as it was (from pre.bin) and the sum written
+    assert bytes_at(post, A, n * 8) == bytes_at(pre, A, n * 8)
+    assert struct.unpack("<d", bytes_at(post, OUT, 8))[0] == float.fromhex(out["S"]) == 499500.0 * (n // 1000) + \
+        sum(range(n % 1000))
+    assert struct.unpack("<d", bytes_at(pre, OUT, 8))[0] == -1.0
+
+
+def test_memimage_unchanged_bytes_come_from_pre(tmp_path):
+    """Kind 5 in post.bin: a header, no bytes; read as the kind-1 bytes pre.bin holds."""
+    data = bytes(range(256)) * 32
+    memimage.write_regions(tmp_path / "pre.bin", [(ARENA, memimage.KIND_HEAP, data)])
+    hdr = struct.Struct("<QQQ")
+    (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 4096, 4096, memimage.KIND_SAME)
+                                        + hdr.pack(ARENA, 8, memimage.KIND_HEAP) + b"changed!")
+    regs = memimage.read_regions(tmp_path / "post.bin")
+    assert [(r.addr, r.size, r.kind) for r in regs] == [(ARENA + 4096, 4096, 1), (ARENA, 8, 1)]
+    assert memimage.region_bytes(tmp_path / "post.bin", regs[0]) == data[4096:]
+    assert bytes(memimage.region_view(tmp_path / "post.bin", regs[0])) == data[4096:]
+    assert memimage.region_bytes(tmp_path / "post.bin", regs[1]) == b"changed!"
+    # unchanged bytes that pre.bin does not hold: a corrupt capture, said so
+    (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 8000, 4096, memimage.KIND_SAME))
+    with pytest.raises(CaptureError, match="not in .*pre.bin"):
+        memimage.read_regions(tmp_path / "post.bin")
+
+
 def test_capture_instances_and_selection(kernel_exe, tmp_path):
     rec = tmp_path / "two"
     proc = run(kernel_exe, R3_RECORD_DIR=rec, R3_INSTANCES=2, R3_CAPTURE="scale")

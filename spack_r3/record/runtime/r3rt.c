@@ -1104,6 +1104,7 @@ static struct {
   char *mirror;        /* pre-state copies, at the page's offset from lo */
   size_t bits_len, mirror_len;
   uint64_t touched;    /* pages */
+  uint64_t faults;     /* faults that opened pages */
   uintptr_t (*ev)[2];
   size_t nev, ev_len;
   int ev_overflow;
@@ -1123,6 +1124,23 @@ static void heap_event(uintptr_t lo, uintptr_t hi) { /* heap lock held */
   trk.nev++;
 }
 
+/* Pages to open at a fault on page i (lock held): 1, or, when i extends a run of pages
+ * already open (a stream), a quarter of that run, at most TRK_AHEAD_MAX pages, as far as
+ * the pages after i are still closed. Each fault costs a signal and two mprotects (tens of
+ * microseconds with a team of threads, whose TLBs are shot down): a kernel streaming 100 MB
+ * paid half a second a page at a time. Opening ahead copies at most a quarter more than a
+ * stream touched (plus TRK_AHEAD_MAX at its end); scattered touches still cost one page. */
+#define TRK_AHEAD_MIN_RUN 8
+#define TRK_AHEAD_MAX 256
+static size_t trk_window(size_t i) {
+  size_t npages = (trk.hi - trk.lo) / g_page, run = 0;
+  while (run < 4 * TRK_AHEAD_MAX && run < i && trk.bits[i - 1 - run]) run++;
+  size_t want = run >= TRK_AHEAD_MIN_RUN ? run / 4 : 1, n = 1;
+  if (want > TRK_AHEAD_MAX) want = TRK_AHEAD_MAX;
+  while (n < want && i + n < npages && !trk.bits[i + n]) n++;
+  return n;
+}
+
 static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
   if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
@@ -1132,12 +1150,14 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
     size_t i = (p - trk.lo) / g_page;
     while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
     if (!trk.bits[i]) {
+      size_t n = trk_window(i);
       /* read-only while copying, so another thread's write waits for the copy */
-      if (mprotect((void *)p, g_page, PROT_READ) == 0) {
-        memcpy(trk.mirror + (p - trk.lo), (const void *)p, g_page);
-        if (mprotect((void *)p, g_page, PROT_READ | PROT_WRITE) == 0) {
-          trk.bits[i] = 1;
-          trk.touched++;
+      if (mprotect((void *)p, n * g_page, PROT_READ) == 0) {
+        memcpy(trk.mirror + (p - trk.lo), (const void *)p, n * g_page);
+        if (mprotect((void *)p, n * g_page, PROT_READ | PROT_WRITE) == 0) {
+          memset(trk.bits + i, 1, n);
+          trk.touched += n;
+          trk.faults++;
         }
       }
       if (!trk.bits[i]) {
@@ -1182,7 +1202,7 @@ static int trk_begin(void) {
   uintptr_t lo = g_pool[POOL_APP].base, hi = (g_pool[POOL_APP].top + g_page - 1) & ~(uintptr_t)(g_page - 1);
   trk.lo = lo;
   trk.hi = hi;
-  trk.touched = trk.nev = 0;
+  trk.touched = trk.faults = trk.nev = 0;
   trk.ev_overflow = trk.failed = 0;
   trk.bits_len = ((hi - lo) / g_page + g_page) & ~(size_t)(g_page - 1);
   trk.mirror_len = hi > lo ? hi - lo : g_page;
@@ -1258,6 +1278,31 @@ static void trk_sort_events(void) {
   trk.nev = m;
 }
 
+/* the post-state of touched bytes [x, y): what the kernel changed (by page) as data, what
+ * it only read as R3_KIND_SAME (a kernel reading 80 MB writes 80 MB less) */
+static void trk_emit_post(wbuf_t *w, uintptr_t x, uintptr_t y) {
+  while (x < y && !w->err) {
+    int same = 0;
+    uintptr_t z = x;
+    for (int first = 1; z < y; first = 0) {
+      uintptr_t e = (z | (g_page - 1)) + 1;
+      if (e > y) e = y;
+      int s = memcmp((const void *)z, trk.mirror + (z - trk.lo), e - z) == 0;
+      if (first) same = s;
+      else if (s != same) break;
+      z = e;
+    }
+    if (same) {
+      uint64_t h[3] = {x, z - x, R3_KIND_SAME}; /* the range's size; no bytes follow */
+      wb_put(w, h, sizeof h);
+      w->total += sizeof h;
+    } else {
+      emit_region(w, x, z - x, R3_KIND_HEAP, (const void *)x);
+    }
+    x = z;
+  }
+}
+
 /* touched pages as runs: pre (from the copies) or post (live, less the allocator's ranges) */
 static void trk_emit(wbuf_t *w, int post) {
   size_t npages = (trk.hi - trk.lo) / g_page, e = 0;
@@ -1272,10 +1317,10 @@ static void trk_emit(wbuf_t *w, int post) {
       while (e < trk.nev && trk.ev[e][1] <= a) e++;
       uintptr_t x = a;
       for (size_t f = e; f < trk.nev && trk.ev[f][0] < b && !w->err; f++) {
-        if (trk.ev[f][0] > x) emit_region(w, x, trk.ev[f][0] - x, R3_KIND_HEAP, (const void *)x);
+        if (trk.ev[f][0] > x) trk_emit_post(w, x, trk.ev[f][0]);
         if (trk.ev[f][1] > x) x = trk.ev[f][1];
       }
-      if (x < b && !w->err) emit_region(w, x, b - x, R3_KIND_HEAP, (const void *)x);
+      if (x < b && !w->err) trk_emit_post(w, x, b);
     }
     i = j;
   }
@@ -1633,6 +1678,7 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   wb_s(w, ", \"memory\": {\"mode\": "); wb_jstr(w, cap.pages ? "pages" : "heap");
   wb_s(w, ", \"live_bytes\": "); wb_u(w, cap.live_bytes);
   wb_s(w, ", \"touched_bytes\": "); wb_u(w, cap.pages ? trk.touched * g_page : cap.live_bytes);
+  if (cap.pages) { wb_s(w, ", \"faults\": "); wb_u(w, trk.faults); }
   wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
   wb_s(w, "}, \"globals\": [");
   for (int64_t i = 0; k->globals && i < k->nglobals; i++) {

@@ -54,11 +54,13 @@ void __r3_exit(struct r3_kinfo *k, const void *ret);
  * a chunk the OpenMP runtime or the dynamic loader allocated, or a worker thread's TLS
  * (restore it, do not compare it), 4 = the calling thread's stack from the lowest argument
  * that points into it up to its outermost frame (same address and size in pre.bin and
- * post.bin: compared). */
+ * post.bin: compared), 5 (post.bin of a page-tracked capture only) = heap bytes the kernel
+ * did not change: as pre.bin holds them, and no bytes follow the header. */
 #define R3_KIND_HEAP 1
 #define R3_KIND_GLOBAL 2
 #define R3_KIND_RUNTIME 3
 #define R3_KIND_STACK 4
+#define R3_KIND_SAME 5
 
 #ifdef __cplusplus
 }
