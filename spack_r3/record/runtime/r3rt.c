@@ -944,6 +944,8 @@ static struct {
   int pages;            /* page-tracked (1) or whole-heap (0) */
   int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
   uint64_t live_bytes;  /* live application heap at the call */
+  uint64_t blocks;      /* page-tracked: bytes of the live blocks holding a touched page */
+  uint64_t runs;        /* page-tracked: runs of touched pages */
   uint64_t written;     /* bytes of pre.bin + post.bin */
   int worker;           /* called on a thread other than the main one, or in a parallel region */
   int64_t threads;      /* OpenMP threads a parallel region in the kernel would get */
@@ -1301,6 +1303,37 @@ static void trk_emit_post(wbuf_t *w, uintptr_t x, uintptr_t y) {
     }
     x = z;
   }
+}
+
+/* bytes of the application's live blocks that hold a touched page: a kernel that touches
+ * 40 KB of a 300 MB lookup table each call (a different 40 KB each time) reads the table,
+ * as far as caches go, not 40 KB (replay/cachestate.py) */
+static uint64_t trk_blocks_bytes(void) {
+  uint64_t total = 0;
+  struct pool *pl = &g_pool[POOL_APP];
+  heap_lock();
+  for (uintptr_t h = pl->base; h < pl->top;) {
+    chunk_t *c = (chunk_t *)h;
+    uint64_t sz = c->size;
+    if (sz < HDR || (sz & 15) || sz > pl->top - h) break; /* emit_pool says it is corrupt */
+    if (is_state(c, ST_LIVE) && h + sz > trk.lo && h < trk.hi) {
+      uintptr_t lo = h + HDR > trk.lo ? h + HDR : trk.lo, hi = h + sz < trk.hi ? h + sz : trk.hi;
+      size_t i = (lo - trk.lo) / g_page, j = (hi - 1 - trk.lo) / g_page + 1;
+      if (memchr(trk.bits + i, 1, j - i)) total += sz - HDR;
+    }
+    h += sz;
+  }
+  heap_unlock();
+  return total;
+}
+
+/* runs of touched pages: about one a page for a kernel that reads scattered lines */
+static uint64_t trk_runs(void) {
+  size_t npages = (trk.hi - trk.lo) / g_page;
+  uint64_t runs = 0;
+  for (size_t i = 0; i < npages; i++)
+    if (trk.bits[i] && (i == 0 || !trk.bits[i - 1])) runs++;
+  return runs;
 }
 
 /* touched pages as runs: pre (from the copies) or post (live, less the allocator's ranges) */
@@ -1678,7 +1711,11 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   wb_s(w, ", \"memory\": {\"mode\": "); wb_jstr(w, cap.pages ? "pages" : "heap");
   wb_s(w, ", \"live_bytes\": "); wb_u(w, cap.live_bytes);
   wb_s(w, ", \"touched_bytes\": "); wb_u(w, cap.pages ? trk.touched * g_page : cap.live_bytes);
-  if (cap.pages) { wb_s(w, ", \"faults\": "); wb_u(w, trk.faults); }
+  if (cap.pages) {
+    wb_s(w, ", \"faults\": "); wb_u(w, trk.faults);
+    wb_s(w, ", \"blocks_bytes\": "); wb_u(w, cap.blocks);
+    wb_s(w, ", \"runs\": "); wb_u(w, cap.runs);
+  }
   wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
   wb_s(w, "}, \"globals\": [");
   for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
@@ -1712,6 +1749,8 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
            " bytes, more than R3_MAX_CAPTURE_BYTES=", fmt_u64(c + sizeof c, cfg.max_bytes), NULL);
       err = -1;
     } else {
+      cap.blocks = trk_blocks_bytes();
+      cap.runs = trk_runs();
       collect_stdio();
       for (int i = 0; i < g_nio && trk.nev < MAX_EVENTS; i++, trk.nev++) {
         trk.ev[trk.nev][0] = g_io[i][0];
