@@ -15,15 +15,13 @@ MB = 1000 * 1000
 L2, LLC = 1 << 20, 32 << 20  # one core's
 
 
-def capture(kernel, touched, calls, threads=2, run="/ws/runs/1/record", mode="pages", instance=1, top=None,
-            blocks=None, runs=1):
+def capture(kernel, touched, calls, threads=2, run="/ws/runs/1/record", mode="pages", instance=1, top=None):
     return Capture(id=kernel, kernel=kernel, source_file="kernels.c", compile_command=[], compile_dir="/",
                    signature={}, args=[], byval_data=[], ret=None,
                    launch={"threads": threads, "openmp": threads > 1}, target={},
                    app={"calls": calls, "top_calls": calls if top is None else top, "run": run, "app_s": 0.32}, instance=instance, instance_s=0.0,
                    arena={}, globals=[], files={},
-                   memory={"mode": mode, "touched_bytes": touched, "live_bytes": 17 * MB,
-                           "blocks_bytes": touched if blocks is None else blocks, "runs": runs})
+                   memory={"mode": mode, "touched_bytes": touched, "live_bytes": 17 * MB})
 
 
 @pytest.fixture
@@ -93,38 +91,3 @@ def test_nested_kernels_are_part_of_their_callers(cg_run):
     # The step itself: nothing else runs between its calls.
     assert cachestate.traffic_between_calls(step[0], nested + step) == 0
     assert cachestate.choose(step[0], nested + step, l2=L2, llc=LLC, cpus=2).state == WARM
-
-
-def monte_carlo_run(grid_bytes):
-    """A Monte Carlo transport proxy: 10 million lookups, each a binary search over an
-    energy grid and a read of its cross sections (11 pages, 10 of them apart), inside one
-    driver that also writes 80 MB of results."""
-    return [capture("lookup", 11 * 4096, 10_000_000, threads=1, blocks=grid_bytes, runs=10, top=0),
-            capture("simulate", grid_bytes + 80 * MB, 1, blocks=grid_bytes + 80 * MB, runs=3)]
-
-
-def test_a_lookup_into_a_table_reads_the_table_not_its_few_pages():
-    # a 19 MB grid: more than one core's L2, less than the last-level cache
-    run = monte_carlo_run(19 * MB)
-    choice = cachestate.choose(run[0], run, l2=L2, llc=LLC, cpus=2)
-    assert choice.state == SHARED and "19.0 MB" in choice.reason and "other parts" in choice.reason
-    # a 300 MB grid: from memory
-    run = monte_carlo_run(300 * MB)
-    assert cachestate.choose(run[0], run, l2=L2, llc=LLC, cpus=2).state == COLD
-    # a grid that fits in L2: warm, as any kernel
-    run = monte_carlo_run(512 * 1024)
-    assert cachestate.choose(run[0], run, l2=L2, llc=LLC, cpus=2).state == WARM
-
-
-def test_a_slice_of_a_large_pool_is_not_a_scattered_reader():
-    # one contiguous 10 MB slice of a 1 GB pool, 200 calls: the slice is its footprint
-    pool = [capture("update", 10 * MB, 200, blocks=1000 * MB, runs=1)]
-    assert cachestate.scattered_over(pool[0]) is None
-    assert cachestate.choose(pool[0], pool, l2=L2, llc=LLC, cpus=2).state == WARM
-    # scattered pages, but too few calls to have read the table
-    few = capture("lookup", 11 * 4096, 100, threads=1, blocks=300 * MB, runs=10)
-    assert cachestate.scattered_over(few) is None
-    # scattered over the same blocks as it touches: nothing more to read
-    dense = capture("gather", 12 * MB, 1000, blocks=13 * MB, runs=2000)
-    assert cachestate.scattered_over(dense) is None
-    assert cachestate.scattered_over(monte_carlo_run(19 * MB)[0]) == 19 * MB
