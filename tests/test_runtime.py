@@ -561,6 +561,47 @@ def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
     assert struct.unpack("<d", bytes_at(pre, OUT, 8))[0] == -1.0
 
 
+SLOW_START_PROG = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+struct r3_kinfo {
+  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
+  int64_t nglobals; const void *globals; int64_t ret_size;
+  int64_t calls, total_ns, self_ns, captured, registered;
+  struct r3_kinfo *next;
+  int64_t flags, id, sel;
+};
+void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
+void __r3_exit(struct r3_kinfo *k, const void *ret);
+static struct r3_kinfo K_step = {"step", "/tmp/tu", 1, (const int64_t[1]){0}, 0, NULL, 0};
+
+/* slow for its first 2000 calls (as under a capture that faults on every first touch), then fast */
+__attribute__((noinline)) static void step(long i) {
+  uint64_t slots[1] = {(uint64_t)i};
+  __r3_enter(&K_step, slots);
+  if (i < 2000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+  __r3_exit(&K_step, NULL);
+}
+
+int main(void) {
+  for (long i = 0; i < 400000; i++) step(i);
+  return 0;
+}
+"""
+
+
+def test_a_kernel_slow_only_at_first_is_sampled_later(clang, rt_link, tmp_path):
+    """Sampling is decided at 1024 calls and, while not sampled, again at each power of two."""
+    exe = build(clang, rt_link, tmp_path, "slowstart", SLOW_START_PROG)
+    rec = tmp_path / "rec"
+    proc = run(exe, R3_RECORD_DIR=rec, R3_CAPTURE="none")
+    assert proc.returncode == 0, proc.stderr
+    _, ks = load_profile(rec, int(next(rec.glob("profile.*.json")).name.split(".")[1]))
+    assert ks["step"]["calls"] == 400000 and ks["step"]["sampled"]
+
+
 def test_memimage_unchanged_bytes_come_from_pre(tmp_path):
     """Kind 5 in post.bin: a header, no bytes; read as the kind-1 bytes pre.bin holds."""
     data = bytes(range(256)) * 32
