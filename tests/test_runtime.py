@@ -261,12 +261,8 @@ def test_arena_cannot_map(clang, rt_link, tmp_path):
 # --------------------------------------------------------------------------------------
 # probes and captures
 
-KERNEL_PROG = r"""
+R3_ABI = r"""
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 /* the ABI, spelled out as instrumented code sees it */
 struct r3_global { const char *name; void *addr; int64_t size; };
@@ -279,6 +275,13 @@ struct r3_kinfo {
 };
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
 void __r3_exit(struct r3_kinfo *k, const void *ret);
+"""
+
+KERNEL_PROG = R3_ABI + r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 struct params { double factor; int64_t tag; };
 double table[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -493,20 +496,10 @@ def test_capture_touched_pages(kernel_exe, tmp_path):
                           np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8])
 
 
-STREAM_PROG = r"""
-#include <stdint.h>
+STREAM_PROG = R3_ABI + r"""
 #include <stdio.h>
 #include <stdlib.h>
 
-struct r3_kinfo {
-  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
-  int64_t nglobals; const void *globals; int64_t ret_size;
-  int64_t calls, total_ns, self_ns, captured, registered;
-  struct r3_kinfo *next;
-  int64_t flags, id, sel;
-};
-void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
-void __r3_exit(struct r3_kinfo *k, const void *ret);
 static const int64_t byval[3] = {0, 0, 0};
 static struct r3_kinfo K_total = {"total", "/tmp/tu", 3, byval, 0, NULL, 0};
 
@@ -561,20 +554,10 @@ def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
     assert struct.unpack("<d", bytes_at(pre, OUT, 8))[0] == -1.0
 
 
-SLOW_START_PROG = r"""
-#include <stdint.h>
+SLOW_START_PROG = R3_ABI + r"""
 #include <stdio.h>
 #include <time.h>
 
-struct r3_kinfo {
-  const char *name; const char *tu_dir; int64_t nargs; const int64_t *byval_sizes;
-  int64_t nglobals; const void *globals; int64_t ret_size;
-  int64_t calls, total_ns, self_ns, captured, registered;
-  struct r3_kinfo *next;
-  int64_t flags, id, sel;
-};
-void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
-void __r3_exit(struct r3_kinfo *k, const void *ret);
 static struct r3_kinfo K_step = {"step", "/tmp/tu", 1, (const int64_t[1]){0}, 0, NULL, 0};
 
 /* slow for its first 2000 calls (as under a capture that faults on every first touch), then fast */
@@ -696,7 +679,7 @@ OMP_PROG = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "r3rt.h"  /* the ABI (KERNEL_PROG spells it out instead) */
+#include "r3rt.h"  /* the ABI (R3_ABI spells it out instead) */
 static struct r3_kinfo K = {"kern", "/tmp/tu", 1, NULL, 0, NULL, 0};
 
 static void kern(double *a) {
@@ -814,7 +797,7 @@ SNAPSHOT_PROG = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "r3rt.h"  /* the ABI (KERNEL_PROG spells it out instead) */
+#include "r3rt.h"  /* the ABI (R3_ABI spells it out instead) */
 static struct r3_kinfo K = {"misbehave", "/tmp/tu", 1, NULL, 0, NULL, 0};
 static pid_t app;
 

@@ -1038,13 +1038,18 @@ static void emit_minus_io(wbuf_t *w, uintptr_t a, uintptr_t b, uint64_t kind) {
 }
 
 /* every live chunk of one pool: kind 1 (application) or 3 (runtimes); -1 on a corrupt heap */
+/* a chunk header at h in pl that cannot be one: the heap is corrupt */
+static int chunk_bad(const struct pool *pl, uintptr_t h, uint64_t sz) {
+  return sz < HDR || (sz & 15) || sz > pl->top - h;
+}
+
 static int emit_pool(wbuf_t *w, int which, int post) {
   struct pool *pl = &g_pool[which];
   heap_lock();
   for (uintptr_t h = pl->base; h < pl->top && !w->err;) {
     chunk_t *c = (chunk_t *)h;
     uint64_t sz = c->size;
-    if (sz < HDR || (sz & 15) || sz > pl->top - h) {
+    if (chunk_bad(pl, h, sz)) {
       heap_unlock();
       warn("arena heap is corrupt (bad chunk header); capture abandoned", NULL);
       return -1;
@@ -1318,7 +1323,7 @@ static uint64_t trk_blocks_bytes(void) {
   for (uintptr_t h = pl->base; h < pl->top;) {
     chunk_t *c = (chunk_t *)h;
     uint64_t sz = c->size;
-    if (sz < HDR || (sz & 15) || sz > pl->top - h) break; /* emit_pool says it is corrupt */
+    if (chunk_bad(pl, h, sz)) break; /* emit_pool says it is corrupt */
     if (is_state(c, ST_LIVE) && h + sz > trk.lo && h < trk.hi) {
       uintptr_t lo = h + HDR > trk.lo ? h + HDR : trk.lo, hi = h + sz < trk.hi ? h + sz : trk.hi;
       size_t i = (lo - trk.lo) / g_page, j = (hi - 1 - trk.lo) / g_page + 1;
