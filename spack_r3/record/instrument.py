@@ -88,8 +88,13 @@ def has_loop(fn):
     return False
 
 
-def _references(fn):
-    """Functions and global variables that ``fn``'s instructions refer to."""
+_IR_NAME = re.compile(r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
+
+
+def _references(fn, functions, variables):
+    """Functions and global variables that ``fn``'s instructions refer to. A constant
+    expression (``getelementptr (i8, ptr @table, i64 800)``, a global's element at a fixed
+    index) is read from its text: llvmlite walks the operands of instructions only."""
     fns, gvs, seen = set(), set(), set()
 
     def visit(v):
@@ -102,8 +107,13 @@ def _references(fn):
             k = _key(v)
             if k not in seen:
                 seen.add(k)
-                for o in v.operands:
-                    visit(o)
+                for name in _IR_NAME.findall(str(v)):
+                    if name.startswith('"'):  # quoted, with \\xx escapes
+                        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
+                    if name in functions:
+                        fns.add(name)
+                    elif name in variables:
+                        gvs.add(name)
 
     for b in fn.blocks:
         for ins in b.instructions:
@@ -121,7 +131,8 @@ class ModuleAnalysis:
         self.target_data = llvm.create_target_data(self.module.data_layout)
         self.defined = {f.name: f for f in self.module.functions if not f.is_declaration}
         self.globals = {g.name: g for g in self.module.global_variables if g.name}
-        self.refs = {name: _references(f) for name, f in self.defined.items()}
+        functions = {f.name for f in self.module.functions}
+        self.refs = {name: _references(f, functions, self.globals) for name, f in self.defined.items()}
         self.loops = {name: has_loop(f) for name, f in self.defined.items()}
 
     def reachable(self, name):
