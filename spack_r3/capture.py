@@ -10,6 +10,7 @@ import datetime
 import glob
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -18,7 +19,7 @@ from . import cxxnames
 from .data import Capture, FileDigest
 from .errors import CaptureError
 from .fileutil import sha256_file
-from .memimage import read_regions
+from .memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
 from .record.libstate import unreplayable_reason
 
 CAPTURE_FILES = ("module.bc", "pre.bin", "post.bin")
@@ -188,7 +189,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
-        unreplayable=kinfo.get("unreplayable"),
+        unreplayable=kinfo.get("unreplayable") or _leaves_allocations(os.path.join(cdir, "post.bin"), meta),
         bitcode_args=tu.get("bitcode_args", []),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
@@ -209,6 +210,49 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         json.dump(capture.to_json(), f, indent=1)
     os.rename(tmp, final)
     return capture
+
+
+def _leaves_allocations(post_path, meta):
+    """Why the capture cannot replay because the kernel hands back memory it allocated, or None.
+
+    The runtime lists the blocks allocated during the call and still live ("left"). Replay's
+    allocator puts them elsewhere, so a pointer to one in memory the caller sees (a returned
+    struct, a field of the caller's data, the return value) cannot match the recording. The
+    blocks' own contents are never compared; a kernel that only leaves them (a cache it keeps)
+    replays as any other."""
+    import numpy as np
+
+    left = sorted((lo, lo + size) for lo, size in meta.get("memory", {}).get("left", []))
+    if not left:
+        return None
+    los = np.array([lo for lo, _ in left], dtype=np.uint64)
+    his = np.array([hi for _, hi in left], dtype=np.uint64)
+
+    def pointers(buf, base):
+        skip = (-base) % 8
+        n = (len(buf) - skip) // 8
+        if n <= 0:
+            return 0
+        words = np.frombuffer(buf, dtype="<u8", count=n, offset=skip)
+        i = np.searchsorted(los, words, side="right").astype(np.int64) - 1
+        return int(np.count_nonzero((i >= 0) & (words < his[np.maximum(i, 0)])))
+
+    found = pointers(bytes.fromhex(meta["ret"]), 0) if meta.get("ret") else 0
+    with open(post_path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
+        view = memoryview(image)
+        for r in read_regions(post_path):
+            if r.path or r.kind not in (KIND_HEAP, KIND_GLOBAL, KIND_STACK):
+                continue  # unchanged bytes (held by pre.bin), or never compared
+            if r.kind == KIND_HEAP and any(lo <= r.addr < hi for lo, hi in left):
+                continue  # one of the new blocks (a whole-heap image lists every live block)
+            found += pointers(view[r.offset:r.offset + r.size], r.addr)
+        view.release()
+    if not found:
+        return None
+    return ("it leaves %d pointer(s) to memory it allocated (%d block(s), %d bytes, still live after the call) "
+            "where its caller reads them; replay allocates those blocks elsewhere, so the pointers cannot match "
+            "the recording" % (found, meta["memory"].get("left_blocks", len(left)),
+                               meta["memory"].get("left_bytes", 0)))
 
 
 def list_captures(workspace):

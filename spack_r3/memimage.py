@@ -11,7 +11,10 @@ OpenMP runtime allocated (team and barrier state: it changes whenever a parallel
 runs, so replay restores it but must not compare it), 4 the caller's stack. Kind 5 appears
 in a page-tracked ``post.bin`` only: heap bytes the kernel did not change, with no bytes in
 the file (they are the ``pre.bin`` beside it); ``read_regions`` gives them as kind 1
-regions whose bytes ``region_bytes`` reads from that ``pre.bin``.
+regions whose bytes ``region_bytes`` reads from that ``pre.bin``. Kind 6 appears in
+``pre.bin`` only: read-only data of the executable or a library that an argument points
+into (a string literal, a constant table), restored at its address and never compared; an
+argument into a loaded object's writable data (a global another unit defines) is kind 2.
 """
 
 import bisect
@@ -29,6 +32,7 @@ KIND_GLOBAL = 2
 KIND_RUNTIME = 3  # heap chunks the OpenMP runtime allocated for itself
 KIND_STACK = 4  # the caller's stack above a pointer argument that points into it
 KIND_SAME = 5  # post.bin only: unchanged heap bytes, held by pre.bin
+KIND_CONST = 6  # pre.bin only: read-only data of a loaded object an argument points into
 _HDR = struct.Struct("<QQQ")
 
 

@@ -4,7 +4,9 @@ A benchmark file with its kernel next to ``main``, where ``main`` calls a timer
 library and an allocator of another unit (as PolyBench's benchmarks call
 polybench.c); C++ methods and functions with OpenMP regions, whose outlined code
 calls the C++ runtime; and kernels whose result depends on library state the
-recording does not keep (``rand``), which replay refuses with that reason.
+recording does not keep (``rand``), which replay refuses with that reason; kernels
+handed a string literal or another unit's global array (data of the executable, not of
+the heap or a stack), and a kernel that returns memory it allocates, which replay refuses.
 """
 
 import json
@@ -15,6 +17,7 @@ import pytest
 from spack_r3.capture import list_captures, load_capture_dir
 from spack_r3.data import OK, Variant
 from spack_r3.errors import R3Error
+from spack_r3.memimage import KIND_CONST, KIND_GLOBAL, read_regions
 from spack_r3.record.libstate import unreplayable_reason
 from spack_r3.replay.libraries import cxx_runtime
 from spack_r3.replay.module import declared_functions, extract_kernel
@@ -241,3 +244,90 @@ def test_cxx_openmp_kernels_replay_with_the_cxx_runtime(tmp_path, clang):
             assert "__gxx_personality_v0" in needs and "__cxa_begin_catch" in needs, needs
             ev = server.submit(cap, Variant(), repeat=2)
             assert ev.status == OK and ev.verified, (kernel, ev.diagnostics)
+
+
+# XSBench's shapes: center_print("RESULTS", 79) gets a literal of the executable's read-only
+# data, and grid_init_do_not_profile returns a struct of pointers to arrays it mallocs.
+TABLES_C = "double coeffs[512];\n"
+
+REPORT_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+extern double coeffs[512];
+
+typedef struct { double *grid; int *index; long n; } Grid;
+
+int count_vowels(const char *s, int width) {
+    int n = 0;
+    for (const char *p = s; *p; p++)
+        n += *p == 'a' || *p == 'e' || *p == 'i' || *p == 'o' || *p == 'u';
+    return n * 100 + width;
+}
+
+void scale_table(double *t, int n, double s) {
+    for (int i = 0; i < n; i++) t[i] = t[i] * s + 1.0;
+}
+
+Grid grid_init(long n) {
+    Grid g = {malloc(n * sizeof(double)), malloc(n * sizeof(int)), n};
+    for (long i = 0; i < n; i++) { g.grid[i] = 0.5 * i; g.index[i] = (int)(n - i); }
+    return g;
+}
+
+double smooth_sum(const double *x, long n) {  /* a scratch block, freed before it returns */
+    double *tmp = malloc(n * sizeof(double)), s = 0.0;
+    for (long i = 1; i < n - 1; i++) tmp[i] = (x[i - 1] + x[i] + x[i + 1]) / 3.0;
+    for (long i = 1; i < n - 1; i++) s += tmp[i];
+    free(tmp);
+    return s;
+}
+
+int main(void) {
+    for (int i = 0; i < 512; i++) coeffs[i] = 0.25 * i;
+    Grid g = grid_init(4096);
+    int v = count_vowels("Developed at Argonne National Laboratory", 79);
+    scale_table(coeffs, 512, 1.5);
+    printf("%d %.3f %.3f %d\n", v, coeffs[100], smooth_sum(g.grid, g.n), g.index[7]);
+    return 0;
+}
+"""
+
+REPORT_MAKEFILE = ("report: report.o tables.o\n\t$(CC) -O2 -o report report.o tables.o\n"
+                   "%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, clang):
+    src = _tree(tmp_path_factory.mktemp("report") / "src", {"report.c": REPORT_C, "tables.c": TABLES_C,
+                                                             "Makefile": REPORT_MAKEFILE})
+    ws = str(tmp_path_factory.mktemp("report-ws"))
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./report") == 0
+    return ws
+
+
+def test_kernels_given_the_executables_own_data_replay(report):
+    caps = captures(report)
+    literal = [r for r in read_regions(os.path.join(caps["count_vowels"], "pre.bin")) if r.kind == KIND_CONST]
+    assert len(literal) == 1 and literal[0].size >= len("Developed at Argonne National Laboratory") + 1
+    assert not [r for r in read_regions(os.path.join(caps["count_vowels"], "post.bin")) if r.kind == KIND_CONST]
+    scaled = load_capture_dir(caps["scale_table"])
+    table = int(scaled.args[0], 16)
+    assert any(r.kind == KIND_GLOBAL and r.addr == table and r.size >= 512 * 8
+               for r in read_regions(os.path.join(caps["scale_table"], "post.bin")))  # compared: the kernel writes it
+    with ReplayServer() as server:
+        for kernel in ("count_vowels", "scale_table", "smooth_sum"):
+            ev = server.submit(caps[kernel], Variant(), repeat=2)
+            assert ev.status == OK and ev.verified, (kernel, ev.diagnostics)
+
+
+def test_a_kernel_returning_memory_it_allocates_is_refused_with_the_reason(report):
+    caps = captures(report)
+    cap = load_capture_dir(caps["grid_init"])
+    assert cap.memory["left_blocks"] == 2 and cap.memory["left_bytes"] >= 4096 * 12
+    assert cap.unreplayable.startswith("it leaves 2 pointer(s) to memory it allocated (2 block(s)")
+    proc = r3_subprocess("--workspace", report, "replay", caps["grid_init"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "grid_init cannot replay: it leaves 2 pointer(s)" in proc.stderr
+    # a block allocated and freed within the call leaves nothing behind
+    smooth = load_capture_dir(caps["smooth_sum"])
+    assert smooth.memory["left_blocks"] == 0 and smooth.unreplayable is None

@@ -378,6 +378,26 @@ static void arena_init_locked(void) {
   g_pool[POOL_RT].end = base + size;
 }
 
+/* ---- blocks a captured call leaves allocated ----
+ * A kernel may hand back memory it allocates (XSBench's grid_init_do_not_profile returns a
+ * struct of pointers to arrays it mallocs). Replay's allocator puts those blocks elsewhere,
+ * so pointers to them in what the caller sees cannot match the recording. The application
+ * blocks allocated during a capture are listed (lock held); those still live when the call
+ * returns go into meta.json ("left"), and ingest (capture.py) marks the capture
+ * unreplayable when the caller's memory holds pointers into them. */
+#define MAX_NEW 4096
+#define MAX_LEFT 256
+static uintptr_t g_new[MAX_NEW];
+static size_t g_nnew;
+static int g_new_overflow, g_mark_new;
+static uintptr_t g_left[MAX_LEFT][2];
+static uint64_t g_nleft, g_left_bytes;
+
+static void note_new(chunk_t *c) {
+  if (g_nnew < MAX_NEW) g_new[g_nnew++] = (uintptr_t)c;
+  else g_new_overflow = 1;
+}
+
 /* allocate a chunk with at least n user bytes; *was_zero tells whether they are all zero */
 static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
   if (n > (1ull << 46)) { errno = ENOMEM; return NULL; }
@@ -424,6 +444,7 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
     *was_zero = 1;
   }
   c->tag = TAG_MAGIC | ST_LIVE | own;
+  if (g_mark_new && !own) note_new(c);
   g_live += c->size - HDR;
   if (g_live > g_live_peak) g_live_peak = g_live;
   heap_unlock();
@@ -944,6 +965,8 @@ static struct {
   void *scratch;
   int nstk;             /* kind-4 regions: the calling thread's stack, the main thread's */
   struct { uintptr_t lo, hi, tls_lo; } stk[2]; /* above tls_lo (a worker's TLS and thread block): kind 3 */
+  int nimg;             /* kind-6/2 regions: loaded objects' data the arguments point into */
+  struct { uintptr_t lo, hi; int writable; } img[8];
   int pages;            /* page-tracked (1) or whole-heap (0) */
   int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
   uint64_t live_bytes;  /* live application heap at the call */
@@ -1066,8 +1089,9 @@ static int emit_pool(wbuf_t *w, int which, int post) {
 }
 
 /* what every image holds besides application heap: the runtimes' chunks, the kernel's
- * globals, the capture's stack region */
-static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
+ * globals, the capture's stack region, the loaded objects' data the arguments point into
+ * (read-only data in pre.bin only: nothing can change it) */
+static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
   if (emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
   for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
     const struct r3_global *g = &k->globals[i];
@@ -1080,6 +1104,10 @@ static void emit_fixed(wbuf_t *w, struct r3_kinfo *k) {
     emit_region(w, lo, mid - lo, R3_KIND_STACK, (const void *)lo);
     if (mid < hi && !w->err) emit_region(w, mid, hi - mid, R3_KIND_RUNTIME, (const void *)mid);
   }
+  for (int i = 0; i < cap.nimg && !w->err; i++)
+    if (cap.img[i].writable || !post)
+      emit_region(w, cap.img[i].lo, cap.img[i].hi - cap.img[i].lo,
+                  cap.img[i].writable ? R3_KIND_GLOBAL : R3_KIND_CONST, (const void *)cap.img[i].lo);
 }
 
 /* a whole-heap memory image: every live arena chunk, globals, stack */
@@ -1090,7 +1118,7 @@ static int write_image(const char *path, struct r3_kinfo *k, int post) {
   wb_put(&w, "R3MEM1\0\0", 8);
   w.total = 8;
   if (emit_pool(&w, POOL_APP, post)) w.err = EIO;
-  if (!w.err) emit_fixed(&w, k);
+  if (!w.err) emit_fixed(&w, k, post);
   wb_flush(&w);
   int err = w.err;
   if (close(fd) && !err) err = errno;
@@ -1525,6 +1553,128 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
   return 0;
 }
 
+/* ---- loaded objects' data (kinds 6 and 2) ----
+ * An argument may point into the executable's or a library's own data: a string literal
+ * (XSBench passes "RESULTS" to center_print), a constant table, a global array another unit
+ * defines. No heap or stack image holds it, and replay runs in another process: the bytes
+ * from the argument to the end of its segment are recorded, and replay maps them at their
+ * address. Code segments are left out (a function pointer cannot be replayed this way). */
+#define IMAGE_MAX (64ull << 20)
+struct seg_find { uintptr_t a, lo, hi, bias; const char *path; int writable, found; };
+
+static int seg_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+  (void)sz;
+  struct seg_find *f = (struct seg_find *)data;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (ph->p_type != PT_LOAD || f->a < lo || f->a >= hi) continue;
+    if (!(ph->p_flags & PF_X)) {
+      f->lo = lo;
+      f->hi = hi;
+      f->bias = info->dlpi_addr;
+      f->path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
+      f->writable = (ph->p_flags & PF_W) != 0;
+      f->found = 1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* The data object holding f->a, from the object file's symbol table (.symtab, else .dynsym):
+ * a global array of another unit is compared as itself, not with the rest of its segment,
+ * which holds whatever else changes meanwhile (the probes' counters, this runtime's state).
+ * 0 and [*lo, *hi) when found. */
+static int symbol_extent(const struct seg_find *f, uintptr_t *lo, uintptr_t *hi) {
+  int fd = open(f->path, O_RDONLY | O_CLOEXEC), found = 0;
+  if (fd < 0) return -1;
+  struct stat st;
+  void *m = fstat(fd, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))
+                ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (m == MAP_FAILED) return -1;
+  const unsigned char *b = (const unsigned char *)m;
+  size_t len = (size_t)st.st_size;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m;
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_shoff && eh->e_shentsize == sizeof(ElfW(Shdr)) &&
+      eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= len) {
+    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(b + eh->e_shoff);
+    for (int pass = 0; pass < 2 && !found; pass++) {
+      for (int i = 0; i < eh->e_shnum && !found; i++) {
+        if (sh[i].sh_type != (pass ? SHT_DYNSYM : SHT_SYMTAB) || sh[i].sh_entsize != sizeof(ElfW(Sym)) ||
+            sh[i].sh_offset + sh[i].sh_size > len)
+          continue;
+        const ElfW(Sym) *sym = (const ElfW(Sym) *)(b + sh[i].sh_offset);
+        for (size_t j = 0; j < sh[i].sh_size / sizeof(ElfW(Sym)); j++) {
+          uintptr_t a = f->bias + sym[j].st_value;
+          if (ELF64_ST_TYPE(sym[j].st_info) == STT_OBJECT && sym[j].st_size && f->a >= a &&
+              f->a < a + sym[j].st_size) {
+            *lo = a;
+            *hi = a + sym[j].st_size;
+            found = 1;
+            break;
+          }
+        }
+      }
+    }
+  }
+  munmap(m, len);
+  return found ? 0 : -1;
+}
+
+static int in_global(const struct r3_kinfo *k, uintptr_t v) {
+  for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
+    uintptr_t g = (uintptr_t)k->globals[i].addr;
+    if (g && v >= g && v < g + (uint64_t)k->globals[i].size) return 1;
+  }
+  return 0;
+}
+
+/* choose the kind-6/2 regions for the argument slots; -1: one would be too large */
+static int image_regions(struct r3_kinfo *k, const uint64_t *slots) {
+  cap.nimg = 0;
+  int64_t na = nargs_of(k);
+  for (int64_t i = 0; slots && i < na; i++) {
+    if (k->byval_sizes && k->byval_sizes[i] > 0) continue;
+    uintptr_t v = (uintptr_t)slots[i];
+    if (v < 4096 || (v >= g_base && v < g_end) || in_global(k, v)) continue;
+    int held = 0;
+    for (int j = 0; j < cap.nstk; j++) held |= v >= cap.stk[j].lo && v < cap.stk[j].hi;
+    for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
+    if (held) continue;
+    struct seg_find f = {v, 0, 0, 0, NULL, 0, 0};
+    dl_iterate_phdr(seg_cb, &f);
+    if (!f.found) continue;
+    uintptr_t lo = v, hi = f.hi;
+    if (symbol_extent(&f, &lo, &hi) && f.writable) {
+      warn("not capturing ", k->name ? k->name : "?", ": an argument points into the static data of ", f.path,
+           ", whose symbol table does not say where that object ends (stripped?)", NULL);
+      return -1;
+    }
+    if (hi - lo > IMAGE_MAX) {
+      if (f.writable) {
+        char a[32];
+        warn("not capturing ", k->name ? k->name : "?", ": an argument points into a static object of ",
+             fmt_u64(a + sizeof a, hi - lo), " bytes (more than 64 MiB to record)", NULL);
+        return -1;
+      }
+      hi = lo + IMAGE_MAX;
+    }
+    /* a later argument below this one in the same segment: one region from the lower */
+    int merged = 0;
+    for (int j = 0; j < cap.nimg && !merged; j++)
+      if (cap.img[j].hi == hi && lo < cap.img[j].lo) { cap.img[j].lo = lo; merged = 1; }
+    if (merged) continue;
+    if (cap.nimg == (int)(sizeof cap.img / sizeof cap.img[0])) break;
+    cap.img[cap.nimg].lo = lo;
+    cap.img[cap.nimg].hi = hi;
+    cap.img[cap.nimg].writable = f.writable;
+    cap.nimg++;
+  }
+  return 0;
+}
+
 static void remove_capture_dir(const char *dir) {
   static const char *files[] = {"pre.bin", "post.bin", "meta.json"};
   for (int i = 0; i < 3; i++) {
@@ -1619,7 +1769,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   if (!g_child) cap.threads = 0; /* a snapshot process was told before the fork */
   cap.live_bytes = __atomic_load_n(&g_live, __ATOMIC_RELAXED);
   cap.pages = cfg.pages && !(k->flags & R3_KFLAG_WHOLE_HEAP);
-  if (stack_region(k, slots, main_thread) < 0) {
+  if (stack_region(k, slots, main_thread) < 0 || image_regions(k, slots) < 0) {
     cleanup_tmp();
     return -1;
   }
@@ -1662,7 +1812,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
       wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
       wb_put(&w, "R3MEM1\0\0", 8);
       w.total = 8;
-      emit_fixed(&w, k);
+      emit_fixed(&w, k, 0);
       wb_flush(&w);
       err = w.err;
       cap.written += w.total;
@@ -1683,8 +1833,40 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
     if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
     return -1;
   }
+  heap_lock();
+  g_nnew = 0;
+  g_new_overflow = 0;
+  g_mark_new = 1;
+  heap_unlock();
   t_cap_depth = depth;
   return 0;
+}
+
+/* the listed blocks still live, sorted and without repeats, into g_left */
+static void collect_left(void) {
+  heap_lock();
+  g_mark_new = 0;
+  for (size_t gap = g_nnew / 2; gap > 0; gap /= 2)
+    for (size_t i = gap; i < g_nnew; i++) {
+      uintptr_t a = g_new[i];
+      size_t j = i;
+      for (; j >= gap && g_new[j - gap] > a; j -= gap) g_new[j] = g_new[j - gap];
+      g_new[j] = a;
+    }
+  g_nleft = g_left_bytes = 0;
+  for (size_t i = 0; i < g_nnew; i++) {
+    if (i && g_new[i] == g_new[i - 1]) continue;
+    chunk_t *c = (chunk_t *)g_new[i];
+    if (!is_state(c, ST_LIVE) || (c->tag & F_RT)) continue;
+    if (g_nleft < MAX_LEFT) {
+      g_left[g_nleft][0] = (uintptr_t)(c + 1);
+      g_left[g_nleft][1] = c->size - HDR;
+    }
+    g_nleft++;
+    g_left_bytes += c->size - HDR;
+  }
+  g_nnew = 0;
+  heap_unlock();
 }
 
 static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t incl) {
@@ -1725,6 +1907,16 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
     wb_s(w, ", \"runs\": "); wb_u(w, cap.runs);
   }
   wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
+  /* blocks allocated during the call and still live: [user address, usable size] */
+  wb_s(w, ", \"left_blocks\": "); wb_u(w, g_nleft);
+  wb_s(w, ", \"left_bytes\": "); wb_u(w, g_left_bytes);
+  if (g_new_overflow) wb_s(w, ", \"left_listed\": false");
+  wb_s(w, ", \"left\": [");
+  for (uint64_t i = 0; i < g_nleft && i < MAX_LEFT; i++) {
+    if (i) wb_s(w, ", ");
+    wb_s(w, "["); wb_u(w, g_left[i][0]); wb_s(w, ", "); wb_u(w, g_left[i][1]); wb_s(w, "]");
+  }
+  wb_s(w, "]");
   wb_s(w, "}, \"globals\": [");
   for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
     const struct r3_global *g = &k->globals[i];
@@ -1742,6 +1934,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   char p[PATHMAX];
   path_t b = {p, 0, sizeof p, 0};
   int err = 0;
+  collect_left();
   if (cap.pages) {
     trk_end();
     if (trk.failed || trk.ev_overflow) {
@@ -1780,7 +1973,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
         wb_put(&v, "R3MEM1\0\0", 8);
         v.total = 8;
         trk_emit(&v, 1);
-        if (!v.err) emit_fixed(&v, k);
+        if (!v.err) emit_fixed(&v, k, 1);
         wb_flush(&v);
         err = v.err;
         cap.written += v.total;
@@ -1824,6 +2017,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
   cap.scratch = NULL;
   cap.nstk = 0;
+  cap.nimg = 0;
   t_cap_depth = -1;
   return err;
 }

@@ -55,12 +55,16 @@ void __r3_exit(struct r3_kinfo *k, const void *ret);
  * (restore it, do not compare it), 4 = the calling thread's stack from the lowest argument
  * that points into it up to its outermost frame (same address and size in pre.bin and
  * post.bin: compared), 5 (post.bin of a page-tracked capture only) = heap bytes the kernel
- * did not change: as pre.bin holds them, and no bytes follow the header. */
+ * did not change: as pre.bin holds them, and no bytes follow the header. 6 (pre.bin only) =
+ * read-only data of the executable or a library that an argument points into (a string
+ * literal, a constant table): restored at its address, never compared. An argument into a
+ * loaded object's writable data (a global of another unit) is kind 2. */
 #define R3_KIND_HEAP 1
 #define R3_KIND_GLOBAL 2
 #define R3_KIND_RUNTIME 3
 #define R3_KIND_STACK 4
 #define R3_KIND_SAME 5
+#define R3_KIND_CONST 6
 
 #ifdef __cplusplus
 }
