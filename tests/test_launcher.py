@@ -100,3 +100,15 @@ def test_a_broken_source_fails_like_the_compiler_does(tree, clang):
     proc = launch([clang, "-O2", "-c", "bad.c", "-o", "bad.o"], tree, tree / "rec")
     assert proc.returncode != 0
     assert "undefined_name" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_unit_reading_a_global_at_a_fixed_index_gets_probes(tmp_path, clang):
+    # `table[3]` is a constant expression over @table in the IR, which llvmlite cannot walk
+    (tmp_path / "fixed.c").write_text(
+        "double table[8];\n"
+        "double sum(int n, const double *x) { double s = table[3]; for (int i = 0; i < n; i++) s += x[i]; return s; }\n")
+    rec = tmp_path / "rec"
+    proc = launch([clang, "-O2", "-c", "fixed.c", "-o", "fixed.o"], tmp_path, rec)
+    assert proc.returncode == 0 and "without probes" not in proc.stderr, proc.stderr
+    kernels = units(rec)["fixed.c"]["kernels"]
+    assert [(k["name"], [g["name"] for g in k["globals"]]) for k in kernels] == [("sum", ["table"])]
