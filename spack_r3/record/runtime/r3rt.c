@@ -378,6 +378,19 @@ static void arena_init_locked(void) {
   g_pool[POOL_RT].end = base + size;
 }
 
+/* n records of `stride` (1 or 2) words at a, sorted by their first word (shell sort: no
+ * malloc, no qsort, safe inside the allocator's lock) */
+static void sort_records(uintptr_t *a, size_t n, size_t stride) {
+  for (size_t gap = n / 2; gap > 0; gap /= 2)
+    for (size_t i = gap; i < n; i++) {
+      uintptr_t r[2] = {a[i * stride], stride > 1 ? a[i * stride + 1] : 0};
+      size_t j = i;
+      for (; j >= gap && a[(j - gap) * stride] > r[0]; j -= gap)
+        memcpy(a + j * stride, a + (j - gap) * stride, stride * sizeof *a);
+      memcpy(a + j * stride, r, stride * sizeof *a);
+    }
+}
+
 /* ---- blocks a captured call leaves allocated ----
  * A kernel may hand back memory it allocates (XSBench's grid_init_do_not_profile returns a
  * struct of pointers to arrays it mallocs). Replay's allocator puts those blocks elsewhere,
@@ -1303,20 +1316,10 @@ static void trk_abandon(void) {
   trk_free();
 }
 
-/* the allocator's ranges, sorted and merged (shell sort: no malloc, no qsort) */
+/* the allocator's ranges, sorted and merged */
 static void trk_sort_events(void) {
   size_t n = trk.nev;
-  for (size_t gap = n / 2; gap > 0; gap /= 2)
-    for (size_t i = gap; i < n; i++) {
-      uintptr_t a = trk.ev[i][0], b = trk.ev[i][1];
-      size_t j = i;
-      for (; j >= gap && trk.ev[j - gap][0] > a; j -= gap) {
-        trk.ev[j][0] = trk.ev[j - gap][0];
-        trk.ev[j][1] = trk.ev[j - gap][1];
-      }
-      trk.ev[j][0] = a;
-      trk.ev[j][1] = b;
-    }
+  sort_records(&trk.ev[0][0], n, 2);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
     if (m && trk.ev[i][0] <= trk.ev[m - 1][1]) {
@@ -1570,9 +1573,10 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
 /* ---- loaded objects' data (kinds 6 and 2) ----
  * An argument may point into the executable's or a library's own data: a string literal
  * (XSBench passes "RESULTS" to center_print), a constant table, a global array another unit
- * defines. No heap or stack image holds it, and replay runs in another process: the bytes
- * from the argument to the end of its segment are recorded, and replay maps them at their
- * address. Code segments are left out (a function pointer cannot be replayed this way). */
+ * defines. No heap or stack image holds it, and replay runs in another process: the object
+ * the symbol table says holds it is recorded (read-only data without a symbol, a literal:
+ * from the argument to its segment's end), and replay maps it at its address. Code
+ * segments are left out (a function pointer cannot be replayed this way). */
 #define IMAGE_MAX (64ull << 20)
 struct seg_find { uintptr_t a, lo, hi, bias; const char *path; int writable, found; };
 
@@ -1860,13 +1864,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
 static void collect_left(void) {
   heap_lock();
   g_mark_new = 0;
-  for (size_t gap = g_nnew / 2; gap > 0; gap /= 2)
-    for (size_t i = gap; i < g_nnew; i++) {
-      uintptr_t a = g_new[i];
-      size_t j = i;
-      for (; j >= gap && g_new[j - gap] > a; j -= gap) g_new[j] = g_new[j - gap];
-      g_new[j] = a;
-    }
+  sort_records(g_new, g_nnew, 1);
   g_nleft = g_left_bytes = 0;
   for (size_t i = 0; i < g_nnew; i++) {
     if (i && g_new[i] == g_new[i - 1]) continue;
