@@ -15,6 +15,9 @@ regions whose bytes ``region_bytes`` reads from that ``pre.bin``. Kind 6 appears
 ``pre.bin`` only: read-only data of the executable or a library that an argument points
 into (a string literal, a constant table), restored at its address and never compared; an
 argument into a loaded object's writable data (a global another unit defines) is kind 2.
+Kind 7 appears in a page-tracked ``pre.bin`` only: heap pages that had never been written
+before the call (fresh calloc'ed memory), zeros, with no bytes in the file; ``read_regions``
+gives them as kind 1 regions marked ``zero``.
 """
 
 import bisect
@@ -33,6 +36,7 @@ KIND_RUNTIME = 3  # heap chunks the OpenMP runtime allocated for itself
 KIND_STACK = 4  # the caller's stack above a pointer argument that points into it
 KIND_SAME = 5  # post.bin only: unchanged heap bytes, held by pre.bin
 KIND_CONST = 6  # pre.bin only: read-only data of a loaded object an argument points into
+KIND_ZERO = 7  # pre.bin only: heap pages never written before the call; zeros, no bytes stored
 _HDR = struct.Struct("<QQQ")
 
 
@@ -43,6 +47,7 @@ class Region:
     kind: int
     offset: int  # where the region's bytes start in the file
     path: str = ""  # the file holding them, when not the image that listed the region
+    zero: bool = False  # all zeros, nothing stored (kind 7, and kind 5 over kind 7)
 
     @property
     def end(self):
@@ -75,12 +80,15 @@ def read_regions(path):
                 raise CaptureError("%s: truncated at byte %d (record header at byte %d)" % (path, total, pos))
             addr, size, kind = _HDR.unpack(raw)
             data = pos + _HDR.size
-            stored = 0 if kind == KIND_SAME else size
+            stored = 0 if kind in (KIND_SAME, KIND_ZERO) else size
             end = data + stored + _pad(stored)
             if end > total:
                 raise CaptureError("%s: truncated at byte %d (record at byte %d needs %d bytes)"
                                    % (path, total, pos, end - pos))
-            regions.append(Region(addr, size, kind, data))
+            if kind == KIND_ZERO:
+                regions.append(Region(addr, size, KIND_HEAP, data, zero=True))
+            else:
+                regions.append(Region(addr, size, kind, data))
             f.seek(end)
             pos = end
     if any(r.kind == KIND_SAME for r in regions):
@@ -95,17 +103,26 @@ def _resolve_same(path, regions):
     starts = [r.addr for r in pre]
     out = []
     for r in regions:
-        if r.kind == KIND_SAME:
-            i = bisect.bisect_right(starts, r.addr) - 1
-            if i < 0 or r.end > pre[i].end:
+        if r.kind != KIND_SAME:
+            out.append(r)
+            continue
+        # one unchanged range may span pre.bin's runs of copied and of zero pages
+        i = bisect.bisect_right(starts, r.addr) - 1
+        at = r.addr
+        while at < r.end:
+            if i < 0 or i >= len(pre) or not pre[i].addr <= at < pre[i].end:
                 raise CaptureError("%s: unchanged bytes at 0x%x (%d) are not in %s" % (path, r.addr, r.size, pre_path))
-            r = Region(r.addr, r.size, KIND_HEAP, pre[i].offset + (r.addr - pre[i].addr), pre_path)
-        out.append(r)
+            stop = min(r.end, pre[i].end)
+            out.append(Region(at, stop - at, KIND_HEAP, pre[i].offset + (at - pre[i].addr), pre_path, pre[i].zero))
+            at = stop
+            i += 1
     return out
 
 
 def region_bytes(path, region):
     """The bytes of ``region`` (from read_regions of the same file)."""
+    if region.zero:
+        return bytes(region.size)
     with open(region.path or os.fspath(path), "rb") as f:
         f.seek(region.offset)
         data = f.read(region.size)
@@ -118,6 +135,8 @@ def region_view(path, region):
     """A read-only memoryview of ``region`` backed by mmap (no copy; for large regions)."""
     if region.size == 0:
         return memoryview(b"")
+    if region.zero:
+        return memoryview(bytes(region.size))
     with open(region.path or os.fspath(path), "rb") as f:
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     if region.offset + region.size > len(m):

@@ -451,10 +451,14 @@ def test_capture_whole_heap(kernel_exe, tmp_path):
 
 
 def bytes_at(path, addr, n, kind=memimage.KIND_HEAP):
-    """``n`` bytes at ``addr`` from the one region of ``kind`` that holds them."""
-    hits = [r for r in memimage.read_regions(path) if r.kind == kind and r.addr <= addr and addr + n <= r.end]
-    assert len(hits) == 1, (hex(addr), n, hits)
-    return memimage.region_bytes(path, hits[0])[addr - hits[0].addr:addr - hits[0].addr + n]
+    """``n`` bytes at ``addr`` from the regions of ``kind`` that hold them, one after another
+    (a run of touched pages is split where copied pages meet pages that were zeros)."""
+    hits = sorted((r for r in memimage.read_regions(path) if r.kind == kind and r.end > addr and r.addr < addr + n),
+                  key=lambda r: r.addr)
+    assert hits and hits[0].addr <= addr and hits[-1].end >= addr + n, (hex(addr), n, hits)
+    assert all(a.end == b.addr for a, b in zip(hits, hits[1:])), (hex(addr), n, hits)
+    whole = b"".join(memimage.region_bytes(path, r) for r in hits)
+    return whole[addr - hits[0].addr:addr - hits[0].addr + n]
 
 
 def test_capture_touched_pages(kernel_exe, tmp_path):
@@ -554,6 +558,62 @@ def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
     assert struct.unpack("<d", bytes_at(pre, OUT, 8))[0] == -1.0
 
 
+FRESH_PROG = R3_ABI + r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+static const int64_t byval[3] = {0, 0, 0};
+static struct r3_kinfo K_fill = {"fill", "/tmp/tu", 3, byval, 0, NULL, 0};
+
+/* writes a freshly calloc'ed 4 MiB array from a small table it reads */
+__attribute__((noinline)) static void fill_impl(double *out, long n, const double *table) {
+  for (long i = 0; i < n; i++) out[i] = table[i % 8] * (double)i;
+}
+
+static void fill(double *out, long n, const double *table) {
+  uint64_t slots[3] = {(uint64_t)(uintptr_t)out, (uint64_t)n, (uint64_t)(uintptr_t)table};
+  __r3_enter(&K_fill, slots);
+  fill_impl(out, n, table);
+  __r3_exit(&K_fill, NULL);
+}
+
+int main(void) {
+  long n = 1 << 19;
+  double *table = malloc(8 * sizeof(double));
+  for (int i = 0; i < 8; i++) table[i] = i + 1;
+  double *out = calloc(n, sizeof(double));
+  fill(out, n, table);
+  printf("OUT %p\nTABLE %p\nN %ld\n", (void *)out, (void *)table, n);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_fresh_memory_a_kernel_fills_is_recorded_as_zeros(clang, rt_link, tmp_path, direct):
+    """Pages never written before the call (fresh calloc'ed memory) are a header in pre.bin
+    (kind 7), read back as zeros; post.bin has what the kernel wrote. The same with the
+    images written through the page cache (R3_DIRECT_IO=0) instead of O_DIRECT."""
+    exe = build(clang, rt_link, tmp_path, "fresh", FRESH_PROG)
+    rec = tmp_path / "rec"
+    proc = run(exe, R3_RECORD_DIR=rec, R3_DIRECT_IO=direct)
+    assert proc.returncode == 0, proc.stderr
+    assert "r3-record runtime" not in proc.stderr
+    out = parse_out(proc.stdout)
+    OUT, TABLE, n = int(out["OUT"], 16), int(out["TABLE"], 16), int(out["N"])
+    cap = rec / "captures" / captures(rec)[0]
+    pre, post = cap / "pre.bin", cap / "post.bin"
+    zeros = [r for r in memimage.read_regions(pre) if r.zero]
+    assert sum(r.size for r in zeros) >= n * 8 - 2 * 4096
+    assert all(r.kind == memimage.KIND_HEAP for r in zeros)
+    assert os.path.getsize(pre) < 64 << 10  # 4 MiB of zeros are not in the file
+    assert bytes_at(pre, OUT, n * 8) == bytes(n * 8)
+    assert np.array_equal(np.frombuffer(bytes_at(pre, TABLE, 64), "<f8"), np.arange(1, 9.0))
+    i = np.arange(n)
+    assert np.array_equal(np.frombuffer(bytes_at(post, OUT, n * 8), "<f8"), (i % 8 + 1.0) * i)
+    assert bytes_at(post, TABLE, 64) == bytes_at(pre, TABLE, 64)  # unchanged: kind 5 over pre.bin
+
+
 SLOW_START_PROG = R3_ABI + r"""
 #include <stdio.h>
 #include <time.h>
@@ -601,6 +661,18 @@ def test_memimage_unchanged_bytes_come_from_pre(tmp_path):
     (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 8000, 4096, memimage.KIND_SAME))
     with pytest.raises(CaptureError, match="not in .*pre.bin"):
         memimage.read_regions(tmp_path / "post.bin")
+
+
+def test_memimage_unchanged_bytes_may_span_copied_and_zero_pages(tmp_path):
+    """A kind-5 range over pre.bin's run of copied pages and the run of zero pages after it."""
+    data = bytes(range(256)) * 16
+    hdr = struct.Struct("<QQQ")
+    (tmp_path / "pre.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA, 4096, memimage.KIND_HEAP) + data
+                                       + hdr.pack(ARENA + 4096, 8192, memimage.KIND_ZERO))
+    (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 4000, 4096, memimage.KIND_SAME))
+    regs = memimage.read_regions(tmp_path / "post.bin")
+    assert [(r.addr, r.size, r.zero) for r in regs] == [(ARENA + 4000, 96, False), (ARENA + 4096, 4000, True)]
+    assert b"".join(memimage.region_bytes(tmp_path / "post.bin", r) for r in regs) == data[4000:] + bytes(4000)
 
 
 def test_capture_instances_and_selection(kernel_exe, tmp_path):

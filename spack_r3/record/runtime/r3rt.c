@@ -657,33 +657,66 @@ typedef struct {
   size_t n, cap;
   char *buf;
   uint64_t total; /* bytes of image records emitted (emit_region) */
+  int direct;     /* fd is O_DIRECT: only whole DIO_ALIGN blocks are written until wb_finish */
+  uint64_t size;  /* bytes put: the file's size once finished */
 } wbuf_t;
 
-static void wb_flush(wbuf_t *w) {
-  const char *c = w->buf;
-  size_t n = w->n;
+/* Memory images are written with O_DIRECT where the file system takes it: a buffered write
+ * first allocates page-cache pages, which a VM here fills at ~0.4-0.6 GB/s, against ~3 GB/s
+ * straight to the disk (dd, 200 MB), and a capture of tens of GB would push the
+ * application's own data out of the page cache. */
+#define DIO_ALIGN 4096
+#define DIO_BUF (4u << 20)
+
+static void wb_write(wbuf_t *w, const char *c, size_t n) {
   while (n && !w->err) {
     ssize_t r = write(w->fd, c, n);
+    if (r < 0 && errno == EINVAL && w->direct) { /* refused after all: go on buffered */
+      fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) & ~O_DIRECT);
+      w->direct = 0;
+      continue;
+    }
     if (r < 0) { if (errno == EINTR) continue; w->err = errno ? errno : EIO; break; }
     c += r; n -= (size_t)r;
   }
-  w->n = 0;
+}
+
+static void wb_flush(wbuf_t *w) { /* direct: the whole blocks; the rest stays buffered */
+  size_t n = w->direct ? w->n & ~(size_t)(DIO_ALIGN - 1) : w->n;
+  wb_write(w, w->buf, n);
+  if (n < w->n) memmove(w->buf, w->buf + n, w->n - n);
+  w->n -= n;
 }
 
 static void wb_put(wbuf_t *w, const void *p, size_t n) {
   const char *c = (const char *)p;
-  if (n >= w->cap) { /* large: write straight from the source */
+  w->size += n;
+  if (n >= w->cap && !w->direct) { /* large: write straight from the source */
     wb_flush(w);
-    while (n && !w->err) {
-      ssize_t r = write(w->fd, c, n);
-      if (r < 0) { if (errno == EINTR) continue; w->err = errno ? errno : EIO; break; }
-      c += r; n -= (size_t)r;
-    }
+    wb_write(w, c, n);
     return;
   }
-  if (w->n + n > w->cap) wb_flush(w);
-  memcpy(w->buf + w->n, c, n);
-  w->n += n;
+  while (n && !w->err) {
+    size_t k = w->cap - w->n < n ? w->cap - w->n : n;
+    memcpy(w->buf + w->n, c, k);
+    w->n += k;
+    c += k;
+    n -= k;
+    if (w->n == w->cap) wb_flush(w);
+  }
+}
+
+/* write what is left (direct: the last block padded, then the file cut to its size) */
+static int wb_finish(wbuf_t *w) {
+  if (w->direct && w->n & (DIO_ALIGN - 1)) {
+    size_t pad = DIO_ALIGN - (w->n & (DIO_ALIGN - 1));
+    memset(w->buf + w->n, 0, pad);
+    w->n += pad;
+    wb_flush(w);
+    if (!w->err && ftruncate(w->fd, (off_t)w->size)) w->err = errno;
+  }
+  wb_flush(w);
+  return w->err;
 }
 
 static void wb_s(wbuf_t *w, const char *s) { wb_put(w, s, r3_strlen(s)); }
@@ -771,6 +804,7 @@ static struct {
   int pages;           /* capture the pages a kernel touches (1), or the whole live heap (0) */
   uint64_t fork_timeout_s; /* a snapshot process (capture inside a parallel region) may take this long */
   int sampling;        /* time only a sample of the calls of short, frequent kernels */
+  int direct;          /* write memory images with O_DIRECT where the file system takes it */
 } cfg;
 
 static void config_load(void) {
@@ -819,6 +853,8 @@ static void config_load(void) {
   cfg.pages = !(s && !strcmp(s, "0"));
   s = getenv("R3_PROBE_SAMPLING");
   cfg.sampling = !(s && !strcmp(s, "0"));
+  s = getenv("R3_DIRECT_IO");
+  cfg.direct = !(s && !strcmp(s, "0"));
   cfg.fork_timeout_s = 30;
   if ((s = getenv("R3_CAPTURE_TIMEOUT")) && *s && (parse_num(s, &cfg.fork_timeout_s, 0) || !cfg.fork_timeout_s)) {
     warn("bad R3_CAPTURE_TIMEOUT=", s, "; using 30 (seconds)", NULL);
@@ -982,6 +1018,7 @@ static struct {
   struct { uintptr_t lo, hi; int writable; } img[8];
   int pages;            /* page-tracked (1) or whole-heap (0) */
   int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
+  wbuf_t pre_w;         /* ... and its writer, holding what is not yet written */
   uint64_t live_bytes;  /* live application heap at the call */
   uint64_t blocks;      /* page-tracked: bytes of the live blocks holding a touched page */
   uint64_t runs;        /* page-tracked: runs of touched pages */
@@ -1123,17 +1160,35 @@ static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
                   cap.img[i].writable ? R3_KIND_GLOBAL : R3_KIND_CONST, (const void *)cap.img[i].lo);
 }
 
+static char *g_dbuf; /* DIO_BUF bytes, page-aligned: the image writers' buffer */
+
+/* open an image file for writing into w: O_DIRECT with g_dbuf when possible */
+static int open_image(const char *path, wbuf_t *w, char *small, size_t small_len) {
+  memset(w, 0, sizeof *w);
+  if (!g_dbuf) {
+    void *m = mmap(NULL, DIO_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) g_dbuf = m;
+  }
+  int fd = g_dbuf && cfg.direct ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
+  if (fd >= 0) {
+    w->fd = fd; w->buf = g_dbuf; w->cap = DIO_BUF; w->direct = 1;
+    return fd;
+  }
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w->fd = fd; w->buf = small; w->cap = small_len;
+  return fd;
+}
+
 /* a whole-heap memory image: every live arena chunk, globals, stack */
 static int write_image(const char *path, struct r3_kinfo *k, int post) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  wbuf_t w;
+  int fd = open_image(path, &w, g_wbuf, sizeof g_wbuf);
   if (fd < 0) return errno;
-  wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
   wb_put(&w, "R3MEM1\0\0", 8);
   w.total = 8;
   if (emit_pool(&w, POOL_APP, post)) w.err = EIO;
   if (!w.err) emit_fixed(&w, k, post);
-  wb_flush(&w);
-  int err = w.err;
+  int err = wb_finish(&w);
   if (close(fd) && !err) err = errno;
   cap.written += w.total;
   return err;
@@ -1144,14 +1199,18 @@ static int write_image(const char *path, struct r3_kinfo *k, int post) {
  * is called; the first access to a page faults, the handler copies the page as it was (its
  * pre-state) and opens it. At exit, pre.bin gets those copies and post.bin the same pages
  * as they are, less the byte ranges the allocator rewrote during the call (chunks the kernel
- * allocated or freed: replay allocates elsewhere and ignores frees of recorded memory). */
+ * allocated or freed: replay allocates elsewhere and ignores frees of recorded memory).
+ * A page with nothing behind it yet (fresh calloc'ed memory: never written) is not copied:
+ * reading it would map the kernel's shared zero page, and the kernel's first write would
+ * then copy it and shoot down every thread's TLB (xs-proxy: an 80 MB results array cost
+ * 20k such IPIs, 10% of the run). Such pages are marked TRK_ZERO and recorded as zeros. */
 
 #define MAX_EVENTS (1 << 16)
 static struct {
   int active, failed;
   char lock;
   uintptr_t lo, hi;
-  unsigned char *bits; /* one byte a page */
+  unsigned char *bits; /* one byte a page: 0, TRK_COPIED or TRK_ZERO */
   char *mirror;        /* pre-state copies, at the page's offset from lo */
   size_t bits_len, mirror_len;
   uint64_t touched;    /* pages */
@@ -1159,8 +1218,13 @@ static struct {
   uintptr_t (*ev)[2];
   size_t nev, ev_len;
   int ev_overflow;
+  int pagemap;         /* /proc/self/pagemap, or -1: is a page there yet */
+  pid_t pagemap_pid;   /* the process that opened it */
   struct sigaction old;
-} trk;
+} trk = {.pagemap = -1};
+
+#define TRK_COPIED 1 /* pre-state in the mirror */
+#define TRK_ZERO 2   /* no page behind it before the call: zeros, not copied */
 
 static void trk_lock_for_fork(int take) {
   if (take) while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
@@ -1192,6 +1256,19 @@ static size_t trk_window(size_t i) {
   return n;
 }
 
+/* TRK_COPIED for each of the n pages at p that has a page behind it (present or swapped
+ * out, by /proc/self/pagemap's bits 63 and 62), TRK_ZERO for one never written; without
+ * the pagemap every page is copied */
+static void trk_states(uintptr_t p, size_t n, unsigned char *state) {
+  uint64_t entry[TRK_AHEAD_MAX];
+  memset(state, TRK_COPIED, n);
+  if (trk.pagemap < 0) return;
+  off_t at = (off_t)(p / g_page) * 8;
+  if (pread(trk.pagemap, entry, n * 8, at) != (ssize_t)(n * 8)) return;
+  for (size_t j = 0; j < n; j++)
+    if (!(entry[j] >> 62)) state[j] = TRK_ZERO;
+}
+
 static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
   if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
@@ -1204,9 +1281,17 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
       size_t n = trk_window(i);
       /* read-only while copying, so another thread's write waits for the copy */
       if (mprotect((void *)p, n * g_page, PROT_READ) == 0) {
-        memcpy(trk.mirror + (p - trk.lo), (const void *)p, n * g_page);
+        unsigned char state[TRK_AHEAD_MAX];
+        trk_states(p, n, state);
+        for (size_t j = 0; j < n;) { /* copy the runs of pages that are there */
+          size_t e = j;
+          while (e < n && state[e] == state[j]) e++;
+          if (state[j] == TRK_COPIED)
+            memcpy(trk.mirror + (p - trk.lo) + j * g_page, (const void *)(p + j * g_page), (e - j) * g_page);
+          j = e;
+        }
         if (mprotect((void *)p, n * g_page, PROT_READ | PROT_WRITE) == 0) {
-          memset(trk.bits + i, 1, n);
+          memcpy(trk.bits + i, state, n);
           trk.touched += n;
           trk.faults++;
         }
@@ -1274,6 +1359,11 @@ static int trk_begin(void) {
   trk.hi = hi;
   trk.touched = trk.faults = trk.nev = 0;
   trk.ev_overflow = trk.failed = 0;
+  if (trk.pagemap_pid != getpid()) { /* opened by the parent of this snapshot process: its pages */
+    if (trk.pagemap >= 0) close(trk.pagemap);
+    trk.pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    trk.pagemap_pid = getpid();
+  }
   int mapped = trk_scratch(((hi - lo) / g_page + g_page) & ~(size_t)(g_page - 1), hi > lo ? hi - lo : g_page);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -1333,6 +1423,13 @@ static void trk_sort_events(void) {
   trk.nev = m;
 }
 
+/* the pre-state of touched address z, up to its page's end */
+static const void *trk_pre(uintptr_t z) {
+  static char zeros[1 << 16]; /* never written: .bss, not 64 KB of the library's file */
+  if (trk.bits[(z - trk.lo) / g_page] == TRK_ZERO && g_page <= sizeof zeros) return zeros + (z & (g_page - 1));
+  return trk.mirror + (z - trk.lo);
+}
+
 /* the post-state of touched bytes [x, y): what the kernel changed (by page) as data, what
  * it only read as R3_KIND_SAME (a kernel reading 80 MB writes 80 MB less) */
 static void trk_emit_post(wbuf_t *w, uintptr_t x, uintptr_t y) {
@@ -1342,7 +1439,7 @@ static void trk_emit_post(wbuf_t *w, uintptr_t x, uintptr_t y) {
     for (int first = 1; z < y; first = 0) {
       uintptr_t e = (z | (g_page - 1)) + 1;
       if (e > y) e = y;
-      int s = memcmp((const void *)z, trk.mirror + (z - trk.lo), e - z) == 0;
+      int s = memcmp((const void *)z, trk_pre(z), e - z) == 0;
       if (first) same = s;
       else if (s != same) break;
       z = e;
@@ -1372,7 +1469,7 @@ static uint64_t trk_blocks_bytes(void) {
     if (is_state(c, ST_LIVE) && h + sz > trk.lo && h < trk.hi) {
       uintptr_t lo = h + HDR > trk.lo ? h + HDR : trk.lo, hi = h + sz < trk.hi ? h + sz : trk.hi;
       size_t i = (lo - trk.lo) / g_page, j = (hi - 1 - trk.lo) / g_page + 1;
-      if (memchr(trk.bits + i, 1, j - i)) total += sz - HDR;
+      if (memchr(trk.bits + i, TRK_COPIED, j - i) || memchr(trk.bits + i, TRK_ZERO, j - i)) total += sz - HDR;
     }
     h += sz;
   }
@@ -1397,8 +1494,18 @@ static void trk_emit(wbuf_t *w, int post) {
     size_t j = i;
     while (j < npages && trk.bits[j]) j++;
     uintptr_t a = trk.lo + i * g_page, b = trk.lo + j * g_page;
-    if (!post) {
-      emit_region(w, a, b - a, R3_KIND_HEAP, trk.mirror + (a - trk.lo));
+    if (!post) { /* the copies, and a header for each run of pages that were zeros */
+      for (size_t x = i, y; x < j && !w->err; x = y) {
+        for (y = x; y < j && trk.bits[y] == trk.bits[x];) y++;
+        uintptr_t c = trk.lo + x * g_page, d = trk.lo + y * g_page;
+        if (trk.bits[x] == TRK_ZERO) {
+          uint64_t h[3] = {c, d - c, R3_KIND_ZERO};
+          wb_put(w, h, sizeof h);
+          w->total += sizeof h;
+        } else {
+          emit_region(w, c, d - c, R3_KIND_HEAP, trk.mirror + (c - trk.lo));
+        }
+      }
     } else {
       while (e < trk.nev && trk.ev[e][1] <= a) e++;
       uintptr_t x = a;
@@ -1824,16 +1931,17 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   else if (!cap.pages) err = write_image(pre, k, 0);
   else {
     /* the runtimes' chunks, globals and stack now; the touched pages when the call returns */
-    int fd = open(pre, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    wbuf_t *w = &cap.pre_w;
+    int fd = open_image(pre, w, g_wbuf, sizeof g_wbuf);
     if (fd < 0) err = errno;
     else {
-      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
-      wb_put(&w, "R3MEM1\0\0", 8);
-      w.total = 8;
-      emit_fixed(&w, k, 0);
-      wb_flush(&w);
-      err = w.err;
-      cap.written += w.total;
+      wb_put(w, "R3MEM1\0\0", 8);
+      w->total = 8;
+      emit_fixed(w, k, 0);
+      wb_flush(w); /* direct: the last partial block waits in w for the touched pages */
+      err = w->err;
+      cap.written += w->total;
+      w->total = 0;
       cap.pre_fd = fd;
       if (!err && trk_begin()) {
         warn("cannot track the pages ", k->name, " touches; capturing the whole heap", NULL);
@@ -1970,24 +2078,22 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
         trk.ev[trk.nev][1] = g_io[i][1];
       }
       trk_sort_events();
-      wbuf_t w = {cap.pre_fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
-      trk_emit(&w, 0);
-      wb_flush(&w);
-      err = w.err;
-      cap.written += w.total;
+      wbuf_t *w = &cap.pre_w;
+      trk_emit(w, 0);
+      err = wb_finish(w);
+      cap.written += w->total;
       if (close(cap.pre_fd) && !err) err = errno;
       cap.pre_fd = -1;
       pa(&b, cap.tmp); pa(&b, "/post.bin");
-      int fd = err ? -1 : open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      wbuf_t v;
+      int fd = err ? -1 : open_image(p, &v, g_wbuf, sizeof g_wbuf);
       if (!err && fd < 0) err = errno;
       if (fd >= 0) {
-        wbuf_t v = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
         wb_put(&v, "R3MEM1\0\0", 8);
         v.total = 8;
         trk_emit(&v, 1);
         if (!v.err) emit_fixed(&v, k, 1);
-        wb_flush(&v);
-        err = v.err;
+        err = wb_finish(&v);
         cap.written += v.total;
         if (close(fd) && !err) err = errno;
       }
@@ -2003,7 +2109,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) err = errno;
     else {
-      wbuf_t w = {fd, 0, 0, sizeof g_wbuf, g_wbuf, 0};
+      wbuf_t w = {.fd = fd, .cap = sizeof g_wbuf, .buf = g_wbuf};
       write_meta(&w, k, ret, incl);
       wb_flush(&w);
       err = w.err;
@@ -2200,7 +2306,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   if (mkdir_p(dir)) { warn("cannot create ", cfg.dir, ": ", strerror(errno), NULL); return; }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) { warn("cannot write ", tmp, ": ", strerror(errno), NULL); return; }
-  wbuf_t w = {fd, 0, 0, sizeof buf, buf, 0};
+  wbuf_t w = {.fd = fd, .cap = sizeof buf, .buf = buf};
   wb_s(&w, "{\"pid\": "); wb_u(&w, (uint64_t)pid);
   wb_s(&w, ", \"app_ns\": "); wb_u(&w, app_ns);
   wb_s(&w, ", \"paused_ns\": "); wb_u(&w, __atomic_load_n(&g_paused, __ATOMIC_RELAXED));

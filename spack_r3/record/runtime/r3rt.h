@@ -58,13 +58,16 @@ void __r3_exit(struct r3_kinfo *k, const void *ret);
  * did not change: as pre.bin holds them, and no bytes follow the header. 6 (pre.bin only) =
  * read-only data of the executable or a library that an argument points into (a string
  * literal, a constant table): restored at its address, never compared. An argument into a
- * loaded object's writable data (a global of another unit) is kind 2. */
+ * loaded object's writable data (a global of another unit) is kind 2. 7 (pre.bin of a
+ * page-tracked capture only) = heap pages that were never written before the call (no page
+ * behind them yet): zeros, and no bytes follow the header. */
 #define R3_KIND_HEAP 1
 #define R3_KIND_GLOBAL 2
 #define R3_KIND_RUNTIME 3
 #define R3_KIND_STACK 4
 #define R3_KIND_SAME 5
 #define R3_KIND_CONST 6
+#define R3_KIND_ZERO 7
 
 #ifdef __cplusplus
 }
