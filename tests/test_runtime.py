@@ -116,6 +116,7 @@ HEAP_PROG = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static uintptr_t lo, hi;
@@ -215,6 +216,18 @@ int main(void) {
   void *huge = aligned_alloc(1 << 21, 3 << 20); IN(huge); CHECK(((uintptr_t)huge & ((1 << 21) - 1)) == 0);
   memset(huge, 3, 3 << 20);
   free(a64); free(a4k); free(aa); free(ma); free(va); free(pv); free(huge);
+
+  /* a large block freed and allocated again, as a time step's temporaries are, is reused,
+   * not faulted in again (glibc's dynamic mmap threshold); calloc still gives zeros */
+  struct rusage ru0, ru1;
+  for (int i = 0; i < 2; i++) { char *t = malloc(2 << 20); IN(t); memset(t, 7, 2 << 20); free(t); }
+  getrusage(RUSAGE_SELF, &ru0);
+  for (int i = 0; i < 20; i++) { char *t = malloc(2 << 20); IN(t); memset(t, 7, 2 << 20); free(t); }
+  getrusage(RUSAGE_SELF, &ru1);
+  CHECK(ru1.ru_minflt - ru0.ru_minflt < 512); /* each time faulted in again: 20 x 512 pages */
+  unsigned char *cz = calloc(1, 2 << 20); IN(cz);
+  for (int i = 0; i < 2 << 20; i++) CHECK(cz[i] == 0);
+  free(cz);
 
   /* libc's own allocations come from the arena too */
   char *d = strdup("hello"); IN(d); free(d);

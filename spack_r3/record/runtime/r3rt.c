@@ -233,7 +233,8 @@ typedef struct chunk {
 #define NCLASS 200
 #define SMALL_MAX (256u * 1024u)      /* requests up to this use exact class sizes */
 #define SPLIT_MIN (256u * 1024u)      /* split large free chunks leaving at least this */
-#define MADV_MIN (128u * 1024u)       /* give pages back when freeing chunks this large */
+#define MADV_MIN (128u * 1024u)       /* give pages back when freeing chunks this large ... */
+#define MADV_KEEP_MAX (32u << 20)     /* ... or, once one was freed, only those larger than it */
 #define LARGE_SCAN 64
 
 /* Two pools share the arena: the application's, growing up from the arena's base, and the
@@ -474,6 +475,8 @@ static chunk_t *live_chunk(void *p) {
   return is_state(c, ST_LIVE) ? c : NULL;
 }
 
+static uint64_t g_madv_min = MADV_MIN; /* heap lock */
+
 static void heap_free(void *p) {
   if (!p) return;
   heap_lock();
@@ -482,7 +485,11 @@ static void heap_free(void *p) {
   heap_event((uintptr_t)c, (uintptr_t)c + c->size);
   c->tag = TAG_MAGIC | ST_FREE;
   g_live -= c->size - HDR;
-  if (c->size >= MADV_MIN) {
+  if (c->size >= g_madv_min) {
+    /* glibc's dynamic mmap threshold: a block of this size, once freed, is reused, not
+     * faulted in again (LULESH frees and allocates its 1-2 MB temporaries every step: 325k
+     * more page faults than under glibc, 0.3 s of a 2.2 s run) */
+    if (c->size < MADV_KEEP_MAX) g_madv_min = c->size + 1;
     int saved = errno;
     /* not on a list and not live: nobody touches it while we zero it unlocked */
     heap_unlock();
