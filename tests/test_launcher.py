@@ -112,3 +112,56 @@ def test_a_unit_reading_a_global_at_a_fixed_index_gets_probes(tmp_path, clang):
     assert proc.returncode == 0 and "without probes" not in proc.stderr, proc.stderr
     kernels = units(rec)["fixed.c"]["kernels"]
     assert [(k["name"], [g["name"] for g in k["globals"]]) for k in kernels] == [("sum", ["table"])]
+
+
+LEAF_C = r"""
+#include <stdio.h>
+/* a short leaf kernel (a binary search, as XSBench's grid search) called in a loop by
+ * another kernel, which main calls a few times */
+double lerp(const double *t, double x) {
+    int lo = 0, hi = 1000;
+    while (hi - lo > 1) { int mid = (lo + hi) / 2; if (t[mid] > x) hi = mid; else lo = mid; }
+    return lo + (x - t[lo]) / (t[lo + 1] - t[lo]);
+}
+double sweep(const double *t, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += lerp(t, (i % 1000) * 0.4995);
+    return s;
+}
+int main(void) {
+    static double t[1001];
+    for (int i = 0; i <= 1000; i++) t[i] = i * 0.5;
+    double s = 0;
+    for (int r = 0; r < 4; r++) s += sweep(t, 50000);
+    printf("%.6f\n", s);
+    return 0;
+}
+"""
+
+
+def test_a_short_leaf_kernel_skips_its_probes_on_untimed_calls(tmp_path, clang):
+    """Once sampled (and captured), 31 of 32 calls of a short leaf kernel count themselves
+    and run without probes; the calls are still counted exactly, the caller keeps its probes."""
+    (tmp_path / "leaf.c").write_text(LEAF_C)
+    rec = tmp_path / "rec"
+    proc = launch([clang, "-O2", "-o", "leaf", "leaf.c"], tmp_path, rec)
+    assert proc.returncode == 0 and "without probes" not in proc.stderr, proc.stderr
+    plain = subprocess.run([clang, "-O2", "-o", "plain", "leaf.c"], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    expected = subprocess.run(["./plain"], cwd=tmp_path, capture_output=True, text=True).stdout
+
+    def profile(capture):
+        out = tmp_path / ("rec-" + capture.strip("*") + "all")
+        run = subprocess.run(["./leaf"], cwd=tmp_path, capture_output=True, text=True,
+                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE=capture))
+        assert run.returncode == 0 and run.stdout == expected, run.stderr  # as the build without probes
+        return {k["name"]: k for k in json.loads(next(out.glob("profile.*.json")).read_text())["kernels"]}
+
+    ks = profile("none")
+    assert ks["lerp"]["calls"] == 200000 and ks["lerp"]["sampled"]
+    assert ks["lerp"]["probed_calls"] <= 1024 + 200000 // 32  # sampled from its 1024th call
+    assert ks["sweep"]["calls"] == ks["sweep"]["probed_calls"] == 4  # a parent keeps its probes
+    # captured: its probes stay until its capture, taken in the second sweep (one at a time)
+    ks = profile("*")
+    assert ks["lerp"]["calls"] == 200000 and ks["lerp"]["captured"] == 1 and ks["sweep"]["captured"] == 1
+    assert 50000 < ks["lerp"]["probed_calls"] <= 50000 + 1024 + 150000 // 32

@@ -304,7 +304,7 @@ def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
     extra = [
         "",
         "; ---- spack-r3 record probes ----",
-        "declare void @__r3_enter(ptr, ptr)",
+        "declare void @__r3_enter_tc(ptr, ptr, ptr)",
         "declare void @__r3_exit(ptr, ptr)",
     ]
     tu_const, tu_len = c_string(tu_dir)
@@ -375,12 +375,58 @@ def _noinline(suffix):
     return " ".join(words[:i] + ["noinline"] + words[i:])
 
 
+# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask } (u64)
+TCOUNT_SKIP_MASK_OFFSET = 40
+
+
 def _wrapper(idx, k, d, orig):
+    """The kernel's name becomes a fast path: while the runtime lets this thread skip the
+    probes of a short, frequent leaf kernel (``calls & skip_mask`` nonzero, the calls its
+    sampling does not time), a call counts itself and runs the body, inlinable into its
+    caller as without probes (XSBench: 15.5M searches of 0.2 us, 1.33x slower with a probe
+    call around each). Every other call goes through the probed wrapper."""
+    n = len(k.param_types)
+    tc, probed = "@__r3.tc.%d" % idx, "__r3.probed.%d" % idx
+    args = ", ".join("%s %s" % (d.param_without_name(i), d.param_name(i)) for i in range(n))
+    void = k.ret_type == "void"
+
+    def call_and_return(callee, value):
+        if void:
+            return ["  call void %s(%s)" % (callee, args), "  ret void"]
+        return ["  %s = call %s %s(%s)" % (value, k.ret_type, callee, args), "  ret %s %s" % (k.ret_type, value)]
+
+    fast = [
+        "",
+        "%s = internal thread_local global ptr null, align 8" % tc,
+        d.render(k.name, suffix=strip_dbg(d.suffix)),
+        "  %%r3.tc = load ptr, ptr %s, align 8" % tc,
+        "  %r3.have = icmp ne ptr %r3.tc, null",
+        "  br i1 %r3.have, label %r3.check, label %r3.slow",
+        "r3.check:",
+        "  %r3.n = load i64, ptr %r3.tc, align 8",
+        "  %%r3.maskp = getelementptr inbounds i8, ptr %%r3.tc, i64 %d" % TCOUNT_SKIP_MASK_OFFSET,
+        "  %r3.mask = load i64, ptr %r3.maskp, align 8",
+        "  %r3.m = and i64 %r3.n, %r3.mask",
+        "  %r3.skip = icmp ne i64 %r3.m, 0",
+        "  br i1 %r3.skip, label %r3.fast, label %r3.slow",
+        "r3.fast:",
+        "  %r3.n1 = add i64 %r3.n, 1",
+        "  store i64 %r3.n1, ptr %r3.tc, align 8",
+        *call_and_return(global_ref(orig), "%r3.fast.ret"),
+        "r3.slow:",
+        *call_and_return(global_ref(probed), "%r3.slow.ret"),
+        "}",
+    ]
+    return fast + _probed(idx, k, d, orig, probed, tc)
+
+
+def _probed(idx, k, d, orig, probed, tc):
     n = len(k.param_types)
     kinfo = "@__r3.kinfo.%d" % idx
     body = [
         "",
-        d.render(k.name, suffix=_noinline(strip_dbg(d.suffix))),
+        d.render(probed, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
+                 suffix=_noinline(strip_dbg(d.suffix)).replace("comdat", "")),
         "  %%r3.slots = alloca [%d x i64], align 8" % max(n, 1),
         "  store [%d x i64] zeroinitializer, ptr %%r3.slots, align 8" % max(n, 1),
     ]
@@ -389,7 +435,7 @@ def _wrapper(idx, k, d, orig):
     for i, ty in enumerate(k.param_types):
         body.append("  %%r3.s%d = getelementptr inbounds [%d x i64], ptr %%r3.slots, i64 0, i64 %d" % (i, max(n, 1), i))
         body.append("  store %s %s, ptr %%r3.s%d, align 8" % (ty, d.param_name(i), i))
-    body.append("  call void @__r3_enter(ptr %s, ptr %%r3.slots)" % kinfo)
+    body.append("  call void @__r3_enter_tc(ptr %s, ptr %%r3.slots, ptr %s)" % (kinfo, tc))
     args = ", ".join("%s %s" % (d.param_without_name(i), d.param_name(i)) for i in range(n))
     if k.ret_size:
         body.append("  %%r3.ret = call %s %s(%s)" % (k.ret_type, global_ref(orig), args))

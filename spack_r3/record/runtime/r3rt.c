@@ -916,7 +916,8 @@ static int selected(const char *name) {
 
 /* top_calls: calls with no recorded kernel below them on the thread's stack (replay.cachestate
    counts what those touch as what runs between another kernel's calls) */
-struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls; };
+/* skip_mask: see __r3_enter_tc; probed: calls that took the probes */
+struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls, skip_mask, probed; };
 struct tblock { struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
 
 struct frame {
@@ -2231,12 +2232,15 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
   }
   struct tcount *tc = tcount_of(k);
   uint64_t n = tc ? tc->calls++ : (uint64_t)__atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
+  if (tc) tc->probed++;
   int d = t_depth++;
   if (d == 0 && tc) tc->top_calls++;
   if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
   struct frame *f = &t_stack[d];
   f->k = k;
   f->child = 0;
+  if (d > 0 && !(t_stack[d - 1].k->flags & R3_KFLAG_PARENT))
+    __atomic_fetch_or(&t_stack[d - 1].k->flags, R3_KFLAG_PARENT, __ATOMIC_RELAXED);
   uint64_t period = tc ? probe_period(tc, n) : 1;
   f->scale = (n & (period - 1)) ? 0 : period;
   int where = want_capture(k);
@@ -2255,6 +2259,27 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
     f->paused0 = t_paused;
     f->start = now_ns();
   }
+}
+
+/* done with captures: no call of k will be captured from now on */
+static int capture_done(struct r3_kinfo *k) {
+  if (!cfg.have_dir || cfg.capture_none || (k->flags & R3_KFLAG_NO_CAPTURE)) return 1;
+  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 1;
+  return __atomic_load_n(&k->sel, __ATOMIC_RELAXED) == 2;
+}
+
+void __r3_enter_tc(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot) {
+  __r3_enter(k, slots);
+  struct tcount *tc = k->id >= 0 ? tcount_of(k) : NULL;
+  if (!tc) return;
+  *tc_slot = tc;
+  int d = t_depth - 1;
+  /* Skipped calls push no frame: a kernel calling others keeps its probes (its children's
+   * time would be charged to its caller), and so does one called at the top of the main
+   * thread's stack (its calls there are counted as top calls) */
+  int top_counted = t_block && t_block->main_thread && (d == 0 || tc->top_calls);
+  tc->skip_mask = (tc->period > 1 && !top_counted && !(k->flags & R3_KFLAG_PARENT) && capture_done(k))
+                      ? tc->period - 1 : 0;
 }
 
 void __r3_exit(struct r3_kinfo *k, const void *ret) {
@@ -2327,12 +2352,13 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
     uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
     uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
-    uint64_t main_self = 0, main_top = 0;
+    uint64_t main_self = 0, main_top = 0, probed = calls;
     int sampled = 0;
     if (k->id >= 0)
       for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
         const struct tcount *c = &b->c[k->id];
         calls += c->calls;
+        probed += c->probed;
         total += c->total_ns;
         self += c->self_ns;
         if (b->main_thread) {
@@ -2346,6 +2372,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, "\n  {\"name\": "); wb_jstr(&w, k->name);
     wb_s(&w, ", \"tu_dir\": "); wb_jstr(&w, k->tu_dir);
     wb_s(&w, ", \"calls\": "); wb_u(&w, calls);
+    wb_s(&w, ", \"probed_calls\": "); wb_u(&w, probed);
     wb_s(&w, ", \"total_ns\": "); wb_u(&w, total);
     wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
     wb_s(&w, ", \"main_self_ns\": "); wb_u(&w, main_self);

@@ -40,9 +40,17 @@ struct r3_kinfo {
 #define R3_KFLAG_WHOLE_HEAP 1
 /* never capture: replay refuses the kernel anyway (it reads input) */
 #define R3_KFLAG_NO_CAPTURE 2
+/* runtime: another kernel was called inside this one (its calls always take the probes) */
+#define R3_KFLAG_PARENT 4
 
 /* slots: nargs x 8 bytes (ints zero-extended, float/double bit patterns, pointers) */
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
+/* __r3_enter, and *tc_slot (the calling thread's own, a thread-local of the instrumented
+ * unit) set to this thread's counters of k: { calls, total_ns, self_ns, period, top_calls,
+ * skip_mask }. A call whose calls & skip_mask is nonzero may skip both probes if it adds one
+ * to calls itself: the runtime sets skip_mask only for a sampled leaf kernel that is not to
+ * be captured, and only for the calls its sampling would not time. */
+void __r3_enter_tc(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot);
 /* ret: ret_size bytes, or NULL when ret_size == 0 */
 void __r3_exit(struct r3_kinfo *k, const void *ret);
 
