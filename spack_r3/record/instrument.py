@@ -375,7 +375,7 @@ def _noinline(suffix):
     return " ".join(words[:i] + ["noinline"] + words[i:])
 
 
-# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask } (u64)
+# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed } (u64)
 TCOUNT_SKIP_MASK_OFFSET = 40
 
 
