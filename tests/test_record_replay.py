@@ -116,11 +116,16 @@ def test_pairs_preempted_by_another_process_are_measured_again(recorded):
     busy = subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, %r)\nwhile True: pass" % cpu])
     try:
         with ReplayServer(cpus=cpu) as pinned:
-            ev = pinned.submit(cap, Variant(pipeline=parse("O2")), pairs=9)
+            # A slice taken while memory is restored (not timed) costs nothing; one landing
+            # in a timed run of this 10 us kernel is likely, not certain: a few evaluations.
+            for _ in range(8):
+                ev = pinned.submit(cap, Variant(pipeline=parse("O2")), pairs=9)
+                assert ev.ok and ev.pairs == len(ev.ratios) == 9
+                if ev.resampled:
+                    break
     finally:
         busy.kill()
         busy.wait()
-    assert ev.ok and ev.pairs == len(ev.ratios) == 9
     assert ev.resampled > 0, ev
 
 

@@ -101,7 +101,7 @@ def prepare(capture, directory):
                                                        " (%s not found)" % ", ".join(unloaded) if unloaded else ""))
     pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
     pre_regions = read_regions(pre_path)
-    pre = [(r.addr, bytes(region_bytes(pre_path, r))) for r in pre_regions]
+    pre = _joined([(r.addr, r.kind, bytes(region_bytes(pre_path, r))) for r in pre_regions])
     post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(pre_regions, read_regions(post_path))]
     # OpenMP's critical-section words hold the recording process's lock handles:
     # replay starts them from zero (no lock) and never compares them.
@@ -125,12 +125,31 @@ def prepare(capture, directory):
                     ranges, fp_types(ir), _outputs(pre, post), unit, directory)
 
 
+def _joined(regions):
+    """(address, bytes) of ``(address, kind, bytes)`` regions, heap regions that meet joined:
+    a page-tracked pre.bin splits a run of touched pages where copied pages meet pages that
+    were zeros, and the kernel's output may span both."""
+    out = []  # [address, end, kind, pieces]
+    for addr, kind, data in sorted(regions, key=lambda r: r[0]):
+        if kind == KIND_HEAP and out and out[-1][2] == KIND_HEAP and out[-1][1] == addr:
+            out[-1][1] += len(data)
+            out[-1][3].append(data)
+        else:
+            out.append([addr, addr + len(data), kind, [data]])
+    return [(addr, pieces[0] if len(pieces) == 1 else b"".join(pieces)) for addr, _, _, pieces in out]
+
+
 def _compared(pre_regions, post_regions):
     """The post-state regions replay compares. Heap regions only where the pre-state holds
     them (a block the kernel allocated is allocated elsewhere at replay; a page-tracked
     capture leaves out what the allocator rewrote); globals and the caller's stack always;
     runtime state (OpenMP's team and barrier blocks, a worker's TLS) never."""
-    heap = sorted((r.addr, r.end) for r in pre_regions if r.kind == KIND_HEAP)
+    heap = []
+    for lo, hi in sorted((r.addr, r.end) for r in pre_regions if r.kind == KIND_HEAP):
+        if heap and lo == heap[-1][1]:  # runs split at zero pages: one range
+            heap[-1] = (heap[-1][0], hi)
+        else:
+            heap.append((lo, hi))
     starts = [lo for lo, _ in heap]
 
     def held(r):
