@@ -101,8 +101,10 @@ def prepare(capture, directory):
                                                        " (%s not found)" % ", ".join(unloaded) if unloaded else ""))
     pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
     pre_regions = read_regions(pre_path)
-    pre = _joined([(r.addr, r.kind, bytes(region_bytes(pre_path, r))) for r in pre_regions])
-    post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(pre_regions, read_regions(post_path))]
+    joined = _joined([(r.addr, r.kind, bytes(region_bytes(pre_path, r))) for r in pre_regions])
+    pre = [(addr, data) for addr, _, data in joined]
+    heap = [(addr, addr + len(data)) for addr, kind, data in joined if kind == KIND_HEAP]
+    post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(heap, read_regions(post_path))]
     # OpenMP's critical-section words hold the recording process's lock handles:
     # replay starts them from zero (no lock) and never compares them.
     runtime = [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals
@@ -126,7 +128,7 @@ def prepare(capture, directory):
 
 
 def _joined(regions):
-    """(address, bytes) of ``(address, kind, bytes)`` regions, heap regions that meet joined:
+    """``(address, kind, bytes)`` regions sorted, heap regions that meet joined:
     a page-tracked pre.bin splits a run of touched pages where copied pages meet pages that
     were zeros, and the kernel's output may span both."""
     out = []  # [address, end, kind, pieces]
@@ -136,20 +138,15 @@ def _joined(regions):
             out[-1][3].append(data)
         else:
             out.append([addr, addr + len(data), kind, [data]])
-    return [(addr, pieces[0] if len(pieces) == 1 else b"".join(pieces)) for addr, _, _, pieces in out]
+    return [(addr, kind, pieces[0] if len(pieces) == 1 else b"".join(pieces)) for addr, _, kind, pieces in out]
 
 
-def _compared(pre_regions, post_regions):
+def _compared(heap, post_regions):
     """The post-state regions replay compares. Heap regions only where the pre-state holds
-    them (a block the kernel allocated is allocated elsewhere at replay; a page-tracked
-    capture leaves out what the allocator rewrote); globals and the caller's stack always;
-    runtime state (OpenMP's team and barrier blocks, a worker's TLS) never."""
-    heap = []
-    for lo, hi in sorted((r.addr, r.end) for r in pre_regions if r.kind == KIND_HEAP):
-        if heap and lo == heap[-1][1]:  # runs split at zero pages: one range
-            heap[-1] = (heap[-1][0], hi)
-        else:
-            heap.append((lo, hi))
+    them (``heap``: its sorted, joined heap ranges; a block the kernel allocated is
+    allocated elsewhere at replay; a page-tracked capture leaves out what the allocator
+    rewrote); globals and the caller's stack always; runtime state (OpenMP's team and
+    barrier blocks, a worker's TLS) never."""
     starts = [lo for lo, _ in heap]
 
     def held(r):

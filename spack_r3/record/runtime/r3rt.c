@@ -1073,13 +1073,19 @@ static void sanitize_name(path_t *b, const char *name) {
   }
 }
 
-static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, const void *data) {
-  static const char zeros[8];
+/* a record's header alone: kinds 5 and 7 (size bytes that the file does not hold) */
+static void emit_header(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind) {
   uint64_t h[3] = {addr, size, kind}; /* x86-64 / aarch64: little-endian */
   wb_put(w, h, sizeof h);
+  w->total += sizeof h;
+}
+
+static void emit_region(wbuf_t *w, uint64_t addr, uint64_t size, uint64_t kind, const void *data) {
+  static const char zeros[8];
+  emit_header(w, addr, size, kind);
   if (size) wb_put(w, data, size);
   if (size & 7) wb_put(w, zeros, 8 - (size & 7));
-  w->total += sizeof h + size + ((size & 7) ? 8 - (size & 7) : 0);
+  w->total += size + ((size & 7) ? 8 - (size & 7) : 0);
 }
 
 /* ---- stdio's buffers ----
@@ -1133,11 +1139,12 @@ static void emit_minus_io(wbuf_t *w, uintptr_t a, uintptr_t b, uint64_t kind) {
   if (next < b) emit_minus_io(w, next, b, kind);
 }
 
-/* every live chunk of one pool: kind 1 (application) or 3 (runtimes); -1 on a corrupt heap */
 /* a chunk header at h in pl that cannot be one: the heap is corrupt */
 static int chunk_bad(const struct pool *pl, uintptr_t h, uint64_t sz) {
   return sz < HDR || (sz & 15) || sz > pl->top - h;
 }
+
+/* every live chunk of one pool: kind 1 (application) or 3 (runtimes); -1 on a corrupt heap */
 
 static int emit_pool(wbuf_t *w, int which, int post) {
   struct pool *pl = &g_pool[which];
@@ -1468,9 +1475,7 @@ static void trk_emit_post(wbuf_t *w, uintptr_t x, uintptr_t y) {
       z = e;
     }
     if (same) {
-      uint64_t h[3] = {x, z - x, R3_KIND_SAME}; /* the range's size; no bytes follow */
-      wb_put(w, h, sizeof h);
-      w->total += sizeof h;
+      emit_header(w, x, z - x, R3_KIND_SAME);
     } else {
       emit_region(w, x, z - x, R3_KIND_HEAP, (const void *)x);
     }
@@ -1492,7 +1497,8 @@ static uint64_t trk_blocks_bytes(void) {
     if (is_state(c, ST_LIVE) && h + sz > trk.lo && h < trk.hi) {
       uintptr_t lo = h + HDR > trk.lo ? h + HDR : trk.lo, hi = h + sz < trk.hi ? h + sz : trk.hi;
       size_t i = (lo - trk.lo) / g_page, j = (hi - 1 - trk.lo) / g_page + 1;
-      if (memchr(trk.bits + i, TRK_COPIED, j - i) || memchr(trk.bits + i, TRK_ZERO, j - i)) total += sz - HDR;
+      while (i < j && !trk.bits[i]) i++;
+      if (i < j) total += sz - HDR;
     }
     h += sz;
   }
@@ -1521,13 +1527,8 @@ static void trk_emit(wbuf_t *w, int post) {
       for (size_t x = i, y; x < j && !w->err; x = y) {
         for (y = x; y < j && trk.bits[y] == trk.bits[x];) y++;
         uintptr_t c = trk.lo + x * g_page, d = trk.lo + y * g_page;
-        if (trk.bits[x] == TRK_ZERO) {
-          uint64_t h[3] = {c, d - c, R3_KIND_ZERO};
-          wb_put(w, h, sizeof h);
-          w->total += sizeof h;
-        } else {
-          emit_region(w, c, d - c, R3_KIND_HEAP, trk.mirror + (c - trk.lo));
-        }
+        if (trk.bits[x] == TRK_ZERO) emit_header(w, c, d - c, R3_KIND_ZERO);
+        else emit_region(w, c, d - c, R3_KIND_HEAP, trk.mirror + (c - trk.lo));
       }
     } else {
       while (e < trk.nev && trk.ev[e][1] <= a) e++;
@@ -2240,7 +2241,15 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
   pause_add(now_ns() - t0);
 }
 
-void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
+/* done with captures: no call of k will be captured from now on */
+static int capture_done(struct r3_kinfo *k) {
+  if (!cfg.have_dir || cfg.capture_none || (k->flags & R3_KFLAG_NO_CAPTURE)) return 1;
+  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 1;
+  return __atomic_load_n(&k->sel, __ATOMIC_RELAXED) == 2;
+}
+
+/* tc_slot: see __r3_enter_tc (NULL from __r3_enter) */
+static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot) {
   if (__atomic_load_n(&k->registered, __ATOMIC_ACQUIRE) != 2) {
     config_once();
     register_kernel(k);
@@ -2270,32 +2279,24 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) {
       pause_add(now_ns() - t0);
     }
   }
+  if (tc && tc_slot) {
+    *tc_slot = tc;
+    /* Skipped calls push no frame: a kernel calling others keeps its probes (its children's
+     * time would be charged to its caller), and so does one called at the top of the main
+     * thread's stack (its calls there are counted as top calls) */
+    int top_counted = t_block->main_thread && (d == 0 || tc->top_calls);
+    tc->skip_mask = (period > 1 && !top_counted && !(k->flags & R3_KFLAG_PARENT) && capture_done(k))
+                        ? period - 1 : 0;
+  }
   if (f->scale) {
     f->paused0 = t_paused;
     f->start = now_ns();
   }
 }
 
-/* done with captures: no call of k will be captured from now on */
-static int capture_done(struct r3_kinfo *k) {
-  if (!cfg.have_dir || cfg.capture_none || (k->flags & R3_KFLAG_NO_CAPTURE)) return 1;
-  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 1;
-  return __atomic_load_n(&k->sel, __ATOMIC_RELAXED) == 2;
-}
+void __r3_enter(struct r3_kinfo *k, const uint64_t *slots) { enter(k, slots, NULL); }
 
-void __r3_enter_tc(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot) {
-  __r3_enter(k, slots);
-  struct tcount *tc = k->id >= 0 ? tcount_of(k) : NULL;
-  if (!tc) return;
-  *tc_slot = tc;
-  int d = t_depth - 1;
-  /* Skipped calls push no frame: a kernel calling others keeps its probes (its children's
-   * time would be charged to its caller), and so does one called at the top of the main
-   * thread's stack (its calls there are counted as top calls) */
-  int top_counted = t_block && t_block->main_thread && (d == 0 || tc->top_calls);
-  tc->skip_mask = (tc->period > 1 && !top_counted && !(k->flags & R3_KFLAG_PARENT) && capture_done(k))
-                      ? tc->period - 1 : 0;
-}
+void __r3_enter_tc(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot) { enter(k, slots, tc_slot); }
 
 void __r3_exit(struct r3_kinfo *k, const void *ret) {
   int d = --t_depth;

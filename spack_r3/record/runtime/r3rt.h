@@ -47,7 +47,7 @@ struct r3_kinfo {
 void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
 /* __r3_enter, and *tc_slot (the calling thread's own, a thread-local of the instrumented
  * unit) set to this thread's counters of k: { calls, total_ns, self_ns, period, top_calls,
- * skip_mask }. A call whose calls & skip_mask is nonzero may skip both probes if it adds one
+ * skip_mask, probed }. A call whose calls & skip_mask is nonzero may skip both probes if it adds one
  * to calls itself: the runtime sets skip_mask only for a sampled leaf kernel that is not to
  * be captured, and only for the calls its sampling would not time. */
 void __r3_enter_tc(struct r3_kinfo *k, const uint64_t *slots, void **tc_slot);
