@@ -39,10 +39,18 @@ def _host_target():
     return target
 
 
+# A process whose profiler ticked for less CPU time than this keeps its timed shares.
+MIN_SAMPLED_NS = 100_000_000
+
+
 def load_profiles(record_dir):
     """Hotness from every process of a run: {(tu_dir, kernel): stats}, app seconds (the
     time the run took less the time it spent taking snapshots, which the application
-    without probes would not spend: shares of the run are shares of that)."""
+    without probes would not spend: shares of the run are shares of that).
+
+    ``main_ns`` is the kernel's own time on the main thread: from the runtime's profiler
+    ticks where the process had enough of them (timing a short call inflates it: r3rt.c,
+    prof_tick), else its timed self time there. ``on_main``: called on the main thread."""
     stats, app_ns = {}, 0
     for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
         try:
@@ -51,23 +59,32 @@ def load_profiles(record_dir):
         except (OSError, ValueError):
             continue
         app_ns = max(app_ns, prof.get("app_ns", 0) - prof.get("paused_ns", 0))
+        tick_ns = prof.get("sample_ns", 0)
+        ticked = tick_ns * prof.get("main_samples", 0) >= MIN_SAMPLED_NS
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
             s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0,
-                                       "main_top_calls": 0})
-            for field in s:
+                                       "main_top_calls": 0, "main_ns": 0, "on_main": False})
+            for field in ("calls", "total_ns", "self_ns", "main_self_ns", "captured", "main_top_calls"):
                 s[field] += k.get(field, 0)
+            on_main = k.get("main_self_ns", 0) > 0 or k.get("main_samples", 0) > 0
+            s["on_main"] = s["on_main"] or on_main
+            s["main_ns"] += k.get("main_samples", 0) * tick_ns if ticked and on_main else k.get("main_self_ns", 0)
     return stats, app_ns / 1e9
 
 
 def share_of(stats, app_s):
     """A kernel's share of the application's run time. Self time summed over threads would
     count a function called from every thread of a parallel loop once per thread (shares
-    over 100%); the main thread's self time is what the run waits for, as the main thread
-    works in every parallel region too. Kernels never called there: summed over threads."""
+    over 100%); the main thread's own time in it is what the run waits for, as the main
+    thread works in every parallel region too. Kernels never called there: their self time
+    summed over threads."""
     if not app_s:
         return None
-    ns = stats.get("main_self_ns") or stats.get("self_ns", 0)
+    if "on_main" in stats:
+        ns = stats["main_ns"] if stats["on_main"] else stats.get("self_ns", 0)
+    else:
+        ns = stats.get("main_self_ns") or stats.get("self_ns", 0)
     return min(1.0, ns / 1e9 / app_s)
 
 

@@ -114,6 +114,68 @@ def test_a_unit_reading_a_global_at_a_fixed_index_gets_probes(tmp_path, clang):
     assert [(k["name"], [g["name"] for g in k["globals"]]) for k in kernels] == [("sum", ["table"])]
 
 
+SHARES_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* a short leaf kernel (a table search, as XSBench's grid search) called on every step of a
+ * driver that does about as much work of its own */
+int lookup(const double *t, int n, double x) {
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 1) { int mid = (lo + hi) / 2; if (t[mid] > x) hi = mid; else lo = mid; }
+    return lo;
+}
+double transport(const double *t, int n, long steps) {
+    double s = 0, x = 0.5;
+    for (long i = 0; i < steps; i++) {
+        double y = t[lookup(t, n, x * n)];
+        for (int k = 0; k < 24; k++) y = y * 0.999 + 1e-3; /* the driver's own work */
+        s += y;
+        x = x * 3.99 * (1 - x); /* a chaotic walk over the table */
+        if (x <= 0 || x >= 1) x = 0.37;
+    }
+    return s;
+}
+int main(void) {
+    int n = 4096;
+    double *t = malloc(n * sizeof *t), s = 0;
+    for (int i = 0; i < n; i++) t[i] = i;
+    for (int r = 0; r < 4; r++) s += transport(t, n, 1500000);
+    printf("%.3f\n", s);
+    free(t);
+    return 0;
+}
+"""
+
+
+def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp_path, clang):
+    """Timed one call in 32, a 60 ns search comes out at nearly the whole run and its driver
+    at nothing (perf on the same shape: 43% and 57%). The runtime's profiler ticks on the
+    main thread's CPU clock and counts each tick for the kernel running its own code, the
+    fast-path leaf included; shares come from those counts."""
+    from spack_r3.capture import load_profiles, share_of
+
+    (tmp_path / "shares.c").write_text(SHARES_C)
+    proc = launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec")
+    assert proc.returncode == 0 and "without probes" not in proc.stderr, proc.stderr
+
+    def shares(sample_us):
+        out = tmp_path / ("rec-%s" % sample_us)
+        run = subprocess.run(["./shares"], cwd=tmp_path, capture_output=True, text=True,
+                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us))
+        assert run.returncode == 0, run.stderr
+        profile = json.loads(next(out.glob("profile.*.json")).read_text())
+        stats, app_s = load_profiles(str(out))
+        return profile, {name: share_of(s, app_s) for (_, name), s in stats.items()}
+
+    profile, ticked = shares("1000")
+    assert profile["sample_ns"] == 1000000 and profile["main_samples"] >= 100
+    assert ticked["lookup"] > 0.15 and ticked["transport"] > 0.15  # about 0.4 and 0.6 here
+    assert ticked["lookup"] + ticked["transport"] <= 1.0
+    profile, timed = shares("0")  # no profiler: the timed shares, as before
+    assert profile["sample_ns"] == 0 and all(k["main_samples"] == 0 for k in profile["kernels"])
+    assert timed["lookup"] > ticked["lookup"]
+
+
 LEAF_C = r"""
 #include <stdio.h>
 /* a short leaf kernel (a binary search, as XSBench's grid search) called in a loop by

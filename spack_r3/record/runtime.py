@@ -26,7 +26,7 @@ CFLAGS = [
     "-O2", "-fPIC", "-pthread",
     "-fno-builtin-malloc", "-fno-builtin-calloc", "-fno-builtin-realloc", "-fno-builtin-free",
 ]
-LINK_LIBS = ["-lpthread", "-ldl"]  # -ldl: dlsym (part of libc since glibc 2.34)
+LINK_LIBS = ["-lpthread", "-ldl", "-lrt"]  # -ldl: dlsym, -lrt: timer_create (both in libc since glibc 2.34)
 
 
 def cache_root():

@@ -115,8 +115,9 @@ def _hottest(run, tree, env, run_dir, timeout, top, say, output):
     profile_dir = os.path.join(run_dir, "profile")
     _run_logged(run, tree, dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
                 os.path.join(run_dir, "profile.log"), "the profiling run", timeout, echo=output)
-    stats, _ = capture_store.load_profiles(profile_dir)
-    ranked = sorted(stats.items(), key=lambda item: -item[1]["self_ns"])
+    stats, app_s = capture_store.load_profiles(profile_dir)
+    ranked = sorted(stats.items(), key=lambda item: (-(capture_store.share_of(item[1], app_s) or 0),
+                                                     -item[1]["self_ns"]))
     return [name for (_, name), _ in ranked[:top]]
 
 
@@ -213,7 +214,7 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
             "not_captured": None if name in by_kernel else next(
                 (k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
         })
-    hotness.sort(key=lambda h: -h["self_s"])
+    hotness.sort(key=lambda h: (-(h["share"] or 0), -h["self_s"]))
     result = RecordResult(run_dir, captures, hotness, app_s)
     # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way.
     write_atomic(os.path.join(run_dir, RECORD_JSON), json.dumps(

@@ -931,9 +931,14 @@ static int selected(const char *name) {
 
 /* top_calls: calls with no recorded kernel below them on the thread's stack (replay.cachestate
    counts what those touch as what runs between another kernel's calls) */
-/* skip_mask: see __r3_enter_tc; probed: calls that took the probes */
-struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls, skip_mask, probed; };
-struct tblock { struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
+/* skip_mask: see __r3_enter_tc; probed: calls that took the probes; block: the tblock
+ * holding it (set for kernels with a fast path); samples: profiler ticks (main thread) that
+ * found this kernel running its own code */
+struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls, skip_mask, probed; struct tblock *block;
+                uint64_t samples; };
+/* leaf: the counters of the kernel a fast path is running on this thread (its calls push no
+ * frame), else NULL; written by instrumented code, read by the profiler's signal handler */
+struct tblock { struct tcount *volatile leaf; struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
 
 struct frame {
   struct r3_kinfo *k;
@@ -963,6 +968,7 @@ static void fault_pause_add(uint64_t ns) {
   if (t_main) __atomic_fetch_add(&g_paused, ns, __ATOMIC_RELAXED);
 }
 static TLS int t_cap_depth = -1; /* frame index of the capture in progress, -1 none */
+static TLS int t_pausing;        /* taking a snapshot or a page copy: profiler ticks are not the app's */
 static TLS struct tblock *t_block;
 static TLS int t_block_failed;
 
@@ -1303,6 +1309,7 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
   if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
     int saved = errno;
+    t_pausing++;
     uint64_t t0 = now_ns(); /* the copy is the recording's time, not the kernel's */
     uintptr_t p = a & ~(uintptr_t)(g_page - 1);
     size_t i = (p - trk.lo) / g_page;
@@ -1336,6 +1343,7 @@ static void trk_fault(int sig, siginfo_t *si, void *uc) {
     }
     __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
     fault_pause_add(now_ns() - t0);
+    t_pausing--;
     errno = saved;
     return;
   }
@@ -2257,11 +2265,13 @@ static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_sl
   struct tcount *tc = tcount_of(k);
   uint64_t n = tc ? tc->calls++ : (uint64_t)__atomic_fetch_add(&k->calls, 1, __ATOMIC_RELAXED);
   if (tc) tc->probed++;
-  int d = t_depth++;
+  int d = t_depth;
+  if (d >= 0 && d < MAXDEPTH) t_stack[d].k = k;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the profiler's handler never sees a stale top frame */
+  t_depth = d + 1;
   if (d == 0 && tc) tc->top_calls++;
   if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
   struct frame *f = &t_stack[d];
-  f->k = k;
   f->child = 0;
   if (d > 0 && !(t_stack[d - 1].k->flags & R3_KFLAG_PARENT))
     __atomic_fetch_or(&t_stack[d - 1].k->flags, R3_KFLAG_PARENT, __ATOMIC_RELAXED);
@@ -2270,6 +2280,7 @@ static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_sl
   int where = want_capture(k);
   if (where != CAP_NONE) {
     uint64_t t0 = now_ns();
+    t_pausing++;
     if (!f->scale) f->scale = 1; /* a captured call is always timed */
     if (where == CAP_FORK) {
       capture_forked(k, slots, d);
@@ -2278,9 +2289,11 @@ static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_sl
       if (capture_begin(k, slots, d, inst, 1)) release_capture(&g_capturing);
       pause_add(now_ns() - t0);
     }
+    t_pausing--;
   }
   if (tc && tc_slot) {
     *tc_slot = tc;
+    tc->block = t_block;
     /* Skipped calls push no frame: a kernel calling others keeps its probes (its children's
      * time would be charged to its caller), and so does one called at the top of the main
      * thread's stack (its calls there are counted as top calls) */
@@ -2320,11 +2333,92 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
   }
   if (t_cap_depth == d) {
     uint64_t t0 = now_ns();
+    t_pausing++;
     int err = capture_end(k, ret, incl);
     if (g_child) _exit(err == 0 ? 0 : err == -2 ? 5 : 4); /* the snapshot process is done (see capture_forked) */
     release_capture(&g_capturing);
     pause_add(now_ns() - t0);
+    t_pausing--;
   }
+}
+
+/* ---- where the main thread's time goes: a statistical profiler ----
+ * Timing a short call is biased: its clock readings serialize it, while untimed calls
+ * overlap their cache misses with the code around them. XSBench's 0.2 us grid search,
+ * timed on one call in 32, came out longer than its caller and than the whole run. So a
+ * timer on the main thread's CPU clock interrupts it every R3_SAMPLE_US (default 1000; 0:
+ * off) of its CPU time, and each tick counts for the kernel running its own code then (the
+ * top frame, or a fast-path leaf). capture.load_profiles takes shares of the run from these
+ * counts where there are enough of them. */
+static timer_t g_prof_timer;
+static pid_t g_prof_pid;      /* the process the timer ticks in (a fork's child has none) */
+static uint64_t g_prof_ns;    /* the interval */
+static uint64_t g_prof_ticks; /* the main thread's ticks, less those taken while pausing */
+
+static void prof_tick(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)uc;
+  uint64_t n = 1 + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint64_t)si->si_overrun : 0);
+  if (t_pausing) return;
+  g_prof_ticks += n;
+  struct tblock *b = t_block;
+  if (!b) return;
+  struct tcount *tc = b->leaf;
+  if (!tc) {
+    int d = t_depth;
+    if (d <= 0 || d > MAXDEPTH) return;
+    const struct r3_kinfo *k = t_stack[d - 1].k;
+    if (!k || k->id < 0) return;
+    tc = &b->c[k->id];
+  }
+  tc->samples += n;
+}
+
+static void prof_start(void) {
+  const char *s = getenv("R3_SAMPLE_US");
+  uint64_t us = 1000;
+  if (s && *s && parse_num(s, &us, 0)) {
+    warn("bad R3_SAMPLE_US=", s, "; using 1000", NULL);
+    us = 1000;
+  }
+  if (!us || !cfg.have_dir || (pid_t)syscall(SYS_gettid) != getpid()) return;
+  struct sigaction sa, old;
+  if (sigaction(SIGPROF, NULL, &old) || old.sa_handler != SIG_DFL) return; /* the application's own */
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = prof_tick;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGPROF, &sa, NULL)) return;
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGPROF;
+  sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+  struct itimerspec its;
+  its.it_interval.tv_sec = (time_t)(us / 1000000);
+  its.it_interval.tv_nsec = (long)(us % 1000000) * 1000;
+  its.it_value = its.it_interval;
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &g_prof_timer)) {
+    signal(SIGPROF, SIG_DFL);
+    return;
+  }
+  if (timer_settime(g_prof_timer, 0, &its, NULL)) {
+    timer_delete(g_prof_timer);
+    signal(SIGPROF, SIG_DFL);
+    return;
+  }
+  g_prof_ns = us * 1000;
+  g_prof_pid = getpid();
+}
+
+/* Stops the ticks: 1 if the counts stand for this process's run (its timer ticked all
+ * along, into our handler: the application did not take SIGPROF over) */
+static int prof_stop(void) {
+  if (!g_prof_pid || g_prof_pid != getpid()) return 0;
+  timer_delete(g_prof_timer);
+  g_prof_pid = 0;
+  struct sigaction cur;
+  return sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == prof_tick;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -2335,6 +2429,7 @@ __attribute__((constructor(101))) static void r3_init(void) {
   config_once();
   dl_iterate_phdr(rt_text_cb, NULL);
   pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+  prof_start();
 }
 
 static int g_profile_written;
@@ -2342,6 +2437,7 @@ static int g_profile_written;
 __attribute__((destructor(101))) static void r3_fini(void) {
   config_once();
   if (g_child || !cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
+  int sampled = prof_stop();
   uint64_t app_ns = now_ns() - cfg.t_start;
   pid_t pid = getpid();
   char tmp[PATHMAX], fin[PATHMAX], buf[8192];
@@ -2362,14 +2458,16 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   wb_s(&w, ", \"arena_used_bytes\": ");
   wb_u(&w, g_base ? __atomic_load_n(&g_pool[POOL_APP].peak, __ATOMIC_RELAXED) - g_base : 0);
   wb_s(&w, ", \"arena_base\": "); wb_hex(&w, g_base);
+  wb_s(&w, ", \"sample_ns\": "); wb_u(&w, sampled ? g_prof_ns : 0);
+  wb_s(&w, ", \"main_samples\": "); wb_u(&w, sampled ? g_prof_ticks : 0);
   wb_s(&w, ", \"kernels\": [");
   int first = 1;
   for (struct r3_kinfo *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE); k; k = k->next) {
     uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
     uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
     uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
-    uint64_t main_self = 0, main_top = 0, probed = calls;
-    int sampled = 0;
+    uint64_t main_self = 0, main_top = 0, main_samples = 0, probed = calls;
+    int timed_sample = 0;
     if (k->id >= 0)
       for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
         const struct tcount *c = &b->c[k->id];
@@ -2380,8 +2478,9 @@ __attribute__((destructor(101))) static void r3_fini(void) {
         if (b->main_thread) {
           main_self += c->self_ns;
           main_top += c->top_calls;
+          main_samples += c->samples;
         }
-        sampled |= c->period > 1;
+        timed_sample |= c->period > 1;
       }
     if (!first) wb_s(&w, ",");
     first = 0;
@@ -2393,7 +2492,8 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
     wb_s(&w, ", \"main_self_ns\": "); wb_u(&w, main_self);
     wb_s(&w, ", \"main_top_calls\": "); wb_u(&w, main_top);
-    wb_s(&w, ", \"sampled\": "); wb_s(&w, sampled ? "true" : "false");
+    wb_s(&w, ", \"main_samples\": "); wb_u(&w, sampled ? main_samples : 0);
+    wb_s(&w, ", \"sampled\": "); wb_s(&w, timed_sample ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");
   }
