@@ -86,8 +86,11 @@ def test_compiler_of_a_concrete_spec():
 
 
 def _wrapped_class():
+    """A recipe (its ``compiler`` as 0.x and 1.x give it) and the subclass wrap writes."""
     ns = {"os": os, "R3_HOOKS": "/hooks"}
-    exec("class Wrapped:\n    compiler = None\n" + wrap._COMPILERS, ns)
+    recipe = ("class Recipe:\n    given = None\n\n    @property\n    def compiler(self):\n"
+              "        return self.given\n\n\nclass Wrapped(Recipe):\n")
+    exec(wrap._COMPILER_PROXY + recipe + wrap._COMPILERS, ns)
     return ns["Wrapped"]
 
 
@@ -119,16 +122,28 @@ def test_wrapped_package_finds_its_compilers():
     cls = _wrapped_class()
     p = cls()
     p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19")})  # 1.x, a C-only package
-    p.compiler = _Adaptor()
+    p.given = _Adaptor()
     assert p._r3_compilers() == ("/usr/bin/clang-19", None)
     p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19"), "cxx": _node(cxx="/usr/bin/clang++-19")})
     assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
     p.spec = _Spec1({})  # 0.x: no language dependencies; self.compiler has both
-    p.compiler = types.SimpleNamespace(cc="/usr/bin/clang-19", cxx="/usr/bin/clang++-19")
+    p.given = types.SimpleNamespace(cc="/usr/bin/clang-19", cxx="/usr/bin/clang++-19", version="19.1.7")
     assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
     env = {}
     p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "record")
     assert env["SPACK_CC"] == "/hooks/r3-spack-cc" and env["R3_REAL_CXX"] == "/usr/bin/clang++-19"
+    assert p.compiler.cc == "/usr/bin/clang-19"  # outside the build: the recipe's own
+    # Inside the build, a recipe that passes its build the compiler (CC=self.compiler.cc)
+    # passes the launcher: the build's environment holds what _r3_launch set.
+    saved = dict(os.environ)
+    try:
+        os.environ.update(env)
+        assert (p.compiler.cc, p.compiler.cxx, p.compiler.version) == (
+            "/hooks/r3-spack-cc", "/hooks/r3-spack-cxx", "19.1.7")
+        assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def test_parent_is_imported_by_its_own_repository_layout():
@@ -155,3 +170,30 @@ def test_extension_help_through_a_real_spack1(tmp_path):
     proc = subprocess.run([spack.exe, "-C", ext, "r3", "-h"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "emit" in proc.stdout and "record" in proc.stdout
+
+
+def test_a_dev_path_spec_builds_a_copy_of_the_tree_without_its_build_outputs(tmp_path):
+    """``spack develop`` trees build in place: r3's builds get their own copy, or they would
+    write into the user's tree and reuse its objects (compiling nothing with probes)."""
+    from spack_r3.spack.devpath import dev_path, private_copy
+
+    tree = tmp_path / "my src"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "main.c").write_text("int main(void) { return 0; }\n")
+    (tree / "sub" / "kernel.c").write_text("void k(void) {}\n")
+    (tree / "main.o").write_bytes(b"\x7fELF old object")
+    (tree / "sub" / "libk.a").write_bytes(b"!<arch>\n")
+    (tree / "build-linux-debian12-x86_64_v4-y4x7646").mkdir()
+    (tree / "build-linux-debian12-x86_64_v4-y4x7646" / "CMakeCache.txt").write_text("old\n")
+    (tree / "spack-build-out.txt").write_text("old log\n")
+    (tree / "build-linux-debian12-x86_64_v4-tbdaaps").symlink_to(tmp_path / "gone-stage")
+    before = sorted(str(p) for p in tree.rglob("*"))
+
+    spec = 'xsbench@20 +openmp dev_path="%s" %%clang' % tree
+    assert dev_path(spec) == str(tree)
+    copied_spec, copy = private_copy(spec, str(tmp_path / "build" / "dev-src"))
+    assert copied_spec == "xsbench@20 +openmp dev_path=%s %%clang" % copy
+    kept = sorted(os.path.relpath(str(p), copy) for p in __import__("pathlib").Path(copy).rglob("*"))
+    assert kept == ["main.c", "sub", os.path.join("sub", "kernel.c")]
+    assert sorted(str(p) for p in tree.rglob("*")) == before  # the user's tree is only read
+    assert private_copy("xsbench@20 %clang", str(tmp_path / "none")) == ("xsbench@20 %clang", None)

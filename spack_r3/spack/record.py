@@ -19,6 +19,7 @@ from ..record import session
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from .repos import PackageIndex, configured_repos, create_repo, detect_layout
 from .runner import Spack
+from .devpath import private_copy
 from .sandbox import make_sandbox
 from .wrap import record_package
 
@@ -140,6 +141,7 @@ class Installed:
     specfile: str
     node: dict  # the root of the concrete spec (name, version, arch, compiler...)
     nodes: list = None  # every node of the concrete spec (1.x: the compilers are among them)
+    source_dir: str = None  # a dev_path spec: the copy of its tree this build used
 
     @property
     def target(self):
@@ -172,8 +174,10 @@ def spec_compiler(node, nodes):
 
 
 def install(site, spec, directory, what, rebuild=False):
-    """Concretize and install ``spec`` in the sandbox; R3Error with Spack's reason."""
+    """Concretize and install ``spec`` in the sandbox; R3Error with Spack's reason. A
+    ``dev_path`` spec builds a copy of its tree in ``directory`` (see devpath)."""
     os.makedirs(directory, exist_ok=True)
+    spec, source_dir = private_copy(spec, os.path.join(directory, "dev-src"))
     specfile = os.path.join(directory, "spec.json")
     outcome = site.spack.concretize(spec, specfile)
     if not outcome.ok:
@@ -194,7 +198,7 @@ def install(site, spec, directory, what, rebuild=False):
     prefix = site.spack.location("/" + outcome.hash)
     if not prefix:
         raise R3Error("%s: spack installed %s but cannot locate it" % (what, spec))
-    return Installed(outcome.hash, prefix, specfile, nodes[0], nodes)
+    return Installed(outcome.hash, prefix, specfile, nodes[0], nodes, source_dir)
 
 
 def has_tests(recipe_path):
@@ -258,7 +262,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
                                "compiler": installed.compiler, "prefix": installed.prefix, "layout": site.layout,
                                "parent_layout": parent_layout,
                                "repos": [os.path.abspath(r) for r in extra_repos],
-                               "source_root": _source_root(result.captures)})
+                               "source_root": installed.source_dir or _source_root(result.captures)})
     return result
 
 

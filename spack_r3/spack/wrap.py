@@ -43,10 +43,18 @@ _COMPILERS = '''
                 found.append(None)
         if any(found):
             return tuple(found)
-        compiler = getattr(self, "compiler", None)
+        compiler = super().compiler
         if compiler is None:
             return None, None
         return getattr(compiler, "cc", None), getattr(compiler, "cxx", None)
+
+    @property
+    def compiler(self):
+        # A recipe that hands its build the real compiler (1.x's xsbench: CC=self.compiler.cc)
+        # goes around Spack's wrapper and the launcher behind it: inside the build, the
+        # compiler's cc and cxx are the launchers.
+        real = super().compiler
+        return _R3Compiler(real) if real is not None and os.environ.get("R3_SPACK_LAUNCHER") else real
 
     def _r3_launch(self, env, launcher):
         cc, cxx = self._r3_compilers()
@@ -57,6 +65,26 @@ _COMPILERS = '''
         if cxx:
             env.set("R3_REAL_CXX", cxx)
             env.set("SPACK_CXX", os.path.join(R3_HOOKS, "r3-spack-cxx"))
+'''
+
+
+_COMPILER_PROXY = '''
+class _R3Compiler:
+    """The build's compiler, with the launchers as its cc and cxx."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    @property
+    def cc(self):
+        return os.path.join(R3_HOOKS, "r3-spack-cc") if os.environ.get("R3_REAL_CC") else self._real.cc
+
+    @property
+    def cxx(self):
+        return os.path.join(R3_HOOKS, "r3-spack-cxx") if os.environ.get("R3_REAL_CXX") else self._real.cxx
 '''
 
 
@@ -72,7 +100,7 @@ def _header(namespace, name, layout, what):
             "",
             "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper)",
             "R3_HOOKS = %r" % HOOK_DIR,
-            ""]
+            "", _COMPILER_PROXY]
 
 
 def record_package(namespace, name, layout, env):
