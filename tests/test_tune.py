@@ -268,6 +268,41 @@ def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
     assert [t.number for t in study.best(3)] == [trials[1].number]  # only the correct one ranks
 
 
+WHERE_C = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+/* writes where its own frame is: no replay can reproduce that */
+void where(long n, long *out) {
+  volatile long here = n;
+  for (long i = 0; i < n; i++) out[i] = (long)(uintptr_t)&here + i;
+}
+int main(void) {
+  long *out = calloc(64, sizeof(long));
+  where(64, out);
+  printf("%ld\n", out[63] - out[0]);
+  free(out);
+  return 0;
+}
+"""
+
+
+def test_a_kernel_whose_baseline_cannot_reproduce_its_recording_is_not_searched(tmp_path_factory):
+    """Every candidate is held to the recording: when the kernel's own code does not
+    reproduce it, the search would only collect failures. The kernel is left out, with the
+    baseline's own result as the reason."""
+    tree = source_tree(tmp_path_factory, "where", {"where.c": WHERE_C,
+                                                   "Makefile": "where: where.c\n\t$(CC) -O1 -o $@ $<\n"})
+    ws = str(tmp_path_factory.mktemp("where-ws"))
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", tree, "--run", "./where", "--kernel", "where",
+                         "--budget", 4, "--mutator", "none", "--json", timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["kernels"] == []
+    [line] = [s for s in out["skipped"] if s.startswith("where:")]
+    assert "its baseline (O3 for this machine) does not reproduce the recording" in line, line
+
+
 def _finished_trials(db):
     """Finished trials in a study database that another process is writing (read-only:
     opening it through Optuna here would race that process creating its tables)."""

@@ -21,7 +21,7 @@ from ..replay import cachestate
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from ..data import OK, WARM
+from ..data import OK, WARM, WRONG_OUTPUT
 from ..model.client import ModelError
 from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
@@ -157,6 +157,21 @@ def _saved_result(study, options):
     return None
 
 
+def _baseline_problem(pool, target, timeout):
+    """Why the baseline itself fails the replay check, or None. Every candidate is held to
+    the recording, so when the baseline (the kernel's own code at O3 for this machine) does
+    not reproduce it, no candidate can verify: e.g. an application built for a generic
+    target, whose a*b+c this machine's FMA then fuses (1.3e-16 on XSBench built by Spack at
+    -O0 with no target flags)."""
+    ev = pool.servers[0].submit(target.captures[0], repeat=1, tolerance=target.tolerance, timeout=timeout)
+    if ev.status == OK:
+        return None
+    what = "max relative error %.2g" % ev.max_rel_error if ev.status == WRONG_OUTPUT else ev.status
+    hint = (" (the application built for another target or with other floating-point contraction; "
+            "--tolerance accepts such differences)" if ev.status == WRONG_OUTPUT else "")
+    return "its baseline (O3 for this machine) does not reproduce the recording: %s%s" % (what, hint)
+
+
 def _record_clang(capture):
     return capture.compile_command[0] if capture.compile_command else None
 
@@ -176,6 +191,10 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
                           pairs=options.pairs, timeout=options.timeout)
             remix_budget = int(round(options.budget * options.remix_share)) if options.mutator else 0
             try:
+                if not study.trials():  # a resumed study had its baseline checked
+                    problem = _baseline_problem(pool, target, options.timeout)
+                    if problem:
+                        raise R3Error(problem)
                 study.run(pool.servers, options.budget - remix_budget, progress)
                 if remix_budget:
                     study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,

@@ -92,8 +92,9 @@ def build_plan(workspace, package):
             patches[unit.patch] = make_patch(original, changed, rel)
         plan.units.append(unit)
     if not plan.units:
-        raise R3Error("nothing tuned for %s: run spack r3 tune %s first%s" % (
-            package, package, (" (%s)" % "; ".join(skipped)) if skipped else ""))
+        if skipped:  # tuned, and no winner to build
+            raise R3Error("no tuned kernel of %s to build: %s" % (package, "; ".join(skipped)))
+        raise R3Error("nothing tuned for %s: run spack r3 tune %s first" % (package, package))
     return plan, skipped, patches
 
 
