@@ -81,10 +81,7 @@ def share_of(stats, app_s):
     summed over threads."""
     if not app_s:
         return None
-    if "on_main" in stats:
-        ns = stats["main_ns"] if stats["on_main"] else stats.get("self_ns", 0)
-    else:
-        ns = stats.get("main_self_ns") or stats.get("self_ns", 0)
+    ns = stats["main_ns"] if stats["on_main"] else stats["self_ns"]
     return min(1.0, ns / 1e9 / app_s)
 
 
