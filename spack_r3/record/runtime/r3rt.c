@@ -1164,7 +1164,7 @@ static int emit_pool(wbuf_t *w, int which, int post) {
       return -1;
     }
     uint64_t kind = (which == POOL_RT || (c->tag & F_RT)) ? R3_KIND_RUNTIME : R3_KIND_HEAP;
-    if (is_state(c, ST_LIVE)) {
+    if (is_state(c, ST_LIVE) && !(post && kind == R3_KIND_RUNTIME)) { /* never compared */
       if (post && kind == R3_KIND_HEAP && g_nio) emit_minus_io(w, h + HDR, h + sz, kind);
       else emit_region(w, h + HDR, sz - HDR, kind, c + 1);
     }
@@ -1175,10 +1175,11 @@ static int emit_pool(wbuf_t *w, int which, int post) {
 }
 
 /* what every image holds besides application heap: the runtimes' chunks, the kernel's
- * globals, the capture's stack region, the loaded objects' data the arguments point into
- * (read-only data in pre.bin only: nothing can change it) */
+ * globals, the capture's stack region, the loaded objects' data the arguments point into.
+ * pre.bin only: read-only data (nothing can change it) and the runtimes' state (their
+ * chunks, a thread's TLS), which replay restores but never compares. */
 static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
-  if (emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
+  if (!post && emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
   for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
     const struct r3_global *g = &k->globals[i];
     if (!g->addr || g->size <= 0) continue;
@@ -1188,7 +1189,7 @@ static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
     uintptr_t lo = cap.stk[i].lo, hi = cap.stk[i].hi, t = cap.stk[i].tls_lo;
     uintptr_t mid = t > lo && t < hi ? t : hi;
     emit_region(w, lo, mid - lo, R3_KIND_STACK, (const void *)lo);
-    if (mid < hi && !w->err) emit_region(w, mid, hi - mid, R3_KIND_RUNTIME, (const void *)mid);
+    if (mid < hi && !post && !w->err) emit_region(w, mid, hi - mid, R3_KIND_RUNTIME, (const void *)mid);
   }
   for (int i = 0; i < cap.nimg && !w->err; i++)
     if (cap.img[i].writable || !post)
