@@ -69,13 +69,23 @@ class Capture:
     def from_json(cls, data):
         return _from_dict(cls, data)
 
+    @property
+    def opt_level(self):
+        """The build's optimization level: 0, 1, 2, 3, s or z (the compile line's last -O;
+        none: 0, as the compiler takes it)."""
+        levels = [a[2:] for a in self.compile_command[1:] if a.startswith("-O")]
+        level = levels[-1] if levels else "0"
+        aliases = {"": "1", "g": "1", "fast": "3", "4": "3"}
+        return aliases.get(level, level if level in ("0", "1", "2", "3", "s", "z") else "2")
+
 
 FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
 
 
 @dataclass
 class Pipeline:
-    """Compiler settings for one replay. The defaults are ``-O3 -march=native``."""
+    """Compiler settings for one replay. The defaults are ``-O3 -march=native``, with
+    a*b+c contracted exactly as the build contracted it."""
 
     opt: str = "3"  # 0, 1, 2, 3, s, z
     loop_vectorize: Optional[bool] = None  # None: what the O-level does
@@ -85,10 +95,13 @@ class Pipeline:
     inline_threshold: Optional[int] = None
     passes: Tuple[str, ...] = ()  # extra passes run after the standard pipeline
     codegen: int = 3
-    cpu: str = "host"
-    features: str = "host"
+    cpu: str = "host"  # host, built (the kernel's own target attributes: as the build compiled it), or a name
+    features: str = "host"  # host, built, or +feat,-feat,...
     fast_math: Tuple[str, ...] = ()  # subset of FAST_MATH_FLAGS
-    fma: str = "on"  # on: keep llvm.fmuladd contraction; off: split into fmul + fadd
+    # built: fuse llvm.fmuladd only where the build's target did (a generic x86-64 build
+    # does not), so the results are the application's; on: fuse where the target can;
+    # off: split into fmul + fadd
+    fma: str = "built"
     noalias: bool = False  # mark the kernel's pointer parameters noalias
     # An opt stage with Polly (LLVM's polyhedral loop optimizer) before the pipeline:
     polly: bool = False
@@ -99,7 +112,7 @@ class Pipeline:
     @property
     def relaxes_fp(self):
         """True when the pipeline changes floating-point semantics."""
-        return bool(self.fast_math) or self.fma != "on"
+        return bool(self.fast_math) or self.fma != "built"
 
     def to_json(self):
         d = asdict(self)

@@ -18,7 +18,8 @@ from spack_r3 import cli
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
-from spack_r3.replay.pipeline import parse
+from spack_r3.replay.module import apply_pipeline_edits, built_target
+from spack_r3.replay.pipeline import as_built, format_spec, parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
@@ -198,11 +199,13 @@ def test_corrupt_and_unknown_captures_get_one_line(recorded, tmp_path):
         f.truncate(os.path.getsize(pre) // 2)
     flipped = str(tmp_path / "flipped")
     shutil.copytree(capture_of(recorded, "spmv"), flipped)
-    with open(os.path.join(flipped, "post.bin"), "r+b") as f:  # same size, one bit off
-        f.seek(-1, os.SEEK_END)
-        last = f.read(1)[0]
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([last ^ 1]))
+    post = os.path.join(flipped, "post.bin")
+    stored = next(r for r in read_regions(post) if r.size and not r.path and not r.zero)
+    with open(post, "r+b") as f:  # same size, one bit of a region's bytes off
+        f.seek(stored.offset)
+        byte = f.read(1)[0]
+        f.seek(stored.offset)
+        f.write(bytes([byte ^ 1]))
     for argv, needle in ((["replay", cap], "truncated"), (["replay", flipped], "checksum mismatch"),
                          (["--workspace", recorded, "replay", "no-such-capture"], "unknown capture"),
                          (["--workspace", recorded, "replay", "spmv", "--pipeline", "O3,passes=warp_drive"],
@@ -479,3 +482,62 @@ def test_the_application_output_is_shown_as_it_runs(tmp_path, clang, capsys):
     assert r3("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
               "--kernel", "jacobi_step", "--run", "./heat 32 3") == 0
     assert "  | heat: n=32 steps=3" in capsys.readouterr().out
+
+
+FUSED_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* a*b+c where fusing changes the result: (1+2^-30)^2 - 1 keeps 2^-60 only when fused */
+void axpy_like(long n, const double *a, const double *b, double *y) {
+  for (long i = 0; i < n; i++) y[i] = a[i] * b[i] + y[i];
+}
+int main(void) {
+  long n = 4096;
+  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *y = malloc(n * sizeof *y);
+  for (long i = 0; i < n; i++) { a[i] = 1.0 + 0x1p-30 * (1 + i % 7); b[i] = a[i]; y[i] = -1.0; }
+  axpy_like(n, a, b, y);
+  printf("%.17g\n", y[n - 1]);
+  return 0;
+}
+"""
+
+
+def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
+    """A build with no -march compiles for the generic target, which has no FMA: the
+    application's a*b+c are rounded twice. Replay's baseline is that kernel as built (its
+    -O1, its target); a candidate for this machine contracts a*b+c only where the build did
+    (fma=built, the default), so it reproduces the recording exactly on any CPU."""
+    tree = source_tree(tmp_path_factory, "fused", {"fused.c": FUSED_C,
+                                                   "Makefile": "fused: fused.c\n\t$(CC) -O1 -o $@ $<\n"})
+    ws = str(tmp_path_factory.mktemp("fused-ws"))
+    assert r3("--workspace", ws, "record", "--source", tree, "--run", "./fused", "--target", "as-built") == 0
+    cap = load_capture_dir(capture_of(ws, "axpy_like"))
+    assert cap.opt_level == "1"
+    assert format_spec(as_built(cap)) == "O1,codegen=1,target=built"
+    capsys.readouterr()
+    assert r3("--workspace", ws, "replay", "axpy_like", "--pipeline", "O3", "--pipeline", "O3,target=built",
+              "--pairs", 3, "--tolerance", 0, "--json") == 0
+    for r in json.loads(capsys.readouterr().out):
+        assert r["status"] == OK and r["max_rel_error"] == 0 and r["speedup"] > 0, r
+    # fusing where the build did not is a change of results, labelled so (whether it
+    # changes the bits depends on this CPU having FMA)
+    assert parse("O3,fma=on").relaxes_fp and not parse("O3").relaxes_fp
+
+
+def test_fma_built_splits_a_times_b_plus_c_only_for_builds_without_fma():
+    ir = """target triple = "x86_64-unknown-linux-gnu"
+define double @k(double %a, double %b, double %c) #0 {
+  %r = call double @llvm.fmuladd.f64(double %a, double %b, double %c)
+  ret double %r
+}
+declare double @llvm.fmuladd.f64(double, double, double)
+attributes #0 = { "target-cpu"="%s" "target-features"="%s" }
+"""
+    generic = ir.replace("%s", "x86-64", 1).replace("%s", "+cmov,+cx8,+fxsr,+mmx,+sse,+sse2,+x87", 1)
+    v3 = ir.replace("%s", "x86-64-v3", 1).replace("%s", "+avx,+avx2,+fma,+sse4.2", 1)
+    assert built_target(generic, "k") == ("x86-64", "+cmov,+cx8,+fxsr,+mmx,+sse,+sse2,+x87")
+    edit = lambda text, spec: apply_pipeline_edits(text, "k", parse(spec), "znver4", "+avx2,+fma")  # noqa: E731
+    assert "call double @llvm.fmuladd" not in edit(generic, "O3") and "fmul double" in edit(generic, "O3")
+    assert "call double @llvm.fmuladd" in edit(v3, "O3")
+    assert "call double @llvm.fmuladd" in edit(generic, "O3,fma=on")
+    assert "call double @llvm.fmuladd" not in edit(v3, "O3,fma=off")

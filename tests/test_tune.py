@@ -108,6 +108,17 @@ def test_space_follows_what_the_capture_knows():
     assert relaxed.fingerprint() != exact.fingerprint()
     text = relaxed.describe()
     assert "within tolerance 1e-09" in text and "[if passes > 0]" in text
+    assert "target" not in names  # built for this machine: nothing to retarget
+
+    # A build for a generic target (no -march): this machine's target is a choice, and
+    # within tolerance FMA contraction may differ from the build's (which had none)
+    generic = Space(KernelFacts("k", tolerance=1e-9, built_target="x86-64", retarget=True, built_fma=False))
+    params = {p.name: p for p in generic.params}
+    assert params["target"].choices == ("host", "built") and params["fma"].choices == ("built", "on")
+    assert {"target": "built"} in [{k: v for k, v in s.items() if k == "target" and v == "built"}
+                                   for s in generic.seeds()]
+    built = generic.variant(dict(generic.defaults(), target="built")).pipeline
+    assert (built.cpu, built.features, built.fma, built.relaxes_fp) == ("built", "built", "built", False)
 
 
 def test_bayesian_search_starts_from_what_is_known_to_matter():
@@ -153,7 +164,7 @@ def test_space_suggests_variants_through_optuna():
         assert ("polly_tile" in values) == values["polly"]
         seen_polly |= variant.pipeline.polly
         seen_passes |= bool(variant.pipeline.passes)
-        assert variant.pipeline.relaxes_fp == (values["fast_math"] != "none" or values["fma"] == "off")
+        assert variant.pipeline.relaxes_fp == (values["fast_math"] != "none" or values["fma"] != "built")
         assert Variant.from_json(variant.to_json()) == variant
         study.tell(trial, 1.0)
     assert seen_polly and seen_passes
@@ -300,7 +311,8 @@ def test_a_kernel_whose_baseline_cannot_reproduce_its_recording_is_not_searched(
     out = json.loads(proc.stdout)
     assert out["kernels"] == []
     [line] = [s for s in out["skipped"] if s.startswith("where:")]
-    assert "its baseline (O3 for this machine) does not reproduce the recording" in line, line
+    # the baseline is the kernel as built: -O1, for the build's target
+    assert "its baseline (O1,codegen=1,target=built, the kernel as built) does not reproduce the recording" in line, line
 
 
 def _finished_trials(db):

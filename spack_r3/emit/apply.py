@@ -196,7 +196,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
                 mod = _with_threads(mod, launch.threads)
             if probes:  # the body behind the wrapper that rest.o now defines
                 mod.get_function(names[k["symbol"]]).name = TIMED_PREFIX + names[k["symbol"]]
-            cpu, features = resolve_target(pipeline)
+            cpu, features = resolve_target(pipeline, source_ir)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:

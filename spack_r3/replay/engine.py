@@ -243,7 +243,7 @@ class Compiled:
     def __init__(self, prepared, pipeline, launch=None):
         t0 = time.perf_counter()
         unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir)
-        cpu, features = resolve_target(pipeline)
+        cpu, features = resolve_target(pipeline, unit)
         # An MCJIT engine owns its target machine: a fresh one per engine.
         tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
         mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
@@ -418,7 +418,7 @@ class CacheFlush:
         self.shared = np.zeros(2 * (cache_bytes() or (32 << 20)) // 8, dtype=np.float64) if mode == COLD else None
         mod = llvm.parse_assembly(flush_ir())
         # An MCJIT engine owns its target machine: a fresh one, for this host.
-        tm = target_machine(mod.triple, *resolve_target(Pipeline()), codegen=2, jit=True)
+        tm = target_machine(mod.triple, *resolve_target(Pipeline(), None), codegen=2, jit=True)
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
         self._flush = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long)(

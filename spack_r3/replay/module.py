@@ -179,12 +179,53 @@ def _merge_flags(existing, flags):
     return " " + " ".join(sorted(have | set(flags))) + " " if (have | set(flags)) else " "
 
 
+def built_target(text, kernel):
+    """(cpu, features) the build compiled ``kernel`` for: the target attributes clang
+    wrote on its definition from the compile line's -march (none: the generic CPU of the
+    module's triple, as clang's default)."""
+    lines = text.split("\n")
+    attrs = ""
+    try:
+        tail = lines[find_define(lines, kernel)].rsplit(")", 1)[-1]
+    except (KeyError, ValueError):
+        tail = ""
+    for group in re.findall(r"#(\d+)", tail):
+        m = re.search(r"^attributes #%s = \{(.*)\}\s*$" % group, text, re.M)
+        attrs += m.group(1) if m else ""
+    cpu = re.search(r'"target-cpu"="([^"]*)"', attrs)
+    features = re.search(r'"target-features"="([^"]*)"', attrs)
+    triple = re.search(r'^target triple = "([^"-]*)', text, re.M)
+    generic = "x86-64" if triple and triple.group(1) == "x86_64" else "generic"
+    return (cpu.group(1) if cpu else generic), (features.group(1) if features else "")
+
+
+def contracts_fma(features):
+    """Whether code for ``features`` (a target-features string) fuses llvm.fmuladd."""
+    return "+fma" in features.split(",")
+
+
+# What a generic build leaves on the table: vector widths and fused multiply-add.
+VECTOR_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq",
+                   "neon", "sve", "sve2")
+
+
+def behind_host(features):
+    """Whether this machine has vector or FMA features that ``features`` (a build's
+    target-features) does not enable: compiling for this machine may then pay."""
+    host = llvm.get_host_cpu_features()
+    built = {f[1:] for f in features.split(",") if f.startswith("+")}
+    return any(host.get(f) and f not in built for f in VECTOR_FEATURES if f in host)
+
+
 def apply_pipeline_edits(text, kernel, pipeline, cpu, features):
-    """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias."""
+    """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias.
+    ``fma=built`` splits llvm.fmuladd exactly where the build's own target could not fuse
+    it, so a variant for another target computes what the application computed."""
+    split_fma = pipeline.fma == "off" or (pipeline.fma == "built" and not contracts_fma(built_target(text, kernel)[1]))
     text = re.sub(r'"target-cpu"="[^"]*"', '"target-cpu"="%s"' % cpu, text)
     text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
     text = re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)
-    if pipeline.fma == "off":
+    if split_fma:
         def split(m):
             product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name
             return "%s%s = fmul %s %s, %s\n%s%s = fadd %s %s, %s%s" % (

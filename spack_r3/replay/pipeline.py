@@ -1,6 +1,7 @@
 """Pipeline SPECs: the compiler settings of one replay, as a short string.
 
-    O3                                  the baseline: -O3 -march=native
+    O3                                  -O3 for this machine
+    O0,codegen=0,target=built           as a build at -O0 without -march compiled it
     O2,vectorize=0,unroll=1,inline=500  pipeline tuning options
     O3,passes=loop_unroll_and_jam;licm  extra passes after the standard pipeline
     O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
@@ -9,7 +10,9 @@
 
 Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
 passes, codegen, cpu, features, fast (flags joined by +, or ``fast``/``all``),
-fma (on/off), noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
+target (host: this machine, the default; built: the target the build compiled the
+kernel for), fma (built: fuse a*b+c where the build did, the default; on; off),
+noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
 that recorded, before the pipeline) and, with polly=1 only, polly_tile (tile size;
 0: no tiling; default: Polly's), polly_matmul (0/1: the matrix-multiplication
 pattern optimization, on by default), polly_vec (none/stripmine).
@@ -112,9 +115,13 @@ def parse(spec):
                         raise PipelineError("unknown fast-math flag '%s'; known: %s" % (f, "+".join(FAST_MATH_FLAGS)))
                 p.fast_math = flags
         elif key == "fma":
-            if value not in ("on", "off"):
-                raise PipelineError("fma=%s: expected on or off" % value)
+            if value not in ("built", "on", "off"):
+                raise PipelineError("fma=%s: expected built, on or off" % value)
             p.fma = value
+        elif key == "target":
+            if value not in ("host", "built"):
+                raise PipelineError("target=%s: expected host or built" % value)
+            p.cpu = p.features = value
         elif key == "noalias":
             p.noalias = _bool(key, value)
         elif key == "polly":
@@ -137,6 +144,14 @@ def parse(spec):
     return p
 
 
+def as_built(capture):
+    """The kernel as its application runs it, the baseline every candidate is measured
+    against: the build's O-level (and clang's code generation level for it) and the
+    target the build compiled for."""
+    level = capture.opt_level
+    return Pipeline(opt=level, codegen={"0": 0, "1": 1, "3": 3}.get(level, 2), cpu="built", features="built")
+
+
 def format_spec(p):
     """The canonical SPEC of a Pipeline (parse(format_spec(p)) == p)."""
     items = ["O" + p.opt]
@@ -150,15 +165,18 @@ def format_spec(p):
         items.append("passes=" + ";".join(p.passes))
     if p.codegen != 3:
         items.append("codegen=%d" % p.codegen)
-    if p.cpu != "host":
-        items.append("cpu=" + p.cpu)
-    if p.features != "host":
-        items.append("features=" + p.features.replace(",", ""))
+    if p.cpu == p.features == "built":
+        items.append("target=built")
+    else:
+        if p.cpu != "host":
+            items.append("cpu=" + p.cpu)
+        if p.features != "host":
+            items.append("features=" + p.features.replace(",", ""))
     if set(p.fast_math) == set(FAST_MATH_FLAGS):
         items.append("fast")
     elif p.fast_math:
         items.append("fast=" + "+".join(p.fast_math))
-    if p.fma != "on":
+    if p.fma != "built":
         items.append("fma=" + p.fma)
     if p.noalias:
         items.append("noalias=1")

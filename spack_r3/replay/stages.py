@@ -26,7 +26,7 @@ import re
 import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Tuple
 
 import llvmlite.binding as llvm
@@ -34,7 +34,8 @@ import llvmlite.binding as llvm
 from ..errors import ToolchainError
 from .. import toolchain
 from ..fileutil import write_atomic
-from .module import apply_launch_edits, apply_pipeline_edits, dispatch_loops, extract_kernel, extract_kernel_text
+from .module import (apply_launch_edits, apply_pipeline_edits, built_target, dispatch_loops, extract_kernel,
+                     extract_kernel_text)
 
 __all__ = ["CompileError", "KernelIR", "optimized_module", "resolve_target", "target_machine", "run_pipeline",
            "polly_tools", "polly_available", "polly_options", "dispatch_loops", "module_triple",
@@ -110,9 +111,14 @@ class KernelIR:
         return text
 
 
-def resolve_target(pipeline, cpu=None, features=None):
-    """(cpu, features) a variant is compiled for: the pipeline's own where it names them,
+def resolve_target(pipeline, source, cpu=None, features=None):
+    """(cpu, features) a variant of ``source`` (a KernelIR) is compiled for: the
+    pipeline's own where it names them, the kernel's as built where it says ``built``,
     else ``cpu``/``features`` (the machine a build targets), else this host's."""
+    if "built" in (pipeline.cpu, pipeline.features):
+        built_cpu, built_features = built_target(source.ir, source.kernel)
+        pipeline = replace(pipeline, cpu=built_cpu if pipeline.cpu == "built" else pipeline.cpu,
+                           features=built_features if pipeline.features == "built" else pipeline.features)
     if pipeline.cpu == "host" and cpu is None:
         cpu = llvm.get_host_cpu_name()
     if pipeline.features == "host" and features is None:
@@ -145,7 +151,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
     None: a new one for ``cpu``/``features``/``pipeline.codegen``. ``timeout``: seconds
     for each tool of the opt stage. Raises CompileError with one line.
     """
-    cpu, features = resolve_target(pipeline, cpu, features)
+    cpu, features = resolve_target(pipeline, source, cpu, features)
 
     def edits(text):
         text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features)

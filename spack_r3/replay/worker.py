@@ -22,10 +22,11 @@ import traceback
 from collections import OrderedDict
 
 from ..capture import load_capture_dir
-from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Pipeline, Variant
+from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import R3Error
 from ..toolchain import find_libomp
 from . import engine
+from .pipeline import as_built
 
 
 class Worker:
@@ -58,13 +59,14 @@ class Worker:
             self.baselines.pop(directory, None)
 
     def baseline(self, directory):
-        """The O3 baseline of a capture, compiled once here (compiling runs no kernel
-        code) and inherited by every candidate's child for the paired protocol."""
+        """The baseline of a capture (the kernel as built: ``pipeline.as_built``), compiled
+        once here (compiling runs no kernel code) and inherited by every candidate's child
+        for the paired protocol."""
         if directory not in self.baselines:
             prepared = self.load(directory)
             engine.bind_globals(prepared)
             try:
-                self.baselines[directory] = engine.Compiled(prepared, Pipeline())
+                self.baselines[directory] = engine.Compiled(prepared, as_built(prepared.capture))
             except engine.CompileError as err:
                 self.baselines[directory] = err
         return self.baselines[directory]
@@ -146,7 +148,7 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
     # Recorded globals must have their addresses before the JIT resolves symbols.
     engine.map_recorded_memory(prepared)
     if isinstance(baseline, engine.CompileError):
-        ev.status, ev.diagnostics = COMPILE_ERROR, "the O3 baseline does not compile: %s" % baseline
+        ev.status, ev.diagnostics = COMPILE_ERROR, "the baseline (the kernel as built) does not compile: %s" % baseline
         return ev
     pairs = int(req.get("pairs") or 0)
     try:

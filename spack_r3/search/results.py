@@ -14,7 +14,8 @@ from typing import Dict, List, Optional
 from .. import cxxnames
 from ..data import WARM, Variant
 from ..fileutil import write_atomic
-from ..replay.pipeline import format_spec
+from ..capture import load_capture_dir
+from ..replay.pipeline import as_built, format_spec
 from ..report import percent, seconds, table
 from .simplify import settings
 
@@ -104,7 +105,8 @@ def kernel_result(target, study, confirmed, again=None):
                   picked_speedup=best.speedup if best and again is not None else None)
     if measured is None:
         return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,
-                            speedup_max=1.0, relaxes_fp=False, winner="baseline", variant=Variant().to_json(),
+                            speedup_max=1.0, relaxes_fp=False, winner="baseline",
+                            variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))).to_json(),
                             pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
                             search_speedup=best.search_speedup if best else None, **common)
     return KernelResult(baseline_s=baseline_s, best_s=median(measured.times), speedup=measured.speedup,
@@ -184,7 +186,7 @@ def plot_curves(results, path):
             ax.plot([xs[-1]], [r.speedup], "o", color=line.get_color())
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("evaluations")
-    ax.set_ylabel("best speedup over -O3 -march=native")
+    ax.set_ylabel("best speedup over the kernel as built")
     ax.set_title("r3 tune: best verified speedup per kernel (dot: re-measured)")
     if results:
         ax.legend(fontsize=8)

@@ -80,6 +80,11 @@ class KernelFacts:
     tolerance: Optional[float] = None  # relative FP tolerance; None or 0: exact results only
     cores: int = 1  # CPUs a replay worker has (most threads worth trying)
     polly: bool = False  # an opt with Polly is available
+    # The target the build compiled the kernel for: when it lacks vector or FMA features
+    # this machine has (a generic x86-64 build), compiling for this machine is searched.
+    built_target: str = ""
+    retarget: bool = False
+    built_fma: bool = True  # the build's target fuses a*b+c
     # Macro knobs of a source variant (name -> values, the rewrite's default first),
     # e.g. the tile size a tiling rule exposes: searched like any other setting.
     knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
@@ -104,6 +109,11 @@ class Space:
             Param("interleave", "categorical", "loop interleaving", choices=TRISTATE),
             Param("inline", "categorical", "inlining threshold", choices=(None, 25, 225, 500, 1000)),
             Param("codegen", "categorical", "code generation level", choices=(1, 2, 3)),
+        ]
+        if f.retarget:
+            p.append(Param("target", "categorical", "this machine, or the target the build compiled for (%s)"
+                           % (f.built_target or "generic"), choices=("host", "built")))
+        p += [
             Param("noalias", "bool", "pointer parameters do not alias (verified on every instance)"),
             Param("passes", "int", "extra passes after the standard pipeline", low=0, high=MAX_EXTRA_PASSES),
         ]
@@ -122,8 +132,8 @@ class Space:
         if f.relax_fp:
             p += [Param("fast_math", "categorical", "fast-math flags (within tolerance %g)" % f.tolerance,
                         choices=tuple(FAST_MATH_CHOICES)),
-                  Param("fma", "categorical", "FMA contraction (within tolerance %g)" % f.tolerance,
-                        choices=("on", "off"))]
+                  Param("fma", "categorical", "FMA contraction (within tolerance %g): as built, or changed"
+                        % f.tolerance, choices=("built", "off" if f.built_fma else "on"))]
         if f.parallel and f.cores > 1:
             p.append(Param("threads", "int", "OpenMP threads", low=1, high=f.cores))
         if f.dispatch_loops:
@@ -152,7 +162,8 @@ class Space:
                         inline_threshold=values.get("inline"), codegen=values.get("codegen", 3),
                         noalias=values.get("noalias", False),
                         passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
-                        fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")], fma=values.get("fma", "on"))
+                        fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")], fma=values.get("fma", "built"),
+                        cpu=values.get("target", "host"), features=values.get("target", "host"))
         if values.get("polly"):
             pipe.polly = True
             pipe.polly_tile = values.get("polly_tile")
@@ -165,12 +176,13 @@ class Space:
         return replace(base, pipeline=pipe, launch=launch, source_defines=dict(base.source_defines, **defines))
 
     def _baseline_values(self):
-        """Every parameter's value that describes the baseline itself (-O3, as compiled,
-        as recorded); Polly's knobs at Polly's own defaults."""
+        """Every parameter's value that describes the first candidate: -O3 for this
+        machine, as compiled, as recorded; Polly's knobs at Polly's own defaults."""
         return {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
                 "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
                 "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
-                "fast_math": "none", "fma": "on", "threads": self.facts.cores, "schedule": "static", "chunk": None}
+                "fast_math": "none", "fma": "built", "threads": self.facts.cores, "schedule": "static", "chunk": None,
+                "target": "host"}
 
     def _values(self, change):
         """The active parameters' values: the baseline's, with ``change`` applied."""
@@ -193,7 +205,7 @@ class Space:
                              if p.name in values and p.accepts(values[p.name])})
 
     def defaults(self):
-        """Values that describe the baseline itself."""
+        """Values that describe the first candidate (-O3 for this machine)."""
         return self._values({})
 
     def seeds(self):
@@ -202,6 +214,8 @@ class Space:
         nests, noalias, fast-math within tolerance), alone and together."""
         names = {p.name for p in self.params}
         changes = [{}, {"noalias": True}]
+        if "target" in names:
+            changes.append({"target": "built"})
         if "polly" in names:
             changes.append({"polly": True})
         if "fast_math" in names:

@@ -21,7 +21,8 @@ from ..replay import cachestate
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from ..data import OK, WARM, WRONG_OUTPUT
+from ..data import OK, WARM, WRONG_OUTPUT, Variant
+from ..replay.pipeline import as_built, format_spec
 from ..model.client import ModelError
 from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
@@ -110,8 +111,11 @@ def kernel_facts(target, cores):
             ir = replay_module.extract_kernel(f.read(), capture.kernel, [g["name"] for g in capture.globals])
         except Exception:  # replay itself will say what is wrong with this capture
             ir = ""
+    built_cpu, built_features = replay_module.built_target(ir, capture.kernel) if ir else ("", "")
     return KernelFacts(kernel=capture.kernel, parallel=target.parallel, dispatch_loops=replay_module.dispatch_loops(ir),
-                       tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)))
+                       tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)),
+                       built_target=built_cpu, retarget=bool(ir) and replay_module.behind_host(built_features),
+                       built_fma=replay_module.contracts_fma(built_features))
 
 
 def _candidates(pool, target, study, options):
@@ -159,17 +163,17 @@ def _saved_result(study, options):
 
 def _baseline_problem(pool, target, timeout):
     """Why the baseline itself fails the replay check, or None. Every candidate is held to
-    the recording, so when the baseline (the kernel's own code at O3 for this machine) does
-    not reproduce it, no candidate can verify: e.g. an application built for a generic
-    target, whose a*b+c this machine's FMA then fuses (1.3e-16 on XSBench built by Spack at
-    -O0 with no target flags)."""
-    ev = pool.servers[0].submit(target.captures[0], repeat=1, tolerance=target.tolerance, timeout=timeout)
+    the recording, so when the kernel compiled as its build compiled it (``as_built``) does
+    not reproduce it, no candidate can verify: e.g. a kernel whose result depends on what
+    the recording could not keep."""
+    capture = load_capture_dir(target.captures[0], verify_digests=False)
+    baseline = as_built(capture)
+    ev = pool.servers[0].submit(target.captures[0], Variant(pipeline=baseline), repeat=1,
+                                tolerance=target.tolerance, timeout=timeout)
     if ev.status == OK:
         return None
     what = "max relative error %.2g" % ev.max_rel_error if ev.status == WRONG_OUTPUT else ev.status
-    hint = (" (the application built for another target or with other floating-point contraction; "
-            "--tolerance accepts such differences)" if ev.status == WRONG_OUTPUT else "")
-    return "its baseline (O3 for this machine) does not reproduce the recording: %s%s" % (what, hint)
+    return "its baseline (%s, the kernel as built) does not reproduce the recording: %s" % (format_spec(baseline), what)
 
 
 def _record_clang(capture):
