@@ -16,7 +16,8 @@ from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
 
 # A kernel that is static, uses a static (writable) accumulator and a static helper, and is
-# called from main in the same unit: the cases a split of the unit must keep whole.
+# called from main in the same unit; a kernel calling a helper that the rest of the unit
+# calls too: the cases a split of the unit must keep whole.
 KERNELS_C = r"""
 #include <stdio.h>
 static double total;
@@ -26,12 +27,13 @@ static void axpy(int n, double a, const double *x, double *y) {
   for (int i = 0; i < n; i++) { y[i] += a * scale(x[i]); total += y[i]; }
   calls++;
 }
+double mean3(double a, double b, double c) { return (a + b + c) / 3.0; }
 void smooth(int n, double *v) {
-  for (int i = 1; i < n - 1; i++) v[i] = (v[i - 1] + v[i] + v[i + 1]) / 3.0;
+  for (int i = 1; i < n - 1; i++) v[i] = mean3(v[i - 1], v[i], v[i + 1]);
 }
 void run_all(int n, double *x, double *y) {
   for (int r = 0; r < 20; r++) { axpy(n, 1.5, x, y); smooth(n, y); }
-  printf("total=%.17g calls=%d y0=%.17g\n", total, calls, y[n / 2]);
+  printf("total=%.17g calls=%d y0=%.17g m=%.17g\n", total, calls, y[n / 2], mean3(x[0], x[1], x[2]));
 }
 """
 
@@ -99,6 +101,10 @@ def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
     names = _symbols(src / "kernels.o")
     assert names.count("smooth") == 1
     assert len([n for n in names if n.startswith("axpy.r3.")]) == 1
+    # smooth's own copy of mean3 is local to the tuned object: no second global definition
+    globals_ = [line.split()[-1] for line in subprocess.run(["nm", str(src / "kernels.o")], capture_output=True,
+                                                             text=True).stdout.splitlines() if " T " in line]
+    assert globals_.count("mean3") == 1
 
 
 def test_units_and_commands_outside_the_plan_build_unchanged(clang, tmp_path):

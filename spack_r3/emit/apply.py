@@ -58,7 +58,9 @@ def _run(argv, what, **kw):
     proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", **kw)
     if proc.returncode != 0:
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
-        errors = [l for l in lines if "error" in l.lower()] or lines or ["exit status %d" % proc.returncode]
+        # ld says where on one line and what on the next ("multiple definition of ...")
+        errors = ([l for l in lines if "error" in l.lower() or "multiple definition" in l or "undefined reference" in l]
+                  or lines or ["exit status %d" % proc.returncode])
         raise ApplyError("%s failed: %s" % (what, errors[0].strip()))
     return proc.stdout
 

@@ -97,13 +97,18 @@ def extract_kernel(bitcode, kernel, recorded_globals, link_units=(), build=False
     return extract_kernel_text(str(module), kernel, recorded_globals, own_globals, build)
 
 
+# Linkages under which a second definition of a function in the same link is no clash.
+_NOT_STRONG = {"private", "internal", "linkonce", "linkonce_odr", "weak", "weak_odr", "available_externally"}
+
+
 def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=False):
     """``extract_kernel`` on textual IR, whichever LLVM printed it (llvmlite's, or an
     ``llvm-dis`` of the same units linked, which an opt stage of that LLVM reads).
 
     ``own_globals``: the globals the kernel's own unit defines (None: every global), so
     that a writable global of a linked-in unit is refused. ``build``: for a build (r3-apply),
-    not replay: deallocation calls stay what they are.
+    not replay: deallocation calls stay what they are, and the functions the kernel calls
+    become its own internal copies (the rest of the unit keeps defining them).
     """
     entities = split_module(text)
     bodies = {name: text for kind, name, text in entities if kind in ("function", "global")}
@@ -142,6 +147,12 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
                 d = FunctionDef(lines[0], kernel)
                 lines[0] = d.render(kernel, prefix=d.linkage_free_prefix)
                 text = "\n".join(lines)
+            elif build:  # a callee the rest of the unit still defines: the kernel's own copy
+                lines = text.split("\n")
+                d = FunctionDef(lines[0], name)
+                if not set(d.prefix.split()) & _NOT_STRONG:
+                    lines[0] = d.render(name, prefix=("internal " + d.linkage_free_prefix).strip())
+                    text = "\n".join(lines)
         elif kind == "global":
             if name.startswith("llvm.") or name not in keep:
                 continue
