@@ -138,8 +138,10 @@ def _builds(site, spec, base, flags, say):
     out = {}
     for flag, label in flags:
         say("building %s %s through Spack (%s)" % (spec, flag, label))
-        prefix = install(site, with_clang(spec, flag), os.path.join(base, label), "the %s build" % flag).prefix
-        cwd = os.path.join(base, "run-" + label)
+        # no spaces: a dev_path spec names its private copy under this directory
+        where = os.path.join(base, label.replace(" ", "-"))
+        prefix = install(site, with_clang(spec, flag), where, "the %s build" % flag).prefix
+        cwd = os.path.join(base, "run-" + label.replace(" ", "-"))
         os.makedirs(cwd, exist_ok=True)
         out[flag] = _Build(prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep
                                         + os.environ.get("PATH", "")), cwd)
