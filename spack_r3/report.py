@@ -46,6 +46,8 @@ def _numeric(text):
 def seconds(value):
     if value is None:
         return "-"
+    if value < 1e-6:
+        return "%.0fns" % (value * 1e9)
     if value < 1e-3:
         return "%.1fus" % (value * 1e6)
     if value < 1:

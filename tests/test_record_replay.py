@@ -18,7 +18,8 @@ from spack_r3 import cli
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
-from spack_r3.replay.module import apply_pipeline_edits, built_target
+from spack_r3.replay.engine import batchable, prepare
+from spack_r3.replay.module import apply_pipeline_edits, built_target, trampoline
 from spack_r3.replay.pipeline import as_built, format_spec, parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
@@ -541,3 +542,38 @@ attributes #0 = { "target-cpu"="%s" "target-features"="%s" }
     assert "call double @llvm.fmuladd" in edit(v3, "O3")
     assert "call double @llvm.fmuladd" in edit(generic, "O3,fma=on")
     assert "call double @llvm.fmuladd" not in edit(v3, "O3,fma=off")
+
+
+def test_timed_trampoline_makes_n_calls_and_times_them_natively():
+    """Short kernels (XSBench's grid search: 0.3 us a call) are timed in native code, n
+    calls back to back, not around a ctypes call that costs more than the kernel."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    kernel = ('target triple = "%s"\n' % llvm.get_process_triple()
+              + "define void @bump(ptr %p) {\n  %v = load i64, ptr %p\n  %w = add i64 %v, 1\n"
+              "  store i64 %w, ptr %p\n  ret void\n}\n")
+    tramp = trampoline("bump", {"params": ["ptr"], "byval": [0], "ret": "void"}, 0, 0)
+    target = llvm.Target.from_default_triple()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(kernel), target.create_target_machine())
+    engine.add_module(llvm.parse_assembly(tramp))
+    engine.finalize_object()
+    timed = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        engine.get_function_address("__r3_timed"))
+    counter = ctypes.c_int64(0)
+    slots = (ctypes.c_uint64 * 1)(ctypes.addressof(counter))
+    ret = ctypes.create_string_buffer(32)
+    assert timed(ctypes.addressof(slots), ctypes.addressof(ret), 0) >= 0 and counter.value == 0
+    assert timed(ctypes.addressof(slots), ctypes.addressof(ret), 1000) > 0
+    assert counter.value == 1000
+
+
+def test_kernels_with_nothing_to_put_back_are_timed_back_to_back(recorded):
+    """A kernel that changes no compared memory (cg's dot: it only returns a value) sums a
+    sample's calls in one native span; one that writes its outputs (spmv) is put back
+    before each call."""
+    dot = prepare(load_capture_dir(capture_of(recorded, "dot")), capture_of(recorded, "dot"))
+    spmv = prepare(load_capture_dir(capture_of(recorded, "spmv")), capture_of(recorded, "spmv"))
+    assert batchable(dot) and not batchable(spmv)
+    assert not batchable(dot, flush=lambda: None)  # a cache flush comes before every call

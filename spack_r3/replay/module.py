@@ -311,6 +311,7 @@ def apply_launch_edits(text, schedule=None, chunk=None):
 
 def trampoline(kernel, signature, arena_base, arena_end):
     """A separate module: ``__r3_call(slots, ret)`` loads the arguments and calls the kernel,
+    ``__r3_timed(slots, ret, n)`` makes n such calls and returns the nanoseconds they took,
     and ``__r3_replay_free`` ignores frees of recorded (arena) memory."""
     params, loads, args = [], [], []
     for i, (ty, byval) in enumerate(zip(signature["params"], signature["byval"])):
@@ -343,4 +344,27 @@ def trampoline(kernel, signature, arena_base, arena_end):
     else:
         lines += ["  %r = " + call, "  store %s %%r, ptr %%ret, align 8" % ret]
     lines += ["  ret void", "}"]
+    # __r3_timed(slots, ret, n): n calls back to back, timed here rather than around a
+    # ctypes call, whose few hundred nanoseconds would hide a short kernel's own time.
+    lines += ["declare i32 @clock_gettime(i32, ptr)",
+              "define i64 @__r3_timed(ptr %slots, ptr %ret, i64 %n) {",
+              "entry:",
+              "  %t0 = alloca [2 x i64], align 8", "  %t1 = alloca [2 x i64], align 8",
+              "  call i32 @clock_gettime(i32 1, ptr %t0)",
+              "  %none = icmp eq i64 %n, 0",
+              "  br i1 %none, label %done, label %loop",
+              "loop:",
+              "  %i = phi i64 [ 0, %entry ], [ %next, %loop ]",
+              "  call void @__r3_call(ptr %slots, ptr %ret)",
+              "  %next = add i64 %i, 1",
+              "  %more = icmp ult i64 %next, %n",
+              "  br i1 %more, label %loop, label %done",
+              "done:",
+              "  call i32 @clock_gettime(i32 1, ptr %t1)",
+              "  %s0 = load i64, ptr %t0, align 8", "  %s1 = load i64, ptr %t1, align 8",
+              "  %q0 = getelementptr i64, ptr %t0, i64 1", "  %q1 = getelementptr i64, ptr %t1, i64 1",
+              "  %n0 = load i64, ptr %q0, align 8", "  %n1 = load i64, ptr %q1, align 8",
+              "  %ds = sub i64 %s1, %s0", "  %dsns = mul i64 %ds, 1000000000",
+              "  %dn = sub i64 %n1, %n0", "  %ns = add i64 %dsns, %dn",
+              "  ret i64 %ns", "}"]
     return "\n".join(lines) + "\n"
