@@ -228,11 +228,12 @@ def behind_host(features):
     return any(host.get(f) and f not in built for f in VECTOR_FEATURES if f in host)
 
 
-def apply_pipeline_edits(text, kernel, pipeline, cpu, features):
+def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
     """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias.
     ``fma=built`` splits llvm.fmuladd exactly where the build's own target could not fuse
-    it, so a variant for another target computes what the application computed."""
-    split_fma = pipeline.fma == "off" or (pipeline.fma == "built" and not contracts_fma(built_target(text, kernel)[1]))
+    it (``built_fma`` false), so a variant for another target computes what the
+    application computed."""
+    split_fma = pipeline.fma == "off" or (pipeline.fma == "built" and not built_fma)
     text = re.sub(r'"target-cpu"="[^"]*"', '"target-cpu"="%s"' % cpu, text)
     text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
     text = re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)

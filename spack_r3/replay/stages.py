@@ -19,6 +19,7 @@ for an opt stage, the bitcode it came from.
 
 import ctypes
 import ctypes.util
+import functools
 import hashlib
 import json
 import os
@@ -34,8 +35,8 @@ import llvmlite.binding as llvm
 from ..errors import ToolchainError
 from .. import toolchain
 from ..fileutil import write_atomic
-from .module import (apply_launch_edits, apply_pipeline_edits, built_target, dispatch_loops, extract_kernel,
-                     extract_kernel_text)
+from .module import (apply_launch_edits, apply_pipeline_edits, built_target, contracts_fma, dispatch_loops,
+                     extract_kernel, extract_kernel_text)
 
 __all__ = ["CompileError", "KernelIR", "optimized_module", "resolve_target", "target_machine", "run_pipeline",
            "polly_tools", "polly_available", "polly_options", "dispatch_loops", "module_triple",
@@ -86,6 +87,11 @@ class KernelIR:
             ir = str(module)
         return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract, build)
 
+    @functools.cached_property
+    def built(self):
+        """(cpu, features) the build compiled the kernel for (``module.built_target``)."""
+        return built_target(self.ir, self.kernel)
+
     def tool_ir(self, tools, timeout=POLLY_TIMEOUT_S):
         """The same module in the text of ``tools``' LLVM (``llvm-link`` + ``llvm-dis`` of the
         bitcode, then the same extraction); computed once per KernelIR and LLVM version."""
@@ -116,7 +122,7 @@ def resolve_target(pipeline, source, cpu=None, features=None):
     pipeline's own where it names them, the kernel's as built where it says ``built``,
     else ``cpu``/``features`` (the machine a build targets), else this host's."""
     if "built" in (pipeline.cpu, pipeline.features):
-        built_cpu, built_features = built_target(source.ir, source.kernel)
+        built_cpu, built_features = source.built
         pipeline = replace(pipeline, cpu=built_cpu if pipeline.cpu == "built" else pipeline.cpu,
                            features=built_features if pipeline.features == "built" else pipeline.features)
     if pipeline.cpu == "host" and cpu is None:
@@ -154,7 +160,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
     cpu, features = resolve_target(pipeline, source, cpu, features)
 
     def edits(text):
-        text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features)
+        text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features, contracts_fma(source.built[1]))
         if launch is not None:
             try:
                 text = apply_launch_edits(text, launch.schedule, launch.chunk)

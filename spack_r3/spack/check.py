@@ -139,9 +139,9 @@ def _builds(site, spec, base, flags, say):
     for flag, label in flags:
         say("building %s %s through Spack (%s)" % (spec, flag, label))
         # no spaces: a dev_path spec names its private copy under this directory
-        where = os.path.join(base, label.replace(" ", "-"))
-        prefix = install(site, with_clang(spec, flag), where, "the %s build" % flag).prefix
-        cwd = os.path.join(base, "run-" + label.replace(" ", "-"))
+        name = label.replace(" ", "-")
+        prefix = install(site, with_clang(spec, flag), os.path.join(base, name), "the %s build" % flag).prefix
+        cwd = os.path.join(base, "run-" + name)
         os.makedirs(cwd, exist_ok=True)
         out[flag] = _Build(prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep
                                         + os.environ.get("PATH", "")), cwd)
