@@ -50,7 +50,10 @@ def load_profiles(record_dir):
 
     ``main_ns`` is the kernel's own time on the main thread: from the runtime's profiler
     ticks where the process had enough of them (timing a short call inflates it: r3rt.c,
-    prof_tick), else its timed self time there. ``on_main``: called on the main thread."""
+    prof_tick), else its timed self time there. ``main_outer_ns``: the main thread's time
+    with this kernel the outermost recorded one on the stack (its inclusive time, less
+    its calls from other kernels), from the ticks or else timed; ``top_ns``: the same
+    timed, summed over threads. ``on_main``: called on the main thread."""
     stats, app_ns = {}, 0
     for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
         try:
@@ -64,12 +67,15 @@ def load_profiles(record_dir):
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
             s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0,
-                                       "main_top_calls": 0, "main_ns": 0, "on_main": False})
-            for field in ("calls", "total_ns", "self_ns", "main_self_ns", "captured", "main_top_calls"):
+                                       "main_top_calls": 0, "top_ns": 0, "main_ns": 0, "main_outer_ns": 0,
+                                       "on_main": False})
+            for field in ("calls", "total_ns", "self_ns", "main_self_ns", "captured", "main_top_calls", "top_ns"):
                 s[field] += k.get(field, 0)
             on_main = k.get("main_self_ns", 0) > 0 or k.get("main_samples", 0) > 0
             s["on_main"] = s["on_main"] or on_main
-            s["main_ns"] += k.get("main_samples", 0) * tick_ns if ticked and on_main else k.get("main_self_ns", 0)
+            sampled = ticked and on_main
+            s["main_ns"] += k.get("main_samples", 0) * tick_ns if sampled else k.get("main_self_ns", 0)
+            s["main_outer_ns"] += k.get("main_outer_samples", 0) * tick_ns if sampled else k.get("main_top_ns", 0)
     return stats, app_ns / 1e9
 
 
@@ -82,6 +88,18 @@ def share_of(stats, app_s):
     if not app_s:
         return None
     ns = stats["main_ns"] if stats["on_main"] else stats["self_ns"]
+    return min(1.0, ns / 1e9 / app_s)
+
+
+def outer_share_of(stats, app_s):
+    """A kernel's share of the run as the outermost recorded kernel: its calls' inclusive
+    time, less the calls other recorded kernels make. In a run where only the tuned kernels
+    are recorded, these shares add up without counting a nested one twice, and each is the
+    time its kernel's own tuned build (its callees as its copies) changes. Kernels never
+    called on the main thread: their top calls' time summed over threads."""
+    if not app_s:
+        return None
+    ns = stats["main_outer_ns"] if stats["on_main"] else stats["top_ns"]
     return min(1.0, ns / 1e9 / app_s)
 
 

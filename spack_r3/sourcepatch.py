@@ -4,8 +4,11 @@
     assert apply_patch(old_text, patch) == new_text
 
 ``apply_patch`` is strict (every context and removed line must match where the hunk
-says): a patch that no longer fits its file is an error, never a guess. The format is
-the one ``patch -p1`` and Spack's ``patch()`` directive read.
+says): a patch that no longer fits its file is an error, never a guess. With ``offset``,
+a hunk whose lines all match a few lines away applies there (``patch`` with no fuzz does
+the same): rewrites of two kernels of one unit, each made against the original, compose
+although the first moved the second's lines. The format is the one ``patch -p1`` and
+Spack's ``patch()`` directive read.
 """
 
 import difflib
@@ -39,12 +42,36 @@ def patched_file(patch):
     raise PatchError("not a unified diff: no '+++' line")
 
 
-def apply_patch(text, patch):
-    """``text`` with ``patch`` applied; PatchError if any hunk does not match exactly."""
+def _old_lines(lines, i):
+    """The lines of the file that the hunk whose body starts at ``lines[i]`` expects (its
+    context and removed lines)."""
+    want = []
+    while i < len(lines) and not HUNK.match(lines[i]) and not lines[i].startswith(("--- ", "+++ ")):
+        if lines[i].startswith("\\"):
+            if want and lines[i - 1][:1] in " -":
+                want[-1] = want[-1].rstrip("\n")
+        elif lines[i][:1] in " -":
+            want.append(lines[i][1:])
+        i += 1
+    return want
+
+
+def _nearest_match(old, want, start, pos):
+    """The line nearest to ``start`` (not before ``pos``) where ``want`` follows exactly."""
+    for delta in range(len(old) + 1):
+        for at in (start - delta, start + delta) if delta else (start,):
+            if pos <= at <= len(old) - len(want) and old[at:at + len(want)] == want:
+                return at
+    return None
+
+
+def apply_patch(text, patch, offset=False):
+    """``text`` with ``patch`` applied; PatchError if any hunk does not match exactly
+    (``offset``: exactly, at the nearest place to where the hunk says)."""
     old = text.splitlines(keepends=True)
     out, pos = [], 0  # pos: the next line of ``old`` not yet copied
     lines = patch.splitlines(keepends=True)
-    i, hunks = 0, 0
+    i, hunks, moved = 0, 0, 0
     while i < len(lines):
         m = HUNK.match(lines[i])
         if not m:
@@ -52,6 +79,10 @@ def apply_patch(text, patch):
             continue
         hunks += 1
         start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+        if offset:  # where the hunk's lines are, the previous hunk's offset carried on
+            found = _nearest_match(old, _old_lines(lines, i + 1), start + moved, pos)
+            if found is not None:
+                moved, start = found - start, found
         if start < pos or start > len(old):
             raise PatchError("hunk %d starts at line %s, outside the file or before the previous hunk"
                              % (hunks, m.group(1)))

@@ -209,3 +209,22 @@ def test_plan_matches_units_in_any_stage_and_predicts_with_amdahl(tmp_path):
     assert again.unit_for("/tmp/other/k.c") is None
     # 1 / (1 - 0.5 * (1 - 1/2) - 0.2 * (1 - 1/4))
     assert again.predicted_app_speedup() == pytest.approx(1 / (1 - 0.25 - 0.15))
+
+
+def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measured():
+    """Spack reuses an install whose package hash (the package's source, less docstrings and
+    directives) has not changed, and the plan is a file beside the recipe: the recipe names
+    the plan's digest, so a new plan is a new ``+r3`` install, never the old one."""
+    from spack_r3.spack.wrap import tuned_package
+
+    def package(pipeline, speedup=2.0, facts=None):
+        plan = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", pipeline, speedup=speedup, share=0.5)])],
+                    facts=dict(facts or {}))
+        return tuned_package("r3", "r3-dense", "v1", {"zen3": plan})
+
+    first = package({"opt": "3"})
+    assert package({"opt": "3"}, speedup=2.5, facts={"check": {"app_speedup": 1.9}}) == first
+    assert package({"opt": "3", "polly": True}) != first
+    digest = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", {"opt": "3"})])]).build_digest()
+    assert "'zen3': ('r3-zen3.json', '%s')" % digest in first and "R3_TOOLCHAIN = '" in first
+    compile(first, "package.py", "exec")

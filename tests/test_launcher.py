@@ -152,7 +152,7 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
     at nothing (perf on the same shape: 43% and 57%). The runtime's profiler ticks on the
     main thread's CPU clock and counts each tick for the kernel running its own code, the
     fast-path leaf included; shares come from those counts."""
-    from spack_r3.capture import load_profiles, share_of
+    from spack_r3.capture import load_profiles, outer_share_of, share_of
 
     (tmp_path / "shares.c").write_text(SHARES_C)
     proc = launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec")
@@ -165,15 +165,24 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
         assert run.returncode == 0, run.stderr
         profile = json.loads(next(out.glob("profile.*.json")).read_text())
         stats, app_s = load_profiles(str(out))
-        return profile, {name: share_of(s, app_s) for (_, name), s in stats.items()}
+        return (profile, {name: share_of(s, app_s) for (_, name), s in stats.items()},
+                {name: outer_share_of(s, app_s) for (_, name), s in stats.items()})
 
-    profile, ticked = shares("1000")
+    profile, ticked, outer = shares("1000")
     assert profile["sample_ns"] == 1000000 and profile["main_samples"] >= 100
     assert ticked["lookup"] > 0.15 and ticked["transport"] > 0.15  # about 0.4 and 0.6 here
     assert ticked["lookup"] + ticked["transport"] <= 1.0
-    profile, timed = shares("0")  # no profiler: the timed shares, as before
+    # As the outermost kernel on the stack: the driver holds every tick of the leaf, which
+    # nothing else calls, so a tuned driver (the leaf as its own copy) is weighed once.
+    samples = {k["name"]: k for k in profile["kernels"]}
+    assert samples["lookup"]["main_outer_samples"] == 0
+    assert (samples["transport"]["main_outer_samples"]
+            == samples["transport"]["main_samples"] + samples["lookup"]["main_samples"])
+    assert outer["lookup"] == 0 and outer["transport"] == pytest.approx(ticked["lookup"] + ticked["transport"])
+    profile, timed, timed_outer = shares("0")  # no profiler: the timed shares, as before
     assert profile["sample_ns"] == 0 and all(k["main_samples"] == 0 for k in profile["kernels"])
     assert timed["lookup"] > ticked["lookup"]
+    assert timed_outer["lookup"] == 0 and timed_outer["transport"] > 0.5  # its top calls, timed
 
 
 LEAF_C = r"""

@@ -148,9 +148,11 @@ def _emit_and_check(ws, args, progress):
     except R3Error as err:  # nothing beat the baseline: no variant to write
         progress("no tuned variant written: %s" % err)
         return {"emitted": None}
+    for line in done.skipped:
+        progress("not emitted: " + line)
     progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
     out = {"emitted": {"recipe": done.recipe, "target": done.target, "targets": done.targets,
-                       "predicted_app_speedup": done.plan.predicted_app_speedup()}}
+                       "skipped": done.skipped, "predicted_app_speedup": done.plan.predicted_app_speedup()}}
     _, facts = latest_spack_record(ws, name)
     run = args.run or (facts or {}).get("run")
     if args.check_pairs < 1 or not run:
@@ -179,7 +181,9 @@ def _print_spack_part(part):
                   check["app_speedup_max"], check["pairs"], check["predicted_app_speedup"], check["fidelity"],
                   check["shares_from"]))
     if check and check.get("kernels"):
-        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.1f%%" % (100 * k["share"]), "%.4fs" % k["untuned_s"],
+        # the share the prediction weighs: the kernel as the outermost tuned one (check.py)
+        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.1f%%" % (100 * k.get("outer_share", k["share"])),
+                 "%.4fs" % k["untuned_s"],
                  "%.4fs" % k["tuned_s"],
                  "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
                  "%.2fx" % k["replay_speedup"], "%.2f" % k["fidelity"]] for k in check["kernels"]]

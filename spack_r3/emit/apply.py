@@ -46,6 +46,23 @@ UNTUNED_ENV = "R3_APPLY_UNTUNED"
 TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wrapper
 
 
+# What shapes the objects r3-apply writes, beside the plan: replay's stages (the same
+# function replay measured with), the IR edits, the probes and runtime of timed builds.
+_BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py", "irtext.py",
+                  "record/instrument.py", "record/runtime/r3rt.c", "record/runtime/r3rt.h")
+
+
+def toolchain_digest():
+    """A short hash of the spack-r3 code that builds a tuned or timed unit: an emitted
+    package carries it, so a newer r3 that builds differently makes Spack build again."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for rel in _BUILD_SOURCES:
+        with open(os.path.join(root, rel), "rb") as f:
+            h.update(rel.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
 def warn(msg):
     print("r3-apply: " + msg, file=sys.stderr)
 

@@ -10,6 +10,7 @@ Emit writes it beside the package; ``r3-apply`` reads it (``R3_APPLY_PLAN``). So
 patches are not in the plan: the package applies them before the build.
 """
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -61,6 +62,16 @@ class Plan:
     def predicted_app_speedup(self):
         """The application's speedup predicted from the recorded shares (see ``amdahl``)."""
         return amdahl((k.share, k.speedup) for u in self.units for k in u.kernels)
+
+    def build_digest(self):
+        """What ``r3-apply`` builds from this plan, as a short hash: the emitted package
+        carries it, so Spack's hash of the package changes with the plan (a ``+r3`` install
+        from an earlier plan is not reused). Measurements and facts are left out."""
+        units = [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
+                  "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels]}
+                 for u in self.units]
+        text = json.dumps({"format": self.format, "target": self.target, "units": units}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_json(self):
         return {"format": self.format, "target": self.target, "facts": self.facts,

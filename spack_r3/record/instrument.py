@@ -375,8 +375,8 @@ def _noinline(suffix):
     return " ".join(words[:i] + ["noinline"] + words[i:])
 
 
-# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed, block, samples }
-# (8 bytes each); its block points at the thread's struct tblock, whose first field is ``leaf``
+# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed, block, samples,
+# outer_samples, top_ns } (8 bytes each); its block points at the thread's struct tblock, whose first field is ``leaf``
 TCOUNT_SKIP_MASK_OFFSET = 40
 TCOUNT_BLOCK_OFFSET = 56
 

@@ -73,7 +73,7 @@ def build_plan(workspace, package):
             plan.facts.setdefault("sources", {})[rel] = hashlib.sha256(original.encode()).hexdigest()
         if variant.source_patch:
             try:  # rewrites of different kernels of one unit must compose
-                combined = apply_patch(texts[rel][1], variant.source_patch)
+                combined = apply_patch(texts[rel][1], variant.source_patch, offset=True)
             except PatchError as err:
                 skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
                 continue

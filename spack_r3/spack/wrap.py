@@ -17,6 +17,7 @@ layout of the repository the subclass is written to: Spack 1.x reads v1 reposito
 import os
 import sys
 
+from ..emit.apply import toolchain_digest
 from .repos import class_name, package_dir_name
 
 HOOK_DIR = os.path.dirname(os.path.abspath(sys.executable))
@@ -132,8 +133,12 @@ def tuned_package(namespace, name, layout, targets):
     lines = _header(namespace, name, layout,
                     "Written by spack-r3 (spack r3 emit): %s with the kernels r3 tune measured, per target. "
                     "Emit rewrites this file from the r3-<target>.json plans beside it." % name)
-    lines += ["# target -> the plan r3-apply builds (kernels, pipelines, launch settings, FP labels)",
-              "R3_PLANS = %s" % _literal({t: "r3-%s.json" % t for t in sorted(targets)}), "",
+    # The digests are in the package's text so that Spack's hash of the package follows
+    # them: a new plan, or an r3 that builds differently, is a new install, never the old one.
+    lines += ["# target -> (the plan r3-apply builds: kernels, pipelines, launch settings, FP labels; its digest)",
+              "R3_PLANS = %s" % _literal({t: ("r3-%s.json" % t, targets[t].build_digest()) for t in sorted(targets)}),
+              "# what builds the planned units (spack-r3's r3-apply, replay's stages, the timed builds' runtime)",
+              "R3_TOOLCHAIN = %r" % toolchain_digest(), "",
               "", "class %s(_R3Original):" % cls,
               '    variant("r3", default=True, description="build the kernels spack-r3 tuned for this '
               'target (%s)")' % ", ".join(sorted(targets))]
@@ -150,7 +155,7 @@ def tuned_package(namespace, name, layout, targets):
               '<dir>/profile.<pid>.json")',
               "",
               "    def _r3_plan(self):",
-              "        name = R3_PLANS.get(str(self.spec.target))",
+              "        name, _ = R3_PLANS.get(str(self.spec.target), (None, None))",
               "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
               "",
               "    def setup_build_environment(self, env):",

@@ -933,9 +933,12 @@ static int selected(const char *name) {
    counts what those touch as what runs between another kernel's calls) */
 /* skip_mask: see __r3_enter_tc; probed: calls that took the probes; block: the tblock
  * holding it (set for kernels with a fast path); samples: profiler ticks (main thread) that
- * found this kernel running its own code */
+ * found this kernel running its own code; outer_samples: ticks that found it the outermost
+ * kernel on the stack (its inclusive time where no other kernel called it: what a tuned
+ * build that runs its callees as its own copies changes); top_ns: the inclusive time of its
+ * top calls, as timed (the same where there are too few ticks) */
 struct tcount { uint64_t calls, total_ns, self_ns, period, top_calls, skip_mask, probed; struct tblock *block;
-                uint64_t samples; };
+                uint64_t samples, outer_samples, top_ns; };
 /* leaf: the counters of the kernel a fast path is running on this thread (its calls push no
  * frame), else NULL; written by instrumented code, read by the profiler's signal handler */
 struct tblock { struct tcount *volatile leaf; struct tblock *next; int64_t main_thread; struct tcount c[MAXK]; };
@@ -2326,6 +2329,7 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
     if (tc) {
       tc->total_ns += incl * sc;
       tc->self_ns += self * sc;
+      if (d == 0) tc->top_ns += incl * sc;
     } else {
       __atomic_fetch_add(&k->total_ns, (int64_t)(incl * sc), __ATOMIC_RELAXED);
       __atomic_fetch_add(&k->self_ns, (int64_t)(self * sc), __ATOMIC_RELAXED);
@@ -2349,7 +2353,8 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
  * timed on one call in 32, came out longer than its caller and than the whole run. So a
  * timer on the main thread's CPU clock interrupts it every R3_SAMPLE_US (default 1000; 0:
  * off) of its CPU time, and each tick counts for the kernel running its own code then (the
- * top frame, or a fast-path leaf). capture.load_profiles takes shares of the run from these
+ * top frame, or a fast-path leaf), and for the outermost one (the bottom frame, or the
+ * leaf if no frame is pushed). capture.load_profiles takes shares of the run from these
  * counts where there are enough of them. */
 static timer_t g_prof_timer;
 static pid_t g_prof_pid;      /* the process the timer ticks in (a fork's child has none) */
@@ -2364,9 +2369,14 @@ static void prof_tick(int sig, siginfo_t *si, void *uc) {
   g_prof_ticks += n;
   struct tblock *b = t_block;
   if (!b) return;
-  struct tcount *tc = b->leaf;
+  struct tcount *tc = b->leaf, *outer = tc;
+  int d = t_depth;
+  if (d > 0) {
+    const struct r3_kinfo *k0 = t_stack[0].k;
+    outer = k0 && k0->id >= 0 ? &b->c[k0->id] : NULL;
+  }
+  if (outer) outer->outer_samples += n;
   if (!tc) {
-    int d = t_depth;
     if (d <= 0 || d > MAXDEPTH) return;
     const struct r3_kinfo *k = t_stack[d - 1].k;
     if (!k || k->id < 0) return;
@@ -2467,7 +2477,8 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     uint64_t calls = (uint64_t)__atomic_load_n(&k->calls, __ATOMIC_RELAXED);
     uint64_t total = (uint64_t)__atomic_load_n(&k->total_ns, __ATOMIC_RELAXED);
     uint64_t self = (uint64_t)__atomic_load_n(&k->self_ns, __ATOMIC_RELAXED);
-    uint64_t main_self = 0, main_top = 0, main_samples = 0, probed = calls;
+    uint64_t main_self = 0, main_top = 0, top_ns = 0, main_top_ns = 0, main_samples = 0, main_outer = 0;
+    uint64_t probed = calls;
     int timed_sample = 0;
     if (k->id >= 0)
       for (struct tblock *b = __atomic_load_n(&g_blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
@@ -2476,10 +2487,13 @@ __attribute__((destructor(101))) static void r3_fini(void) {
         probed += c->probed;
         total += c->total_ns;
         self += c->self_ns;
+        top_ns += c->top_ns;
         if (b->main_thread) {
           main_self += c->self_ns;
           main_top += c->top_calls;
+          main_top_ns += c->top_ns;
           main_samples += c->samples;
+          main_outer += c->outer_samples;
         }
         timed_sample |= c->period > 1;
       }
@@ -2493,7 +2507,10 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ", \"self_ns\": "); wb_u(&w, self);
     wb_s(&w, ", \"main_self_ns\": "); wb_u(&w, main_self);
     wb_s(&w, ", \"main_top_calls\": "); wb_u(&w, main_top);
+    wb_s(&w, ", \"top_ns\": "); wb_u(&w, top_ns);
+    wb_s(&w, ", \"main_top_ns\": "); wb_u(&w, main_top_ns);
     wb_s(&w, ", \"main_samples\": "); wb_u(&w, sampled ? main_samples : 0);
+    wb_s(&w, ", \"main_outer_samples\": "); wb_u(&w, sampled ? main_outer : 0);
     wb_s(&w, ", \"sampled\": "); wb_s(&w, timed_sample ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");
