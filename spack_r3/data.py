@@ -25,6 +25,15 @@ class FileDigest:
     sha256: str
 
 
+def opt_level(args):
+    """A compile line's optimization level: 0, 1, 2, 3, s or z (its last -O; none: 0, as
+    the compiler takes it)."""
+    levels = [a[2:] for a in args if a.startswith("-O")]
+    level = levels[-1] if levels else "0"
+    aliases = {"": "1", "g": "1", "fast": "3", "4": "3"}
+    return aliases.get(level, level if level in ("0", "1", "2", "3", "s", "z") else "2")
+
+
 @dataclass
 class Capture:
     """``capture.json``: everything needed to replay one kernel instance.
@@ -71,12 +80,8 @@ class Capture:
 
     @property
     def opt_level(self):
-        """The build's optimization level: 0, 1, 2, 3, s or z (the compile line's last -O;
-        none: 0, as the compiler takes it)."""
-        levels = [a[2:] for a in self.compile_command[1:] if a.startswith("-O")]
-        level = levels[-1] if levels else "0"
-        aliases = {"": "1", "g": "1", "fast": "3", "4": "3"}
-        return aliases.get(level, level if level in ("0", "1", "2", "3", "s", "z") else "2")
+        """The build's optimization level (``opt_level`` of its compile line)."""
+        return opt_level(self.compile_command[1:])
 
 
 FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")

@@ -174,6 +174,7 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     assert rc == 0, out + err
     [row] = json.loads(out)["packages"]
     assert row["target"] == emitted["target"] and row["stale"] == [] and row["measured_app_speedup"] > 0
+    assert row["predicted_app_speedup"] == pytest.approx(check["predicted_app_speedup"])  # the check's, once it ran
     # ... and matmul's speedup in replay beside the one measured inside the application.
     [k] = row["kernel_speedups"]
     assert k["kernel"] == "matmul" and k["predicted"] == kernel["speedup"]

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from ..data import opt_level
+
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
 # Options whose value is the next argument.
 TAKES_VALUE = {
@@ -96,8 +98,7 @@ class CompileLine:
 
     @property
     def opt_level(self):
-        levels = [a for a in self.args if a.startswith("-O")]
-        return levels[-1] if levels else "-O0"
+        return opt_level(self.args)
 
 
 def codegen_args(line):
@@ -119,7 +120,7 @@ def codegen_args(line):
 
 def _unoptimized_args(line):
     # -O0 would mark every function optnone: the replay pipeline could not optimize them.
-    return ["-O2"] if line.opt_level == "-O0" else []
+    return ["-O2"] if line.opt_level == "0" else []
 
 
 def bitcode_args(line):

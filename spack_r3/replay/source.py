@@ -41,7 +41,7 @@ def unit_flags(capture):
 
     line = CompileLine(capture.compile_command)
     return line.without(drop_sources=True, drop_output=True, drop_deps=True) + (
-        ["-O2"] if line.opt_level == "-O0" else [])
+        ["-O2"] if line.opt_level == "0" else [])
 
 
 def compile_command(capture, source_path, output, defines=None):

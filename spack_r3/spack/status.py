@@ -75,9 +75,12 @@ def status(repo_root, recipe_text_of=None, package=None):
             continue
         for target, plan in sorted(plans.items()):
             facts = plan.facts
+            check = facts.get("check") or {}
+            # After a check, its prediction: from the timed build's shares, where a tuned kernel
+            # called by another counts once (the recorded shares count it in both).
             st = TargetStatus(name, target, [k.symbol for u in plan.units for k in u.kernels],
-                              plan.predicted_app_speedup(), (facts.get("check") or {}).get("app_speedup"),
-                              facts.get("version"), facts.get("compiler"))
+                              check.get("predicted_app_speedup") or plan.predicted_app_speedup(),
+                              check.get("app_speedup"), facts.get("version"), facts.get("compiler"))
             st.kernel_speedups = kernel_speedups(plan)
             text = recipe_text_of(name) if recipe_text_of else None
             now = preferred_version(text) if text else None
