@@ -5,8 +5,8 @@
 
 ``apply_patch`` is strict (every context and removed line must match where the hunk
 says): a patch that no longer fits its file is an error, never a guess. With ``offset``,
-a hunk whose lines all match a few lines away applies there (``patch`` with no fuzz does
-the same): rewrites of two kernels of one unit, each made against the original, compose
+a hunk whose lines all match elsewhere applies at the nearest such place (``patch`` with
+no fuzz does the same): rewrites of two kernels of one unit, each made against the original, compose
 although the first moved the second's lines. The format is the one ``patch -p1`` and
 Spack's ``patch()`` directive read.
 """
