@@ -100,7 +100,7 @@ def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
     base.run(pool.servers, budget - remix_budget)
     remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
                   RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
-                  inherit=[t.params for t in base.best(2)])
+                  inherit=[t.params for t in base.best(2)], noise=base.pair_noises())
     remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]), say=lambda line: say("  r3" + line),
               extend=lambda n: base.extend(pool.servers, n))
     return StudyGroup([base] + [s for _, s in remix.studies()],

@@ -180,17 +180,21 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     assert k["kernel"] == "matmul" and k["predicted"] == kernel["speedup"]
     assert k["measured"] == timed["app_speedup"] and k["measured_min"] <= k["measured"] <= k["measured_max"]
 
-    # A stale variant: tuned with another compiler than this machine's.
+    # A stale variant: tuned with another compiler than this machine's, on another version,
+    # and emitted by an r3 whose build stages differ from this one's.
     path = os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])
     data = json.load(open(path))
     data["facts"]["compiler"] = "clang@7.0.0"
     data["facts"]["version"] = "0.9"
     json.dump(data, open(path, "w"))
+    text = open(recipe).read()
+    open(recipe, "w").write(re.sub(r"^R3_TOOLCHAIN = .*$", "R3_TOOLCHAIN = '0123456789abcdef'", text, flags=re.M))
     rc, out, err = r3("--workspace", site["ws"], "status", "--spack-config", site["scope"])
     assert rc == 1
     assert re.search(r"r3-dense +\S+ +matmul +[\d.]+x +[\d.]+x \[", out), out
     assert re.search(r"r3-dense target=\S+ is stale: compiler: tuned with clang 7\.0\.0", out), out
     assert "is stale: version: tuned on 0.9, the recipe now prefers 1.0" in out
+    assert "is stale: r3: emitted by an r3 that builds tuned units differently (toolchain 0123456789abcdef" in out
 
 
 def test_cmake_package_round_trip(site):

@@ -277,6 +277,12 @@ def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
     assert "killed after" in trials[0].user_attrs["evaluation"]["diagnostics"]
     assert study.failures() == {"timeout": 1}
     assert [t.number for t in study.best(3)] == [trials[1].number]  # only the correct one ranks
+    # The correct one says how noisy its pairs were; a study opened again on the same
+    # storage measures with the pairs that noise calls for (see search/noise.py).
+    noise = trials[1].user_attrs["evaluation"]["pair_noise"]
+    assert noise >= 0 and trials[0].user_attrs["evaluation"]["pair_noise"] is None
+    again = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    assert again.pair_noises() == [noise]
 
 
 WHERE_C = r"""

@@ -27,6 +27,7 @@ from optuna.trial import TrialState, create_trial
 from ..data import OK, WARM, Variant
 from ..replay.engine import spread
 from .confirm import each_server
+from .noise import PairBudget, pair_noise
 from .samplers import make_sampler
 
 STORAGE_FILE = "r3.db"
@@ -90,15 +91,19 @@ class Study:
         study.best(3)   # the top finished trials, best first
     """
 
-    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=()):
+    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=(),
+                 noise=()):
         self.target, self.space = target, space
-        self.pairs, self.timeout = pairs, timeout
-        # A candidate that would be the new best is measured again with this many more
-        # pairs (and verified again) before it counts: the best of many 5-pair medians is
-        # mostly luck (on a memory-bound stencil where nothing beats -O3, the 5 best screened
+        self.timeout = timeout
+        # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
+        # (``noise``: one pair's noise in evaluations of the kernel's other studies).
+        self.pair_budget = PairBudget(pairs, prior=noise)
+        # A candidate that would be the new best is measured again with twice its pairs
+        # (and verified again) before it counts: the best of many 5-pair medians is mostly
+        # luck (on a memory-bound stencil where nothing beats -O3, the 5 best screened
         # 1.03-1.17x and 0.97-1.06x measured again), and a lucky value misleads the sampler and
         # every later comparison with it.
-        self.recheck_pairs = 2 * pairs
+        self.recheck = True
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
                                        space.fingerprint())
         if target.cache != WARM:  # measured otherwise: a study of its own
@@ -116,6 +121,8 @@ class Study:
         stored = self.study.get_trials(deepcopy=False)
         self._recover(stored)
         self.live.add_trials([t for t in stored if counted(t)])
+        for t in self.trials():  # a resumed study asks the pairs it had come to
+            self.pair_budget.add((t.user_attrs.get("evaluation") or {}).get("pair_noise"))
         if sampler == "tpe":
             # The Bayesian search starts from what is known to matter: ``seeds`` (e.g. the best
             # pipelines of the original, for a source variant), then the space's own; those a
@@ -139,6 +146,11 @@ class Study:
 
     def trials(self):
         return [t for t in self.live.get_trials(deepcopy=False) if counted(t)]
+
+    def pair_noises(self):
+        """One pair's noise in each verified evaluation so far (a prior for the kernel's
+        other studies: ``Study(..., noise=...)``)."""
+        return list(self.pair_budget.noises)
 
     def _recover(self, stored):
         """Trials that a killed run of an older r3 left RUNNING or WAITING in the database
@@ -183,10 +195,13 @@ class Study:
 
                 t0 = time.monotonic()
                 try:
-                    ev = measure(self.pairs)
+                    with self._lock:
+                        pairs = self.pair_budget.pairs()
+                    ev = measure(pairs)
+                    noise = pair_noise(ev.ratios) if ev.status == OK else None
                     best = state["best"]
-                    if ev.status == OK and self.recheck_pairs and (best is None or ev.speedup > best):
-                        ev = remeasured(ev, measure(self.recheck_pairs))
+                    if ev.status == OK and self.recheck and (best is None or ev.speedup > best):
+                        ev = remeasured(ev, measure(2 * pairs))
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
                     with self._lock:
@@ -194,7 +209,8 @@ class Study:
                         self.live.tell(trial, state=TrialState.FAIL)
                     return
                 with self._lock:
-                    self._tell(trial, variant, ev, time.monotonic() - t0)
+                    self.pair_budget.add(noise)
+                    self._tell(trial, variant, ev, time.monotonic() - t0, noise)
                     state["done"] += 1
                     if ev.status == OK:
                         state["best"] = max(ev.speedup, state["best"] or 0.0)
@@ -207,12 +223,12 @@ class Study:
         if errors:
             raise errors[0]
 
-    def _tell(self, trial, variant, ev, seconds):
+    def _tell(self, trial, variant, ev, seconds, noise=None):
         attrs = dict(trial.user_attrs, status=ev.status, evaluation={
             "variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp, "time_s": ev.time_median_s,
             "baseline_s": ev.baseline_median_s, "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max,
             "max_rel_error": ev.max_rel_error, "eval_s": seconds, "diagnostics": (ev.diagnostics or "")[:500],
-            "cache": ev.cache, "resampled": ev.resampled, "pairs": ev.pairs})
+            "cache": ev.cache, "resampled": ev.resampled, "pairs": ev.pairs, "pair_noise": noise})
         for key in ("status", "evaluation"):
             trial.set_user_attr(key, attrs[key])
         state, value = (TrialState.COMPLETE, ev.speedup) if ev.status == OK else (TrialState.FAIL, None)

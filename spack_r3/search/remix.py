@@ -44,6 +44,7 @@ from ..fileutil import write_atomic
 from ..replay.source import unit_text
 from ..sourcepatch import PatchError, apply_patch, make_patch
 from .bayes import Study
+from .noise import PairBudget
 from .mutators import Feedback, KernelSource, Proposal
 from .mutators.cast import ASTError
 from .space import Space
@@ -132,8 +133,11 @@ class RemixOptions:
 
 
 class Remix:
-    def __init__(self, workspace, store, target, facts, mutator, options, patterns=None, inherit=()):
+    def __init__(self, workspace, store, target, facts, mutator, options, patterns=None, inherit=(), noise=()):
         self.workspace, self.store, self.target, self.facts = workspace, store, target, facts
+        # How noisy the kernel's pairs proved in the original's search: children measure with
+        # as many pairs from their first evaluation on (see ``noise``).
+        self.pair_budget = PairBudget(options.pairs, prior=noise)
         # The original's best settings (Optuna params): each child's search tries them first,
         # so a rewrite is measured with the pipeline that already won, not only from scratch.
         self.inherit = list(inherit)
@@ -239,7 +243,7 @@ class Remix:
         if self.target.parallel or set(child.rules) & set(PARALLEL_RULES):
             # A data race can verify once by luck: several runs, with every core the worker has.
             runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
-        ev = server.submit(self.capture_dir, variant, pairs=self.options.pairs,
+        ev = server.submit(self.capture_dir, variant, pairs=self.pair_budget.pairs(),
                            tolerance=self.target.tolerance, timeout=self.options.timeout, verify_runs=runs,
                            cache=self.target.cache)
         child.evaluations += 1
@@ -257,7 +261,7 @@ class Remix:
         space = Space(facts)
         return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
                      pairs=self.options.pairs, timeout=self.options.timeout,
-                     seeds=[space.adopt(values) for values in self.inherit])
+                     seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises)
 
     def _measure(self, servers, child, progress):
         """The child's inner study (resumed if a killed run started it)."""

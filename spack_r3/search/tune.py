@@ -134,7 +134,7 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
                   RemixOptions(budget=budget, child_budget=options.child_budget, repairs=options.repairs,
                                sampler=options.sampler, seed=options.seed, pairs=options.pairs,
                                timeout=options.timeout), patterns,
-                  inherit=[t.params for t in study.best(2)])
+                  inherit=[t.params for t in study.best(2)], noise=study.pair_noises())
     base_best = max([t.value for t in study.best(1)] + [1.0])
     try:
         # More of the original's own search: while a model answers, or when rewrites run out.

@@ -2,8 +2,10 @@
 
 A tuned variant is stale when what it was measured on changed: the package's version
 (the recipe now prefers another), the compiler (another clang than the one it was tuned
-with), or the source (a tuned unit differs from the one recorded, or its patch no longer
-applies to it).
+with), the source (a tuned unit differs from the one recorded, or its patch no longer
+applies to it), or r3 itself (the package was emitted by an r3 whose build stages differ
+from this one's: Spack builds it again with these, so its speedups were measured on
+other code).
 """
 
 import hashlib
@@ -12,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from ..emit.apply import toolchain_digest
 from ..sourcepatch import PatchError, apply_patch
 from ..toolchain import clang_release, find_clang
 from .emit import tuned_plans
@@ -73,6 +76,7 @@ def status(repo_root, recipe_text_of=None, package=None):
     for name, plans in sorted(tuned_plans(repo_root).items()):
         if package and name != package:
             continue
+        emitted_by = _emitted_toolchain(repo_root, name)
         for target, plan in sorted(plans.items()):
             facts = plan.facts
             check = facts.get("check") or {}
@@ -89,9 +93,26 @@ def status(repo_root, recipe_text_of=None, package=None):
             tuned_clang = (facts.get("compiler") or "").partition("@")[2]
             if clang and tuned_clang and clang != tuned_clang:
                 st.stale.append("compiler: tuned with clang %s, this machine's is %s" % (tuned_clang, clang))
+            if emitted_by and emitted_by != toolchain_digest():
+                st.stale.append("r3: emitted by an r3 that builds tuned units differently (toolchain %s, this "
+                                "one's %s); a build now uses this one's stages, not the measured ones"
+                                % (emitted_by, toolchain_digest()))
             st.stale += _source_changes(plan, repo_root, name)
             out.append(st)
     return out
+
+
+def _emitted_toolchain(repo_root, name):
+    """The ``R3_TOOLCHAIN`` digest the emitted package.py carries (None: an older r3's)."""
+    from .repos import open_repo
+
+    repo = open_repo(repo_root)
+    try:
+        with open(repo.recipe_path(name)) as f:
+            found = re.search(r"^R3_TOOLCHAIN = ['\"]([0-9a-f]+)['\"]", f.read(), re.M)
+    except (OSError, AttributeError):
+        return None
+    return found.group(1) if found else None
 
 
 def kernel_speedups(plan):

@@ -1,0 +1,61 @@
+"""How many paired runs an evaluation needs, from the spread of the pairs measured so far.
+
+Five pairs give a median good to about a percent on a compute-bound kernel, and to
+several percent on a memory-bound one: on this 2-core machine one pair of cg's spmv
+(CSR, about 1 ms a call) ranged 0.75-1.32x around 1.0x. There every candidate of the
+search screened between 0.92x and 1.12x, the best of 150 such medians was the luckiest,
+and which search "won" was chance. So a study estimates one pair's noise from its own
+evaluations and asks as many pairs as put the median's standard error near
+``TARGET_SE``; a kernel with quiet pairs keeps the base count and costs nothing more.
+
+    budget = PairBudget(base=5)
+    budget.add(pair_noise(evaluation.ratios))   # after each verified evaluation
+    budget.pairs()                              # for the next one
+"""
+
+import math
+from statistics import median
+
+TARGET_SE = 0.02  # relative standard error of an evaluation's median ratio
+MOST_FACTOR = 6  # at most this many times the base pairs
+RECENT = 25  # evaluations the estimate is taken over: the noise of a busy machine drifts
+
+
+def pair_noise(ratios):
+    """One pair's noise in an evaluation: the robust standard deviation (1.4826 x MAD)
+    of its log ratios; None with fewer than 3 usable pairs."""
+    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
+    if len(logs) < 3:
+        return None
+    mid = median(logs)
+    return 1.4826 * median(abs(x - mid) for x in logs)
+
+
+def pairs_for(noise, base, most, target_se=TARGET_SE):
+    """Pairs whose median has a standard error of ``target_se`` when one pair's log ratio
+    has standard deviation ``noise`` (the median's is about 1.2533 sigma / sqrt(n))."""
+    need = math.ceil((1.2533 * noise / target_se) ** 2)
+    return max(base, min(most, need))
+
+
+class PairBudget:
+    """Pairs per evaluation for one study, from the noise of its evaluations so far
+    (and of ``prior`` ones: its kernel's other studies)."""
+
+    def __init__(self, base, prior=(), most=None, target_se=TARGET_SE):
+        self.base, self.target_se = base, target_se
+        self.most = most or base * MOST_FACTOR
+        self.noises = [n for n in prior if n is not None]
+
+    def add(self, noise):
+        if noise is not None:
+            self.noises.append(noise)
+
+    def estimate(self):
+        """One pair's noise now (None until three evaluations gave theirs)."""
+        recent = self.noises[-RECENT:]
+        return median(recent) if len(recent) >= 3 else None
+
+    def pairs(self):
+        noise = self.estimate()
+        return self.base if noise is None else pairs_for(noise, self.base, self.most, self.target_se)

@@ -1,0 +1,39 @@
+"""How many pairs an evaluation gets: the base count on quiet pairs, more on noisy ones."""
+
+import math
+
+import pytest
+
+from spack_r3.search.noise import PairBudget, pair_noise, pairs_for
+
+
+def test_one_pairs_noise_is_the_robust_spread_of_its_log_ratios():
+    assert pair_noise([1.0, 1.0, 1.0, 1.0]) == 0.0
+    # log ratios -0.1, 0, +0.1, and one wild pair that a MAD ignores
+    noise = pair_noise([math.exp(-0.1), 1.0, math.exp(0.1), 1.0, 40.0])
+    assert noise == pytest.approx(1.4826 * 0.1)
+    assert pair_noise([1.2, 0.9]) is None  # too few to say
+    assert pair_noise([1.0, float("inf"), 0.0]) is None  # a pair that timed nothing is not counted
+
+
+def test_pairs_put_the_medians_standard_error_near_two_percent():
+    assert pairs_for(0.0, base=5, most=30) == 5  # quiet: the base count
+    assert pairs_for(0.08, base=5, most=30) == 26  # cg's spmv on 2 cores: (1.2533 * 0.08 / 0.02)^2
+    assert pairs_for(1.0, base=5, most=30) == 30  # never more than the most
+
+
+def test_a_budget_keeps_the_base_until_three_evaluations_say_otherwise():
+    budget = PairBudget(base=5)
+    assert budget.most == 30
+    budget.add(0.08)
+    budget.add(None)  # an evaluation that failed gives no noise
+    budget.add(0.08)
+    assert budget.estimate() is None and budget.pairs() == 5
+    budget.add(0.08)
+    assert budget.pairs() == 26
+    # a kernel's other studies start where this one got to
+    assert PairBudget(base=5, prior=budget.noises).pairs() == 26
+    # quiet evaluations bring it back down: the estimate is a median of recent ones
+    for _ in range(30):
+        budget.add(0.005)
+    assert budget.pairs() == 5
