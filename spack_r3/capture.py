@@ -299,11 +299,26 @@ def list_captures(workspace):
     return out
 
 
-def resolve(workspace, ref):
+def run_key(capture):
+    """What tells the recorded runs apart (captures of older records: the run's time)."""
+    return capture.app.get("run") or capture.app.get("app_s")
+
+
+def recorded_calls(workspace, capture):
+    """The capture directories of ``capture``'s kernel recorded in the same run, in call
+    order (``r3 record --instances N`` keeps the first N calls)."""
+    same = [c for c in list_captures(workspace)
+            if c.kernel == capture.kernel and run_key(c) == run_key(capture)
+            and (c.compile_dir, c.source_file) == (capture.compile_dir, capture.source_file)]
+    return [workspace.capture_dir(c.id) for c in sorted(same, key=lambda c: c.instance)]
+
+
+def resolve(workspace, ref, first_call=False):
     """A capture directory from an id, a unique id prefix, a kernel name or a path.
 
     A C++ kernel is named by its symbol, its demangled name, or its qualified name
-    alone when no other captured kernel has that one (see ``cxxnames``)."""
+    alone when no other captured kernel has that one (see ``cxxnames``). ``first_call``:
+    a kernel recorded at several calls of one run names the first of them."""
     if os.path.isfile(os.path.join(ref, "capture.json")):
         return os.path.abspath(ref)
     direct = workspace.capture_dir(ref)
@@ -314,6 +329,8 @@ def resolve(workspace, ref):
     if not matches:
         _, kernels = cxxnames.best_matches(ref, [c.kernel for c in caps])
         matches = [c for c in caps if c.kernel in kernels]
+    if first_call and len({(c.kernel, run_key(c)) for c in matches}) == 1:
+        matches = [min(matches, key=lambda c: c.instance)]
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:

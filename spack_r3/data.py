@@ -211,6 +211,7 @@ class Evaluation:
     runs_per_sample: int = 1  # runs summed in each timing sample of a pair (short kernels: several)
     resampled: int = 0  # pairs measured again because the worker was preempted during them
     cache: str = WARM  # the caches each timed run started with: WARM, SHARED or COLD (replay.engine.CacheFlush)
+    calls: int = 1  # recorded calls each timed run replayed, in order (replay.sequence); times are per call
     diagnostics: str = ""
 
     @property

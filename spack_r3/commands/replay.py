@@ -8,7 +8,7 @@ baseline: the kernel as its build compiled it).
 import json
 
 from .. import cxxnames
-from ..capture import load_capture_dir, resolve
+from ..capture import load_capture_dir, recorded_calls, resolve
 from ..data import CACHE_STATES, WARM, Launch, Variant
 from ..errors import R3Error
 from ..replay.pipeline import format_spec, parse
@@ -37,6 +37,10 @@ def setup_parser(subparser):
                            help="caches at the start of each timed run: warm (as the previous run left them), "
                                 "shared (each thread's own caches emptied: data in the last-level cache at most) "
                                 "or cold (all emptied: data in memory)")
+    subparser.add_argument("--sequence", action="store_true",
+                           help="replay every call of the kernel recorded in the capture's run (r3 record "
+                                "--instances N), in order, each timed run a pass over them all: the caches see "
+                                "the calls' different data, as in the application")
     subparser.add_argument("--json", action="store_true",
                            help="print one JSON object (a list of them for several pipelines)")
 
@@ -46,16 +50,25 @@ def replay(args):
         raise R3Error("--repeat must be at least 1")
     ws = Workspace(args.workspace)
     pipelines = [parse(spec) for spec in (args.pipeline or [""])]  # every SPEC checked before any work
-    directory = resolve(ws, args.capture)
+    directory = resolve(ws, args.capture, first_call=args.sequence)
     # Sizes and image structure here, for a clear line at once; the worker that
     # loads the capture checks the digests, so large images are hashed only once.
     capture = load_capture_dir(directory, verify_digests=False)
+    sequence = recorded_calls(ws, capture) if args.sequence else None
+    if sequence is not None:
+        if len(sequence) < 2:
+            raise R3Error("%s has one recorded call in its run: record it with --instances N to replay a sequence"
+                          % cxxnames.display(capture.kernel))
+        if args.cache != WARM:
+            raise R3Error("--sequence is timed in warm caches: the calls' own data is their cache state")
+        directory = sequence[0]
+        capture = load_capture_dir(directory, verify_digests=False)
     results = []
     with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:
             variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
             ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance,
-                               cache=args.cache)
+                               cache=args.cache, sequence=sequence)
             results.append(_result(capture, pipeline, ev))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
@@ -84,7 +97,7 @@ def _result(capture, pipeline, ev):
             "compiled": ev.compiled, "compile_s": ev.compile_s, "speedup": ev.speedup,
             "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max, "pairs": ev.pairs,
             "relaxes_fp": pipeline.relaxes_fp, "in_app_s": in_app_per_call(capture), "cache": ev.cache,
-            "resampled": ev.resampled, "diagnostics": ev.diagnostics}
+            "resampled": ev.resampled, "calls": ev.calls, "diagnostics": ev.diagnostics}
 
 
 def _print_one(r):
@@ -93,8 +106,10 @@ def _print_one(r):
         print("  compile   %s" % seconds(r["compile_s"]))
         print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))
     if r["time_median_s"] is not None:
-        print("  time      median %s  min %s  max %s  over %d runs, %s cache  (in the app: %s per call)" % (
-            seconds(r["time_median_s"]), seconds(r["time_min_s"]), seconds(r["time_max_s"]), r["repeat"],
+        runs = ("%d runs" % r["repeat"]) if r["calls"] < 2 else ("%d passes over %d recorded calls, per call"
+                                                                 % (r["repeat"], r["calls"]))
+        print("  time      median %s  min %s  max %s  over %s, %s cache  (in the app: %s per call)" % (
+            seconds(r["time_median_s"]), seconds(r["time_min_s"]), seconds(r["time_max_s"]), runs,
             r["cache"], seconds(r["in_app_s"])))
     if r["speedup"] is not None:
         print("  speedup   %.3fx over the kernel as built (min %.3f, max %.3f, %d pairs)" % (
@@ -106,8 +121,10 @@ def _print_one(r):
 
 
 def _print_table(capture, results):
-    print("%s (%s), in the app %s per call" % (cxxnames.display(capture.kernel), capture.id,
-                                               seconds(in_app_per_call(capture))))
+    calls = results[0]["calls"] if results else 1
+    print("%s (%s%s), in the app %s per call" % (
+        cxxnames.display(capture.kernel), capture.id, ", a sequence of %d recorded calls" % calls if calls > 1 else "",
+        seconds(in_app_per_call(capture))))
     rows = []
     for r in results:
         speedup = "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (

@@ -39,6 +39,10 @@ def setup_parser(subparser):
     subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                            help="tune this kernel (repeatable; default: every captured kernel with at least "
                                 "--min-share of the run)")
+    subparser.add_argument("--instances", type=int, default=1, metavar="N",
+                           help="record the first N calls of each kernel (default 1); a kernel's calls then "
+                                "replay as one sequence in every timed run, so that data each call finds in its "
+                                "own place (a lookup of a new key each call) is timed as in the application")
     subparser.add_argument("--min-share", type=float, default=0.02, metavar="F",
                            help="smallest share of the application's time worth tuning (default 0.02)")
     subparser.add_argument("--budget", type=int, default=60, metavar="N", help="evaluations per kernel (default 60)")
@@ -86,7 +90,7 @@ def setup_parser(subparser):
 
 
 def tune(args):
-    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget"):
+    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget", "instances"):
         if getattr(args, name) < 1:
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
     if not 0.0 <= args.remix_share < 1.0:
@@ -207,15 +211,16 @@ def _captures(ws, args, progress):
     if args.spec:
         from ..spack.record import previous_spack_record, record_spec
 
-        previous = previous_spack_record(ws, args.spec, args.run, args.kernel)
+        previous = previous_spack_record(ws, args.spec, args.run, args.kernel, instances=args.instances)
         if previous:
             progress("reusing the captures recorded in %s" % previous.run_dir)
             return previous.captures
-        return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, user_scopes=args.spack_config,
-                           extra_repos=args.spack_repo, progress=progress, source=args.source).captures
+        return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, instances=args.instances,
+                           user_scopes=args.spack_config, extra_repos=args.spack_repo, progress=progress,
+                           source=args.source).captures
     if not args.source:
         return list_captures(ws)
-    settings = dict(build=args.build, kernels=args.kernel, tolerance=None)
+    settings = dict(build=args.build, kernels=args.kernel, tolerance=None, instances=args.instances)
     previous = previous_record(ws, args.source, args.run, **settings)
     if previous:
         progress("reusing the captures recorded in %s" % previous.run_dir)

@@ -24,8 +24,9 @@ a few pages apart, ``memory.runs``) ``calculate_macro_xs`` reads its cross secti
 memory (3.3 us a call in the application; replayed 0.4 us warm, 0.7 us shared, 4.6 us
 cold) while the binary searches it calls find their upper levels cached (at most 0.23 us
 a call there; 0.3 us warm, 6.2 us cold). Both look alike in the recording; a rule on the
-blocks' size picked cold for both. Replaying several recorded calls in their order would
-show it; until then such kernels are timed by the rules below.
+blocks' size picked cold for both. Replaying several recorded calls in their order shows
+it (``replay.sequence``, for a kernel recorded with ``--instances N``); a kernel recorded
+at one call, or whose calls cannot form a sequence, is timed by the rules below.
 """
 
 import os

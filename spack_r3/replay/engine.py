@@ -25,7 +25,7 @@ import numpy as np
 
 from ..data import COLD, Pipeline
 from ..errors import CaptureError
-from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions, region_bytes
+from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
 from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
 from .stages import CompileError, KernelIR, module_triple, optimized_module, resolve_target, target_machine
@@ -74,6 +74,9 @@ class Prepared:
     outputs: List[Tuple[int, bytes]] = field(default_factory=list)  # pre-state of what the kernel writes
     unit: Optional[KernelIR] = None  # the kernel's module and bitcode: what a variant is compiled from
     directory: str = ""  # the capture's folder
+    # (start, end) of what the call found around it rather than its input: the caller's
+    # stack and the runtimes' state, which differ from call to call whatever the kernel reads
+    scratch: List[Tuple[int, int]] = field(default_factory=list)
 
 
 def prepare(capture, directory):
@@ -117,14 +120,15 @@ def prepare(capture, directory):
     arena = [(int(capture.arena["base"], 16), int(capture.arena["end"], 16))]
     if capture.arena.get("runtime_base"):  # the runtimes' pool at the arena's top
         arena.append((int(capture.arena["runtime_base"], 16), int(capture.arena["runtime_end"], 16)))
-    ranges = _page_ranges(arena + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
+    ranges = page_ranges(arena + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
                           + [(r.addr, r.end) for r in pre_regions if r.kind == KIND_STACK]
                           + [(r.addr, r.end) for r in pre_regions if not any(lo <= r.addr < hi for lo, hi in arena)])
     # An opt stage (Polly) starts again from the bitcode, in the text of its own LLVM.
     unit = KernelIR(capture.kernel, ir, bitcode, link_units, recorded_globals,
                     capture.compile_command[0] if capture.compile_command else None)
+    scratch = [(addr, addr + len(data)) for addr, kind, data in joined if kind in (KIND_STACK, KIND_RUNTIME)]
     return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
-                    ranges, fp_types(ir), _outputs(pre, post), unit, directory)
+                    ranges, fp_types(ir), _outputs(pre, post), unit, directory, scratch)
 
 
 def _joined(regions):
@@ -174,7 +178,7 @@ def _outputs(pre, post):
     return out
 
 
-def _page_ranges(spans):
+def page_ranges(spans):
     pages = sorted((lo // PAGE * PAGE, -(-hi // PAGE) * PAGE) for lo, hi in spans if hi > lo)
     merged = []
     for lo, hi in pages:
@@ -505,23 +509,30 @@ class Pairs:
 
 
 def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None), runs=1,
-                  flush=None):
+                  flush=None, sequence=None):
     """The paired protocol: alternate baseline and candidate; ratios baseline/candidate,
     each side's sample the sum of ``runs`` runs (memory restored before each, untimed).
     ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: caches
-    emptied before every run (``CacheFlush``). A pair during which the process was
-    preempted is measured again (``MOST_RESAMPLES``)."""
+    emptied before every run (``CacheFlush``); ``sequence``: a run is a pass over its
+    recorded calls (``replay.sequence``). A pair during which the process was preempted
+    is measured again (``MOST_RESAMPLES``)."""
     out = Pairs([], [])
     # a kernel with nothing to put back runs its sample's calls back to back: one timed span
     repeat, batch = (1, runs) if batchable(prepared, flush) else (runs, 1)
+
+    def sample(compiled, preempted):
+        if sequence is not None:
+            return sum(sequence.timed(compiled, preempted) for _ in range(runs))
+        return sum(time_runs(prepared, frame, compiled, repeat, flush, preempted, batch))
+
     for _ in range(pairs):
         for attempt in range(MOST_RESAMPLES + 1):
             # Only the timed parts count: a preemption during a restore or a flush costs nothing.
             preempted = []
             set_threads(libomp, threads[0])
-            tb = sum(time_runs(prepared, frame, baseline, repeat, flush, preempted, batch))
+            tb = sample(baseline, preempted)
             set_threads(libomp, threads[1])
-            tc = sum(time_runs(prepared, frame, candidate, repeat, flush, preempted, batch))
+            tc = sample(candidate, preempted)
             if not any(preempted) or attempt == MOST_RESAMPLES:
                 break
             out.resampled += 1

@@ -91,21 +91,29 @@ class ReplayServer:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line), None
 
-    def load(self, capture_dir):
-        """Parse a capture in the worker ahead of time (R3Error if it is unusable)."""
-        reply, err = self._request({"op": "load", "dir": os.path.abspath(capture_dir)}, self.load_timeout)
+    def load(self, capture_dir, sequence=None):
+        """Parse a capture in the worker ahead of time (R3Error if it is unusable), and
+        merge the ``sequence`` of recorded calls it starts (R3Error if they cannot be)."""
+        req = {"op": "load", "dir": os.path.abspath(capture_dir)}
+        if sequence:
+            req["sequence"] = [os.path.abspath(d) for d in sequence]
+        reply, err = self._request(req, self.load_timeout)
         if err or not reply.get("ok"):
             raise R3Error(err or reply.get("error"))
 
     def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None, verify_runs=1,
-               cache=WARM):
+               cache=WARM, sequence=None):
         """Replay one variant; never raises for a bad candidate, only for a bad capture.
         ``cache``: WARM, each timed run finding the caches as the previous run left them,
-        SHARED or COLD, emptied before each (see ``engine.CacheFlush``)."""
+        SHARED or COLD, emptied before each (see ``engine.CacheFlush``). ``sequence``:
+        capture directories of the kernel's recorded calls in order (``capture_dir`` first),
+        each timed run a pass over them all (``replay.sequence``)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),
                "repeat": repeat, "pairs": pairs, "timeout": timeout, "verify_runs": verify_runs, "cache": cache}
+        if sequence:
+            req["sequence"] = [os.path.abspath(d) for d in sequence]
         if tolerance is not None:
             req["tolerance"] = tolerance
         reply, err = self._request(req, self.load_timeout + timeout + 10)

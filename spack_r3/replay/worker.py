@@ -5,9 +5,10 @@ parsed once and kept; each candidate runs in a child forked from the worker, so 
 kernel that crashes, hangs or scribbles over memory costs one evaluation: the
 worker itself never maps recorded memory or runs compiled code.
 
-Requests:  {"op": "load", "dir": D}
+Requests:  {"op": "load", "dir": D, "sequence": [D, D2, ...]|null}
            {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
-            "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"shared"|"cold"}
+            "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"shared"|"cold",
+            "sequence": [D, D2, ...]|null}   (recorded calls replayed in order: replay.sequence)
            {"op": "quit"}
 """
 
@@ -27,12 +28,14 @@ from ..errors import R3Error
 from ..toolchain import find_libomp
 from . import engine
 from .pipeline import as_built
+from .sequence import merge
 
 
 class Worker:
     def __init__(self, cache_bytes=None):
         self.prepared = OrderedDict()  # capture dir -> Prepared, least recently used first
         self.baselines = {}  # capture dir -> Compiled baseline (or CompileError)
+        self.sequences = {}  # capture dirs -> Sequence
         self.cache_bytes = cache_bytes or int(os.environ.get("R3_WORKER_CACHE_BYTES", 4 << 30))
         self.libomp = find_libomp()
         engine.init_llvm(self.libomp)
@@ -71,17 +74,26 @@ class Worker:
                 self.baselines[directory] = err
         return self.baselines[directory]
 
+    def sequence(self, dirs):
+        """The recorded calls in ``dirs`` merged into one sequence (SequenceError if they
+        cannot be), once."""
+        key = tuple(dirs)
+        if key not in self.sequences:
+            self.sequences[key] = merge([self.load(d) for d in dirs])
+        return self.sequences[key]
+
     def evaluate(self, req):
-        prepared = self.load(req["dir"])
+        sequence = self.sequence(req["sequence"]) if req.get("sequence") else None
+        prepared = sequence.view() if sequence else self.load(req["dir"])
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
-        if (req.get("cache") or WARM) != WARM:
+        if (req.get("cache") or WARM) != WARM and not sequence:
             engine.flush_ir()  # clang runs here once, not in every candidate's process
         base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
         with tempfile.TemporaryFile() as log:
-            return self._fork_candidate(prepared, variant, req, baseline, base, log)
+            return self._fork_candidate(prepared, variant, req, baseline, base, log, sequence)
 
-    def _fork_candidate(self, prepared, variant, req, baseline, base, log):
+    def _fork_candidate(self, prepared, variant, req, baseline, base, log, sequence=None):
         """Run one candidate in a child; ``log`` receives its stdout and stderr."""
         rfd, wfd = os.pipe()
         pid = os.fork()
@@ -91,7 +103,7 @@ class Worker:
             try:
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
-                result = run_candidate(prepared, variant, req, self.libomp, base, baseline)
+                result = run_candidate(prepared, variant, req, self.libomp, base, baseline, sequence)
                 os.write(wfd, json.dumps(result.to_json()).encode())
             except BaseException:
                 traceback.print_exc()
@@ -137,8 +149,10 @@ def _collect(pid, rfd, timeout):
     return None, "exited with code %d" % os.WEXITSTATUS(status)
 
 
-def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
-    """Compile, restore, verify and time one variant (inside the forked child)."""
+def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=None):
+    """Compile, restore, verify and time one variant (inside the forked child). With a
+    ``sequence`` (``prepared`` is its view), every recorded call is verified and a timed
+    run is a pass over them all, in warm caches: the calls' own data is the cache state."""
     if variant.source_patch or variant.source_defines:
         try:
             prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
@@ -167,27 +181,39 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None):
     # with a data race may verify once by luck: callers ask for several runs there.
     for run in range(max(1, int(req.get("verify_runs") or 1))):
         engine.restore(prepared)
-        frame.run(candidate)
-        checked = engine.check(prepared, frame, tolerance)
+        if sequence:
+            checked = sequence.verify(candidate, tolerance)
+        else:
+            frame.run(candidate)
+            checked = engine.check(prepared, frame, tolerance)
         ev.verified, ev.max_rel_error = checked.verified, max(ev.max_rel_error, checked.max_rel_error)
         ev.mismatched_bytes, ev.verify_runs = checked.mismatched_bytes, run + 1
         if not checked.verified:
             ev.status = WRONG_OUTPUT
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
             return ev
-    cache = req.get("cache") or WARM
+    cache = WARM if sequence else (req.get("cache") or WARM)
     flush = engine.CacheFlush(cache, max(t or 1 for t in threads)) if cache != WARM else None
     ev.cache = cache
+    repeat = max(1, int(req.get("repeat") or 5))
     if pairs:
-        ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
+        ev.runs_per_sample = (sequence.passes_per_sample(candidate) if sequence else
+                              engine.runs_per_sample(prepared, frame, candidate, flush=flush))
         measured = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
-                                        ev.runs_per_sample, flush)
+                                        ev.runs_per_sample, flush, sequence)
         ratios, times = measured.ratios, measured.candidate_s
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
         ev.pairs, ev.ratios, ev.resampled = pairs, ratios, measured.resampled
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]
+    elif sequence:
+        times = [sequence.timed(candidate) for _ in range(repeat)]
     else:
-        times = engine.time_runs(prepared, frame, candidate, max(1, int(req.get("repeat") or 5)), flush)
+        times = engine.time_runs(prepared, frame, candidate, repeat, flush)
+    if sequence:  # times per call, as the application's are
+        ev.calls = len(sequence)
+        times = [t / len(sequence) for t in times]
+        if ev.baseline_median_s is not None:
+            ev.baseline_median_s /= len(sequence)
     ev.time_median_s, ev.time_min_s, ev.time_max_s = engine.spread(times)
     ev.repeat = len(times)
     ev.status = OK
@@ -206,6 +232,8 @@ def serve(inp, out):
             worker = worker or Worker()
             if req.get("op") == "load":
                 worker.load(req["dir"])
+                if req.get("sequence"):
+                    worker.sequence(req["sequence"])
                 reply = {"ok": True}
             elif req.get("op") == "evaluate":
                 reply = {"ok": True, "evaluation": worker.evaluate(req)}

@@ -55,10 +55,18 @@ class Target:
     source_variant: str = "original"  # names the source variant: one study each
     tolerance: Optional[float] = None  # relative FP tolerance of its results (None: exact)
     cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
+    sequence: bool = False  # timed as all its recorded calls in order (replay.sequence), in warm caches
 
     @property
     def capture_id(self):
         return os.path.basename(self.captures[0])
+
+    def submit(self, server, variant, **kw):
+        """Replay ``variant`` of this kernel on ``server``: its first recorded call, or the
+        sequence of them all; held to the kernel's tolerance, timed in its cache state."""
+        return server.submit(self.captures[0], variant, tolerance=self.tolerance,
+                             cache=WARM if self.sequence else self.cache,
+                             sequence=self.captures if self.sequence else None, **kw)
 
 
 @dataclass
@@ -106,7 +114,9 @@ class Study:
         self.recheck = True
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
                                        space.fingerprint())
-        if target.cache != WARM:  # measured otherwise: a study of its own
+        if target.sequence:  # measured otherwise: a study of its own
+            self.name += "/sequence"
+        elif target.cache != WARM:
             self.name += "/" + target.cache
         # ``study`` is what is kept (SQLite): the study's attributes and its finished trials.
         # ``live`` is what the sampler works on (memory): the finished trials, the ones in
@@ -189,9 +199,7 @@ class Study:
                 variant = self.space.variant(values, self.target.base)
 
                 def measure(pairs):
-                    return server.submit(self.target.captures[0], variant, pairs=pairs,
-                                         tolerance=self.target.tolerance, timeout=self.timeout,
-                                         cache=self.target.cache)
+                    return self.target.submit(server, variant, pairs=pairs, timeout=self.timeout)
 
                 t0 = time.monotonic()
                 try:

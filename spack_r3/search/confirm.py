@@ -129,9 +129,8 @@ def _rounds(servers, items, rounds, pairs, timeout, progress, what):
         if progress:
             progress("%s: round %d of %d, %d pairs per candidate" % (what, r + 1, rounds, pairs))
         todo = [(target, c) for target, c in items if not c.rejected]
-        jobs = [lambda server, target=target, c=c: server.submit(
-                    target.captures[0], c.variant, pairs=pairs, tolerance=target.tolerance, timeout=timeout,
-                    cache=target.cache) for target, c in todo]
+        jobs = [lambda server, target=target, c=c: target.submit(server, c.variant, pairs=pairs, timeout=timeout)
+                for target, c in todo]
         for (_, c), ev in zip(todo, run_jobs(servers, jobs)):
             if ev.status != OK:
                 c.rejected = "%s, round %d: %s %s" % (what, r + 1, ev.status, ev.diagnostics)

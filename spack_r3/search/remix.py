@@ -243,9 +243,8 @@ class Remix:
         if self.target.parallel or set(child.rules) & set(PARALLEL_RULES):
             # A data race can verify once by luck: several runs, with every core the worker has.
             runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
-        ev = server.submit(self.capture_dir, variant, pairs=self.pair_budget.pairs(),
-                           tolerance=self.target.tolerance, timeout=self.options.timeout, verify_runs=runs,
-                           cache=self.target.cache)
+        ev = self.target.submit(server, variant, pairs=self.pair_budget.pairs(), timeout=self.options.timeout,
+                                verify_runs=runs)
         child.evaluations += 1
         child.status, child.diagnostic = ev.status, (ev.diagnostics or "")
         child.check_speedup = ev.speedup if ev.status == OK else 0.0

@@ -46,6 +46,7 @@ class KernelResult:
     curve: List[Optional[float]] = field(default_factory=list)  # best search speedup after each evaluation
     tolerance: Optional[float] = None
     cache: str = WARM  # the caches each timed run started with (data.CACHE_STATES)
+    calls: int = 1  # recorded calls each timed run replayed in order (replay.sequence; warm caches)
 
     def to_json(self):
         d = asdict(self)
@@ -101,7 +102,8 @@ def kernel_result(target, study, confirmed, again=None):
     common = dict(kernel=target.kernel, captures=[os.path.basename(c) for c in target.captures], share=target.share,
                   evaluations=len(trials), failed=study.failures(), study=study.name, curve=study.curve(),
                   rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
-                  tolerance=target.tolerance, cache=target.cache,
+                  tolerance=target.tolerance, cache=WARM if target.sequence else target.cache,
+                  calls=len(target.captures) if target.sequence else 1,
                   picked_speedup=best.speedup if best and again is not None else None)
     if measured is None:
         return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,

@@ -50,9 +50,7 @@ def simplify(servers, target, variant, speedup, pairs=5, keep=0.97, timeout=60.0
     trials = settings(variant)
     if not trials:
         return variant
-    evs = run_jobs(servers, [lambda server, v=v: server.submit(target.captures[0], v, pairs=pairs,
-                                                                tolerance=target.tolerance, timeout=timeout,
-                                                                cache=target.cache)
+    evs = run_jobs(servers, [lambda server, v=v: target.submit(server, v, pairs=pairs, timeout=timeout)
                              for _, v in trials])
     passengers = [name for (name, _), ev in zip(trials, evs) if ev.status == OK and ev.speedup >= keep * speedup]
     return without(variant, passengers) if passengers else variant

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .. import cxxnames
-from ..capture import load_capture_dir
+from ..capture import load_capture_dir, run_key
 from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay import cachestate
@@ -96,10 +96,15 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
             if cache == AUTO:
                 choice = cachestate.choose(caps[0], captures)
                 state = choice.state
-                plan.caches.append("%s: timed with %s caches: %s" % (name, choice.state, choice.reason))
+                plan.caches.append("%s: %stimed with %s caches: %s" % (
+                    name, "unless its recorded calls replay as a sequence, " if len(caps) > 1 else "",
+                    choice.state, choice.reason))
+            # Several calls recorded in one run are timed as their sequence (replay.sequence).
+            sequence = len(caps) > 1 and len({run_key(c) for c in caps}) == 1
             plan.targets.append(Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
                                        bool(caps[0].launch.get("openmp")),
-                                       tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state))
+                                       tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state,
+                                       sequence=sequence))
     return plan
 
 
@@ -168,12 +173,28 @@ def _baseline_problem(pool, target, timeout):
     the recording could not keep."""
     capture = load_capture_dir(target.captures[0], verify_digests=False)
     baseline = as_built(capture)
-    ev = pool.servers[0].submit(target.captures[0], Variant(pipeline=baseline), repeat=1,
-                                tolerance=target.tolerance, timeout=timeout)
+    ev = target.submit(pool.servers[0], Variant(pipeline=baseline), repeat=1, timeout=timeout)
     if ev.status == OK:
         return None
     what = "max relative error %.2g" % ev.max_rel_error if ev.status == WRONG_OUTPUT else ev.status
     return "its baseline (%s, the kernel as built) does not reproduce the recording: %s" % (format_spec(baseline), what)
+
+
+def _sequence_or_not(pool, target, timeout, say):
+    """Whether the kernel's recorded calls are timed as one sequence: they merge into one
+    (``replay.sequence``) and its baseline reproduces every one of them; else its first
+    call is, repeated (``target.sequence`` says which, and so does a line)."""
+    name = cxxnames.display(target.kernel)
+    try:
+        pool.servers[0].load(target.captures[0], sequence=target.captures)
+        problem = _baseline_problem(pool, target, timeout)
+    except R3Error as err:
+        problem = str(err)
+    target.sequence = problem is None
+    if problem:
+        say("%s: timed as its first recorded call, repeated: %s" % (name, problem))
+    else:
+        say("%s: timed as the sequence of its %d recorded calls, in warm caches" % (name, len(target.captures)))
 
 
 def _record_clang(capture):
@@ -190,6 +211,8 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
+            if target.sequence:
+                _sequence_or_not(pool, target, options.timeout, say)
             facts = kernel_facts(target, pool.cores_per_worker)
             study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
                           pairs=options.pairs, timeout=options.timeout)

@@ -1,0 +1,211 @@
+"""Several recorded calls of one kernel, replayed one after another in their order.
+
+Replay that repeats one call finds that call's data where its last run left it. Where
+each call of the application reads other data, that flatters whatever makes the warm
+path fast: in XSBench (public code) ``calculate_macro_xs`` looks up a random energy in
+37 MB of nuclide grids on every call; -O3 replayed 3.39x faster than the build's -O0
+on one call repeated, and measured 1.97x inside the application. Recorded with
+``--instances N``, the kernel's first N calls replay in sequence, each with its own
+arguments and what it touched, and one timing sample is the whole sequence: the
+caches see N different lookups, as the application's did.
+
+The calls share one address space, as they did in the application. Memory that no call
+writes must be the same in every capture (the application did not change it between
+the calls), and is put in place once; memory that some call writes, and the caller's
+stack and the runtimes' state around each call, are put back before each call as that
+call found them, untimed. Captures that disagree elsewhere (a time step
+changed an input between two calls) cannot form a sequence, and say where.
+
+    seq = merge([engine.prepare(c, d) for c, d in instances])   # SequenceError if not
+    view = seq.view()              # the first call's Prepared over the merged memory
+    engine.map_recorded_memory(view); engine.restore(view)
+    seq.verify(compiled, tolerance)   # every call checked against its own recording
+    seq.timed(compiled)               # seconds for the whole sequence
+"""
+
+from dataclasses import dataclass, replace
+from typing import List, Tuple
+
+import numpy as np
+
+from ..errors import R3Error
+from . import engine
+
+PAGE = 4096
+
+
+class SequenceError(R3Error):
+    """Why recorded calls cannot replay as one sequence (one line)."""
+
+
+@dataclass
+class Call:
+    prepared: object  # engine.Prepared of this call's capture
+    restore: List[Tuple[int, bytes]]  # this call's own pre-state of all memory some call writes
+
+
+class _Pages:
+    """Bytes known per page, with which of them are known: how captures are merged."""
+
+    def __init__(self):
+        self.data, self.known = {}, {}
+
+    @staticmethod
+    def chunks(addr, length):
+        """(page, offset in the page, offset in the region, length) of a region, page by page."""
+        pos = 0
+        while pos < length:
+            page, off = divmod(addr + pos, PAGE)
+            n = min(PAGE - off, length - pos)
+            yield page, off, pos, n
+            pos += n
+
+    def mark(self, addr, length):
+        for page, off, _, n in self.chunks(addr, length):
+            self.known.setdefault(page, np.zeros(PAGE, bool))[off:off + n] = True
+
+    def covers(self, page):
+        return self.known.get(page)
+
+
+def _written(calls):
+    """Pages x byte masks of every range any call writes (its outputs), and of what each
+    found around it (its ``scratch``: the caller's stack, the runtimes' state)."""
+    written = _Pages()
+    for p in calls:
+        for addr, data in p.outputs:
+            written.mark(addr, len(data))
+        for lo, hi in p.scratch:
+            written.mark(lo, hi - lo)
+    return written
+
+
+def merge(prepared):
+    """One Sequence of ``prepared`` (engine.Prepared of each recorded call, in call order)."""
+    if len(prepared) < 2:
+        raise SequenceError("a sequence needs two recorded calls or more")
+    first = prepared[0].capture
+    for p in prepared[1:]:
+        c = p.capture
+        if c.kernel != first.kernel:
+            raise SequenceError("captures %s and %s are of different kernels" % (first.id, c.id))
+        # The arena grows between calls (its end moves); where it starts does not.
+        starts = lambda a: (a.get("base"), a.get("runtime_base"))  # noqa: E731
+        if starts(c.arena) != starts(first.arena) or [(g["name"], g["addr"]) for g in c.globals] != \
+                [(g["name"], g["addr"]) for g in first.globals]:
+            raise SequenceError("captures %s and %s come from different runs (their memory lies elsewhere)"
+                                % (first.id, c.id))
+    written = _written(prepared)
+    merged = _Pages()
+    for i, p in enumerate(prepared):
+        for addr, data in p.pre:
+            buf = np.frombuffer(data, np.uint8)
+            for page, off, pos, n in merged.chunks(addr, len(data)):
+                mine = buf[pos:pos + n]
+                have = merged.data.setdefault(page, np.zeros(PAGE, np.uint8))
+                known = merged.known.setdefault(page, np.zeros(PAGE, bool))
+                if not known[off:off + n].any():  # first seen: nothing to compare with
+                    have[off:off + n] = mine
+                    known[off:off + n] = True
+                    continue
+                w = written.covers(page)
+                free = ~w[off:off + n] if w is not None else np.ones(n, bool)
+                clash = known[off:off + n] & free & (have[off:off + n] != mine)
+                if clash.any():
+                    where = page * PAGE + off + int(np.argmax(clash))
+                    raise SequenceError("call %d of %s found memory at 0x%x other than an earlier call did, "
+                                        "and no call writes it: the application changed the kernel's input "
+                                        "between its calls" % (i + 1, first.kernel, where))
+                have[off:off + n][~known[off:off + n]] = mine[~known[off:off + n]]
+                known[off:off + n] = True
+    calls = [Call(p, _own_state(p, written)) for p in prepared]
+    arena = dict(first.arena, end=hex(max(int(p.capture.arena["end"], 16) for p in prepared)))
+    return Sequence(calls, _regions(merged),
+                    engine.page_ranges([(lo, hi) for p in prepared for lo, hi in p.ranges]), arena)
+
+
+def _own_state(p, written):
+    """A call's pre-state of every byte some call writes, as (address, bytes) runs."""
+    out = []
+    for addr, data in p.pre:
+        buf = np.frombuffer(data, np.uint8)
+        for page, off, pos, n in written.chunks(addr, len(data)):
+            w = written.covers(page)
+            if w is None:
+                continue
+            for lo, hi in _runs(w[off:off + n]):
+                out.append((page * PAGE + off + lo, bytes(buf[pos + lo:pos + hi])))
+    return out
+
+
+def _runs(mask):
+    """[lo, hi) index runs where ``mask`` is set."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.view(np.int8), [0]))))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
+def _regions(pages):
+    """The known bytes of ``pages`` as (address, bytes) runs, in address order."""
+    out = []  # [address, end, pieces]
+    for page in sorted(pages.data):
+        for lo, hi in _runs(pages.known[page]):
+            addr, data = page * PAGE + lo, pages.data[page][lo:hi].tobytes()
+            if out and out[-1][1] == addr:
+                out[-1][1] += len(data)
+                out[-1][2].append(data)
+            else:
+                out.append([addr, addr + len(data), [data]])
+    return [(addr, b"".join(pieces)) for addr, _, pieces in out]
+
+
+class Sequence:
+    def __init__(self, calls, pre, ranges, arena):
+        self.calls, self.pre, self.ranges, self.arena = calls, pre, ranges, arena
+        self.frames = None  # made in the candidate's process, after the memory is mapped
+
+    def __len__(self):
+        return len(self.calls)
+
+    def view(self):
+        """The first call's Prepared over the sequence's memory: what ``map_recorded_memory``
+        maps and ``restore`` puts in place; its IR is what a variant compiles."""
+        first = self.calls[0].prepared
+        return replace(first, pre=self.pre, ranges=self.ranges, capture=replace(first.capture, arena=self.arena))
+
+    def _frames(self):
+        if self.frames is None:
+            self.frames = [engine.Frame(c.prepared) for c in self.calls]
+        return self.frames
+
+    def _put_back(self, call):
+        for addr, data in call.restore:
+            engine.ctypes.memmove(addr, data, len(data))
+
+    def verify(self, compiled, tolerance):
+        """Run every call in order from its own pre-state; the first that differs from its
+        recording decides (the detail names it)."""
+        worst = engine.Check(True, 0.0, 0)
+        for i, (call, frame) in enumerate(zip(self.calls, self._frames())):
+            self._put_back(call)
+            frame.run(compiled)
+            checked = engine.check(call.prepared, frame, tolerance)
+            if not checked.verified:
+                return replace(checked, detail="call %d of %d: %s" % (i + 1, len(self.calls), checked.detail))
+            worst = replace(worst, max_rel_error=max(worst.max_rel_error, checked.max_rel_error),
+                            mismatched_bytes=worst.mismatched_bytes + checked.mismatched_bytes)
+        return worst
+
+    def timed(self, compiled, preempted=None):
+        """Seconds of one pass over the sequence: the calls' timed parts only."""
+        total = 0.0
+        for call, frame in zip(self.calls, self._frames()):
+            self._put_back(call)
+            switches = engine.preemptions() if preempted is not None else 0
+            total += frame.timed(compiled, 1)
+            if preempted is not None:
+                preempted.append(engine.preemptions() != switches)
+        return total
+
+    def passes_per_sample(self, compiled, min_s=engine.MIN_SAMPLE_S, most=engine.MOST_RUNS_PER_SAMPLE):
+        seconds = self.timed(compiled)
+        return most if seconds <= 0 else max(1, min(most, -int(-min_s // seconds)))

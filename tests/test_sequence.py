@@ -1,0 +1,114 @@
+"""Several recorded calls of one kernel replayed in their order (``r3 replay --sequence``).
+
+A lookup that searches a sorted table for a different key on every call: recorded at
+its first calls (``--instances``), each call replays with its own key and is checked
+against its own recording, and a timed run is a pass over all of them. A kernel whose
+input the program changes between calls cannot form a sequence, and says where.
+"""
+
+import json
+
+import pytest
+
+from test_record_replay import r3, r3_subprocess, source_tree
+
+LOOKUP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+/* the index of the last entry <= x in a sorted table, and that entry */
+void lookup(const double *table, long n, double x, double *out) {
+  long lo = 0, hi = n - 1;
+  while (lo < hi) {
+    long mid = (lo + hi + 1) / 2;
+    if (table[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  out[0] = (double)lo;
+  out[1] = table[lo];
+}
+
+/* a sum over an array that main changes between calls */
+double total(const double *a, long n) {
+  double s = 0.0;
+  for (long i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+int main(void) {
+  long n = 1 << 16;
+  double *table = malloc(n * sizeof(double)), *res = calloc(8, sizeof(double)), acc = 0.0;
+  for (long i = 0; i < n; i++) table[i] = i * 0.5 + (i % 3) * 0.1;
+  for (long k = 0; k < 40; k++) {
+    lookup(table, n, (double)((k * 7919) % n) * 0.5, res + 2 * (k % 4));
+    acc += res[2 * (k % 4)];
+  }
+  for (long k = 0; k < 4; k++) {
+    acc += total(table, n);
+    table[k] += 1.0;
+  }
+  printf("%g\n", acc);
+  return 0;
+}
+"""
+
+MAKEFILE = "prog: lookup.c\n\t$(CC) -O1 -o $@ lookup.c\n"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, clang):
+    src = source_tree(tmp_path_factory, "sequence", {"lookup.c": LOOKUP_C, "Makefile": MAKEFILE})
+    ws = str(tmp_path_factory.mktemp("sequence-ws"))
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "lookup",
+              "--kernel", "total", "--instances", "6") == 0
+    return src, ws
+
+
+def test_recorded_calls_replay_in_order_each_checked_against_its_own_recording(recorded):
+    _, recorded = recorded
+    proc = r3_subprocess("--workspace", recorded, "replay", "lookup", "--sequence", "--pipeline", "O3",
+                         "--pairs", 3, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = json.loads(proc.stdout)
+    assert ev["status"] == "ok" and ev["verified"] and ev["calls"] == 6
+    assert ev["pairs"] == 3 and ev["speedup"] > 0 and ev["time_median_s"] > 0
+    # One call alone, as before: the same kernel, one recorded call repeated.
+    proc = r3_subprocess("--workspace", recorded, "replay", ev["capture"], "--pipeline", "O3", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 1
+
+
+def test_a_sequence_whose_input_changed_between_calls_is_refused_with_where(recorded):
+    _, recorded = recorded
+    proc = r3_subprocess("--workspace", recorded, "replay", "total", "--sequence")
+    assert proc.returncode != 0
+    line = proc.stderr.strip()
+    assert "Traceback" not in line and len(line.splitlines()) == 1, line
+    assert "call 2 of total found memory at 0x" in line and "changed the kernel's input between its calls" in line
+
+
+def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_path):
+    src, ws = recorded
+    proc = r3_subprocess("--workspace", ws, "replay", "lookup", "--sequence", "--cache", "cold")
+    assert proc.returncode != 0 and "--sequence is timed in warm caches" in proc.stderr
+    once = str(tmp_path / "ws")
+    assert r3("--workspace", once, "record", "--source", src, "--run", "./prog", "--kernel", "lookup") == 0
+    proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence")
+    assert proc.returncode != 0
+    assert "lookup has one recorded call in its run: record it with --instances N" in proc.stderr
+
+
+def test_tune_times_a_kernel_as_its_recorded_calls_when_they_form_a_sequence(recorded, tmp_path):
+    src, _ = recorded
+    ws = str(tmp_path / "ws")
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", src, "--run", "./prog", "--kernel", "lookup",
+                         "--kernel", "total", "--instances", 4, "--budget", 4, "--pairs", 3, "--confirm-pairs", 3,
+                         "--confirm-rounds", 1, "--seed", 1, "--mutator", "none", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "lookup: timed as the sequence of its 4 recorded calls, in warm caches" in proc.stdout
+    # total's input changes between its calls: timed as its first call, repeated, and why
+    assert "total: timed as its first recorded call, repeated: call 2 of total found memory" in proc.stdout
+    proc = r3_subprocess("--workspace", ws, "tune", "--kernel", "lookup", "--kernel", "total", "--budget", 4,
+                         "--pairs", 3, "--confirm-pairs", 3, "--confirm-rounds", 1, "--mutator", "none", "--json",
+                         timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    calls = {k["kernel"]: k["calls"] for k in json.loads(proc.stdout)["kernels"]}
+    assert calls == {"lookup": 4, "total": 1}
