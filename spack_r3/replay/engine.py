@@ -263,6 +263,8 @@ class Compiled:
         self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
         self.timed = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("__r3_timed"))
+        self.sequence = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("__r3_sequence"))
         # what two clock readings cost, taken off every timed span
         self.clock_ns = min(self.timed(None, None, 0) for _ in range(32))
         self.compile_s = time.perf_counter() - t0

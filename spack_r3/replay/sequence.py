@@ -11,9 +11,9 @@ caches see N different lookups, as the application's did.
 
 The calls share one address space, as they did in the application. Memory that no call
 writes must be the same in every capture (the application did not change it between
-the calls), and is put in place once; memory that some call writes, and the caller's
-stack and the runtimes' state around each call, are put back before each call as that
-call found them, untimed. Captures that disagree elsewhere (a time step
+the calls), and is put in place once; memory that some call writes, and what differs
+between the calls in the caller's stack and the runtimes' state around them, are put
+back before each call as that call found them, untimed. Captures that disagree elsewhere (a time step
 changed an input between two calls) cannot form a sequence, and say where.
 
     seq = merge([engine.prepare(c, d) for c, d in instances])   # SequenceError if not
@@ -23,6 +23,7 @@ changed an input between two calls) cannot form a sequence, and say where.
     seq.timed(compiled)               # seconds for the whole sequence
 """
 
+import ctypes
 from dataclasses import dataclass, replace
 from typing import List, Tuple
 
@@ -68,16 +69,12 @@ class _Pages:
         return self.known.get(page)
 
 
-def _written(calls):
-    """Pages x byte masks of every range any call writes (its outputs), and of what each
-    found around it (its ``scratch``: the caller's stack, the runtimes' state)."""
-    written = _Pages()
-    for p in calls:
-        for addr, data in p.outputs:
-            written.mark(addr, len(data))
-        for lo, hi in p.scratch:
-            written.mark(lo, hi - lo)
-    return written
+def _marked(ranges):
+    """Pages x byte masks of (address, length) ranges."""
+    pages = _Pages()
+    for addr, length in ranges:
+        pages.mark(addr, length)
+    return pages
 
 
 def merge(prepared):
@@ -95,7 +92,12 @@ def merge(prepared):
                 [(g["name"], g["addr"]) for g in first.globals]:
             raise SequenceError("captures %s and %s come from different runs (their memory lies elsewhere)"
                                 % (first.id, c.id))
-    written = _written(prepared)
+    # Put back before each call: what any call writes, and the bytes of what the calls
+    # found around them (the caller's stack, the runtimes' state) that differ between calls.
+    # Only those: the runtimes' state is a megabyte (XSBench), and putting it all back
+    # before every call emptied the core's L2 each time (5.0 us a call, 2.4 in the app).
+    written = _marked((addr, len(data)) for p in prepared for addr, data in p.outputs)
+    scratch = _marked((lo, hi - lo) for p in prepared for lo, hi in p.scratch)
     merged = _Pages()
     for i, p in enumerate(prepared):
         for addr, data in p.pre:
@@ -111,6 +113,11 @@ def merge(prepared):
                 w = written.covers(page)
                 free = ~w[off:off + n] if w is not None else np.ones(n, bool)
                 clash = known[off:off + n] & free & (have[off:off + n] != mine)
+                s = scratch.covers(page)
+                if s is not None and clash.any():  # differs around the call: put back each time
+                    varies = clash & s[off:off + n]
+                    written.known.setdefault(page, np.zeros(PAGE, bool))[off:off + n] |= varies
+                    clash &= ~varies
                 if clash.any():
                     where = page * PAGE + off + int(np.argmax(clash))
                     raise SequenceError("call %d of %s found memory at 0x%x other than an earlier call did, "
@@ -124,17 +131,26 @@ def merge(prepared):
                     engine.page_ranges([(lo, hi) for p in prepared for lo, hi in p.ranges]), arena)
 
 
+# Runs of bytes to put back that lie this close in one recorded region go back as one
+# copy, with the call's own bytes between them (the same in every call): each copy is a
+# call from Python, whose own memory traffic between two timed calls evicts the
+# kernel's data (XSBench: 622 runs a call, mostly a few bytes of stack and runtime state).
+JOIN_GAP = 1024
+
+
 def _own_state(p, written):
-    """A call's pre-state of every byte some call writes, as (address, bytes) runs."""
+    """A call's pre-state of every byte some call writes, as (address, bytes) copies."""
     out = []
     for addr, data in p.pre:
-        buf = np.frombuffer(data, np.uint8)
+        spans = []
         for page, off, pos, n in written.chunks(addr, len(data)):
             w = written.covers(page)
-            if w is None:
-                continue
-            for lo, hi in _runs(w[off:off + n]):
-                out.append((page * PAGE + off + lo, bytes(buf[pos + lo:pos + hi])))
+            for lo, hi in _runs(w[off:off + n]) if w is not None else ():
+                if spans and pos + lo - spans[-1][1] <= JOIN_GAP:
+                    spans[-1][1] = pos + hi
+                else:
+                    spans.append([pos + lo, pos + hi])
+        out += [(addr + lo, data[lo:hi]) for lo, hi in spans]
     return out
 
 
@@ -175,11 +191,29 @@ class Sequence:
     def _frames(self):
         if self.frames is None:
             self.frames = [engine.Frame(c.prepared) for c in self.calls]
+            self._table = self._native_table(self.frames)
         return self.frames
+
+    def _native_table(self, frames):
+        """What ``__r3_sequence`` reads: per call {slots, ret, copies, ncopies}, and the
+        copies {dst, src, len} into one buffer of the calls' bytes (kept alive here)."""
+        data = b"".join(d for c in self.calls for _, d in c.restore)
+        self._bytes = ctypes.create_string_buffer(data, max(len(data), 1))
+        base, pos, self._copies = ctypes.addressof(self._bytes), 0, []
+        table = (ctypes.c_uint64 * (4 * len(self.calls)))()
+        for i, (call, frame) in enumerate(zip(self.calls, frames)):
+            copies = (ctypes.c_uint64 * max(3 * len(call.restore), 1))()
+            for j, (addr, d) in enumerate(call.restore):
+                copies[3 * j:3 * j + 3] = [addr, base + pos, len(d)]
+                pos += len(d)
+            self._copies.append(copies)
+            table[4 * i:4 * i + 4] = [ctypes.addressof(frame.slots), ctypes.addressof(frame.ret),
+                                      ctypes.addressof(copies), len(call.restore)]
+        return table
 
     def _put_back(self, call):
         for addr, data in call.restore:
-            engine.ctypes.memmove(addr, data, len(data))
+            ctypes.memmove(addr, data, len(data))
 
     def verify(self, compiled, tolerance):
         """Run every call in order from its own pre-state; the first that differs from its
@@ -196,15 +230,14 @@ class Sequence:
         return worst
 
     def timed(self, compiled, preempted=None):
-        """Seconds of one pass over the sequence: the calls' timed parts only."""
-        total = 0.0
-        for call, frame in zip(self.calls, self._frames()):
-            self._put_back(call)
-            switches = engine.preemptions() if preempted is not None else 0
-            total += frame.timed(compiled, 1)
-            if preempted is not None:
-                preempted.append(engine.preemptions() != switches)
-        return total
+        """Seconds of one pass over the sequence: the calls' timed parts only, each call's
+        memory put back before it and the call timed, all in native code."""
+        self._frames()
+        switches = engine.preemptions() if preempted is not None else 0
+        ns = compiled.sequence(ctypes.addressof(self._table), len(self.calls))
+        if preempted is not None:
+            preempted.append(engine.preemptions() != switches)
+        return max(ns - len(self.calls) * compiled.clock_ns, len(self.calls)) * 1e-9
 
     def passes_per_sample(self, compiled, min_s=engine.MIN_SAMPLE_S, most=engine.MOST_RUNS_PER_SAMPLE):
         seconds = self.timed(compiled)
