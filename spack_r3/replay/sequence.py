@@ -177,7 +177,9 @@ def _regions(pages):
 class Sequence:
     def __init__(self, calls, pre, ranges, arena):
         self.calls, self.pre, self.ranges, self.arena = calls, pre, ranges, arena
-        self.frames = None  # made in the candidate's process, after the memory is mapped
+        # Made in the candidate's process: each call's Frame, and what __r3_sequence reads.
+        self.frames = None
+        self._table = self._bytes = self._copies = None
 
     def __len__(self):
         return len(self.calls)

@@ -106,12 +106,6 @@ class Study:
         # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
         # (``noise``: one pair's noise in evaluations of the kernel's other studies).
         self.pair_budget = PairBudget(pairs, prior=noise)
-        # A candidate that would be the new best is measured again with twice its pairs
-        # (and verified again) before it counts: the best of many 5-pair medians is mostly
-        # luck (on a memory-bound stencil where nothing beats -O3, the 5 best screened
-        # 1.03-1.17x and 0.97-1.06x measured again), and a lucky value misleads the sampler and
-        # every later comparison with it.
-        self.recheck = True
         self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
                                        space.fingerprint())
         if target.sequence:  # measured otherwise: a study of its own
@@ -208,7 +202,12 @@ class Study:
                     ev = measure(pairs)
                     noise = pair_noise(ev.ratios) if ev.status == OK else None
                     best = state["best"]
-                    if ev.status == OK and self.recheck and (best is None or ev.speedup > best):
+                    # A candidate that would be the new best is measured again with twice its
+                    # pairs (and verified again) before it counts: the best of many 5-pair
+                    # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
+                    # the 5 best screened 1.03-1.17x and 0.97-1.06x measured again), and a lucky
+                    # value misleads the sampler and every later comparison with it.
+                    if ev.status == OK and (best is None or ev.speedup > best):
                         ev = remeasured(ev, measure(2 * pairs))
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
