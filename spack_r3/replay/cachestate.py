@@ -32,6 +32,7 @@ at one call, or whose calls cannot form a sequence, is timed by the rules below.
 import os
 from dataclasses import dataclass
 
+from ..capture import run_key
 from ..data import COLD, SHARED, WARM
 from .engine import cache_bytes
 
@@ -77,11 +78,9 @@ def traffic_between_calls(capture, run):
 
 def same_run(capture, captures):
     """The first instance of each kernel recorded in the same run as ``capture``."""
-    run = capture.app.get("run")
-    key = (lambda c: c.app.get("run") == run) if run else (lambda c: c.app.get("app_s") == capture.app.get("app_s"))
     firsts = {}
     for c in sorted(captures, key=lambda c: c.instance):
-        if key(c):
+        if run_key(c) == run_key(capture):
             firsts.setdefault(c.kernel, c)
     return list(firsts.values())
 

@@ -489,10 +489,12 @@ def runs_per_sample(prepared, frame, compiled, min_s=MIN_SAMPLE_S, flush=None):
     ``compiled``, the faster side of a pair as a rule); fewer when each run follows a ``flush``."""
     most = (MOST_FLUSHED_RUNS_PER_SAMPLE if flush else
             MOST_BATCHED_RUNS_PER_SAMPLE if batchable(prepared) else MOST_RUNS_PER_SAMPLE)
-    seconds = time_runs(prepared, frame, compiled, 1, flush)[0]
-    if seconds <= 0:
-        return most
-    return max(1, min(most, -int(-min_s // seconds)))
+    return runs_to_last(time_runs(prepared, frame, compiled, 1, flush)[0], min_s, most)
+
+
+def runs_to_last(seconds, min_s, most):
+    """Runs of ``seconds`` each that together last ``min_s``, at most ``most``."""
+    return most if seconds <= 0 else max(1, min(most, -int(-min_s // seconds)))
 
 
 # A pair during which the worker was preempted is measured again, up to this many times.

@@ -13,8 +13,9 @@ The calls share one address space, as they did in the application. Memory that n
 writes must be the same in every capture (the application did not change it between
 the calls), and is put in place once; memory that some call writes, and what differs
 between the calls in the caller's stack and the runtimes' state around them, are put
-back before each call as that call found them, untimed. Captures that disagree elsewhere (a time step
-changed an input between two calls) cannot form a sequence, and say where.
+back before each call as that call found them, untimed. Captures that disagree
+elsewhere (a time step changed an input between two calls) cannot form a sequence, and
+say where.
 
     seq = merge([engine.prepare(c, d) for c, d in instances])   # SequenceError if not
     view = seq.view()              # the first call's Prepared over the merged memory
@@ -82,20 +83,21 @@ def merge(prepared):
     if len(prepared) < 2:
         raise SequenceError("a sequence needs two recorded calls or more")
     first = prepared[0].capture
+
+    def placed(c):  # the arena grows between calls (its end moves); where it starts does not
+        return (c.arena.get("base"), c.arena.get("runtime_base"), [(g["name"], g["addr"]) for g in c.globals])
+
     for p in prepared[1:]:
         c = p.capture
         if c.kernel != first.kernel:
             raise SequenceError("captures %s and %s are of different kernels" % (first.id, c.id))
-        # The arena grows between calls (its end moves); where it starts does not.
-        starts = lambda a: (a.get("base"), a.get("runtime_base"))  # noqa: E731
-        if starts(c.arena) != starts(first.arena) or [(g["name"], g["addr"]) for g in c.globals] != \
-                [(g["name"], g["addr"]) for g in first.globals]:
+        if placed(c) != placed(first):
             raise SequenceError("captures %s and %s come from different runs (their memory lies elsewhere)"
                                 % (first.id, c.id))
     # Put back before each call: what any call writes, and the bytes of what the calls
     # found around them (the caller's stack, the runtimes' state) that differ between calls.
-    # Only those: the runtimes' state is a megabyte (XSBench), and putting it all back
-    # before every call emptied the core's L2 each time (5.0 us a call, 2.4 in the app).
+    # Only those: the runtimes' pool alone is 1.1 MB in XSBench, against 14-18 KB a call
+    # put back this way, and each byte put back is cache the kernel's data loses.
     written = _marked((addr, len(data)) for p in prepared for addr, data in p.outputs)
     scratch = _marked((lo, hi - lo) for p in prepared for lo, hi in p.scratch)
     merged = _Pages()
@@ -132,9 +134,8 @@ def merge(prepared):
 
 
 # Runs of bytes to put back that lie this close in one recorded region go back as one
-# copy, with the call's own bytes between them (the same in every call): each copy is a
-# call from Python, whose own memory traffic between two timed calls evicts the
-# kernel's data (XSBench: 622 runs a call, mostly a few bytes of stack and runtime state).
+# copy, with the call's own bytes between them (the same in every call): fewer, larger
+# copies (XSBench: 622 runs a call, mostly a few bytes of stack and runtime state, as 34).
 JOIN_GAP = 1024
 
 
@@ -241,6 +242,5 @@ class Sequence:
             preempted.append(engine.preemptions() != switches)
         return max(ns - len(self.calls) * compiled.clock_ns, len(self.calls)) * 1e-9
 
-    def passes_per_sample(self, compiled, min_s=engine.MIN_SAMPLE_S, most=engine.MOST_RUNS_PER_SAMPLE):
-        seconds = self.timed(compiled)
-        return most if seconds <= 0 else max(1, min(most, -int(-min_s // seconds)))
+    def passes_per_sample(self, compiled, min_s=engine.MIN_SAMPLE_S):
+        return engine.runs_to_last(self.timed(compiled), min_s, engine.MOST_RUNS_PER_SAMPLE)

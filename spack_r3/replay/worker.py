@@ -60,6 +60,9 @@ class Worker:
                 break
             total -= size(self.prepared.pop(directory))
             self.baselines.pop(directory, None)
+            # a sequence holds its calls' captures (and their merged memory): it goes with them
+            for dirs in [d for d in self.sequences if directory in d]:
+                del self.sequences[dirs]
 
     def baseline(self, directory):
         """The baseline of a capture (the kernel as built: ``pipeline.as_built``), compiled

@@ -183,7 +183,8 @@ def _baseline_problem(pool, target, timeout):
 def _sequence_or_not(pool, target, timeout, say):
     """Whether the kernel's recorded calls are timed as one sequence: they merge into one
     (``replay.sequence``) and its baseline reproduces every one of them; else its first
-    call is, repeated (``target.sequence`` says which, and so does a line)."""
+    call is, repeated (``target.sequence`` says which, and so does a line). Returns
+    ``target.sequence``."""
     name = cxxnames.display(target.kernel)
     try:
         pool.servers[0].load(target.captures[0], sequence=target.captures)
@@ -195,6 +196,7 @@ def _sequence_or_not(pool, target, timeout, say):
         say("%s: timed as its first recorded call, repeated: %s" % (name, problem))
     else:
         say("%s: timed as the sequence of its %d recorded calls, in warm caches" % (name, len(target.captures)))
+    return target.sequence
 
 
 def _record_clang(capture):
@@ -211,14 +213,14 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
-            if target.sequence:
-                _sequence_or_not(pool, target, options.timeout, say)
+            # A sequence is kept only when its baseline reproduced every call: checked already.
+            checked = target.sequence and _sequence_or_not(pool, target, options.timeout, say)
             facts = kernel_facts(target, pool.cores_per_worker)
             study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
                           pairs=options.pairs, timeout=options.timeout)
             remix_budget = int(round(options.budget * options.remix_share)) if options.mutator else 0
             try:
-                if not study.trials():  # a resumed study had its baseline checked
+                if not study.trials() and not checked:  # a resumed study had its baseline checked
                     problem = _baseline_problem(pool, target, options.timeout)
                     if problem:
                         raise R3Error(problem)
