@@ -3,8 +3,8 @@
 Replay that repeats one call finds that call's data where its last run left it. Where
 each call of the application reads other data, that flatters whatever makes the warm
 path fast: in XSBench (public code) ``calculate_macro_xs`` looks up a random energy in
-37 MB of nuclide grids on every call; -O3 replayed 3.39x faster than the build's -O0
-on one call repeated, and measured 1.97x inside the application. Recorded with
+37 MB of nuclide grids on every call; its tuned variant replayed 3.39x faster than the
+build's -O0 on one call repeated, and measured 1.97x inside the application. Recorded with
 ``--instances N``, the kernel's first N calls replay in sequence, each with its own
 arguments and what it touched, and one timing sample is the whole sequence: the
 caches see N different lookups, as the application's did.
