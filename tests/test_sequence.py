@@ -112,3 +112,61 @@ def test_tune_times_a_kernel_as_its_recorded_calls_when_they_form_a_sequence(rec
     assert proc.returncode == 0, proc.stderr
     calls = {k["kernel"]: k["calls"] for k in json.loads(proc.stdout)["kernels"]}
     assert calls == {"lookup": 4, "total": 1}
+
+
+PAGES_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+#define PAGE_DOUBLES 512 /* 4 KB */
+#define PAGES 4096
+
+/* reads four pages of a 16 MB table far apart, different ones on every call */
+double pick(const double *table, long k) {
+  double s = 0.0;
+  for (long j = 0; j < 4; j++) s += table[(k + j * (PAGES / 4)) * PAGE_DOUBLES];
+  return s;
+}
+
+/* sums all of a 256 KB array on every call */
+double sweep(const double *a, long n) {
+  double s = 0.0;
+  for (long i = 0; i < n; i++) s += a[i];
+  return s;
+}
+
+int main(void) {
+  double *table = malloc((size_t)PAGES * PAGE_DOUBLES * sizeof(double)), acc = 0.0;
+  long n = 32768;
+  double *a = malloc(n * sizeof(double));
+  for (long i = 0; i < (long)PAGES * PAGE_DOUBLES; i++) table[i] = i % 7;
+  for (long i = 0; i < n; i++) a[i] = i % 5;
+  for (long k = 0; k < 200; k++) acc += pick(table, k) + sweep(a, n);
+  printf("%g\n", acc);
+  return 0;
+}
+"""
+
+
+def test_instances_auto_records_calls_until_their_pages_outgrow_the_bytes_asked(tmp_path_factory, clang, monkeypatch):
+    """--instances auto captures a kernel's calls until the pages they touch together reach
+    R3_INSTANCE_BYTES (default: the last-level cache), or every page of the blocks they
+    touch: pick reads four new pages a call (16 KB), so 512 KB take 32 calls; sweep reads
+    its whole 256 KB array in each call, so one call is all there is to see."""
+    src = source_tree(tmp_path_factory, "pages", {"pages.c": PAGES_C,
+                                                  "Makefile": "prog: pages.c\n\t$(CC) -O1 -o $@ pages.c\n"})
+    ws = str(tmp_path_factory.mktemp("pages-ws"))
+    monkeypatch.setenv("R3_INSTANCE_BYTES", str(512 * 1024))
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "pick",
+              "--kernel", "sweep", "--instances", "auto") == 0
+    proc = r3_subprocess("--workspace", ws, "kernels", "--json")
+    assert proc.returncode == 0, proc.stderr
+    calls = {}
+    for entry in json.loads(proc.stdout):
+        calls[entry["kernel"]] = entry["instances"]
+    assert calls == {"pick": 32, "sweep": 1}
+    proc = r3_subprocess("--workspace", ws, "replay", "pick", "--sequence", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 32, proc.stderr
+    proc = r3_subprocess("--workspace", ws, "record", "--source", src, "--run", "./prog", "--instances", "some")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "want a number of calls (at least 1) or 'auto', not 'some'" in proc.stderr

@@ -2,10 +2,12 @@
 through Spack in the workspace's sandbox) or a source tree (--source, built with make
 or --build)."""
 
+import argparse
 import json
 
 from .. import cxxnames
 from ..errors import R3Error
+from ..record.session import AUTO_MOST_CALLS, parse_instances
 from ..record.session import record as record_tree
 from ..report import percent, say, seconds, table
 from ..workspace import Workspace
@@ -20,6 +22,14 @@ def add_spack_arguments(subparser):
                                 "repository of the package")
     subparser.add_argument("--spack-repo", action="append", default=[], metavar="DIR",
                            help="extra Spack package repository to read (repeatable)")
+
+
+def instances_argument(text):
+    """--instances for argparse: its own one-line error."""
+    try:
+        return parse_instances(text)
+    except R3Error:
+        raise argparse.ArgumentTypeError("want a number of calls (at least 1) or 'auto', not %r" % text)
 
 
 def setup_parser(subparser):
@@ -40,7 +50,10 @@ def setup_parser(subparser):
                            help="record this function (repeatable; default: every function with a loop). C++: "
                                 "the mangled or demangled name, or the qualified name alone (Solver::apply) "
                                 "when no overload shares it")
-    subparser.add_argument("--instances", type=int, default=1, help="capture the first N calls of each kernel")
+    subparser.add_argument("--instances", type=instances_argument, default=1, metavar="N",
+                           help="capture the first N calls of each kernel (default 1); auto: as many as it takes "
+                                "for the pages they touch to fill half this machine's last-level cache (at most %d)"
+                                % AUTO_MOST_CALLS)
     subparser.add_argument("--top", type=int, default=None, metavar="K",
                            help="run twice: first with probes only, then capture only the K hottest kernels "
                                 "(fewer captures to write, for applications with many kernels)")

@@ -24,7 +24,8 @@ from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
-from .record import add_spack_arguments
+from ..record.session import AUTO_MOST_CALLS
+from .record import add_spack_arguments, instances_argument
 
 description = "search compiler pipelines and launch settings for the hot kernels"
 
@@ -39,10 +40,12 @@ def setup_parser(subparser):
     subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                            help="tune this kernel (repeatable; default: every captured kernel with at least "
                                 "--min-share of the run)")
-    subparser.add_argument("--instances", type=int, default=1, metavar="N",
+    subparser.add_argument("--instances", type=instances_argument, default=1, metavar="N",
                            help="record the first N calls of each kernel (default 1); a kernel's calls then "
                                 "replay as one sequence in every timed run, so that data each call finds in its "
-                                "own place (a lookup of a new key each call) is timed as in the application")
+                                "own place (a lookup of a new key each call) is timed as in the application. "
+                                "auto: as many calls as it takes for the pages they touch to fill half this "
+                                "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS)
     subparser.add_argument("--min-share", type=float, default=0.02, metavar="F",
                            help="smallest share of the application's time worth tuning (default 0.02)")
     subparser.add_argument("--budget", type=int, default=60, metavar="N", help="evaluations per kernel (default 60)")
@@ -90,7 +93,7 @@ def setup_parser(subparser):
 
 
 def tune(args):
-    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget", "instances"):
+    for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget"):
         if getattr(args, name) < 1:
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
     if not 0.0 <= args.remix_share < 1.0:

@@ -21,10 +21,45 @@ from .. import capture as capture_store
 from .. import cxxnames
 from ..errors import R3Error
 from ..fileutil import write_atomic
+from ..machine import cache_bytes
 from ..toolchain import clangxx_beside, find_clang
 
 
 RECORD_JSON = "record.json"
+
+# --instances auto: each kernel's calls are captured until the pages they touch together
+# reach half this machine's last-level cache (or every page of the blocks they touch), at
+# most AUTO_MOST_CALLS of them, so that a sequence of them (replay/sequence.py) outgrows the
+# caches and the TLB as the application's calls do (see enough_calls in runtime/r3rt.c).
+# Half, from XSBench's lookups on a 32 MB LLC, -O3 against the build's -O0: 128 calls (19 MB
+# of pages) replayed 1.5-1.8x and 256 calls (the whole LLC) 1.5x, where the application's
+# kernel went 1.9-2.1x; 16 calls (5 MB) replayed 3.2x.
+AUTO = "auto"
+AUTO_MOST_CALLS = 256
+AUTO_LLC_SHARE = 0.5
+AUTO_BYTES_UNKNOWN_LLC = 16 << 20
+
+
+def parse_instances(text):
+    """``--instances``: a count of calls, or ``auto``."""
+    if str(text) == AUTO:
+        return AUTO
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise R3Error("--instances takes a number of calls (at least 1) or 'auto', not %r" % text)
+    return n
+
+
+def instances_environment(instances):
+    """R3_INSTANCES (and with ``auto``, R3_INSTANCE_BYTES) for the record runtime."""
+    if instances == AUTO:  # R3_INSTANCE_BYTES set by the user: the bytes to reach instead
+        return {"R3_INSTANCES": str(AUTO_MOST_CALLS),
+                "R3_INSTANCE_BYTES": os.environ.get("R3_INSTANCE_BYTES")
+                or str(int(cache_bytes() * AUTO_LLC_SHARE) if cache_bytes() else AUTO_BYTES_UNKNOWN_LLC)}
+    return {"R3_INSTANCES": str(parse_instances(instances)), "R3_INSTANCE_BYTES": ""}
 
 
 @dataclass
@@ -132,8 +167,7 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     source = os.path.abspath(source)
     if not os.path.isdir(source):
         raise R3Error("source directory %s does not exist" % source)
-    if instances < 1:
-        raise R3Error("--instances must be at least 1")
+    parse_instances(instances)
     if top is not None and top < 1:
         raise R3Error("--top must be at least 1")
     if target not in TARGETS:
@@ -171,8 +205,8 @@ def record_environment(record_dir, clang, kernels=(), instances=1, target="nativ
     clangxx = clangxx_beside(clang) or clang
     return dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
                 R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
-                R3_KERNELS="\n".join(kernels), R3_INSTANCES=str(instances), R3_CAPTURE="*",
-                R3_TARGET_FLAGS=TARGETS[target])
+                R3_KERNELS="\n".join(kernels), R3_CAPTURE="*", R3_TARGET_FLAGS=TARGETS[target],
+                **instances_environment(instances))
 
 
 def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kernels=(), top=None, tolerance=None,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..capture import run_key
 from ..data import COLD, SHARED, WARM
-from .engine import cache_bytes
+from ..machine import cache_bytes
 
 AUTO = "auto"  # r3 tune --cache auto: each kernel's state chosen here
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..data import COLD, Pipeline
 from ..errors import CaptureError
+from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
 from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
@@ -355,30 +356,6 @@ def check(prepared, frame, tolerance):
     ok = bad == 0 or (tolerance is not None and worst <= tolerance)
     detail = "" if bad == 0 else "%s; max relative error %.3g" % (where, worst)
     return Check(ok, worst if bad else 0.0, bad, detail)
-
-
-def cache_bytes(level=None):
-    """The size of this machine's level-``level`` data cache (default: the largest, the
-    last level), one core's view, from sysfs; None when it says nothing."""
-    sizes = {}
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    for entry in os.listdir(base) if os.path.isdir(base) else ():
-        try:
-            with open(os.path.join(base, entry, "size")) as f:
-                text = f.read().strip()
-            with open(os.path.join(base, entry, "level")) as f:
-                lvl = int(f.read())
-            with open(os.path.join(base, entry, "type")) as f:
-                if f.read().strip() == "Instruction":
-                    continue
-        except (OSError, ValueError):
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        if text.rstrip("KMG").isdigit():
-            sizes[lvl] = int(text.rstrip("KMG")) * unit
-    if not sizes:
-        return None
-    return sizes.get(level) if level is not None else sizes[max(sizes)]
 
 
 # Each OpenMP thread of the kernel's team writes a private buffer: a thread's own caches

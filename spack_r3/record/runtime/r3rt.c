@@ -805,6 +805,7 @@ static struct {
   int capture_none, capture_all;
   char capture[PATHMAX];
   uint64_t instances;
+  uint64_t instance_bytes; /* R3_INSTANCE_BYTES: no more calls once their pages reach this (enough_calls) */
   uint64_t max_bytes;
   uint64_t budget; /* all captures of this process together, bytes (pre + post) */
   uint64_t t_start;
@@ -846,6 +847,11 @@ static void config_load(void) {
   if ((s = getenv("R3_INSTANCES")) && *s && parse_num(s, &cfg.instances, 0)) {
     warn("bad R3_INSTANCES=", s, "; using 1", NULL);
     cfg.instances = 1;
+  }
+  cfg.instance_bytes = 0;
+  if ((s = getenv("R3_INSTANCE_BYTES")) && *s && parse_num(s, &cfg.instance_bytes, 0)) {
+    warn("bad R3_INSTANCE_BYTES=", s, "; capturing R3_INSTANCES calls", NULL);
+    cfg.instance_bytes = 0;
   }
   cfg.max_bytes = 4ull << 30;
   if ((s = getenv("R3_MAX_CAPTURE_BYTES")) && *s && parse_num(s, &cfg.max_bytes, 0)) {
@@ -1861,9 +1867,67 @@ enum { CAP_NONE, CAP_HERE, CAP_FORK };
 
 static void release_capture(int *flag) { __atomic_store_n(flag, 0, __ATOMIC_RELEASE); }
 
+/* ---- how many calls of a kernel to capture (R3_INSTANCE_BYTES) ----
+ * Replaying a kernel's calls in their order (replay/sequence.py) times them as the
+ * application runs them only when their data outgrows what the caches and the TLB hold
+ * between two passes, as the application's data does (XSBench's lookups: record/session.py,
+ * AUTO_LLC_SHARE). With R3_INSTANCE_BYTES, calls are captured (at most
+ * R3_INSTANCES) until the pages they touched together reach that many bytes, or every
+ * page of the blocks they touch: a kernel that sweeps its arrays in each call needs one.
+ * A call captured in a snapshot process (inside a parallel region) updates the same
+ * counts: they live in shared memory, and snapshot processes run one at a time. */
+struct kcalls {
+  uint64_t union_bytes;  /* pages touched by the captured calls together */
+  uint64_t blocks_bytes; /* the blocks holding the last captured call's pages */
+  unsigned char *seen;   /* a bit a page of the application pool (shared map) */
+};
+static struct kcalls *g_kcalls; /* MAXK entries, shared map; NULL without R3_INSTANCE_BYTES */
+
+static void *map_shared(size_t len) {
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return m == MAP_FAILED ? NULL : m;
+}
+
+/* before a capture of k, in the process that may fork the snapshot: the maps exist */
+static struct kcalls *kcalls_of(struct r3_kinfo *k) {
+  if (!cfg.instance_bytes || k->id < 0) return NULL;
+  if (!g_kcalls && !(g_kcalls = map_shared(MAXK * sizeof *g_kcalls))) return NULL;
+  struct kcalls *c = &g_kcalls[k->id];
+  if (!c->seen) c->seen = map_shared(((g_pool[POOL_APP].end - g_pool[POOL_APP].base) / g_page + 7) / 8);
+  return c->seen ? c : NULL;
+}
+
+static int enough_calls(struct r3_kinfo *k) {
+  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 1;
+  if (!g_kcalls || k->id < 0) return 0;
+  struct kcalls *c = &g_kcalls[k->id];
+  uint64_t u = __atomic_load_n(&c->union_bytes, __ATOMIC_RELAXED);
+  uint64_t b = __atomic_load_n(&c->blocks_bytes, __ATOMIC_RELAXED);
+  return u >= cfg.instance_bytes || (b && u >= b);
+}
+
+/* after a capture of k (trk still holds a page-tracked one's pages): add them to the union;
+ * a whole-heap capture holds every page, so one is all a sequence would see */
+static void count_call_pages(struct r3_kinfo *k) {
+  struct kcalls *c = g_kcalls && k->id >= 0 ? &g_kcalls[k->id] : NULL;
+  if (c && !cap.pages) __atomic_store_n(&c->union_bytes, UINT64_MAX, __ATOMIC_RELAXED);
+  if (!c || !c->seen || !cap.pages) return;
+  size_t first = (trk.lo - g_pool[POOL_APP].base) / g_page, npages = (trk.hi - trk.lo) / g_page;
+  uint64_t fresh = 0;
+  for (size_t i = 0; i < npages; i++) {
+    size_t bit = first + i;
+    if (trk.bits[i] && !(c->seen[bit >> 3] & (1u << (bit & 7)))) {
+      c->seen[bit >> 3] |= (unsigned char)(1u << (bit & 7));
+      fresh++;
+    }
+  }
+  __atomic_fetch_add(&c->union_bytes, fresh * g_page, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->blocks_bytes, cap.blocks, __ATOMIC_RELAXED);
+}
+
 /* should this call be captured, and where? (cheap checks first; a yes holds g_capturing) */
 static int want_capture(struct r3_kinfo *k) {
-  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return CAP_NONE;
+  if (enough_calls(k)) return CAP_NONE;
   if (!cfg.have_dir || cfg.capture_none || g_child || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
@@ -1894,6 +1958,7 @@ static int want_capture(struct r3_kinfo *k) {
   if (here && in_parallel && in_parallel()) here = 0;
   int zero = 0, *flag = here ? &g_capturing : &g_forking;
   if (!__atomic_compare_exchange_n(flag, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return CAP_NONE;
+  kcalls_of(k); /* here, before a snapshot process inherits the maps */
   return here ? CAP_HERE : CAP_FORK;
 }
 
@@ -2166,6 +2231,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
     cleanup_tmp();
   } else {
     __atomic_fetch_add(&g_budget_used, cap.written, __ATOMIC_RELAXED);
+    count_call_pages(k);
   }
   if (cap.pages) trk_keep();
   if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
@@ -2256,7 +2322,7 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
 /* done with captures: no call of k will be captured from now on */
 static int capture_done(struct r3_kinfo *k) {
   if (!cfg.have_dir || cfg.capture_none || (k->flags & R3_KFLAG_NO_CAPTURE)) return 1;
-  if ((uint64_t)__atomic_load_n(&k->captured, __ATOMIC_RELAXED) >= cfg.instances) return 1;
+  if (enough_calls(k)) return 1;
   return __atomic_load_n(&k->sel, __ATOMIC_RELAXED) == 2;
 }
 
