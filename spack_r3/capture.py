@@ -14,11 +14,13 @@ import mmap
 import os
 import shutil
 import tempfile
+from collections import Counter
+from dataclasses import replace
 
 from . import cxxnames
 from .data import Capture, FileDigest
 from .errors import CaptureError
-from .fileutil import sha256_file
+from .fileutil import sha256_file, write_atomic
 from .memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
 from .record.libstate import unreplayable_reason
 
@@ -225,7 +227,14 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         bitcode_args=tu.get("bitcode_args", []),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
-        return load_capture(workspace, ident)
+        # The same call recorded again (the same memory, arguments and code): it now belongs
+        # to the newest run and its source tree, where its place among the kernel's calls
+        # is counted (a sequence: recorded_calls).
+        existing = load_capture(workspace, ident)
+        if run_key(existing) != run_key(capture):
+            existing = replace(capture, files=existing.files, created=existing.created)
+            write_atomic(os.path.join(final, "capture.json"), json.dumps(existing.to_json(), indent=1))
+        return existing
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=workspace.captures_dir)
     shutil.copyfile(module, os.path.join(tmp, "module.bc"))
     for name in ("pre.bin", "post.bin"):
@@ -329,8 +338,16 @@ def resolve(workspace, ref, first_call=False):
     if not matches:
         _, kernels = cxxnames.best_matches(ref, [c.kernel for c in caps])
         matches = [c for c in caps if c.kernel in kernels]
-    if first_call and len({(c.kernel, run_key(c)) for c in matches}) == 1:
-        matches = [min(matches, key=lambda c: c.instance)]
+    if first_call:  # one capture per run of each kernel: the first call of each
+        firsts = {}
+        for c in sorted(matches, key=lambda c: c.instance):
+            firsts.setdefault((c.kernel, run_key(c)), c)
+        if len(firsts) > 1 and len({c.kernel for c in firsts.values()}) == 1:
+            calls = Counter((c.kernel, run_key(c)) for c in matches)
+            raise CaptureError("'%s' was recorded in %d runs; name the first call of the one to replay: %s" % (
+                ref, len(firsts), ", ".join("%s (%d call%s)" % (c.id, calls[key], "" if calls[key] == 1 else "s")
+                                            for key, c in firsts.items())))
+        matches = list(firsts.values())
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:

@@ -34,8 +34,8 @@ double total(const double *a, long n) {
   return s;
 }
 
-int main(void) {
-  long n = 1 << 16;
+int main(int argc, char **argv) {
+  long n = argc > 1 ? atol(argv[1]) : 1 << 16;
   double *table = malloc(n * sizeof(double)), *res = calloc(8, sizeof(double)), acc = 0.0;
   for (long i = 0; i < n; i++) table[i] = i * 0.5 + (i % 3) * 0.1;
   for (long k = 0; k < 40; k++) {
@@ -94,6 +94,18 @@ def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_p
     proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence")
     assert proc.returncode != 0
     assert "lookup has one recorded call in its run: record it with --instances N" in proc.stderr
+    # Recorded again at 3 calls: the first call, recorded before, is now the new run's first.
+    assert r3("--workspace", once, "record", "--source", src, "--run", "./prog", "--kernel", "lookup",
+              "--instances", 3) == 0
+    proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 3, proc.stderr
+    # A run on other data: which run to replay is the user's to say, by its first call.
+    assert r3("--workspace", once, "record", "--source", src, "--run", "./prog 4096", "--kernel", "lookup",
+              "--instances", 2) == 0
+    proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence")
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
+    assert "'lookup' was recorded in 2 runs; name the first call of the one to replay:" in proc.stderr
+    assert "(3 calls)" in proc.stderr and "(2 calls)" in proc.stderr
 
 
 def test_tune_times_a_kernel_as_its_recorded_calls_when_they_form_a_sequence(recorded, tmp_path):
