@@ -16,7 +16,7 @@ from ..data import CACHE_STATES
 from ..replay.cachestate import AUTO
 from ..errors import R3Error
 from ..model import client as model_client
-from ..record.session import previous_record
+from ..record.session import AUTO_MOST_CALLS, previous_record
 from ..record.session import record as record_tree
 from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
@@ -24,7 +24,6 @@ from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
-from ..record.session import AUTO_MOST_CALLS
 from .record import add_spack_arguments, instances_argument
 
 description = "search compiler pipelines and launch settings for the hot kernels"

@@ -56,9 +56,10 @@ def parse_instances(text):
 def instances_environment(instances):
     """R3_INSTANCES (and with ``auto``, R3_INSTANCE_BYTES) for the record runtime."""
     if instances == AUTO:  # R3_INSTANCE_BYTES set by the user: the bytes to reach instead
+        llc = cache_bytes()
         return {"R3_INSTANCES": str(AUTO_MOST_CALLS),
                 "R3_INSTANCE_BYTES": os.environ.get("R3_INSTANCE_BYTES")
-                or str(int(cache_bytes() * AUTO_LLC_SHARE) if cache_bytes() else AUTO_BYTES_UNKNOWN_LLC)}
+                or str(int(llc * AUTO_LLC_SHARE) if llc else AUTO_BYTES_UNKNOWN_LLC)}
     return {"R3_INSTANCES": str(parse_instances(instances)), "R3_INSTANCE_BYTES": ""}
 
 

@@ -797,6 +797,19 @@ static int mkdir_p(char *path) { /* modifies path temporarily */
 /* ------------------------------------------------------------------------- */
 
 #define PATHMAX 4096
+#define MAXK 4096 /* kernels with counters of their own (and R3_INSTANCE_BYTES counts) */
+
+struct kcalls {
+  uint64_t union_bytes;  /* pages touched by the captured calls together */
+  uint64_t blocks_bytes; /* the blocks holding the last captured call's pages */
+  unsigned char *seen;   /* a bit a page of the application pool (shared map) */
+};
+static struct kcalls *g_kcalls; /* MAXK entries, shared map (config_load); NULL without R3_INSTANCE_BYTES */
+
+static void *map_shared(size_t len) {
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return m == MAP_FAILED ? NULL : m;
+}
 
 static struct {
   int state; /* 0 none, 1 in progress, 2 done */
@@ -853,6 +866,7 @@ static void config_load(void) {
     warn("bad R3_INSTANCE_BYTES=", s, "; capturing R3_INSTANCES calls", NULL);
     cfg.instance_bytes = 0;
   }
+  if (cfg.instance_bytes && !(g_kcalls = map_shared(MAXK * sizeof *g_kcalls))) cfg.instance_bytes = 0;
   cfg.max_bytes = 4ull << 30;
   if ((s = getenv("R3_MAX_CAPTURE_BYTES")) && *s && parse_num(s, &cfg.max_bytes, 0)) {
     warn("bad R3_MAX_CAPTURE_BYTES=", s, "; using 4G", NULL);
@@ -930,7 +944,6 @@ static int selected(const char *name) {
  * and that call's time counts SAMPLE_PERIOD times (R3_PROBE_SAMPLING=0 times every call). */
 
 #define MAXDEPTH 256
-#define MAXK 4096
 #define SAMPLE_AFTER 1024
 #define SAMPLE_SHORT_NS 5000
 #define SAMPLE_PERIOD 32
@@ -1876,25 +1889,15 @@ static void release_capture(int *flag) { __atomic_store_n(flag, 0, __ATOMIC_RELE
  * page of the blocks they touch: a kernel that sweeps its arrays in each call needs one.
  * A call captured in a snapshot process (inside a parallel region) updates the same
  * counts: they live in shared memory, and snapshot processes run one at a time. */
-struct kcalls {
-  uint64_t union_bytes;  /* pages touched by the captured calls together */
-  uint64_t blocks_bytes; /* the blocks holding the last captured call's pages */
-  unsigned char *seen;   /* a bit a page of the application pool (shared map) */
-};
-static struct kcalls *g_kcalls; /* MAXK entries, shared map; NULL without R3_INSTANCE_BYTES */
 
-static void *map_shared(size_t len) {
-  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return m == MAP_FAILED ? NULL : m;
-}
-
-/* before a capture of k, in the process that may fork the snapshot: the maps exist */
-static struct kcalls *kcalls_of(struct r3_kinfo *k) {
-  if (!cfg.instance_bytes || k->id < 0) return NULL;
-  if (!g_kcalls && !(g_kcalls = map_shared(MAXK * sizeof *g_kcalls))) return NULL;
-  struct kcalls *c = &g_kcalls[k->id];
-  if (!c->seen) c->seen = map_shared(((g_pool[POOL_APP].end - g_pool[POOL_APP].base) / g_page + 7) / 8);
-  return c->seen ? c : NULL;
+/* before a capture of k, in the process that may fork the snapshot: its map exists (two
+ * threads may get here at once, one capturing in place and one forking) */
+static void kcalls_map(struct r3_kinfo *k) {
+  if (!g_kcalls || k->id < 0 || __atomic_load_n(&g_kcalls[k->id].seen, __ATOMIC_ACQUIRE)) return;
+  size_t len = ((g_pool[POOL_APP].end - g_pool[POOL_APP].base) / g_page + 7) / 8;
+  unsigned char *m = map_shared(len), *none = NULL;
+  if (m && !__atomic_compare_exchange_n(&g_kcalls[k->id].seen, &none, m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    munmap(m, len);
 }
 
 static int enough_calls(struct r3_kinfo *k) {
@@ -1958,7 +1961,7 @@ static int want_capture(struct r3_kinfo *k) {
   if (here && in_parallel && in_parallel()) here = 0;
   int zero = 0, *flag = here ? &g_capturing : &g_forking;
   if (!__atomic_compare_exchange_n(flag, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return CAP_NONE;
-  kcalls_of(k); /* here, before a snapshot process inherits the maps */
+  kcalls_map(k); /* here, before a snapshot process inherits it */
   return here ? CAP_HERE : CAP_FORK;
 }
 
