@@ -14,7 +14,6 @@ import mmap
 import os
 import shutil
 import tempfile
-from collections import Counter
 from dataclasses import replace
 
 from . import cxxnames
@@ -339,15 +338,14 @@ def resolve(workspace, ref, first_call=False):
         _, kernels = cxxnames.best_matches(ref, [c.kernel for c in caps])
         matches = [c for c in caps if c.kernel in kernels]
     if first_call:  # one capture per run of each kernel: the first call of each
-        firsts = {}
+        runs = {}
         for c in sorted(matches, key=lambda c: c.instance):
-            firsts.setdefault((c.kernel, run_key(c)), c)
-        if len(firsts) > 1 and len({c.kernel for c in firsts.values()}) == 1:
-            calls = Counter((c.kernel, run_key(c)) for c in matches)
+            runs.setdefault((c.kernel, run_key(c)), []).append(c)
+        if len(runs) > 1 and len({kernel for kernel, _ in runs}) == 1:
             raise CaptureError("'%s' was recorded in %d runs; name the first call of the one to replay: %s" % (
-                ref, len(firsts), ", ".join("%s (%d call%s)" % (c.id, calls[key], "" if calls[key] == 1 else "s")
-                                            for key, c in firsts.items())))
-        matches = list(firsts.values())
+                ref, len(runs), ", ".join("%s (%d call%s)" % (calls[0].id, len(calls), "" if len(calls) == 1 else "s")
+                                          for calls in runs.values())))
+        matches = [calls[0] for calls in runs.values()]
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:

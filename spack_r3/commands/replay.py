@@ -61,8 +61,9 @@ def replay(args):
                           % cxxnames.display(capture.kernel))
         if args.cache != WARM:
             raise R3Error("--sequence is timed in warm caches: the calls' own data is their cache state")
-        directory = sequence[0]
-        capture = load_capture_dir(directory, verify_digests=False)
+        if directory != sequence[0]:  # a later call named by its id: the sequence starts at the first
+            directory = sequence[0]
+            capture = load_capture_dir(directory, verify_digests=False)
     results = []
     with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:

@@ -72,11 +72,14 @@ def status(repo_root, recipe_text_of=None, package=None):
     """One TargetStatus per (package, target) in the tuned repository.
     ``recipe_text_of(name)``: the original recipe's text (None: the version is not checked)."""
     clang = _clang_version()
+    current = None  # this r3's toolchain_digest (it hashes r3's build sources): read once, when needed
     out = []
     for name, plans in sorted(tuned_plans(repo_root).items()):
         if package and name != package:
             continue
         emitted_by = _emitted_toolchain(repo_root, name)
+        if emitted_by:
+            current = current or toolchain_digest()
         for target, plan in sorted(plans.items()):
             facts = plan.facts
             check = facts.get("check") or {}
@@ -93,10 +96,10 @@ def status(repo_root, recipe_text_of=None, package=None):
             tuned_clang = (facts.get("compiler") or "").partition("@")[2]
             if clang and tuned_clang and clang != tuned_clang:
                 st.stale.append("compiler: tuned with clang %s, this machine's is %s" % (tuned_clang, clang))
-            if emitted_by and emitted_by != toolchain_digest():
+            if emitted_by and emitted_by != current:
                 st.stale.append("r3: emitted by an r3 that builds tuned units differently (toolchain %s, this "
                                 "one's %s); a build now uses this one's stages, not the measured ones"
-                                % (emitted_by, toolchain_digest()))
+                                % (emitted_by, current))
             st.stale += _source_changes(plan, repo_root, name)
             out.append(st)
     return out
