@@ -13,7 +13,12 @@ function called inside an OpenMP parallel loop, kernels next to main, C++ OpenMP
 replays every capture, and reports the share of application time that replays verified,
 capture bytes against the live heap, and the recording overhead.
 
+Public code (fetch it; never commit it) is measured the same way with --program, e.g.
+  --program XSBench /tmp/xsbench/openmp-threading 'make CC=%(cc)s' './XSBench -s small'
+where %(cc)s and %(cxx)s stand for the compiler (the record launcher, or plain clang).
+
 Writes bench/replay.json. Usage: scripts/bench_replay.py [--trials 3] [--out bench/replay.json] [--no-shapes]
+       [--no-demos] [--program NAME DIR BUILD RUN]...
 """
 
 import argparse
@@ -130,11 +135,20 @@ SHAPES = [
 
 
 def bench_shape(name, files, build, run, clang, ws, trials, say):
-    """Record one program; replay every capture; capture bytes against live heap; overhead."""
+    """One of our own programs shaped like a public code, measured as ``bench_tree`` does."""
     src = tempfile.mkdtemp(prefix="bench-shape-")
     for fname, text in files.items():
         with open(os.path.join(src, fname), "w") as f:
             f.write(text)
+    try:
+        return bench_tree(name, src, build, run, clang, ws, trials, say)
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def bench_tree(name, src, build, run, clang, ws, trials, say):
+    """Record the program in ``src`` (never modified); replay every capture; capture bytes
+    against live heap; overhead. ``build`` names the compiler as %(cc)s / %(cxx)s."""
     clangxx = clang.replace("clang", "clang++", 1)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     say("%s: recording" % name)
@@ -173,7 +187,6 @@ def bench_shape(name, files, build, run, clang, ws, trials, say):
                             "capture_bytes": files_bytes, "runtime_bytes": runtime_bytes,
                             "touched_bytes": c.memory.get("touched_bytes"),
                             "live_heap_bytes": c.memory.get("live_bytes")})
-    shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(plain, ignore_errors=True)
     hot = [h for h in rec.hotness if (h["share"] or 0) > 0.01]
     timeable = statistics.median(plain_runs) >= 0.2  # shorter runs time process start-up
@@ -196,6 +209,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "replay.json"))
     ap.add_argument("--demo", action="append", help="only these demos")
     ap.add_argument("--no-shapes", action="store_true", help="skip the real-code shapes section")
+    ap.add_argument("--no-demos", action="store_true", help="skip the demos section")
+    ap.add_argument("--program", nargs=4, action="append", default=[], metavar=("NAME", "DIR", "BUILD", "RUN"),
+                    help="also measure this source tree like the shapes (repeatable)")
     args = ap.parse_args()
     clang = find_clang()
     say = lambda msg: print("==> " + msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -203,28 +219,31 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as wsdir:
         ws = Workspace(wsdir)
         for name, run, kernel in DEMOS:
-            if args.demo and name not in args.demo:
+            if args.no_demos or (args.demo and name not in args.demo):
                 continue
             rows.append(bench_demo(name, run, kernel, clang, ws, args.trials, say))
         real = [] if args.no_shapes else [bench_shape(*spec, clang, ws, args.trials, say) for spec in SHAPES]
+        real += [bench_tree(name, os.path.abspath(src), build, run, clang, ws, args.trials, say)
+                 for name, src, build, run in args.program]
     ratios = [r["ratio"] for r in rows]
     result = {
         "change": {"rebuild_cflags": CHANGE_CFLAGS, "replay_pipeline": CHANGE_SPEC},
         "trials": args.trials,
         "machine": {"cpu": os.uname().machine, "nproc": os.cpu_count()},
         "kernels": rows,
-        "ratio_min": min(ratios),
-        "ratio_geomean": statistics.geometric_mean(ratios),
-        "record_overhead": max(r["record_overhead"] for r in rows),
+        "ratio_min": min(ratios, default=None),
+        "ratio_geomean": statistics.geometric_mean(ratios) if ratios else None,
+        "record_overhead": max((r["record_overhead"] for r in rows), default=None),
         "real_code_shapes": real,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead", "capture", "live heap"],
-                [[r["kernel"], "%.3fs" % r["rebuild_s"], "%.3fs" % r["replay_s"], "%.1fx" % r["ratio"],
-                  "%.2fx" % r["record_overhead"], _mib(r["capture_bytes"]), _mib(r["live_heap_bytes"])]
-                 for r in rows]))
+    if rows:
+        print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead", "capture", "live heap"],
+                    [[r["kernel"], "%.3fs" % r["rebuild_s"], "%.3fs" % r["replay_s"], "%.1fx" % r["ratio"],
+                      "%.2fx" % r["record_overhead"], _mib(r["capture_bytes"]), _mib(r["live_heap_bytes"])]
+                     for r in rows]))
     for p in real:
         overhead = ("probes %.2fx, probes and captures %.2fx (captures cost %.2f s) [plain %.2f s]"
                     % (p["probe_overhead"], p["record_overhead"], p["capture_cost_s"], p["plain_run"]["median"])
@@ -238,8 +257,9 @@ def main():
                       _mib(k["capture_bytes"]), _mib(k["runtime_bytes"]), _mib(k["touched_bytes"]),
                       _mib(k["live_heap_bytes"])]
                      for k in p["kernels"]]))
-    print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
-          % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"]))
+    if rows:
+        print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
+              % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"]))
 
 
 def _mib(n):

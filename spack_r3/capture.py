@@ -255,14 +255,19 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
 def _leaves_allocations(post_path, meta):
     """Why the capture cannot replay because the kernel hands back memory it allocated, or None.
 
-    The runtime lists the blocks allocated during the call and still live ("left"). Replay's
+    The runtime lists the blocks allocated during the call and still live ("left", address
+    ranges: blocks next to each other are one range). Replay's
     allocator puts them elsewhere, so a pointer to one in memory the caller sees (a returned
     struct, a field of the caller's data, the return value) cannot match the recording. The
     blocks' own contents are never compared; a kernel that only leaves them (a cache it keeps)
     replays as any other."""
     import numpy as np
 
-    left = sorted((lo, lo + size) for lo, size in meta.get("memory", {}).get("left", []))
+    memory = meta.get("memory", {})
+    if memory.get("left_listed") is False and memory.get("left_blocks"):
+        return ("it leaves %d block(s) it allocated live after the call, and the recording could not list them "
+                "all to check the caller's pointers into them" % memory["left_blocks"])
+    left = sorted((lo, lo + size) for lo, size in memory.get("left", []))
     if not left:
         return None
     los = np.array([lo for lo, _ in left], dtype=np.uint64)

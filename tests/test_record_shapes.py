@@ -269,9 +269,22 @@ void scale_table(double *t, int n, double s) {
 }
 
 Grid grid_init(long n) {
-    Grid g = {malloc(n * sizeof(double)), malloc(n * sizeof(int)), n};
+    Grid g = {malloc(n * sizeof(double)), aligned_alloc(64, n * sizeof(int)), n};
     for (long i = 0; i < n; i++) { g.grid[i] = 0.5 * i; g.index[i] = (int)(n - i); }
     return g;
+}
+
+typedef struct Node { struct Node *prev; double value; } Node;
+
+Node *build_chain(long n) {  /* more blocks than the runtime's list of new blocks holds */
+    Node *last = NULL;
+    for (long i = 0; i < n; i++) {
+        Node *node = malloc(sizeof(Node));
+        node->prev = last;
+        node->value = 0.5 * i;
+        last = node;
+    }
+    return last;
 }
 
 double smooth_sum(const double *x, long n) {  /* a scratch block, freed before it returns */
@@ -287,7 +300,8 @@ int main(void) {
     Grid g = grid_init(4096);
     int v = count_vowels("Developed at Argonne National Laboratory", 79);
     scale_table(coeffs, 512, 1.5);
-    printf("%d %.3f %.3f %d\n", v, coeffs[100], smooth_sum(g.grid, g.n), g.index[7]);
+    Node *chain = build_chain(5000);
+    printf("%d %.3f %.3f %d %.1f\n", v, coeffs[100], smooth_sum(g.grid, g.n), g.index[7], chain->prev->value);
     return 0;
 }
 """
@@ -328,6 +342,10 @@ def test_a_kernel_returning_memory_it_allocates_is_refused_with_the_reason(repor
     proc = r3_subprocess("--workspace", report, "replay", caps["grid_init"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "grid_init cannot replay: it leaves 2 pointer(s)" in proc.stderr
+    # 5000 blocks, more than the runtime lists as it goes: found by walking the heap instead
+    chain = load_capture_dir(caps["build_chain"])
+    assert chain.memory["left_blocks"] == 5000 and chain.memory["left_bytes"] >= 5000 * 16
+    assert chain.unreplayable.startswith("it leaves 1 pointer(s) to memory it allocated (5000 block(s)")
     # a block allocated and freed within the call leaves nothing behind
     smooth = load_capture_dir(caps["smooth_sum"])
     assert smooth.memory["left_blocks"] == 0 and smooth.unreplayable is None

@@ -20,6 +20,8 @@ from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
 from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
+# Entry points of the OpenMP runtimes (LLVM's libomp and GNU's libgomp)
+OMP_RUNTIME_PREFIXES = ("__kmpc_", "__kmp", "omp_", "GOMP_")
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
 NOT_KERNELS = {"main"}
@@ -294,6 +296,7 @@ def _array_size(type_text, analysis):
 KINFO_TYPE = "{ ptr, ptr, i64, ptr, i64, ptr, i64, i64, i64, i64, i64, i64, ptr, i64, i64, i64 }"
 KFLAG_WHOLE_HEAP = 1  # r3rt.h R3_KFLAG_WHOLE_HEAP
 KFLAG_NO_CAPTURE = 2  # r3rt.h R3_KFLAG_NO_CAPTURE
+KFLAG_RUNTIME_STATE = 8  # r3rt.h R3_KFLAG_RUNTIME_STATE
 
 
 def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
@@ -324,10 +327,13 @@ def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
 def kernel_flags(k):
     """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system;
     no capture at all when replay would refuse it anyway (it reads input), since a
-    whole-heap capture is the costliest kind."""
+    whole-heap capture is the costliest kind; the OpenMP runtime's own state kept only for
+    a kernel that calls into that runtime (a function a parallel loop calls on each thread
+    never does, and the state would be most of its capture)."""
+    flags = KFLAG_RUNTIME_STATE if any(c.startswith(OMP_RUNTIME_PREFIXES) for c in k.calls) else 0
     if not SYSTEM_MEMORY_CALLS.intersection(k.calls):
-        return 0
-    return KFLAG_NO_CAPTURE if k.unreplayable else KFLAG_WHOLE_HEAP
+        return flags
+    return flags | (KFLAG_NO_CAPTURE if k.unreplayable else KFLAG_WHOLE_HEAP)
 
 
 def _kinfo_globals(idx, k):

@@ -229,6 +229,7 @@ typedef struct chunk {
 #define ST_FREE 0x02u
 #define F_ZERO 0x10u /* free chunk whose user bytes are all zero (fresh or madvised) */
 #define F_RT 0x20u   /* live chunk allocated by the OpenMP runtime (image kind 3) */
+#define F_NEW 0x40u  /* live chunk allocated during the capture in progress */
 
 #define NCLASS 200
 #define SMALL_MAX (256u * 1024u)      /* requests up to this use exact class sizes */
@@ -397,15 +398,19 @@ static void sort_records(uintptr_t *a, size_t n, size_t stride) {
  * struct of pointers to arrays it mallocs). Replay's allocator puts those blocks elsewhere,
  * so pointers to them in what the caller sees cannot match the recording. The application
  * blocks allocated during a capture are listed (lock held); those still live when the call
- * returns go into meta.json ("left"), and ingest (capture.py) marks the capture
- * unreplayable when the caller's memory holds pointers into them. */
+ * returns go into meta.json ("left", as address ranges: blocks that follow one another
+ * are one range), and ingest (capture.py) marks the capture unreplayable when the caller's
+ * memory holds pointers into them. Each such block is also tagged F_NEW, so that a call
+ * allocating more blocks than the list holds is found by walking the heap instead. */
 #define MAX_NEW 4096
-#define MAX_LEFT 256
 static uintptr_t g_new[MAX_NEW];
 static size_t g_nnew;
 static int g_new_overflow, g_mark_new;
-static uintptr_t g_left[MAX_LEFT][2];
-static uint64_t g_nleft, g_left_bytes;
+static uintptr_t (*g_left)[2]; /* [lo, hi) ranges, mmap'ed and grown as needed */
+static uint64_t g_left_cap, g_nleft, g_left_blocks, g_left_bytes;
+static int g_left_short; /* the ranges could not all be kept (no memory): a partial list */
+
+static unsigned new_tag(unsigned own) { return g_mark_new && !own ? F_NEW : 0; }
 
 static void note_new(chunk_t *c) {
   if (g_nnew < MAX_NEW) g_new[g_nnew++] = (uintptr_t)c;
@@ -457,7 +462,7 @@ static void *heap_alloc(size_t n, int *was_zero, unsigned own) {
     c->size = s;
     *was_zero = 1;
   }
-  c->tag = TAG_MAGIC | ST_LIVE | own;
+  c->tag = TAG_MAGIC | ST_LIVE | own | new_tag(own);
   if (g_mark_new && !own) note_new(c);
   g_live += c->size - HDR;
   if (g_live > g_live_peak) g_live_peak = g_live;
@@ -521,7 +526,8 @@ static void *heap_memalign(size_t align, size_t n, unsigned own) {
   chunk_t *c = (chunk_t *)(p - HDR), *d = (chunk_t *)(q - HDR);
   uint64_t pad = (uintptr_t)d - (uintptr_t)c;
   d->size = c->size - pad;
-  d->tag = TAG_MAGIC | ST_LIVE | own;
+  d->tag = TAG_MAGIC | ST_LIVE | own | (c->tag & F_NEW);
+  if (c->tag & F_NEW) note_new(d); /* the block handed out; c, noted, is now free padding */
   c->size = pad;
   c->tag = TAG_MAGIC | ST_FREE;
   g_live -= pad;
@@ -1199,9 +1205,10 @@ static int emit_pool(wbuf_t *w, int which, int post) {
 /* what every image holds besides application heap: the runtimes' chunks, the kernel's
  * globals, the capture's stack region, the loaded objects' data the arguments point into.
  * pre.bin only: read-only data (nothing can change it) and the runtimes' state (their
- * chunks, a thread's TLS), which replay restores but never compares. */
+ * chunks, for a kernel that calls the OpenMP runtime; a thread's TLS), which replay
+ * restores but never compares. */
 static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
-  if (!post && emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
+  if (!post && (k->flags & R3_KFLAG_RUNTIME_STATE) && emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
   for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
     const struct r3_global *g = &k->globals[i];
     if (!g->addr || g->size <= 0) continue;
@@ -1686,12 +1693,14 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
   uintptr_t own_top = main_thread ? main_stack_top() : mapping_end(sp, NULL);
   uintptr_t lo[2] = {UINTPTR_MAX, UINTPTR_MAX}, top[2] = {own_top, main_thread ? 0 : main_stack_top()};
+  uintptr_t own_hi = 0; /* the highest argument into the calling thread's stack */
   for (int64_t i = 0; i < na; i++) {
     if (k->byval_sizes && k->byval_sizes[i] > 0) continue; /* saved with the arguments */
     uintptr_t v = (uintptr_t)slots[i];
     if (!v || (v >= g_base && v < g_end)) continue;
     if (v > sp && v < own_top) {
       if (v < lo[0]) lo[0] = v;
+      if (v > own_hi) own_hi = v;
     } else if (top[1] && v < top[1] && v < lo[1]) {
       int main_stack = 0;
       if (mapping_end(v, &main_stack) && main_stack) lo[1] = v;
@@ -1719,13 +1728,15 @@ static int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
     cap.stk[n].hi = top[g];
     cap.stk[n].tls_lo = 0;
     if (g == 0 && !main_thread) {
-      /* a worker's TLS (errno, the OpenMP runtime's thread data) changes with whatever the
-       * thread does: restored, never compared */
+      /* a worker's TLS (errno, the OpenMP runtime's thread data) sits above its outermost
+       * frame: left out unless an argument points into it; then restored, never compared
+       * (it changes with whatever the thread does) */
       uintptr_t tp = thread_pointer(), low = tp;
       if (tp > l && tp < top[g]) {
         dl_iterate_phdr(tls_cb, &low);
         uintptr_t t = (low - 64) & ~(uintptr_t)15; /* a little below: alignment padding */
-        cap.stk[n].tls_lo = t > l ? t : l;
+        if (own_hi < t) cap.stk[n].hi = t > l ? t : l;
+        else cap.stk[n].tls_lo = t > l ? t : l;
       }
     }
   }
@@ -2072,22 +2083,58 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   return 0;
 }
 
-/* the listed blocks still live, sorted and without repeats, into g_left */
+/* one more block left live, [lo, hi) of chunk c: joined to the last range when c starts
+ * where that range ends (lock held) */
+static void add_left(chunk_t *c) {
+  uintptr_t lo = (uintptr_t)(c + 1), hi = (uintptr_t)c + c->size;
+  g_left_blocks++;
+  g_left_bytes += hi - lo;
+  if (g_nleft && g_left[g_nleft - 1][1] == (uintptr_t)c) {
+    g_left[g_nleft - 1][1] = hi;
+    return;
+  }
+  if (g_nleft == g_left_cap) {
+    uint64_t cap = g_left_cap ? 2 * g_left_cap : 256;
+    void *m = mmap(NULL, cap * sizeof *g_left, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { g_left_short = 1; return; }
+    if (g_left) {
+      memcpy(m, g_left, g_nleft * sizeof *g_left);
+      munmap(g_left, g_left_cap * sizeof *g_left);
+    }
+    g_left = m;
+    g_left_cap = cap;
+  }
+  g_left[g_nleft][0] = lo;
+  g_left[g_nleft][1] = hi;
+  g_nleft++;
+}
+
+static void take_if_left(chunk_t *c) {
+  if (is_state(c, ST_LIVE) && (c->tag & F_NEW)) {
+    c->tag &= ~(uint64_t)F_NEW;
+    add_left(c);
+  }
+}
+
+/* the blocks allocated during the call and still live, in address order, into g_left: from
+ * the list, or from a walk of the application's pool when the list overflowed */
 static void collect_left(void) {
   heap_lock();
   g_mark_new = 0;
-  sort_records(g_new, g_nnew, 1);
-  g_nleft = g_left_bytes = 0;
-  for (size_t i = 0; i < g_nnew; i++) {
-    if (i && g_new[i] == g_new[i - 1]) continue;
-    chunk_t *c = (chunk_t *)g_new[i];
-    if (!is_state(c, ST_LIVE) || (c->tag & F_RT)) continue;
-    if (g_nleft < MAX_LEFT) {
-      g_left[g_nleft][0] = (uintptr_t)(c + 1);
-      g_left[g_nleft][1] = c->size - HDR;
+  g_nleft = g_left_blocks = g_left_bytes = 0;
+  g_left_short = 0;
+  if (!g_new_overflow) {
+    sort_records(g_new, g_nnew, 1);
+    for (size_t i = 0; i < g_nnew; i++) /* a repeat was freed and taken again: one block */
+      if (!i || g_new[i] != g_new[i - 1]) take_if_left((chunk_t *)g_new[i]);
+  } else {
+    struct pool *pl = &g_pool[POOL_APP];
+    for (uintptr_t h = pl->base; h < pl->top;) {
+      chunk_t *c = (chunk_t *)h;
+      if (chunk_bad(pl, h, c->size)) { g_left_short = 1; break; }
+      take_if_left(c);
+      h += c->size;
     }
-    g_nleft++;
-    g_left_bytes += c->size - HDR;
   }
   g_nnew = 0;
   heap_unlock();
@@ -2132,13 +2179,13 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   }
   wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
   /* blocks allocated during the call and still live: [user address, usable size] */
-  wb_s(w, ", \"left_blocks\": "); wb_u(w, g_nleft);
+  wb_s(w, ", \"left_blocks\": "); wb_u(w, g_left_blocks);
   wb_s(w, ", \"left_bytes\": "); wb_u(w, g_left_bytes);
-  if (g_new_overflow) wb_s(w, ", \"left_listed\": false");
+  if (g_left_short) wb_s(w, ", \"left_listed\": false");
   wb_s(w, ", \"left\": [");
-  for (uint64_t i = 0; i < g_nleft && i < MAX_LEFT; i++) {
+  for (uint64_t i = 0; i < g_nleft; i++) {
     if (i) wb_s(w, ", ");
-    wb_s(w, "["); wb_u(w, g_left[i][0]); wb_s(w, ", "); wb_u(w, g_left[i][1]); wb_s(w, "]");
+    wb_s(w, "["); wb_u(w, g_left[i][0]); wb_s(w, ", "); wb_u(w, g_left[i][1] - g_left[i][0]); wb_s(w, "]");
   }
   wb_s(w, "]");
   wb_s(w, "}, \"globals\": [");
