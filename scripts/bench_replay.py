@@ -37,7 +37,7 @@ sys.path.insert(0, ROOT)
 from spack_r3 import cxxnames  # noqa: E402
 from spack_r3.capture import list_captures  # noqa: E402
 from spack_r3.data import Variant  # noqa: E402
-from spack_r3.memimage import KIND_RUNTIME, read_regions  # noqa: E402
+from spack_r3.memimage import KIND_CONST, KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayServer  # noqa: E402
@@ -173,9 +173,15 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
         for c in caps:
             cap_dir = ws.capture_dir(c.id)
             files_bytes = sum(os.path.getsize(os.path.join(cap_dir, n)) for n in ("pre.bin", "post.bin"))
-            # OpenMP's own blocks and TLS: restored, never compared, a fixed cost per capture
-            runtime_bytes = sum(r.size for r in read_regions(os.path.join(cap_dir, "pre.bin"))
-                                if r.kind == KIND_RUNTIME)
+            pre = read_regions(os.path.join(cap_dir, "pre.bin"))
+            # OpenMP's own blocks and a worker's TLS, where the kernel can reach them: restored, never compared
+            runtime_bytes = sum(r.size for r in pre if r.kind == KIND_RUNTIME)
+            # the kernel's own data: its inputs (the heap pages it touched; the stack, globals and
+            # read-only data its arguments reach) and its outputs (what it changed, compared)
+            input_bytes = (c.memory.get("touched_bytes") or 0) + sum(
+                r.size for r in pre if r.kind in (KIND_STACK, KIND_GLOBAL, KIND_CONST))
+            output_bytes = sum(r.size for r in read_regions(os.path.join(cap_dir, "post.bin")) if not (r.path or r.zero))
+            data_bytes = input_bytes + output_bytes
             try:
                 ev = server.submit(cap_dir, Variant(), repeat=1)
                 status = "verified" if ev.ok and ev.verified else ev.status
@@ -185,7 +191,9 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
             kernels.append({"kernel": c.kernel, "share": c.app.get("share") or 0.0, "status": status,
                             "detail": detail[:200], "thread": c.memory.get("thread"), "mode": c.memory.get("mode"),
                             "capture_bytes": files_bytes, "runtime_bytes": runtime_bytes,
-                            "touched_bytes": c.memory.get("touched_bytes"),
+                            "touched_bytes": c.memory.get("touched_bytes"), "input_bytes": input_bytes,
+                            "output_bytes": output_bytes,
+                            "capture_over_data": files_bytes / data_bytes if data_bytes else None,
                             "live_heap_bytes": c.memory.get("live_bytes")})
     shutil.rmtree(plain, ignore_errors=True)
     hot = [h for h in rec.hotness if (h["share"] or 0) > 0.01]
@@ -195,7 +203,10 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
         "share_verified": sum(k["share"] for k in kernels if k["status"] == "verified"),
         "share_refused": sum(k["share"] for k in kernels if k["status"] == "refused"),
         "share_failed": sum(k["share"] for k in kernels if k["status"] not in ("verified", "refused")),
-        "hot_uncaptured": [h["kernel"] for h in hot if not h["capture"]],
+        # hot kernels without a capture: refused at record time, with the reason (they read
+        # input, say), or missed
+        "hot_refused_at_record": {h["kernel"]: h["not_captured"] for h in hot if not h["capture"] and h.get("not_captured")},
+        "hot_uncaptured": [h["kernel"] for h in hot if not h["capture"] and not h.get("not_captured")],
         "plain_run": spread(plain_runs), "probe_run": spread(probe_runs), "record_run": spread(record_runs),
         "probe_overhead": statistics.median(r / p for r, p in zip(probe_runs, plain_runs)) if timeable else None,
         "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)) if timeable else None,
@@ -249,13 +260,17 @@ def main():
                     % (p["probe_overhead"], p["record_overhead"], p["capture_cost_s"], p["plain_run"]["median"])
                     if p["record_overhead"] else "not timed (plain run %.3f s)" % p["plain_run"]["median"])
         print("\n%s (%s): recording overhead: %s; app time in captured kernels: %.0f%% verified, %.0f%% refused, "
-              "%.0f%% failed; hot kernels not captured: %s"
+              "%.0f%% failed; hot kernels not captured: %s%s"
               % (p["program"], p["run"], overhead, 100 * p["share_verified"], 100 * p["share_refused"],
-                 100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none"))
-        print(table(["kernel", "thread", "share", "replay", "capture", "of it runtime state", "touched", "live heap"],
+                 100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none",
+                 "".join("; %s refused at record time: %s" % (cxxnames.display(k), why)
+                         for k, why in p["hot_refused_at_record"].items())))
+        print(table(["kernel", "thread", "share", "replay", "capture", "of it runtime state", "touched", "inputs",
+                     "outputs", "capture/(in+out)", "live heap"],
                     [[cxxnames.display(k["kernel"], 40), k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
                       _mib(k["capture_bytes"]), _mib(k["runtime_bytes"]), _mib(k["touched_bytes"]),
-                      _mib(k["live_heap_bytes"])]
+                      _mib(k["input_bytes"]), _mib(k["output_bytes"]),
+                      "%.2f" % k["capture_over_data"] if k["capture_over_data"] else "-", _mib(k["live_heap_bytes"])]
                      for k in p["kernels"]]))
     if rows:
         print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"

@@ -16,12 +16,14 @@ import pytest
 from spack_r3.capture import list_captures
 from spack_r3.data import Launch, Variant
 from spack_r3.memimage import KIND_RUNTIME, KIND_STACK, read_regions
+from spack_r3.record.instrument import KFLAG_RUNTIME_STATE, KernelInfo, kernel_flags
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3
 
 XS_C = r"""
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +48,12 @@ void lookup(const grid_t *g, double e, double *out) {
 
 void simulate(const grid_t *g, long lookups, double *results) {
   unsigned long verification = 0;
-  printf("simulating %ld lookups\n", lookups);  /* into stdout's buffer, a heap block of libc's */
+  omp_lock_t io;  /* an OpenMP lock: its kernel's capture keeps the OpenMP runtime's heap */
+  omp_init_lock(&io);
+  omp_set_lock(&io);
+  printf("simulating %ld lookups on up to %d threads\n", lookups, omp_get_max_threads());  /* into stdout's buffer */
+  omp_unset_lock(&io);
+  omp_destroy_lock(&io);
 #pragma omp parallel for schedule(dynamic, 100) reduction(+ : verification)
   for (long i = 0; i < lookups; i++) {
     double local[5];
@@ -169,6 +176,7 @@ def test_parallel_shapes_record_and_replay(tmp_path, clang, capsys):
     # the driver: dynamic schedule and a reduction, replayed with OpenMP in the worker
     simulate = caps["simulate"]
     assert simulate.memory["thread"] == "main" and simulate.launch["openmp"]
+    # it takes an OpenMP lock, so its capture keeps the runtime's heap state (restored, never compared)
     assert [r for r in runtime_regions(ws, simulate, "pre.bin") if in_runtime_pool(simulate, r)]
     reads_writes = (N + 5 * N + LOOKUPS + 1) * 8  # energy, xs, results
     assert simulate.memory["touched_bytes"] <= 1.2 * reads_writes
@@ -220,3 +228,15 @@ def test_snapshots_leave_the_application_run_unchanged(tmp_path, clang):
     assert outputs[0] == outputs[1] and "\nsum " in outputs[0]
     assert len(os.listdir(tmp_path / "rec-*" / "captures")) == 3  # simulate, lookup, report
     assert not (tmp_path / "rec-n" / "captures").exists()
+
+
+def test_only_kernels_that_may_reach_openmp_state_keep_it():
+    def kernel(*calls):
+        return KernelInfo("k", "void", 0, [], [], calls=list(calls))
+
+    # a parallel region and queries run on the replay process's own OpenMP runtime
+    assert not kernel_flags(kernel("__kmpc_fork_call", "__kmpc_for_static_init_8", "omp_get_thread_num")) \
+        & KFLAG_RUNTIME_STATE
+    # locks, OpenMP allocators and threadprivate copies may live in the recorded runtime's heap
+    for call in ("omp_set_lock", "omp_init_nest_lock", "omp_alloc", "__kmpc_threadprivate_cached"):
+        assert kernel_flags(kernel("__kmpc_fork_call", call)) & KFLAG_RUNTIME_STATE, call

@@ -20,8 +20,6 @@ from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
 from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
-# Entry points of the OpenMP runtimes (LLVM's libomp and GNU's libgomp)
-OMP_RUNTIME_PREFIXES = ("__kmpc_", "__kmp", "omp_", "GOMP_")
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
 NOT_KERNELS = {"main"}
@@ -324,13 +322,21 @@ def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
     return "\n".join(lines + extra) + "\n"
 
 
+def uses_omp_state(name):
+    """Whether calling ``name`` may hand the kernel objects living in the OpenMP runtime's own
+    heap: locks, OpenMP allocators, threadprivate copies. A parallel region alone
+    (__kmpc_fork_call, worksharing, reductions) and queries (omp_get_thread_num) run on the
+    replay process's own runtime and need none of the recorded state."""
+    return (name.startswith("omp_") and ("lock" in name or "alloc" in name or name == "omp_free")) \
+        or name.startswith("__kmpc_threadprivate")
+
+
 def kernel_flags(k):
     """Runtime flags of a kernel: whole-heap capture for one that hands memory to the system;
     no capture at all when replay would refuse it anyway (it reads input), since a
-    whole-heap capture is the costliest kind; the OpenMP runtime's own state kept only for
-    a kernel that calls into that runtime (a function a parallel loop calls on each thread
-    never does, and the state would be most of its capture)."""
-    flags = KFLAG_RUNTIME_STATE if any(c.startswith(OMP_RUNTIME_PREFIXES) for c in k.calls) else 0
+    whole-heap capture is the costliest kind; the OpenMP runtime's own heap state kept only
+    for a kernel that may reach it (for a small kernel it would be most of the capture)."""
+    flags = KFLAG_RUNTIME_STATE if any(uses_omp_state(c) for c in k.calls) else 0
     if not SYSTEM_MEMORY_CALLS.intersection(k.calls):
         return flags
     return flags | (KFLAG_NO_CAPTURE if k.unreplayable else KFLAG_WHOLE_HEAP)

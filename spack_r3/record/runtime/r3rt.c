@@ -1205,8 +1205,8 @@ static int emit_pool(wbuf_t *w, int which, int post) {
 /* what every image holds besides application heap: the runtimes' chunks, the kernel's
  * globals, the capture's stack region, the loaded objects' data the arguments point into.
  * pre.bin only: read-only data (nothing can change it) and the runtimes' state (their
- * chunks, for a kernel that calls the OpenMP runtime; a thread's TLS), which replay
- * restores but never compares. */
+ * chunks, for a kernel flagged R3_KFLAG_RUNTIME_STATE; a worker's TLS an argument points
+ * into), which replay restores but never compares. */
 static void emit_fixed(wbuf_t *w, struct r3_kinfo *k, int post) {
   if (!post && (k->flags & R3_KFLAG_RUNTIME_STATE) && emit_pool(w, POOL_RT, 0)) { w->err = EIO; return; }
   for (int64_t i = 0; i < k->nglobals && k->globals && !w->err; i++) {
@@ -2178,7 +2178,8 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
     wb_s(w, ", \"runs\": "); wb_u(w, cap.runs);
   }
   wb_s(w, ", \"thread\": "); wb_jstr(w, cap.worker ? "worker" : "main");
-  /* blocks allocated during the call and still live: [user address, usable size] */
+  /* blocks allocated during the call and still live: [address, size] ranges, blocks next
+   * to each other joined */
   wb_s(w, ", \"left_blocks\": "); wb_u(w, g_left_blocks);
   wb_s(w, ", \"left_bytes\": "); wb_u(w, g_left_bytes);
   if (g_left_short) wb_s(w, ", \"left_listed\": false");

@@ -42,8 +42,8 @@ struct r3_kinfo {
 #define R3_KFLAG_NO_CAPTURE 2
 /* runtime: another kernel was called inside this one (its calls always take the probes) */
 #define R3_KFLAG_PARENT 4
-/* the kernel calls into the OpenMP runtime: pre.bin keeps that runtime's heap chunks
- * (without it they are left out; replay restores them only for such a kernel anyway) */
+/* the kernel calls OpenMP functions that may reach the runtime's heap (locks, allocators,
+ * threadprivate): pre.bin keeps that runtime's heap chunks, which are left out otherwise */
 #define R3_KFLAG_RUNTIME_STATE 8
 
 /* slots: nargs x 8 bytes (ints zero-extended, float/double bit patterns, pointers) */
