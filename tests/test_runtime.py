@@ -865,7 +865,7 @@ def test_truncated_capture_image(kernel_exe, tmp_path):
     assert proc.returncode == 0, proc.stderr
     name = captures(rec)[0]
     pre = rec / "captures" / name / "pre.bin"
-    assert len(memimage.read_regions(pre)) >= 3
+    assert len(memimage.read_regions(pre)) >= 2  # the kernel's global and the heap pages it touched
     size = os.path.getsize(pre)
     with open(pre, "r+b") as f:
         f.truncate(size - 5)
