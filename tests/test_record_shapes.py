@@ -278,12 +278,16 @@ typedef struct Node { struct Node *prev; double value; } Node;
 
 Node *build_chain(long n) {  /* more blocks than the runtime's list of new blocks holds */
     Node *last = NULL;
+    double **gaps = malloc(n * sizeof(double *));
     for (long i = 0; i < n; i++) {
         Node *node = malloc(sizeof(Node));
         node->prev = last;
         node->value = 0.5 * i;
         last = node;
+        gaps[i] = malloc(3 * sizeof(double));  /* freed below: the nodes are not next to each other */
     }
+    for (long i = 0; i < n; i++) free(gaps[i]);
+    free(gaps);
     return last;
 }
 
@@ -345,6 +349,7 @@ def test_a_kernel_returning_memory_it_allocates_is_refused_with_the_reason(repor
     # 5000 blocks, more than the runtime lists as it goes: found by walking the heap instead
     chain = load_capture_dir(caps["build_chain"])
     assert chain.memory["left_blocks"] == 5000 and chain.memory["left_bytes"] >= 5000 * 16
+    assert len(chain.memory["left"]) > 256  # ranges apart from each other: the list grew
     assert chain.unreplayable.startswith("it leaves 1 pointer(s) to memory it allocated (5000 block(s)")
     # a block allocated and freed within the call leaves nothing behind
     smooth = load_capture_dir(caps["smooth_sum"])

@@ -2095,12 +2095,9 @@ static void add_left(chunk_t *c) {
   }
   if (g_nleft == g_left_cap) {
     uint64_t cap = g_left_cap ? 2 * g_left_cap : 256;
-    void *m = mmap(NULL, cap * sizeof *g_left, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) { g_left_short = 1; return; }
-    if (g_left) {
-      memcpy(m, g_left, g_nleft * sizeof *g_left);
-      munmap(g_left, g_left_cap * sizeof *g_left);
-    }
+    void *m = g_left ? mremap(g_left, g_left_cap * sizeof *g_left, cap * sizeof *g_left, MREMAP_MAYMOVE)
+                     : map_scratch(cap * sizeof *g_left);
+    if (!m || m == MAP_FAILED) { g_left_short = 1; return; }
     g_left = m;
     g_left_cap = cap;
   }
