@@ -24,6 +24,7 @@ from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import Study, Target, counted, storage
 from spack_r3.search.confirm import each_server
+from spack_r3.search.noise import MOST_FACTOR
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
@@ -214,12 +215,15 @@ def test_tune_reports_confirmed_winners(tuned):
     # Every evaluation is in the workspace's Optuna storage.
     study = optuna.load_study(study_name=k["study"], storage=storage(Workspace(ws)))
     assert sum(counted(t) for t in study.get_trials()) == 10
-    # A candidate counted as the best so far only once measured again (3 pairs, then 6 more):
-    # the best of many short measurements is mostly luck.
+    # A candidate counted as the best so far only once measured again (n pairs, then 2n more):
+    # the best of many short measurements is mostly luck. n is --pairs (3) while the pairs
+    # stay quiet, more where this machine makes them noisy (search/noise.py), so it is not
+    # the same from run to run.
     best = None
     for t in sorted(study.get_trials(), key=lambda t: t.datetime_complete):
         if t.value is not None and (best is None or t.value > best):
-            assert t.user_attrs["evaluation"]["pairs"] == 9, t.user_attrs["evaluation"]
+            pairs = t.user_attrs["evaluation"]["pairs"]
+            assert pairs % 3 == 0 and 3 <= pairs // 3 <= 3 * MOST_FACTOR, t.user_attrs["evaluation"]
             best = t.value
 
 
