@@ -19,9 +19,13 @@ from spack_r3.data import OK, Variant
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback, KernelSource
 from spack_r3.search.mutators import cast
+from spack_r3.search.bayes import Target, storage
 from spack_r3.search.mutators.rules import RulesMutator
-from spack_r3.search.remix import kernel_source
+from spack_r3.search.remix import Remix, RemixOptions, kernel_source
+from spack_r3.search.space import Space
+from spack_r3.search.tune import kernel_facts
 from spack_r3.sourcepatch import make_patch
+from spack_r3.workspace import Workspace
 
 from test_record_replay import capture_of, r3, source_tree
 
@@ -329,3 +333,33 @@ def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
     for fn in ("rows", "calls", "stops", "ahead"):
         props = RulesMutator().propose(unit(tmp_path, text, fn, openmp=True), Feedback())
         assert not {"omp-parallel", "omp-simd", "interchange", "tile", "scalar-replace"} & set(rules_of(props)), fn
+
+
+@pytest.mark.parametrize("original_best", [1e3, 1e-3])
+def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, server, original_best):
+    """A rewrite is measured first with the original's best settings; one that is clearly
+    slower than the original's best then (every child against 1000x) stops there, and the
+    budget left goes back to the original's search; one in the running (every child against
+    0.001x) gets its whole inner study."""
+    ws = Workspace(recorded)
+    target = Target(kernel="dot", captures=[capture_of(recorded, "dot")],
+                    source_variant="cut-%g" % original_best)
+    facts = kernel_facts(target, cores=1)
+    space = Space(facts)
+    inherit = [space.defaults(), space.adopt({"noalias": True})]
+    options = RemixOptions(budget=12, child_budget=4, seed=1, pairs=3)
+    remix = Remix(ws, storage(ws), target, facts, RulesMutator(), options, inherit=inherit)
+    given_back = []
+    remix.run([server], original_best, extend=given_back.append)
+    measured = [c for c in remix.children if c.status == OK]
+    assert measured
+    for child in measured:
+        if original_best > 1:
+            assert child.cut.startswith("cut after the original's best settings")
+            assert child.evaluations == 1 + len(inherit)  # its check, then the inherited settings
+        else:
+            assert not child.cut and child.evaluations == 1 + options.child_budget
+    # The loop spent its budget (the last child may finish past it), and what the children
+    # left went back to the original's search.
+    assert options.budget <= remix.spent() < options.budget + 1 + options.child_budget
+    assert sum(given_back) == remix.extended

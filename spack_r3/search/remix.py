@@ -10,7 +10,11 @@ verification runs if it may be parallel: a data race can verify once by luck); o
 that fails goes back to its mutator with the diagnostic, up to ``repairs`` times. A
 child that verifies gets a short inner Bayesian study of its own (``bayes.Study``, one
 per source variant) over pipelines, launch settings and the rewrite's macro knobs; its
-fitness is that study's best verified paired speedup.
+fitness is that study's best verified paired speedup. The study tries the original's
+best settings first (``inherit``); a child that is clearly slower with them than the
+original's best (its best pair under the original's best median) is cut there, and the
+rest of its study's budget goes to other children or back to the original's search:
+most rewrites of a kernel where none helps cost three evaluations, not a whole study.
 
 The archive keeps the best child of each cell of two behaviour descriptors:
 
@@ -78,6 +82,7 @@ class Child:
     check_speedup: float = 0.0  # the rewrite alone, at the baseline pipeline
     evaluations: int = 0  # replay evaluations spent on it (check, repairs, inner study)
     repairs: int = 0
+    cut: str = ""  # why its inner study stopped after the inherited settings ("": it did not)
 
     @property
     def rule(self):
@@ -146,6 +151,8 @@ class Remix:
         self.capture = load_capture_dir(self.capture_dir, verify_digests=False)
         self.original = unit_text(self.capture, self.capture_dir)
         self.name = "%s@%s/%s" % (target.kernel, target.capture_id, mutator.name)
+        if target.source_variant != ORIGINAL:  # a search of its own (a benchmark's, a test's)
+            self.name += "/" + target.source_variant
         self.path = os.path.join(workspace.root, "remix", hashlib.sha256(self.name.encode()).hexdigest()[:16]
                                  + ".json")
         # Evaluations of the original's own search that this loop's budget paid for: run
@@ -255,18 +262,27 @@ class Remix:
         # A rewrite that adds OpenMP threads makes the kernel parallel: threads become a setting.
         if "omp-parallel" in child.rules:
             facts = replace(facts, parallel=True)
-        target = replace(self.target, base=self._variant(child), source_variant=child.id,
+        variant_name = child.id if self.target.source_variant == ORIGINAL else \
+            "%s/%s" % (self.target.source_variant, child.id)  # the studies of a search of its own
+        target = replace(self.target, base=self._variant(child), source_variant=variant_name,
                          parallel=self.target.parallel or "omp-parallel" in child.rules)
         space = Space(facts)
         return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
                      pairs=self.options.pairs, timeout=self.options.timeout,
                      seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises)
 
-    def _measure(self, servers, child, progress):
-        """The child's inner study (resumed if a killed run started it)."""
+    def _measure(self, servers, child, progress, base_speedup):
+        """The child's inner study (resumed if a killed run started it): the inherited
+        settings first, the rest of its budget only if they leave it in the running."""
         study = self.child_study(child)
         before = len(study.trials())
-        study.run(servers, self.options.child_budget, progress)
+        # (Only the Bayesian study asks the inherited settings first.)
+        inherited = min(len(self.inherit), self.options.child_budget) if self.options.sampler == "tpe" else 0
+        if inherited and before < inherited:
+            study.run(servers, inherited, progress)
+            child.cut = clearly_below(study.best(1), child.check_speedup, base_speedup)
+        if not child.cut:
+            study.run(servers, self.options.child_budget, progress)
         best = study.best(1)
         child.evaluations += len(study.trials()) - before
         child.speedup = max([t.value for t in best] + [child.check_speedup])
@@ -284,7 +300,7 @@ class Remix:
         say = say or (lambda line: None)
         for child in self.children:  # a killed run's unfinished children first
             if child.status == "pending":
-                self._evaluate(servers, child, progress, say)
+                self._evaluate(servers, child, progress, say, base_speedup)
         extended_before = self.extended
         feed = ProposalFeed(self, base_speedup) if self.mutator.concurrent else None
         tried_parents = set()
@@ -325,7 +341,7 @@ class Remix:
                     self.children.append(child)
                 self._save()
                 say("  %s: %s" % (cxxnames.display(self.target.kernel), child.description))
-                self._evaluate(servers, child, progress, say, parent, proposal)
+                self._evaluate(servers, child, progress, say, base_speedup, parent, proposal)
                 if feed and child.status == OK:
                     tried_parents.discard(child.id)
         except R3Error:
@@ -350,7 +366,7 @@ class Remix:
         self.extended += n
         self._save()
 
-    def _evaluate(self, servers, child, progress, say, parent=None, proposal=None):
+    def _evaluate(self, servers, child, progress, say, base_speedup, parent=None, proposal=None):
         while True:
             ev = self._check(servers[0], child)
             self._save()
@@ -370,10 +386,25 @@ class Remix:
             self._save()
             child, proposal = fixed_child, fixed
         if child.status == OK:
-            self._measure(servers, child, progress)
+            self._measure(servers, child, progress, base_speedup)
             self._save()
+            if child.cut:
+                say("  %s: %s" % (child.description, child.cut))
             if self.patterns and child.speedup > 1.0:
                 self.patterns.add(self.target.kernel, child, self.facts)
+
+
+def clearly_below(best, check_speedup, base_speedup):
+    """Why a child is out of the running against the original's best median speedup
+    ``base_speedup`` ("" if it is not): even the best pair of its best trial so far
+    (``best``) is slower, and so was its check at the baseline pipeline. A child whose
+    inherited settings all failed is not judged by them."""
+    if not best:
+        return ""
+    top = best[0].user_attrs["evaluation"].get("speedup_max") or best[0].value
+    if max(top, check_speedup) >= base_speedup:
+        return ""
+    return "cut after the original's best settings: at most %.2fx against %.2fx" % (top, base_speedup)
 
 
 def _diagnostic(ev):
