@@ -212,6 +212,7 @@ class Evaluation:
     resampled: int = 0  # pairs measured again because the worker was preempted during them
     cache: str = WARM  # the caches each timed run started with: WARM, SHARED or COLD (replay.engine.CacheFlush)
     calls: int = 1  # recorded calls each timed run replayed, in order (replay.sequence); times are per call
+    code: str = ""  # digest of what ran: optimized IR, target, codegen level, launch (engine.code_digest)
     diagnostics: str = ""
 
     @property

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -287,6 +288,41 @@ def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
     assert noise >= 0 and trials[0].user_attrs["evaluation"]["pair_noise"] is None
     again = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
     assert again.pair_noises() == [noise]
+
+
+def test_trials_that_run_the_same_code_are_one_candidate(program, tmp_path):
+    """dot calls nothing, so an inlining threshold changes nothing in its code: trials that
+    differ only there ran the same code, and are one candidate whose pairs are pooled,
+    ranked once, as its simplest variant. Other code (another codegen level) ranks apart."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
+    target = Target("dot", [captures(ws)["dot"]])
+    space = Space(KernelFacts("dot"))
+    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    plain = space.defaults()
+    same = [plain, dict(plain, inline=1000), dict(plain, inline=25)]
+    other = dict(plain, codegen=1)
+    for values in same + [other]:
+        study.enqueue(values)
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=4)
+    trials = sorted(study.trials(), key=lambda t: t.number)
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    codes = [t.user_attrs["evaluation"]["code"] for t in trials]
+    assert codes[0] == codes[1] == codes[2] != codes[3]
+
+    ranked = study.best(5)
+    assert len(ranked) == 2  # two codes
+    [pooled] = [t for t in ranked if t.user_attrs["evaluation"]["code"] == codes[0]]
+    assert pooled.params == trials[0].params  # the simplest: no inlining threshold at all
+    ratios = [r for t in trials[:3] for r in t.user_attrs["evaluation"]["ratios"]]
+    assert pooled.value == pytest.approx(statistics.median(ratios))
+    assert pooled.user_attrs["evaluation"]["pairs"] == len(ratios) >= 9
+    assert pooled.user_attrs["evaluation"]["trials"] == 3
+    # each trial was told the median of its code's pairs up to then (what the sampler learns)
+    assert trials[2].value == pytest.approx(statistics.median(ratios))
+    first = trials[0].user_attrs["evaluation"]["ratios"]
+    assert trials[0].value == pytest.approx(statistics.median(first))
 
 
 WHERE_C = r"""

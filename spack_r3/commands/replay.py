@@ -98,7 +98,7 @@ def _result(capture, pipeline, ev):
             "compiled": ev.compiled, "compile_s": ev.compile_s, "speedup": ev.speedup,
             "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max, "pairs": ev.pairs,
             "relaxes_fp": pipeline.relaxes_fp, "in_app_s": in_app_per_call(capture), "cache": ev.cache,
-            "resampled": ev.resampled, "calls": ev.calls, "diagnostics": ev.diagnostics}
+            "resampled": ev.resampled, "calls": ev.calls, "code": ev.code, "diagnostics": ev.diagnostics}
 
 
 def _print_one(r):

@@ -10,6 +10,7 @@ import bisect
 import ctypes
 import ctypes.util
 import functools
+import hashlib
 import mmap
 import os
 import re
@@ -252,6 +253,7 @@ class Compiled:
         # An MCJIT engine owns its target machine: a fresh one per engine.
         tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
         mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
+        self.code = code_digest(str(mod), cpu, features, pipeline.codegen, launch)
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
         tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
@@ -269,6 +271,16 @@ class Compiled:
         # what two clock readings cost, taken off every timed span
         self.clock_ns = min(self.timed(None, None, 0) for _ in range(32))
         self.compile_s = time.perf_counter() - t0
+
+
+def code_digest(optimized_ir, cpu, features, codegen, launch=None):
+    """What a candidate runs, as a short digest: the same optimized IR, for the same target
+    at the same codegen level, is the same machine code, and with the same launch settings
+    the same measurement. Many pipelines give one kernel the same code (a pass with no
+    work, an inlining threshold with nothing to inline), so their measurements can be
+    pooled (``search.bayes``)."""
+    key = "\0".join([optimized_ir, cpu or "", features or "", str(codegen), repr(launch)])
+    return hashlib.sha256(key.encode(errors="surrogateescape")).hexdigest()[:16]
 
 
 class Frame:

@@ -173,7 +173,7 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
     except engine.CompileError as err:
         ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
         return ev
-    ev.compiled, ev.compile_s = True, candidate.compile_s
+    ev.compiled, ev.compile_s, ev.code = True, candidate.compile_s, candidate.code
     threads = engine.thread_counts(prepared.capture.launch.get("threads"), variant.launch.threads,
                                    len(os.sched_getaffinity(0)))
     ev.baseline_threads, ev.threads = threads
