@@ -285,9 +285,9 @@ class Study:
         for t in self.trials():
             if t.state == TrialState.COMPLETE:
                 groups.setdefault(code_key(t.user_attrs["evaluation"]), []).append(t)
-        ranked = [pooled_trial(ts) for ts in groups.values()]
-        ranked.sort(key=lambda t: (-t.value, t.number))
-        return ranked[:n]
+        ranked = sorted(groups.values(), key=lambda ts: (-median(r for t in ts for r in trial_ratios(t)),
+                                                         min(t.number for t in ts)))
+        return [pooled_trial(ts) for ts in ranked[:n]]
 
     def curve(self):
         """Best verified speedup after each evaluation (None before the first success)."""
