@@ -261,7 +261,8 @@ class Study:
         key = code_key({"code": ev.code, "variant": ev.variant})
         same = [t for t in self.trials() if t.state == TrialState.COMPLETE
                 and code_key(t.user_attrs["evaluation"]) == key]
-        return median(ev.ratios + [r for t in same for r in trial_ratios(t)])
+        ratios = ev.ratios + [r for t in same for r in trial_ratios(t)]
+        return median(ratios) if ratios else ev.speedup
 
     def _tell(self, trial, variant, ev, seconds, noise=None):
         attrs = dict(trial.user_attrs, status=ev.status, evaluation={
