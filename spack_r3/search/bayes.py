@@ -113,6 +113,11 @@ def trial_ratios(trial):
     return trial.user_attrs["evaluation"].get("ratios") or [trial.value]
 
 
+def pooled_ratios(trials):
+    """Every pair ratio of ``trials`` (one code's), together."""
+    return [r for t in trials for r in trial_ratios(t)]
+
+
 class Study:
     """The search of one (kernel, source variant) with one sampler, resumable.
 
@@ -258,11 +263,17 @@ class Study:
     def _pooled(self, ev):
         """The median of ``ev``'s pairs and those of every finished trial that ran its code
         (the caller holds the lock)."""
-        key = code_key({"code": ev.code, "variant": ev.variant})
-        same = [t for t in self.trials() if t.state == TrialState.COMPLETE
-                and code_key(t.user_attrs["evaluation"]) == key]
-        ratios = ev.ratios + [r for t in same for r in trial_ratios(t)]
+        same = self._code_groups().get(code_key({"code": ev.code, "variant": ev.variant}), [])
+        ratios = ev.ratios + pooled_ratios(same)
         return median(ratios) if ratios else ev.speedup
+
+    def _code_groups(self):
+        """The finished trials by the code they ran: {code_key: [trial, ...]}."""
+        groups = {}
+        for t in self.trials():
+            if t.state == TrialState.COMPLETE:
+                groups.setdefault(code_key(t.user_attrs["evaluation"]), []).append(t)
+        return groups
 
     def _tell(self, trial, variant, ev, seconds, noise=None):
         attrs = dict(trial.user_attrs, status=ev.status, evaluation={
@@ -282,12 +293,8 @@ class Study:
     def best(self, n=1):
         """The ``n`` best codes, best first: for each, its simplest trial, with the value,
         spread and pairs of all the trials that ran that code."""
-        groups = {}
-        for t in self.trials():
-            if t.state == TrialState.COMPLETE:
-                groups.setdefault(code_key(t.user_attrs["evaluation"]), []).append(t)
-        ranked = sorted(groups.values(), key=lambda ts: (-median(r for t in ts for r in trial_ratios(t)),
-                                                         min(t.number for t in ts)))
+        ranked = sorted(self._code_groups().values(),
+                        key=lambda ts: (-median(pooled_ratios(ts)), min(t.number for t in ts)))
         return [pooled_trial(ts) for ts in ranked[:n]]
 
     def curve(self):
@@ -308,7 +315,7 @@ def pooled_trial(trials):
     """One code's trials as one: the simplest of them (fewest settings away from the
     defaults, then the earliest), valued at the median of all their pairs."""
     simplest = min(trials, key=lambda t: (len(settings(trial_variant(t))), t.number))
-    ratios = [r for t in trials for r in trial_ratios(t)]
+    ratios = pooled_ratios(trials)
     out = copy.copy(simplest)
     out.value = median(ratios)
     out.user_attrs = dict(simplest.user_attrs, evaluation=dict(
