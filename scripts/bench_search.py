@@ -18,9 +18,12 @@ Writes bench/search.json:
               first reached random's best search value); the same two counts "within noise"
               (evals_to_best_within_noise, evals_to_random_best_within_noise): where the search
               first came within two standard errors of an evaluation (2 x noise.TARGET_SE)
-              of that value, for the best of 150 noisy medians is partly luck; verdicts bayes.vs_random, r3.vs_random,
-              r3.vs_bayes: better (confirmation spreads apart), as good, tie (below the other's
-              median, which lies within its own spread) or worse
+              of that value, for the best of 150 noisy medians is partly luck; confirm_rounds: the
+              pair ratios of its confirmed best, by round; verdicts bayes.vs_random, r3.vs_random,
+              r3.vs_bayes: better or worse (the ratio of the two confirmed medians, with a 95%
+              interval from those pairs, apart from 1 and by more than 1%), else as good or tie
+              (a's median above or below b's, by noise), and that ratio (ratio_to_random,
+              ratio_to_bayes) as "point [low-high]"
   throughput: {workers_1, workers_2} evaluations per minute (medians of rounds), and their ratio
               (median of the rounds' ratios, with ratio_min/ratio_max)
 
@@ -45,11 +48,11 @@ from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage, trial_variant  # noqa: E402
 from spack_r3.search.mutators import make_mutator  # noqa: E402
-from spack_r3.search.noise import TARGET_SE  # noqa: E402
+from spack_r3.search.noise import TARGET_SE, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
 from spack_r3.search.confirm import confirm  # noqa: E402
-from spack_r3.search.results import kernel_result  # noqa: E402
+from spack_r3.search.results import MIN_GAIN, kernel_result, pick  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import kernel_facts, plan_targets  # noqa: E402
 from spack_r3.workspace import Workspace  # noqa: E402
@@ -78,29 +81,41 @@ def evals_to(curve, value, within=0.0):
     return next((i + 1 for i, v in enumerate(curve) if v is not None and v * (1 + within) >= value), None)
 
 
-def search_summary(study, result):
+def search_summary(study, result, confirmed):
     curve = study.curve()
+    won = pick(confirmed) if result.winner != "baseline" else None
     best = max((v for v in curve if v is not None), default=None)
     return {"best_speedup": result.speedup, "speedup_min": result.speedup_min, "speedup_max": result.speedup_max,
             "evaluations": len(curve), "evals_to_best": evals_to(curve, best),
             "evals_to_best_within_noise": evals_to(curve, best, WITHIN_NOISE),
             "search_best": best, "winner": result.winner, "relaxes_fp": result.relaxes_fp,
-            "failed": result.failed, "rejected": result.rejected}
+            "failed": result.failed, "rejected": result.rejected,
+            "confirm_rounds": won.round_ratios if won else []}  # the baseline's: none (1.0)
 
 
 def verdict(a, b):
-    """How search ``a``'s confirmed best compares with ``b``'s: "better" (at or above b's, the
-    confirmation spreads apart), "as good" (at or above b's), "tie" (below b's median, which
-    lies within a's confirmation spread: the gap is noise) or "worse"."""
-    if a["best_speedup"] >= b["best_speedup"]:
-        return "better" if a["speedup_min"] > b["speedup_max"] else "as good"
-    return "tie" if a["speedup_max"] >= b["best_speedup"] else "worse"
+    """How search ``a``'s confirmed best compares with ``b``'s, from their confirmation pairs
+    (``noise.ratio_interval``): "better" (faster, the 95% interval of a/b above 1, and by more
+    than the gain a tune calls noise, results.MIN_GAIN), "worse" (the same, the other way),
+    else "as good" (a's median at or above b's) or "tie" (below it, by noise)."""
+    point, low, high = ratio_interval(a["confirm_rounds"], b["confirm_rounds"])
+    if low > 1 and point > MIN_GAIN:
+        return "better"
+    if high < 1 and point < 1 / MIN_GAIN:
+        return "worse"
+    return "as good" if point >= 1 else "tie"
+
+
+def ratio_text(a, b):
+    """a's confirmed speedup over b's, with its 95% interval."""
+    point, low, high = ratio_interval(a["confirm_rounds"], b["confirm_rounds"])
+    return "%.3f [%.3f-%.3f]" % (point, low, high)
 
 
 def add_verdicts(entry):
-    entry["bayes"]["vs_random"] = verdict(entry["bayes"], entry["random"])
-    entry["r3"]["vs_random"] = verdict(entry["r3"], entry["random"])
-    entry["r3"]["vs_bayes"] = verdict(entry["r3"], entry["bayes"])
+    for a, b in (("bayes", "random"), ("r3", "random"), ("r3", "bayes")):
+        entry[a]["vs_" + b] = verdict(entry[a], entry[b])
+        entry[a]["ratio_to_" + b] = ratio_text(entry[a], entry[b])
     return entry
 
 
@@ -140,7 +155,7 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
              "share": target.share, "space": len(space.params)}
     for (name, (study, seconds)), conf in zip(studies.items(), confirmed):
         result = kernel_result(target, study, conf)
-        entry[name] = search_summary(study, result)
+        entry[name] = search_summary(study, result, conf)
         entry[name]["search_s"] = seconds
         entry.setdefault("baseline_s", result.baseline_s)
     bayes_curve, random_best = studies["bayes"][0].curve(), entry["random"]["search_best"]
@@ -220,7 +235,8 @@ def main():
     print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's (within noise)", "r3", "at",
                  "r3 winner"], rows))
     print(table(["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
-                [[cxxnames.display(k["kernel"]), k["bayes"]["vs_random"], k["r3"]["vs_random"], k["r3"]["vs_bayes"]]
+                [[cxxnames.display(k["kernel"])] + ["%s: %s" % (k[a]["vs_" + b], k[a]["ratio_to_" + b])
+                                                    for a, b in (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))]
                  for k in kernels]))
     print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
         thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))

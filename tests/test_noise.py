@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from spack_r3.search.noise import PairBudget, pair_noise, pairs_for
+from spack_r3.search.noise import PairBudget, pair_noise, pairs_for, ratio_interval
 
 
 def test_one_pairs_noise_is_the_robust_spread_of_its_log_ratios():
@@ -37,3 +37,17 @@ def test_a_budget_keeps_the_base_until_three_evaluations_say_otherwise():
     for _ in range(30):
         budget.add(0.005)
     assert budget.pairs() == 5
+
+
+def test_two_confirmed_candidates_compare_by_an_interval_from_their_pairs():
+    steady = [[2.00, 2.02, 1.98, 2.01, 1.99]] * 3
+    faster = [[2.20, 2.22, 2.18, 2.21, 2.19]] * 3
+    point, low, high = ratio_interval(faster, steady)
+    assert point == pytest.approx(1.1) and 1.0 < low <= point <= high  # apart: one is faster
+    # the same candidate measured twice: the interval holds 1 whichever reads higher
+    noisy = [[1.8, 2.3, 2.0, 1.9, 2.2], [1.7, 2.1, 2.4, 2.0, 1.95], [2.05, 1.85, 2.25, 2.1, 1.9]]
+    point, low, high = ratio_interval(noisy, steady)
+    assert low < 1.0 < high
+    assert ratio_interval(noisy, steady) == (point, low, high)  # the same pairs, the same answer
+    # no rounds: the baseline itself, 1.0
+    assert ratio_interval([], faster)[0] == pytest.approx(1 / 2.2)

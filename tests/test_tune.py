@@ -26,6 +26,7 @@ from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import Study, Target, counted, storage
 from spack_r3.search.confirm import each_server
 from spack_r3.search.noise import MOST_FACTOR
+from spack_r3.search.samplers import Interleaved, make_sampler
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
@@ -170,6 +171,21 @@ def test_space_suggests_variants_through_optuna():
         assert Variant.from_json(variant.to_json()) == variant
         study.tell(trial, 1.0)
     assert seen_polly and seen_passes
+
+
+def test_the_bayesian_search_draws_every_fourth_trial_at_random():
+    """After its startup trials, TPE picks three trials in four and random search the fourth,
+    so a region TPE rates low still gets visited. Here the "model" always says x = 0."""
+    model = optuna.samplers.PartialFixedSampler({"x": 0}, optuna.samplers.RandomSampler(seed=1))
+    sampler = Interleaved(model, optuna.samplers.RandomSampler(seed=2), every=4, startup=3)
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(23):
+        trial = study.ask()
+        study.tell(trial, trial.suggest_int("x", 0, 10 ** 6))
+    random_picks = [t.number for t in study.trials if t.params["x"] != 0]
+    assert random_picks == [6, 10, 14, 18, 22]
+    assert random_picks == [n for n in range(23) if sampler.explores(n)]
+    assert isinstance(make_sampler("tpe", seed=0), Interleaved)  # what `r3 tune` uses
 
 
 def test_a_winner_is_reported_without_settings_that_do_not_matter():

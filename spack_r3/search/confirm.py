@@ -34,6 +34,7 @@ class Confirmed:
     rejected: str = ""  # why it was dropped (an instance it does not verify on, a failed run)
     ratios: List[float] = field(default_factory=list)
     round_speedups: List[float] = field(default_factory=list)
+    round_ratios: List[List[float]] = field(default_factory=list)  # ``ratios`` by round
     baseline_times: List[float] = field(default_factory=list)
     times: List[float] = field(default_factory=list)
 
@@ -136,6 +137,7 @@ def _rounds(servers, items, rounds, pairs, timeout, progress, what):
                 c.rejected = "%s, round %d: %s %s" % (what, r + 1, ev.status, ev.diagnostics)
                 continue
             c.ratios += ev.ratios
+            c.round_ratios.append(list(ev.ratios))
             c.round_speedups.append(ev.speedup)
             c.baseline_times.append(ev.baseline_median_s)
             c.times.append(ev.time_median_s)

@@ -14,6 +14,7 @@ evaluations and asks as many pairs as put the median's standard error near
 """
 
 import math
+import random
 from statistics import median
 
 TARGET_SE = 0.02  # relative standard error of an evaluation's median ratio
@@ -59,3 +60,23 @@ class PairBudget:
     def pairs(self):
         noise = self.estimate()
         return self.base if noise is None else pairs_for(noise, self.base, self.most, self.target_se)
+
+
+def ratio_interval(a_rounds, b_rounds, level=0.95, draws=2000, seed=0):
+    """How much faster candidate a is than b, from their confirmation pairs: the ratio of
+    their median pair ratios, and its ``level`` confidence interval by a bootstrap that
+    resamples each round's pairs within that round (rounds are interleaved in time, so
+    round i of a and of b saw the same phase of the machine). ``*_rounds``: lists of pair
+    ratios, one list per round; an empty list of rounds is the baseline itself (1.0).
+    Deterministic for a given ``seed``."""
+    a_rounds = [r for r in a_rounds if r] or [[1.0]]
+    b_rounds = [r for r in b_rounds if r] or [[1.0]]
+    point = median([x for r in a_rounds for x in r]) / median([x for r in b_rounds for x in r])
+    rng = random.Random(seed)
+
+    def resample(rounds):
+        return median([rng.choice(r) for r in rounds for _ in r])
+
+    ratios = sorted(resample(a_rounds) / resample(b_rounds) for _ in range(draws))
+    tail = (1 - level) / 2
+    return point, ratios[int(tail * draws)], ratios[min(draws - 1, int((1 - tail) * draws))]
