@@ -28,6 +28,7 @@ Writes bench/search.json:
               (median of the rounds' ratios, with ratio_min/ratio_max)
 
 Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--out bench/search.json]
+       scripts/bench_search.py --rejudge   (the verdicts of bench/search.json again, from its pairs)
 """
 
 import argparse
@@ -93,6 +94,9 @@ def search_summary(study, result, confirmed):
             "confirm_rounds": won.round_ratios if won else []}  # the baseline's: none (1.0)
 
 
+COMPARED = (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))  # (search, against)
+
+
 def verdict(a, b):
     """How search ``a``'s confirmed best compares with ``b``'s, from their confirmation pairs
     (``noise.ratio_interval``): "better" (faster, the 95% interval of a/b above 1, and by more
@@ -113,7 +117,7 @@ def ratio_text(a, b):
 
 
 def add_verdicts(entry):
-    for a, b in (("bayes", "random"), ("r3", "random"), ("r3", "bayes")):
+    for a, b in COMPARED:
         entry[a]["vs_" + b] = verdict(entry[a], entry[b])
         entry[a]["ratio_to_" + b] = ratio_text(entry[a], entry[b])
     return entry
@@ -197,6 +201,25 @@ def write(args, kernels, thr=None, throughput_kernel=None):
         json.dump(result, f, indent=1)
 
 
+def print_tables(kernels, thr):
+    rows = [[k["demo"], cxxnames.display(k["kernel"]), "%.2fms" % (1e3 * k["baseline_s"]),
+             "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"],
+                                   k["random"]["speedup_max"]), k["random"]["evals_to_best"],
+             "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"],
+                                   k["bayes"]["speedup_max"]), k["bayes"]["evals_to_best"],
+             "%s (%s)" % (k["bayes"]["evals_to_random_best"], k["bayes"]["evals_to_random_best_within_noise"]),
+             "%.2fx [%.2f-%.2f]" % (k["r3"]["best_speedup"], k["r3"]["speedup_min"], k["r3"]["speedup_max"]),
+             k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
+    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's (within noise)", "r3", "at",
+                 "r3 winner"], rows))
+    print(table(["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
+                [[cxxnames.display(k["kernel"])] + ["%s: %s" % (k[a]["vs_" + b], k[a]["ratio_to_" + b])
+                                                    for a, b in COMPARED] for k in kernels]))
+    if thr:  # (none yet in a run cut short)
+        print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
+            thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=int, default=150)
@@ -205,7 +228,18 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--throughput-budget", type=int, default=40)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search.json"))
+    ap.add_argument("--rejudge", action="store_true",
+                    help="measure nothing: recompute the verdicts of --out from the pairs it holds")
     args = ap.parse_args()
+    if args.rejudge:
+        with open(args.out) as f:
+            result = json.load(f)
+        for entry in result["kernels"]:
+            add_verdicts(entry)
+        args.budget = result["budget"]
+        write(args, result["kernels"], result["throughput"], result["throughput_kernel"])
+        print_tables(result["kernels"], result["throughput"])
+        return
     ws = Workspace(tempfile.mkdtemp(prefix="bench-search-"))
     store = storage(ws)
     kernels, targets = [], []
@@ -224,22 +258,7 @@ def main():
     serial = next((t for _, t in targets if not t.parallel), targets[0][1])
     thr = throughput(ws, store, serial, args.throughput_budget, args.seed)
     write(args, kernels, thr, serial.kernel)
-    rows = [[k["demo"], cxxnames.display(k["kernel"]), "%.2fms" % (1e3 * k["baseline_s"]),
-             "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"],
-                                   k["random"]["speedup_max"]), k["random"]["evals_to_best"],
-             "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"],
-                                   k["bayes"]["speedup_max"]), k["bayes"]["evals_to_best"],
-             "%s (%s)" % (k["bayes"]["evals_to_random_best"], k["bayes"]["evals_to_random_best_within_noise"]),
-             "%.2fx [%.2f-%.2f]" % (k["r3"]["best_speedup"], k["r3"]["speedup_min"], k["r3"]["speedup_max"]),
-             k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
-    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's (within noise)", "r3", "at",
-                 "r3 winner"], rows))
-    print(table(["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
-                [[cxxnames.display(k["kernel"])] + ["%s: %s" % (k[a]["vs_" + b], k[a]["ratio_to_" + b])
-                                                    for a, b in (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))]
-                 for k in kernels]))
-    print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
-        thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))
+    print_tables(kernels, thr)
     print("wrote %s" % args.out)
 
 

@@ -49,5 +49,10 @@ def test_two_confirmed_candidates_compare_by_an_interval_from_their_pairs():
     point, low, high = ratio_interval(noisy, steady)
     assert low < 1.0 < high
     assert ratio_interval(noisy, steady) == (point, low, high)  # the same pairs, the same answer
+    # tight pairs, but the machine's phase moved between rounds: not a difference
+    a = [[3.20, 3.21, 3.22], [3.57, 3.58, 3.59], [3.21, 3.22, 3.23]]
+    b = [[3.21, 3.22, 3.23], [3.42, 3.43, 3.44], [3.53, 3.54, 3.55]]
+    point, low, high = ratio_interval(a, b)
+    assert point < 0.95 and low < 1.0 < high
     # no rounds: the baseline itself, 1.0
     assert ratio_interval([], faster)[0] == pytest.approx(1 / 2.2)

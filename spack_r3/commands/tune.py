@@ -51,7 +51,8 @@ def setup_parser(subparser):
     subparser.add_argument("--workers", type=int, default=1, metavar="N",
                            help="replay workers evaluating in parallel, each pinned to its share of the CPUs")
     subparser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
-                           help="tpe (default: Bayesian, multivariate TPE) or random")
+                           help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) "
+                                "or random")
     subparser.add_argument("--seed", type=int, default=None, help="sampler seed (for repeatable searches)")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance of floating-point results; fast-math and FMA changes are "
