@@ -4,8 +4,9 @@
 For each demo application: record it, then for each of its hot kernels run three
 searches at the same budget on one replay pool, (a) random and (b) the Bayesian
 search (multivariate TPE) over the same space, and (c) the full r3: the Bayesian
-search on half the budget and the outer loop over source rewrites (the ``rules``
-mutator, no model) on the other half; and confirm all their best candidates side by
+search, then the outer loop over source rewrites (the ``rules`` mutator, no model) on
+what it leaves (half the budget held, a quarter taken back while the Bayesian search
+still climbs: ``tune.pipeline_search``); and confirm all their best candidates side by
 side in one run (re-verified on every instance, re-measured in interleaved rounds of
 paired runs; see spack_r3/search/confirm.py). Then the search throughput:
 evaluations per minute with 1 and with 2 replay workers on the same kernel.
@@ -52,10 +53,10 @@ from spack_r3.search.mutators import make_mutator  # noqa: E402
 from spack_r3.search.noise import TARGET_SE, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
-from spack_r3.search.confirm import confirm  # noqa: E402
 from spack_r3.search.results import MIN_GAIN, kernel_result, pick  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
-from spack_r3.search.tune import kernel_facts, plan_targets  # noqa: E402
+from spack_r3.search.tune import (TuneOptions, confirm_searches, kernel_facts, pipeline_search,  # noqa: E402
+                                  plan_targets)
 from spack_r3.workspace import Workspace  # noqa: E402
 
 # Runs sized so that one kernel call takes about 1-20 ms: long enough to time, short
@@ -124,12 +125,16 @@ def add_verdicts(entry):
 
 
 def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
-    """The Bayesian search on (1 - share) of the budget, then source variants (rules); what
-    the rules leave unspent goes back to the Bayesian search, as in r3 tune."""
+    """The Bayesian search, then source variants (rules) on what it leaves of the budget
+    (``tune.pipeline_search``: ``share`` held, half of it taken back while the Bayesian
+    search still climbs); what the rules leave unspent goes back to the Bayesian search,
+    as in r3 tune."""
     base_target = replace(target, source_variant="r3-original")  # its own study, not (b)'s
     base = Study(store, base_target, space, sampler="tpe", seed=seed, pairs=5)
-    remix_budget = int(round(budget * share))
-    base.run(pool.servers, budget - remix_budget)
+    remix_budget = pipeline_search(base, pool.servers, TuneOptions(budget=budget, mutator=make_mutator("rules"),
+                                                                   remix_share=share))
+    say("  r3 %s: the pipeline search took %d evaluations, the rules get %d"
+        % (target.kernel, len(base.trials()), remix_budget))
     remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
                   RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
                   inherit=[t.params for t in base.best(2)], noise=base.pair_noises())
@@ -152,9 +157,9 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
     t0 = time.monotonic()
     studies["r3"] = (full_r3(ws, pool, store, target, space, budget, seed), time.monotonic() - t0)
     # The searches' best candidates confirmed side by side, in one run.
-    cands = [(target, [(trial_variant(t), t.value) for t in s.best(3)])
-             for s, _ in studies.values()]
-    confirmed = confirm(pool.servers, cands, rounds=3, pairs=11)
+    # (A search none of whose three best holds gets its next three confirmed, as in r3 tune.)
+    cands = [(target, s, [(trial_variant(t), t.value) for t in s.best(3)]) for s, _ in studies.values()]
+    confirmed = confirm_searches(pool.servers, cands, 3, rounds=3, pairs=11, progress=say)
     entry = {"kernel": target.kernel, "kernel_demangled": cxxnames.demangle(target.kernel), "demo": demo,
              "share": target.share, "space": len(space.params)}
     for (name, (study, seconds)), conf in zip(studies.items(), confirmed):

@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -23,12 +24,14 @@ from optuna.trial import TrialState
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
-from spack_r3.search.bayes import Study, Target, counted, storage
+from spack_r3.search.bayes import Study, Target, counted, storage, trial_variant
 from spack_r3.search.confirm import each_server
+from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import MOST_FACTOR
 from spack_r3.search.samplers import Interleaved, make_sampler
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
+from spack_r3.search.tune import TuneOptions, confirm_searches, pipeline_search, still_climbing
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -186,6 +189,54 @@ def test_the_bayesian_search_draws_every_fourth_trial_at_random():
     assert random_picks == [6, 10, 14, 18, 22]
     assert random_picks == [n for n in range(23) if sampler.explores(n)]
     assert isinstance(make_sampler("tpe", seed=0), Interleaved)  # what `r3 tune` uses
+
+
+def test_a_search_climbs_while_its_best_rose_beyond_noise_lately():
+    assert still_climbing([None, 1.0, 1.2], patience=5)  # too short to judge: go on
+    assert not still_climbing([None, 1.0, 1.2, 1.2, 1.2], patience=2)
+    assert not still_climbing([1.0, 1.5, 1.5, 1.505, 1.505], patience=3)  # +0.3% is noise
+    assert still_climbing([1.0, 1.5, 1.5, 1.6, 1.6], patience=3)
+    assert still_climbing([None, None, None, None], patience=2)  # nothing verified yet
+
+
+def test_the_pipeline_search_takes_back_held_budget_while_it_climbs(program, tmp_path):
+    """With a mutator, half of the budget is held for source variants; a pipeline search
+    that has not stalled takes back up to half of that. A resumed run keeps the split."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
+    study = Study(storage(Workspace(ws)), Target("dot", [captures(ws)["dot"]]), Space(KernelFacts("dot")),
+                  sampler="random", seed=0, pairs=3)
+    options = TuneOptions(budget=8, mutator=make_mutator("rules"), remix_share=0.5, stall_patience=100)
+    with ReplayPool(1) as pool:
+        # 8 evaluations are too few to judge a stall by 100: the search goes on to 8 - 4/2.
+        assert pipeline_search(study, pool.servers, options) == 2
+        assert len(study.trials()) == 6
+        assert pipeline_search(study, pool.servers, replace(options, stall_patience=1)) == 2
+        assert len(study.trials()) == 6
+        # Patience 0 holds the share exactly; without a mutator nothing is held.
+        assert pipeline_search(study, pool.servers, replace(options, stall_patience=0, budget=12)) == 6
+        assert pipeline_search(study, pool.servers, replace(options, mutator=None, budget=6)) == 0
+        assert len(study.trials()) == 6
+
+
+def test_a_search_whose_candidates_all_fail_confirmation_gets_its_next_best_confirmed(program, tmp_path):
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
+    target = Target("dot", [captures(ws)["dot"]])
+    space = Space(KernelFacts("dot"))
+    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    for values in (space.defaults(), dict(space.defaults(), codegen=1)):  # two codes
+        study.enqueue(values)
+    broken = Variant(source_patch="--- a/kernels.c\n+++ b/kernels.c\n@@ -1,1 +1,1 @@\n-no such line\n+x\n")
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=2)
+        # The first candidate (a patch that no longer applies) is rejected: none held, so the
+        # study's next best (its second code, with n=1) is confirmed too.
+        [confirmed] = confirm_searches(pool.servers, [(target, study, [(broken, None)])], 1, rounds=1, pairs=3)
+    assert len(confirmed) == 2
+    assert "does not apply" in confirmed[0].rejected
+    assert confirmed[1].variant == trial_variant(study.best(2)[1])
+    assert not confirmed[1].rejected and len(confirmed[1].ratios) == 3
 
 
 def test_a_winner_is_reported_without_settings_that_do_not_matter():

@@ -73,7 +73,12 @@ def setup_parser(subparser):
     subparser.add_argument("--fallback-rules", action="store_true",
                            help="with --mutator llm: go on with the rules when the model endpoint fails")
     subparser.add_argument("--remix-share", type=float, default=0.5, metavar="F",
-                           help="share of each kernel's budget spent on source variants (default 0.5)")
+                           help="share of each kernel's budget held for source variants (default 0.5); "
+                                "the pipeline search takes back up to half of it while its best still improves")
+    subparser.add_argument("--stall-patience", type=int, default=20, metavar="N",
+                           help="evaluations without a new best (beyond 1%%) after which the pipeline search "
+                                "has stalled and hands the rest of the held budget to source variants "
+                                "(default 20; 0: --remix-share exactly)")
     subparser.add_argument("--child-budget", type=int, default=10, metavar="N",
                            help="Bayesian evaluations of each source variant that verifies (default 10)")
     subparser.add_argument("--repairs", type=int, default=2, metavar="N",
@@ -96,6 +101,8 @@ def tune(args):
     for name in ("budget", "workers", "pairs", "confirm_pairs", "confirm_rounds", "child_budget"):
         if getattr(args, name) < 1:
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
+    if args.stall_patience < 0:
+        raise R3Error("--stall-patience must be at least 0")
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
     mutator = _mutator(args)
@@ -122,7 +129,8 @@ def tune(args):
     options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
-                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules)
+                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
+                          stall_patience=args.stall_patience)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)
