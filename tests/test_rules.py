@@ -339,8 +339,8 @@ def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
 def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, server, original_best):
     """A rewrite is measured first with the original's best settings; one that is clearly
     slower than the original's best then (every child against 1000x) stops there, and the
-    budget left goes back to the original's search; one in the running (every child against
-    0.001x) gets its whole inner study."""
+    evaluations it did not use go back to the original's search at once; one in the
+    running (every child against 0.001x) gets its whole inner study."""
     ws = Workspace(recorded)
     target = Target(kernel="dot", captures=[capture_of(recorded, "dot")],
                     source_variant="cut-%g" % original_best)
@@ -363,3 +363,5 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     # left went back to the original's search.
     assert options.budget <= remix.spent() < options.budget + 1 + options.child_budget
     assert sum(given_back) == remix.extended
+    if original_best > 1:  # a cut child's unused evaluations went back as soon as it was cut
+        assert given_back[0] == 1 + options.child_budget - (1 + len(inherit))

@@ -100,6 +100,15 @@ def captures(ws):
     return {c.kernel: os.path.join(ws, "captures", c.id) for c in list_captures(Workspace(ws))}
 
 
+def dot_study(program, tmp_path):
+    """dot recorded in a fresh workspace, and a random-search study of it: (ws, target, space, study)."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
+    target = Target("dot", [captures(ws)["dot"]])
+    space = Space(KernelFacts("dot"))
+    return ws, target, space, Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+
+
 def test_space_follows_what_the_capture_knows():
     exact = Space(KernelFacts("k", polly=True))
     names = [p.name for p in exact.params]
@@ -202,10 +211,7 @@ def test_a_search_climbs_while_its_best_rose_beyond_noise_lately():
 def test_the_pipeline_search_takes_back_held_budget_while_it_climbs(program, tmp_path):
     """With a mutator, half of the budget is held for source variants; a pipeline search
     that has not stalled takes back up to half of that. A resumed run keeps the split."""
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
-    study = Study(storage(Workspace(ws)), Target("dot", [captures(ws)["dot"]]), Space(KernelFacts("dot")),
-                  sampler="random", seed=0, pairs=3)
+    _, _, _, study = dot_study(program, tmp_path)
     options = TuneOptions(budget=8, mutator=make_mutator("rules"), remix_share=0.5, stall_patience=100)
     with ReplayPool(1) as pool:
         # 8 evaluations are too few to judge a stall by 100: the search goes on to 8 - 4/2.
@@ -220,11 +226,7 @@ def test_the_pipeline_search_takes_back_held_budget_while_it_climbs(program, tmp
 
 
 def test_a_search_whose_candidates_all_fail_confirmation_gets_its_next_best_confirmed(program, tmp_path):
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
-    target = Target("dot", [captures(ws)["dot"]])
-    space = Space(KernelFacts("dot"))
-    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    ws, target, space, study = dot_study(program, tmp_path)
     for values in (space.defaults(), dict(space.defaults(), codegen=1)):  # two codes
         study.enqueue(values)
     broken = Variant(source_patch="--- a/kernels.c\n+++ b/kernels.c\n@@ -1,1 +1,1 @@\n-no such line\n+x\n")
@@ -329,11 +331,7 @@ def test_a_tune_measured_with_cold_private_caches_is_a_study_of_its_own(tuned, p
 
 
 def test_failed_candidates_are_recorded_and_never_rank(program, tmp_path):
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
-    target = Target("dot", [captures(ws)["dot"]])
-    space = Space(KernelFacts("dot"))
-    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    ws, target, space, study = dot_study(program, tmp_path)
     with ReplayPool(1) as pool:
         # A candidate that hangs (here: a deadline no compile meets, on any machine) is a
         # failed trial; the same point with time to run is a correct one.
@@ -361,11 +359,7 @@ def test_trials_that_run_the_same_code_are_one_candidate(program, tmp_path):
     """dot calls nothing, so an inlining threshold changes nothing in its code: trials that
     differ only there ran the same code, and are one candidate whose pairs are pooled,
     ranked once, as its simplest variant. Other code (another codegen level) ranks apart."""
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", program, "--run", "./prog", "--kernel", "dot") == 0
-    target = Target("dot", [captures(ws)["dot"]])
-    space = Space(KernelFacts("dot"))
-    study = Study(storage(Workspace(ws)), target, space, sampler="random", seed=0, pairs=3)
+    ws, target, space, study = dot_study(program, tmp_path)
     plain = space.defaults()
     same = [plain, dict(plain, inline=1000), dict(plain, inline=25)]
     other = dict(plain, codegen=1)

@@ -13,8 +13,9 @@ per source variant) over pipelines, launch settings and the rewrite's macro knob
 fitness is that study's best verified paired speedup. The study tries the original's
 best settings first (``inherit``); a child that is clearly slower with them than the
 original's best (its best pair under the original's best median) is cut there, and the
-rest of its study's budget goes to other children or back to the original's search:
-most rewrites of a kernel where none helps cost three evaluations, not a whole study.
+rest of its study's budget goes back to the original's search at once: most rewrites of
+a kernel where none helps cost three evaluations, not a whole study, and the pipeline
+search keeps most of the budget they were held.
 
 The archive keeps the best child of each cell of two behaviour descriptors:
 
@@ -342,6 +343,12 @@ class Remix:
                 self._save()
                 say("  %s: %s" % (cxxnames.display(self.target.kernel), child.description))
                 self._evaluate(servers, child, progress, say, base_speedup, parent, proposal)
+                if child.cut and extend:
+                    # What a cut child did not use goes to the original's search at once, not to
+                    # more children: a kernel with many rewrites, none of them in the running
+                    # (matmul: 17), would otherwise spend every held evaluation on rewrites.
+                    unused = 1 + self.options.child_budget - child.evaluations
+                    self._extend(extend, max(0, min(unused, self.options.budget - self.spent())))
                 if feed and child.status == OK:
                     tried_parents.discard(child.id)
         except R3Error:
