@@ -144,11 +144,10 @@ def pipeline_search(study, servers, options, progress=None):
     With a mutator it runs ``1 - remix_share`` of the budget, then goes on, up to half of
     the outer loop's share, for as long as its best still moves (a new best beyond noise
     within the last ``stall_patience`` evaluations). Rewrites are measured with the
-    pipeline that won (``Remix.inherit``), so a pipeline search still climbing spends
-    evaluations better than rewrites would: on the dense demo's covariance, half the
-    budget left its Polly tile unfound, and every child inherited the lesser pipeline.
-    The split is kept in the study, so a resumed run keeps it. ``stall_patience`` 0: the
-    split of ``remix_share`` as it is."""
+    pipeline that won (``Remix.inherit``): while the pipeline search still climbs, a
+    rewrite would be measured with a pipeline about to be beaten. The split is kept in
+    the study, so a resumed run keeps it. ``stall_patience`` 0: the split of
+    ``remix_share`` as it is."""
     held = int(round(options.budget * options.remix_share)) if options.mutator else 0
     key = {"budget": options.budget, "held": held}
     saved = study.study.user_attrs.get("split")
@@ -207,7 +206,7 @@ def confirm_searches(servers, searches, n, **kw):
     more = [(i, cands) for i, cands in more if cands]
     if more:
         if kw.get("progress"):
-            kw["progress"]("no candidate of %d kernel(s) held: confirming the next %d" % (len(more), n))
+            kw["progress"]("no candidate held for %d search(es): confirming their next %d" % (len(more), n))
         for (i, _), extra in zip(more, confirm(servers, [(searches[i][0], c) for i, c in more], **kw)):
             confirmed[i] = confirmed[i] + extra
     return confirmed
