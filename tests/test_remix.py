@@ -114,8 +114,8 @@ def program(tmp_path_factory, clang):
 
 def tune_argv(ws, program, *extra, budget=24):
     return ["--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "blend",
-            "--budget", budget, "--remix-share", 0.75, "--stall-patience", 0, "--child-budget", 3, "--pairs", 3, "--confirm-pairs", 3,
-            "--confirm-rounds", 2, "--seed", 1, "--json"] + list(extra)
+            "--budget", budget, "--remix-share", 0.75, "--stall-patience", 0, "--child-budget", 3, "--pairs", 3,
+            "--confirm-pairs", 3, "--confirm-rounds", 2, "--seed", 1, "--json"] + list(extra)
 
 
 def children(ws):
