@@ -80,6 +80,17 @@ double decay(int n, double *out, const double *x)
     return s;
 }
 
+double pairs(int n, const double *p)  /* n points as x, y, z triples */
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double dx = p[3 * j] - p[3 * i], dy = p[3 * j + 1] - p[3 * i + 1], dz = p[3 * j + 2] - p[3 * i + 2];
+            s += dx * dx + dy * dy + dz * dz;
+        }
+    return s;
+}
+
 void lower(int n, double *a)
 {
     for (int i = 0; i < n; i++)
@@ -97,6 +108,7 @@ double dot(int, const double *, const double *);
 void prefix(int, double *, const double *);
 void smooth(int, double *, const double *);
 double decay(int, double *, const double *);
+double pairs(int, const double *);
 void lower(int, double *);
 
 int main(void) {
@@ -108,6 +120,7 @@ int main(void) {
   double s = dot(n * n, a, b);
   prefix(n * n, c, a); smooth(n * n, d, b);
   s += decay(n * n, c, b);
+  s += pairs(n, a);
   lower(n, d);
   printf("%g %g %g\n", c[n * n - 1], d[n + 1], s);
   return 0;
@@ -116,7 +129,7 @@ int main(void) {
 
 MAKEFILE = ("prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
             "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n")
-KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "lower")
+KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "lower")
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +261,28 @@ def test_scalar_replacement_of_an_accumulated_element(recorded, server):
     assert "scalar-replace" not in rules_of(proposals(recorded, "mm_ikj")[1])
 
 
+def test_stage_copies_an_array_read_with_a_stride_into_the_order_the_loop_reads(recorded, server):
+    """matmul reads b[k * n + j] over k; a copy transposed on entry makes it r3_b[j * n + k].
+    The sums keep their order: the results are exact."""
+    src, props = proposals(recorded, "matmul")
+    p = one(props, "stage")
+    assert p.description == "stage b with k contiguous in matmul"
+    assert "double *restrict r3_b = r3_stage_1(b, n, n);" in p.text
+    assert "a[i * n + k] * r3_b[(long)j * n + k]" in p.text and "__builtin_free(r3_b);" in p.text
+    replays(recorded, server, src, p)
+    # in the i,k,j nest every innermost read is already contiguous
+    assert "stage" not in rules_of(proposals(recorded, "mm_ikj")[1])
+
+
+def test_stage_splits_an_array_of_triples_into_three_arrays(recorded, server):
+    src, props = proposals(recorded, "pairs")
+    p = one(props, "stage")
+    assert "r3_stage_1(p, n, 3)" in p.text
+    assert "r3_p[j] - r3_p[i], dy = r3_p[1L * n + j] - r3_p[1L * n + i]" in p.text
+    assert "__builtin_free(r3_p);\n    return s;" in p.text  # freed before the one return
+    replays(recorded, server, src, p)
+
+
 def test_a_floating_point_sum_is_reordered_only_within_a_tolerance(recorded, server):
     exact, props = proposals(recorded, "dot")
     assert exact.tolerance is None
@@ -365,3 +400,20 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     assert sum(given_back) == remix.extended
     if original_best > 1:  # a cut child's unused evaluations went back as soon as it was cut
         assert given_back[0] == 1 + options.child_budget - (1 + len(inherit))
+
+
+@pytest.mark.parametrize("body", [
+    "for (int j = 0; j < n; j++) { s += p[3 * j]; p[3 * j + 1] = 0.0; }",  # the array is written
+    "for (int j = 0; j < n; j++) if (j % 2) s += p[3 * j] + p[3 * j + 2];",  # a read that may not happen
+    "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 3];",  # a column beyond the stride
+    "for (int j = 0; j < n - 1; j++) s += p[3 * j] + p[3 * j + 2];",  # rows up to a bound that is not fixed
+    "n = n / 2; for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];",  # a bound the body changes
+    "for (int j = 0; j < n; j++) { if (p[3 * j] < 0) break; s += p[3 * j + 2]; }",  # a jump out
+    "for (int j = 0; j < n; j++) s += use(p) + p[3 * j] + p[3 * j + 2];",  # the pointer itself escapes
+    "for (int j = 0; j < n; j++) s += p[j] * p[3 * j + 2];",  # not strided everywhere
+])
+def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads(tmp_path, clang, body):
+    text = "double use(double *);\ndouble k(int n, double *p)\n{\n    double s = 0.0;\n    %s\n    return s;\n}\n" % body
+    assert "stage" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "k"), Feedback()))
+    fine = text.replace(body, "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];")
+    assert "stage" in rules_of(RulesMutator().propose(unit(tmp_path, fine, "k"), Feedback()))

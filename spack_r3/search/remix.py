@@ -11,7 +11,9 @@ that fails goes back to its mutator with the diagnostic, up to ``repairs`` times
 child that verifies gets a short inner Bayesian study of its own (``bayes.Study``, one
 per source variant) over pipelines, launch settings and the rewrite's macro knobs; its
 fitness is that study's best verified paired speedup. The study tries the original's
-best settings first (``inherit``); a child that is clearly slower with them than the
+best settings first (``inherit``; and the best with reassociation, where the tolerance
+allows it and the best did not use it: see ``with_relaxed_fp``); a child that is clearly
+slower with them than the
 original's best (its best pair under the original's best median) is cut there, and the
 rest of its study's budget goes back to the original's search at once: most rewrites of
 a kernel where none helps cost three evaluations, not a whole study, and the pipeline
@@ -57,7 +59,7 @@ from .space import Space
 REWRITE_CLASSES = {
     "restrict": "aliasing", "scalar-replace": "aliasing",
     "omp-parallel": "parallel", "omp-simd": "vector", "vectorize-pragma": "vector", "unroll-pragma": "vector",
-    "interchange": "loop-order", "tile": "loop-order",
+    "interchange": "loop-order", "tile": "loop-order", "stage": "layout",
     "llm": "model",
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
@@ -146,7 +148,7 @@ class Remix:
         self.pair_budget = PairBudget(options.pairs, prior=noise)
         # The original's best settings (Optuna params): each child's search tries them first,
         # so a rewrite is measured with the pipeline that already won, not only from scratch.
-        self.inherit = list(inherit)
+        self.inherit = with_relaxed_fp(inherit)
         self.mutator, self.options, self.patterns = mutator, options, patterns
         self.capture_dir = target.captures[0]
         self.capture = load_capture_dir(self.capture_dir, verify_digests=False)
@@ -399,6 +401,17 @@ class Remix:
                 say("  %s: %s" % (child.description, child.cut))
             if self.patterns and child.speedup > 1.0:
                 self.patterns.add(self.target.kernel, child, self.facts)
+
+
+def with_relaxed_fp(settings):
+    """The original's best settings, then the best of them with every fast-math flag but
+    the non-finite ones, where the kernel's tolerance lets the search relax FP at all: a
+    rewrite can make a sum vectorizable only under reassociation (a staged copy's
+    unit-stride reduction), which the original's winner had no reason to allow."""
+    out = [dict(s) for s in settings]
+    if out and "fast_math" in out[0] and out[0]["fast_math"] in ("none", "contract"):
+        out.append(dict(out[0], fast_math="reassoc+contract+nsz+arcp"))
+    return out
 
 
 def clearly_below(best, check_speedup, base_speedup):

@@ -32,11 +32,12 @@ lists the values to try, the default first. Clang expands a macro inside
 """
 
 import os
+from dataclasses import dataclass
 from typing import List, Optional
 
 from . import Feedback, KernelSource, Mutator, Proposal, cast
-from .loops import (LOOPS, Function, Refused, effects, has_kind, injective_in, is_arithmetic, is_float, key, kids,
-                    ref_decl, refs, source_of, span, stmt_end, strip, type_of)
+from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, Function, Refused, effects, has_kind, injective_in, is_arithmetic,
+                    is_float, is_integer, key, kids, ref_decl, refs, source_of, span, stmt_end, strip, type_of)
 
 INTERLEAVE = (4, 1, 2, 8)
 UNROLL = (4, 2, 8)
@@ -51,7 +52,8 @@ class RulesMutator(Mutator):
     def propose(self, source: KernelSource, feedback: Optional[Feedback] = None) -> List[Proposal]:
         fn = Function(source)
         out = []
-        for rule in (restrict, omp_parallel, omp_simd, vectorize_pragma, unroll_pragma, interchange, tile,
+        # A new layout first: it is what no pipeline setting reaches.
+        for rule in (stage, restrict, omp_parallel, omp_simd, vectorize_pragma, unroll_pragma, interchange, tile,
                      scalar_replace):
             out.extend(rule(fn))
         return [p for p in out if _parses(source, p)]
@@ -218,9 +220,7 @@ def independent(fn, loop, tolerance=None):
 
 def restrict(fn):
     src, text = fn.source, fn.text
-    word = "__restrict__" if is_cxx(src) else (
-        "__restrict" if any(a in ("-std=c89", "-std=c90", "-std=gnu89", "-std=gnu90", "-ansi")
-                            for a in src.parse_args) else "restrict")
+    word = _restrict_word(src)
     pointers = [p for p in fn.params if _pointer_param(p)]
     lacking = [p for p in pointers if "restrict" not in (p.get("type") or {}).get("qualType", "")]
     if not lacking or _aliases(fn, pointers):
@@ -239,7 +239,7 @@ def restrict(fn):
 def _pointer_param(param):
     """A named parameter written as a pointer (``T *p``, or a pointer typedef), not an array
     (``T a[]``: its declaration goes on past its name) nor a function pointer."""
-    words = type_of(param).split()
+    words = type_of(param).replace("*", " * ").split()  # "double *restrict": '*' is a word of its own
     while words and words[-1] in ("const", "volatile", "restrict", "__restrict", "__restrict__"):
         words.pop()
     name, loc = param.get("name"), param.get("loc") or {}
@@ -585,3 +585,245 @@ def _paren(text, node):
 def _element_type(node):
     t = node.get("type") or {}
     return t.get("desugaredQualType") or t.get("qualType")
+
+
+# ---------------------------------------------------------------- staging copies
+
+
+def stage(fn):
+    """A read-only array that an innermost loop walks with a stride (``pos[3 * j + 1]``,
+    ``data[k * n + i]`` over k) is copied once, on entry, into the transposed order, and
+    read from the copy with the loop's index contiguous (``r3_pos[1L * n + j]``): one copy
+    of the whole array, then unit-stride loads the vectorizer can use. Polly and the
+    pipeline never change a layout. The copy lives in a helper defined before the kernel,
+    so the kernel gains only a declaration (C89 units too) and a ``free`` on its way out."""
+    src = fn.source
+    if is_cxx(src) and fn.node.get("kind") != "FunctionDecl":
+        return []  # a method: its unit is a class body, not a place for a helper
+    if has_kind(fn.body, ("OMPDefaultClause", "BreakStmt", "ContinueStmt", "GotoStmt", "IndirectGotoStmt")):
+        return []  # default(none) would need the copy listed; a jump may skip the reads the copy relies on
+    returns = [n for n, _ in cast.walk(fn.body) if n.get("kind") == "ReturnStmt"]
+    stmts = kids(fn.body)
+    if returns and (len(returns) > 1 or not stmts or stmts[-1] is not returns[0]):
+        return []  # the copy is freed at one exit
+    where = _parents_by_node(fn)
+    accesses = effects(fn.body).accesses
+    out = []
+    for param in fn.params:
+        if not _pointer_param(param):
+            continue
+        try:
+            out.append(_stage(fn, param, [a for a in accesses if a.decl and a.decl["id"] == param["id"]], where,
+                              returns[0] if returns else None))
+        except Refused:
+            continue
+    return out
+
+
+def _parents_by_node(fn):
+    return {id(n): p for n, p in cast.walk(fn.body)}
+
+
+def _stage(fn, param, accesses, where, ret):
+    text, src = fn.text, fn.source
+    element = _pointee(param)
+    if element not in FLOAT_TYPES | INTEGER_TYPES:
+        raise Refused("not an array of numbers")
+    # In an OpenMP region, the captured decl lists the region's variables again (their
+    # initializers, same node ids, no loops around them: the first sighting is the one in
+    # place), and the capture list names the pointer once more.
+    first = {}
+    for a in accesses:
+        first.setdefault(a.node["id"], a)
+    accesses = list(first.values())
+    uses = {u["id"] for u, parents in fn.uses.get(param["id"], [])
+            if not (parents and parents[-1].get("kind") == "CapturedStmt")}
+    if not accesses or len(accesses) != len(uses):
+        raise Refused("%s is used other than by subscripts" % param["name"])
+    if any(a.write or a.address or len(a.indices) != 1 or a.indices[0] is None for a in accesses):
+        raise Refused("%s is written, or its address taken" % param["name"])
+    if ret is not None and any(any(p is ret for p in where[id(a.node)]) for a in accesses):
+        raise Refused("the return value reads %s" % param["name"])
+    forms = [_strided(fn, a, where[id(a.node)]) for a in accesses]
+    rows = {key(f.rows_hi) for f in forms}
+    cols = {f.cols for f in forms}
+    if len(rows) != 1 or len(cols) != 1:
+        raise Refused("accesses of %s disagree on its shape" % param["name"])
+    if not (any(f.covers_first for f in forms) and any(f.covers_last for f in forms)):
+        raise Refused("the copy would read elements the kernel may not")  # it reads [0, rows * cols)
+    strided = [f for f in forms if f.x_innermost]
+    if not strided or any(f.y_innermost for f in forms):
+        raise Refused("no innermost loop walks %s with a stride" % param["name"])
+    begin = span(text, fn.node)[0]
+    if text[:begin].rstrip().endswith(">"):
+        raise Refused("a template")
+    helper, copy = fresh(src, "r3_stage_"), fresh(src, "r3_%s" % param["name"])
+    word = _restrict_word(src)
+    shape = forms[0]
+    rows_text, cols_text = source_of(text, shape.rows_hi), shape.cols_text
+    body_open, body_close = span(text, fn.body)
+    pad = text.indent(span(text, kids(fn.body)[0])[0]) if kids(fn.body) else text.indent(begin) + "    "
+    edits = [(begin, begin, STAGE_HELPER.format(helper=helper, t=element, restrict=word)),
+             (body_open + 1, body_open + 1, "\n%s%s *%s %s = %s(%s, %s, %s);" % (
+                 pad, element, word, copy, helper, param["name"], rows_text, cols_text))]
+    free = "__builtin_free(%s);" % copy
+    if ret is not None:
+        edits.append((span(text, ret)[0], span(text, ret)[0], free + "\n" + pad))
+    else:
+        close = body_close - 1
+        edits.append((text.line_start(close), text.line_start(close), pad + free + "\n") if text.starts_line(close)
+                     else (close, close, "\n%s%s\n" % (pad, free)))
+    for f in forms:
+        at = span(text, f.access.node)
+        y = f.y_text
+        row = "%sL" % y if y.isdigit() else "(long)%s" % y
+        index = f.x_text if y == "0" else "%s * %s + %s" % (row, rows_text, f.x_text)
+        edits.append(at + ("%s[%s]" % (copy, index),))
+    return Proposal(text.edit(edits), "stage", "stage %s with %s contiguous in %s" % (
+        param["name"], strided[0].x_text, fn.name))
+
+
+STAGE_HELPER = """/* r3 stage: a copy of a rows x cols array, transposed (cols x rows) */
+static {t} *{helper}(const {t} *{restrict} a, long rows, long cols)
+{{
+    unsigned long count = rows > 0 && cols > 0 ? (unsigned long)rows * cols : 1;
+    {t} *{restrict} t = ({t} *)__builtin_malloc(sizeof({t}) * count);
+    long r, c;
+    if (!t)
+        __builtin_trap();
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < cols; c++)
+            t[c * rows + r] = a[r * cols + c];
+    return t;
+}}
+
+"""
+
+
+@dataclass
+class Strided:
+    """An access ``p[cols * x + y]``: element (x, y) of a rows x cols row-major array."""
+
+    access: object
+    x_text: str
+    y_text: str  # "0" when there is no y
+    rows_hi: dict  # the x loop's upper bound: the array's rows
+    cols: str  # key of the stride: its columns
+    cols_text: str
+    covers_first: bool  # reads element (0, 0) whenever the array has any
+    covers_last: bool  # reads element (rows - 1, cols - 1) whenever it has any
+    x_innermost: bool  # x counts the innermost loop around the access: a stride there
+    y_innermost: bool
+
+
+def _strided(fn, access, parents):
+    """The Strided an access is, Refused when it is not one within its array's bounds."""
+    if any(p.get("kind") in ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt",
+                             "WhileStmt", "DoStmt") or p.get("opcode") in ("&&", "||", ",") for p in parents):
+        raise Refused("a conditional read")
+    loops = {}  # var id -> its loop, nearest first
+    nearest = None
+    for i in range(len(parents) - 1, -1, -1):
+        if parents[i].get("kind") in LOOPS:
+            loop = fn.canonical(parents[i], parents[:i]) if parents[i].get("kind") == "ForStmt" else None
+            if loop is None:
+                raise Refused("a loop that is not canonical")
+            nearest = nearest or loop
+            loops.setdefault(loop.id, loop)
+    index = strip(access.indices[0])
+    if index.get("kind") == "BinaryOperator" and index.get("opcode") == "+":
+        a, b = (strip(k) for k in kids(index))
+        mul, y = (a, b) if a.get("kind") == "BinaryOperator" and a.get("opcode") == "*" else (b, a)
+    else:
+        mul, y = index, None
+    if mul.get("kind") != "BinaryOperator" or mul.get("opcode") != "*":
+        raise Refused("not a strided index")
+    a, b = (strip(k) for k in kids(mul))
+    x, cols = (a, b) if (ref_decl(a) or {}).get("id") in loops else (b, a)
+    x_loop = loops.get((ref_decl(x) or {}).get("id"))
+    cols_key = _fixed(fn, cols)
+    if x_loop is None or cols_key is None or (cols.get("kind") == "IntegerLiteral" and int(cols["value"]) < 2):
+        raise Refused("not a stride over a loop")
+    rows_key = _fixed(fn, x_loop.hi)
+    if x_loop.op != "<" or rows_key is None or not _from_zero(fn, x_loop, loops, nonneg=True):
+        raise Refused("the rows are not [0, a fixed bound)")
+    chain = _lo_chain(x_loop, loops)
+    if y is None or (y.get("kind") == "IntegerLiteral" and y.get("value") == "0"):
+        y_first, y_last, y_text, y_loop = True, cols.get("value") == "1", "0", None
+    elif y.get("kind") == "IntegerLiteral":
+        if cols.get("kind") != "IntegerLiteral" or not 0 <= int(y["value"]) < int(cols["value"]):
+            raise Refused("a column beyond the stride")
+        y_first, y_last, y_text, y_loop = False, int(y["value"]) == int(cols["value"]) - 1, y["value"], None
+    else:
+        y_loop = loops.get((ref_decl(y) or {}).get("id"))
+        if y_loop is None or y_loop.op != "<" or key(y_loop.hi) != cols_key or \
+                not _from_zero(fn, y_loop, loops, nonneg=True):
+            raise Refused("the column is not a loop over [0, the stride)")
+        chain |= _lo_chain(y_loop, loops)
+        y_first, y_last, y_text = _from_zero(fn, y_loop, loops), True, source_of(fn.text, y)
+    # Around the read, only loops that move x or y (or start them), or that run at least once
+    # when the array has an element: then every element is read.
+    covering = all(l.id in chain or (l.op == "<" and key(l.hi) in (rows_key, cols_key) and _from_zero(fn, l, loops))
+                   for l in loops.values())
+    return Strided(access, source_of(fn.text, x), y_text, x_loop.hi, cols_key, source_of(fn.text, cols),
+                   covering and y_first and _from_zero(fn, x_loop, loops), covering and y_last,
+                   nearest is x_loop and x_loop.is_innermost(),
+                   y_loop is not None and nearest is y_loop and y_loop.is_innermost())
+
+
+def _fixed(fn, node):
+    """The key of a bound that keeps its value through the call (an integer literal, or an
+    integer parameter the body never assigns), else None."""
+    node = strip(node)
+    if node.get("kind") == "IntegerLiteral":
+        return key(node)
+    decl = ref_decl(node)
+    if decl is None or decl.get("kind") != "ParmVarDecl" or not is_integer(fn.decls.get(decl["id"], {})):
+        return None
+    for use, parents in fn.uses.get(decl["id"], []):
+        if parents and _write_target_of(parents[-1]) is use or parents and parents[-1].get("opcode") == "&" \
+                and parents[-1].get("kind") == "UnaryOperator":
+            return None
+    return key(node)
+
+
+def _write_target_of(node):
+    kind = node.get("kind")
+    if (kind == "BinaryOperator" and node.get("opcode") == "=") or kind == "CompoundAssignOperator" or (
+            kind == "UnaryOperator" and node.get("opcode") in ("++", "--")):
+        return strip(kids(node)[0], casts=False)
+    return None
+
+
+def _from_zero(fn, loop, loops, nonneg=False):
+    """Whether ``loop`` starts at 0 (``nonneg``: at 0 or more), directly or from the counter
+    of an enclosing loop that does."""
+    lo = strip(loop.lo)
+    if lo.get("kind") == "IntegerLiteral":
+        return int(lo["value"]) >= 0 if nonneg else lo["value"] == "0"
+    outer = loops.get((ref_decl(lo) or {}).get("id"))
+    return outer is not None and outer is not loop and _from_zero(fn, outer, loops, nonneg)
+
+
+def _lo_chain(loop, loops):
+    """Ids of ``loop`` and the loops whose counters start it, transitively."""
+    chain = {loop.id}
+    outer = loops.get((ref_decl(strip(loop.lo)) or {}).get("id"))
+    if outer is not None and outer is not loop:
+        chain |= _lo_chain(outer, loops)
+    return chain
+
+
+def _pointee(param):
+    words = [w for w in type_of(param).replace("*", " * ").split()
+             if w not in ("const", "volatile", "restrict", "__restrict", "__restrict__")]
+    if not words or words[-1] != "*" or "*" in words[:-1]:
+        return ""
+    return " ".join(words[:-1])
+
+
+def _restrict_word(src):
+    if is_cxx(src):
+        return "__restrict__"
+    old = any(a in ("-std=c89", "-std=c90", "-std=gnu89", "-std=gnu90", "-ansi") for a in src.parse_args)
+    return "__restrict" if old else "restrict"
