@@ -91,6 +91,13 @@ double pairs(int n, const double *p)  /* n points as x, y, z triples */
     return s;
 }
 
+void colsum(int n, double A[48][48], double *s)  /* column sums of an n x n corner */
+{
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < n; i++)
+            s[j] += A[i][j];
+}
+
 void lower(int n, double *a)
 {
     for (int i = 0; i < n; i++)
@@ -109,6 +116,7 @@ void prefix(int, double *, const double *);
 void smooth(int, double *, const double *);
 double decay(int, double *, const double *);
 double pairs(int, const double *);
+void colsum(int, double [48][48], double *);
 void lower(int, double *);
 
 int main(void) {
@@ -121,6 +129,9 @@ int main(void) {
   prefix(n * n, c, a); smooth(n * n, d, b);
   s += decay(n * n, c, b);
   s += pairs(n, a);
+  double (*e)[48] = malloc(48 * sizeof *e);
+  for (int i = 0; i < 48 * 48; i++) e[i / 48][i % 48] = (i % 11) * 0.125;
+  colsum(n, e, c);
   lower(n, d);
   printf("%g %g %g\n", c[n * n - 1], d[n + 1], s);
   return 0;
@@ -129,7 +140,7 @@ int main(void) {
 
 MAKEFILE = ("prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
             "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n")
-KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "lower")
+KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "colsum", "lower")
 
 
 @pytest.fixture(scope="module")
@@ -278,9 +289,22 @@ def test_stage_splits_an_array_of_triples_into_three_arrays(recorded, server):
     src, props = proposals(recorded, "pairs")
     p = one(props, "stage")
     assert "r3_stage_1(p, n, 3)" in p.text
-    assert "r3_p[j] - r3_p[i], dy = r3_p[1L * n + j] - r3_p[1L * n + i]" in p.text
+    # the reads the inner loop makes come from the copy; the outer loop's stay as they were
+    assert "r3_p[j] - p[3 * i], dy = r3_p[1L * n + j] - p[3 * i + 1]" in p.text
     assert "__builtin_free(r3_p);\n    return s;" in p.text  # freed before the one return
     replays(recorded, server, src, p)
+
+
+def test_stage_transposes_a_two_dimensional_array_read_down_its_columns(recorded, server):
+    """A[i][j] over i, A declared with rows of 48: the copy holds whole rows' worth, transposed."""
+    src, props = proposals(recorded, "colsum")
+    p = one(props, "stage")
+    assert "double *restrict r3_A = r3_stage_1(A[0], n, 48);" in p.text
+    assert "s[j] += r3_A[(long)j * n + i];" in p.text
+    replays(recorded, server, src, p)
+    # rows of a length only known at run time (a C99 array parameter): not staged
+    vla = src.text.replace("double A[48][48]", "double A[n][n]")
+    assert "stage" not in rules_of(RulesMutator().propose(dataclasses.replace(src, text=vla), Feedback()))
 
 
 def test_a_floating_point_sum_is_reordered_only_within_a_tolerance(recorded, server):

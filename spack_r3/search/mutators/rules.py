@@ -610,7 +610,7 @@ def stage(fn):
     accesses = effects(fn.body).accesses
     out = []
     for param in fn.params:
-        if not _pointer_param(param):
+        if not (_pointer_param(param) or _row_array(param)):
             continue
         try:
             out.append(_stage(fn, param, [a for a in accesses if a.decl and a.decl["id"] == param["id"]], where,
@@ -626,7 +626,7 @@ def _parents_by_node(fn):
 
 def _stage(fn, param, accesses, where, ret):
     text, src = fn.text, fn.source
-    element = _pointee(param)
+    element, width = _row_array(param) or (_pointee(param), None)
     if element not in FLOAT_TYPES | INTEGER_TYPES:
         raise Refused("not an array of numbers")
     # In an OpenMP region, the captured decl lists the region's variables again (their
@@ -640,32 +640,36 @@ def _stage(fn, param, accesses, where, ret):
             if not (parents and parents[-1].get("kind") == "CapturedStmt")}
     if not accesses or len(accesses) != len(uses):
         raise Refused("%s is used other than by subscripts" % param["name"])
-    if any(a.write or a.address or len(a.indices) != 1 or a.indices[0] is None for a in accesses):
+    if any(a.write or a.address or None in a.indices for a in accesses):
         raise Refused("%s is written, or its address taken" % param["name"])
     if ret is not None and any(any(p is ret for p in where[id(a.node)]) for a in accesses):
         raise Refused("the return value reads %s" % param["name"])
-    forms = [_strided(fn, a, where[id(a.node)]) for a in accesses]
-    rows = {key(f.rows_hi) for f in forms}
-    cols = {f.cols for f in forms}
-    if len(rows) != 1 or len(cols) != 1:
+    forms = [_strided(fn, a, where[id(a.node)], width) for a in accesses]
+    if len({key(f.rows_hi) for f in forms}) != 1 or len({f.cols for f in forms}) != 1:
         raise Refused("accesses of %s disagree on its shape" % param["name"])
-    if not (any(f.covers_first for f in forms) and any(f.covers_last for f in forms)):
-        raise Refused("the copy would read elements the kernel may not")  # it reads [0, rows * cols)
-    strided = [f for f in forms if f.x_innermost]
-    if not strided or any(f.y_innermost for f in forms):
+    # The copy reads every element of rows [0, rows): the kernel must read the first and the
+    # last of them whenever the rows exist (``guards``: what else must hold for that).
+    firsts = sorted((f for f in forms if f.covers_first), key=lambda f: len(f.guards))
+    lasts = sorted((f for f in forms if f.covers_last), key=lambda f: len(f.guards))
+    if not firsts or not lasts:
+        raise Refused("the copy would read elements the kernel may not")
+    strided = [f for f in forms if f.x_innermost]  # the reads the copy is for; the others stay
+    if not strided:
         raise Refused("no innermost loop walks %s with a stride" % param["name"])
     begin = span(text, fn.node)[0]
     if text[:begin].rstrip().endswith(">"):
         raise Refused("a template")
     helper, copy = fresh(src, "r3_stage_"), fresh(src, "r3_%s" % param["name"])
     word = _restrict_word(src)
-    shape = forms[0]
-    rows_text, cols_text = source_of(text, shape.rows_hi), shape.cols_text
+    rows = source_of(text, forms[0].rows_hi)
+    guards = sorted(firsts[0].guards | lasts[0].guards)
+    rows_arg = "%s ? %s : 0" % (" && ".join(guards), rows) if guards else rows
     body_open, body_close = span(text, fn.body)
     pad = text.indent(span(text, kids(fn.body)[0])[0]) if kids(fn.body) else text.indent(begin) + "    "
+    base = param["name"] if width is None else "%s[0]" % param["name"]
     edits = [(begin, begin, STAGE_HELPER.format(helper=helper, t=element, restrict=word)),
              (body_open + 1, body_open + 1, "\n%s%s *%s %s = %s(%s, %s, %s);" % (
-                 pad, element, word, copy, helper, param["name"], rows_text, cols_text))]
+                 pad, element, word, copy, helper, base, rows_arg, forms[0].cols_text))]
     free = "__builtin_free(%s);" % copy
     if ret is not None:
         edits.append((span(text, ret)[0], span(text, ret)[0], free + "\n" + pad))
@@ -673,12 +677,11 @@ def _stage(fn, param, accesses, where, ret):
         close = body_close - 1
         edits.append((text.line_start(close), text.line_start(close), pad + free + "\n") if text.starts_line(close)
                      else (close, close, "\n%s%s\n" % (pad, free)))
-    for f in forms:
-        at = span(text, f.access.node)
+    for f in strided:
         y = f.y_text
         row = "%sL" % y if y.isdigit() else "(long)%s" % y
-        index = f.x_text if y == "0" else "%s * %s + %s" % (row, rows_text, f.x_text)
-        edits.append(at + ("%s[%s]" % (copy, index),))
+        index = f.x_text if y == "0" else "%s * %s + %s" % (row, rows, f.x_text)
+        edits.append(span(text, f.access.node) + ("%s[%s]" % (copy, index),))
     return Proposal(text.edit(edits), "stage", "stage %s with %s contiguous in %s" % (
         param["name"], strided[0].x_text, fn.name))
 
@@ -702,22 +705,24 @@ static {t} *{helper}(const {t} *{restrict} a, long rows, long cols)
 
 @dataclass
 class Strided:
-    """An access ``p[cols * x + y]``: element (x, y) of a rows x cols row-major array."""
+    """A read of element (x, y) of a rows x cols row-major array: ``p[cols * x + y]``, or
+    ``p[x][y]`` where p points to rows of a constant length."""
 
     access: object
     x_text: str
     y_text: str  # "0" when there is no y
     rows_hi: dict  # the x loop's upper bound: the array's rows
-    cols: str  # key of the stride: its columns
+    cols: str  # key of the row length
     cols_text: str
-    covers_first: bool  # reads element (0, 0) whenever the array has any
-    covers_last: bool  # reads element (rows - 1, cols - 1) whenever it has any
+    covers_first: bool  # reads row 0's first element whenever the array has a row (under ``guards``)
+    covers_last: bool  # reads the last row's last element whenever the array has a row (under ``guards``)
+    guards: frozenset  # conditions (source text) for the enclosing loops to run
     x_innermost: bool  # x counts the innermost loop around the access: a stride there
-    y_innermost: bool
 
 
-def _strided(fn, access, parents):
-    """The Strided an access is, Refused when it is not one within its array's bounds."""
+def _strided(fn, access, parents, width=None):
+    """The Strided an access is (``width``: the row length of a 2-D parameter), Refused when
+    it is not one within its array's bounds."""
     if any(p.get("kind") in ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt",
                              "WhileStmt", "DoStmt") or p.get("opcode") in ("&&", "||", ",") for p in parents):
         raise Refused("a conditional read")
@@ -730,6 +735,54 @@ def _strided(fn, access, parents):
                 raise Refused("a loop that is not canonical")
             nearest = nearest or loop
             loops.setdefault(loop.id, loop)
+    x, y, cols, cols_key, cols_text = _row_and_column(fn, access, loops, width)
+    x_loop = loops.get((ref_decl(x) or {}).get("id"))
+    if x_loop is None:
+        raise Refused("not a stride over a loop")
+    rows_key = _fixed(fn, x_loop.hi)
+    if x_loop.op != "<" or rows_key is None or not _from_zero(fn, x_loop, loops, nonneg=True):
+        raise Refused("the rows are not [0, a fixed bound)")
+    y_loop = None
+    if y is None or (y.get("kind") == "IntegerLiteral" and y.get("value") == "0"):
+        y_first, y_last, y_text = True, cols == 1, "0"
+    elif y.get("kind") == "IntegerLiteral":
+        if cols is None or not 0 <= int(y["value"]) < cols:
+            raise Refused("a column beyond the row")
+        y_first, y_last, y_text = False, int(y["value"]) == cols - 1, y["value"]
+    else:
+        y_loop = loops.get((ref_decl(y) or {}).get("id"))
+        if y_loop is None or not _from_zero(fn, y_loop, loops, nonneg=True):
+            raise Refused("the column is not a loop from 0 or more")
+        if width is None and (y_loop.op != "<" or key(y_loop.hi) != cols_key):
+            raise Refused("the column is not a loop over [0, the stride)")
+        y_first, y_last, y_text = _from_zero(fn, y_loop, loops), True, source_of(fn.text, y)
+    if width is not None:
+        y_first = y_last = True  # the type says a row is whole: the copy reads rows, not columns
+    guards, covering = set(), _from_zero(fn, x_loop, loops)
+    for loop in loops.values():
+        if loop is x_loop or (loop is y_loop and width is None):
+            continue  # they run when the array has an element (from 0, as checked)
+        if loop.op == "<" and key(loop.hi) in (rows_key, cols_key) and _from_zero(fn, loop, loops):
+            continue
+        lo = strip(loop.lo)
+        if lo.get("kind") == "IntegerLiteral" and _fixed(fn, loop.hi) is not None:
+            guards.add("%s %s %s" % (lo["value"], loop.op, source_of(fn.text, loop.hi)))
+        else:
+            covering = False
+    return Strided(access, source_of(fn.text, x), y_text, x_loop.hi, cols_key, cols_text,
+                   covering and y_first, covering and y_last, frozenset(guards),
+                   nearest is x_loop and x_loop.is_innermost())
+
+
+def _row_and_column(fn, access, loops, width):
+    """(x, y, cols as an int or None, its key, its text) of ``p[cols * x + y]`` or ``p[x][y]``."""
+    if width is not None:
+        if len(access.indices) != 2:
+            raise Refused("not a read of one element")
+        x, y = (strip(i) for i in access.indices)
+        return x, y, width, str(width), str(width)
+    if len(access.indices) != 1:
+        raise Refused("not a flat index")
     index = strip(access.indices[0])
     if index.get("kind") == "BinaryOperator" and index.get("opcode") == "+":
         a, b = (strip(k) for k in kids(index))
@@ -740,35 +793,11 @@ def _strided(fn, access, parents):
         raise Refused("not a strided index")
     a, b = (strip(k) for k in kids(mul))
     x, cols = (a, b) if (ref_decl(a) or {}).get("id") in loops else (b, a)
-    x_loop = loops.get((ref_decl(x) or {}).get("id"))
     cols_key = _fixed(fn, cols)
-    if x_loop is None or cols_key is None or (cols.get("kind") == "IntegerLiteral" and int(cols["value"]) < 2):
+    literal = int(cols["value"]) if cols.get("kind") == "IntegerLiteral" else None
+    if cols_key is None or (literal is not None and literal < 2):
         raise Refused("not a stride over a loop")
-    rows_key = _fixed(fn, x_loop.hi)
-    if x_loop.op != "<" or rows_key is None or not _from_zero(fn, x_loop, loops, nonneg=True):
-        raise Refused("the rows are not [0, a fixed bound)")
-    chain = _lo_chain(x_loop, loops)
-    if y is None or (y.get("kind") == "IntegerLiteral" and y.get("value") == "0"):
-        y_first, y_last, y_text, y_loop = True, cols.get("value") == "1", "0", None
-    elif y.get("kind") == "IntegerLiteral":
-        if cols.get("kind") != "IntegerLiteral" or not 0 <= int(y["value"]) < int(cols["value"]):
-            raise Refused("a column beyond the stride")
-        y_first, y_last, y_text, y_loop = False, int(y["value"]) == int(cols["value"]) - 1, y["value"], None
-    else:
-        y_loop = loops.get((ref_decl(y) or {}).get("id"))
-        if y_loop is None or y_loop.op != "<" or key(y_loop.hi) != cols_key or \
-                not _from_zero(fn, y_loop, loops, nonneg=True):
-            raise Refused("the column is not a loop over [0, the stride)")
-        chain |= _lo_chain(y_loop, loops)
-        y_first, y_last, y_text = _from_zero(fn, y_loop, loops), True, source_of(fn.text, y)
-    # Around the read, only loops that move x or y (or start them), or that run at least once
-    # when the array has an element: then every element is read.
-    covering = all(l.id in chain or (l.op == "<" and key(l.hi) in (rows_key, cols_key) and _from_zero(fn, l, loops))
-                   for l in loops.values())
-    return Strided(access, source_of(fn.text, x), y_text, x_loop.hi, cols_key, source_of(fn.text, cols),
-                   covering and y_first and _from_zero(fn, x_loop, loops), covering and y_last,
-                   nearest is x_loop and x_loop.is_innermost(),
-                   y_loop is not None and nearest is y_loop and y_loop.is_innermost())
+    return x, y, literal, cols_key, source_of(fn.text, cols)
 
 
 def _fixed(fn, node):
@@ -812,6 +841,21 @@ def _lo_chain(loop, loops):
     if outer is not None and outer is not loop:
         chain |= _lo_chain(outer, loops)
     return chain
+
+
+def _row_array(param):
+    """(element type, row length) of a parameter declared as rows of a constant length
+    (``double A[N][M]``, which is ``double (*)[M]``), else None."""
+    t = type_of(param)
+    if not t.endswith("]") or "[" not in t:
+        return None
+    head, width = t[:t.rindex("[")].strip(), t[t.rindex("[") + 1:-1]
+    if not width.isdigit() or int(width) < 2 or not head.endswith(")") or "(*" not in head:
+        return None
+    element, pointer = head[:head.index("(*")].strip(), head[head.index("(*") + 2:-1].split()
+    if any(w not in ("const", "volatile", "restrict", "__restrict", "__restrict__") for w in pointer):
+        return None
+    return " ".join(w for w in element.split() if w not in ("const", "volatile")), int(width)
 
 
 def _pointee(param):
