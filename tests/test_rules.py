@@ -21,7 +21,7 @@ from spack_r3.search.mutators import Feedback, KernelSource
 from spack_r3.search.mutators import cast
 from spack_r3.search.bayes import Target, storage
 from spack_r3.search.mutators.rules import RulesMutator
-from spack_r3.search.remix import Remix, RemixOptions, kernel_source
+from spack_r3.search.remix import Remix, RemixOptions, kernel_source, with_relaxed_fp
 from spack_r3.search.space import Space
 from spack_r3.search.tune import kernel_facts
 from spack_r3.sourcepatch import make_patch
@@ -441,3 +441,12 @@ def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads
     assert "stage" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "k"), Feedback()))
     fine = text.replace(body, "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];")
     assert "stage" in rules_of(RulesMutator().propose(unit(tmp_path, fine, "k"), Feedback()))
+
+
+def test_children_also_try_the_best_settings_with_reassociation_where_the_tolerance_allows():
+    best = [{"opt": "3", "polly": True, "fast_math": "none"}, {"opt": "2", "fast_math": "contract"}]
+    assert with_relaxed_fp(best) == best + [{"opt": "3", "polly": True, "fast_math": "reassoc+contract+nsz+arcp"}]
+    relaxed = [{"opt": "3", "fast_math": "reassoc+contract"}]
+    assert with_relaxed_fp(relaxed) == relaxed  # it reassociates already
+    exact = [{"opt": "3", "noalias": True}]  # no tolerance: no fast-math setting in the space at all
+    assert with_relaxed_fp(exact) == exact

@@ -24,6 +24,8 @@ that is wrong by construction would only cost a replay to find out.
   the tile size a macro knob.
 - ``scalar-replace``: an element read and written at the same index all through a loop
   (``c[i*n+j] += ...`` over k) lives in a local across the loop.
+- ``stage``: a read-only array that an innermost loop reads with a stride is copied on
+  entry, transposed, and those reads go to the copy (``pos[3*j+1]`` -> ``r3_pos[1L*n+j]``).
 
 The pragma counts and tile sizes are macros (``R3_IC_1``...) defined at the top of the
 unit under ``#ifndef``, so the inner search sets them with ``-D``: ``Proposal.knobs``
