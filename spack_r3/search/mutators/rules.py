@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from . import Feedback, KernelSource, Mutator, Proposal, cast
-from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, Function, Refused, effects, has_kind, injective_in, is_arithmetic,
-                    is_float, is_integer, key, kids, ref_decl, refs, source_of, span, stmt_end, strip, type_of)
+from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, Function, Refused, effects, has_kind, injective_in,
+                    is_arithmetic, is_float, is_integer, key, kids, ref_decl, refs, source_of, span, stmt_end, strip,
+                    type_of)
 
 INTERLEAVE = (4, 1, 2, 8)
 UNROLL = (4, 2, 8)
@@ -601,14 +602,14 @@ def stage(fn):
     so the kernel gains only a declaration (C89 units too) and a ``free`` on its way out."""
     src = fn.source
     if is_cxx(src) and fn.node.get("kind") != "FunctionDecl":
-        return []  # a method: its unit is a class body, not a place for a helper
+        return []  # a method, perhaps defined in its class: no place for a helper before it
     if has_kind(fn.body, ("OMPDefaultClause", "BreakStmt", "ContinueStmt", "GotoStmt", "IndirectGotoStmt")):
         return []  # default(none) would need the copy listed; a jump may skip the reads the copy relies on
     returns = [n for n, _ in cast.walk(fn.body) if n.get("kind") == "ReturnStmt"]
     stmts = kids(fn.body)
     if returns and (len(returns) > 1 or not stmts or stmts[-1] is not returns[0]):
         return []  # the copy is freed at one exit
-    where = _parents_by_node(fn)
+    where = {id(n): p for n, p in cast.walk(fn.body)}
     accesses = effects(fn.body).accesses
     out = []
     for param in fn.params:
@@ -620,10 +621,6 @@ def stage(fn):
         except Refused:
             continue
     return out
-
-
-def _parents_by_node(fn):
-    return {id(n): p for n, p in cast.walk(fn.body)}
 
 
 def _stage(fn, param, accesses, where, ret):
