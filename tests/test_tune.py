@@ -25,9 +25,10 @@ from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import Study, Target, counted, storage, trial_variant
-from spack_r3.search.confirm import each_server
+from spack_r3.search.confirm import Confirmed, each_server
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import MOST_FACTOR
+from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
@@ -255,6 +256,23 @@ def test_a_winner_is_reported_without_settings_that_do_not_matter():
     lean = without(winner, ["inline_threshold", "passes", "threads"])
     assert lean == Variant(Pipeline(opt="2", polly=True, polly_tile=64), Launch())
     assert settings(Variant()) == []  # the baseline has nothing to drop
+
+
+def test_the_winner_is_the_best_candidate_faster_in_every_confirmation_round():
+    def measured(variant, rounds):
+        return Confirmed(variant, ratios=[r for rnd in rounds for r in rnd], round_speedups=[rnd[1] for rnd in rounds])
+
+    polly = Variant(Pipeline(polly=True))
+    o2, o2_inline = Variant(Pipeline(opt="2")), Variant(Pipeline(opt="2", inline_threshold=500))
+    shaky = measured(polly, [(1.05, 1.06, 1.07), (1.04, 1.05, 1.06), (0.98, 0.99, 1.0)])  # best median, one round slower
+    steady = measured(o2_inline, [(1.02, 1.03, 1.04), (1.02, 1.03, 1.04), (1.01, 1.02, 1.03)])
+    assert pick([shaky, steady]) is steady
+    # within 2% of that, fewer settings win
+    lean = measured(o2, [(1.01, 1.02, 1.03), (1.01, 1.02, 1.03), (1.01, 1.02, 1.03)])
+    assert pick([shaky, steady, lean]) is lean
+    # none faster in every round and by more than noise: the baseline stays
+    noise = measured(o2, [(1.0, 1.005, 1.01)] * 3)
+    assert pick([shaky, noise]) is None and pick([]) is None
 
 
 def test_tune_reports_confirmed_winners(tuned):

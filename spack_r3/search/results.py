@@ -75,14 +75,17 @@ def describe_variant(variant):
 
 
 def pick(confirmed):
-    """The winner among confirmed candidates, or None when none beats the baseline: it must
-    be faster in every confirmation round, and by more than noise overall. Within 2% of the
-    best, the variant with fewest settings wins: less to build, less to break."""
-    good = [c for c in confirmed if not c.rejected and c.ratios]
-    best = max(good, key=lambda c: c.speedup, default=None)
-    if best is None or best.speedup <= MIN_GAIN or min(best.round_speedups) <= 1.0:
+    """The winner among confirmed candidates, or None when none beats the baseline: a
+    winner is faster in every confirmation round, and by more than noise overall. The best
+    median that fails that loses to a slower one that holds (near the noise floor the
+    three best differ by less than a round's spread). Within 2% of the best that holds,
+    the variant with fewest settings wins: less to build, less to break."""
+    holding = [c for c in confirmed if not c.rejected and c.ratios and c.speedup > MIN_GAIN
+               and min(c.round_speedups) > 1.0]
+    best = max(holding, key=lambda c: c.speedup, default=None)
+    if best is None:
         return None
-    return min((c for c in good if c.speedup >= 0.98 * best.speedup and min(c.round_speedups) > 1.0),
+    return min((c for c in holding if c.speedup >= 0.98 * best.speedup),
                key=lambda c: (len(settings(c.variant)), -c.speedup))
 
 
