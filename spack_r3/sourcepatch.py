@@ -6,9 +6,14 @@
 ``apply_patch`` is strict (every context and removed line must match where the hunk
 says): a patch that no longer fits its file is an error, never a guess. With ``offset``,
 a hunk whose lines all match elsewhere applies at the nearest such place (``patch`` with
-no fuzz does the same): rewrites of two kernels of one unit, each made against the original, compose
-although the first moved the second's lines. The format is the one ``patch -p1`` and
-Spack's ``patch()`` directive read.
+no fuzz does the same). The format is the one ``patch -p1`` and Spack's ``patch()``
+directive read.
+
+Rewrites of two kernels of one unit, each made against the original, are put together
+by ``Composer`` (what emit does): their line edits, without context, go on the original
+when no two touch the same line, so a rewrite that ends where the next kernel's begins
+(a ``free`` before one function's closing brace, a helper before the next function)
+still composes.
 """
 
 import difflib
@@ -118,3 +123,39 @@ def apply_patch(text, patch, offset=False):
         raise PatchError("not a unified diff: no hunks")
     out.extend(old[pos:])
     return "".join(out)
+
+
+class Composer:
+    """Rewrites of one original text, each made against the original, put together.
+
+        unit = Composer(original)
+        unit.add(patch_a)
+        unit.add(patch_b)  # PatchError (and nothing added) when it edits a line patch_a edits
+        unit.text
+
+    A rewrite is its line edits against the original, without context; insertions at one
+    place keep the order they were added in."""
+
+    def __init__(self, original):
+        self.original = original
+        self.lines = original.splitlines(keepends=True)
+        self.edits = []  # (begin, end, new lines) on the original's lines
+
+    def add(self, patch):
+        changed = apply_patch(self.original, patch).splitlines(keepends=True)
+        opcodes = difflib.SequenceMatcher(None, self.lines, changed, autojunk=False).get_opcodes()
+        edits = [(i1, i2, changed[j1:j2]) for tag, i1, i2, j1, j2 in opcodes if tag != "equal"]
+        for begin, end, _ in edits:
+            for b, e, _ in self.edits:
+                if (begin < e and b < end) or (begin == end and b < begin < e) or (b == e and begin < b < end):
+                    raise PatchError("it changes line %d, which another rewrite of the unit changes too"
+                                     % (begin + 1))
+        self.edits += edits
+
+    @property
+    def text(self):
+        out, pos = [], 0
+        for begin, end, new in sorted(self.edits, key=lambda edit: edit[:2]):  # stable: insertions in order
+            out += self.lines[pos:begin] + new
+            pos = max(pos, end)
+        return "".join(out + self.lines[pos:])

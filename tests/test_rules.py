@@ -17,14 +17,14 @@ import pytest
 from spack_r3.capture import load_capture_dir
 from spack_r3.data import OK, Variant
 from spack_r3.replay.server import ReplayServer
-from spack_r3.search.mutators import Feedback, KernelSource
+from spack_r3.search.mutators import Feedback, KernelSource, Proposal
 from spack_r3.search.mutators import cast
 from spack_r3.search.bayes import Target, storage
 from spack_r3.search.mutators.rules import RulesMutator
 from spack_r3.search.remix import Remix, RemixOptions, kernel_source, with_relaxed_fp
 from spack_r3.search.space import Space
 from spack_r3.search.tune import kernel_facts
-from spack_r3.sourcepatch import make_patch
+from spack_r3.sourcepatch import Composer, make_patch
 from spack_r3.workspace import Workspace
 
 from test_record_replay import capture_of, r3, source_tree
@@ -278,7 +278,7 @@ def test_stage_copies_an_array_read_with_a_stride_into_the_order_the_loop_reads(
     src, props = proposals(recorded, "matmul")
     p = one(props, "stage")
     assert p.description == "stage b with k contiguous in matmul"
-    assert "double *restrict r3_b = r3_stage_1(b, n, n);" in p.text
+    assert "double *restrict r3_b = r3_stage_matmul_1(b, n, n);" in p.text
     assert "a[i * n + k] * r3_b[(long)j * n + k]" in p.text and "__builtin_free(r3_b);" in p.text
     replays(recorded, server, src, p)
     # in the i,k,j nest every innermost read is already contiguous
@@ -288,7 +288,7 @@ def test_stage_copies_an_array_read_with_a_stride_into_the_order_the_loop_reads(
 def test_stage_splits_an_array_of_triples_into_three_arrays(recorded, server):
     src, props = proposals(recorded, "pairs")
     p = one(props, "stage")
-    assert "r3_stage_1(p, n, 3)" in p.text
+    assert "r3_stage_pairs_1(p, n, 3)" in p.text
     # the reads the inner loop makes come from the copy; the outer loop's stay as they were
     assert "r3_p[j] - p[3 * i], dy = r3_p[1L * n + j] - p[3 * i + 1]" in p.text
     assert "__builtin_free(r3_p);\n    return s;" in p.text  # freed before the one return
@@ -299,12 +299,25 @@ def test_stage_transposes_a_two_dimensional_array_read_down_its_columns(recorded
     """A[i][j] over i, A declared with rows of 48: the copy holds whole rows' worth, transposed."""
     src, props = proposals(recorded, "colsum")
     p = one(props, "stage")
-    assert "double *restrict r3_A = r3_stage_1(A[0], n, 48);" in p.text
+    assert "double *restrict r3_A = r3_stage_colsum_1(A[0], n, 48);" in p.text
     assert "s[j] += r3_A[(long)j * n + i];" in p.text
     replays(recorded, server, src, p)
     # rows of a length only known at run time (a C99 array parameter): not staged
     vla = src.text.replace("double A[48][48]", "double A[n][n]")
     assert "stage" not in rules_of(RulesMutator().propose(dataclasses.replace(src, text=vla), Feedback()))
+
+
+def test_two_kernels_staged_apart_compose_into_one_unit(recorded, server):
+    """What emit does with the winners of two kernels of one unit, each rewritten against
+    the original: one unit holding both, each kernel still giving its recorded results."""
+    mm, pairs = source(recorded, "matmul"), source(recorded, "pairs")
+    assert mm.text == pairs.text
+    unit = Composer(mm.text)
+    for src in (mm, pairs):
+        unit.add(make_patch(src.text, one(RulesMutator().propose(src, Feedback()), "stage").text, src.filename))
+    assert "r3_stage_matmul_1(b, n, n)" in unit.text and "r3_stage_pairs_1(p, n, 3)" in unit.text
+    for src in (mm, pairs):
+        replays(recorded, server, src, Proposal(unit.text, "stage", "matmul and pairs staged"))
 
 
 def test_a_floating_point_sum_is_reordered_only_within_a_tolerance(recorded, server):

@@ -3,7 +3,7 @@ rewrites of two kernels of one unit."""
 
 import pytest
 
-from spack_r3.sourcepatch import PatchError, apply_patch, make_patch
+from spack_r3.sourcepatch import Composer, PatchError, apply_patch, make_patch
 
 UNIT = "".join("line %d\n" % i for i in range(1, 41))
 
@@ -32,3 +32,29 @@ def test_a_hunk_whose_lines_are_gone_does_not_apply_anywhere():
     changed = _edit(UNIT, 29, "line 29 changed by the first\n")  # the second's context
     with pytest.raises(PatchError):
         apply_patch(changed, second, offset=True)
+
+
+def test_rewrites_that_touch_neighbouring_lines_compose_and_ones_that_edit_one_line_do_not():
+    """Two kernels staged apart: the first frees its copy before its closing brace (line 10),
+    the second puts a helper before its own definition (after line 11). Each patch's
+    context holds the other's lines, so applying one after the other fails; their edits
+    touch no common line, so they compose."""
+    first = make_patch(UNIT, UNIT.replace("line 10\n", "free(a);\nline 10\n"), "k.c")
+    second = make_patch(UNIT, UNIT.replace("line 11\n", "line 11\nstatic int helper;\n"), "k.c")
+    with pytest.raises(PatchError):
+        apply_patch(apply_patch(UNIT, first), second, offset=True)
+    unit = Composer(UNIT)
+    unit.add(first)
+    unit.add(second)
+    assert "line 9\nfree(a);\nline 10\nline 11\nstatic int helper;\nline 12\n" in unit.text
+    # a third that rewrites lines 9 and 10, between which the first inserted, is refused and
+    # leaves the unit as it was
+    before = unit.text
+    with pytest.raises(PatchError, match="line 9,"):
+        unit.add(make_patch(UNIT, UNIT.replace("line 9\nline 10\n", "line nine\nline ten\n"), "k.c"))
+    assert unit.text == before
+    # insertions at one place keep the order they came in
+    both = Composer(UNIT)
+    both.add(make_patch(UNIT, "#define A 1\n" + UNIT, "k.c"))
+    both.add(make_patch(UNIT, "#define B 2\n" + UNIT, "k.c"))
+    assert both.text == "#define A 1\n#define B 2\n" + UNIT

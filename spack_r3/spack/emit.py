@@ -22,7 +22,7 @@ from ..errors import R3Error
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 from ..fileutil import write_atomic
 from ..search.results import load_result
-from ..sourcepatch import PatchError, apply_patch, make_patch
+from ..sourcepatch import Composer, PatchError, make_patch
 from ..replay.source import unit_text
 from .record import latest_spack_record
 from .repos import create_repo, open_repo
@@ -69,24 +69,23 @@ def build_plan(workspace, package):
         directory = workspace.capture_dir(capture.id)
         if rel not in texts:
             original = unit_text(capture, directory)
-            texts[rel] = [original, original]
+            texts[rel] = Composer(original)
             plan.facts.setdefault("sources", {})[rel] = hashlib.sha256(original.encode()).hexdigest()
         if variant.source_patch:
-            try:  # rewrites of different kernels of one unit must compose
-                combined = apply_patch(texts[rel][1], variant.source_patch, offset=True)
-            except PatchError as err:
-                skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
-                continue
             clash = {k for k, v in variant.source_defines.items() if unit.defines.get(k, v) != v}
             if clash:
                 skipped.append("%s: its knobs clash with another kernel's: %s" % (result.kernel, ", ".join(sorted(clash))))
                 continue
-            texts[rel][1] = combined
+            try:  # rewrites of different kernels of one unit must compose
+                texts[rel].add(variant.source_patch)
+            except PatchError as err:
+                skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
+                continue
             unit.defines.update(variant.source_defines)
         unit.kernels.append(PlannedKernel(result.kernel, variant.pipeline.to_json(), variant.launch.to_json(),
                                           result.relaxes_fp, result.speedup, result.share, variant.source_rule))
     for n, (rel, unit) in enumerate(sorted(units.items())):
-        original, changed = texts[rel]
+        original, changed = texts[rel].original, texts[rel].text
         if changed != original:
             unit.patch = "r3-%s-%d.patch" % (target, n)
             patches[unit.patch] = make_patch(original, changed, rel)

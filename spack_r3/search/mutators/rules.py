@@ -658,7 +658,10 @@ def _stage(fn, param, accesses, where, ret):
     begin = span(text, fn.node)[0]
     if text[:begin].rstrip().endswith(">"):
         raise Refused("a template")
-    helper, copy = fresh(src, "r3_stage_"), fresh(src, "r3_%s" % param["name"])
+    # The helper's name carries the kernel's: another kernel of the unit, staged apart,
+    # adds a helper of its own, and emit puts both in one unit.
+    helper = fresh(src, "r3_stage_%s_" % "".join(c if c.isalnum() else "_" for c in fn.name))
+    copy = fresh(src, "r3_%s" % param["name"])
     word = _restrict_word(src)
     rows = source_of(text, forms[0].rows_hi)
     guards = sorted(firsts[0].guards | lasts[0].guards)
