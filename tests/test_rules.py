@@ -450,7 +450,8 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     "for (int j = 0; j < n; j++) s += p[j] * p[3 * j + 2];",  # not strided everywhere
 ])
 def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads(tmp_path, clang, body):
-    text = "double use(double *);\ndouble k(int n, double *p)\n{\n    double s = 0.0;\n    %s\n    return s;\n}\n" % body
+    text = ("double use(double *);\ndouble k(int n, double *p)\n{\n    double s = 0.0;\n    %s\n    return s;\n}\n"
+            % body)
     assert "stage" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "k"), Feedback()))
     fine = text.replace(body, "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];")
     assert "stage" in rules_of(RulesMutator().propose(unit(tmp_path, fine, "k"), Feedback()))
