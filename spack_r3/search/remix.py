@@ -13,9 +13,9 @@ per source variant) over pipelines, launch settings and the rewrite's macro knob
 fitness is that study's best verified paired speedup. The study tries the original's
 best settings first (``inherit``; and the best with reassociation, where the tolerance
 allows it and the best did not use it: see ``with_relaxed_fp``); a child that is clearly
-slower with them than the
-original's best (its best pair under the original's best median) is cut there, and the
-rest of its study's budget goes back to the original's search at once: most rewrites of
+slower with them than the original's best (its best pair under the original's best
+median) is cut there, and the rest of its study's budget goes back to the original's
+search at once: most rewrites of
 a kernel where none helps cost three evaluations, not a whole study, and the pipeline
 search keeps most of the budget they were held.
 
