@@ -15,9 +15,8 @@ best settings first (``inherit``; and the best with reassociation, where the tol
 allows it and the best did not use it: see ``with_relaxed_fp``); a child that is clearly
 slower with them than the original's best (its best pair under the original's best
 median) is cut there, and the rest of its study's budget goes back to the original's
-search at once: most rewrites of
-a kernel where none helps cost three evaluations, not a whole study, and the pipeline
-search keeps most of the budget they were held.
+search at once: most rewrites of a kernel where none helps cost three evaluations, not
+a whole study, and the pipeline search keeps most of the budget they were held.
 
 The archive keeps the best child of each cell of two behaviour descriptors:
 
