@@ -152,18 +152,20 @@ def type_of(node):
     return t.get("desugaredQualType") or t.get("qualType") or ""
 
 
-def _unqualified(type_text):
-    words = [w for w in type_text.replace("*", " * ").split() if w not in ("const", "volatile", "restrict",
-                                                                            "__restrict", "__restrict__")]
-    return " ".join(words)
+QUALIFIERS = ("const", "volatile", "restrict", "__restrict", "__restrict__")
+
+
+def unqualified(type_text):
+    """A type's text without qualifiers, '*' a word of its own: "double *"."""
+    return " ".join(w for w in type_text.replace("*", " * ").split() if w not in QUALIFIERS)
 
 
 def is_integer(node):
-    return _unqualified(type_of(node)) in INTEGER_TYPES
+    return unqualified(type_of(node)) in INTEGER_TYPES
 
 
 def is_float(node):
-    return _unqualified(type_of(node)) in FLOAT_TYPES
+    return unqualified(type_of(node)) in FLOAT_TYPES
 
 
 def is_arithmetic(node):
@@ -348,7 +350,7 @@ WRITES = ("=",)  # BinaryOperator opcodes that store; CompoundAssignOperator alw
 STEPS = ("++", "--")
 
 
-def _write_target(node):
+def write_target(node):
     """The lvalue a node stores to, else None."""
     kind = node.get("kind")
     if (kind == "BinaryOperator" and node.get("opcode") in WRITES) or kind == "CompoundAssignOperator":
@@ -410,7 +412,7 @@ def effects(region, continue_ok=True):
             if id(node) not in consumed:
                 consumed.add(id(node))
                 fx.accesses.append(access_of(node, consumed))
-        target = _write_target(node)
+        target = write_target(node)
         if target is None:
             continue
         tkind = target.get("kind")
@@ -422,7 +424,7 @@ def effects(region, continue_ok=True):
             fx.refusal = fx.refusal or "the loop stores through a %s" % tkind
     targets = set()
     for node, _ in cast.walk(region):
-        target = _write_target(node) if node.get("kind") else None
+        target = write_target(node) if node.get("kind") else None
         if target is not None:
             targets.add(id(target))
     for acc in fx.accesses:
@@ -567,7 +569,7 @@ class Function:
         if expr is None:
             return True
         if has_kind(expr, ("CallExpr", "CompoundAssignOperator", "StmtExpr")) or any(
-                _write_target(n) is not None for n, _ in cast.walk(expr) if n.get("kind")):
+                write_target(n) is not None for n, _ in cast.walk(expr) if n.get("kind")):
             return False
         if refs(expr) & (set(fx.scalar_writes) | fx.locals):
             return False

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from . import Feedback, KernelSource, Mutator, Proposal, cast
-from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, Function, Refused, effects, has_kind, injective_in,
-                    is_arithmetic, is_float, is_integer, key, kids, ref_decl, refs, source_of, span, stmt_end, strip,
-                    type_of)
+from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, QUALIFIERS, Function, Refused, effects, has_kind,
+                    injective_in, is_arithmetic, is_float, is_integer, key, kids, ref_decl, refs, source_of, span,
+                    stmt_end, strip, type_of, unqualified, write_target)
 
 INTERLEAVE = (4, 1, 2, 8)
 UNROLL = (4, 2, 8)
@@ -243,7 +243,7 @@ def _pointer_param(param):
     """A named parameter written as a pointer (``T *p``, or a pointer typedef), not an array
     (``T a[]``: its declaration goes on past its name) nor a function pointer."""
     words = type_of(param).replace("*", " * ").split()  # "double *restrict": '*' is a word of its own
-    while words and words[-1] in ("const", "volatile", "restrict", "__restrict", "__restrict__"):
+    while words and words[-1] in QUALIFIERS:
         words.pop()
     name, loc = param.get("name"), param.get("loc") or {}
     end = ((param.get("range") or {}).get("end") or {})
@@ -812,18 +812,10 @@ def _fixed(fn, node):
     if decl is None or decl.get("kind") != "ParmVarDecl" or not is_integer(fn.decls.get(decl["id"], {})):
         return None
     for use, parents in fn.uses.get(decl["id"], []):
-        if parents and _write_target_of(parents[-1]) is use or parents and parents[-1].get("opcode") == "&" \
+        if parents and write_target(parents[-1]) is use or parents and parents[-1].get("opcode") == "&" \
                 and parents[-1].get("kind") == "UnaryOperator":
             return None
     return key(node)
-
-
-def _write_target_of(node):
-    kind = node.get("kind")
-    if (kind == "BinaryOperator" and node.get("opcode") == "=") or kind == "CompoundAssignOperator" or (
-            kind == "UnaryOperator" and node.get("opcode") in ("++", "--")):
-        return strip(kids(node)[0], casts=False)
-    return None
 
 
 def _from_zero(fn, loop, loops, nonneg=False):
@@ -836,15 +828,6 @@ def _from_zero(fn, loop, loops, nonneg=False):
     return outer is not None and outer is not loop and _from_zero(fn, outer, loops, nonneg)
 
 
-def _lo_chain(loop, loops):
-    """Ids of ``loop`` and the loops whose counters start it, transitively."""
-    chain = {loop.id}
-    outer = loops.get((ref_decl(strip(loop.lo)) or {}).get("id"))
-    if outer is not None and outer is not loop:
-        chain |= _lo_chain(outer, loops)
-    return chain
-
-
 def _row_array(param):
     """(element type, row length) of a parameter declared as rows of a constant length
     (``double A[N][M]``, which is ``double (*)[M]``), else None."""
@@ -855,14 +838,13 @@ def _row_array(param):
     if not width.isdigit() or int(width) < 2 or not head.endswith(")") or "(*" not in head:
         return None
     element, pointer = head[:head.index("(*")].strip(), head[head.index("(*") + 2:-1].split()
-    if any(w not in ("const", "volatile", "restrict", "__restrict", "__restrict__") for w in pointer):
+    if any(w not in QUALIFIERS for w in pointer):
         return None
     return " ".join(w for w in element.split() if w not in ("const", "volatile")), int(width)
 
 
 def _pointee(param):
-    words = [w for w in type_of(param).replace("*", " * ").split()
-             if w not in ("const", "volatile", "restrict", "__restrict", "__restrict__")]
+    words = unqualified(type_of(param)).split()
     if not words or words[-1] != "*" or "*" in words[:-1]:
         return ""
     return " ".join(words[:-1])
