@@ -7,8 +7,8 @@ search (multivariate TPE) over the same space, and (c) the full r3: the Bayesian
 search, then the outer loop over source rewrites (the ``rules`` mutator, no model) on
 what it leaves (half the budget held, a quarter taken back while the Bayesian search
 still climbs: ``tune.pipeline_search``); and confirm all their best candidates side by
-side in one run (re-verified on every instance, re-measured in interleaved rounds of
-paired runs; see spack_r3/search/confirm.py). Then the search throughput:
+side in one run, as r3 tune does (``tune.contenders``: raced, re-verified on every
+instance, re-measured in interleaved rounds of paired runs; see spack_r3/search/confirm.py). Then the search throughput:
 evaluations per minute with 1 and with 2 replay workers on the same kernel.
 
 Writes bench/search.json:
@@ -48,15 +48,15 @@ from spack_r3 import cxxnames  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
-from spack_r3.search.bayes import Study, StudyGroup, storage, trial_variant  # noqa: E402
+from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
 from spack_r3.search.mutators import make_mutator  # noqa: E402
 from spack_r3.search.noise import TARGET_SE, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
 from spack_r3.search.results import MIN_GAIN, kernel_result, pick  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
-from spack_r3.search.tune import (TuneOptions, confirm_searches, kernel_facts, pipeline_search,  # noqa: E402
-                                  plan_targets)
+from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, kernel_facts,  # noqa: E402
+                                  pipeline_search, plan_targets)
 from spack_r3.workspace import Workspace  # noqa: E402
 
 # Runs sized so that one kernel call takes about 1-20 ms: long enough to time, short
@@ -156,9 +156,9 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
         studies[name] = (study, time.monotonic() - t0)
     t0 = time.monotonic()
     studies["r3"] = (full_r3(ws, pool, store, target, space, budget, seed), time.monotonic() - t0)
-    # The searches' best candidates confirmed side by side, in one run.
-    # (A search none of whose three best holds gets its next three confirmed, as in r3 tune.)
-    cands = [(target, s, [(trial_variant(t), t.value) for t in s.best(3)]) for s, _ in studies.values()]
+    # The searches' best candidates raced and confirmed side by side, in one run.
+    # (A search none of whose candidates holds gets three more confirmed, as in r3 tune.)
+    cands = [(target, s, contenders(s, 3)) for s, _ in studies.values()]
     confirmed = confirm_searches(pool.servers, cands, 3, rounds=3, pairs=11, progress=say)
     entry = {"kernel": target.kernel, "kernel_demangled": cxxnames.demangle(target.kernel), "demo": demo,
              "share": target.share, "space": len(space.params)}

@@ -25,14 +25,14 @@ from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import Study, Target, counted, storage, trial_variant
-from spack_r3.search.confirm import Confirmed, each_server
+from spack_r3.search.confirm import RACE_MARGIN, Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import MOST_FACTOR
 from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.search.tune import TuneOptions, confirm_searches, pipeline_search, still_climbing
+from spack_r3.search.tune import TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -226,7 +226,7 @@ def test_the_pipeline_search_takes_back_held_budget_while_it_climbs(program, tmp
         assert len(study.trials()) == 6
 
 
-def test_a_search_whose_candidates_all_fail_confirmation_gets_its_next_best_confirmed(program, tmp_path):
+def test_a_search_whose_candidates_all_fail_confirmation_gets_its_best_untried_confirmed(program, tmp_path):
     ws, target, space, study = dot_study(program, tmp_path)
     for values in (space.defaults(), dict(space.defaults(), codegen=1)):  # two codes
         study.enqueue(values)
@@ -234,12 +234,43 @@ def test_a_search_whose_candidates_all_fail_confirmation_gets_its_next_best_conf
     with ReplayPool(1) as pool:
         study.run(pool.servers, budget=2)
         # The first candidate (a patch that no longer applies) is rejected: none held, so the
-        # study's next best (its second code, with n=1) is confirmed too.
+        # study's best code not yet confirmed (with n=1) is confirmed too.
         [confirmed] = confirm_searches(pool.servers, [(target, study, [(broken, None)])], 1, rounds=1, pairs=3)
     assert len(confirmed) == 2
     assert "does not apply" in confirmed[0].rejected
-    assert confirmed[1].variant == trial_variant(study.best(2)[1])
+    assert confirmed[1].variant == trial_variant(study.best(1)[0])
     assert not confirmed[1].rejected and len(confirmed[1].ratios) == 3
+
+
+def test_confirmation_races_the_contenders_within_noise_of_the_best(program, tmp_path):
+    ws, target, space, study = dot_study(program, tmp_path)
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=12)
+        # The study sends its best code, and every code after it within the race margin.
+        sent = contenders(study, 1)
+        ranked = study.best(4)
+        floor = ranked[0].value / (1 + RACE_MARGIN)
+        assert [v for v, _ in sent] == [trial_variant(t) for i, t in enumerate(ranked) if i == 0 or t.value >= floor]
+        # A race of three that keeps one: all three in the first round, the best of them in
+        # the second; a candidate without a search value (the lean best) is never screened.
+        racing = [(trial_variant(t), t.value) for t in study.best(3)] + [(Variant(), None)]
+        [confirmed] = confirm(pool.servers, [(target, racing)], rounds=2, pairs=3, keep=1)
+    rounds = [len(c.round_ratios) for c in confirmed]
+    assert sorted(rounds[:3]) == [1, 1, 2] and rounds[3] == 2
+    assert [c.screened_out for c in confirmed] == [n == 1 for n in rounds]
+    kept = confirmed[rounds.index(2)]
+    assert all(kept.round_speedups[0] >= c.speedup for c in confirmed[:3] if c.screened_out)
+
+
+def test_a_candidate_screened_out_of_the_race_is_never_picked():
+    fast_once = Confirmed(Variant(Pipeline(opt="2")), 1.1, ratios=[1.2, 1.2, 1.2], round_speedups=[1.2],
+                          round_ratios=[[1.2, 1.2, 1.2]])
+    steady = Confirmed(Variant(Pipeline(polly=True)), 1.1, ratios=[1.05] * 6, round_speedups=[1.05, 1.05],
+                       round_ratios=[[1.05] * 3] * 2)
+    screen([fast_once, steady], keep=1)
+    assert not fast_once.screened_out and steady.screened_out  # by the first round alone
+    fast_once.screened_out, steady.screened_out = True, False
+    assert pick([fast_once, steady]) is steady
 
 
 def test_a_winner_is_reported_without_settings_that_do_not_matter():

@@ -23,6 +23,12 @@ from typing import List, Optional
 
 from ..data import OK, Variant
 from ..replay.server import defer_to_workers
+from .noise import TARGET_SE
+
+# Two search values closer than this (relative) are not told apart by the search: each is
+# a median whose standard error the study holds near TARGET_SE, and their difference has
+# sqrt(2) times that; two standard errors of it.
+RACE_MARGIN = 2 * 2 ** 0.5 * TARGET_SE
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Confirmed:
     round_ratios: List[List[float]] = field(default_factory=list)  # ``ratios`` by round
     baseline_times: List[float] = field(default_factory=list)
     times: List[float] = field(default_factory=list)
+    screened_out: bool = False  # measured in the first round only: below the best few there (``confirm(keep=)``)
 
     @property
     def speedup(self):
@@ -82,8 +89,15 @@ def run_jobs(servers, jobs):
 
 
 def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60.0,
-            progress=None):
+            progress=None, keep=None):
     """``candidates``: list of (Target, [(Variant, search_speedup), ...]).
+
+    ``keep``: a race. Every candidate is measured in the first round; only each target's
+    ``keep`` best there go on to the other rounds (a candidate without a search speedup,
+    such as the lean form of the best, always goes on). Where a search's best lie within
+    its noise of each other, the real best is rarely among the first few by search value:
+    of the twelve best codes of a TPE search on heat's stencil (1.011-1.022x searched),
+    the 7th and 9th confirmed 1.012-1.013x, the first three 0.999-1.005x.
 
     Returns, per target in order, its list of Confirmed (rejected ones included)."""
     confirmed = [[Confirmed(v, s) for v, s in cands] for _, cands in candidates]
@@ -106,9 +120,24 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
                                                     (" (%s)" % ev.diagnostics) if ev.diagnostics else "")
 
     # 2. Rounds of paired measurements, interleaved across kernels and candidates.
-    _rounds(servers, [(target, c) for (target, _), cs in zip(candidates, confirmed) for c in cs],
-            rounds, pairs, timeout, progress, "re-measuring")
+    items = [(target, c) for (target, _), cs in zip(candidates, confirmed) for c in cs]
+    if keep is None:
+        _rounds(servers, items, range(rounds), rounds, pairs, timeout, progress, "re-measuring")
+        return confirmed
+    _rounds(servers, items, range(1), rounds, pairs, timeout, progress, "re-measuring")
+    for cs in confirmed:
+        screen(cs, keep)
+    _rounds(servers, items, range(1, rounds), rounds, pairs, timeout, progress, "re-measuring")
     return confirmed
+
+
+def screen(confirmed, keep):
+    """Mark all but the ``keep`` best of a target's candidates after a first round (by its
+    median) as screened out; candidates without a search speedup are never screened."""
+    racing = sorted((c for c in confirmed if not c.rejected and c.ratios and c.search_speedup is not None),
+                    key=lambda c: -c.speedup)
+    for c in racing[keep:]:
+        c.screened_out = True
 
 
 def measure_again(servers, winners, rounds=3, pairs=11, timeout=60.0, progress=None):
@@ -119,17 +148,18 @@ def measure_again(servers, winners, rounds=3, pairs=11, timeout=60.0, progress=N
     candidates, 1.10-1.12x in three fresh runs of 15 pairs, 1.04x in the application).
     ``winners``: list of (Target, Variant). Returns a Confirmed each, in order."""
     again = [(target, Confirmed(variant)) for target, variant in winners]
-    _rounds(servers, again, rounds, pairs, timeout, progress, "measuring the winners again")
+    _rounds(servers, again, range(rounds), rounds, pairs, timeout, progress, "measuring the winners again")
     return [c for _, c in again]
 
 
-def _rounds(servers, items, rounds, pairs, timeout, progress, what):
-    """``rounds`` rounds of ``pairs`` paired runs of every (Target, Confirmed) not yet
-    rejected, interleaved, one job per server at a time."""
-    for r in range(rounds):
+def _rounds(servers, items, which, rounds, pairs, timeout, progress, what):
+    """Rounds ``which`` (of ``rounds``) of ``pairs`` paired runs of every (Target, Confirmed)
+    neither rejected nor screened out, interleaved, one job per server at a time."""
+    for r in which:
+        todo = [(target, c) for target, c in items if not c.rejected and not c.screened_out]
         if progress:
-            progress("%s: round %d of %d, %d pairs per candidate" % (what, r + 1, rounds, pairs))
-        todo = [(target, c) for target, c in items if not c.rejected]
+            progress("%s: round %d of %d, %d pairs for each of %d candidate(s)" % (what, r + 1, rounds, pairs,
+                                                                                len(todo)))
         jobs = [lambda server, target=target, c=c: target.submit(server, c.variant, pairs=pairs, timeout=timeout)
                 for target, c in todo]
         for (_, c), ev in zip(todo, run_jobs(servers, jobs)):

@@ -80,8 +80,8 @@ def pick(confirmed):
     median that fails that loses to a slower one that holds (near the noise floor the
     three best differ by less than a round's spread). Within 2% of the best that holds,
     the variant with fewest settings wins: less to build, less to break."""
-    holding = [c for c in confirmed if not c.rejected and c.ratios and c.speedup > MIN_GAIN
-               and min(c.round_speedups) > 1.0]
+    holding = [c for c in confirmed if not c.rejected and not c.screened_out and c.ratios
+               and c.speedup > MIN_GAIN and min(c.round_speedups) > 1.0]
     best = max(holding, key=lambda c: c.speedup, default=None)
     if best is None:
         return None

@@ -28,7 +28,7 @@ from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
-from .confirm import confirm, measure_again
+from .confirm import RACE_MARGIN, confirm, measure_again
 from .results import MIN_GAIN, KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
@@ -46,7 +46,7 @@ class TuneOptions:
     pairs: int = 5  # pairs per evaluation during the search
     confirm_pairs: int = 11  # pairs per confirmation round
     confirm_rounds: int = 3
-    candidates: int = 3  # best candidates of each kernel that are confirmed
+    candidates: int = 3  # best candidates of each kernel that are confirmed (after a race: ``contenders``)
     timeout: float = 60.0
     # The outer loop (``remix``): a mutator (``mutators.make_mutator``; None: pipelines
     # only) and the share of each kernel's budget its source variants get.
@@ -127,9 +127,20 @@ def kernel_facts(target, cores):
                        built_fma=replay_module.contracts_fma(built_features))
 
 
+def contenders(study, n, most=None):
+    """What a study sends to confirmation: its ``n`` best codes, and more (up to ``most``,
+    4n by default) while their search values lie within ``RACE_MARGIN`` of the best. The
+    race (``confirm(keep=n)``) then keeps the ``n`` best of one round for the others."""
+    ranked = study.best(most or 4 * n)
+    if not ranked:
+        return []
+    floor = ranked[0].value / (1 + RACE_MARGIN)
+    return [(trial_variant(t), t.value) for i, t in enumerate(ranked) if i < n or t.value >= floor]
+
+
 def _candidates(pool, target, study, options):
-    """The best few of a study, and the best without the settings that do not matter."""
-    best = [(trial_variant(t), t.value) for t in study.best(options.candidates)]
+    """The study's contenders, and the best without the settings that do not matter."""
+    best = contenders(study, options.candidates)
     if best and best[0][1] > 1.0:
         lean = simplify(pool.servers, target, best[0][0], best[0][1], pairs=options.pairs, timeout=options.timeout)
         if lean != best[0][0]:
@@ -195,14 +206,19 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
 
 
 def confirm_searches(servers, searches, n, **kw):
-    """``searches``: (Target, study, first candidates) each; confirmed side by side (see
-    ``confirm``), returns each one's list of Confirmed. A search none of whose candidates
-    holds gets its next ``n`` best confirmed as well, once: where gains sit at the noise
-    floor the best few by search value are the luckiest as much as the best (on the cg
-    demo's spmv, TPE's three best confirmed none, where random's 1.07x held)."""
-    confirmed = confirm(servers, [(t, first) for t, _, first in searches], **kw)
+    """``searches``: (Target, study, first candidates) each; confirmed side by side in a
+    race that keeps ``n`` of each (see ``confirm``), returns each one's list of Confirmed.
+    A search none of whose candidates holds gets its next ``n`` best confirmed as well,
+    once: where gains sit at the noise floor the best few by search value are the
+    luckiest as much as the best (on the cg demo's spmv, TPE's three best confirmed none,
+    where random's 1.07x held)."""
+    confirmed = confirm(servers, [(t, first) for t, _, first in searches], keep=n, **kw)
     retry = [i for i, c in enumerate(confirmed) if pick(c) is None]
-    more = [(i, [(trial_variant(t), t.value) for t in searches[i][1].best(2 * n)[n:]]) for i in retry]
+    more = []
+    for i in retry:
+        tried = [c.variant for c in confirmed[i]]
+        ranked = [(trial_variant(t), t.value) for t in searches[i][1].best(len(tried) + n)]
+        more.append((i, [(v, value) for v, value in ranked if v not in tried][:n]))
     more = [(i, cands) for i, cands in more if cands]
     if more:
         if kw.get("progress"):
