@@ -147,7 +147,8 @@ class Study:
         self.study.set_user_attr("kernel", target.kernel)
         self.study.set_user_attr("captures", [os.path.basename(c) for c in target.captures])
         self.study.set_user_attr("space", space.describe())
-        self.live = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed))
+        self.live = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed, values=lambda: [
+            t.value for t in self.live.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]))
         self._lock = threading.Lock()
         stored = self.study.get_trials(deepcopy=False)
         self._recover(stored)

@@ -23,12 +23,10 @@ from typing import List, Optional
 
 from ..data import OK, Variant
 from ..replay.server import defer_to_workers
-from .noise import TARGET_SE
+from .noise import INDISTINCT
 
-# Two search values closer than this (relative) are not told apart by the search: each is
-# a median whose standard error the study holds near TARGET_SE, and their difference has
-# sqrt(2) times that; two standard errors of it.
-RACE_MARGIN = 2 * 2 ** 0.5 * TARGET_SE
+# Candidates whose search values lie this close to the best are raced for the winner's place.
+RACE_MARGIN = INDISTINCT
 
 
 @dataclass
