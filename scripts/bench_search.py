@@ -8,8 +8,9 @@ search, then the outer loop over source rewrites (the ``rules`` mutator, no mode
 what it leaves (half the budget held, a quarter taken back while the Bayesian search
 still climbs: ``tune.pipeline_search``); and confirm all their best candidates side by
 side in one run, as r3 tune does (``tune.contenders``: raced, re-verified on every
-instance, re-measured in interleaved rounds of paired runs; see spack_r3/search/confirm.py). Then the search throughput:
-evaluations per minute with 1 and with 2 replay workers on the same kernel.
+instance, re-measured in interleaved rounds of paired runs; see spack_r3/search/confirm.py).
+Then the search throughput: evaluations per minute with 1 and with 2 replay workers on
+the same kernel.
 
 Writes bench/search.json:
   kernels:    [{kernel, demo, baseline_s, random: {...}, bayes: {...}, r3: {...}}], each search holding

@@ -81,8 +81,8 @@ def pick(confirmed):
     median that fails that loses to a slower one that holds (near the noise floor the
     three best differ by less than a round's spread). Among those the best that holds is
     not clearly faster than (``clearly_faster``), the variant with fewest settings wins:
-    less to build, less to break. (A fixed 2% there cost 2.7% on the dense demo's matrix
-    product, against measurements that told 1% apart.)"""
+    less to build, less to break. (A fixed 2% there could pick a variant 2% slower than
+    one that confirmation's pairs told apart by 1%.)"""
     holding = [c for c in confirmed if not c.rejected and not c.screened_out and c.ratios
                and c.speedup > MIN_GAIN and min(c.round_speedups) > 1.0]
     best = max(holding, key=lambda c: c.speedup, default=None)
