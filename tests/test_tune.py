@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
-from spack_r3.search.bayes import Study, Target, counted, storage, trial_variant
+from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, storage, trial_variant
 from spack_r3.search.confirm import RACE_MARGIN, Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import MOST_FACTOR
@@ -451,6 +451,27 @@ def test_trials_that_run_the_same_code_are_one_candidate(program, tmp_path):
     assert trials[2].value == pytest.approx(statistics.median(ratios))
     first = trials[0].user_attrs["evaluation"]["ratios"]
     assert trials[0].value == pytest.approx(statistics.median(first))
+
+
+def test_a_point_measured_before_is_not_measured_again(program, tmp_path):
+    """A sampler that has settled proposes the same point again and again (here it always
+    proposes the baseline). After the first time, each proposal is replaced by a neighbour
+    nobody measured: one setting changed (with the extra passes a longer sequence brings)."""
+    ws, target, space, study = dot_study(program, tmp_path)
+    plain = space.defaults()
+    study.live.sampler = optuna.samplers.PartialFixedSampler(plain, optuna.samplers.RandomSampler(seed=0))
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=4)
+    points = [t.params for t in sorted(study.trials(), key=lambda t: t.number)]
+    assert points[0] == plain
+    assert len({json.dumps(p, sort_keys=True) for p in points}) == 4
+    for p in points[1:]:
+        changed = {k for k in p.keys() | plain.keys() if p.get(k) != plain.get(k)}
+        assert len(changed - {"pass0", "pass1", "pass2"}) == 1, changed
+    # The proposals replaced are no evaluations: not counted, not kept.
+    assert [t.user_attrs.get("status") for t in study.live.trials].count(DUPLICATE) == 3
+    kept = optuna.load_study(study_name=study.name, storage=storage(Workspace(ws)))
+    assert len(kept.trials) == 4
 
 
 WHERE_C = r"""

@@ -62,6 +62,14 @@ class Param:
             return isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high
         return value in self.choices
 
+    def values(self):
+        """Every value of this dimension."""
+        if self.kind == "bool":
+            return [False, True]
+        if self.kind == "int":
+            return list(range(self.low, self.high + 1))
+        return list(self.choices)
+
     def values_text(self):
         if self.kind == "bool":
             return "no, yes"
@@ -207,6 +215,19 @@ class Space:
     def defaults(self):
         """Values that describe the first candidate (-O3 for this machine)."""
         return self._values({})
+
+    def neighbour(self, values, rng):
+        """``values`` with one active setting changed at random (``rng``: a random.Random);
+        settings the change brings into play (Polly's knobs, a longer pass sequence) are
+        drawn at random too."""
+        params = [p for p in self.params if p.name in values and (p.kind != "int" or p.high > p.low)]
+        param = rng.choice(params)
+        changed = dict(values, **{param.name: rng.choice([v for v in param.values() if v != values[param.name]])})
+        out = {}
+        for p in self.params:
+            if p.active(out):
+                out[p.name] = changed[p.name] if p.name in changed else rng.choice(p.values())
+        return out
 
     def seeds(self):
         """Where the Bayesian search starts: the baseline, then each setting measured to
