@@ -51,10 +51,10 @@ from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
 from spack_r3.search.mutators import make_mutator  # noqa: E402
-from spack_r3.search.noise import TARGET_SE, ratio_interval  # noqa: E402
+from spack_r3.search.noise import TARGET_SE, clearly_faster, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
-from spack_r3.search.results import MIN_GAIN, kernel_result, pick  # noqa: E402
+from spack_r3.search.results import kernel_result, pick  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, kernel_facts,  # noqa: E402
                                   pipeline_search, plan_targets)
@@ -100,15 +100,15 @@ COMPARED = (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))  # (search, 
 
 
 def verdict(a, b):
-    """How search ``a``'s confirmed best compares with ``b``'s, from their confirmation pairs
-    (``noise.ratio_interval``): "better" (faster, the 95% interval of a/b above 1, and by more
-    than the gain a tune calls noise, results.MIN_GAIN), "worse" (the same, the other way),
-    else "as good" (a's median at or above b's) or "tie" (below it, by noise)."""
-    point, low, high = ratio_interval(a["confirm_rounds"], b["confirm_rounds"])
-    if low > 1 and point > MIN_GAIN:
+    """How search ``a``'s confirmed best compares with ``b``'s, from their confirmation pairs:
+    "better" (``noise.clearly_faster``: faster by more than noise, the rule a tune's pick
+    uses), "worse" (b clearly faster), else "as good" (a's median at or above b's) or "tie"
+    (below it, by noise)."""
+    if clearly_faster(a["confirm_rounds"], b["confirm_rounds"]):
         return "better"
-    if high < 1 and point < 1 / MIN_GAIN:
+    if clearly_faster(b["confirm_rounds"], a["confirm_rounds"]):
         return "worse"
+    point, _, _ = ratio_interval(a["confirm_rounds"], b["confirm_rounds"])
     return "as good" if point >= 1 else "tie"
 
 

@@ -25,9 +25,9 @@ from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, storage, trial_variant
-from spack_r3.search.confirm import RACE_MARGIN, Confirmed, confirm, each_server, screen
+from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
-from spack_r3.search.noise import MOST_FACTOR
+from spack_r3.search.noise import INDISTINCT, MOST_FACTOR
 from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
@@ -262,7 +262,7 @@ def test_confirmation_races_the_contenders_within_noise_of_the_best(program, tmp
         # The study sends its best code, and every code after it within the race margin.
         sent = contenders(study, 1)
         ranked = study.best(4)
-        floor = ranked[0].value / (1 + RACE_MARGIN)
+        floor = ranked[0].value / (1 + INDISTINCT)
         assert [v for v, _ in sent] == [trial_variant(t) for i, t in enumerate(ranked) if i == 0 or t.value >= floor]
         # A race of three that keeps one: all three in the first round, the best of them in
         # the second; a candidate without a search value (the lean best) is never screened.

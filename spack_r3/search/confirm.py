@@ -23,10 +23,6 @@ from typing import List, Optional
 
 from ..data import OK, Variant
 from ..replay.server import defer_to_workers
-from .noise import INDISTINCT
-
-# Candidates whose search values lie this close to the best are raced for the winner's place.
-RACE_MARGIN = INDISTINCT
 
 
 @dataclass

@@ -21,6 +21,7 @@ TARGET_SE = 0.02  # relative standard error of an evaluation's median ratio
 # Two evaluations closer than this (relative) are not told apart: their difference has
 # sqrt(2) times an evaluation's standard error; two standard errors of it.
 INDISTINCT = 2 * 2 ** 0.5 * TARGET_SE
+MIN_GAIN = 1.01  # re-measured speedups at or below this are noise here (DESIGN.md: 0.98-1.02x)
 MOST_FACTOR = 6  # at most this many times the base pairs
 RECENT = 25  # evaluations the estimate is taken over: the noise of a busy machine drifts
 
@@ -86,3 +87,11 @@ def ratio_interval(a_rounds, b_rounds, level=0.95, draws=2000, seed=0):
     ratios = sorted(resample(a_rounds) / resample(b_rounds) for _ in range(draws))
     tail = (1 - level) / 2
     return point, ratios[int(tail * draws)], ratios[min(draws - 1, int((1 - tail) * draws))]
+
+
+def clearly_faster(a_rounds, b_rounds):
+    """Whether a candidate is faster than another beyond noise, from their confirmation
+    pairs (``*_rounds`` as for ``ratio_interval``): by more than MIN_GAIN, with the 95%
+    interval of a/b above 1. Used by pick and by the benchmark's verdicts alike."""
+    point, low, _ = ratio_interval(a_rounds, b_rounds)
+    return point > MIN_GAIN and low > 1

@@ -17,11 +17,10 @@ from ..fileutil import write_atomic
 from ..capture import load_capture_dir
 from ..replay.pipeline import as_built, format_spec
 from ..report import percent, seconds, table
-from .noise import ratio_interval
+from .noise import MIN_GAIN, clearly_faster
 from .simplify import settings
 
 
-MIN_GAIN = 1.01  # re-measured speedups at or below this are noise here (DESIGN.md: 0.98-1.02x)
 
 
 @dataclass
@@ -80,7 +79,7 @@ def pick(confirmed):
     winner is faster in every confirmation round, and by more than noise overall. The best
     median that fails that loses to a slower one that holds (near the noise floor the
     three best differ by less than a round's spread). Among those the best that holds is
-    not clearly faster than (``clearly_faster``), the variant with fewest settings wins:
+    not clearly faster than (``noise.clearly_faster``), the variant with fewest settings wins:
     less to build, less to break. (A fixed 2% there could pick a variant 2% slower than
     one that confirmation's pairs told apart by 1%.)"""
     holding = [c for c in confirmed if not c.rejected and not c.screened_out and c.ratios
@@ -88,16 +87,8 @@ def pick(confirmed):
     best = max(holding, key=lambda c: c.speedup, default=None)
     if best is None:
         return None
-    return min((c for c in holding if not clearly_faster(best, c)),
+    return min((c for c in holding if not clearly_faster(best.round_ratios, c.round_ratios)),
                key=lambda c: (len(settings(c.variant)), -c.speedup))
-
-
-def clearly_faster(a, b):
-    """Whether confirmed candidate ``a`` is faster than ``b`` beyond noise: by more than
-    MIN_GAIN, and with the 95% interval of a/b from their confirmation pairs above 1
-    (``noise.ratio_interval``; the rule bench_search's verdicts use)."""
-    point, low, _ = ratio_interval(a.round_ratios, b.round_ratios)
-    return point > MIN_GAIN and low > 1
 
 
 def kernel_result(target, study, confirmed, again=None):

@@ -28,8 +28,9 @@ from .bayes import Study, StudyGroup, Target, storage, trial_variant
 from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
-from .confirm import RACE_MARGIN, confirm, measure_again
-from .results import MIN_GAIN, KernelResult, kernel_result, pick, save_results
+from .confirm import confirm, measure_again
+from .noise import INDISTINCT, MIN_GAIN
+from .results import KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
 
@@ -129,12 +130,12 @@ def kernel_facts(target, cores):
 
 def contenders(study, n, most=None):
     """What a study sends to confirmation: its ``n`` best codes, and more (up to ``most``,
-    4n by default) while their search values lie within ``RACE_MARGIN`` of the best. The
+    4n by default) while their search values lie within noise (``noise.INDISTINCT``) of the best. The
     race (``confirm(keep=n)``) then keeps the ``n`` best of one round for the others."""
     ranked = study.best(most or 4 * n)
     if not ranked:
         return []
-    floor = ranked[0].value / (1 + RACE_MARGIN)
+    floor = ranked[0].value / (1 + INDISTINCT)
     return [(trial_variant(t), t.value) for i, t in enumerate(ranked) if i < n or t.value >= floor]
 
 
