@@ -474,6 +474,22 @@ def test_a_point_measured_before_is_not_measured_again(program, tmp_path):
     assert len(kept.trials) == 4
 
 
+def test_a_neighbour_never_takes_the_place_of_a_random_draw(program, tmp_path):
+    """With TPE, every fourth trial is drawn at random (``Interleaved``): a point proposed
+    again is replaced by a neighbour only where the next trial is not one of those draws."""
+    ws, target, space, study = dot_study(program, tmp_path)
+    settled = optuna.samplers.PartialFixedSampler(space.defaults(), optuna.samplers.RandomSampler(seed=0))
+    study.live.sampler = sampler = Interleaved(settled, optuna.samplers.RandomSampler(seed=1), every=4)
+    with ReplayPool(1) as pool:
+        study.run(pool.servers, budget=5)
+    trials = sorted(study.trials(), key=lambda t: t.number)
+    # 0: the point; 1 proposed it again, 2 its neighbour; 3 drawn; 4 again, 5 its
+    # neighbour; 6 again, and 7 is a draw: no neighbour in between.
+    assert [t.number for t in trials] == [0, 2, 3, 5, 7]
+    assert [t.number for t in trials if "instead_of" in t.user_attrs] == [2, 5]
+    assert [t.number for t in trials if sampler.explores(t.number)] == [3, 7]
+
+
 WHERE_C = r"""
 #include <stdint.h>
 #include <stdio.h>

@@ -279,7 +279,7 @@ class Study:
     def _ask(self):
         """The next trial and its values (the caller holds the lock): what was enqueued, or
         the sampler's point, or where that point was measured before, a neighbour of it
-        nobody measured."""
+        nobody measured (or the sampler's next random draw, where that comes next)."""
         enqueued = bool(self.live.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         trial = self.live.ask()
         values = self.space.suggest(trial)
@@ -288,17 +288,25 @@ class Study:
         seen = self._points(but=trial.number)
         if point(values) not in seen:
             return trial, values
+        # A neighbour asked next would take the place of a random draw of ``Interleaved``.
+        explores = getattr(self.live.sampler, "explores", None)
+        draws_next = bool(explores and explores(trial.number + 1))
+        other = None if draws_next else self._unmeasured_neighbour(values, seen)
+        if other is None and not draws_next:  # a small space, measured all around
+            return trial, values  # measured again: its pairs pool
+        trial.set_user_attr("status", DUPLICATE)
+        self.live.tell(trial, state=TrialState.FAIL)  # TPE ignores failed trials
+        if other is not None:
+            self.enqueue(other, {"instead_of": trial.number}, once=False)
+        trial = self.live.ask()
+        return trial, self.space.suggest(trial)
+
+    def _unmeasured_neighbour(self, values, seen):
         for _ in range(NEIGHBOUR_TRIES):
             other = self.space.neighbour(values, self._rng)
             if point(other) not in seen:
-                break
-        else:  # a small space, measured all around: measure the point again (its pairs pool)
-            return trial, values
-        trial.set_user_attr("status", DUPLICATE)
-        self.live.tell(trial, state=TrialState.FAIL)  # TPE ignores failed trials
-        self.enqueue(other, {"instead_of": trial.number}, once=False)
-        trial = self.live.ask()
-        return trial, self.space.suggest(trial)
+                return other
+        return None
 
     def _points(self, but):
         """The points measured or being measured, except trial number ``but``'s."""
