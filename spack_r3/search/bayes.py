@@ -26,7 +26,9 @@ A point the sampler proposes again is not measured again: once TPE has settled i
 proposes the same points over and over (dense demo, seed 8: 87 distinct points in
 150 evaluations of covariance, one point of matmul measured 40 times). One of its
 neighbours nobody measured is measured instead, so the search goes on looking
-around what it rates best; measuring the best again is confirmation's work.
+around what it rates best; where the next trial is one of TPE's random draws
+(``samplers.Interleaved``), that draw is, since a neighbour would take its place.
+Measuring the best again is confirmation's work.
 """
 
 import copy

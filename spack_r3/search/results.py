@@ -21,8 +21,6 @@ from .noise import MIN_GAIN, clearly_faster
 from .simplify import settings
 
 
-
-
 @dataclass
 class KernelResult:
     kernel: str

@@ -130,8 +130,9 @@ def kernel_facts(target, cores):
 
 def contenders(study, n, most=None):
     """What a study sends to confirmation: its ``n`` best codes, and more (up to ``most``,
-    4n by default) while their search values lie within noise (``noise.INDISTINCT``) of the best. The
-    race (``confirm(keep=n)``) then keeps the ``n`` best of one round for the others."""
+    4n by default) while their search values lie within noise (``noise.INDISTINCT``) of
+    the best. The race (``confirm(keep=n)``) then keeps the ``n`` best of one round for
+    the others."""
     ranked = study.best(most or 4 * n)
     if not ranked:
         return []
