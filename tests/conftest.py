@@ -7,6 +7,7 @@ import pytest
 
 from spack_r3.errors import ToolchainError
 from spack_r3.spack.locate import find_spack_root
+from spack_r3 import toolchain
 from spack_r3.toolchain import find_clang
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,6 +19,18 @@ def clang():
         return find_clang()
     except ToolchainError as err:
         pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
+def polly(clang):
+    """The record clang's opt, llvm-link and llvm-dis, with Polly in opt: found or skipped."""
+    try:
+        tools = toolchain.find_llvm_tools(toolchain.clang_major(clang))
+    except ToolchainError as err:
+        pytest.skip(str(err))
+    if not toolchain.opt_has_polly(tools.opt):
+        pytest.skip("%s has no Polly" % tools.opt)
+    return tools
 
 
 @pytest.fixture(scope="session")

@@ -107,18 +107,6 @@ def kernel_ir(cap):
 
 
 @pytest.fixture(scope="module")
-def polly(clang):
-    """The record clang's opt, llvm-link and llvm-dis, with Polly in opt: found or skipped."""
-    try:
-        tools = toolchain.find_llvm_tools(toolchain.clang_major(clang))
-    except ToolchainError as err:
-        pytest.skip(str(err))
-    if not toolchain.opt_has_polly(tools.opt):
-        pytest.skip("%s has no Polly" % tools.opt)
-    return tools
-
-
-@pytest.fixture(scope="module")
 def native():
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
