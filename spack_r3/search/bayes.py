@@ -161,6 +161,7 @@ class Study:
         self._rng = random.Random(seed)  # picks neighbours of points proposed again
         self._sweeps = sampler == "tpe"  # random search stays the control: no sweeps
         self._sweep = []  # points of the sweep under way not yet asked
+        self._centers = []  # the points sweeps began around ({"block", "values"}; kept in the study)
         # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
         # (``noise``: one pair's noise in evaluations of the kernel's other studies).
         self.pair_budget = PairBudget(pairs, prior=noise)
@@ -192,7 +193,8 @@ class Study:
             # run before this one evaluated are not asked again.
             for values in list(seeds) + space.seeds():
                 self.enqueue(values, {"seed": True})
-            for center in self.study.user_attrs.get("sweeps", []):  # a killed run's (measured points are skipped)
+            self._centers = self.study.user_attrs.get("sweeps", [])
+            for center in self._centers:  # a killed run's go on (measured points are skipped)
                 self._sweep += space.sweep(center["values"], tuple(center["block"]))
 
     def extend(self, servers, n, progress=None):
@@ -341,18 +343,18 @@ class Study:
         """Where the best code's point takes a block of interacting settings and no sweep is
         under way, sweep the block around it, unless the last sweep was around the same other
         settings (the caller holds the lock)."""
-        centers = self.study.user_attrs.get("sweeps", [])
-        if not self._sweeps or self._sweep or len(centers) >= MAX_SWEEPS:
+        if not self._sweeps or self._sweep or len(self._centers) >= MAX_SWEEPS:
             return
         [best] = self.best(1) or [None]
         for block in self.space.blocks() if best else ():
             points = self.space.sweep(best.params, block)
             others = {k: v for k, v in best.params.items() if k not in block}
-            last = centers[-1] if centers else None
+            last = self._centers[-1] if self._centers else None
             if not points or (last and last["block"] == list(block)
                               and {k: v for k, v in last["values"].items() if k not in block} == others):
                 continue
-            self.study.set_user_attr("sweeps", centers + [{"block": list(block), "values": best.params}])
+            self._centers.append({"block": list(block), "values": best.params})
+            self.study.set_user_attr("sweeps", self._centers)
             self._sweep = points
             return
 
