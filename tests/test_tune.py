@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
-from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, storage, trial_variant
+from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, storage, trial_variant
 from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import INDISTINCT, MOST_FACTOR
@@ -141,16 +141,15 @@ def test_settings_that_interact_are_a_block_swept_together():
     """Polly's tile size, matrix-multiplication pattern and vectorizer interact: sweeping
     them around a point tries each of their combinations with the point's other settings."""
     space = Space(KernelFacts("k", polly=True))
-    [block] = space.blocks()
-    assert block == ("polly_tile", "polly_matmul", "polly_vec")
+    assert space.blocks() == {"polly": ("polly_tile", "polly_matmul", "polly_vec")}
+    block = space.blocks()["polly"]
     center = dict(space.defaults(), polly=True, polly_tile=16, polly_matmul=True, polly_vec="none", codegen=2)
     swept = space.sweep(center, block)
     assert len(swept) == 7 * 2 * 2 and center in swept
     assert len({json.dumps(v, sort_keys=True) for v in swept}) == 28
-    assert all({k: v for k, v in s.items() if k not in block} == {k: v for k, v in center.items() if k not in block}
-               for s in swept)
+    assert all(others(s, block) == others(center, block) for s in swept)
     assert space.sweep(space.defaults(), block) == []  # without Polly its knobs are not in play
-    assert Space(KernelFacts("k")).blocks() == []  # no Polly on this (pretend) machine
+    assert Space(KernelFacts("k")).blocks() == {}  # no Polly on this (pretend) machine
 
 
 def test_bayesian_search_starts_from_what_is_known_to_matter():
@@ -506,38 +505,41 @@ def test_a_neighbour_never_takes_the_place_of_a_random_draw(program, tmp_path):
     assert [t.number for t in trials if sampler.explores(t.number)] == [3, 7]
 
 
-def test_a_block_of_interacting_settings_is_swept_around_the_best(program, tmp_path, polly):
-    """Once the best point runs Polly, Polly's block is swept around it in the slots that
-    are not random draws; a killed run's sweep goes on where it stopped. (The block is cut
-    to matmul pattern x vectorizer here: 4 points, to keep the test short.)"""
+def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program, tmp_path, polly):
+    """Once the best point runs Polly, Polly's block is swept, first with every other
+    setting as built, in the slots that are not random draws; a killed run's sweep goes on
+    where it stopped. (The block is cut to pattern x vectorizer here: 4 points, to keep the
+    test short.)"""
     ws, target, _, _ = dot_study(program, tmp_path)
     space = Space(KernelFacts("dot", polly=True))
     block = ("polly_matmul", "polly_vec")
-    space.blocks = lambda: [block]
-    [center] = [s for s in space.seeds() if s.get("polly")]  # Polly at its own settings
+    space.blocks = lambda: {"polly": block}
+    plain = space.plain("polly")
+    assert plain in space.seeds() and plain["polly_matmul"] and plain["polly_vec"] == "none"
+    first = dict(plain, noalias=True)
 
     def study():
-        s = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3, seeds=[center])
-        # Random proposals; a random draw at every trial number 3 modulo 4.
-        s.live.sampler = Interleaved(optuna.samplers.RandomSampler(seed=0), optuna.samplers.RandomSampler(seed=1))
+        s = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3, seeds=[first])
+        # Random proposals; random draws at trial numbers 5, 7, 9, ...
+        s.live.sampler = Interleaved(optuna.samplers.RandomSampler(seed=0), optuna.samplers.RandomSampler(seed=1),
+                                     every=2, startup=4)
         return s
 
     with ReplayPool(1) as pool:
-        # 0: the center, the only trial and so the best; 1, 2: the space's other seeds;
-        # 3 is a draw; 4: the sweep's first point not measured (the center is)
+        # 0: ``first``, the only trial and so the best; 1-3: the space's seeds (3: plain);
+        # 4: the sweep's first point not measured (plain is)
         study().run(pool.servers, budget=5)
         resumed = study()  # as after a kill
-        resumed.run(pool.servers, budget=7)
+        resumed.run(pool.servers, budget=9)
     trials = sorted(resumed.trials(), key=lambda t: t.number)
-    assert [t.number for t in trials] == list(range(7))
-    assert trials[0].params == center
-    assert [t.number for t in trials if t.user_attrs.get("sweep")] == [4, 5, 6]
-    combos = {tuple(t.params[k] for k in block) for t in trials if t.number in (0, 4, 5, 6)}
+    assert [t.number for t in trials] == list(range(9))
+    assert trials[0].params == first and trials[3].params == plain
+    assert [t.number for t in trials if t.user_attrs.get("sweep")] == [4, 6, 8]
+    combos = {tuple(t.params[k] for k in block) for t in trials if t.number in (3, 4, 6, 8)}
     assert combos == {(m, v) for m in (False, True) for v in ("none", "stripmine")}
-    for t in trials[4:]:
-        assert {k: v for k, v in t.params.items() if k not in block} == {
-            k: v for k, v in center.items() if k not in block}
-    assert resumed.study.user_attrs["sweeps"][0] == {"block": list(block), "values": center}
+    for n in (4, 6, 8):  # every other setting as built, not as the best had them
+        assert others(trials[n].params, block) == others(plain, block)
+    assert resumed.study.user_attrs["sweeps"][0] == {"block": list(block), "values": plain}
 
 
 WHERE_C = r"""

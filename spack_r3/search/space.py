@@ -232,13 +232,19 @@ class Space:
         return out
 
     def blocks(self):
-        """Groups of settings that interact: which value of one is best depends on the
-        others. Polly's tile size, matrix-multiplication pattern and vectorizer: on the dense
-        demo's matrix product the pattern gives about 6x with any tile, and 8x lies only
-        with the pattern off, the nest strip-mined and tiled by 16."""
+        """Groups of settings that interact, by the setting that brings each into play:
+        which value of one is best depends on the others. Polly's tile size, matrix-
+        multiplication pattern and vectorizer: on the dense demo's matrix product the
+        pattern gives about 6x with any tile, and 8x lies only with the pattern off, the
+        nest strip-mined and tiled by 16."""
         if any(p.name == "polly" for p in self.params):
-            return [POLLY_BLOCK]
-        return []
+            return {"polly": POLLY_BLOCK}
+        return {}
+
+    def plain(self, switch):
+        """The baseline with ``switch`` (a bool setting) on: a block's settings at their
+        defaults, everything else as built."""
+        return self._values({switch: True})
 
     def sweep(self, values, block):
         """Every combination of ``block``'s settings, the others at ``values``'s (none where
