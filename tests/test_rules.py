@@ -21,7 +21,7 @@ from spack_r3.search.mutators import Feedback, KernelSource, Proposal
 from spack_r3.search.mutators import cast
 from spack_r3.search.bayes import Target, storage
 from spack_r3.search.mutators.rules import RulesMutator
-from spack_r3.search.remix import Remix, RemixOptions, kernel_source, with_relaxed_fp
+from spack_r3.search.remix import Remix, RemixOptions, inherited_settings, kernel_source
 from spack_r3.search.space import Space
 from spack_r3.search.tune import kernel_facts
 from spack_r3.sourcepatch import Composer, make_patch
@@ -457,10 +457,13 @@ def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads
     assert "stage" in rules_of(RulesMutator().propose(unit(tmp_path, fine, "k"), Feedback()))
 
 
-def test_children_also_try_the_best_settings_with_reassociation_where_the_tolerance_allows():
-    best = [{"opt": "3", "polly": True, "fast_math": "none"}, {"opt": "2", "fast_math": "contract"}]
-    assert with_relaxed_fp(best) == best + [{"opt": "3", "polly": True, "fast_math": "reassoc+contract+nsz+arcp"}]
-    relaxed = [{"opt": "3", "fast_math": "reassoc+contract"}]
-    assert with_relaxed_fp(relaxed) == relaxed  # it reassociates already
-    exact = [{"opt": "3", "noalias": True}]  # no tolerance: no fast-math setting in the space at all
-    assert with_relaxed_fp(exact) == exact
+def test_children_also_try_the_best_settings_with_reassociation_and_without_polly():
+    best = [{"opt": "3", "polly": True, "polly_tile": 16, "fast_math": "none"}, {"opt": "2", "fast_math": "contract"}]
+    relaxed = {"opt": "3", "polly": True, "polly_tile": 16, "fast_math": "reassoc+contract+nsz+arcp"}
+    assert inherited_settings(best) == best + [relaxed, {"opt": "3", "polly": False,
+                                                         "fast_math": "reassoc+contract+nsz+arcp"}]
+    reassociates = [{"opt": "3", "fast_math": "reassoc+contract"}]
+    assert inherited_settings(reassociates) == reassociates  # it reassociates already, without Polly
+    exact = [{"opt": "3", "noalias": True, "polly": True}]  # no tolerance: no fast-math setting at all
+    assert inherited_settings(exact) == exact + [{"opt": "3", "noalias": True, "polly": False}]
+    assert inherited_settings([]) == []

@@ -11,12 +11,13 @@ that fails goes back to its mutator with the diagnostic, up to ``repairs`` times
 child that verifies gets a short inner Bayesian study of its own (``bayes.Study``, one
 per source variant) over pipelines, launch settings and the rewrite's macro knobs; its
 fitness is that study's best verified paired speedup. The study tries the original's
-best settings first (``inherit``; and the best with reassociation, where the tolerance
-allows it and the best did not use it: see ``with_relaxed_fp``); a child that is clearly
-slower with them than the original's best (its best pair under the original's best
-median) is cut there, and the rest of its study's budget goes back to the original's
-search at once: most rewrites of a kernel where none helps cost three evaluations, not
-a whole study, and the pipeline search keeps most of the budget they were held.
+best settings first (``inherit``; then the best with reassociation, where the tolerance
+allows it and the best did not use it, and that without Polly: see
+``inherited_settings``); a child that is clearly slower with them than the original's
+best (its best pair under the original's best median) is cut there, and the rest of its
+study's budget goes back to the original's search at once: most rewrites of a kernel
+where none helps cost three or four evaluations, not a whole study, and the pipeline
+search keeps most of the budget they were held.
 
 The archive keeps the best child of each cell of two behaviour descriptors:
 
@@ -49,11 +50,11 @@ from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..replay.source import unit_text
 from ..sourcepatch import PatchError, apply_patch, make_patch
-from .bayes import Study
+from .bayes import Study, others
 from .noise import PairBudget
 from .mutators import Feedback, KernelSource, Proposal
 from .mutators.cast import ASTError
-from .space import Space
+from .space import POLLY_BLOCK, Space
 
 REWRITE_CLASSES = {
     "restrict": "aliasing", "scalar-replace": "aliasing",
@@ -147,7 +148,7 @@ class Remix:
         self.pair_budget = PairBudget(options.pairs, prior=noise)
         # The original's best settings (Optuna params): each child's search tries them first,
         # so a rewrite is measured with the pipeline that already won, not only from scratch.
-        self.inherit = with_relaxed_fp(inherit)
+        self.inherit = inherited_settings(inherit)
         self.mutator, self.options, self.patterns = mutator, options, patterns
         self.capture_dir = target.captures[0]
         self.capture = load_capture_dir(self.capture_dir, verify_digests=False)
@@ -402,14 +403,22 @@ class Remix:
                 self.patterns.add(self.target.kernel, child, self.facts)
 
 
-def with_relaxed_fp(settings):
-    """The original's best settings, then the best of them with every fast-math flag but
-    the non-finite ones, where the kernel's tolerance lets the search relax FP at all: a
-    rewrite can make a sum vectorizable only under reassociation (a staged copy's
-    unit-stride reduction), which the original's winner had no reason to allow."""
+def inherited_settings(settings):
+    """What each child's study tries first: the original's best settings, then the best of
+    them with every fast-math flag but the non-finite ones, where the kernel's tolerance
+    lets the search relax FP at all (a rewrite can make a sum vectorizable only under
+    reassociation, a staged copy's unit-stride reduction, which the original's winner had
+    no reason to allow); then, where that runs Polly, the same without Polly: a rewrite
+    reshapes the loop nest that Polly's settings were chosen for (dense demo, covariance,
+    seed 9: staged, 5.3x at most with the original's Polly settings; seed 7: 8.0x with
+    fast-math and no Polly)."""
     out = [dict(s) for s in settings]
-    if out and "fast_math" in out[0] and out[0]["fast_math"] in ("none", "contract"):
-        out.append(dict(out[0], fast_math="reassoc+contract+nsz+arcp"))
+    last = out[0] if out else {}
+    if last.get("fast_math") in ("none", "contract"):
+        last = dict(last, fast_math="reassoc+contract+nsz+arcp")
+        out.append(last)
+    if last.get("polly"):
+        out.append(dict(others(last, POLLY_BLOCK), polly=False))
     return out
 
 
