@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -24,7 +25,7 @@ from optuna.trial import TrialState
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
-from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, storage, trial_variant
+from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, storage, switch_pays, trial_variant
 from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import INDISTINCT, MOST_FACTOR
@@ -150,6 +151,16 @@ def test_settings_that_interact_are_a_block_swept_together():
     assert all(others(s, block) == others(center, block) for s in swept)
     assert space.sweep(space.defaults(), block) == []  # without Polly its knobs are not in play
     assert Space(KernelFacts("k")).blocks() == {}  # no Polly on this (pretend) machine
+
+
+def test_a_block_is_swept_only_where_its_switch_pays_beyond_noise():
+    def trial(value, polly):
+        return SimpleNamespace(value=value, params={"opt": "3", "polly": polly})
+
+    assert switch_pays([trial(5.2, True), trial(1.8, False)], "polly")  # the dense demo's matmul
+    assert not switch_pays([trial(1.03, True), trial(1.02, False)], "polly")  # spmv: Polly's code, noise's gain
+    assert not switch_pays([trial(1.8, False), trial(1.2, True)], "polly")  # the best does without it
+    assert switch_pays([trial(1.1, True)], "polly") and not switch_pays([], "polly")
 
 
 def test_bayesian_search_starts_from_what_is_known_to_matter():

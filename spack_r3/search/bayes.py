@@ -38,7 +38,8 @@ strip-mined and tiled by 16 gave 8x; on covariance it settled on tile 16 where t
 or Polly's own did better (seed 7). So when the best code's point takes such a block,
 the block is swept: every combination of its settings (28 for Polly's), first with
 the other settings as built, then with the best's, in the slots that are not random
-draws. At most ``MAX_SWEEPS`` per study, each around other settings.
+draws; only where the block's switch pays beyond noise (``switch_pays``). At most
+``MAX_SWEEPS`` per study, each around other settings.
 """
 
 import copy
@@ -57,7 +58,7 @@ from optuna.trial import TrialState, create_trial
 from ..data import OK, WARM, Variant
 from ..replay.engine import spread
 from .confirm import each_server
-from .noise import PairBudget, pair_noise
+from .noise import INDISTINCT, PairBudget, pair_noise
 from .samplers import make_sampler
 from .simplify import settings
 
@@ -130,6 +131,17 @@ def others(values, block):
     return {k: v for k, v in values.items() if k not in block}
 
 
+def switch_pays(ranked, switch):
+    """Whether the best of ``ranked`` (trials, best first) runs ``switch`` and is faster
+    beyond noise than every one that does not (none measured: nothing says otherwise).
+    Polly changes the code of most kernels without making it faster (cg's spmv, nbody's
+    forces): a sweep there would spend 27 evaluations on noise."""
+    if not ranked or not ranked[0].params.get(switch):
+        return False
+    without = next((t.value for t in ranked if not t.params.get(switch)), None)
+    return without is None or ranked[0].value > without * (1 + INDISTINCT)
+
+
 def trial_variant(trial):
     """The Variant a finished trial evaluated."""
     return Variant.from_json(trial.user_attrs["evaluation"]["variant"])
@@ -160,11 +172,11 @@ class Study:
     """
 
     def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=(),
-                 noise=()):
+                 noise=(), sweeps=True):
         self.target, self.space = target, space
         self.timeout = timeout
         self._rng = random.Random(seed)  # picks neighbours of points proposed again
-        self._sweeps = sampler == "tpe"  # random search stays the control: no sweeps
+        self._sweeps = sweeps and sampler == "tpe"  # random search stays the control: no sweeps
         self._sweep = []  # points of the sweep under way not yet asked
         self._centers = []  # the points sweeps began around ({"block", "values"}; kept in the study)
         # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
@@ -352,10 +364,11 @@ class Study:
         mined, as built; 2.4x at most the same way with fast-math, the best's then)."""
         if not self._sweeps or self._sweep or len(self._centers) >= MAX_SWEEPS:
             return
-        [best] = self.best(1) or [None]
-        for switch, block in self.space.blocks().items() if best else ():
-            if not best.params.get(switch):
+        ranked = self.best(len(self._code_groups()))
+        for switch, block in self.space.blocks().items():
+            if not switch_pays(ranked, switch):
                 continue
+            best = ranked[0]
             swept = [others(c["values"], block) for c in self._centers if c["block"] == list(block)]
             for values in (self.space.plain(switch), best.params):
                 if others(values, block) not in swept:

@@ -272,7 +272,8 @@ class Remix:
         space = Space(facts)
         return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
                      pairs=self.options.pairs, timeout=self.options.timeout,
-                     seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises)
+                     seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises,
+                     sweeps=False)  # a short study: its inherited settings come out of the original's sweeps
 
     def _measure(self, servers, child, progress, base_speedup):
         """The child's inner study (resumed if a killed run started it): the inherited
