@@ -66,7 +66,7 @@ STORAGE_FILE = "r3.db"
 INTERRUPTED = "interrupted"  # status of a trial that a killed run left running (databases of r3 before 0.2)
 DUPLICATE = "duplicate"  # a point proposed again, replaced by a neighbour (in memory only, never counted)
 NEIGHBOUR_TRIES = 64  # random neighbours tried before a point proposed again is measured again
-MAX_SWEEPS = 2  # sweeps of a block of interacting settings around the best, per study
+MAX_SWEEPS = 2  # sweeps of a block of interacting settings per study (as built, then around the best)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
