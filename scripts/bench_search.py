@@ -21,7 +21,9 @@ Writes bench/search.json:
               (evals_to_best_within_noise, evals_to_random_best_within_noise): where the search
               first came within two standard errors of an evaluation (2 x noise.TARGET_SE)
               of that value, for the best of 150 noisy medians is partly luck; confirm_rounds: the
-              pair ratios of its confirmed best, by round; verdicts bayes.vs_random, r3.vs_random,
+              pair ratios of its confirmed best, by round; race: every candidate it sent to
+              confirmation (variant, settings, search_speedup, speedup, round_speedups,
+              screened_out, rejected), which is how a winner came to win; verdicts bayes.vs_random, r3.vs_random,
               r3.vs_bayes: better or worse (the ratio of the two confirmed medians, with a 95%
               interval from those pairs, apart from 1 and by more than 1%), else as good or tie
               (a's median above or below b's, by noise), and that ratio (ratio_to_random,
@@ -54,7 +56,8 @@ from spack_r3.search.mutators import make_mutator  # noqa: E402
 from spack_r3.search.noise import TARGET_SE, clearly_faster, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
-from spack_r3.search.results import kernel_result, pick  # noqa: E402
+from spack_r3.search.results import describe_variant, kernel_result, pick  # noqa: E402
+from spack_r3.search.simplify import settings  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, kernel_facts,  # noqa: E402
                                   pipeline_search, plan_targets)
@@ -93,7 +96,15 @@ def search_summary(study, result, confirmed):
             "evals_to_best_within_noise": evals_to(curve, best, WITHIN_NOISE),
             "search_best": best, "winner": result.winner, "relaxes_fp": result.relaxes_fp,
             "failed": result.failed, "rejected": result.rejected,
-            "confirm_rounds": won.round_ratios if won else []}  # the baseline's: none (1.0)
+            "confirm_rounds": won.round_ratios if won else [],  # the baseline's: none (1.0)
+            "race": [race_entry(c) for c in confirmed]}
+
+
+def race_entry(c):
+    """One candidate of the race, as confirmation saw it: why a winner won is read here."""
+    return {"variant": describe_variant(c.variant), "settings": len(settings(c.variant)),
+            "search_speedup": c.search_speedup, "speedup": c.speedup, "round_speedups": c.round_speedups,
+            "screened_out": c.screened_out, "rejected": c.rejected}
 
 
 COMPARED = (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))  # (search, against)

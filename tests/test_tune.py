@@ -33,7 +33,8 @@ from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.search.tune import TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing
+from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing,
+                                  swept)
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -551,6 +552,22 @@ def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program
     for n in (4, 6, 8):  # every other setting as built, not as the best had them
         assert others(trials[n].params, block) == others(plain, block)
     assert resumed.study.user_attrs["sweeps"][0] == {"block": list(block), "values": plain}
+
+
+def test_sweeps_are_paid_from_the_share_held_for_source_variants(program, tmp_path, polly):
+    """A sweep's points are paid from the share held for source variants, up to half of
+    it: the pipeline's own search keeps its share (here 8 of 16; at most 12 in all)."""
+    ws, target, _, _ = dot_study(program, tmp_path)
+    space = Space(KernelFacts("dot", polly=True))
+    space.blocks = lambda: {"polly": ("polly_matmul", "polly_vec")}  # 4 points, as above
+    study = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3,
+                  seeds=[dict(space.plain("polly"), noalias=True)])  # the first best runs Polly: a sweep
+    options = TuneOptions(budget=16, mutator=make_mutator("rules"), remix_share=0.5, stall_patience=0)
+    with ReplayPool(1) as pool:
+        remix = pipeline_search(study, pool.servers, options)
+    sweeps = swept(study)
+    assert sweeps >= 3  # the plain point is one of the space's seeds: 3 of its block's 4 to go
+    assert len(study.trials()) == min(12, 8 + sweeps) and remix == 16 - len(study.trials())
 
 
 WHERE_C = r"""
