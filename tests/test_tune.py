@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
+from spack_r3.search import bayes
 from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, storage, switch_pays, trial_variant
 from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
@@ -517,18 +518,16 @@ def test_a_neighbour_never_takes_the_place_of_a_random_draw(program, tmp_path):
     assert [t.number for t in trials if sampler.explores(t.number)] == [3, 7]
 
 
-def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program, tmp_path, polly):
-    """Once the best point runs Polly, Polly's block is swept, first with every other
-    setting as built, in the slots that are not random draws; a killed run's sweep goes on
-    where it stopped. (The block is cut to pattern x vectorizer here: 4 points, to keep the
-    test short.)"""
+def swept_dot(program, tmp_path, monkeypatch, pays):
+    """dot's study over a space whose Polly block is cut to pattern x vectorizer (4 points,
+    to keep the tests short), its first point running Polly; whether Polly pays is
+    ``pays["polly"]`` (on dot it is within noise, so it is set here): (study maker, block)."""
     ws, target, _, _ = dot_study(program, tmp_path)
     space = Space(KernelFacts("dot", polly=True))
     block = ("polly_matmul", "polly_vec")
     space.blocks = lambda: {"polly": block}
-    plain = space.plain("polly")
-    assert plain in space.seeds() and plain["polly_matmul"] and plain["polly_vec"] == "none"
-    first = dict(plain, noalias=True)
+    monkeypatch.setattr(bayes, "switch_pays", lambda ranked, switch: pays[switch])
+    first = dict(space.plain("polly"), noalias=True)
 
     def study():
         s = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3, seeds=[first])
@@ -536,10 +535,19 @@ def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program
         s.live.sampler = Interleaved(optuna.samplers.RandomSampler(seed=0), optuna.samplers.RandomSampler(seed=1),
                                      every=2, startup=4)
         return s
+    return study, space, block, first
 
+
+def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program, tmp_path, polly, monkeypatch):
+    """Once the best point runs Polly and Polly pays, Polly's block is swept, first with
+    every other setting as built, in the slots that are not random draws, at most a third
+    of a run's evaluations; a killed run's sweep goes on where it stopped."""
+    study, space, block, first = swept_dot(program, tmp_path, monkeypatch, {"polly": True})
+    plain = space.plain("polly")
+    assert plain in space.seeds() and plain["polly_matmul"] and plain["polly_vec"] == "none"
     with ReplayPool(1) as pool:
-        # 0: ``first``, the only trial and so the best; 1-3: the space's seeds (3: plain);
-        # 4: the sweep's first point not measured (plain is)
+        # 0: ``first``; 1-3: the space's seeds (3: plain); 4: the sweep's first point not
+        # measured (plain is), and the one sweep point 5 evaluations leave room for
         study().run(pool.servers, budget=5)
         resumed = study()  # as after a kill
         resumed.run(pool.servers, budget=9)
@@ -554,20 +562,31 @@ def test_a_block_of_interacting_settings_is_swept_once_the_best_takes_it(program
     assert resumed.study.user_attrs["sweeps"][0] == {"block": list(block), "values": plain}
 
 
-def test_sweeps_are_paid_from_the_share_held_for_source_variants(program, tmp_path, polly):
+def test_a_sweep_is_dropped_once_its_switch_no_longer_pays(program, tmp_path, polly, monkeypatch):
+    """A sweep goes on only while Polly pays: once code without it leads (or no longer
+    trails beyond noise), the sampler has the slots back."""
+    pays = {"polly": True}
+    study, _, _, _ = swept_dot(program, tmp_path, monkeypatch, pays)
+    with ReplayPool(1) as pool:
+        s = study()
+        s.run(pool.servers, budget=5)  # trial 4 is the sweep's first point, as above
+        pays["polly"] = False
+        s.run(pool.servers, budget=9)  # (6 and 8 would have been sweep points)
+    assert [t.number for t in s.trials() if t.user_attrs.get("sweep")] == [4]
+    assert len(s.trials()) == 9
+
+
+def test_sweeps_are_paid_from_the_share_held_for_source_variants(program, tmp_path, polly, monkeypatch):
     """A sweep's points are paid from the share held for source variants, up to half of
     it: the pipeline's own search keeps its share (here 8 of 16; at most 12 in all)."""
-    ws, target, _, _ = dot_study(program, tmp_path)
-    space = Space(KernelFacts("dot", polly=True))
-    space.blocks = lambda: {"polly": ("polly_matmul", "polly_vec")}  # 4 points, as above
-    study = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3,
-                  seeds=[dict(space.plain("polly"), noalias=True)])  # the first best runs Polly: a sweep
+    study, _, _, _ = swept_dot(program, tmp_path, monkeypatch, {"polly": True})
+    s = study()
     options = TuneOptions(budget=16, mutator=make_mutator("rules"), remix_share=0.5, stall_patience=0)
     with ReplayPool(1) as pool:
-        remix = pipeline_search(study, pool.servers, options)
-    sweeps = swept(study)
-    assert sweeps >= 3  # the plain point is one of the space's seeds: 3 of its block's 4 to go
-    assert len(study.trials()) == min(12, 8 + sweeps) and remix == 16 - len(study.trials())
+        remix = pipeline_search(s, pool.servers, options)
+    sweeps = swept(s)
+    assert 1 <= sweeps <= len(s.trials()) / 3
+    assert len(s.trials()) == min(12, 8 + sweeps) and remix == 16 - len(s.trials())
 
 
 WHERE_C = r"""

@@ -38,8 +38,9 @@ strip-mined and tiled by 16 gave 8x; on covariance it settled on tile 16 where t
 or Polly's own did better (seed 7). So when the best code's point takes such a block,
 the block is swept: every combination of its settings (28 for Polly's), first with
 the other settings as built, then with the best's, in the slots that are not random
-draws; only where the block's switch pays beyond noise (``switch_pays``). At most
-``MAX_SWEEPS`` per study, each around other settings.
+draws; only where, and while, the block's switch pays beyond noise (``switch_pays``).
+At most ``MAX_SWEEPS`` per study, each around other settings, in an order of their own,
+and at most ``SWEEP_SHARE`` of the evaluations a run is asked for.
 """
 
 import copy
@@ -67,6 +68,7 @@ INTERRUPTED = "interrupted"  # status of a trial that a killed run left running 
 DUPLICATE = "duplicate"  # a point proposed again, replaced by a neighbour (in memory only, never counted)
 NEIGHBOUR_TRIES = 64  # random neighbours tried before a point proposed again is measured again
 MAX_SWEEPS = 2  # sweeps of a block of interacting settings per study (as built, then around the best)
+SWEEP_SHARE = 1 / 3  # the most of a run's evaluations that sweeps take (PolyBench 2mm at 60: 40 did)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -177,7 +179,8 @@ class Study:
         self.timeout = timeout
         self._rng = random.Random(seed)  # picks neighbours of points proposed again
         self._sweeps = sweeps and sampler == "tpe"  # random search stays the control: no sweeps
-        self._sweep = []  # points of the sweep under way not yet asked
+        self._sweep = []  # (switch, values): points of the sweep under way not yet asked
+        self._budget = 0  # the largest budget a run was asked for (sweeps take a share of it)
         self._centers = []  # the points sweeps began around ({"block", "values"}; kept in the study)
         # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
         # (``noise``: one pair's noise in evaluations of the kernel's other studies).
@@ -212,7 +215,7 @@ class Study:
                 self.enqueue(values, {"seed": True})
             self._centers = self.study.user_attrs.get("sweeps", [])
             for center in self._centers:  # a killed run's go on (measured points are skipped)
-                self._sweep += space.sweep(center["values"], tuple(center["block"]))
+                self._sweep += self._sweep_points(center)
 
     def extend(self, servers, n, progress=None):
         """Evaluate ``n`` trials more than are counted now."""
@@ -253,6 +256,7 @@ class Study:
         """Evaluate trials on ``servers`` (one thread each) until ``budget`` are counted."""
         with self._lock:
             finished = self.trials()
+            self._budget = max(self._budget, budget)
         state = {"issued": len(finished), "failed": sum(t.state == TrialState.FAIL for t in finished),
                  "done": len(finished), "best": max((t.value for t in finished if t.value is not None), default=None)}
         errors = []
@@ -345,16 +349,35 @@ class Study:
 
     def _enqueue_sweep_point(self):
         """Enqueue the sweep's next point nobody measured, unless the next trial is a random
-        draw; whether one was."""
-        if self._draws(len(self.live.get_trials(deepcopy=False))):
+        draw or sweeps had their share of the run (``SWEEP_SHARE``); whether one was. A sweep
+        whose switch no longer pays is dropped: on PolyBench's 2mm (budget 60) code without
+        Polly took the lead early in the first sweep, and the two sweeps took 40 evaluations."""
+        trials = self.live.get_trials(deepcopy=False)
+        if self._draws(len(trials)) or sum(bool(t.user_attrs.get("sweep")) for t in trials) >= \
+                SWEEP_SHARE * self._budget:
             return False
         seen = self._points(but=None)
+        ranked = self.best(len(self._code_groups()))
         while self._sweep:
-            values = self._sweep.pop(0)
-            if point(values) not in seen:
+            switch, values = self._sweep.pop(0)
+            if not switch_pays(ranked, switch):
+                self._sweep = [(s, v) for s, v in self._sweep if s != switch]
+            elif point(values) not in seen:
                 self.enqueue(values, {"sweep": True}, once=False)
                 return True
         return False
+
+    def _sweep_points(self, center):
+        """(switch, values) of a sweep around ``center`` ({"block", "values"}), in an order of
+        its own (the same on resume): a sweep cut short by its share still spans the block,
+        not its first tile sizes only."""
+        block = tuple(center["block"])
+        switch = next((s for s, b in self.space.blocks().items() if tuple(b) == block), None)
+        if switch is None:  # a block this space no longer has
+            return []
+        points = self.space.sweep(center["values"], block)
+        random.Random(point(center["values"])).shuffle(points)
+        return [(switch, values) for values in points]
 
     def _plan_sweep(self):
         """Where the best code's point takes a block of interacting settings and no sweep is
@@ -374,7 +397,7 @@ class Study:
                 if others(values, block) not in swept:
                     self._centers.append({"block": list(block), "values": values})
                     self.study.set_user_attr("sweeps", self._centers)
-                    self._sweep = self.space.sweep(values, block)
+                    self._sweep = self._sweep_points(self._centers[-1])
                     return
 
     def _unmeasured_neighbour(self, values, seen):
