@@ -169,8 +169,8 @@ def pipeline_search(study, servers, options, progress=None):
         return saved["remix"]
     first, most = options.budget - held, options.budget - (held + 1) // 2
     study.run(servers, first, progress)
-    # A sweep of a block of interacting settings (``bayes.Study``: up to 2 x 28 Polly
-    # points) is paid from the held share, up to half of it. Paid from the first share, it
+    # A sweep of a block of interacting settings (``bayes.Study``: 28 Polly points, up to
+    # a third of a run) is paid from the held share, up to half of it. Paid from the first share, it
     # left the pipeline's own search few evaluations (the dense demo's matmul, seed 7: 54
     # sweep points, and r3's pipeline search stopped at 8.44x where the Bayesian search
     # alone found 8.81x in 150).
