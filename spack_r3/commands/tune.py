@@ -124,7 +124,7 @@ def tune(args):
 
     def on_progress(p):
         best = "-" if p.best is None else "%.2fx" % p.best
-        bar.update(p.kernel, p.done, p.budget, "best %s, %d failed" % (best, p.failed))
+        bar.update(cxxnames.display(p.kernel), p.done, p.budget, "best %s, %d failed" % (best, p.failed))
 
     options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
