@@ -18,7 +18,8 @@ import pytest
 from spack_r3.capture import list_captures
 from spack_r3.data import Variant
 from spack_r3.search.mutators.llm import REPAIR_HEADING
-from spack_r3.search.remix import Child
+from spack_r3.search.mutators import Proposal
+from spack_r3.search.remix import Child, by_class_in_turn
 from spack_r3.search.simplify import settings
 from spack_r3.sourcepatch import apply_patch, make_patch
 from spack_r3.workspace import Workspace
@@ -213,3 +214,14 @@ def test_a_rewrite_is_a_setting_that_simplification_can_drop():
     assert names == ["source"]
     lean = dict(settings(variant))["source"]
     assert lean.source_patch is None and lean.source_rule is None
+
+
+def test_each_rewrite_class_proposes_once_before_any_proposes_twice():
+    """A parent's rewrites are tried one class at a time, so few children fill several
+    cells of the archive; within a class, the mutator's (or the learned ranking's) order."""
+    rules = ["stage", "restrict", "omp-parallel", "omp-parallel", "omp-simd", "vectorize-pragma",
+             "unroll-pragma", "interchange", "tile", "scalar-replace"]
+    props = [Proposal("text %d" % i, rule, "%s %d" % (rule, i)) for i, rule in enumerate(rules)]
+    order = [p.description for p in by_class_in_turn(props)]
+    assert order == ["stage 0", "restrict 1", "omp-parallel 2", "omp-simd 4", "interchange 7",
+                     "scalar-replace 9", "omp-parallel 3", "vectorize-pragma 5", "tile 8", "unroll-pragma 6"]

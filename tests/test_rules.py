@@ -104,6 +104,15 @@ void lower(int n, double *a)
         for (int j = 0; j <= i; j++)
             a[i * n + j] *= 2.0;
 }
+
+void energy(int n, double *e, const double *p, const double *q, double emin)  /* LULESH's shape */
+{
+#pragma omp parallel for schedule(static) firstprivate(emin)
+    for (int i = 0; i < n; i++) {
+        e[i] = e[i] - 0.5 * (p[i] + q[i]);
+        e[i] = e[i] < emin ? emin : e[i];
+    }
+}
 """
 
 MAIN_C = r"""
@@ -118,6 +127,7 @@ double decay(int, double *, const double *);
 double pairs(int, const double *);
 void colsum(int, double [48][48], double *);
 void lower(int, double *);
+void energy(int, double *, const double *, const double *, double);
 
 int main(void) {
   int n = 45;  /* not a multiple of any tile size or vector width: remainders run too */
@@ -133,6 +143,7 @@ int main(void) {
   for (int i = 0; i < 48 * 48; i++) e[i / 48][i % 48] = (i % 11) * 0.125;
   colsum(n, e, c);
   lower(n, d);
+  energy(n * n, d, a, b, 0.25);
   printf("%g %g %g\n", c[n * n - 1], d[n + 1], s);
   return 0;
 }
@@ -140,7 +151,7 @@ int main(void) {
 
 MAKEFILE = ("prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
             "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n")
-KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "colsum", "lower")
+KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "colsum", "lower", "energy")
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +242,33 @@ def test_omp_simd_and_loop_hints_on_the_innermost_loop(recorded, server):
     unroll = one(props, "unroll-pragma")
     assert list(unroll.knobs) == ["R3_UF_1"]
     replays(recorded, server, src, unroll, knobs={"R3_UF_1": 8})
+
+
+def test_an_omp_parallel_for_of_an_innermost_loop_becomes_parallel_for_simd(recorded, server):
+    """LULESH's hot loops are each an ``omp parallel for``'s own: no hint that needs a loop of
+    its own reaches them, so the directive itself gains ``simd``, its clauses kept."""
+    src, props = proposals(recorded, "energy")
+    p = one(props, "omp-simd")
+    assert p.description == "omp parallel for simd on the i loop in energy"
+    assert "#pragma omp parallel for simd schedule(static) firstprivate(emin)\n" in p.text
+    assert not {"omp-parallel", "vectorize-pragma", "unroll-pragma"} & set(rules_of(props))
+    replays(recorded, server, src, p, verify_runs=3)
+
+
+def test_no_for_simd_where_the_loop_nests_or_a_scalar_is_shared(tmp_path, clang):
+    text = ("void rows(int n, double *a) {\n#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n"
+            "    for (int j = 0; j < n; j++)\n      a[i * n + j] *= 2.0;\n}\n"
+            "void shared(int n, double *a) {\n  double t;\n#pragma omp parallel for\n"
+            "  for (int i = 0; i < n; i++) {\n    t = a[i];\n    a[i] = t * t;\n  }\n}\n"
+            "void region(int n, double *a) {\n#pragma omp parallel\n  {\n"
+            "  #pragma  omp for nowait\n  for (int i = 0; i < n; i++) {\n    double t = a[i];\n    a[i] = t * t;\n  }\n"
+            "  }\n}\n")
+    rows = RulesMutator().propose(unit(tmp_path, text, "rows", openmp=True), Feedback())
+    assert "#pragma omp simd\n    for (int j" in one(rows, "omp-simd").text  # the inner loop, not the directive
+    shared = RulesMutator().propose(unit(tmp_path, text, "shared", openmp=True), Feedback())
+    assert "omp-simd" not in rules_of(shared)  # t is shared: the loop has a race already; leave it be
+    region = RulesMutator().propose(unit(tmp_path, text, "region", openmp=True), Feedback())
+    assert "#pragma  omp for simd nowait\n" in one(region, "omp-simd").text
 
 
 def test_interchange_of_a_perfect_nest(recorded, server):
@@ -359,7 +397,8 @@ def test_no_interchange_or_tiling_of_a_triangular_nest(recorded):
 
 
 def unit(tmp_path, text, function, filename="k.c", **kw):
-    return KernelSource(kernel=function, function=function, filename=filename, text=text, parse_args=[],
+    parse_args = ["-fopenmp"] if kw.get("openmp") else []  # as the unit's compile command would give
+    return KernelSource(kernel=function, function=function, filename=filename, text=text, parse_args=parse_args,
                         compile_dir=str(tmp_path), clang="/usr/bin/clang-19", **kw)
 
 

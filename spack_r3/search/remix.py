@@ -230,7 +230,8 @@ class Remix:
                      proposal.description, patch, knobs, repairs=repairs)
 
     def _proposals(self, parent, base_speedup):
-        """The mutator's rewrites of ``parent``, inherited winning rules first."""
+        """The mutator's rewrites of ``parent``, inherited winning rules first, one of each
+        rewrite class in turn."""
         try:
             props = self.mutator.propose(self._source(parent), self._feedback(parent, base_speedup))
         except (ASTError, PatchError):  # this parent does not parse: no children of it
@@ -238,7 +239,7 @@ class Remix:
         if self.patterns:
             rank = self.patterns.rule_ranking()
             props = sorted(props, key=lambda p: -rank.get(p.rule, 1.0))
-        return [(parent, p) for p in props]
+        return [(parent, p) for p in by_class_in_turn(props)]
 
     # -- evaluation --------------------------------------------------------------------
 
@@ -405,6 +406,22 @@ class Remix:
                 say("  %s: %s" % (child.description, child.cut))
             if self.patterns and child.speedup > 1.0:
                 self.patterns.add(self.target.kernel, child, self.facts)
+
+
+def by_class_in_turn(proposals):
+    """The proposals reordered so that each rewrite class gives one before any gives a
+    second, classes in the order they first appear: a budget that pays for few children
+    fills several cells of the archive, not one (LULESH, budget 40: one child per kernel,
+    always the first rule's, ``restrict``, and never the ``omp ... simd`` behind it)."""
+    queues: Dict[str, List[Proposal]] = {}
+    for p in proposals:
+        queues.setdefault(REWRITE_CLASSES.get(p.rule, "other"), []).append(p)
+    out = []
+    while any(queues.values()):
+        for q in queues.values():
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def inherited_settings(settings):

@@ -13,7 +13,9 @@ that is wrong by construction would only cost a replay to find out.
   when the body passes one parameter twice to a call or sets one from another.
 - ``omp-parallel``: ``#pragma omp parallel for`` on an outermost loop whose iterations
   are independent (``independent``), in a unit compiled with -fopenmp.
-- ``omp-simd``: ``#pragma omp simd`` on an innermost loop, by the same test.
+- ``omp-simd``: ``#pragma omp simd`` on an innermost loop, by the same test; where the
+  loop is already an ``omp parallel for`` (or ``omp for``) directive's own, the directive
+  becomes ``... for simd`` (LULESH: every hot loop is one, so no other hint reached them).
 - ``vectorize-pragma``, ``unroll-pragma``: ``#pragma clang loop`` hints on an innermost
   loop, the count a macro knob. Vectorizing with a hint may reorder a floating-point
   reduction, so with exact results (no tolerance) a loop that may carry one is skipped.
@@ -34,6 +36,7 @@ lists the values to try, the default first. Clang expands a macro inside
 """
 
 import os
+import re
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -56,8 +59,8 @@ class RulesMutator(Mutator):
         fn = Function(source)
         out = []
         # A new layout first: it is what no pipeline setting reaches.
-        for rule in (stage, restrict, omp_parallel, omp_simd, vectorize_pragma, unroll_pragma, interchange, tile,
-                     scalar_replace):
+        for rule in (stage, restrict, omp_parallel, omp_simd, omp_for_simd, vectorize_pragma, unroll_pragma,
+                     interchange, tile, scalar_replace):
             out.extend(rule(fn))
         return [p for p in out if _parses(source, p)]
 
@@ -308,6 +311,52 @@ def omp_simd(fn):
         out += _omp_pragma(fn, loop, "#pragma omp simd", "omp-simd",
                            "omp simd on the %s loop in %s" % (loop.name, fn.name))
     return out
+
+
+OMP_FOR = re.compile(r"#\s*pragma\s+omp\s+(?:parallel\s+)?for\b")
+
+
+def omp_for_simd(fn):
+    """``omp parallel for`` -> ``omp parallel for simd`` on a directive whose loop is
+    innermost and independent. The directive's clauses stay; a variable the test would make
+    private or reduce must already be named in them, or the loop is left alone."""
+    if not fn.source.openmp:
+        return []
+    out = []
+    for loop in fn.loops():
+        directive = _owning_directive(loop)
+        if directive is None or not loop.is_innermost() or hinted(loop.parents):
+            continue
+        begin, end = (directive.get("range") or {}).get("begin", {}), (directive.get("range") or {}).get("end", {})
+        if "spellingLoc" in begin or "offset" not in begin or "offset" not in end:
+            continue  # a _Pragma written by a macro
+        line = fn.text[begin["offset"]:end["offset"]]
+        head = OMP_FOR.match(line)
+        try:
+            private, sums = independent(fn, loop, fn.source.tolerance)
+        except Refused:
+            continue
+        clauses = set(re.findall(r"\w+", line[head.end():])) if head else set()
+        if not head or any(v not in clauses for v in private + sums):
+            continue
+        at = begin["offset"] + head.end()
+        out.append(Proposal(fn.text.edit([(at, at, " simd")]), "omp-simd",
+                            "omp %s simd on the %s loop in %s" % (head.group(0).split("omp", 1)[1].strip(),
+                                                                   loop.name, fn.name)))
+    return out
+
+
+def _owning_directive(loop):
+    """The ``omp parallel for`` or ``omp for`` directive whose own loop this is, if any."""
+    for p in reversed(loop.parents):
+        kind = p.get("kind", "")
+        if kind in ("CapturedStmt", "CapturedDecl"):
+            continue
+        if kind in ("OMPParallelForDirective", "OMPForDirective") and not any(
+                c.get("kind") == "OMPCollapseClause" for c in kids(p)):
+            return p
+        return None
+    return None
 
 
 def _innermost(fn):
