@@ -429,6 +429,22 @@ def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
     assert not {"omp-parallel", "interchange", "tile"} & set(leak)
 
 
+def test_a_unit_s_own_wrapper_of_a_math_function_counts_as_math(tmp_path, clang):
+    """LULESH writes ``SQRT(x)`` for its own ``inline real8 SQRT(real8 arg) { return sqrt(arg) ; }``:
+    a pure wrapper is as safe in a loop as ``sqrt``; one that writes a global is not."""
+    text = ("#include <math.h>\ntypedef double real8;\n"
+            "static inline real8 SQRT(real8 arg) { return sqrt(arg) ; }\n"
+            "static double calls_made;\nstatic inline double counted(double x) { calls_made += 1; return sqrt(x); }\n"
+            "void norm(int n, double *a) {\n#pragma omp parallel for\n"
+            "  for (int i = 0; i < n; i++)\n    a[i] = SQRT(a[i] * a[i] + 1.0);\n}\n"
+            "void tally(int n, double *a) {\n#pragma omp parallel for\n"
+            "  for (int i = 0; i < n; i++)\n    a[i] = counted(a[i]);\n}\n")
+    norm = RulesMutator().propose(unit(tmp_path, text, "norm", openmp=True), Feedback())
+    assert "#pragma omp parallel for simd\n" in one(norm, "omp-simd").text
+    tally = RulesMutator().propose(unit(tmp_path, text, "tally", openmp=True), Feedback())
+    assert "omp-simd" not in rules_of(tally)
+
+
 def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
     """A store through a pointer derived in the loop, a call that may write anything, a
     jump out of the loop, a written array read under another name: the rules do not guess."""

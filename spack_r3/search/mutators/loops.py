@@ -10,9 +10,9 @@ rules themselves:
     key(expr)                                  # a canonical printout: equal keys, equal expressions
 
 The analysis is deliberately small and conservative: anything it does not understand
-(a call that is not a math function, a store through a struct member or a derived
-pointer, a jump out of the loop) is a refusal, never a guess. Text edits are made on the
-unit's bytes, since clang's offsets count bytes.
+(a call that is not a math function or the unit's own pure wrapper of one, a store
+through a struct member or a derived pointer, a jump out of the loop) is a refusal,
+never a guess. Text edits are made on the unit's bytes, since clang's offsets count bytes.
 """
 
 from dataclasses import dataclass, field
@@ -368,13 +368,60 @@ def _jump_target(parents):
     return None
 
 
+def callee_of(node):
+    """The FunctionDecl stub a direct call names (``{}`` for a call through a pointer)."""
+    callee = strip(kids(node)[0]) if kids(node) else {}
+    decl = callee.get("referencedDecl") or {}
+    return decl if callee.get("kind") == "DeclRefExpr" and decl.get("kind") == "FunctionDecl" else {}
+
+
 def is_math_call(node):
-    """A direct call of a math function (``sqrt``, ``__builtin_fabs``): it writes nothing."""
-    callee = strip(kids(node)[0]) if kids(node) else None
-    decl = (callee or {}).get("referencedDecl") or {}
-    name = decl.get("name", "")
-    return callee.get("kind") == "DeclRefExpr" and decl.get("kind") == "FunctionDecl" and (
-        name in MATH or (name.startswith("__builtin_") and name[len("__builtin_"):] in MATH))
+    """A direct call of a math function (``sqrt``, ``__builtin_fabs``), or of one of the
+    unit's own wrappers of one (marked by ``Function``): it writes nothing."""
+    name = callee_of(node).get("name", "")
+    return bool(node.get("_math")) or name in MATH or (
+        name.startswith("__builtin_") and name[len("__builtin_"):] in MATH)
+
+
+MAX_WRAPPER_LOOKUPS = 8  # callee names looked up per kernel: each is a parse of the unit
+
+
+def math_wrappers(source, names):
+    """(name, type) of the functions among ``names`` that the unit defines as a pure wrapper
+    of math functions, ``inline real8 SQRT(real8 arg) { return sqrt(arg) ; }`` (LULESH):
+    one ``return`` of an expression of its by-value arithmetic parameters and math calls.
+    Matched by name and type, not id: ids are addresses in one clang process."""
+    out = set()
+    for name in sorted(names)[:MAX_WRAPPER_LOOKUPS]:
+        try:
+            decls = cast.dump(source, function=name)
+        except cast.ASTError:
+            continue
+        for d in decls:
+            if d.get("kind") == "FunctionDecl" and d.get("name") == name and _pure_math(d):
+                out.add((name, (d.get("type") or {}).get("qualType")))
+    return out
+
+
+def _pure_math(fn):
+    params = [c for c in kids(fn) if c.get("kind") == "ParmVarDecl"]
+    bodies = [c for c in kids(fn) if c.get("kind") == "CompoundStmt"]
+    if not bodies or len(kids(bodies[0])) != 1 or kids(bodies[0])[0].get("kind") != "ReturnStmt" \
+            or not all(is_arithmetic(p) for p in params):
+        return False
+    ret = kids(kids(bodies[0])[0])
+    if len(ret) != 1 or not is_arithmetic(ret[0]):
+        return False
+    ids = {p.get("id") for p in params}
+    for node, _ in cast.walk(ret[0]):
+        kind = node.get("kind", "")
+        if kind.endswith("CallExpr") and not (kind == "CallExpr" and is_math_call(node)):
+            return False
+        if kind == "DeclRefExpr" and not callee_of({"inner": [node]}) and (ref_decl(node) or {}).get("id") not in ids:
+            return False  # a global, or anything else it might read
+        if write_target(node) is not None or (kind == "UnaryOperator" and node.get("opcode") in ("++", "--", "&", "*")):
+            return False
+    return True
 
 
 def effects(region, continue_ok=True):
@@ -477,12 +524,21 @@ class Function:
         self.decls = {}  # id -> VarDecl/ParmVarDecl node, every one in the definition
         self.uses = {}  # decl id -> [(DeclRefExpr, parents)]
         self._loops = {}  # id(ForStmt) -> its Loop (or None), computed once
+        calls = []  # direct calls of functions that are not math functions by name
         for n, parents in cast.walk(self.node):
             if n.get("kind") in ("VarDecl", "ParmVarDecl"):
                 self.decls.setdefault(n.get("id"), n)
             elif n.get("kind") == "DeclRefExpr":
                 d = n.get("referencedDecl") or {}
                 self.uses.setdefault(d.get("id"), []).append((n, parents))
+            elif n.get("kind") == "CallExpr" and callee_of(n) and not is_math_call(n) \
+                    and any(p.get("kind") in LOOPS for p in parents):
+                calls.append(n)  # (only a loop's calls matter to the rules)
+        # The unit's own wrappers of math functions count as math (their calls are marked).
+        wrappers = math_wrappers(source, {callee_of(c)["name"] for c in calls}) if calls else set()
+        for c in calls:
+            if (callee_of(c)["name"], (callee_of(c).get("type") or {}).get("qualType")) in wrappers:
+                c["_math"] = True
 
     @property
     def name(self):

@@ -313,7 +313,7 @@ def omp_simd(fn):
     return out
 
 
-OMP_FOR = re.compile(r"#\s*pragma\s+omp\s+(?:parallel\s+)?for\b")
+OMP_FOR = re.compile(r"#\s*pragma\s+omp\s+((?:parallel\s+)?for)\b")
 
 
 def omp_for_simd(fn):
@@ -332,17 +332,18 @@ def omp_for_simd(fn):
             continue  # a _Pragma written by a macro
         line = fn.text[begin["offset"]:end["offset"]]
         head = OMP_FOR.match(line)
+        if not head:
+            continue
         try:
             private, sums = independent(fn, loop, fn.source.tolerance)
         except Refused:
             continue
-        clauses = set(re.findall(r"\w+", line[head.end():])) if head else set()
-        if not head or any(v not in clauses for v in private + sums):
+        clauses = set(re.findall(r"\w+", line[head.end():]))
+        if any(v not in clauses for v in private + sums):
             continue
         at = begin["offset"] + head.end()
-        out.append(Proposal(fn.text.edit([(at, at, " simd")]), "omp-simd",
-                            "omp %s simd on the %s loop in %s" % (head.group(0).split("omp", 1)[1].strip(),
-                                                                   loop.name, fn.name)))
+        out.append(Proposal(fn.text.edit([(at, at, " simd")]), "omp-simd", "omp %s simd on the %s loop in %s"
+                            % (" ".join(head.group(1).split()), loop.name, fn.name)))
     return out
 
 
