@@ -249,7 +249,7 @@ def test_an_omp_parallel_for_of_an_innermost_loop_becomes_parallel_for_simd(reco
     its own reaches them, so the directive itself gains ``simd``, its clauses kept."""
     src, props = proposals(recorded, "energy")
     p = one(props, "omp-simd")
-    assert p.description == "omp parallel for simd on the i loop in energy"
+    assert p.description.startswith("omp parallel for simd on the i loop at line ")
     assert "#pragma omp parallel for simd schedule(static) firstprivate(emin)\n" in p.text
     assert not {"omp-parallel", "vectorize-pragma", "unroll-pragma"} & set(rules_of(props))
     replays(recorded, server, src, p, verify_runs=3)
@@ -427,6 +427,19 @@ def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
     # j's last value is returned: making it private (or reordering the loops) would change it
     leak = rules_of(RulesMutator().propose(unit(tmp_path, text, "leak", openmp=True), Feedback()))
     assert not {"omp-parallel", "interchange", "tile"} & set(leak)
+
+
+def test_several_parallel_for_loops_also_get_simd_all_at_once(tmp_path, clang):
+    text = ("void update(int n, double *e, double *p, const double *w) {\n"
+            "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    e[i] += w[i];\n"
+            "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    p[i] = 0.4 * e[i];\n}\n")
+    props = [p for p in RulesMutator().propose(unit(tmp_path, text, "update", openmp=True), Feedback())
+             if p.rule == "omp-simd"]
+    assert [p.description for p in props] == ["omp ... for simd on all 2 such loops in update",
+                                              "omp parallel for simd on the i loop at line 2 in update",
+                                              "omp parallel for simd on the i loop at line 5 in update"]
+    assert props[0].text.count("#pragma omp parallel for simd\n") == 2
+    assert [p.text.count(" simd") for p in props[1:]] == [1, 1] and props[1].text != props[2].text
 
 
 def test_a_unit_s_own_wrapper_of_a_math_function_counts_as_math(tmp_path, clang):
