@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 
 from spack_r3.capture import list_captures
 from spack_r3.data import Variant
 from spack_r3.search.mutators.llm import REPAIR_HEADING
 from spack_r3.search.mutators import Proposal
-from spack_r3.search.remix import Child, by_class_in_turn
+from spack_r3.search.remix import Child, by_class_in_turn, clearly_below
 from spack_r3.search.simplify import settings
 from spack_r3.sourcepatch import apply_patch, make_patch
 from spack_r3.workspace import Workspace
@@ -225,3 +226,19 @@ def test_each_rewrite_class_proposes_once_before_any_proposes_twice():
     order = [p.description for p in by_class_in_turn(props)]
     assert order == ["stage 0", "restrict 1", "omp-parallel 2", "omp-simd 4", "interchange 7",
                      "scalar-replace 9", "omp-parallel 3", "vectorize-pragma 5", "tile 8", "unroll-pragma 6"]
+
+
+def test_a_child_is_cut_by_its_best_pair_or_by_its_median():
+    """Against the original's best median of 8.66x: a child whose every pair is slower is
+    out; so is one whose median is slower by more than noise even where one pair of its
+    bimodal code read as fast (matmul's Polly code: 8.8x one pair, 6.8x the median); one
+    within noise of it, or whose check at the baseline pipeline was as fast, stays."""
+    def trial(median, best_pair):
+        return optuna.trial.create_trial(value=median, params={}, distributions={},
+                                         user_attrs={"evaluation": {"speedup_max": best_pair}})
+
+    assert clearly_below([trial(1.81, 1.92)], 0.99, 8.66).startswith("cut after the original's best settings: at most")
+    assert "6.84x at best (median)" in clearly_below([trial(6.84, 8.80)], 1.16, 8.66)
+    assert clearly_below([trial(8.40, 8.80)], 1.03, 8.66) == ""  # 3% under: within noise
+    assert clearly_below([trial(6.84, 8.80)], 8.70, 8.66) == ""
+    assert clearly_below([], 0.5, 8.66) == ""  # every inherited setting failed: not judged

@@ -535,4 +535,9 @@ def test_children_also_try_the_best_settings_with_reassociation_and_without_poll
     assert inherited_settings(reassociates) == reassociates  # it reassociates already, without Polly
     exact = [{"opt": "3", "noalias": True, "polly": True}]  # no tolerance: no fast-math setting at all
     assert inherited_settings(exact) == exact + [{"opt": "3", "noalias": True, "polly": False}]
+    # Without Polly, the loop optimizations its code did without are back as the -O level does them.
+    polly_alone = [{"opt": "s", "vectorize": "off", "slp": "off", "unroll": "on", "polly": True,
+                    "polly_vec": "stripmine", "fast_math": "reassoc+contract"}]
+    assert inherited_settings(polly_alone)[-1] == {"opt": "s", "vectorize": "default", "slp": "default", "unroll": "on",
+                                                   "polly": False, "fast_math": "reassoc+contract"}
     assert inherited_settings([]) == []
