@@ -456,9 +456,9 @@ def clearly_below(best, check_speedup, base_speedup):
     check at the baseline pipeline: even the best pair of that trial is slower, or its
     median is slower by more than two evaluations tell apart (``noise.INDISTINCT``). The
     second is for kernels whose pairs read bimodally: one pair of matmul's Polly code can
-    read 8.8x where its median reads 6.8x, and a child cut by its best pair alone kept 11
-    of the 150 evaluations from the original's search (dense demo, seed 7). A child whose
-    inherited settings all failed is not judged by them."""
+    read 8.8x where its median reads 6.8x; judged by its best pair alone, such a child was
+    not cut and kept 11 of 150 evaluations from the original's search (dense demo, seed
+    7). A child whose inherited settings all failed is not judged by them."""
     if not best:
         return ""
     top = best[0].user_attrs["evaluation"].get("speedup_max") or best[0].value
