@@ -59,7 +59,7 @@ from optuna.trial import TrialState, create_trial
 from ..data import OK, WARM, Variant
 from ..replay.engine import spread
 from .confirm import each_server
-from .noise import INDISTINCT, PairBudget, pair_noise
+from .noise import PairBudget, clearly_above, pair_noise
 from .samplers import make_sampler
 from .simplify import settings
 
@@ -141,7 +141,7 @@ def switch_pays(ranked, switch):
     if not ranked or not ranked[0].params.get(switch):
         return False
     without = next((t.value for t in ranked if not t.params.get(switch)), None)
-    return without is None or ranked[0].value > without * (1 + INDISTINCT)
+    return without is None or clearly_above(ranked[0].value, without)
 
 
 def trial_variant(trial):

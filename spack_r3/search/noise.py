@@ -26,6 +26,12 @@ MOST_FACTOR = 6  # at most this many times the base pairs
 RECENT = 25  # evaluations the estimate is taken over: the noise of a busy machine drifts
 
 
+def clearly_above(a, b):
+    """Whether search value ``a`` lies above ``b`` by more than two evaluations tell
+    apart (``INDISTINCT``)."""
+    return a > b * (1 + INDISTINCT)
+
+
 def pair_noise(ratios):
     """One pair's noise in an evaluation: the robust standard deviation (1.4826 x MAD)
     of its log ratios; None with fewer than 3 usable pairs."""

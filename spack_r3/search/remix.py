@@ -52,10 +52,10 @@ from ..fileutil import write_atomic
 from ..replay.source import unit_text
 from ..sourcepatch import PatchError, apply_patch, make_patch
 from .bayes import Study, others
-from .noise import INDISTINCT, PairBudget
+from .noise import PairBudget, clearly_above
 from .mutators import Feedback, KernelSource, Proposal
 from .mutators.cast import ASTError
-from .space import POLLY_BLOCK, Space
+from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 
 REWRITE_CLASSES = {
     "restrict": "aliasing", "scalar-replace": "aliasing",
@@ -65,8 +65,6 @@ REWRITE_CLASSES = {
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
 PARALLEL_RULES = ("omp-parallel", "llm")
-# Pipeline switches that can turn a loop optimization off ("off"; "default": as the -O level does)
-LOOP_SWITCHES = ("vectorize", "slp", "unroll", "interleave")
 MAX_REPEATS = 50
 MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
 ORIGINAL = "original"
@@ -464,9 +462,10 @@ def clearly_below(best, check_speedup, base_speedup):
     top = best[0].user_attrs["evaluation"].get("speedup_max") or best[0].value
     if max(top, check_speedup) < base_speedup:
         return "cut after the original's best settings: at most %.2fx against %.2fx" % (top, base_speedup)
-    if max(best[0].value, check_speedup) * (1 + INDISTINCT) < base_speedup:
+    reached = max(best[0].value, check_speedup)
+    if clearly_above(base_speedup, reached):
         return "cut after the original's best settings: %.2fx at best (median) against %.2fx" % (
-            max(best[0].value, check_speedup), base_speedup)
+            reached, base_speedup)
     return ""
 
 

@@ -16,7 +16,7 @@ import warnings
 import optuna
 
 from ..errors import R3Error
-from .noise import INDISTINCT
+from .noise import clearly_above
 
 SAMPLERS = ("tpe", "random")
 # TPE leaves a region it rates low for good: on the dense demo's matrix product it spent
@@ -80,7 +80,7 @@ def plateau_gamma(values):
         if not done:
             return default
         best = max(done)
-        plateau = sum(v * (1 + INDISTINCT) >= best for v in done)
+        plateau = sum(not clearly_above(best, v) for v in done)
         return max(default, min(plateau, n // 2))
     return gamma
 

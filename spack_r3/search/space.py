@@ -30,6 +30,7 @@ FAST_MATH_CHOICES = {"none": (), "contract": ("contract",), "reassoc+contract": 
                      "fast": FAST_MATH_FLAGS}
 POLLY_BLOCK = ("polly_tile", "polly_matmul", "polly_vec")
 TRISTATE = ("default", "on", "off")  # pipeline tuning options: what the O-level does, or forced
+LOOP_SWITCHES = ("vectorize", "slp", "unroll", "interleave")  # the TRISTATE ones: loop optimizations
 
 
 def _always(values):
