@@ -287,8 +287,22 @@ def test_interchange_after_distributing_the_initialization(recorded, server):
     p = one(props, "interchange", "j,k")
     assert p.description == "interchange j,k in matmul after distributing c[i * n + j] = 0.0"
     replays(recorded, server, src, p)
+    # before i,j: j,k makes the innermost loop walk b and c contiguously
+    assert [q.description for q in props if q.rule == "interchange"][0] == p.description
     # no tiling of a nest that is not perfect
     assert not [q for q in props if q.rule == "tile" and "j,k" in q.description]
+
+
+def test_unroll_and_jam_keeps_the_element_it_accumulates_in_a_local(recorded, server):
+    """i,k,j matmul: blocks of k run inside the j loop, c[i*n+j] in a register across a
+    block; each element still gets its terms in k order, so the results stay exact."""
+    src, props = proposals(recorded, "mm_ikj")
+    p = one(props, "unroll-and-jam")
+    assert p.description == "unroll-and-jam k into the j loop in mm_ikj (R3_UJ_1), c[i * n + j] in a local"
+    assert p.knobs == {"R3_UJ_1": (4, 2, 8, 16)}
+    assert "for (int k = k_jam; k < k_jam + R3_UJ_1; k++)" in p.text
+    replays(recorded, server, src, p)  # 45 = 11 * 4 + 1: the last k runs in the loop after the blocks
+    replays(recorded, server, src, p, knobs={"R3_UJ_1": 16})
 
 
 def test_tile_with_the_size_as_a_knob(recorded, server):
@@ -402,6 +416,20 @@ def unit(tmp_path, text, function, filename="k.c", **kw):
                         compile_dir=str(tmp_path), clang="/usr/bin/clang-19", **kw)
 
 
+def test_no_unroll_and_jam_where_the_copies_share_nothing_or_the_order_matters(tmp_path, clang):
+    text = ("void scale(int n, double *a) {\n  for (int i = 0; i < n; i++)\n    for (int j = 0; j < n; j++)\n"
+            "      a[i * n + j] *= 2.0;\n}\n"
+            "void shift(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
+            "    for (int j = 0; j < n - 1; j++)\n      x[j] = x[j + 1] + b[i];\n}\n"  # (i, j+1) before (i+1, j)
+            "void sums(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
+            "    for (int j = 0; j < n; j++)\n      x[j] += b[i * n + j];\n}\n")
+    assert "unroll-and-jam" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "scale"), Feedback()))
+    assert not {"unroll-and-jam", "interchange"} & set(rules_of(
+        RulesMutator().propose(unit(tmp_path, text, "shift"), Feedback())))
+    p = one(RulesMutator().propose(unit(tmp_path, text, "sums"), Feedback()), "unroll-and-jam")
+    assert p.description == "unroll-and-jam i into the j loop in sums (R3_UJ_1), x[j] in a local"
+
+
 def test_restrict_is_refused_when_the_body_makes_parameters_alias(tmp_path, clang):
     text = ("void axpy(int n, double *x, double *y);\n"
             "void twice(int n, double *x, double *y) { axpy(n, x, x); }\n"
@@ -506,6 +534,23 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     assert sum(given_back) == remix.extended
     if original_best > 1:  # a cut child's unused evaluations went back as soon as it was cut
         assert given_back[0] == 1 + options.child_budget - (1 + len(inherit))
+
+
+def test_the_rewrites_a_child_makes_possible_come_right_after_it(recorded, server):
+    """matmul's interchange to i,k,j is cut (every child is, against 1000x), but the
+    unroll-and-jam it makes possible, which matmul itself does not offer, is its next child,
+    ahead of the original's other rewrites."""
+    ws = Workspace(recorded)
+    target = Target(kernel="matmul", captures=[capture_of(recorded, "matmul")], source_variant="follow-ups")
+    facts = kernel_facts(target, cores=1)
+    options = RemixOptions(budget=14, child_budget=4, seed=1, pairs=3)
+    remix = Remix(ws, storage(ws), target, facts, RulesMutator(), options, inherit=[Space(facts).defaults()])
+    remix.run([server], 1000.0)  # (no original's search to give cut children's budget back to)
+    kids = remix.children
+    at = next(i for i, c in enumerate(kids) if c.description.startswith("interchange j,k"))
+    assert kids[at].cut and kids[at + 1].parent == kids[at].id
+    assert kids[at + 1].rules == ("interchange", "unroll-and-jam") and kids[at + 1].status == OK
+    assert "unroll-and-jam" not in [c.rule for c in kids[:at]]
 
 
 @pytest.mark.parametrize("body", [
