@@ -15,7 +15,7 @@ import os
 import pytest
 
 from spack_r3.capture import load_capture_dir
-from spack_r3.data import OK, Variant
+from spack_r3.data import OK, Pipeline, Variant
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback, KernelSource, Proposal
 from spack_r3.search.mutators import cast
@@ -551,6 +551,15 @@ def test_the_rewrites_a_child_makes_possible_come_right_after_it(recorded, serve
     assert kids[at].cut and kids[at + 1].parent == kids[at].id
     assert kids[at + 1].rules == ("interchange", "unroll-and-jam") and kids[at + 1].status == OK
     assert "unroll-and-jam" not in [c.rule for c in kids[:at]]
+    # Each child's check, at the baseline settings, is a trial of its study: a candidate for
+    # the winner like the study's own (cut or not, a child may be fastest there). Not where
+    # the check ran with more threads than the baseline settings give (omp-parallel).
+    for child, study in remix.studies():
+        checks = [t for t in study.trials() if t.user_attrs.get("check")]
+        assert child.evaluations == len(study.trials()) + (child.rule == "omp-parallel")
+        if child.rule != "omp-parallel":
+            assert len(checks) == 1 and checks[0].user_attrs["evaluation"]["speedup"] == child.check_speedup
+            assert study.space.variant(checks[0].params, study.target.base).pipeline == Pipeline()
 
 
 @pytest.mark.parametrize("body", [

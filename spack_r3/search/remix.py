@@ -302,17 +302,24 @@ class Remix:
                      seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises,
                      sweeps=False)  # a short study: its inherited settings come out of the original's sweeps
 
-    def _measure(self, servers, child, progress, base_speedup):
+    def _measure(self, servers, child, progress, base_speedup, check=None):
         """The child's inner study (resumed if a killed run started it): the inherited
-        settings first, the rest of its budget only if they leave it in the running."""
+        settings first, the rest of its budget only if they leave it in the running. The
+        ``check`` evaluation counts as the study's trial at the baseline settings, where
+        those are what it measured (not for a check run with more threads)."""
         study = self.child_study(child)
+        baseline = study.space.defaults()
+        if check is not None and check.status == OK and \
+                study.space.variant(baseline, study.target.base).to_json() == check.variant:
+            study.add_evaluated(baseline, Variant.from_json(check.variant), check)
+        checks = sum(1 for t in study.trials() if t.user_attrs.get("check"))  # (paid for as the check)
         before = len(study.trials())
         # The last child gets what is left of the loop's budget, so that r3 is compared with
         # a search alone at the same budget (it ran 2 past 150 on the dense demo).
-        most = min(self.options.child_budget, before + max(0, self.options.budget - self.spent()))
+        most = checks + min(self.options.child_budget, before - checks + max(0, self.options.budget - self.spent()))
         # (Only the Bayesian study asks the inherited settings first.)
-        inherited = min(len(self.inherit), most) if self.options.sampler == "tpe" else 0
-        if inherited and before < inherited:
+        inherited = checks + min(len(self.inherit), most - checks) if self.options.sampler == "tpe" else 0
+        if inherited > checks and before < inherited:
             study.run(servers, inherited, progress)
             child.cut = clearly_below(study.best(1), child.check_speedup, base_speedup)
         if not child.cut:
@@ -428,7 +435,7 @@ class Remix:
             self._save()
             child, proposal = fixed_child, fixed
         if child.status == OK:
-            self._measure(servers, child, progress, base_speedup)
+            self._measure(servers, child, progress, base_speedup, ev)
             self._save()
             if child.cut:
                 say("  %s: %s" % (child.description, child.cut))
