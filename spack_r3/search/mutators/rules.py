@@ -646,9 +646,8 @@ def _unroll_and_jam(fn, outer, inner):
     jfn = Function(replace(src, text=jammed))
     block = [l for l in jfn.loops() if l.name == name and source_of(jfn.text, l.lo) == start and l.is_innermost()]
     try:
-        replaced = _scalar_replace(jfn, block[0])
-        element = replaced.description[len("scalar-replace "):].split(" across ")[0]
-        jammed, what = replaced.text, "%s, %s in a local" % (what, element)
+        jammed, element = _scalar_replaced(jfn, block[0])
+        what = "%s, %s in a local" % (what, element)
     except (Refused, IndexError):
         pass
     return Proposal(jammed, "unroll-and-jam", what, {size: JAM})
@@ -675,10 +674,16 @@ def scalar_replace(fn):
 
 
 def _scalar_replace(fn, loop):
-    """Keep the one element a loop writes in a local across the loop: legal when nothing
-    else is written in the loop, every access to that array is to that element, and the
-    element's index does not change in the loop. The loop is guarded by its own entry test
-    so an empty loop touches no memory, as before."""
+    text, element = _scalar_replaced(fn, loop)
+    return Proposal(text, "scalar-replace", "scalar-replace %s across the %s loop in %s" % (element, loop.name,
+                                                                                            fn.name))
+
+
+def _scalar_replaced(fn, loop):
+    """(the unit's text, the element) with the one element a loop writes kept in a local
+    across the loop: legal when nothing else is written in the loop, every access to that
+    array is to that element, and the element's index does not change in the loop. The
+    loop is guarded by its own entry test so an empty loop touches no memory, as before."""
     fx = effects(loop.body)
     if fx.refusal:
         raise Refused(fx.refusal)
@@ -712,8 +717,7 @@ def _scalar_replace(fn, loop):
     tail = "\n%s  %s = %s;\n%s}" % (pad, element, acc, pad)
     edits = [(begin, begin, head), (end, end, tail)]
     edits += [span(text, a.node) + (acc,) for a in accs]
-    return Proposal(text.edit(edits), "scalar-replace",
-                    "scalar-replace %s across the %s loop in %s" % (" ".join(element.split()), loop.name, fn.name))
+    return text.edit(edits), " ".join(element.split())
 
 
 def _paren(text, node):
