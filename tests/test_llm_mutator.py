@@ -169,7 +169,8 @@ def test_prompt_has_a_stable_prefix_and_feedback_last(source):
         parent_speedup=1.4,
         best=[("interchange i,j", 1.8), ("unroll by 4", 1.4)],
         failures=[("vectorize the reduction", "wrong output: y[3] = 1.0000001 (expected 1)")],
-        examples=[{"rule": "llm", "description": "blocked transpose", "speedup": 2.5, "kernel": "tr",
+        examples=[{"rule": "llm", "description": "blocked transpose", "speedup": 2.5, "gain": 1.25,
+                   "kernel": "tr",
                    "patch": "--- a/t.c\n+++ b/t.c\n@@ -1 +1 @@\n-old\n+new\n"}]))
     assert plain[0] == rich[0] and plain[0]["role"] == "system"
     a, b = plain[1]["content"], rich[1]["content"]
@@ -178,7 +179,7 @@ def test_prompt_has_a_stable_prefix_and_feedback_last(source):
     assert a[:cut] == llm.stable_prefix(source)
     assert UNIT.rstrip("\n") in a[:cut] and "void saxpy(int n" in a[:cut]  # the kernel is in the prefix
     tail = b[cut:]
-    for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]", "blocked transpose (2.50x)",
+    for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]", "blocked transpose (1.25x over that kernel's best without it)",
                    "```diff\n--- a/t.c", "+new"):
         assert needle in tail
     # a repair request shares the same prefix

@@ -10,6 +10,7 @@ recording (compiled, run, outputs compared). Tests never assert a speedup.
 """
 
 import dataclasses
+import json
 import os
 
 import pytest
@@ -21,7 +22,8 @@ from spack_r3.search.mutators import Feedback, KernelSource, Proposal
 from spack_r3.search.mutators import cast
 from spack_r3.search.bayes import Target, storage
 from spack_r3.search.mutators.rules import RulesMutator
-from spack_r3.search.remix import Remix, RemixOptions, inherited_settings, kernel_source
+from spack_r3.search.patterns import Patterns
+from spack_r3.search.remix import ORIGINAL, Child, Remix, RemixOptions, inherited_settings, kernel_source
 from spack_r3.search.space import Space
 from spack_r3.search.tune import kernel_facts
 from spack_r3.sourcepatch import Composer, make_patch
@@ -504,11 +506,12 @@ def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
 
 
 @pytest.mark.parametrize("original_best", [1e3, 1e-3])
-def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, server, original_best):
+def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, server, original_best, tmp_path):
     """A rewrite is measured first with the original's best settings; one that is clearly
     slower than the original's best then (every child against 1000x) stops there, and the
     evaluations it did not use go back to the original's search at once; one in the
-    running (every child against 0.001x) gets its whole inner study."""
+    running (every child against 0.001x) gets its whole inner study, and is kept as a
+    pattern for later kernels with its gain over the original's best."""
     ws = Workspace(recorded)
     target = Target(kernel="dot", captures=[capture_of(recorded, "dot")],
                     source_variant="cut-%g" % original_best)
@@ -516,11 +519,20 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     space = Space(facts)
     inherit = [space.defaults(), space.adopt({"noalias": True})]
     options = RemixOptions(budget=12, child_budget=4, seed=1, pairs=3)
-    remix = Remix(ws, storage(ws), target, facts, RulesMutator(), options, inherit=inherit)
+    patterns = Patterns(Workspace(str(tmp_path)))
+    remix = Remix(ws, storage(ws), target, facts, RulesMutator(), options, patterns, inherit=inherit)
     given_back = []
     remix.run([server], original_best, extend=given_back.append)
     measured = [c for c in remix.children if c.status == OK]
     assert measured
+    kept = {e["id"]: e for e in patterns.entries()}
+    if original_best > 1:
+        assert not kept  # no child beat the original's best: nothing to inherit
+    else:
+        assert set(kept) == {c.id for c in measured}
+        for child in measured:
+            assert kept[child.id]["rule"] == child.rule
+            assert kept[child.id]["gain"] == pytest.approx(child.speedup / original_best, rel=1e-3)
     for child in measured[:-1]:
         if original_best > 1:
             assert child.cut.startswith("cut after the original's best settings")
@@ -560,6 +572,39 @@ def test_the_rewrites_a_child_makes_possible_come_right_after_it(recorded, serve
         if child.rule != "omp-parallel":
             assert len(checks) == 1 and checks[0].user_attrs["evaluation"]["speedup"] == child.check_speedup
             assert study.space.variant(checks[0].params, study.target.base).pipeline == Pipeline()
+
+
+def test_rewrites_that_won_on_earlier_kernels_are_proposed_first_larger_gain_first(recorded, tmp_path):
+    """Pattern inheritance: the rules that beat an earlier kernel's best settings lead the
+    next kernel's rewrites, in the order of their gains; the rest keep the mutator's order.
+    A gain within noise is no pattern, and neither is an entry of an older workspace that
+    kept the speedup over the build alone (dot's every child read 9-12x that way)."""
+    patterns = Patterns(Workspace(str(tmp_path)))
+    facts = kernel_facts(Target(kernel="dot", captures=[capture_of(recorded, "dot")]), cores=1)
+
+    def won(rule, gain):
+        child = Child(rule + "-id", ORIGINAL, (rule,), "a %s rewrite" % rule, "--- a\n+++ b\n", speedup=3.0 * gain)
+        return patterns.add("dot", child, facts, gain)
+
+    assert won("restrict", 1.1) and won("unroll-pragma", 1.4)
+    assert not won("omp-simd", 1.02)  # within noise
+    with open(patterns.path) as f:
+        entries = json.load(f)["patterns"]
+    entries.append({"kernel": "old", "id": "old", "rule": "tile", "speedup": 12.0, "patch": ""})
+    with open(patterns.path, "w") as f:
+        json.dump({"patterns": entries}, f)
+    assert patterns.rule_ranking() == {"unroll-pragma": 1.4, "restrict": 1.1}
+    assert [e["rule"] for e in patterns.examples("matmul")] == ["unroll-pragma", "restrict"]
+
+    target = Target(kernel="matmul", captures=[capture_of(recorded, "matmul")], source_variant="inherits")
+    facts = kernel_facts(target, cores=1)
+    remix = Remix(Workspace(recorded), storage(Workspace(recorded)), target, facts, RulesMutator(),
+                  RemixOptions(budget=1), patterns)
+    ranked = rules_of(remix._rewrites(None, 1.0))
+    plain = rules_of(RulesMutator().propose(source(recorded, "matmul"), Feedback()))
+    first = ranked[:ranked.count("unroll-pragma") + ranked.count("restrict")]
+    assert first[0] == "unroll-pragma" and set(first) == {"unroll-pragma", "restrict"}
+    assert [r for r in ranked if r not in first] == [r for r in plain if r not in first]
 
 
 @pytest.mark.parametrize("body", [

@@ -364,7 +364,8 @@ class Remix:
                         break
                 else:
                     while not todo:
-                        parents = [p for p in self._parents(base_speedup) if (p.id if p else ORIGINAL) not in tried_parents]
+                        parents = [p for p in self._parents(base_speedup)
+                                   if (p.id if p else ORIGINAL) not in tried_parents]
                         if not parents:
                             break
                         tried_parents.add(parents[0].id if parents[0] else ORIGINAL)
@@ -439,8 +440,8 @@ class Remix:
             self._save()
             if child.cut:
                 say("  %s: %s" % (child.description, child.cut))
-            if self.patterns and child.speedup > 1.0:
-                self.patterns.add(self.target.kernel, child, self.facts)
+            if self.patterns:
+                self.patterns.add(self.target.kernel, child, self.facts, child.speedup / base_speedup)
 
 
 def by_class_in_turn(proposals):

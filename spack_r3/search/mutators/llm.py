@@ -194,10 +194,10 @@ def render_feedback(source: KernelSource, feedback: Optional[Feedback]) -> str:
         lines.append("")
         lines.append("Rewrites that won on other kernels (ideas, not to be copied blindly):")
         for ex in fb.examples[:MAX_EXAMPLES]:
-            speedup = ex.get("speedup")
+            gain = ex.get("gain")
             head = "- %s: %s" % (ex.get("rule", "?"), ex.get("description", ""))
-            if isinstance(speedup, (int, float)):
-                head += " (%s)" % _times(speedup)
+            if isinstance(gain, (int, float)):
+                head += " (%s over that kernel's best without it)" % _times(gain)
             lines.append(head)
             patch = (ex.get("patch") or "").strip("\n")
             if patch:
