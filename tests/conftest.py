@@ -33,6 +33,14 @@ def polly(clang):
     return tools
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that needs a real Spack is marked ``spack`` (``-m "not spack"`` runs the
+    rest), whichever fixture brings Spack in."""
+    for item in items:
+        if "spack_root" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spack)
+
+
 @pytest.fixture(scope="session")
 def spack_root():
     """A real Spack. Under R3_REQUIRE_SPACK=1 (CI) a missing Spack fails instead of skipping."""

@@ -8,6 +8,7 @@ one install tree) per module, and keep the Spack calls few.
 """
 
 import contextlib
+import glob
 import hashlib
 import io
 import json
@@ -189,12 +190,41 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     json.dump(data, open(path, "w"))
     text = open(recipe).read()
     open(recipe, "w").write(re.sub(r"^R3_TOOLCHAIN = .*$", "R3_TOOLCHAIN = '0123456789abcdef'", text, flags=re.M))
+    [unit] = data["units"]  # ... and the tuned unit's source changed (in the record build's kept stage)
+    with open(os.path.join(data["facts"]["source_root"], unit["source"]), "a") as f:
+        f.write("/* changed */\n")
     rc, out, err = r3("--workspace", site["ws"], "status", "--spack-config", site["scope"])
     assert rc == 1
+    assert "is stale: source: %s changed since tuning" % unit["source"] in out, out
     assert re.search(r"r3-dense +\S+ +matmul +[\d.]+x +[\d.]+x \[", out), out
     assert re.search(r"r3-dense target=\S+ is stale: compiler: tuned with clang 7\.0\.0", out), out
     assert "is stale: version: tuned on 0.9, the recipe now prefers 1.0" in out
     assert "is stale: r3: emitted by an r3 that builds tuned units differently (toolchain 0123456789abcdef" in out
+
+    # Emitting for a second target adds to the package: the same record, as if made on
+    # another microarchitecture, and the first target's plan (with its check) stays.
+    first, other = emitted["target"], "x86_64_v2" if emitted["target"] != "x86_64_v2" else "x86_64_v3"
+    [record_json] = [p for p in glob.glob(os.path.join(site["ws"], "runs", "*", "record.json"))
+                     if json.load(open(p)).get("spack", {}).get("package") == "r3-dense"]
+    data = json.load(open(record_json))
+    data["spack"]["target"] = other
+    json.dump(data, open(record_json, "w"))
+    rc, out, err = r3("--workspace", site["ws"], "emit", "r3-dense", "--json")
+    assert rc == 0, err
+    again = json.loads(out)
+    assert again["target"] == other and again["targets"] == sorted([first, other]) and again["recipe"] == recipe
+    text = open(recipe).read()
+    assert "'r3-%s.json'" % first in text and "'r3-%s.json'" % other in text
+    assert json.load(open(path))["facts"]["check"]["pairs"] == 2
+
+    # Emit with nothing tuned: the kernel's result says nothing beat the build.
+    for result_json in glob.glob(os.path.join(site["ws"], "results", "*.json")):  # (one per capture)
+        result = json.load(open(result_json))
+        result.update(winner="baseline", speedup=1.0)
+        json.dump(result, open(result_json, "w"))
+    rc, out, err = r3("--workspace", site["ws"], "emit", "r3-dense")
+    assert rc != 0 and err.strip() == \
+        "r3 emit: error: no tuned kernel of r3-dense to build: matmul: nothing beat the baseline", err
 
 
 def test_cmake_package_round_trip(site):
@@ -217,14 +247,31 @@ def test_cmake_package_round_trip(site):
     (["record", "r3-heat"], r"r3-heat declares no stand-alone test to run: give --run CMD"),
     (["emit", "r3-cg"], r"nothing recorded for r3-cg"),
 ])
-def test_bad_input_is_one_line_and_touches_nothing(site, tmp_path, argv, message):
+def test_bad_input_is_one_line_and_touches_nothing(site, spack_root, tmp_path, argv, message):
     ws = str(tmp_path / "ws")
     extra = ["--spack-config", site["scope"]] if argv[0] == "record" else []
+    before = _user_spack_state(spack_root)
     rc, out, err = r3("--workspace", ws, *argv, *extra)
     assert rc != 0
     lines = [l for l in err.splitlines() if l.strip()]
     assert len(lines) == 1 and re.search(message, lines[0]), err
     assert "Traceback" not in err
+    assert _user_spack_state(spack_root) == before  # the user's installs and configuration
+
+
+def _user_spack_state(spack_root):
+    """What a run must leave alone: the files of the user's Spack configuration and of
+    Spack's own install tree and configuration, with their sizes and times."""
+    state = {}
+    for top in (os.path.expanduser("~/.spack"), os.path.join(spack_root, "opt", "spack"),
+                os.path.join(spack_root, "etc", "spack")):
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in ("cache", "bootstrap")]  # Spack's own caches
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                state[path] = (st.st_size, st.st_mtime_ns)
+    return state
 
 
 def test_spack_r3_help_lists_the_subcommands(site, spack_root, tmp_path):

@@ -169,13 +169,12 @@ def _emit_and_check(ws, args, progress):
     out = {"emitted": {"recipe": done.recipe, "target": done.target, "targets": done.targets,
                        "skipped": done.skipped, "predicted_app_speedup": done.plan.predicted_app_speedup()}}
     _, facts = latest_spack_record(ws, name)
-    run = args.run or (facts or {}).get("run")
-    if args.check_pairs < 1 or not run:
+    if args.check_pairs < 1 or not args.run:
         if args.check_pairs >= 1:
             progress("no application check: the record ran the package's tests, give --run CMD to time a run")
         return out
     repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
-    check = check_app(ws, done, args.spec, run, pairs=args.check_pairs, user_scopes=args.spack_config,
+    check = check_app(ws, done, args.spec, args.run, pairs=args.check_pairs, user_scopes=args.spack_config,
                       extra_repos=repos, repo_root=args.repo, say=progress, kernel_pairs=args.check_kernel_pairs)
     from ..spack.emit import record_check
     record_check(done, check)
