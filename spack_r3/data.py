@@ -113,6 +113,10 @@ class Pipeline:
     polly_tile: Optional[int] = None  # None: Polly's default tile size; 0: no tiling; N: tiles of N
     polly_matmul: bool = True  # Polly's matrix-multiplication pattern optimization
     polly_vectorizer: str = "none"  # none or stripmine
+    # The build's own compiler with the build's own flags (``stages.build_object``): the
+    # code the untuned application runs, which every speedup is against. The fields above
+    # only describe it then.
+    build_compiler: bool = False
 
     @property
     def relaxes_fp(self):

@@ -51,6 +51,17 @@ def find_clang():
     raise ToolchainError("no clang >= %d found for recording%s; %s" % (MIN_CLANG, found, hint))
 
 
+@lru_cache(maxsize=None)
+def clang_of_version(recorded, version):
+    """A clang of major ``version``: ``recorded`` (the compiler a build ran) where it still
+    runs here, else ``clang-N`` on PATH, else LLVM's own bin directory; None if none."""
+    for path in (shutil.which(recorded) if recorded else None, shutil.which("clang-%d" % version),
+                 "/usr/lib/llvm-%d/bin/clang" % version):
+        if path and os.access(path, os.X_OK) and clang_version(path) == version:
+            return path
+    return None
+
+
 def clang_release(clang):
     """The full version ``clang -dumpversion`` prints (``19.1.7``), or None."""
     try:

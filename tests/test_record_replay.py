@@ -20,7 +20,8 @@ from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Varian
 from spack_r3.memimage import read_regions, region_bytes, write_regions
 from spack_r3.replay.engine import batchable, prepare
 from spack_r3.replay.module import apply_pipeline_edits, built_target, contracts_fma, trampoline
-from spack_r3.replay.pipeline import as_built, format_spec, parse
+from spack_r3.replay.pipeline import PipelineError, as_built, format_spec, parse
+from spack_r3.replay.stages import build_flags
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
@@ -504,25 +505,40 @@ int main(void) {
 
 
 def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
-    """A build with no -march compiles for the generic target, which has no FMA: the
-    application's a*b+c are rounded twice. Replay's baseline is that kernel as built (its
-    -O1, its target); a candidate for this machine contracts a*b+c only where the build did
+    """Replay's baseline is the kernel as its application runs it: the object the build's
+    own clang makes with the build's flags (here -O1 and no -march: the generic target,
+    which has no FMA, so the application's a*b+c are rounded twice). llvmlite's LLVM is
+    newer and its O3 is not clang's, so a candidate is measured against what the build
+    gives. A candidate for this machine contracts a*b+c only where the build did
     (fma=built, the default), so it reproduces the recording exactly on any CPU."""
     tree = source_tree(tmp_path_factory, "fused", {"fused.c": FUSED_C,
-                                                   "Makefile": "fused: fused.c\n\t$(CC) -O1 -o $@ $<\n"})
+                                                   "Makefile": "fused: fused.c\n\t$(CC) -O1 -g -o $@ $<\n"})
     ws = str(tmp_path_factory.mktemp("fused-ws"))
     assert r3("--workspace", ws, "record", "--source", tree, "--run", "./fused", "--target", "as-built") == 0
     cap = load_capture_dir(capture_of(ws, "axpy_like"))
     assert cap.opt_level == "1"
-    assert format_spec(as_built(cap)) == "O1,codegen=1,target=built"
+    assert format_spec(as_built(cap)) == "O1,codegen=1,target=built,compiler=build"
+    assert parse(format_spec(as_built(cap))) == as_built(cap)
+    # the flags that shape the code reach the baseline's compile, debug information does not
+    assert build_flags(cap.compile_command) == ["-O1"]
     capsys.readouterr()
     assert r3("--workspace", ws, "replay", "axpy_like", "--pipeline", "O3", "--pipeline", "O3,target=built",
-              "--pairs", 3, "--tolerance", 0, "--json") == 0
+              "--pipeline", format_spec(as_built(cap)), "--pairs", 3, "--tolerance", 0, "--json") == 0
     for r in json.loads(capsys.readouterr().out):
         assert r["status"] == OK and r["max_rel_error"] == 0 and r["speedup"] > 0, r
     # fusing where the build did not is a change of results, labelled so (whether it
     # changes the bits depends on this CPU having FMA)
     assert parse("O3,fma=on").relaxes_fp and not parse("O3").relaxes_fp
+
+
+def test_the_build_compiler_takes_the_builds_flags_only():
+    cmd = ["/usr/bin/clang-19", "-march=x86-64-v3", "-O2", "-g", "-flto=thin", "-fsanitize=address", "-Wall",
+           "-fopenmp", "-DN=4", "-Iinclude", "-MD", "-MF", "k.d", "-c", "k.c", "-o", "k.o"]
+    assert build_flags(cmd) == ["-march=x86-64-v3", "-O2", "-fopenmp"]
+    with pytest.raises(PipelineError, match="takes none of fast"):
+        parse("O3,fast,compiler=build")
+    with pytest.raises(PipelineError, match="takes none of unroll=0"):
+        parse("compiler=build,unroll=0")
 
 
 def test_fma_built_splits_a_times_b_plus_c_only_for_builds_without_fma():

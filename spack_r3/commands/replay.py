@@ -27,8 +27,8 @@ def setup_parser(subparser):
                                 "native CPU); repeat it to compare several in one table")
     subparser.add_argument("--repeat", type=int, default=10, help="timed runs (after an untimed check run)")
     subparser.add_argument("--pairs", type=int, default=0,
-                           help="also measure the speedup over the baseline (the kernel as built: its "
-                                "O-level and target) with N alternating pairs")
+                           help="also measure the speedup over the baseline (the kernel as built: the "
+                                "object the build's clang makes with the build's flags) with N alternating pairs")
     subparser.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: as recorded)")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point data (default: the capture's, else exact)")

@@ -30,7 +30,8 @@ from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
 from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
-from .stages import CompileError, KernelIR, module_triple, optimized_module, resolve_target, target_machine
+from .stages import (CompileError, KernelIR, build_flags, build_object, module_triple, optimized_module,
+                     resolve_target, target_machine)
 
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_POPULATE = 0x8000
@@ -244,21 +245,36 @@ def with_source_variant(prepared, patch, defines):
 
 class Compiled:
     """One JIT-compiled variant of a kernel, ready to call: ``stages.optimized_module`` (the
-    code a build of the variant gets too), compiled by MCJIT with the trampoline."""
+    code a build of the variant gets too), compiled by MCJIT with the trampoline; or, for
+    the baseline (``pipeline.build_compiler``), the object the build's own compiler makes
+    of the kernel (``stages.build_object``), loaded beside the trampoline."""
 
     def __init__(self, prepared, pipeline, launch=None):
         t0 = time.perf_counter()
         unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir)
-        cpu, features = resolve_target(pipeline, unit)
-        # An MCJIT engine owns its target machine: a fresh one per engine.
-        tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
-        mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
-        self.code = code_digest(str(mod), cpu, features, pipeline.codegen, launch)
-        self.engine = llvm.create_mcjit_compiler(mod, tm)
+        if pipeline.build_compiler:
+            obj = build_object(unit, build_flags(prepared.capture.compile_command))
+            # the trampoline only: this machine's target, as any other caller of the object
+            tm = target_machine(module_triple(unit.ir), llvm.get_host_cpu_name(),
+                                llvm.get_host_cpu_features().flatten(), 3, jit=True)
+            mod = None
+            self.code = hashlib.sha256(obj).hexdigest()[:16]
+        else:
+            cpu, features = resolve_target(pipeline, unit)
+            # An MCJIT engine owns its target machine: a fresh one per engine.
+            tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
+            mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
+            self.code = code_digest(str(mod), cpu, features, pipeline.codegen, launch)
         base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
         tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
-        tramp.triple, tramp.data_layout = mod.triple, mod.data_layout
-        self.engine.add_module(tramp)
+        if mod is None:
+            tramp.triple, tramp.data_layout = module_triple(unit.ir), str(tm.target_data)
+            self.engine = llvm.create_mcjit_compiler(tramp, tm)
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        else:
+            self.engine = llvm.create_mcjit_compiler(mod, tm)
+            tramp.triple, tramp.data_layout = mod.triple, mod.data_layout
+            self.engine.add_module(tramp)
         self.engine.finalize_object()
         addr = self.engine.get_function_address("__r3_call")
         if not addr:

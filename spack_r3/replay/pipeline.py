@@ -62,7 +62,7 @@ def parse(spec):
     p = Pipeline()
     if not spec:
         return p
-    polly_keys = []
+    polly_keys, own_keys = [], []
     for item in filter(None, (s.strip() for s in spec.split(","))):
         m = re.match(r"^-?O([0123sz])$", item)
         if m:
@@ -74,6 +74,8 @@ def parse(spec):
                 continue
             raise PipelineError("pipeline item '%s' is not KEY=VALUE (see r3 replay --help)" % item)
         key, value = (s.strip() for s in item.split("=", 1))
+        if key not in ("opt", "codegen", "target", "compiler"):
+            own_keys.append(item)
         if key == "opt":
             if value not in ("0", "1", "2", "3", "s", "z"):
                 raise PipelineError("opt=%s: expected 0, 1, 2, 3, s or z" % value)
@@ -137,8 +139,15 @@ def parse(spec):
                 raise PipelineError("%s=%s: expected %s" % (key, value, " or ".join(POLLY_VECTORIZERS)))
             p.polly_vectorizer = value
             polly_keys.append(item)
+        elif key == "compiler":
+            if value not in ("build", "r3"):
+                raise PipelineError("compiler=%s: expected build (the build's own compiler and flags) or r3" % value)
+            p.build_compiler = value == "build"
         else:
             raise PipelineError("unknown pipeline key '%s'" % key)
+    if p.build_compiler and (own_keys or p.fast_math):
+        raise PipelineError("compiler=build compiles with the build's own flags and takes none of %s"
+                            % ",".join(own_keys or ["fast"]))
     if polly_keys and not p.polly:
         raise PipelineError("%s: Polly's settings need polly=1" % ",".join(polly_keys))
     return p
@@ -146,10 +155,11 @@ def parse(spec):
 
 def as_built(capture):
     """The kernel as its application runs it, the baseline every candidate is measured
-    against: the build's O-level (and clang's code generation level for it) and the
-    target the build compiled for."""
+    against: compiled by the build's compiler with the build's flags (its O-level, its
+    target), which the other fields describe."""
     level = capture.opt_level
-    return Pipeline(opt=level, codegen={"0": 0, "1": 1, "3": 3}.get(level, 2), cpu="built", features="built")
+    return Pipeline(opt=level, codegen={"0": 0, "1": 1, "3": 3}.get(level, 2), cpu="built", features="built",
+                    build_compiler=True)
 
 
 def format_spec(p):
@@ -188,4 +198,6 @@ def format_spec(p):
             items.append("polly_matmul=0")
         if p.polly_vectorizer != "none":
             items.append("polly_vec=" + p.polly_vectorizer)
+    if p.build_compiler:
+        items.append("compiler=build")
     return ",".join(items)
