@@ -179,8 +179,8 @@ def test_prompt_has_a_stable_prefix_and_feedback_last(source):
     assert a[:cut] == llm.stable_prefix(source)
     assert UNIT.rstrip("\n") in a[:cut] and "void saxpy(int n" in a[:cut]  # the kernel is in the prefix
     tail = b[cut:]
-    for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]", "blocked transpose (1.25x over that kernel's best without it)",
-                   "```diff\n--- a/t.c", "+new"):
+    for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]",
+                   "blocked transpose (1.25x over that kernel's best without it)", "```diff\n--- a/t.c", "+new"):
         assert needle in tail
     # a repair request shares the same prefix
     repair = build_repair_messages(source, Proposal(HEAD + definition(BROKEN) + TAIL, "llm", "x"), "boom")

@@ -154,7 +154,7 @@ def tune(args):
 def _emit_and_check(ws, args, progress):
     """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3."""
     from ..spack.check import check_app
-    from ..spack.emit import emit
+    from ..spack.emit import emit, record_check
     from ..spack.record import latest_spack_record, package_name
 
     name = package_name(args.spec)
@@ -168,15 +168,14 @@ def _emit_and_check(ws, args, progress):
     progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
     out = {"emitted": {"recipe": done.recipe, "target": done.target, "targets": done.targets,
                        "skipped": done.skipped, "predicted_app_speedup": done.plan.predicted_app_speedup()}}
-    _, facts = latest_spack_record(ws, name)
     if args.check_pairs < 1 or not args.run:
         if args.check_pairs >= 1:
             progress("no application check: the record ran the package's tests, give --run CMD to time a run")
         return out
+    _, facts = latest_spack_record(ws, name)
     repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
     check = check_app(ws, done, args.spec, args.run, pairs=args.check_pairs, user_scopes=args.spack_config,
                       extra_repos=repos, repo_root=args.repo, say=progress, kernel_pairs=args.check_kernel_pairs)
-    from ..spack.emit import record_check
     record_check(done, check)
     out["check"] = check.to_json()
     return out

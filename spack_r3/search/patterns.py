@@ -57,17 +57,20 @@ class Patterns:
             write_atomic(self.path, json.dumps({"patterns": entries + [entry]}, indent=1))
         return True
 
+    def winners(self):
+        """The entries that carry a gain (those written before gains were kept rank nothing)."""
+        return [e for e in self.entries() if "gain" in e]
+
     def rule_ranking(self):
         """Each rule's best gain: rules that won before are proposed first, the larger gain
-        first. (Entries written before gains were kept carry none, and rank nothing.)"""
+        first."""
         rank = {}
-        for e in self.entries():
-            if "gain" in e:
-                rank[e["rule"]] = max(rank.get(e["rule"], 0.0), e["gain"])
+        for e in self.winners():
+            rank[e["rule"]] = max(rank.get(e["rule"], 0.0), e["gain"])
         return rank
 
     def examples(self, kernel, n=MAX_EXAMPLES):
         """The winning rewrites of the largest gains, other kernels' first (they teach
         something new)."""
-        entries = sorted((e for e in self.entries() if "gain" in e), key=lambda e: (e["kernel"] == kernel, -e["gain"]))
+        entries = sorted(self.winners(), key=lambda e: (e["kernel"] == kernel, -e["gain"]))
         return [dict(e, patch=e["patch"][:MAX_PATCH_CHARS]) for e in entries[:n]]
