@@ -142,6 +142,65 @@ def test_a_compile_and_link_line_builds_its_planned_unit_tuned(clang, tmp_path):
     assert any(n.startswith("axpy.r3.") for n in _symbols(src / "app"))
 
 
+# An OpenMP kernel with a macro knob, as a source rewrite leaves one (R3_<NAME>_<n>, the
+# build's value by default): the tuned build must reach the run with the plan's thread
+# count and knob value, whatever OMP_NUM_THREADS says.
+TEAM_C = r"""
+#include <omp.h>
+#ifndef R3_UNROLL_1
+#define R3_UNROLL_1 1
+#endif
+int team, knob;
+void scale(int n, double *x) {
+  knob = R3_UNROLL_1;
+#pragma omp parallel
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+#pragma omp for
+    for (int i = 0; i < n; i++) x[i] *= 2.0;
+  }
+}
+"""
+
+TEAM_MAIN_C = r"""
+#include <stdio.h>
+extern int team, knob;
+void scale(int n, double *x);
+int main(void) {
+  double x[1000], sum = 0;
+  for (int i = 0; i < 1000; i++) x[i] = i;
+  scale(1000, x);
+  for (int i = 0; i < 1000; i++) sum += x[i];
+  printf("team=%d knob=%d sum=%.17g\n", team, knob, sum);
+  return 0;
+}
+"""
+
+
+def test_a_plans_threads_and_source_knobs_reach_the_run(clang, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kernels.c").write_text(TEAM_C)
+    (src / "main.c").write_text(TEAM_MAIN_C)
+    (src / "Makefile").write_text(MAKEFILE.replace("-O2", "-O2 -fopenmp"))
+    one_thread = {"OMP_NUM_THREADS": "1"}
+
+    def run():
+        out = subprocess.run(["./app"], cwd=src, capture_output=True, text=True, env=dict(os.environ, **one_thread))
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert _make(src, clang).returncode == 0
+    assert run() == "team=1 knob=1 sum=999000\n"
+    plan = Plan("any", [PlannedUnit("kernels.c", [PlannedKernel("scale", {"opt": "3"}, {"threads": 3})],
+                                    defines={"R3_UNROLL_1": 4})])
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    built = _make(src, clang, str(tmp_path / "plan.json"))
+    assert built.returncode == 0, built.stderr
+    assert run() == "team=3 knob=4 sum=999000\n"
+
+
 def _profile(src, tmp_path, label):
     out = tmp_path / ("profile-" + label)
     run = subprocess.run(["./app"], cwd=src, capture_output=True, text=True,

@@ -259,7 +259,10 @@ def _with_probes(text, bitcode, kernels):
     return instrument_text(text, infos, "", orig_prefix=TIMED_PREFIX)
 
 
-_FORK = re.compile(r"^(\s*)call void \(ptr, i32, ptr, \.\.\.\) @__kmpc_fork_call\((ptr @[-\w.$\"]+),", re.M)
+# A fork in optimized IR: ``tail call`` or not, its location argument with attributes
+# (``ptr nonnull @1``).
+_FORK = re.compile(r"^(\s*)(?:(?:tail|notail|musttail) )?call void \(ptr, i32, ptr, \.\.\.\) "
+                   r"@__kmpc_fork_call\((ptr(?: \w+)* @[-\w.$\"]+),", re.M)
 
 
 def _with_threads(mod, threads):
