@@ -85,13 +85,27 @@ def test_compiler_of_a_concrete_spec():
     assert spec_compiler({"name": "x", "hash": "x"}, []) is None
 
 
-def _wrapped_class():
-    """A recipe (its ``compiler`` as 0.x and 1.x give it) and the subclass wrap writes."""
-    ns = {"os": os, "R3_HOOKS": "/hooks"}
+class InstallError(Exception):
+    """Spack's (``from spack.package import *`` gives it to a package)."""
+
+
+def _wrapped_class(hooks="/hooks"):
+    """A recipe (its ``compiler`` as 0.x and 1.x give it) and the subclass wrap writes,
+    with the launchers where ``hooks`` says they were when the package was written."""
+    ns = {"os": os, "R3_HOOKS_AT_EMIT": hooks, "InstallError": InstallError}
     recipe = ("class Recipe:\n    given = None\n\n    @property\n    def compiler(self):\n"
               "        return self.given\n\n\nclass Wrapped(Recipe):\n")
-    exec(wrap._COMPILER_PROXY + recipe + wrap._COMPILERS, ns)
+    exec(wrap._HOOKS + wrap._COMPILER_PROXY + recipe + wrap._COMPILERS, ns)
     return ns["Wrapped"]
+
+
+@pytest.fixture
+def hooks(tmp_path):
+    """A directory with the launchers in it (the emitted package checks they are there)."""
+    for name in ("r3-spack-cc", "r3-spack-cxx"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    return str(tmp_path)
 
 
 def _node(**attrs):
@@ -118,8 +132,8 @@ class _Adaptor:
         raise AttributeError("'x' has no cxx compiler, so the 'cxx' property cannot be retrieved")
 
 
-def test_wrapped_package_finds_its_compilers():
-    cls = _wrapped_class()
+def test_wrapped_package_finds_its_compilers(hooks):
+    cls = _wrapped_class(hooks)
     p = cls()
     p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19")})  # 1.x, a C-only package
     p.given = _Adaptor()
@@ -131,7 +145,7 @@ def test_wrapped_package_finds_its_compilers():
     assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
     env = {}
     p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "record")
-    assert env["SPACK_CC"] == "/hooks/r3-spack-cc" and env["R3_REAL_CXX"] == "/usr/bin/clang++-19"
+    assert env["SPACK_CC"] == hooks + "/r3-spack-cc" and env["R3_REAL_CXX"] == "/usr/bin/clang++-19"
     assert p.compiler.cc == "/usr/bin/clang-19"  # outside the build: the recipe's own
     # Inside the build, a recipe that passes its build the compiler (CC=self.compiler.cc)
     # passes the launcher: the build's environment holds what _r3_launch set.
@@ -139,11 +153,26 @@ def test_wrapped_package_finds_its_compilers():
     try:
         os.environ.update(env)
         assert (p.compiler.cc, p.compiler.cxx, p.compiler.version) == (
-            "/hooks/r3-spack-cc", "/hooks/r3-spack-cxx", "19.1.7")
+            hooks + "/r3-spack-cc", hooks + "/r3-spack-cxx", "19.1.7")
         assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_a_package_finds_the_launchers_where_spack_r3_is_now(hooks, tmp_path, monkeypatch):
+    """spack-r3 moved since it wrote the package (another virtualenv, another node):
+    $R3_HOOKS says where it is now; with the launchers nowhere, the build stops with one
+    line saying what to do."""
+    p = _wrapped_class(str(tmp_path / "gone"))()
+    p.spec, p.given = _Spec1({}), types.SimpleNamespace(cc="/usr/bin/clang-19", cxx=None)
+    env = {}
+    monkeypatch.setenv("R3_HOOKS", hooks)
+    p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "apply")
+    assert env["SPACK_CC"] == os.path.join(hooks, "r3-spack-cc")
+    monkeypatch.delenv("R3_HOOKS")
+    with pytest.raises(InstallError, match="r3-spack-cc is not in .*gone: install spack-r3 and set R3_HOOKS"):
+        p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "apply")
 
 
 def test_parent_is_imported_by_its_own_repository_layout():

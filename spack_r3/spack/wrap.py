@@ -22,6 +22,19 @@ from .repos import class_name, package_dir_name
 
 HOOK_DIR = os.path.dirname(os.path.abspath(sys.executable))
 
+# Where the launchers are when the package builds: spack-r3 may have moved since it wrote the
+# package (another virtualenv, another node of the facility), so $R3_HOOKS first.
+_HOOKS = '''
+def _r3_hooks():
+    """The directory of r3-spack-cc and r3-spack-cxx: $R3_HOOKS, else where spack-r3 was
+    when it wrote this package."""
+    hooks = os.environ.get("R3_HOOKS") or R3_HOOKS_AT_EMIT
+    if not os.access(os.path.join(hooks, "r3-spack-cc"), os.X_OK):
+        raise InstallError("spack-r3's r3-spack-cc is not in %s: install spack-r3 and set R3_HOOKS to the "
+                           "directory of its scripts" % hooks)
+    return hooks
+'''
+
 
 def parent_module(namespace, name, layout):
     if layout == "v2":
@@ -62,10 +75,10 @@ _COMPILERS = '''
         env.set("R3_SPACK_LAUNCHER", launcher)
         if cc:
             env.set("R3_REAL_CC", cc)
-            env.set("SPACK_CC", os.path.join(R3_HOOKS, "r3-spack-cc"))
+            env.set("SPACK_CC", os.path.join(_r3_hooks(), "r3-spack-cc"))
         if cxx:
             env.set("R3_REAL_CXX", cxx)
-            env.set("SPACK_CXX", os.path.join(R3_HOOKS, "r3-spack-cxx"))
+            env.set("SPACK_CXX", os.path.join(_r3_hooks(), "r3-spack-cxx"))
 '''
 
 
@@ -81,11 +94,11 @@ class _R3Compiler:
 
     @property
     def cc(self):
-        return os.path.join(R3_HOOKS, "r3-spack-cc") if os.environ.get("R3_REAL_CC") else self._real.cc
+        return os.path.join(_r3_hooks(), "r3-spack-cc") if os.environ.get("R3_REAL_CC") else self._real.cc
 
     @property
     def cxx(self):
-        return os.path.join(R3_HOOKS, "r3-spack-cxx") if os.environ.get("R3_REAL_CXX") else self._real.cxx
+        return os.path.join(_r3_hooks(), "r3-spack-cxx") if os.environ.get("R3_REAL_CXX") else self._real.cxx
 '''
 
 
@@ -99,9 +112,9 @@ def _header(namespace, name, layout, what):
             "from %s import *  # the recipe, and the builder classes it defines" % module,
             "from %s import %s as _R3Original" % (module, cls),
             "",
-            "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper)",
-            "R3_HOOKS = %r" % HOOK_DIR,
-            "", _COMPILER_PROXY]
+            "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper) were here",
+            "R3_HOOKS_AT_EMIT = %r" % HOOK_DIR,
+            "", _HOOKS, _COMPILER_PROXY]
 
 
 def record_package(namespace, name, layout, env):
