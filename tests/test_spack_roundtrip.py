@@ -22,7 +22,11 @@ import pytest
 
 from spack_r3 import cli
 from spack_r3.extension import EXTENSION_ROOT
+from spack_r3.sourcepatch import make_patch
+from spack_r3.spack import emit as spack_emit
+from spack_r3.spack.check import check_app
 from spack_r3.spack.repos import write_scope
+from spack_r3.workspace import Workspace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_REPO = os.path.join(ROOT, "repos", "r3")
@@ -180,6 +184,30 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     [k] = row["kernel_speedups"]
     assert k["kernel"] == "matmul" and k["predicted"] == kernel["speedup"]
     assert k["measured"] == timed["app_speedup"] and k["measured_min"] <= k["measured"] <= k["measured_max"]
+
+    # A source rewrite reaches the +r3 build through Spack's own patch(): matmul's winner,
+    # given a rewrite of its unit, is emitted as patch(..., when="+r3 target=<uarch>"), and
+    # Spack's +r3 build compiles the patched unit while ~r3 compiles the original.
+    [result_json] = glob.glob(os.path.join(site["ws"], "results", "*.json"))
+    result = json.load(open(result_json))
+    [unit] = plan["units"]
+    original = open(os.path.join(plan["facts"]["source_root"], unit["source"])).read()
+    marker = 'static const char r3_rewrite_marker[] __attribute__((used)) = "r3-rewritten-unit";\n'
+    result["variant"].update(source_patch=make_patch(original, original + marker, unit["source"]),
+                             source_rule="marker")
+    json.dump(result, open(result_json, "w"))
+    done = spack_emit.emit(Workspace(site["ws"]), "r3-dense")
+    patch_name = "r3-%s-0.patch" % done.target
+    assert 'patch("%s", when="+r3 target=%s")' % (patch_name, done.target) in open(recipe).read()
+    assert os.path.isfile(os.path.join(os.path.dirname(recipe), patch_name))
+    rewritten = check_app(Workspace(site["ws"]), done, "r3-dense", "dense 120 1", pairs=2,
+                          user_scopes=[site["scope"]], kernel_pairs=0)
+    spack_emit.record_check(done, rewritten)
+    for prefix, built in ((rewritten.tuned_prefix, True), (rewritten.untuned_prefix, False)):
+        proc = _installed_run(prefix, "dense 120 1")
+        assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
+        assert (b"r3-rewritten-unit" in open(os.path.join(prefix, "bin", "dense"), "rb").read()) is built, prefix
+    plan = json.load(open(os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])))
 
     # A stale variant: tuned with another compiler than this machine's, on another version,
     # and emitted by an r3 whose build stages differ from this one's.
