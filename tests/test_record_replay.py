@@ -529,6 +529,16 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
     # fusing where the build did not is a change of results, labelled so (whether it
     # changes the bits depends on this CPU having FMA)
     assert parse("O3,fma=on").relaxes_fp and not parse("O3").relaxes_fp
+    # Captures taken where another clang built the application: without that clang here,
+    # there is no baseline to measure against, and every candidate says why.
+    meta_path = os.path.join(capture_of(ws, "axpy_like"), "capture.json")
+    meta = json.load(open(meta_path))
+    meta["compile_command"][0] = "/elsewhere/bin/clang-7"
+    json.dump(meta, open(meta_path, "w"))
+    assert r3("--workspace", ws, "replay", "axpy_like", "--pipeline", "O3", "--pairs", 3, "--json") == 1
+    [r] = json.loads(capsys.readouterr().out)
+    assert r["status"] == "compile-error", r
+    assert r["diagnostics"].endswith("does not compile: clang-7, the record compiler, is not found here"), r
 
 
 def test_the_build_compiler_takes_the_builds_flags_only():

@@ -21,7 +21,7 @@ from ..replay import cachestate
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
-from ..data import OK, WARM, WRONG_OUTPUT, Variant
+from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
 from ..replay.pipeline import as_built, format_spec
 from ..model.client import ModelError
 from .bayes import Study, StudyGroup, Target, storage, trial_variant
@@ -265,6 +265,9 @@ def _baseline_problem(pool, target, timeout):
     ev = target.submit(pool.servers[0], Variant(pipeline=baseline), repeat=1, timeout=timeout)
     if ev.status == OK:
         return None
+    if ev.status == COMPILE_ERROR:  # e.g. the record clang is gone: nothing to measure against
+        return "its baseline (%s, the kernel as built) does not build: %s" % (
+            format_spec(baseline), (ev.diagnostics.strip().splitlines() or ["?"])[-1])
     what = "max relative error %.2g" % ev.max_rel_error if ev.status == WRONG_OUTPUT else ev.status
     return "its baseline (%s, the kernel as built) does not reproduce the recording: %s" % (format_spec(baseline), what)
 
