@@ -536,7 +536,7 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
     meta["compile_command"][0] = "/elsewhere/bin/clang-7"
     json.dump(meta, open(meta_path, "w"))
     assert r3("--workspace", ws, "replay", "axpy_like", "--pipeline", "O3", "--pairs", 3, "--json") == 1
-    [r] = json.loads(capsys.readouterr().out)
+    r = json.loads(capsys.readouterr().out)  # one pipeline: one object
     assert r["status"] == "compile-error", r
     assert r["diagnostics"].endswith("does not compile: clang-7, the record compiler, is not found here"), r
 
