@@ -201,7 +201,7 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     assert 'patch("%s", when="+r3 target=%s")' % (patch_name, done.target) in open(recipe).read()
     assert os.path.isfile(os.path.join(os.path.dirname(recipe), patch_name))
     rewritten = check_app(Workspace(site["ws"]), done, "r3-dense", "dense 120 1", pairs=2,
-                          user_scopes=[site["scope"]], kernel_pairs=0)
+                          user_scopes=[site["scope"]], kernel_pairs=1)
     spack_emit.record_check(done, rewritten)
     for prefix, built in ((rewritten.tuned_prefix, True), (rewritten.untuned_prefix, False)):
         proc = _installed_run(prefix, "dense 120 1")

@@ -36,6 +36,7 @@ def emit(args):
     print("%s: %d tuned kernel(s) for target=%s (targets now: %s), predicted application speedup %.2fx"
           % (done.package, len(kernels), done.target, ", ".join(done.targets), done.plan.predicted_app_speedup()))
     print("recipe: %s" % done.recipe)
-    print("build it: spack -C <a scope listing %s> install %s+r3" % (done.recipe.rsplit("/packages/", 1)[0],
-                                                                     done.package))
+    # fresh roots: Spack's reuse would take an earlier +r3 install, patches are not in its solve
+    print("build it: spack -C <a scope listing %s> install --fresh-roots %s+r3"
+          % (done.recipe.rsplit("/packages/", 1)[0], done.package))
     return 0
