@@ -245,14 +245,15 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     assert "'r3-%s.json'" % first in text and "'r3-%s.json'" % other in text
     assert json.load(open(path))["facts"]["check"]["pairs"] == 2
 
-    # Emit with nothing tuned: the kernel's result says nothing beat the build.
-    for result_json in glob.glob(os.path.join(site["ws"], "results", "*.json")):  # (one per capture)
+    # Emit with nothing worth building: a winner within noise of the build, then none.
+    [result_json] = glob.glob(os.path.join(site["ws"], "results", "*.json"))
+    for update, why in (({"speedup": 1.03}, "1.030x over the build is within noise (a variant needs above 1.057x)"),
+                        ({"winner": "baseline", "speedup": 1.0}, "nothing beat the baseline")):
         result = json.load(open(result_json))
-        result.update(winner="baseline", speedup=1.0)
+        result.update(update)
         json.dump(result, open(result_json, "w"))
-    rc, out, err = r3("--workspace", site["ws"], "emit", "r3-dense")
-    assert rc != 0 and err.strip() == \
-        "r3 emit: error: no tuned kernel of r3-dense to build: matmul: nothing beat the baseline", err
+        rc, out, err = r3("--workspace", site["ws"], "emit", "r3-dense")
+        assert rc != 0 and err.strip() == "r3 emit: error: no tuned kernel of r3-dense to build: matmul: " + why, err
 
 
 def test_cmake_package_round_trip(site):
