@@ -4,6 +4,7 @@ Each test reads as one thing a user does: record an app, list its kernels,
 replay a capture, and see what happens when a capture or a candidate is bad.
 """
 
+import glob
 import json
 import os
 import shutil
@@ -456,13 +457,20 @@ def test_a_build_that_ignores_the_launcher_is_one_clear_error(tmp_path, clang):
     assert proc.stderr.count("\n") == 1
 
 
-def test_a_failing_run_keeps_what_it_captured(tmp_path, clang):
+def test_a_failing_run_keeps_its_captures_apart_and_nothing_uses_them(tmp_path, clang):
     ws = tmp_path / "ws"
     # alpha=0.3 makes the heat demo unstable: its self-check fails after the kernels ran
     proc = r3_subprocess("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"),
                          "--run", "./heat 32 20 0.3")
     assert proc.returncode == 2 and "application run failed" in proc.stderr
-    assert "jacobi_step" in {c.kernel for c in list_captures(Workspace(str(ws)))}
+    assert proc.stderr.count("\n") == 1 and "captures are not used" in proc.stderr
+    kept = proc.stderr.split("kept for diagnosis in ")[1].split(")")[0]
+    assert glob.glob(os.path.join(kept, "*", "*"))  # what the failed run captured, for diagnosis
+    assert list_captures(Workspace(str(ws))) == []
+    # ...so a tune of the same tree and run records again, and fails the same way
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", os.path.join(DEMOS, "heat"),
+                         "--run", "./heat 32 20 0.3", "--budget", 1)
+    assert proc.returncode == 2 and "reusing" not in proc.stdout and "application run failed" in proc.stderr
 
 
 def test_a_kernel_name_that_does_not_exist_is_one_clear_error(tmp_path, clang):

@@ -8,6 +8,7 @@ import datetime
 import glob
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import List
 
 from .. import capture as capture_store
-from .. import cxxnames
+from .. import cxxnames, sourcetree
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..machine import cache_bytes
-from ..toolchain import clangxx_beside, find_clang
+from ..toolchain import clang_release, clangxx_beside, find_clang
 
 
 RECORD_JSON = "record.json"
@@ -111,8 +112,20 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
         if "undefined reference to `__r3_" in text:
             raise R3Error("%s linked without the record runtime: links must go through r3-record too "
                           "(CMake: -DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER, likewise CXX) (log: %s)" % (what, log_path))
-        tail = [l for l in text.splitlines() if l.strip()][-1:] or ["(no output)"]
-        raise R3Error("%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, tail[0], log_path))
+        raise R3Error("%s failed with exit code %d: %s (log: %s)"
+                      % (what, proc.returncode, first_errors(text), log_path))
+
+
+_DIAGNOSTIC = re.compile(r"^\S+:\d+(:\d+)?: (fatal )?error: |^(clang|gcc|cc|ld|ld\.lld)(-\d+)?: error: |"
+                         r"^\S*\bld: .*undefined reference")
+
+
+def first_errors(text, most=2):
+    """What a failed command's output says first went wrong: its compiler's or linker's
+    first error lines (make's last line only names the target), else its last line."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    errors = [l for l in lines if _DIAGNOSTIC.search(l)]
+    return " | ".join(errors[:most]) if errors else (lines[-1] if lines else "(no output)")
 
 
 TARGETS = {"native": "-march=native", "as-built": ""}
@@ -164,7 +177,6 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     ``progress`` receives one line per step, ``output`` each line the application prints.
     """
     say = progress or (lambda msg: None)
-    request = _request(source, run, build, kernels, instances, tolerance, target)
     source = os.path.abspath(source)
     if not os.path.isdir(source):
         raise R3Error("source directory %s does not exist" % source)
@@ -175,11 +187,13 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
         raise R3Error("unknown --target %s (choose: %s)" % (target, ", ".join(TARGETS)))
     clang = find_clang()
     workspace.ensure()
+    request = _request(workspace, source, run, build, kernels, instances, tolerance, target)
     run_dir = new_run_dir(workspace, os.path.basename(source.rstrip("/")))
     tree = os.path.join(run_dir, "src")
     record_dir = os.path.join(run_dir, "record")
     say("copying %s to %s" % (source, tree))
-    shutil.copytree(source, tree, symlinks=True, ignore=_copy_filter(workspace.root))
+    for link in sourcetree.copy(source, tree, ignore=_copy_filter(workspace.root)):
+        say("warning: left out %s: a link out of the tree to nothing" % link)
     os.makedirs(record_dir)
     env = record_environment(record_dir, clang, kernels, instances, target)
     build = build or "make CC=%s" % shlex.quote(env["R3_CC"])
@@ -228,9 +242,12 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
     say("running: %s" % run)
     try:
         _run_logged(run, cwd, env, os.path.join(run_dir, "run.log"), "the application run", timeout, echo=output)
-    finally:
-        # Whatever finished before a failure is kept.
-        captures = capture_store.ingest(record_dir, workspace, tolerance)
+    except R3Error as err:
+        # A run that failed computed something else than the application does (a failed
+        # self-check, an abort, a timeout): its captures are no recording of it. They stay
+        # in the run's directory for diagnosis, and no command lists or tunes them.
+        raise R3Error("%s; its captures are not used (kept for diagnosis in %s)" % (err, record_dir))
+    captures = capture_store.ingest(record_dir, workspace, tolerance)
     if not glob.glob(os.path.join(record_dir, "profile.*.json")):
         raise R3Error("the application ran without the record runtime: its build did not compile and link "
                       "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log)
@@ -257,16 +274,29 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
     return result
 
 
-def _request(source, run, build, kernels, instances, tolerance, target):
-    """How a run was recorded, as record.json keeps it (``build`` as the user gave it)."""
-    return {"source": os.path.abspath(source), "run": run, "build": build, "kernels": sorted(kernels),
-            "instances": instances, "tolerance": tolerance, "target": target}
+# The environment a build reads its flags from: part of what a record is keyed on.
+FLAG_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS", "FFLAGS", "OMP_NUM_THREADS")
+
+
+def compiler_identity(clang):
+    """The record compiler, as a record is keyed on it: its real path and full version."""
+    return {"clang": os.path.realpath(clang), "version": clang_release(clang)}
+
+
+def _request(workspace, source, run, build, kernels, instances, tolerance, target):
+    """How a run was recorded, as record.json keeps it (``build`` as the user gave it):
+    the tree by its content, the commands, the compiler and the flags the environment gives."""
+    return {"source": os.path.abspath(source), "tree": sourcetree.digest(source, _copy_filter(workspace.root)),
+            "run": run, "build": build, "kernels": sorted(kernels), "instances": instances, "tolerance": tolerance,
+            "target": target, "compiler": compiler_identity(find_clang()),
+            "environment": {k: os.environ[k] for k in FLAG_VARIABLES if k in os.environ}}
 
 
 def previous_record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native"):
-    """The latest run recorded with exactly these settings whose captures are all still
-    in the workspace (a RecordResult), or None."""
-    request = _request(source, run, build, kernels, instances, tolerance, target)
+    """The latest run recorded with exactly these settings, from a tree with this content
+    and the same compiler, whose captures are all still in the workspace (a RecordResult),
+    or None."""
+    request = _request(workspace, source, run, build, kernels, instances, tolerance, target)
     return find_record(workspace, lambda data: data.get("request") == request)
 
 

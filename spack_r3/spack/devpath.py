@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 
+from .. import sourcetree
 from ..errors import R3Error
 
 _DEV_PATH = re.compile(r"(?<![\w-])dev_path=(\"[^\"]*\"|'[^']*'|\S+)")
@@ -39,6 +40,12 @@ def _ignored(directory, names):
     return out
 
 
+def tree_digest(spec):
+    """The content digest of a spec's ``dev_path`` tree as its builds copy it, or None."""
+    src = dev_path(spec)
+    return sourcetree.digest(os.path.abspath(os.path.expanduser(src)), _ignored) if src else None
+
+
 def private_copy(spec, dest):
     """(spec, copy): ``spec`` with its ``dev_path`` pointed at a fresh copy of that tree in
     ``dest`` (build outputs left out), or (spec, None) for a spec without one."""
@@ -50,7 +57,7 @@ def private_copy(spec, dest):
         raise R3Error("dev_path=%s is not a directory" % src)
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        shutil.copytree(src, dest, symlinks=True, ignore=_ignored)
-    except (OSError, shutil.Error) as err:
+        sourcetree.copy(src, dest, ignore=_ignored)
+    except OSError as err:
         raise R3Error("cannot copy dev_path=%s to %s: %s" % (src, dest, err))
     return _DEV_PATH.sub(lambda m: "dev_path=" + dest, spec, count=1), dest

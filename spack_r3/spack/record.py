@@ -19,6 +19,7 @@ from ..record import session
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from .repos import PackageIndex, configured_repos, create_repo, detect_layout
 from .runner import Spack
+from . import devpath
 from .devpath import private_copy
 from .sandbox import make_sandbox
 from .wrap import record_package
@@ -245,6 +246,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, {k: env[k] for k in keys}))
     say("building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
         % (with_clang(spec), namespace))
+    request = spack_request(spec, run, kernels, instances, tolerance)  # the tree as the build copies it
     # A rebuild every time: the build writes into this record's directory.
     installed = install(site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True)
     command = run_command(site, installed, run)
@@ -252,8 +254,6 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     os.makedirs(cwd, exist_ok=True)
     env.update({k: v for k, v in site.spack.environment().items() if k.startswith("SPACK")})
     env["PATH"] = os.path.join(installed.prefix, "bin") + os.pathsep + env.get("PATH", "")
-    request = {"spec": spec, "package": name, "run": run, "kernels": sorted(kernels), "instances": instances,
-               "tolerance": tolerance}
     result = session.run_and_ingest(workspace, request, run_dir, record_dir, env, command, cwd, kernels=kernels,
                                     tolerance=tolerance, timeout=timeout, say=say, output=output,
                                     build_log=os.path.join(run_dir, "spack", "install.log"))
@@ -302,9 +302,16 @@ def _add_spack_facts(run_dir, facts):
 
 def previous_spack_record(workspace, spec, run=None, kernels=(), instances=1, tolerance=None):
     """The latest record of ``spec`` made the same way, its captures still there, or None."""
-    request = {"spec": spec, "package": package_name(spec), "run": run, "kernels": sorted(kernels),
-               "instances": instances, "tolerance": tolerance}
+    request = spack_request(spec, run, kernels, instances, tolerance)
     return session.find_record(workspace, lambda data: data.get("request") == request)
+
+
+def spack_request(spec, run, kernels, instances, tolerance):
+    """How a spec was recorded, as record.json keeps it: a ``dev_path`` tree by its content
+    (Spack keys other sources on their checksum, in the spec's version)."""
+    return {"spec": spec, "package": package_name(spec), "run": run, "kernels": sorted(kernels),
+            "instances": instances, "tolerance": tolerance, "dev_tree": devpath.tree_digest(spec),
+            "compiler": session.compiler_identity(find_clang())}
 
 
 def latest_spack_record(workspace, package):
