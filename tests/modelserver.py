@@ -13,7 +13,9 @@ each get their own entry):
 - a callable ``messages -> str``: answered with that content (HTTP 200);
 - a str: answered with that content;
 - an int: answered with that HTTP status and an OpenAI-style error body (the SDK retries
-  408/409/429/5xx; the response carries ``retry-after-ms`` so the retry is quick).
+  408/409/429/5xx; the response carries ``retry-after-ms`` so the retry is quick);
+- ``HANG``: the request is read and never answered (until the server shuts down);
+- ``Raw(bytes)``: those bytes as a 200 response's body (not JSON: a broken endpoint).
 
 An exhausted script (or any other path) answers 404.
 """
@@ -24,6 +26,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 RETRY_AFTER_MS = 20
+HANG = object()
+
+
+class Raw(bytes):
+    """A script entry answered with these bytes as the body, whatever they are."""
 
 
 class ScriptedModel:
@@ -33,6 +40,7 @@ class ScriptedModel:
         self.script = list(script)
         self.requests = []
         self.lock = threading.Lock()
+        self.closing = threading.Event()  # releases the requests that HANG
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = "http://127.0.0.1:%d/v1" % self.server.server_address[1]
@@ -81,6 +89,16 @@ class ScriptedModel:
                 if isinstance(entry, int):
                     self._error(entry, "scripted failure %d" % entry)
                     return
+                if entry is HANG:
+                    model.closing.wait()
+                    return
+                if isinstance(entry, Raw):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(entry)))
+                    self.end_headers()
+                    self.wfile.write(entry)
+                    return
                 content = entry if isinstance(entry, str) else entry(body["messages"])
                 self._send(200, {
                     "id": "chatcmpl-%d" % n, "object": "chat.completion", "created": 0,
@@ -95,6 +113,7 @@ class ScriptedModel:
         return self
 
     def __exit__(self, *exc):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 

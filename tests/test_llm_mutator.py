@@ -1,6 +1,7 @@
 """The ``llm`` mutator against a scripted OpenAI-compatible server on loopback (real HTTP,
 the real ``openai`` SDK through model.client.ChatModel, the real clang parser)."""
 
+import threading
 import time
 
 import pytest
@@ -11,7 +12,7 @@ from spack_r3.search.mutators import Feedback, KernelSource, Proposal, make_muta
 from spack_r3.search.mutators import llm
 from spack_r3.search.mutators.llm import LLMMutator, build_messages, build_repair_messages
 
-from modelserver import ScriptedModel, closed_port_url
+from modelserver import HANG, Raw, ScriptedModel, closed_port_url
 
 UNIT = """\
 #include <stddef.h>
@@ -221,3 +222,57 @@ def test_http_errors_after_retries_are_a_model_error(source):
 def test_no_model_configured_is_a_model_error():
     with pytest.raises(ModelError, match="needs a model"):
         make_mutator("llm", None)
+
+
+def _propose_on_a_thread(m, source, guard=60):
+    """m.propose on a thread, so that a request the timeout failed to end fails the test
+    after ``guard`` seconds instead of hanging it: (proposals or the exception, finished)."""
+    box = {}
+
+    def run():
+        try:
+            box["out"] = m.propose(source, Feedback())
+        except Exception as err:
+            box["out"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(guard)
+    return box.get("out"), not thread.is_alive()
+
+
+def test_an_endpoint_that_accepts_and_never_answers_costs_one_timeout(source):
+    # A hung request is not retried: the SDK's retry after a timed-out attempt would double it.
+    with ScriptedModel([HANG, HANG]) as server:
+        m = LLMMutator(ModelConfig(server.url, "m", "k", timeout=2))
+        out, finished = _propose_on_a_thread(m, source)
+        assert finished, "a request to a hung endpoint outlived its 2 s timeout"
+    assert isinstance(out, ModelError) and "\n" not in str(out)
+    assert str(out) == "model endpoint %s timed out after 2s" % server.url
+
+
+def test_an_answer_that_is_not_json_is_one_model_error_line(source):
+    with ScriptedModel([Raw(b"<html>502 Bad Gateway</html>")] * 2) as server:
+        with pytest.raises(ModelError) as err:
+            mutator(server).propose(source, Feedback())
+    assert "\n" not in str(err.value) and server.url in str(err.value)
+
+
+def test_the_timeout_comes_from_the_option_or_the_environment(monkeypatch):
+    import argparse
+    from spack_r3.model import client
+
+    monkeypatch.delenv("R3_LLM_TIMEOUT", raising=False)
+    assert client.resolve("http://h/v1", "m").timeout == client.DEFAULT_TIMEOUT
+    parser = argparse.ArgumentParser()
+    client.add_arguments(parser)
+    args = parser.parse_args(["--llm-timeout", "2.5"])
+    assert args.llm_timeout == 2.5
+    # r3 tune resolves its model from URL, name and key: the option reaches it all the same
+    assert client.resolve("http://h/v1", "m").timeout == 2.5
+    assert client.resolve("http://h/v1", "m", timeout=7).timeout == 7
+    monkeypatch.setenv("R3_LLM_TIMEOUT", "soon")
+    with pytest.raises(ModelError, match="R3_LLM_TIMEOUT"):
+        client.resolve("http://h/v1", "m")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--llm-timeout", "0"])

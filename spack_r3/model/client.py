@@ -1,12 +1,17 @@
 """A chat model behind any OpenAI-compatible endpoint, through the ``openai`` SDK.
 
 Configuration: ``--llm-url`` / ``R3_LLM_URL`` (base URL, e.g. http://127.0.0.1:8000/v1),
-``--llm-model`` / ``R3_LLM_MODEL`` and ``--llm-key`` / ``OPENAI_API_KEY`` (local servers
-usually take any key). No URL and no model configured means "no model": callers fall back
-to their rule-based path.
+``--llm-model`` / ``R3_LLM_MODEL``, ``--llm-key`` / ``OPENAI_API_KEY`` (local servers
+usually take any key) and ``--llm-timeout`` / ``R3_LLM_TIMEOUT``. No URL and no model
+configured means "no model": callers fall back to their rule-based path.
+
+Every request is bounded: an endpoint that accepts and never answers (or trickles bytes)
+costs at most the timeout per request, one where nothing listens fails in about a second.
 """
 
+import argparse
 import os
+import threading
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -17,12 +22,35 @@ class ModelError(R3Error):
     """The model endpoint is unreachable, refused the request or answered nothing usable."""
 
 
+DEFAULT_TIMEOUT = 120.0  # seconds a request may take, connecting included
+SDK_RETRIES = 1  # the SDK retries a refused connection or a 408/429/5xx once (a timeout costs no more)
+
+
 @dataclass
 class ModelConfig:
     url: Optional[str]
     model: str
     key: str
-    timeout: float = 120.0
+    timeout: float = DEFAULT_TIMEOUT
+
+
+class _Timeout(argparse.Action):
+    """--llm-timeout; also $R3_LLM_TIMEOUT, so that ``resolve`` sees it in a command that
+    does not pass it along (``r3 tune`` resolves its model from URL, name and key)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, value)
+        os.environ["R3_LLM_TIMEOUT"] = repr(value)
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number of seconds: %r" % text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be above 0 seconds")
+    return value
 
 
 def add_arguments(parser):
@@ -31,10 +59,21 @@ def add_arguments(parser):
                         help="OpenAI-compatible endpoint base URL (default: $R3_LLM_URL)")
     parser.add_argument("--llm-model", default=None, help="model name (default: $R3_LLM_MODEL)")
     parser.add_argument("--llm-key", default=None, help="API key (default: $OPENAI_API_KEY)")
+    parser.add_argument("--llm-timeout", type=_seconds, default=None, action=_Timeout, metavar="S",
+                        help="seconds a model request may take before it counts as failed "
+                             "(default: $R3_LLM_TIMEOUT, else %g)" % DEFAULT_TIMEOUT)
 
 
-def resolve(url=None, model=None, key=None, timeout=120.0) -> Optional[ModelConfig]:
+def resolve(url=None, model=None, key=None, timeout=None) -> Optional[ModelConfig]:
     """The configured model, or None when neither a URL nor a model name is configured."""
+    if timeout is None:
+        text = os.environ.get("R3_LLM_TIMEOUT") or ""
+        try:
+            timeout = float(text) if text else DEFAULT_TIMEOUT
+        except ValueError:
+            raise ModelError("R3_LLM_TIMEOUT is not a number of seconds: %r" % text)
+        if not timeout > 0:
+            raise ModelError("R3_LLM_TIMEOUT must be above 0 seconds (it is %s)" % text)
     url = url or os.environ.get("R3_LLM_URL") or None
     model = model or os.environ.get("R3_LLM_MODEL") or None
     if not url and not model:
@@ -56,18 +95,39 @@ class ChatModel:
             raise ModelError("the openai package is not installed (pip install openai)")
         self._openai = openai
         self.config = config
+        # The SDK's timeout bounds each phase (connect, each read); ``_bounded`` the whole call.
         self.client = openai.OpenAI(base_url=config.url, api_key=config.key,
-                                    timeout=config.timeout, max_retries=1)
+                                    timeout=config.timeout, max_retries=SDK_RETRIES)
+
+    def _bounded(self, call):
+        """``call()`` on a thread, given up after the timeout: an endpoint that trickles its
+        answer, or a retry after a timed-out attempt, costs no more than one timeout."""
+        box = {}
+
+        def run():
+            try:
+                box["value"] = call()
+            except BaseException as err:  # handed to the caller below
+                box["error"] = err
+
+        thread = threading.Thread(target=run, name="r3-model-request", daemon=True)
+        thread.start()
+        thread.join(self.config.timeout)
+        if thread.is_alive():
+            raise self._openai.APITimeoutError(request=None)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def complete(self, messages: List[dict], temperature=0.2, max_tokens=4096) -> str:
         oa = self._openai
         where = self.config.url or "the default OpenAI endpoint"
         try:
-            resp = self.client.chat.completions.create(
+            resp = self._bounded(lambda: self.client.chat.completions.create(
                 model=self.config.model, messages=messages, temperature=temperature,
-                max_tokens=max_tokens)
+                max_tokens=max_tokens))
         except oa.APITimeoutError:
-            raise ModelError("model endpoint %s timed out after %ss" % (where, self.config.timeout))
+            raise ModelError("model endpoint %s timed out after %gs" % (where, self.config.timeout))
         except oa.APIConnectionError as err:
             cause = err.__cause__ or err
             raise ModelError("model endpoint %s is unreachable: %s" % (where, str(cause).splitlines()[0] if str(cause) else type(cause).__name__))
@@ -78,7 +138,10 @@ class ChatModel:
         except oa.APIStatusError as err:
             raise ModelError("model endpoint %s answered HTTP %s" % (where, err.status_code))
         except oa.OpenAIError as err:
-            raise ModelError("model request to %s failed: %s" % (where, str(err).splitlines()[0]))
+            raise ModelError("model request to %s failed: %s" % (where, (str(err).splitlines() or ["?"])[0]))
+        except Exception as err:  # an answer the SDK could not read (not JSON, cut short)
+            raise ModelError("model endpoint %s answered something unreadable: %s: %s" % (
+                where, type(err).__name__, (str(err).splitlines() or [""])[0][:200]))
         try:
             text = resp.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
