@@ -6,13 +6,18 @@ named after the command that takes ``args`` and returns an exit code.
 """
 
 import argparse
+import errno
 import importlib
+import os
 import sys
+import time
+import traceback
 
 from . import __doc__ as package_doc
 from . import __version__
 from .errors import R3Error
 from .report import stdout_to_devnull
+from .workspace import workspace_root
 
 # Order is the order of the pipeline.
 COMMANDS = ["recipe", "record", "kernels", "replay", "tune", "emit", "status"]
@@ -39,8 +44,17 @@ def setup_parser(parser):
     return parser
 
 
+# What the machine can refuse a run (a full disk, a read-only or foreign workspace): the
+# user's to fix, told in one line like any bad input.
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE,
+                  errno.ENOMEM, errno.EFBIG}
+INTERNAL_ERROR = 3
+
+
 def dispatch(args):
-    """Run the chosen subcommand; turns R3Error into one line on stderr."""
+    """Run the chosen subcommand. A user-facing failure (R3Error, or the machine refusing:
+    a full disk, a read-only workspace) is one line on stderr; any other exception is a bug
+    of ours, and still one line, naming the log file that holds its traceback."""
     module = _command_module(args.r3_command)
     try:
         return getattr(module, args.r3_command.replace("-", "_"))(args) or 0
@@ -53,6 +67,56 @@ def dispatch(args):
     except BrokenPipeError:  # output piped into head and the like: stop quietly, as on SIGPIPE
         stdout_to_devnull()
         return 141
+    except Exception as err:
+        refused = _machine_refusal(err)
+        if refused is None:
+            return _internal_error(args, err)
+        where = " (%s)" % refused.filename if refused.filename else ""
+        print("r3 %s: error: %s%s; finished work is kept%s" % (args.r3_command, refused.strerror, where,
+                                                                _traceback_note(args)), file=sys.stderr)
+        return 2
+
+
+def _machine_refusal(err):
+    """The OSError of MACHINE_ERRNOS that ``err`` is or was raised from (a database driver
+    wraps the disk's refusal in its own error), or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in MACHINE_ERRNOS:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _internal_error(args, err):
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    print("r3 %s: internal error: %s%s%s; please report it" % (
+        args.r3_command, type(err).__name__, ": " + first if first else "", _traceback_note(args)), file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def _traceback_note(args):
+    """Writes the exception being handled to a log file: the workspace's logs/, else the
+    temporary directory (a full disk or a read-only workspace may refuse one or both)."""
+    text = traceback.format_exc()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = "r3-%s-%s-%d.log" % (args.r3_command, stamp, os.getpid())
+    try:
+        root = workspace_root(getattr(args, "workspace", None))
+    except R3Error:
+        root = None
+    # (not tempfile.gettempdir(): it fails where no file can be written, as on a full disk)
+    for directory in ([os.path.join(root, "logs")] if root else []) + [os.environ.get("TMPDIR") or "/tmp"]:
+        path = os.path.join(directory, name)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+            return " (traceback in %s)" % path
+        except OSError:
+            continue
+    return " (no log could be written)"
 
 
 def main(argv=None):
