@@ -196,6 +196,7 @@ def plot_curves(results, path):
     if results:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png")
+    tmp = "%s.%d.tmp.png" % (path, os.getpid())  # (two runs may write it at once)
+    fig.savefig(tmp)
     plt.close(fig)
-    os.rename(path + ".tmp.png", path)
+    os.replace(tmp, path)
