@@ -177,3 +177,30 @@ def opt_has_polly(opt):
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+@lru_cache(maxsize=None)
+def target_names(triple):
+    """(CPU names, feature names) that LLVM knows for ``triple``, as ``llc -mcpu=help``
+    of the record clang's LLVM lists them; None where there is no such llc (names then go
+    unchecked, and LLVM ignores an unknown one with a warning)."""
+    try:
+        version = clang_major(find_clang())
+    except ToolchainError:
+        return None
+    for llc in (shutil.which("llc-%s" % version), "/usr/lib/llvm-%s/bin/llc" % version):
+        if llc and os.access(llc, os.X_OK):
+            break
+    else:
+        return None
+    try:
+        out = subprocess.run([llc, "-mtriple=" + triple, "-mcpu=help", "-mattr=help"], capture_output=True,
+                             text=True, timeout=30, input="")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout + out.stderr
+    if "Available features" not in text:
+        return None
+    cpus_part, features_part = text.split("Available features", 1)
+    names = lambda part: frozenset(re.findall(r"^\s+([\w.-]+)\s+- ", part, re.M))
+    return names(cpus_part), names(features_part)

@@ -58,3 +58,19 @@ def test_a_disk_that_fills_mid_tune_is_one_line_and_loses_nothing_finished(tmp_p
         assert "Traceback" not in proc.stderr
     listed = r3_limited("--workspace", ws, "kernels", file_bytes=1 << 30)
     assert listed.returncode == 0 and "jacobi_step" in listed.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["replay", "anything", "--pairs", "-1"], "--pairs must be at least 0"),
+    (["replay", "anything", "--timeout", "-1"], "--timeout must be above 0"),
+    (["replay", "anything", "--threads", "-4"], "--threads must be at least 1"),
+    (["replay", "anything", "--tolerance", "-1"], "--tolerance must be at least 0"),
+    (["replay", "anything", "--pipeline", "O3,cpu=notacpu"], "cpu=notacpu: LLVM knows no such CPU"),
+    (["replay", "anything", "--pipeline", "O3,features=+garbage"], "LLVM knows no feature garbage"),
+    (["record", "--source", ".", "--run", "true", "--timeout", "-1"], "--timeout must be above 0"),
+    (["record", "--source", ".", "--run", "true", "--tolerance", "-1"], "--tolerance must be at least 0"),
+])
+def test_values_out_of_range_are_refused_in_one_line(tmp_path, clang, argv, message, capsys):
+    assert cli.main(["--workspace", str(tmp_path / "ws")] + argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

@@ -73,6 +73,10 @@ def record(args):
     output = None if args.json else (lambda line: say("  | " + line))
     if not args.spec and not args.source:
         raise R3Error("give a Spack spec or --source DIR")
+    if args.timeout is not None and args.timeout <= 0:
+        raise R3Error("--timeout must be above 0 seconds")
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise R3Error("--tolerance must be at least 0 (a relative error; 0: exact)")
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")

@@ -45,9 +45,22 @@ def setup_parser(subparser):
                            help="print one JSON object (a list of them for several pipelines)")
 
 
+def check_ranges(args):
+    """Values no run can mean, refused before any work (a negative count read as a crash)."""
+    if args.pairs < 0:
+        raise R3Error("--pairs must be at least 0 (0: no speedup measured)")
+    if args.threads is not None and args.threads < 1:
+        raise R3Error("--threads must be at least 1")
+    if args.timeout <= 0:
+        raise R3Error("--timeout must be above 0 seconds")
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise R3Error("--tolerance must be at least 0 (a relative error; 0: exact)")
+
+
 def replay(args):
     if args.repeat < 1:
         raise R3Error("--repeat must be at least 1")
+    check_ranges(args)
     ws = Workspace(args.workspace)
     pipelines = [parse(spec) for spec in (args.pipeline or [""])]  # every SPEC checked before any work
     directory = resolve(ws, args.capture, first_call=args.sequence)

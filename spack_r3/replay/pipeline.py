@@ -24,6 +24,7 @@ import llvmlite.binding as llvm
 
 from ..data import FAST_MATH_FLAGS, Pipeline
 from ..errors import PipelineError
+from ..toolchain import target_names
 
 _BOOL = {"1": True, "on": True, "yes": True, "true": True, "0": False, "off": False, "no": False, "false": False}
 POLLY_VECTORIZERS = ("none", "stripmine")
@@ -101,10 +102,19 @@ def parse(spec):
             p.codegen = _int(key, value, 0, 3)
         elif key == "cpu":
             p.cpu = value
+            known = target_names(llvm.get_process_triple())
+            if value not in ("host", "built") and known and value not in known[0]:
+                raise PipelineError("cpu=%s: LLVM knows no such CPU (cpu=host, or a name "
+                                    "`llc -mcpu=help` lists)" % value)
         elif key == "features":
             p.features = value if value == "host" else ",".join(re.findall(r"[+-][\w.]+", value))
-            if value != "host" and not p.features:
+            if value != "host" and (not p.features or re.sub(r"[+-][\w.]+|,", "", value)):
                 raise PipelineError("features=%s: expected host or +feat-feat..." % value)
+            known = target_names(llvm.get_process_triple())
+            unknown = [f for f in p.features.split(",") if known and value != "host" and f[1:] not in known[1]]
+            if unknown:
+                raise PipelineError("features=%s: LLVM knows no feature %s (see `llc -mattr=help`)"
+                                    % (value, ", ".join(f[1:] for f in unknown)))
         elif key in ("fast", "fast_math"):
             if value in ("all", "fast", "1"):
                 p.fast_math = FAST_MATH_FLAGS
