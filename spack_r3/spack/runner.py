@@ -17,6 +17,9 @@ from ..errors import R3Error
 from .locate import find_spack_root
 
 
+MAX_ERROR = 600  # characters of one error message kept for a one-line report
+
+
 @dataclass
 class SpackResult:
     """One finished ``spack`` process."""
@@ -36,13 +39,19 @@ class SpackResult:
         return self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr
 
     def error_lines(self):
-        """The ``==> Error:`` lines Spack printed (without the prefix)."""
-        out = []
+        """The ``==> Error:`` messages Spack printed (without the prefix), each on one line
+        with the lines that go on from it (a concretization error's numbered reasons)."""
+        out, going_on = [], False
         for line in self.output.splitlines():
             m = re.match(r"\s*==> Error:\s*(.*)", line)
             if m:
                 out.append(m.group(1).strip())
-        return out
+                going_on = True
+            elif line.lstrip().startswith("==>"):
+                going_on = False
+            elif going_on and line.strip():
+                out[-1] = (out[-1] + " " + " ".join(line.split()))
+        return [e if len(e) <= MAX_ERROR else e[:MAX_ERROR - 3] + "..." for e in out]
 
 
 @dataclass
