@@ -34,7 +34,15 @@ matmul's unroll-and-jam after the interchange to i,k,j).
 
 State: every child is written to ``<workspace>/remix/<study>.json`` as soon as it is
 proposed (a model's answer is never asked for twice) and again when it is measured;
-inner studies live in Optuna storage. A killed run resumes both.
+inner studies live in Optuna storage. A killed run resumes both. A state file that does
+not read is moved aside (``.corrupt``) with a warning, and the loop starts afresh.
+
+A model's part is counted (``ModelUse``: requests, answers, usable rewrites, the last
+error), kept in the state file and handed to the kernel's result on its target
+(``target.model``): a run in which the model gave nothing says so in the table and in
+--json, and with a warning on stderr as it happens. A model that never answered at all
+(nothing listens, every request timed out) is a ModelError, after the request in flight
+when the budget ran out has had its timeout.
 """
 
 import hashlib
@@ -52,6 +60,7 @@ from ..data import OK, WRONG_OUTPUT, Variant
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..replay.source import unit_text
+from ..report import warn
 from ..sourcepatch import PatchError, apply_patch, make_patch
 from .bayes import Study, others
 from .noise import PairBudget, clearly_above
@@ -70,6 +79,30 @@ PARALLEL_RULES = ("omp-parallel", "llm")
 MAX_REPEATS = 50
 MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
 ORIGINAL = "original"
+
+
+@dataclass
+class ModelUse:
+    """What the model gave one kernel's loop (over every run that resumed it)."""
+
+    asked: int = 0  # requests (proposals and repairs)
+    answered: int = 0  # requests that got an answer
+    rewrites: int = 0  # usable rewrites in those answers
+    error: str = ""  # the last request's failure, if the last one failed
+
+    def to_json(self):
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(**{k: d[k] for k in ("asked", "answered", "rewrites", "error") if k in d})
+
+    def summary(self):
+        """One line, or "" when the model gave usable rewrites and did not fail."""
+        if self.rewrites and not self.error:
+            return ""
+        said = "%d request(s), %d answered, %d usable rewrite(s)" % (self.asked, self.answered, self.rewrites)
+        return "%s%s" % (said, ": " + self.error if self.error else "")
 
 
 @dataclass
@@ -164,6 +197,7 @@ class Remix:
         # Evaluations of the original's own search that this loop's budget paid for: run
         # while a model answered, and what the mutator left when it had nothing more to try.
         self.extended = 0
+        self.model = ModelUse()
         self.children: List[Child] = self._load()
         self.rng = random.Random(options.seed if options.seed is not None else 0)
         self._lock = threading.Lock()
@@ -174,16 +208,37 @@ class Remix:
     def _load(self):
         if not os.path.isfile(self.path):
             return []
-        with open(self.path) as f:
-            data = json.load(f)
-        self.extended = data.get("extended", 0)
-        return [Child.from_json(c) for c in data["children"]]
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            children = [Child.from_json(c) for c in data["children"]]
+            extended, model = int(data.get("extended", 0)), ModelUse.from_json(data.get("model") or {})
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+            # Written atomically, so only other hands break it; kept aside, not read again.
+            aside = self.path + ".corrupt"
+            os.replace(self.path, aside)
+            warn("warning: %s does not read (%s: %s); moved to %s, the source variants of %s start afresh"
+                 % (self.path, type(err).__name__, (str(err).splitlines() or [""])[0][:120], aside, self.name))
+            return []
+        self.extended, self.model = extended, model
+        return children
 
     def _save(self):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         with self._lock:
             data = {"name": self.name, "extended": self.extended, "children": [c.to_json() for c in self.children]}
+            if self.mutator.uses_model:
+                data["model"] = self.model.to_json()
         write_atomic(self.path, json.dumps(data, indent=1))
+
+    def _asked(self, answered, rewrites=0, error=""):
+        """Count one model request (``answered``: it got an answer)."""
+        with self._lock:
+            self.model.asked += 1
+            self.model.answered += int(answered)
+            self.model.rewrites += rewrites
+            self.model.error = error
+        self.target.model = self.model.to_json()  # the kernel's result reports it
 
     def spent(self):
         return self.extended + sum(c.evaluations for c in self.children)
@@ -237,8 +292,15 @@ class Remix:
         """The mutator's rewrites of ``parent`` in its order, inherited winning rules first."""
         try:
             props = self.mutator.propose(self._source(parent), self._feedback(parent, base_speedup))
-        except (ASTError, PatchError):  # this parent does not parse: no children of it
+        except (ASTError, PatchError):  # this parent does not parse: no children of it (nothing asked)
             props = []
+        except R3Error as err:
+            if self.mutator.uses_model:
+                self._asked(False, error=str(err))
+            raise
+        else:
+            if self.mutator.uses_model:
+                self._asked(True, len(props))
         if self.patterns:
             rank = self.patterns.rule_ranking()
             props = sorted(props, key=lambda p: -rank.get(p.rule, 1.0))
@@ -339,6 +401,8 @@ class Remix:
         original's own search: what workers do while a model is still answering, and
         where the budget goes that the mutator leaves (no more rewrites to try)."""
         say = say or (lambda line: None)
+        if self.mutator.uses_model:
+            self.target.model = self.model.to_json()
         for child in self.children:  # a killed run's unfinished children first
             if child.status == "pending":
                 self._evaluate(servers, child, progress, say, base_speedup)
@@ -359,8 +423,8 @@ class Remix:
                         item = feed.next(block=True)
                     if item is None and not feed.busy():
                         if feed.errors:
-                            say("  the model stopped answering (%s): no more source variants of %s"
-                                % (feed.errors[0], cxxnames.display(self.target.kernel)))
+                            warn("warning: the model stopped answering (%s): no more source variants of %s"
+                                 % (feed.errors[0], cxxnames.display(self.target.kernel)))
                         break
                 else:
                     while not todo:
@@ -394,6 +458,13 @@ class Remix:
                     tried_parents.discard(child.id)
                 elif child.status == OK:
                     todo[:0] = self._follow_ups(parent, child, base_speedup)
+            if feed and self.mutator.uses_model and not feed.answered:
+                # The budget went to the original's search while the first request was out:
+                # it gets its timeout, and a model that never answered is still an error.
+                feed.stop()
+                feed.thread.join(self.mutator.timeout)
+                if feed.errors:
+                    raise feed.errors[0]
         except R3Error:
             if feed and not feed.answered:
                 # A model that never answered spent nothing of the outer loop's budget: what
@@ -404,6 +475,11 @@ class Remix:
         finally:
             if feed:
                 feed.stop()
+            if self.mutator.uses_model:
+                self._save()
+        if self.mutator.uses_model and self.model.asked and not self.model.rewrites:
+            warn("warning: the model gave %s no usable rewrite: %s" % (
+                cxxnames.display(self.target.kernel), self.model.summary()))
         left = self.options.budget - self.spent()
         if extend and left > 0:
             say("  %s: no more source variants to try; %d evaluations back to the pipeline search"
@@ -422,7 +498,18 @@ class Remix:
             self._save()
             if ev.status == OK or child.repairs >= self.options.repairs or proposal is None:
                 break
-            fixed = self.mutator.repair(self._source(parent), proposal, _diagnostic(ev))
+            try:
+                fixed = self.mutator.repair(self._source(parent), proposal, _diagnostic(ev))
+            except (ASTError, PatchError):
+                break
+            except R3Error as err:  # the child stays as it failed; the feed finds out on its own
+                if not self.mutator.uses_model:
+                    raise
+                self._asked(False, error=str(err))
+                warn("warning: no repair of %s: %s" % (child.description, err))
+                break
+            if self.mutator.uses_model:
+                self._asked(True, int(fixed is not None))
             if fixed is None:
                 break
             say("  repairing %s (%s)" % (child.description, ev.status))

@@ -45,6 +45,8 @@ class KernelResult:
     tolerance: Optional[float] = None
     cache: str = WARM  # the caches each timed run started with (data.CACHE_STATES)
     calls: int = 1  # recorded calls each timed run replayed in order (replay.sequence; warm caches)
+    # What a model gave its source variants (remix.ModelUse: asked, answered, rewrites, error); None: no model
+    model: Optional[dict] = None
 
     def to_json(self):
         d = asdict(self)
@@ -107,7 +109,8 @@ def kernel_result(target, study, confirmed, again=None):
                   rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
                   tolerance=target.tolerance, cache=WARM if target.sequence else target.cache,
                   calls=len(target.captures) if target.sequence else 1,
-                  picked_speedup=best.speedup if best and again is not None else None)
+                  picked_speedup=best.speedup if best and again is not None else None,
+                  model=getattr(target, "model", None))
     if measured is None:
         return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,
                             speedup_max=1.0, relaxes_fp=False, winner="baseline",
@@ -134,7 +137,20 @@ def results_table(results):
     text = table(["kernel", "share", "baseline", "best", "speedup", "evals", "failed", "winner"], rows)
     if any(r.relaxes_fp for r in results):
         text += "\n* relaxes floating-point semantics (within the kernel's tolerance)"
+    for r in results:
+        if r.model is not None:
+            text += "\n%s" % model_line(r)
     return text
+
+
+def model_line(result):
+    """What the model gave a kernel, in words."""
+    m = result.model
+    line = "model, %s: %d request(s), %d answered, %d usable rewrite(s)" % (
+        cxxnames.display(result.kernel), m.get("asked", 0), m.get("answered", 0), m.get("rewrites", 0))
+    if not m.get("rewrites"):
+        line += ": the model gave nothing"
+    return line + ("; last error: %s" % m["error"] if m.get("error") else "")
 
 
 def save_results(workspace, results):

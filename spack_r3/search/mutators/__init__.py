@@ -60,6 +60,9 @@ class Mutator:
     name = "none"
     # Whether proposals are worth asking for ahead of time (a model is slow; rules are not).
     concurrent = False
+    # Whether each propose/repair is a request to a model (counted, and reported when it gave nothing).
+    uses_model = False
+    timeout = None  # the longest one request may take, seconds (None: not bounded)
 
     def propose(self, source: KernelSource, feedback: Feedback) -> List[Proposal]:
         raise NotImplementedError

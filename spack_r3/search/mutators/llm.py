@@ -295,6 +295,7 @@ class LLMMutator(Mutator):
 
     name = "llm"
     concurrent = True
+    uses_model = True
 
     def __init__(self, config: ModelConfig, alternatives: int = ALTERNATIVES, temperature: float = 0.6,
                  repair_temperature: float = 0.2):
@@ -302,6 +303,7 @@ class LLMMutator(Mutator):
             raise ModelError("the llm mutator needs a model: pass --llm-url and --llm-model "
                              "(or set R3_LLM_URL and R3_LLM_MODEL)")
         self.config = config
+        self.timeout = config.timeout
         self.alternatives = alternatives
         self.temperature = temperature
         self.repair_temperature = repair_temperature
