@@ -125,7 +125,10 @@ def first_errors(text, most=2):
     first error lines (make's last line only names the target), else its last line."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     errors = [l for l in lines if _DIAGNOSTIC.search(l)]
-    return " | ".join(errors[:most]) if errors else (lines[-1] if lines else "(no output)")
+    if errors:
+        return " | ".join(errors[:most])
+    worded = [l for l in lines if re.search(r"[A-Za-z]{3}", l)]  # not a rule of ====
+    return (worded or lines or ["(no output)"])[-1]
 
 
 TARGETS = {"native": "-march=native", "as-built": ""}
