@@ -10,7 +10,6 @@ and a study that survives a real kill.
 import json
 import os
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
+from spack_r3.search.store import JOURNAL_FILE, journal
 from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing,
                                   swept)
 from spack_r3.workspace import Workspace
@@ -626,16 +626,14 @@ def test_a_kernel_whose_baseline_cannot_reproduce_its_recording_is_not_searched(
             "the recording") in line, line
 
 
-def _finished_trials(db):
-    """Finished trials in a study database that another process is writing (read-only:
-    opening it through Optuna here would race that process creating its tables)."""
-    if not os.path.exists(db):
+def _finished_trials(path):
+    """Finished trials in the study journal another process is writing (reading it here
+    writes nothing)."""
+    if not os.path.exists(path):
         return 0
-    try:
-        with sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5) as con:
-            return con.execute("SELECT count(*) FROM trials WHERE state IN ('COMPLETE', 'FAIL')").fetchone()[0]
-    except sqlite3.Error:  # tables not there yet
-        return 0
+    store = journal(path)
+    return sum(t.state.is_finished() for s in store.get_all_studies()
+               for t in store.get_all_trials(s._study_id, deepcopy=False))
 
 
 def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
@@ -644,7 +642,7 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
             "--kernel", "matmul", "--budget", "30", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1",
             "--seed", "2", "--mutator", "none"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "stderr"), "w"))
-    store = os.path.join(ws, "r3.db")
+    store = os.path.join(ws, JOURNAL_FILE)
     finished, deadline = 0, time.monotonic() + 300
     while finished < 4 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -653,21 +651,26 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
     assert proc.poll() is None and finished < 30  # killed mid-study
     proc.send_signal(signal.SIGKILL)  # a real kill: no handler runs
     proc.wait()
-    [summary] = optuna.get_all_study_summaries(storage="sqlite:///" + store)
-    study = optuna.load_study(study_name=summary.study_name, storage="sqlite:///" + store)
+    [summary] = optuna.get_all_study_summaries(storage=journal(store))
+    study = optuna.load_study(study_name=summary.study_name, storage=journal(store))
     before = {t.number: (t.state, t.value, t.params) for t in study.get_trials() if counted(t)}
 
     done = subprocess.run(argv + ["--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["kernels"][0]["evaluations"] == 30
-    study = optuna.load_study(study_name=out["kernels"][0]["study"], storage="sqlite:///" + store)
+    study = optuna.load_study(study_name=out["kernels"][0]["study"], storage=journal(store))
     after = {t.number: (t.state, t.value, t.params) for t in study.get_trials()}
     for number, trial in before.items():  # every evaluation finished before the kill is still there, unchanged
         assert after[number] == trial
     assert sum(counted(t) for t in study.get_trials()) == 30
-    # The database holds finished evaluations only: what the kill left in flight was asked again.
-    assert all(counted(t) for t in study.get_trials())
+    # What the kill left in flight is failed (its process is gone), never counted, and was asked again.
+    trials = study.get_trials()
+    assert all(t.state.is_finished() for t in trials)
+    interrupted = [t for t in trials if not counted(t)]
+    assert all(t.user_attrs["status"] == bayes.INTERRUPTED for t in interrupted)
+    measured = {json.dumps(t.params, sort_keys=True) for t in trials if counted(t)}
+    assert all(json.dumps(t.params, sort_keys=True) in measured for t in interrupted)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -4,11 +4,13 @@ judged by replay, and report confirmed winners.
 
 With --source and --run it records first (or reuses the captures of an identical
 earlier record); without them it tunes the captures already in the workspace.
-Each kernel gets one Optuna study in the workspace's r3.db, so a killed run
-resumes where it stopped.
+Each kernel gets one Optuna study in the workspace's journal (r3.journal, or
+--storage), so a killed run resumes where it stopped, and runs on one workspace at
+once share their studies.
 """
 
 import json
+import os
 
 from .. import cxxnames
 from ..capture import list_captures
@@ -62,6 +64,10 @@ def setup_parser(subparser):
                            help="paired runs per confirmation round of each winner candidate (default 11)")
     subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
+    subparser.add_argument("--storage", default=None, metavar="PATH|URL",
+                           help="where the studies are kept: a journal file (several runs, on several hosts over "
+                                "NFS, may share it) or a database URL (its driver needed); default: the "
+                                "workspace's r3.journal")
     subparser.add_argument("--cache", choices=CACHE_STATES + (AUTO,), default=AUTO,
                            help="caches at the start of each timed run (see r3 replay --help); auto (default): "
                                 "per kernel, the state its application leaves them in between its calls, from "
@@ -105,6 +111,16 @@ def tune(args):
         raise R3Error("--stall-patience must be at least 0")
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
+    cpus = len(os.sched_getaffinity(0))
+    if args.workers > cpus:  # workers pinned to CPUs they share: their timings mean nothing
+        raise R3Error("--workers %d: this process may use %d CPU(s); at most %d worker(s)" % (
+            args.workers, cpus, cpus))
+    if not args.timeout > 0:
+        raise R3Error("--timeout must be above 0 seconds")
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise R3Error("--tolerance must be at least 0")
+    if not 0.0 <= args.min_share <= 1.0:
+        raise R3Error("--min-share must be in [0, 1]")
     mutator = _mutator(args)
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
@@ -130,7 +146,7 @@ def tune(args):
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
                           child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
-                          stall_patience=args.stall_patience)
+                          stall_patience=args.stall_patience, storage=args.storage)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)

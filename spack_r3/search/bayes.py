@@ -6,13 +6,19 @@ candidate time ratios, both compiled and resident in the same worker). A candida
 that does not compile, crashes, hangs or computes a different result is a FAIL
 trial: it carries its status and diagnostic but no value, so it never ranks.
 
-Study state lives in the workspace's SQLite database (``r3.db``; ``optuna-dashboard
-sqlite:///.../r3.db`` opens it) and every trial is committed there when it finishes:
-a killed run resumes where it stopped, and only the trials it had in flight are
-lost (their points are asked again). The sampler itself works on an in-memory copy
-of the study: asking a trial from SQLite costs 27-53 ms of this process's CPU (a
-database write per parameter, every trial read back for TPE), against 0.6-6 ms in
-memory, and this process shares the CPUs with the pinned workers it feeds.
+Study state lives in the workspace's Optuna journal (``store``: ``r3.journal``;
+``optuna-dashboard .../r3.journal`` opens it), made for several writers: every trial is
+kept RUNNING there, with the process that holds it, while it is evaluated, and finished
+there when it is. A killed run resumes where it stopped (a trial its dead process held is
+failed, never counted, and its point asked again), and several runs on one workspace
+share each study: each counts the others' finished and running trials against its
+budget, so two runs with ``--budget N`` end with N evaluations, not 2N. The sampler
+itself works on an in-memory copy of the study (``live``), brought up to date with the
+storage before each ask: asking a trial from a database costs 27-53 ms of this process's
+CPU (a write per parameter, every trial read back for TPE), against 0.6-6 ms in memory,
+and this process shares the CPUs with the pinned workers it feeds. Two processes that
+ask at once may both claim the budget's last trial: the later claim in the storage's
+order gives way (``WITHDRAWN``).
 
 Many points of the space give a kernel the same code: a pass with nothing to do, an
 inlining threshold where nothing is called, vectorizer settings on a loop that does
@@ -54,6 +60,7 @@ from statistics import median
 from typing import List, Optional
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState, create_trial
 
 from ..data import OK, WARM, Variant
@@ -62,22 +69,16 @@ from .confirm import each_server
 from .noise import PairBudget, clearly_above, pair_noise
 from .samplers import make_sampler
 from .simplify import settings
+from .store import held, owner, storage  # noqa: F401 (storage: where callers get it)
 
-STORAGE_FILE = "r3.db"
-INTERRUPTED = "interrupted"  # status of a trial that a killed run left running (databases of r3 before 0.2)
+INTERRUPTED = "interrupted"  # status of a trial whose process died (or stopped) while it ran: never counted
 DUPLICATE = "duplicate"  # a point proposed again, replaced by a neighbour (in memory only, never counted)
+WITHDRAWN = "withdrawn"  # a trial claimed past the budget that another process's claims filled (never counted)
+WAIT_S = 0.5  # between two looks at trials other processes still run, before a study is done
 NEIGHBOUR_TRIES = 64  # random neighbours tried before a point proposed again is measured again
 MAX_SWEEPS = 2  # sweeps of a block of interacting settings per study (as built, then around the best)
 SWEEP_SHARE = 1 / 3  # the most of a run's evaluations that sweeps take (PolyBench 2mm at 60: 40 did)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def storage(workspace):
-    """The workspace's Optuna storage (one SQLite file for every study)."""
-    workspace.ensure()
-    url = "sqlite:///" + os.path.join(workspace.root, STORAGE_FILE)
-    # A generous busy timeout: several r3 processes may share one workspace.
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Progress:
 def counted(trial):
     """Trials that count as evaluations: finished, and not left behind by a kill."""
     return trial.state == TrialState.COMPLETE or (
-        trial.state == TrialState.FAIL and trial.user_attrs.get("status") not in (INTERRUPTED, DUPLICATE))
+        trial.state == TrialState.FAIL and trial.user_attrs.get("status") not in (INTERRUPTED, DUPLICATE, WITHDRAWN))
 
 
 def point(values):
@@ -191,22 +192,26 @@ class Study:
             self.name += "/sequence"
         elif target.cache != WARM:
             self.name += "/" + target.cache
-        # ``study`` is what is kept (SQLite): the study's attributes and its finished trials.
-        # ``live`` is what the sampler works on (memory): the finished trials, the ones in
-        # flight and the ones enqueued.
+        # ``study`` is what is kept (the storage, shared with other processes): the study's
+        # attributes and its trials, running and finished. ``live`` is what the sampler works
+        # on (memory): the same trials, brought up to date before each ask, and the ones
+        # enqueued here.
         self.study = optuna.create_study(study_name=self.name, storage=store, direction="maximize",
                                          load_if_exists=True)
+        self._store, self._study_id = store, self.study._study_id
         self.study.set_user_attr("kernel", target.kernel)
         self.study.set_user_attr("captures", [os.path.basename(c) for c in target.captures])
         self.study.set_user_attr("space", space.describe())
         self.live = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed, values=lambda: [
             t.value for t in self.live.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]))
         self._lock = threading.Lock()
-        stored = self.study.get_trials(deepcopy=False)
-        self._recover(stored)
-        self.live.add_trials([t for t in stored if counted(t)])
-        for t in self.trials():  # a resumed study asks the pairs it had come to
-            self.pair_budget.add((t.user_attrs.get("evaluation") or {}).get("pair_noise"))
+        self._owner = owner()
+        # Stored trials ``live`` has: {stored id: live id while another process runs it, else
+        # None}; this process's trials in flight: {live id: stored id}; points enqueued to be
+        # measured once (skipped when measured by the time they are asked).
+        self._copies, self._own, self._once = {}, {}, set()
+        with self._lock:
+            self._sync()  # a resumed study asks the pairs it had come to (``_noted``)
         if sampler == "tpe":
             # The Bayesian search starts from what is known to matter: ``seeds`` (e.g. the best
             # pipelines of the original, for a source variant), then the space's own; those a
@@ -223,8 +228,10 @@ class Study:
 
     def enqueue(self, values, attrs=None, once=True):
         """Have ``values`` evaluated next, before the sampler's own choices (``once``: unless
-        a finished or pending trial already has them)."""
+        a trial already has them, by now or by the time they are asked)."""
         self.live.enqueue_trial(values, user_attrs=attrs, skip_if_exists=once)
+        if once:
+            self._once.add(point(values))
 
     def pending(self):
         """Parameter values enqueued and not yet asked, in order."""
@@ -234,45 +241,101 @@ class Study:
     def trials(self):
         return [t for t in self.live.get_trials(deepcopy=False) if counted(t)]
 
+    def refresh(self):
+        """Take in what other processes did to the study since (``trials``, ``best``...)."""
+        with self._lock:
+            self._sync()
+
     def pair_noises(self):
         """One pair's noise in each verified evaluation so far (a prior for the kernel's
         other studies: ``Study(..., noise=...)``)."""
         return list(self.pair_budget.noises)
 
-    def _recover(self, stored):
-        """Trials that a killed run of an older r3 left RUNNING or WAITING in the database
-        (``stored``): the running ones marked interrupted (never counted), the points of
-        both enqueued again."""
-        for t in stored:
-            if t.state not in (TrialState.RUNNING, TrialState.WAITING):
+    def _sync(self):
+        """Bring ``live`` up to date with the storage (the caller holds the lock): the trials
+        other processes started or finished since. A running trial whose process died is
+        failed there (never counted) and its point asked again; so are trials that an older
+        r3 left running or enqueued."""
+        for t in self._store.get_all_trials(self._study_id, deepcopy=False):
+            if self._copies.get(t._trial_id, 0) is None:  # followed no further
                 continue
-            if t.state == TrialState.RUNNING:
-                # (Optuna's public API sets attributes only through a live Trial.)
-                self.study._storage.set_trial_user_attr(t._trial_id, "status", INTERRUPTED)
-                self.study.tell(t.number, state=TrialState.FAIL)
-            self.enqueue(t.params, {"requeued_from": t.number})
+            if t.state == TrialState.RUNNING and not held(t):
+                t = self._interrupt(t)
+            copy_id = self._copies.get(t._trial_id)
+            if t.state == TrialState.WAITING:
+                self._requeue(t)
+            elif copy_id is None:  # new here
+                if counted(t) or t.state == TrialState.RUNNING:
+                    copy_id = self.live._storage.create_new_trial(self.live._study_id, template_trial=t)
+                self._copies[t._trial_id] = copy_id if t.state == TrialState.RUNNING else None
+                if counted(t):
+                    self._noted(t)
+            elif t.state != TrialState.RUNNING:  # another process's, finished since
+                live = self.live._storage
+                for key, value in t.user_attrs.items():
+                    live.set_trial_user_attr(copy_id, key, value)
+                live.set_trial_state_values(copy_id, t.state, t.values if t.state == TrialState.COMPLETE else None)
+                self._copies[t._trial_id] = None
+                if counted(t):
+                    self._noted(t)
+
+    def _noted(self, t):
+        self.pair_budget.add((t.user_attrs.get("evaluation") or {}).get("pair_noise"))
+
+    def _interrupt(self, t):
+        """Fail stored trial ``t``, whose process died while it ran; returns it as it is now
+        (another process may have failed it first)."""
+        try:
+            self._store.set_trial_user_attr(t._trial_id, "status", INTERRUPTED)
+            self._store.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            pass
+        self._requeue(t)
+        return self._store.get_trial(t._trial_id)
+
+    def _requeue(self, t):
+        """Ask stored trial ``t``'s point again, unless it is measured by then."""
+        if t.params:
+            self.live.enqueue_trial(t.params, user_attrs={"requeued_from": t.number}, skip_if_exists=False)
+            self._once.add(point(t.params))
+        self._copies.setdefault(t._trial_id, None)
+
+    def _taken(self):
+        """Trials counted against a budget: finished and counted, or running here or in a
+        process that lives (the caller holds the lock and has synced)."""
+        return sum(1 for t in self.live.get_trials(deepcopy=False) if t.state == TrialState.RUNNING or counted(t))
+
+    def _running_elsewhere(self):
+        """Live ids of the trials other processes were running at the last sync."""
+        return {c for c in self._copies.values() if c is not None}
 
     def run(self, servers, budget, progress=None):
-        """Evaluate trials on ``servers`` (one thread each) until ``budget`` are counted."""
+        """Evaluate trials on ``servers`` (one thread each) until ``budget`` are counted,
+        other processes' included; returns once the trials those were running have
+        finished too, so that every run sharing the study confirms the same trials."""
         with self._lock:
-            finished = self.trials()
             self._budget = max(self._budget, budget)
-        state = {"issued": len(finished), "failed": sum(t.state == TrialState.FAIL for t in finished),
-                 "done": len(finished), "best": max((t.value for t in finished if t.value is not None), default=None)}
         errors = []
 
-        def report():
+        def report():  # (the caller holds the lock)
             if progress:
-                progress(Progress(self.target.kernel, state["done"], max(budget, state["done"]), state["best"],
-                                  state["failed"]))
+                finished = self.trials()
+                best = self.best(1)
+                progress(Progress(self.target.kernel, len(finished), max(budget, len(finished)),
+                                  best[0].value if best else None,
+                                  sum(t.state == TrialState.FAIL for t in finished)))
 
         def drive(server):
             while not errors:
                 with self._lock:
-                    if state["issued"] >= budget:
+                    self._sync()
+                    if self._taken() >= budget:
                         return
-                    state["issued"] += 1
                     trial, values = self._ask()
+                    if not self._claim(trial, budget):
+                        return
+                    best = max((t.value for t in self.best(1)), default=None)
+                    pairs = self.pair_budget.pairs()
                 variant = self.space.variant(values, self.target.base)
 
                 def measure(pairs):
@@ -280,11 +343,8 @@ class Study:
 
                 t0 = time.monotonic()
                 try:
-                    with self._lock:
-                        pairs = self.pair_budget.pairs()
                     ev = measure(pairs)
                     noise = pair_noise(ev.ratios) if ev.status == OK else None
-                    best = state["best"]
                     # A candidate that would be the new best is measured again with twice its
                     # pairs (and verified again) before it counts: the best of many 5-pair
                     # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
@@ -298,35 +358,81 @@ class Study:
                 except Exception as err:  # the capture itself is unusable: stop this study
                     errors.append(err)
                     with self._lock:
-                        trial.set_user_attr("status", INTERRUPTED)
-                        self.live.tell(trial, state=TrialState.FAIL)
+                        self._drop(trial, INTERRUPTED)
                     return
                 with self._lock:
                     self.pair_budget.add(noise)
                     self._tell(trial, variant, ev, time.monotonic() - t0, noise)
-                    state["done"] += 1
-                    if ev.status != OK:
-                        state["failed"] += 1
-                    # (pooling may have lowered the value of the code that was best)
-                    state["best"] = max((t.value for t in self.best(1)), default=None)
                     report()
 
-        report()
-        each_server(servers, drive)
-        if errors:
-            raise errors[0]
+        while True:
+            with self._lock:
+                report()
+            each_server(servers, drive)
+            if errors:
+                raise errors[0]
+            with self._lock:
+                self._sync()
+                waiting = self._running_elsewhere()
+            while waiting:  # (no timing decides: each ends, or its process dies)
+                time.sleep(WAIT_S)
+                with self._lock:
+                    self._sync()
+                    waiting &= self._running_elsewhere()
+                    report()
+            with self._lock:
+                if self._taken() >= budget:  # else a process died holding some: ours to run
+                    return
+
+    def _claim(self, trial, budget):
+        """Keep ``trial`` (asked in ``live``) RUNNING in the storage, held by this process;
+        whether it is within ``budget``, counted with the trials claimed before it in the
+        storage's order (finished and counted, or held by a process that lives). A process
+        that asked at the same time as this one sees the same order: of two claims of the
+        budget's last trial, the later gives way. The caller holds the lock."""
+        frozen = create_trial(state=TrialState.RUNNING, params=trial.params, distributions=trial.distributions,
+                              user_attrs=dict(trial.user_attrs, owner=self._owner))
+        stored_id = self._store.create_new_trial(self._study_id, template_trial=frozen)
+        self._copies[stored_id] = None
+        self._own[trial._trial_id] = stored_id
+        stored = self._store.get_all_trials(self._study_id, deepcopy=False)
+        number = next(t.number for t in stored if t._trial_id == stored_id)
+        ahead = sum(1 for t in stored if t.number < number and (
+            counted(t) or (t.state == TrialState.RUNNING and held(t))))
+        if ahead < budget:
+            return True
+        self._drop(trial, WITHDRAWN)
+        return False
+
+    def _drop(self, trial, status):
+        """Fail this process's ``trial`` in flight with ``status`` (one never counted)."""
+        trial.set_user_attr("status", status)
+        self.live.tell(trial, state=TrialState.FAIL)
+        stored_id = self._own.pop(trial._trial_id)
+        try:
+            self._store.set_trial_user_attr(stored_id, "status", status)
+            self._store.set_trial_state_values(stored_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:  # another process took it for dead
+            pass
 
     def _ask(self):
-        """The next trial and its values (the caller holds the lock): what was enqueued, or
-        the sampler's point, or where that point was measured before, a neighbour of it
-        nobody measured (or the sampler's next random draw, where that comes next)."""
-        enqueued = bool(self.live.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        if not enqueued and self._sweep:
-            enqueued = self._enqueue_sweep_point()
-        trial = self.live.ask()
-        values = self.space.suggest(trial)
-        if enqueued:  # asked for on purpose (a seed, a point a killed run had in flight)
-            return trial, values
+        """The next trial and its values (the caller holds the lock): what was enqueued
+        (unless enqueued to be measured once and measured by now), or the sampler's point,
+        or where that point was measured before, a neighbour of it nobody measured (or the
+        sampler's next random draw, where that comes next)."""
+        while True:
+            enqueued = bool(self.live.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            if not enqueued and self._sweep:
+                enqueued = self._enqueue_sweep_point()
+            trial = self.live.ask()
+            values = self.space.suggest(trial)
+            if not enqueued:
+                break
+            if point(values) in self._once and point(values) in self._points(but=trial.number):
+                trial.set_user_attr("status", DUPLICATE)  # (measured since, here or elsewhere)
+                self.live.tell(trial, state=TrialState.FAIL)
+                continue
+            return trial, values  # asked for on purpose (a seed, a point a killed run had in flight)
         seen = self._points(but=trial.number)
         if point(values) not in seen:
             return trial, values
@@ -433,9 +539,14 @@ class Study:
             trial.set_user_attr(key, attrs[key])
         state, value = (TrialState.COMPLETE, self._pooled(ev)) if ev.status == OK else (TrialState.FAIL, None)
         self.live.tell(trial, value, state=state)
-        # Kept: one database transaction per finished evaluation.
-        self.study.add_trial(create_trial(state=state, value=value, params=trial.params,
-                                          distributions=trial.distributions, user_attrs=attrs))
+        stored_id = self._own.pop(trial._trial_id)
+        try:  # (the state last: another process takes the trial in once it is finished)
+            for key in ("status", "evaluation"):
+                self._store.set_trial_user_attr(stored_id, key, attrs[key])
+            self._store.set_trial_state_values(stored_id, state, None if value is None else [value])
+        except UpdateFinishedTrialError:  # another process took this one for dead: kept anew
+            self._keep(create_trial(state=state, value=value, params=trial.params,
+                                    distributions=trial.distributions, user_attrs=attrs))
         if state == TrialState.COMPLETE:
             self._plan_sweep()
 
@@ -454,7 +565,11 @@ class Study:
             trial = create_trial(state=state, value=value, params=asked.params, distributions=asked.distributions,
                                  user_attrs=attrs)
             self.live.add_trial(trial)
-            self.study.add_trial(trial)
+            self._keep(trial)
+
+    def _keep(self, trial):
+        """Add finished ``trial`` (a FrozenTrial ``live`` has already) to the storage."""
+        self._copies[self._store.create_new_trial(self._study_id, template_trial=trial)] = None
 
     def best(self, n=1):
         """The ``n`` best codes, best first: for each, its simplest trial, with the value,
@@ -531,6 +646,10 @@ class StudyGroup:
 
     def trials(self):
         return [t for s in self.studies for t in s.trials()]
+
+    def refresh(self):
+        for s in self.studies:
+            s.refresh()
 
     def best(self, n=1):
         ranked = sorted((t for s in self.studies for t in s.best(n)), key=lambda t: -t.value)

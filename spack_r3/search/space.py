@@ -274,8 +274,12 @@ class Space:
         return [self._values(change) for change in changes]
 
     def fingerprint(self):
-        """Short hash of the space: a study is resumed only into the same space."""
-        desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params]
+        """Short hash of the space: a study is resumed only into the same space. The
+        threads setting is left out: its range is the CPUs of one replay worker, which
+        ``--workers`` decides, and the number of workers is no part of the search (a run
+        resumed with other ``--workers`` goes on with the same study)."""
+        desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params
+                if p.name != "threads"]
         return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
 
     def describe(self):

@@ -24,7 +24,7 @@ from ..replay.server import ReplayPool
 from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
 from ..replay.pipeline import as_built, format_spec
 from ..model.client import ModelError
-from .bayes import Study, StudyGroup, Target, storage, trial_variant
+from .bayes import Study, StudyGroup, Target, trial_variant
 from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
@@ -33,6 +33,7 @@ from .noise import INDISTINCT, MIN_GAIN
 from .results import KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
+from .store import confirming, storage
 
 
 STALL_STEP = 5  # evaluations between two looks at whether the pipeline search still climbs
@@ -57,6 +58,7 @@ class TuneOptions:
     child_budget: int = 10
     repairs: int = 2
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
+    storage: Optional[str] = None  # where the studies are kept (``store.storage``): the workspace's journal
 
 
 @dataclass
@@ -300,7 +302,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     ``say``: progress lines; ``warn``: lines the user must see even with --json."""
     say = say or (lambda line: None)
     warn = warn or say
-    store = storage(workspace)
+    store = storage(workspace, options.storage)
     studied, skipped = [], []
     with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
         patterns = Patterns(workspace) if options.mutator else None
@@ -325,21 +327,33 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
                 skipped.append("%s: %s" % (cxxnames.display(target.kernel), err))
                 continue
             studied.append((target, study))
-        # A study confirmed before with the same trials and settings keeps its result.
-        saved = {s.name: _saved_result(s, options) for _, s in studied}
-        todo = [(t, s) for t, s in studied if saved[s.name] is None]
-        candidates = [(t, s, _candidates(pool, t, s, options)) for t, s in todo]
-        confirmed = dict(zip((s.name for _, s in todo),
-                             confirm_searches(pool.servers, candidates, options.candidates,
-                                              rounds=options.confirm_rounds, pairs=options.confirm_pairs,
-                                              timeout=options.timeout, progress=say)
-                             if todo else []))
-        picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
-        picked = [(t, s, best) for t, s, best in picked if best]
-        again = dict(zip((s.name for _, s, _ in picked),
-                         measure_again(pool.servers, [(t, best.variant) for t, _, best in picked],
-                                       rounds=options.confirm_rounds, pairs=options.confirm_pairs,
-                                       timeout=options.timeout, progress=say) if picked else []))
+        # One process at a time confirms a study, and keeps the result in it: a run beside
+        # this one (the same study, trials and settings) takes that result instead of its own.
+        with confirming(workspace, [s.name for _, s in studied]):
+            results = _confirmed_results(pool, studied, options, say)
+    save_results(workspace, results)
+    return results, skipped
+
+
+def _confirmed_results(pool, studied, options, say):
+    """Each study's confirmed KernelResult: kept in the study, or confirmed now and kept."""
+    for _, study in studied:
+        study.refresh()
+    # A study confirmed before with the same trials and settings keeps its result.
+    saved = {s.name: _saved_result(s, options) for _, s in studied}
+    todo = [(t, s) for t, s in studied if saved[s.name] is None]
+    candidates = [(t, s, _candidates(pool, t, s, options)) for t, s in todo]
+    confirmed = dict(zip((s.name for _, s in todo),
+                         confirm_searches(pool.servers, candidates, options.candidates,
+                                          rounds=options.confirm_rounds, pairs=options.confirm_pairs,
+                                          timeout=options.timeout, progress=say)
+                         if todo else []))
+    picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
+    picked = [(t, s, best) for t, s, best in picked if best]
+    again = dict(zip((s.name for _, s, _ in picked),
+                     measure_again(pool.servers, [(t, best.variant) for t, _, best in picked],
+                                   rounds=options.confirm_rounds, pairs=options.confirm_pairs,
+                                   timeout=options.timeout, progress=say) if picked else []))
     results = []
     for target, study in studied:
         if study.name in confirmed:
@@ -348,5 +362,4 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
         else:
             result = saved[study.name]
         results.append(result)
-    save_results(workspace, results)
-    return results, skipped
+    return results

@@ -1,0 +1,145 @@
+"""Where studies are kept: Optuna storage made for several writers, and who holds a trial.
+
+Several ``r3 tune`` may work on one workspace at once (two terminals, a batch job and a
+user, later Dask workers on other nodes). SQLite is not made for that (Optuna's FAQ
+advises against it for parallel writers; two runs on a fresh ``r3.db`` raced creating
+its tables). So the workspace's studies live in Optuna's journal storage over one file,
+``r3.journal``: every change is one line appended under a lock that works across
+processes and over NFS (``JournalFileOpenLock``: a file created with O_EXCL, forced open
+after 30 s unchanged, should its holder have been killed holding it).
+
+    store = storage(workspace)                  # <workspace>/r3.journal
+    store = storage(workspace, "/scratch/s.journal")   # a journal elsewhere (shared)
+    store = storage(workspace, "postgresql://...")     # a database server (its driver needed)
+
+A workspace of an older r3 (``r3.db``, SQLite) is copied into the journal once, by the
+first run that finds no journal; ``r3.db`` is left as it was and not read again.
+
+A trial being evaluated is kept RUNNING with its ``owner`` (host, pid, the process's start
+time); ``held`` says whether that process still lives, so that other processes count the
+trial while it does and fail it (and ask its point again) once it does not.
+"""
+
+import fcntl
+import hashlib
+import os
+import socket
+from contextlib import contextmanager
+
+import optuna
+from optuna.storages import JournalStorage
+
+try:
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+except ImportError:  # Optuna 3.1-3.6: the same classes under their first names
+    from optuna.storages import JournalFileOpenLock, JournalFileStorage as JournalFileBackend
+
+from ..errors import R3Error
+
+JOURNAL_FILE = "r3.journal"
+LEGACY_FILE = "r3.db"  # r3 before the journal: SQLite, one writer
+HOST = socket.gethostname()
+
+
+def storage(workspace, url=None):
+    """The Optuna storage of ``workspace``'s studies: ``url`` a database URL (``scheme://``)
+    or a journal file's path; by default the workspace's own journal."""
+    if url and "://" in url:
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (ImportError, ValueError) as err:
+            raise R3Error("--storage %s: %s" % (url, err))
+        except Exception as err:  # sqlalchemy's own (no server there, bad credentials)
+            raise R3Error("--storage %s: %s" % (url, str(err).splitlines()[0]))
+    if url:
+        path = os.path.abspath(url)
+        if not os.path.isdir(os.path.dirname(path)):
+            raise R3Error("--storage %s: no directory %s" % (url, os.path.dirname(path)))
+    else:
+        workspace.ensure()
+        path = os.path.join(workspace.root, JOURNAL_FILE)
+        migrate(os.path.join(workspace.root, LEGACY_FILE), path)
+    return journal(path)
+
+
+def journal(path):
+    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+
+
+def migrate(legacy, path):
+    """Copy every study of the SQLite database ``legacy`` into a new journal at ``path``,
+    once: under a lock, into a temporary file renamed into place, so that a run started
+    beside it waits and then finds the whole journal, and a killed copy leaves none."""
+    if os.path.exists(path) or not os.path.exists(legacy):
+        return
+    with open(path + ".migrate.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, or when its process dies
+        if os.path.exists(path):
+            return
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        source = optuna.storages.RDBStorage("sqlite:///" + legacy)
+        target = journal(tmp)
+        for study in source.get_all_studies():
+            optuna.copy_study(from_study_name=study.study_name, from_storage=source, to_storage=target)
+        os.replace(tmp, path)
+
+
+def _started(pid):
+    """The start time of process ``pid`` (clock ticks after boot), None when it is gone or
+    a zombie; '' where /proc does not say (then only whether the pid exists counts)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        fields = None
+    if fields is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def owner():
+    """Who holds a trial this process evaluates: kept in the trial while it runs."""
+    return {"host": HOST, "pid": os.getpid(), "started": _started(os.getpid())}
+
+
+def held(trial):
+    """Whether the process that holds RUNNING ``trial`` still lives. A trial without an
+    owner was left by an older r3: nobody holds it. One held on another host is taken to
+    live (its pid says nothing here; the scale-out's storage server will need heartbeats)."""
+    who = trial.user_attrs.get("owner")
+    if not who:
+        return False
+    if who.get("host") != HOST:
+        return True
+    started = _started(who.get("pid", -1))
+    return started is not None and (started == "" or not who.get("started") or started == who["started"])
+
+
+@contextmanager
+def confirming(workspace, names):
+    """Hold the confirmation of the studies ``names`` (blocking while another process
+    holds any of them): one process at a time confirms a study and keeps its result in
+    it, and one that waited finds that result there. A lock file per study in the
+    workspace, taken in one order (no deadlock), released however this process ends."""
+    folder = os.path.join(workspace.root, "locks")
+    os.makedirs(folder, exist_ok=True)
+    files = []
+    try:
+        for name in sorted(set(names)):
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            files.append(open(os.path.join(folder, "confirm-%s.lock" % digest), "a"))
+            fcntl.flock(files[-1], fcntl.LOCK_EX)
+        yield
+    finally:
+        for f in files:
+            f.close()
