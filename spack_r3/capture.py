@@ -14,7 +14,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from . import cxxnames
 from .data import Capture, FileDigest
@@ -110,6 +110,10 @@ def ingest(record_dir, workspace, tolerance=None):
     Returns the list of Capture objects written (ids are content hashes, so
     recording the same thing twice yields the same id).
     """
+    failed = write_failures(record_dir)
+    if failed:
+        raise CaptureError(failed[0] + (" (and %d more)" % (len(failed) - 1) if len(failed) > 1 else "")
+                           + "; the run's captures stay in %s" % record_dir)
     stats, app_s = load_profiles(record_dir)
     target = _host_target()
     exporters = _exporters(record_dir)
@@ -133,6 +137,40 @@ def ingest(record_dir, workspace, tolerance=None):
         written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance,
                                       run=os.path.abspath(record_dir)))
     return written
+
+
+# A capture the runtime could not write (a full disk, a file size limit, an I/O error)
+# leaves captures/.error-<errno>-<kernel>-<call>-<pid>: the name says it where the disk
+# had no room for the file's contents (JSON: kernel, errno, error, path). A process's
+# profile that could not be written: the kernel ".profile".
+ERROR_MARK = ".error-"
+
+
+def write_failures(record_dir):
+    """One line for each capture (then profile) the runtime of a run could not write."""
+    out = []
+    marks = glob.glob(os.path.join(record_dir, "captures", ERROR_MARK + "*"))
+    for path in sorted(marks, key=lambda p: (".profile-" in os.path.basename(p), p)):  # kernels first
+        name = os.path.basename(path)[len(ERROR_MARK):]
+        code, _, rest = name.partition("-")
+        kernel = rest.rsplit("-", 2)[0] or "a kernel"
+        info = {}
+        try:
+            with open(path) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            pass  # written as the disk filled up: the name says enough
+        if not isinstance(info, dict):
+            info = {}
+        errno_ = info.get("errno") if isinstance(info.get("errno"), int) else int(code) if code.isdigit() else None
+        reason = os.strerror(errno_) if errno_ else "unknown error"
+        where = info.get("path") or "errno %s" % errno_
+        if kernel == ".profile":  # the counts of one process
+            out.append("the profile of process %s could not be written: %s (%s)" % (rest.rsplit("-", 1)[-1], reason,
+                                                                                   where))
+        else:
+            out.append("capture of %s could not be written: %s (%s)" % (info.get("kernel") or kernel, reason, where))
+    return out
 
 
 def _exporters(record_dir):
@@ -222,7 +260,8 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
-        unreplayable=kinfo.get("unreplayable") or _leaves_allocations(os.path.join(cdir, "post.bin"), meta),
+        unreplayable=(kinfo.get("unreplayable") or _foreign_memory(meta, kinfo)
+                      or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)),
         bitcode_args=tu.get("bitcode_args", []),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
@@ -250,6 +289,21 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         json.dump(capture.to_json(), f, indent=1)
     os.rename(tmp, final)
     return capture
+
+
+def _foreign_memory(meta, kinfo):
+    """Why the capture cannot replay because a pointer argument points into memory no
+    image holds (the runtime's "foreign" mappings: mmap'ed shared memory, another thread's
+    stack, a library's own maps), or None. Replay would find nothing at that address."""
+    params = kinfo.get("param_types") or []
+    for f in meta.get("foreign", []):
+        if f["arg"] < len(params) and params[f["arg"]] != "ptr":
+            continue  # an integer that looks like an address
+        what = f.get("name") or "anonymous"
+        return ("its argument %d points into %s-%s (%s %s), memory the capture does not hold (mapped "
+                "outside the record runtime's heap: shared or at a fixed address, or by a library); replay "
+                "would not find it" % (f["arg"] + 1, f["lo"], f["hi"], f.get("perms", "?"), what))
+    return None
 
 
 def _leaves_allocations(post_path, meta):
@@ -300,21 +354,58 @@ def _leaves_allocations(post_path, meta):
                                meta["memory"].get("left_bytes", 0)))
 
 
-def list_captures(workspace):
-    """Every readable capture of the workspace (unreadable ones are skipped)."""
+@dataclass
+class CorruptCapture:
+    """A capture directory whose capture.json cannot be read as a capture."""
+
+    id: str
+    reason: str
+
+
+def _check_capture(data):
+    """A Capture from capture.json's contents; ValueError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("it holds %s, not a capture" % type(data).__name__.replace("NoneType", "null"))
+    try:
+        capture = Capture.from_json(data)
+    except TypeError as err:  # a field missing
+        raise ValueError(str(err).replace("__init__() ", ""))
+    for name, kind in (("id", str), ("kernel", str), ("source_file", str), ("instance", int), ("app", dict),
+                       ("files", dict)):
+        if not isinstance(getattr(capture, name), kind):
+            raise ValueError("its %s is not a %s" % (name, kind.__name__))
+    return capture
+
+
+def list_captures(workspace, corrupt=None):
+    """Every readable capture of the workspace. Those whose capture.json cannot be read
+    are left out; with ``corrupt`` (a list), each is appended to it as a CorruptCapture."""
     out = []
     for path in sorted(glob.glob(os.path.join(workspace.captures_dir, "*", "capture.json"))):
         try:
             with open(path) as f:
-                out.append(Capture.from_json(json.load(f)))
-        except (OSError, ValueError, TypeError):
-            continue
+                out.append(_check_capture(json.load(f)))
+        except (OSError, ValueError) as err:
+            if corrupt is not None:
+                reason = ("capture.json is not JSON: %s" % err if isinstance(err, json.JSONDecodeError)
+                          else "capture.json: %s" % (err.strerror if isinstance(err, OSError) else err))
+                corrupt.append(CorruptCapture(os.path.basename(os.path.dirname(path)), reason))
     return out
 
 
 def run_key(capture):
     """What tells the recorded runs apart (captures of older records: the run's time)."""
     return capture.app.get("run") or capture.app.get("app_s")
+
+
+def run_name(capture):
+    """The recorded run a capture is from, as ``r3 kernels`` shows it: the name of its run
+    directory under the workspace's runs/, or None (captures of older records)."""
+    run = capture.app.get("run")
+    if not isinstance(run, str):
+        return None
+    run = run.rstrip("/")
+    return os.path.basename(os.path.dirname(run)) if os.path.basename(run) == "record" else os.path.basename(run)
 
 
 def recorded_calls(workspace, capture):
@@ -364,7 +455,7 @@ def load_capture_dir(path, verify_digests=True):
     meta_path = os.path.join(path, "capture.json")
     try:
         with open(meta_path) as f:
-            capture = Capture.from_json(json.load(f))
+            capture = _check_capture(json.load(f))
     except FileNotFoundError:
         raise CaptureError("capture %s has no capture.json" % path)
     except (ValueError, TypeError) as err:

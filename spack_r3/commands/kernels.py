@@ -5,11 +5,14 @@ import os
 from collections import Counter
 
 from .. import cxxnames
-from ..capture import list_captures
+from ..capture import list_captures, run_name
 from ..report import percent, seconds, size, table
 from ..workspace import Workspace
 
 description = "list captured kernels"
+
+FIELDS = ("id", "kernel", "kernel_demangled", "source", "run", "share", "calls", "instance", "instances",
+          "instance_s", "bytes", "tolerance", "unreplayable", "corrupt")
 
 
 def setup_parser(subparser):
@@ -18,26 +21,32 @@ def setup_parser(subparser):
 
 def kernels(args):
     ws = Workspace(args.workspace)
-    caps = sorted(list_captures(ws), key=lambda c: (-(c.app.get("share") or 0), c.kernel, c.instance))
-    instances = Counter((c.kernel, c.source_file) for c in caps)  # captured calls of each kernel
+    corrupt = []
+    caps = sorted(list_captures(ws, corrupt), key=lambda c: (-(c.app.get("share") or 0), c.kernel, c.instance))
+    instances = Counter((c.kernel, c.source_file, run_name(c)) for c in caps)  # captured calls of each kernel
     entries = []
     for c in caps:
-        nbytes = sum(f["size"] for f in c.files.values())
+        nbytes = sum(f.get("size", 0) for f in c.files.values() if isinstance(f, dict))
         entries.append({"id": c.id, "kernel": c.kernel, "kernel_demangled": cxxnames.demangle(c.kernel),
-                        "source": os.path.basename(c.source_file),
+                        "source": os.path.basename(c.source_file), "run": run_name(c),
                         "share": c.app.get("share"), "calls": c.app.get("calls"), "instance": c.instance,
-                        "instances": instances[(c.kernel, c.source_file)], "instance_s": c.instance_s,
-                        "bytes": nbytes, "tolerance": c.tolerance, "unreplayable": c.unreplayable})
-    if args.json:
-        print(json.dumps(entries, indent=1))
+                        "instances": instances[(c.kernel, c.source_file, run_name(c))], "instance_s": c.instance_s,
+                        "bytes": nbytes, "tolerance": c.tolerance, "unreplayable": c.unreplayable, "corrupt": None})
+    if args.json:  # a corrupt capture: its id and why, every other field null
+        print(json.dumps(entries + [dict({k: None for k in FIELDS}, id=b.id, corrupt=b.reason) for b in corrupt],
+                         indent=1))
         return 0
-    if not entries:
+    if not entries and not corrupt:
         print("no captures in %s (record some with: r3 record --source DIR --run CMD)" % ws.root)
         return 0
-    rows = [[e["id"], cxxnames.display(e["kernel"]), e["source"], percent(e["share"]), e["calls"],
-             "%d/%d" % (e["instance"], e["instances"]), seconds(e["instance_s"]), size(e["bytes"])] for e in entries]
-    print(table(["id", "kernel", "source", "share", "calls", "instance", "in app", "size"], rows))
+    if entries:
+        rows = [[e["id"], cxxnames.display(e["kernel"]), e["source"], e["run"] or "-", percent(e["share"]),
+                 e["calls"], "%d/%d" % (e["instance"], e["instances"]), seconds(e["instance_s"]), size(e["bytes"])]
+                for e in entries]
+        print(table(["id", "kernel", "source", "run", "share", "calls", "instance", "in app", "size"], rows))
     for e in entries:  # recorded for their hotness, refused by replay
         if e["unreplayable"]:
             print("%s cannot replay: %s" % (e["id"], e["unreplayable"]))
+    for b in corrupt:  # unreadable: no command uses them
+        print("%s is corrupt: %s" % (b.id, b.reason))
     return 0

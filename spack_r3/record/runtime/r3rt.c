@@ -44,6 +44,19 @@ _Static_assert(sizeof(struct r3_global) == 3 * 8, "r3_global ABI: 3 x 8 bytes");
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
+/* This file defines mmap, munmap and mremap for the application (see "the application's
+ * mappings" below); its own maps go straight to the system. */
+static void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off) {
+  return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+}
+static int sys_munmap(void *a, size_t n) { return (int)syscall(SYS_munmap, a, n); }
+static void *sys_mremap(void *a, size_t n, size_t m, int flags, void *to) {
+  return (void *)syscall(SYS_mremap, a, n, m, flags, to);
+}
+#define mmap sys_mmap
+#define munmap sys_munmap
+#define mremap(a, n, m, flags) sys_mremap(a, n, m, flags, NULL)
+
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 #define UNUSED __attribute__((unused))
 
@@ -514,11 +527,12 @@ static void heap_free(void *p) {
   heap_unlock();
 }
 
-static void *heap_memalign(size_t align, size_t n, unsigned own) {
-  int z;
-  if (align <= 16) return heap_alloc(n, &z, own);
+/* *zero (if not NULL): the n bytes are all zero */
+static void *heap_memalign_z(size_t align, size_t n, unsigned own, int *zero) {
+  int z, *zp = zero ? zero : &z;
+  if (align <= 16) return heap_alloc(n, zp, own);
   if (n > (1ull << 46) || align > (1ull << 40)) { errno = ENOMEM; return NULL; }
-  char *p = (char *)heap_alloc(n + align + HDR, &z, own);
+  char *p = (char *)heap_alloc(n + align + HDR, zp, own);
   if (!p || ((uintptr_t)p & (align - 1)) == 0) return p;
   /* split off a free padding chunk in front so the heap stays walkable */
   uintptr_t q = ((uintptr_t)p + HDR + align - 1) & ~(uintptr_t)(align - 1);
@@ -535,6 +549,8 @@ static void *heap_memalign(size_t align, size_t n, unsigned own) {
   heap_unlock();
   return (void *)q;
 }
+
+static void *heap_memalign(size_t align, size_t n, unsigned own) { return heap_memalign_z(align, n, own, NULL); }
 
 static size_t usable_size(void *p) {
   if (!p) return 0;
@@ -658,8 +674,9 @@ void *pvalloc(size_t n) {
 size_t malloc_usable_size(void *p) { return usable_size(p); }
 
 static void trk_lock_for_fork(int take);
-static void atfork_prepare(void) { heap_lock(); trk_lock_for_fork(1); }
-static void atfork_release(void) { trk_lock_for_fork(0); heap_unlock(); }
+static void maps_lock_for_fork(int take);
+static void atfork_prepare(void) { heap_lock(); trk_lock_for_fork(1); maps_lock_for_fork(1); }
+static void atfork_release(void) { maps_lock_for_fork(0); trk_lock_for_fork(0); heap_unlock(); }
 
 /* ------------------------------------------------------------------------- */
 /* buffered output to a file descriptor                                        */
@@ -1061,6 +1078,12 @@ static char g_wbuf[1 << 16];
 static int g_capturing; /* an in-process capture is being taken */
 static int g_forking;   /* a snapshot process is running */
 static int g_child;     /* this process is a snapshot process */
+static TLS int t_snapshot_fork; /* this thread is forking a snapshot process */
+/* A process the application forked that goes on running the program records nothing: its
+ * calls are the parent's over again (a child calling the kernel as often as its parent
+ * doubled the counts: 40 calls for 20, shares adding up to 122%). The process that started
+ * stands for the run. */
+static int g_forked;
 static struct {
   struct r3_kinfo *k;
   int64_t instance;
@@ -1073,6 +1096,8 @@ static struct {
   struct { uintptr_t lo, hi, tls_lo; } stk[2]; /* above tls_lo (a worker's TLS and thread block): kind 3 */
   int nimg;             /* kind-6/2 regions: loaded objects' data the arguments point into */
   struct { uintptr_t lo, hi; int writable; } img[8];
+  int nforeign;         /* arguments into mappings no image holds (foreign_args) */
+  struct { int64_t arg; uintptr_t lo, hi; char perms[5]; char name[128]; } foreign[4];
   int pages;            /* page-tracked (1) or whole-heap (0) */
   int pre_fd;           /* page-tracked: pre.bin stays open until the touched pages are known */
   wbuf_t pre_w;         /* ... and its writer, holding what is not yet written */
@@ -1595,12 +1620,15 @@ static int64_t nargs_of(const struct r3_kinfo *k) {
  * through its arguments change it: pre and post images hold it at the same address and size. */
 #define STACK_MAX (64ull << 20)
 
-/* the end of the mapping holding address a, from /proc/self/maps (read(2), no malloc), or 0 */
-/* main_stack (if not NULL): set when that mapping is the main thread's stack */
-static uintptr_t mapping_end(uintptr_t a, int *main_stack) {
+/* a line of /proc/self/maps: [lo, hi), "rw-p", and what is mapped ("" anonymous, a file's
+ * path, "[stack]") */
+struct mapent { uintptr_t lo, hi; char perms[5]; char name[256]; };
+
+/* the mapping holding address a, from /proc/self/maps (read(2), no malloc): 1 if found */
+static int mapping_of(uintptr_t a, struct mapent *out) {
   char buf[4096], line[512];
   size_t ln = 0;
-  uintptr_t found = 0;
+  int found = 0;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   for (;;) {
@@ -1615,7 +1643,7 @@ static uintptr_t mapping_end(uintptr_t a, int *main_stack) {
       }
       line[ln] = 0;
       ln = 0;
-      /* "lo-hi perms ..." in hex */
+      /* "lo-hi perms offset dev inode   name" in hex */
       uint64_t lo = 0, hi = 0;
       const char *s = line;
       int ok = 1, d = 0;
@@ -1630,15 +1658,34 @@ static uintptr_t mapping_end(uintptr_t a, int *main_stack) {
         if (v < 0) { ok = 0; break; }
         hi = hi * 16 + (uint64_t)v;
       }
-      if (ok && d && lo <= a && a < hi) {
-        found = (uintptr_t)hi;
-        if (main_stack) *main_stack = strstr(s, "[stack]") != NULL;
+      if (!ok || !d || a < lo || a >= hi) continue;
+      found = 1;
+      out->lo = (uintptr_t)lo;
+      out->hi = (uintptr_t)hi;
+      while (*s == ' ') s++;
+      size_t k = 0;
+      for (; k < 4 && s[k] && s[k] != ' '; k++) out->perms[k] = s[k];
+      out->perms[k] = 0;
+      for (int field = 0; field < 4 && *s; field++) { /* perms offset dev inode */
+        while (*s && *s != ' ') s++;
+        while (*s == ' ') s++;
       }
+      for (k = 0; s[k] && k < sizeof out->name - 1; k++) out->name[k] = s[k];
+      out->name[k] = 0;
     }
     if (found) break;
   }
   close(fd);
   return found;
+}
+
+/* the end of the mapping holding address a, or 0 */
+/* main_stack (if not NULL): set when that mapping is the main thread's stack */
+static uintptr_t mapping_end(uintptr_t a, int *main_stack) {
+  struct mapent e;
+  if (!mapping_of(a, &e)) return 0;
+  if (main_stack) *main_stack = strstr(e.name, "[stack]") != NULL;
+  return e.hi;
 }
 
 extern void *__libc_stack_end __attribute__((weak));
@@ -1866,6 +1913,43 @@ static int image_regions(struct r3_kinfo *k, const uint64_t *slots) {
   return 0;
 }
 
+/* ---- memory no image holds ----
+ * An argument may point into a mapping that is neither the arena, a stack region, nor a
+ * loaded object's data: memory mmap'ed shared or at a fixed address (mmap below serves the
+ * rest from the arena), another thread's stack, a library's own maps. Replay would not find
+ * it: the mappings go into meta.json ("foreign"), and ingest marks the capture unreplayable
+ * naming the region, where the argument is a pointer (an integer may look like an address),
+ * rather than leave a capture that crashes in replay. Code (a function pointer) is left as
+ * before. */
+static void foreign_args(struct r3_kinfo *k, const uint64_t *slots) {
+  cap.nforeign = 0;
+  int64_t na = nargs_of(k);
+  int most = (int)(sizeof cap.foreign / sizeof cap.foreign[0]);
+  for (int64_t i = 0; slots && i < na && cap.nforeign < most; i++) {
+    if (k->byval_sizes && k->byval_sizes[i] > 0) continue;
+    uintptr_t v = (uintptr_t)slots[i];
+    if (v < 65536 || (v >= g_base && v < g_end) || in_global(k, v)) continue;
+    int held = 0;
+    for (int j = 0; j < cap.nstk; j++) held |= v >= cap.stk[j].lo && v < cap.stk[j].hi;
+    for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
+    struct mapent e;
+    if (held || !mapping_of(v, &e) || strchr(e.perms, 'x')) continue;
+    int n = cap.nforeign++;
+    cap.foreign[n].arg = i;
+    cap.foreign[n].lo = e.lo;
+    cap.foreign[n].hi = e.hi;
+    memcpy(cap.foreign[n].perms, e.perms, sizeof e.perms);
+    size_t l = r3_strlen(e.name);
+    if (l >= sizeof cap.foreign[n].name) l = sizeof cap.foreign[n].name - 1;
+    memcpy(cap.foreign[n].name, e.name, l);
+    cap.foreign[n].name[l] = 0;
+    char a[32], b[32];
+    warn("capture of ", k->name ? k->name : "?", ": an argument points into ", fmt_hex(a + sizeof a, e.lo), "-",
+         fmt_hex(b + sizeof b, e.hi), " ", e.perms, " ", e.name[0] ? e.name : "(anonymous)",
+         ", a mapping no capture holds; it will not replay", NULL);
+  }
+}
+
 static void remove_capture_dir(const char *dir) {
   static const char *files[] = {"pre.bin", "post.bin", "meta.json"};
   for (int i = 0; i < 3; i++) {
@@ -1883,6 +1967,59 @@ static void cleanup_tmp(void) {
   if (cap.pre_fd >= 0) { close(cap.pre_fd); cap.pre_fd = -1; }
   remove_capture_dir(cap.tmp);
 }
+
+/* While a capture is written, a file size limit (ulimit -f) makes write(2) fail with EFBIG
+ * as a full disk fails it, rather than killing the application with SIGXFSZ: 1 if the
+ * default action was set aside (xfsz_restore puts it back). */
+static int xfsz_ignore(void) {
+  struct sigaction cur, ign;
+  if (sigaction(SIGXFSZ, NULL, &cur) || (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL) return 0;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  return sigaction(SIGXFSZ, &ign, NULL) == 0;
+}
+static void xfsz_restore(int ignored) {
+  if (!ignored) return;
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGXFSZ, &dfl, NULL);
+}
+
+/* ---- a capture that could not be written ----
+ * A full disk (or a file size limit, an I/O error) must fail the record, not leave a run
+ * that exits 0 without its hottest kernel: captures/.error-<errno>-<kernel>-<call>-<pid>
+ * tells ingest (capture.py, write_failures). Its name alone says what failed, for a disk
+ * with no room left for its contents (JSON: kernel, errno, error, path); it is written
+ * after the failed capture's files are removed. name NULL: the process's profile, whose
+ * marker is named ".profile" (no kernel's name starts with a dot). */
+static void record_failure(const char *name, int64_t inst, int err, const char *where) {
+  char p[PATHMAX], buf[1024];
+  path_t b = {p, 0, sizeof p, 0};
+  pa(&b, cfg.dir); pa(&b, "/captures");
+  if (b.ovf || mkdir_p(p)) return;
+  pa(&b, "/.error-"); pa_u(&b, (uint64_t)err); pa(&b, "-"); sanitize_name(&b, name ? name : ".profile");
+  pa(&b, "-"); pa_u(&b, (uint64_t)inst); pa(&b, "-"); pa_u(&b, (uint64_t)getpid());
+  if (b.ovf) return;
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    warn("cannot leave the failure of ", name ? name : "the profile", " for the record: ", strerror(errno), NULL);
+    return;
+  }
+  wbuf_t w = {.fd = fd, .cap = sizeof buf, .buf = buf};
+  wb_s(&w, "{\"kernel\": "); wb_jstr(&w, name);
+  wb_s(&w, ", \"errno\": "); wb_u(&w, (uint64_t)err);
+  wb_s(&w, ", \"error\": "); wb_jstr(&w, strerror(err));
+  wb_s(&w, ", \"path\": "); wb_jstr(&w, where);
+  wb_s(&w, "}\n");
+  int xfsz = xfsz_ignore();
+  wb_flush(&w);
+  xfsz_restore(xfsz);
+  close(fd);
+}
+
 
 static uint64_t g_budget_used;
 static int g_budget_warned;
@@ -1942,7 +2079,7 @@ static void count_call_pages(struct r3_kinfo *k) {
 /* should this call be captured, and where? (cheap checks first; a yes holds g_capturing) */
 static int want_capture(struct r3_kinfo *k) {
   if (enough_calls(k)) return CAP_NONE;
-  if (!cfg.have_dir || cfg.capture_none || g_child || t_cap_depth >= 0) return CAP_NONE;
+  if (!cfg.have_dir || cfg.capture_none || g_child || g_forked || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
   if (sel != 1 || (k->flags & R3_KFLAG_NO_CAPTURE)) return CAP_NONE;
@@ -1994,7 +2131,9 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   capture_paths(k, inst, getpid(), dir, &t, &f);
   if (t.ovf || f.ovf) { warn("capture path too long; not capturing ", k->name, NULL); return -1; }
   if (mkdir_p(dir) || (mkdir(cap.tmp, 0755) && errno != EEXIST)) {
-    warn("cannot create ", cap.tmp, ": ", strerror(errno), NULL);
+    int e = errno;
+    warn("cannot create ", cap.tmp, ": ", strerror(e), NULL);
+    record_failure(k->name, inst, e, cap.tmp);
     return -1;
   }
   cap.k = k;
@@ -2013,6 +2152,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
     cleanup_tmp();
     return -1;
   }
+  foreign_args(k, slots);
   int64_t na = nargs_of(k);
   uint64_t need = (uint64_t)na * 8;
   for (int64_t i = 0; k->byval_sizes && i < na; i++)
@@ -2041,7 +2181,7 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   char pre[PATHMAX];
   path_t p = {pre, 0, sizeof pre, 0};
   pa(&p, cap.tmp); pa(&p, "/pre.bin");
-  int err = 0;
+  int err = 0, xfsz = xfsz_ignore();
   if (p.ovf) err = ENAMETOOLONG;
   else if (!cap.pages) err = write_image(pre, k, 0);
   else {
@@ -2068,9 +2208,11 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
       }
     }
   }
+  xfsz_restore(xfsz);
   if (err) {
     warn("cannot write ", pre, ": ", strerror(err), NULL);
     cleanup_tmp();
+    record_failure(k->name, inst, err, pre);
     if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
     return -1;
   }
@@ -2186,7 +2328,21 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
     wb_s(w, "["); wb_u(w, g_left[i][0]); wb_s(w, ", "); wb_u(w, g_left[i][1] - g_left[i][0]); wb_s(w, "]");
   }
   wb_s(w, "]");
-  wb_s(w, "}, \"globals\": [");
+  wb_s(w, "}");
+  if (cap.nforeign) { /* arguments into mappings no image holds (foreign_args) */
+    wb_s(w, ", \"foreign\": [");
+    for (int i = 0; i < cap.nforeign; i++) {
+      if (i) wb_s(w, ", ");
+      wb_s(w, "{\"arg\": "); wb_i(w, cap.foreign[i].arg);
+      wb_s(w, ", \"lo\": "); wb_hex(w, cap.foreign[i].lo);
+      wb_s(w, ", \"hi\": "); wb_hex(w, cap.foreign[i].hi);
+      wb_s(w, ", \"perms\": "); wb_jstr(w, cap.foreign[i].perms);
+      wb_s(w, ", \"name\": "); wb_jstr(w, cap.foreign[i].name);
+      wb_s(w, "}");
+    }
+    wb_s(w, "]");
+  }
+  wb_s(w, ", \"globals\": [");
   for (int64_t i = 0; k->globals && i < k->nglobals; i++) {
     const struct r3_global *g = &k->globals[i];
     if (i) wb_s(w, ", ");
@@ -2202,7 +2358,7 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
 static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   char p[PATHMAX];
   path_t b = {p, 0, sizeof p, 0};
-  int err = 0;
+  int err = 0, xfsz = xfsz_ignore();
   collect_left();
   if (cap.pages) {
     trk_end();
@@ -2274,9 +2430,11 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
     err = -2;
   }
   if (!err && rename(cap.tmp, cap.fin)) err = errno;
+  xfsz_restore(xfsz);
   if (err) {
     if (err > 0) warn("capture of ", k->name, " failed: ", strerror(err), NULL);
     cleanup_tmp();
+    if (err > 0) record_failure(k->name, cap.instance, err, cap.tmp);
   } else {
     __atomic_fetch_add(&g_budget_used, cap.written, __ATOMIC_RELAXED);
     count_call_pages(k);
@@ -2286,6 +2444,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   cap.scratch = NULL;
   cap.nstk = 0;
   cap.nimg = 0;
+  cap.nforeign = 0;
   t_cap_depth = -1;
   return err;
 }
@@ -2308,7 +2467,9 @@ static void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
   /* nested parallel regions are inactive by default: one thread inside a parallel region */
   int64_t threads = (in_parallel && in_parallel()) ? 1 : (max_threads ? max_threads() : 1);
   int errfd = fcntl(g_warn_fd, F_DUPFD_CLOEXEC, 3);
+  t_snapshot_fork = 1;
   pid_t pid = fork();
+  t_snapshot_fork = 0;
   if (pid == 0) {
     g_child = 1;
     if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE)) trk_abandon(); /* the parent's capture, not ours */
@@ -2550,10 +2711,23 @@ static int prof_stop(void) {
 /* process start / exit                                                       */
 /* ------------------------------------------------------------------------- */
 
+/* in the child of a fork: a snapshot process (capture_forked goes on), or a process of the
+ * application's, which records nothing (g_forked) and drops what its parent was capturing */
+static void atfork_child(void) {
+  atfork_release();
+  if (t_snapshot_fork) return;
+  g_forked = 1;
+  if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE)) trk_abandon();
+  if (cap.pre_fd >= 0) close(cap.pre_fd); /* the parent's: it writes and removes it */
+  cap.pre_fd = -1;
+  t_cap_depth = -1;
+  g_mark_new = 0;
+}
+
 __attribute__((constructor(101))) static void r3_init(void) {
   config_once();
   dl_iterate_phdr(rt_text_cb, NULL);
-  pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+  pthread_atfork(atfork_prepare, atfork_release, atfork_child);
   prof_start();
 }
 
@@ -2561,7 +2735,7 @@ static int g_profile_written;
 
 __attribute__((destructor(101))) static void r3_fini(void) {
   config_once();
-  if (g_child || !cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
+  if (g_child || g_forked || !cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
   int sampled = prof_stop();
   uint64_t app_ns = now_ns() - cfg.t_start;
   pid_t pid = getpid();
@@ -2630,9 +2804,192 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, "}");
   }
   wb_s(&w, "]}\n");
+  int xfsz = xfsz_ignore();
   wb_flush(&w);
+  xfsz_restore(xfsz);
   int err = w.err;
   if (close(fd) && !err) err = errno;
   if (!err && rename(tmp, fin)) err = errno;
-  if (err) { warn("cannot write ", fin, ": ", strerror(err), NULL); unlink(tmp); }
+  if (err) {
+    warn("cannot write ", fin, ": ", strerror(err), NULL);
+    unlink(tmp);
+    record_failure(NULL, 0, err, fin);
+  }
+}
+
+/* ------------------------------------------------------------------------- */
+/* the application's mappings                                                  */
+/* ------------------------------------------------------------------------- */
+/* Memory a program maps itself (large buffers, custom allocators, an input file mapped
+ * whole) is application data as much as its heap, and a capture holds the arena: a kernel
+ * on an mmap'ed array recorded without it crashed in replay. So mmap serves private
+ * anonymous read-write mappings, and mappings of regular files that nothing writes back
+ * (private, or shared read-only: their contents, read in), from the application's pool,
+ * where page tracking and whole-heap images hold them and replay maps them where they
+ * were. Shared anonymous or writable shared mappings (memory shared with another process, a
+ * file written through memory), fixed addresses, stacks, huge pages, other protections and
+ * the runtimes' own maps go to the system; a captured kernel given a pointer into one is
+ * marked unreplayable (foreign_args). munmap and mremap follow. */
+#undef mmap
+#undef munmap
+#undef mremap
+
+#define MMAP_COPY_MAX (4ull << 30) /* a larger file is mapped by the system, not read in */
+
+/* a mapping served from the arena: [lo, hi) still mapped, of the block at `block` (its user
+ * pointer) whose bytes end at `end` */
+struct amap { uintptr_t lo, hi, block, end; };
+static struct amap *g_maps; /* sorted by lo; a scratch map, grown as needed */
+static size_t g_nmaps, g_maps_cap;
+static char g_maps_lock; /* taken before the heap lock, never while holding it */
+
+static void maps_lock(void) { while (__atomic_test_and_set(&g_maps_lock, __ATOMIC_ACQUIRE)) cpu_relax(); }
+static void maps_unlock(void) { __atomic_clear(&g_maps_lock, __ATOMIC_RELEASE); }
+static void maps_lock_for_fork(int take) { if (take) maps_lock(); else maps_unlock(); }
+
+static size_t maps_find(uintptr_t a) { /* the first map with hi > a (lock held) */
+  size_t l = 0, r = g_nmaps;
+  while (l < r) {
+    size_t m = (l + r) / 2;
+    if (g_maps[m].hi <= a) l = m + 1;
+    else r = m;
+  }
+  return l;
+}
+
+static int maps_add(uintptr_t lo, uintptr_t hi, uintptr_t end) {
+  maps_lock();
+  if (g_nmaps == g_maps_cap) {
+    size_t n = g_maps_cap ? 2 * g_maps_cap : 256;
+    void *m = g_maps ? sys_mremap(g_maps, g_maps_cap * sizeof *g_maps, n * sizeof *g_maps, MREMAP_MAYMOVE, NULL)
+                     : map_scratch(n * sizeof *g_maps);
+    if (!m || m == MAP_FAILED) { maps_unlock(); return -1; }
+    g_maps = m;
+    g_maps_cap = n;
+  }
+  size_t i = maps_find(lo);
+  memmove(g_maps + i + 1, g_maps + i, (g_nmaps - i) * sizeof *g_maps);
+  g_maps[i] = (struct amap){lo, hi, lo, end};
+  g_nmaps++;
+  maps_unlock();
+  return 0;
+}
+
+static int served(int prot, int flags, int fd) {
+  if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN | MAP_STACK | MAP_HUGETLB | MAP_32BIT)) return 0;
+  int type = flags & MAP_TYPE;
+  if (flags & MAP_ANONYMOUS) return type == MAP_PRIVATE && prot == (PROT_READ | PROT_WRITE);
+  if (fd < 0) return 0;
+  if (type == MAP_PRIVATE) return prot == PROT_READ || prot == (PROT_READ | PROT_WRITE);
+  return type == MAP_SHARED && prot == PROT_READ;
+}
+
+/* an arena block of len bytes (a multiple of the page), page-aligned, zeros or fd's contents
+ * from off; NULL: let the system map it */
+static void *arena_map(size_t len, int fd, off_t off) {
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode) || off < 0 || (off & (off_t)(g_page - 1)) ||
+                  len > MMAP_COPY_MAX))
+    return NULL;
+  int saved = errno, zero = 0;
+  char *p = heap_memalign_z(g_page, len, 0, &zero);
+  if (!p) { errno = saved; return NULL; }
+  size_t got = 0;
+  if (fd >= 0) {
+    /* the system writes no protected page (EFAULT): open them first in a tracked capture */
+    if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE))
+      for (size_t i = 0; i < len; i += g_page) ((volatile char *)p)[i] = 0;
+    while (got < len) {
+      ssize_t r = pread(fd, p + got, len - got, off + (off_t)got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) { heap_free(p); errno = saved; return NULL; } /* the system says why */
+      if (r == 0) break; /* past the end of the file: zeros */
+      got += (size_t)r;
+    }
+  }
+  if (!zero && got < len) memset(p + got, 0, len - got);
+  if (maps_add((uintptr_t)p, (uintptr_t)p + len, (uintptr_t)p + usable_size(p))) { heap_free(p); errno = saved; return NULL; }
+  errno = saved;
+  return p;
+}
+
+static void *app_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off, unsigned own) {
+  if (len && len <= (1ull << 46) && served(prot, flags, fd) && !own) {
+    void *p = arena_map((len + g_page - 1) & ~(size_t)(g_page - 1), (flags & MAP_ANONYMOUS) ? -1 : fd, off);
+    if (p) return p;
+  }
+  return sys_mmap(addr, len, prot, flags, fd, off);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  return app_mmap(addr, len, prot, flags, fd, off, CALLER_OWNER());
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  return app_mmap(addr, len, prot, flags, fd, off, CALLER_OWNER());
+}
+
+int munmap(void *addr, size_t len) {
+  uintptr_t a = (uintptr_t)addr;
+  if (!g_base || a < g_base || a >= g_end) return sys_munmap(addr, len);
+  if ((a & (g_page - 1)) || !len) { errno = EINVAL; return -1; }
+  uintptr_t b = a + ((len + g_page - 1) & ~(uintptr_t)(g_page - 1));
+  for (;;) { /* the blocks whose every page is unmapped now are freed, one at a time */
+    uintptr_t gone = 0;
+    maps_lock();
+    for (size_t i = maps_find(a); i < g_nmaps && g_maps[i].lo < b; i++) {
+      struct amap *m = &g_maps[i];
+      if (a <= m->lo && b >= m->hi) {
+        gone = m->block;
+        memmove(m, m + 1, (g_nmaps - i - 1) * sizeof *m);
+        g_nmaps--;
+        break;
+      }
+      if (a <= m->lo) m->lo = b; /* the head: unmapped pages stay, unused */
+      else if (b >= m->hi) m->hi = a; /* the tail */
+      /* a hole in the middle: the block stays whole until the rest is unmapped */
+    }
+    maps_unlock();
+    if (!gone) return 0; /* never fails on arena memory: what is not a mapping stays as it is */
+    heap_free((void *)gone);
+  }
+}
+
+void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...) {
+  uintptr_t a = (uintptr_t)old;
+  if (!g_base || a < g_base || a >= g_end) {
+    void *to = NULL;
+    if (flags & MREMAP_FIXED) {
+      va_list ap;
+      va_start(ap, flags);
+      to = va_arg(ap, void *);
+      va_end(ap);
+    }
+    return sys_mremap(old, old_size, new_size, flags, to);
+  }
+  (void)old_size; /* the map says how much is mapped */
+  if ((flags & ~MREMAP_MAYMOVE) || !new_size || new_size > (1ull << 46) || (a & (g_page - 1))) {
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  uintptr_t want = (new_size + g_page - 1) & ~(uintptr_t)(g_page - 1), cur = 0;
+  maps_lock();
+  size_t i = maps_find(a);
+  if (i == g_nmaps || g_maps[i].lo != a) { maps_unlock(); errno = EFAULT; return MAP_FAILED; }
+  struct amap *m = &g_maps[i];
+  if (a + want <= m->end) { /* within its block: shrink, or grow into bytes it already has */
+    uintptr_t from = m->hi;
+    m->hi = a + want;
+    maps_unlock(); /* before the memset: a tracked page faults, and the handler takes trk.lock */
+    if (a + want > from) memset((void *)from, 0, a + want - from);
+    return old;
+  }
+  cur = m->hi - a;
+  maps_unlock();
+  if (!(flags & MREMAP_MAYMOVE)) { errno = ENOMEM; return MAP_FAILED; }
+  void *q = arena_map(want, -1, 0);
+  if (!q) { errno = ENOMEM; return MAP_FAILED; }
+  memcpy(q, old, cur);
+  munmap(old, cur);
+  return q;
 }
