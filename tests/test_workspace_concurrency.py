@@ -52,9 +52,14 @@ QUICK = ["--kernel", "scale", "--pairs", "3", "--confirm-pairs", "3", "--confirm
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, clang):
-    """A workspace holding the capture of one OpenMP kernel, never tuned."""
-    tree = source_tree(tmp_path_factory, "scale", {"scale.c": SCALE_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
+def tree(tmp_path_factory, clang):
+    """The source tree of a program with one OpenMP kernel."""
+    return source_tree(tmp_path_factory, "scale", {"scale.c": SCALE_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
+
+
+@pytest.fixture(scope="module")
+def recorded(tree, tmp_path_factory):
+    """A workspace holding the capture of the kernel, never tuned."""
     ws = str(tmp_path_factory.mktemp("scale-ws"))
     assert r3("--workspace", ws, "record", "--source", tree, "--run", "./scale", "--kernel", "scale") == 0
     return ws
@@ -75,16 +80,18 @@ def stored_trials(ws, name):
     return optuna.load_study(study_name=name, storage=storage(Workspace(ws))).get_trials()
 
 
-def test_two_runs_at_once_share_the_study_and_report_one_winner(recorded, tmp_path):
-    """Started together on a workspace never tuned: both finish, the study holds the
-    budget's evaluations (not twice as many), and both report the one confirmed result."""
-    ws = fresh_copy(recorded, tmp_path)
-    procs = [subprocess.Popen(tune_argv(ws, "--budget", 6), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+def test_two_runs_at_once_share_the_study_and_report_one_winner(tree, tmp_path):
+    """Started together on a fresh workspace: one records while the other waits and reuses
+    its captures, both finish, the study holds the budget's evaluations (not twice as
+    many), and both report the one confirmed result."""
+    ws = str(tmp_path / "ws")
+    argv = tune_argv(ws, "--source", tree, "--run", "./scale", "--budget", 6)
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert "Traceback" not in err
+    assert len(os.listdir(os.path.join(ws, "runs"))) == 1  # recorded once
     first, second = ([k for k in json.loads(out)["kernels"]] for out, _ in outs)
     assert len(first) == len(second) == 1
     assert first[0]["study"] == second[0]["study"]

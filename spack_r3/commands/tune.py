@@ -24,6 +24,7 @@ from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
+from ..search.store import exclusive
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
 from .record import add_spack_arguments, instances_argument
@@ -233,6 +234,17 @@ def _mutator(args):
 
 
 def _captures(ws, args, progress):
+    if not args.spec and not args.source:
+        return list_captures(ws)
+    # Runs that start together with the same record to make: one records, the others wait
+    # and reuse its captures (each recording its own, they tuned studies of their own).
+    key = ["record", args.spec, os.path.abspath(args.source) if args.source else None, args.run, args.build,
+           sorted(args.kernel), args.instances]
+    with exclusive(ws, [json.dumps(key)]):
+        return _record_or_reuse(ws, args, progress)
+
+
+def _record_or_reuse(ws, args, progress):
     if args.spec:
         from ..spack.record import previous_spack_record, record_spec
 
@@ -243,8 +255,6 @@ def _captures(ws, args, progress):
         return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, instances=args.instances,
                            user_scopes=args.spack_config, extra_repos=args.spack_repo, progress=progress,
                            source=args.source).captures
-    if not args.source:
-        return list_captures(ws)
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None, instances=args.instances)
     previous = previous_record(ws, args.source, args.run, **settings)
     if previous:

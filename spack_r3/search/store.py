@@ -125,19 +125,25 @@ def held(trial):
     return started is not None and (started == "" or not who.get("started") or started == who["started"])
 
 
-@contextmanager
 def confirming(workspace, names):
     """Hold the confirmation of the studies ``names`` (blocking while another process
     holds any of them): one process at a time confirms a study and keeps its result in
-    it, and one that waited finds that result there. A lock file per study in the
-    workspace, taken in one order (no deadlock), released however this process ends."""
+    it, and one that waited finds that result there."""
+    return exclusive(workspace, ["confirm " + name for name in names])
+
+
+@contextmanager
+def exclusive(workspace, names):
+    """Hold the workspace's locks ``names`` (strings) for this process, blocking while
+    another process holds any: a lock file each under ``<workspace>/locks``, taken in one
+    order (no deadlock), released however this process ends."""
     folder = os.path.join(workspace.root, "locks")
     os.makedirs(folder, exist_ok=True)
     files = []
     try:
         for name in sorted(set(names)):
             digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            files.append(open(os.path.join(folder, "confirm-%s.lock" % digest), "a"))
+            files.append(open(os.path.join(folder, digest + ".lock"), "a"))
             fcntl.flock(files[-1], fcntl.LOCK_EX)
         yield
     finally:
