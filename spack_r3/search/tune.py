@@ -33,7 +33,7 @@ from .noise import INDISTINCT, MIN_GAIN
 from .results import KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
 from .space import KernelFacts, Space
-from .store import confirming, storage
+from .store import confirming, exclusive, storage
 
 
 STALL_STEP = 5  # evaluations between two looks at whether the pipeline search still climbs
@@ -319,8 +319,12 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
                         raise R3Error(problem)
                 remix_budget = pipeline_search(study, pool.servers, options, progress)
                 if remix_budget:
-                    study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
-                                   patterns, progress, say, warn)
+                    # The outer loop keeps its children in one file (remix.py): one process at
+                    # a time runs it; one that waited resumes what the other left, spent.
+                    with exclusive(workspace, ["remix " + study.name]):
+                        study.refresh()
+                        study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
+                                       patterns, progress, say, warn)
             except R3Error as err:
                 if isinstance(err, ModelError):
                     raise
