@@ -297,12 +297,12 @@ def _foreign_memory(meta, kinfo):
     stack, a library's own maps), or None. Replay would find nothing at that address."""
     params = kinfo.get("param_types") or []
     for f in meta.get("foreign", []):
-        if f["arg"] < len(params) and params[f["arg"]] != "ptr":
+        if 0 <= f["arg"] < len(params) and params[f["arg"]] != "ptr":
             continue  # an integer that looks like an address
-        what = f.get("name") or "anonymous"
-        return ("its argument %d points into %s-%s (%s %s), memory the capture does not hold (mapped "
-                "outside the record runtime's heap: shared or at a fixed address, or by a library); replay "
-                "would not find it" % (f["arg"] + 1, f["lo"], f["hi"], f.get("perms", "?"), what))
+        how = "its argument %d points into" % (f["arg"] + 1) if f["arg"] >= 0 else "it reaches"
+        return ("%s %s-%s (%s %s), memory the capture does not hold (mapped outside the record runtime's "
+                "heap: shared or at a fixed address, or by a library); replay would not find it"
+                % (how, f["lo"], f["hi"], f.get("perms", "?"), f.get("name") or "anonymous"))
     return None
 
 

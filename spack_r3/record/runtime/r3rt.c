@@ -1296,6 +1296,49 @@ static int write_image(const char *path, struct r3_kinfo *k, int post) {
  * then copy it and shoot down every thread's TLB (xs-proxy: an 80 MB results array cost
  * 20k such IPIs, 10% of the run). Such pages are marked TRK_ZERO and recorded as zeros. */
 
+/* ---- the application's mappings the system serves ----
+ * (see "the application's mappings" at the end): shared memory, fixed addresses and the
+ * like, which no image holds. A page-tracked capture closes them too, so that a kernel that
+ * reaches one (through a pointer in its data, where foreign_args does not look) is found at
+ * its first access: the mapping is opened again and named in meta.json, and ingest marks the
+ * capture unreplayable. In a snapshot process a shared mapping is first replaced by a
+ * private copy: the kernel's writes there must not reach the memory the application shares
+ * (its parent then makes the same call). */
+/* a line of /proc/self/maps: [lo, hi), "rw-p", and what is mapped ("" anonymous, a file's
+ * path, "[stack]") */
+struct mapent { uintptr_t lo, hi; char perms[5]; char name[256]; };
+static int mapping_of(uintptr_t a, struct mapent *out);
+
+#define MAXSYS 64
+static struct sysmap { uintptr_t lo, hi; int prot, shared, closed; } g_sys[MAXSYS];
+static int g_nsys;
+/* the lock of g_sys and of the arena's mappings (g_maps): taken after the heap lock and
+ * trk.lock where they are held too, never the other way round */
+static char g_maps_lock;
+static void maps_lock(void) { while (__atomic_test_and_set(&g_maps_lock, __ATOMIC_ACQUIRE)) cpu_relax(); }
+static void maps_unlock(void) { __atomic_clear(&g_maps_lock, __ATOMIC_RELEASE); }
+static void maps_lock_for_fork(int take) { if (take) maps_lock(); else maps_unlock(); }
+
+static void sys_add(uintptr_t lo, uintptr_t hi, int prot, int flags) {
+  if (!prot || (prot & PROT_EXEC) || (flags & (MAP_STACK | MAP_GROWSDOWN))) return; /* never a kernel's data */
+  maps_lock();
+  if (g_nsys < MAXSYS) g_sys[g_nsys++] = (struct sysmap){lo, hi, prot, (flags & MAP_TYPE) != MAP_PRIVATE, 0};
+  maps_unlock();
+}
+
+static void sys_remove(uintptr_t a, uintptr_t b) { /* [a, b) unmapped: what is left of each */
+  maps_lock();
+  for (int i = 0; i < g_nsys;) {
+    struct sysmap *m = &g_sys[i];
+    if (b <= m->lo || a >= m->hi) { i++; continue; }
+    if (a <= m->lo && b >= m->hi) { *m = g_sys[--g_nsys]; continue; }
+    if (a <= m->lo) m->lo = b;
+    else if (b >= m->hi) m->hi = a;
+    i++; /* a hole in the middle: the whole stays listed (closing a hole fails harmlessly) */
+  }
+  maps_unlock();
+}
+
 #define MAX_EVENTS (1 << 16)
 static struct {
   int active, failed;
@@ -1310,6 +1353,8 @@ static struct {
   size_t nev, ev_len;
   int ev_overflow;
   int pagemap;         /* /proc/self/pagemap, or -1: is a page there yet */
+  int nreached;        /* system mappings (g_sys) the kernel reached, as they were */
+  struct mapent reached[4];
   pid_t pagemap_pid;   /* the process that opened it */
   struct sigaction old;
 } trk = {.pagemap = -1};
@@ -1360,8 +1405,71 @@ static void trk_states(uintptr_t p, size_t n, unsigned char *state) {
     if (!(entry[j] >> 62)) state[j] = TRK_ZERO;
 }
 
+/* close (1) or open again (0) the application's system mappings (lock held) */
+static void sys_close_all(int close_them) {
+  for (int i = 0; i < g_nsys; i++) {
+    struct sysmap *m = &g_sys[i];
+    if (close_them == m->closed) continue;
+    if (close_them && (uintptr_t)__builtin_frame_address(0) - m->lo < m->hi - m->lo) continue; /* our stack */
+    if (!mprotect((void *)m->lo, m->hi - m->lo, close_them ? PROT_NONE : m->prot) || !close_them)
+      m->closed = close_them;
+  }
+}
+
+/* a fault at a in a closed system mapping: note it, and open it (in a snapshot process as a
+ * private copy); 0 if a is in none */
+static int sys_fault(uintptr_t a) {
+  int found = 0;
+  maps_lock();
+  for (int i = 0; i < g_nsys && !found; i++) {
+    struct sysmap *m = &g_sys[i];
+    if (!m->closed || a < m->lo || a >= m->hi) continue;
+    found = 1;
+    size_t len = m->hi - m->lo;
+    int n = trk.nreached;
+    if (n < 4) { /* named before a snapshot process's copy replaces it */
+      struct mapent *e = &trk.reached[n];
+      if (!mapping_of(m->lo, e)) memset(e, 0, sizeof *e);
+      e->lo = m->lo; /* as the application mapped it, not as closed */
+      e->hi = m->hi;
+      e->perms[0] = (m->prot & PROT_READ) ? 'r' : '-';
+      e->perms[1] = (m->prot & PROT_WRITE) ? 'w' : '-';
+      e->perms[2] = '-';
+      e->perms[3] = m->shared ? 's' : 'p';
+      e->perms[4] = 0;
+      trk.nreached = n + 1;
+    }
+    if (g_child && m->shared) {
+      void *copy = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (copy == MAP_FAILED || mprotect((void *)m->lo, len, PROT_READ)) {
+        warn("cannot copy the shared memory a kernel reaches in a snapshot process; capture dropped", NULL);
+        _exit(4);
+      }
+      memcpy(copy, (void *)m->lo, len);
+      if (sys_mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)m->lo) == MAP_FAILED) {
+        warn("cannot copy the shared memory a kernel reaches in a snapshot process; capture dropped", NULL);
+        _exit(4);
+      }
+    }
+    mprotect((void *)m->lo, len, m->prot);
+    m->closed = 0;
+  }
+  maps_unlock();
+  return found;
+}
+
 static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
+  if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && (a < trk.lo || a >= trk.hi)) {
+    int saved = errno;
+    t_pausing++;
+    while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
+    int ours = sys_fault(a);
+    __atomic_clear(&trk.lock, __ATOMIC_RELEASE);
+    t_pausing--;
+    errno = saved;
+    if (ours) return;
+  }
   if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && a >= trk.lo && a < trk.hi) {
     int saved = errno;
     t_pausing++;
@@ -1468,6 +1576,7 @@ static int trk_begin(void) {
     trk_free();
     return -1;
   }
+  trk.nreached = 0;
   __atomic_store_n(&trk.active, 1, __ATOMIC_RELEASE);
   if (hi > lo && mprotect((void *)lo, hi - lo, PROT_NONE)) {
     __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
@@ -1476,6 +1585,9 @@ static int trk_begin(void) {
     trk_free();
     return -1;
   }
+  maps_lock();
+  sys_close_all(1);
+  maps_unlock();
   heap_unlock();
   return 0;
 }
@@ -1483,6 +1595,9 @@ static int trk_begin(void) {
 static void trk_end(void) {
   heap_lock();
   if (trk.hi > trk.lo) mprotect((void *)trk.lo, trk.hi - trk.lo, PROT_READ | PROT_WRITE);
+  maps_lock();
+  sys_close_all(0);
+  maps_unlock();
   __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
   heap_unlock();
   while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax(); /* handlers in flight */
@@ -1494,6 +1609,7 @@ static void trk_end(void) {
  * page again and forget that capture (the parent goes on with it) */
 static void trk_abandon(void) {
   if (trk.hi > trk.lo) mprotect((void *)trk.lo, trk.hi - trk.lo, PROT_READ | PROT_WRITE);
+  sys_close_all(0); /* the lock: released by the fork handlers, or held by nobody else here */
   __atomic_store_n(&trk.active, 0, __ATOMIC_RELEASE);
   sigaction(SIGSEGV, &trk.old, NULL);
   trk_free();
@@ -1620,9 +1736,7 @@ static int64_t nargs_of(const struct r3_kinfo *k) {
  * through its arguments change it: pre and post images hold it at the same address and size. */
 #define STACK_MAX (64ull << 20)
 
-/* a line of /proc/self/maps: [lo, hi), "rw-p", and what is mapped ("" anonymous, a file's
- * path, "[stack]") */
-struct mapent { uintptr_t lo, hi; char perms[5]; char name[256]; };
+static int mapping_of(uintptr_t a, struct mapent *out);
 
 /* the mapping holding address a, from /proc/self/maps (read(2), no malloc): 1 if found */
 static int mapping_of(uintptr_t a, struct mapent *out) {
@@ -1921,11 +2035,31 @@ static int image_regions(struct r3_kinfo *k, const uint64_t *slots) {
  * naming the region, where the argument is a pointer (an integer may look like an address),
  * rather than leave a capture that crashes in replay. Code (a function pointer) is left as
  * before. */
+/* one more such mapping, e, reached through argument arg (-1: through the kernel's data) */
+static void add_foreign(struct r3_kinfo *k, int64_t arg, const struct mapent *e) {
+  int n = cap.nforeign;
+  if (n == (int)(sizeof cap.foreign / sizeof cap.foreign[0])) return;
+  for (int i = 0; i < n; i++)
+    if (cap.foreign[i].lo == e->lo) return;
+  cap.nforeign = n + 1;
+  cap.foreign[n].arg = arg;
+  cap.foreign[n].lo = e->lo;
+  cap.foreign[n].hi = e->hi;
+  memcpy(cap.foreign[n].perms, e->perms, sizeof e->perms);
+  size_t l = r3_strlen(e->name);
+  if (l >= sizeof cap.foreign[n].name) l = sizeof cap.foreign[n].name - 1;
+  memcpy(cap.foreign[n].name, e->name, l);
+  cap.foreign[n].name[l] = 0;
+  char a[32], b[32];
+  warn("capture of ", k->name ? k->name : "?", arg < 0 ? ": the kernel reaches " : ": an argument points into ",
+       fmt_hex(a + sizeof a, e->lo), "-", fmt_hex(b + sizeof b, e->hi), " ", e->perms, " ",
+       e->name[0] ? e->name : "(anonymous)", ", a mapping no capture holds; it will not replay", NULL);
+}
+
 static void foreign_args(struct r3_kinfo *k, const uint64_t *slots) {
   cap.nforeign = 0;
   int64_t na = nargs_of(k);
-  int most = (int)(sizeof cap.foreign / sizeof cap.foreign[0]);
-  for (int64_t i = 0; slots && i < na && cap.nforeign < most; i++) {
+  for (int64_t i = 0; slots && i < na; i++) {
     if (k->byval_sizes && k->byval_sizes[i] > 0) continue;
     uintptr_t v = (uintptr_t)slots[i];
     if (v < 65536 || (v >= g_base && v < g_end) || in_global(k, v)) continue;
@@ -1934,19 +2068,7 @@ static void foreign_args(struct r3_kinfo *k, const uint64_t *slots) {
     for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
     struct mapent e;
     if (held || !mapping_of(v, &e) || strchr(e.perms, 'x')) continue;
-    int n = cap.nforeign++;
-    cap.foreign[n].arg = i;
-    cap.foreign[n].lo = e.lo;
-    cap.foreign[n].hi = e.hi;
-    memcpy(cap.foreign[n].perms, e.perms, sizeof e.perms);
-    size_t l = r3_strlen(e.name);
-    if (l >= sizeof cap.foreign[n].name) l = sizeof cap.foreign[n].name - 1;
-    memcpy(cap.foreign[n].name, e.name, l);
-    cap.foreign[n].name[l] = 0;
-    char a[32], b[32];
-    warn("capture of ", k->name ? k->name : "?", ": an argument points into ", fmt_hex(a + sizeof a, e.lo), "-",
-         fmt_hex(b + sizeof b, e.hi), " ", e.perms, " ", e.name[0] ? e.name : "(anonymous)",
-         ", a mapping no capture holds; it will not replay", NULL);
+    add_foreign(k, i, &e);
   }
 }
 
@@ -2362,6 +2484,7 @@ static int capture_end(struct r3_kinfo *k, const void *ret, uint64_t incl) {
   collect_left();
   if (cap.pages) {
     trk_end();
+    for (int i = 0; i < trk.nreached; i++) add_foreign(k, -1, &trk.reached[i]); /* sys_fault */
     if (trk.failed || trk.ev_overflow) {
       warn("capture of ", k->name, trk.failed ? ": its touched pages are too scattered to track"
                                               : ": it allocates too often to track", "; its next call is captured whole",
@@ -2841,11 +2964,6 @@ __attribute__((destructor(101))) static void r3_fini(void) {
 struct amap { uintptr_t lo, hi, block, end; };
 static struct amap *g_maps; /* sorted by lo; a scratch map, grown as needed */
 static size_t g_nmaps, g_maps_cap;
-static char g_maps_lock; /* taken before the heap lock, never while holding it */
-
-static void maps_lock(void) { while (__atomic_test_and_set(&g_maps_lock, __ATOMIC_ACQUIRE)) cpu_relax(); }
-static void maps_unlock(void) { __atomic_clear(&g_maps_lock, __ATOMIC_RELEASE); }
-static void maps_lock_for_fork(int take) { if (take) maps_lock(); else maps_unlock(); }
 
 static size_t maps_find(uintptr_t a) { /* the first map with hi > a (lock held) */
   size_t l = 0, r = g_nmaps;
@@ -2878,7 +2996,9 @@ static int maps_add(uintptr_t lo, uintptr_t hi, uintptr_t end) {
 static int served(int prot, int flags, int fd) {
   if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN | MAP_STACK | MAP_HUGETLB | MAP_32BIT)) return 0;
   int type = flags & MAP_TYPE;
-  if (flags & MAP_ANONYMOUS) return type == MAP_PRIVATE && prot == (PROT_READ | PROT_WRITE);
+  /* private anonymous: also reserved (PROT_NONE) for a custom allocator to open later; the
+   * arena's pages are open already (a correct program never sees the difference) */
+  if (flags & MAP_ANONYMOUS) return type == MAP_PRIVATE && !(prot & ~(PROT_READ | PROT_WRITE));
   if (fd < 0) return 0;
   if (type == MAP_PRIVATE) return prot == PROT_READ || prot == (PROT_READ | PROT_WRITE);
   return type == MAP_SHARED && prot == PROT_READ;
@@ -2918,7 +3038,10 @@ static void *app_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
     void *p = arena_map((len + g_page - 1) & ~(size_t)(g_page - 1), (flags & MAP_ANONYMOUS) ? -1 : fd, off);
     if (p) return p;
   }
-  return sys_mmap(addr, len, prot, flags, fd, off);
+  void *p = sys_mmap(addr, len, prot, flags, fd, off);
+  if (p != MAP_FAILED && !own)
+    sys_add((uintptr_t)p, ((uintptr_t)p + len + g_page - 1) & ~(uintptr_t)(g_page - 1), prot, flags);
+  return p;
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
@@ -2931,7 +3054,11 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 
 int munmap(void *addr, size_t len) {
   uintptr_t a = (uintptr_t)addr;
-  if (!g_base || a < g_base || a >= g_end) return sys_munmap(addr, len);
+  if (!g_base || a < g_base || a >= g_end) {
+    int r = sys_munmap(addr, len);
+    if (!r) sys_remove(a, (a + len + g_page - 1) & ~(uintptr_t)(g_page - 1));
+    return r;
+  }
   if ((a & (g_page - 1)) || !len) { errno = EINVAL; return -1; }
   uintptr_t b = a + ((len + g_page - 1) & ~(uintptr_t)(g_page - 1));
   for (;;) { /* the blocks whose every page is unmapped now are freed, one at a time */
@@ -2965,7 +3092,18 @@ void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...) {
       to = va_arg(ap, void *);
       va_end(ap);
     }
-    return sys_mremap(old, old_size, new_size, flags, to);
+    int prot = 0, shared = 0;
+    maps_lock();
+    for (int i = 0; i < g_nsys; i++)
+      if (g_sys[i].lo == a) { prot = g_sys[i].prot; shared = g_sys[i].shared; }
+    maps_unlock();
+    void *p = sys_mremap(old, old_size, new_size, flags, to);
+    if (p != MAP_FAILED && prot) {
+      sys_remove(a, a + old_size);
+      sys_add((uintptr_t)p, ((uintptr_t)p + new_size + g_page - 1) & ~(uintptr_t)(g_page - 1), prot,
+              shared ? MAP_SHARED : MAP_PRIVATE);
+    }
+    return p;
   }
   (void)old_size; /* the map says how much is mapped */
   if ((flags & ~MREMAP_MAYMOVE) || !new_size || new_size > (1ull << 46) || (a & (g_page - 1))) {
