@@ -193,6 +193,7 @@ def test_an_older_workspaces_sqlite_studies_are_carried_over(tmp_path):
     (["--timeout", "-1"], "--timeout must be above 0 seconds"),
     (["--tolerance", "-1"], "--tolerance must be at least 0"),
     (["--min-share", "2"], "--min-share must be in [0, 1]"),
+    (["--storage", "/nonexistent/studies.journal"], "--storage /nonexistent/studies.journal: no directory"),
 ])
 def test_options_out_of_range_are_one_line(tmp_path, argv, message):
     proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)

@@ -24,7 +24,7 @@ from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
-from ..search.store import exclusive
+from ..search.store import exclusive, storage
 from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
 from .record import add_spack_arguments, instances_argument
@@ -126,6 +126,8 @@ def tune(args):
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
+    if args.storage:
+        storage(ws, args.storage)  # a storage that cannot open says so before the record, not after
     progress = (lambda line: None) if args.json else (lambda line: say("==> " + line))
     captures = _captures(ws, args, progress)
     plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance, cache=args.cache)
