@@ -81,7 +81,7 @@ int main(void) {
 }
 """
 
-WORKERS = min(2, len(os.sched_getaffinity(0)))  # (r3 tune refuses more workers than CPUs)
+W = min(2, len(os.sched_getaffinity(0)))  # workers (r3 tune refuses more than it has CPUs)
 MAKEFILE = "prog: main.o kernels.o\n\t$(CC) -O2 -o $@ main.o kernels.o\n%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n"
 
 
@@ -95,7 +95,7 @@ def tuned(program, tmp_path_factory):
     """One whole `r3 tune` (recording first), as a user runs it, with --json."""
     ws = str(tmp_path_factory.mktemp("tune-ws"))
     proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--budget", 10, "--workers", WORKERS, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
+                         "--budget", 10, "--workers", W, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
                          "--seed", 1, "--mutator", "none", "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     return ws, json.loads(proc.stdout)
@@ -396,7 +396,7 @@ def test_tune_reports_confirmed_winners(tuned):
 def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     ws, out = tuned
     proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--budget", 10, "--workers", WORKERS, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
+                         "--budget", 10, "--workers", W, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
                          "--seed", 1, "--mutator", "none", timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "reusing the captures" in proc.stdout  # recorded the same way before: not recorded again
