@@ -261,6 +261,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
         unreplayable=(kinfo.get("unreplayable") or _foreign_memory(meta, kinfo)
+                      or _holds_system_pointers(os.path.join(cdir, "pre.bin"), meta)
                       or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)),
         bitcode_args=tu.get("bitcode_args", []),
     )
@@ -306,6 +307,57 @@ def _foreign_memory(meta, kinfo):
     return None
 
 
+def _pointers_into(buf, base, ranges):
+    """How many aligned 8-byte words of ``buf`` (at address ``base``) lie in one of the
+    sorted, disjoint [lo, hi) ``ranges``."""
+    import numpy as np
+
+    los = np.array([lo for lo, _ in ranges], dtype=np.uint64)
+    his = np.array([hi for _, hi in ranges], dtype=np.uint64)
+    skip = (-base) % 8
+    n = (len(buf) - skip) // 8
+    if n <= 0:
+        return 0
+    words = np.frombuffer(buf, dtype="<u8", count=n, offset=skip)
+    i = np.searchsorted(los, words, side="right").astype(np.int64) - 1
+    return int(np.count_nonzero((i >= 0) & (words < his[np.maximum(i, 0)])))
+
+
+def _image_pointers_into(path, ranges, skip=()):
+    """Words in a memory image's heap, globals and stack that point into ``ranges``; heap
+    regions starting in a ``skip`` range are left out."""
+    found = 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
+        view = memoryview(image)
+        for r in read_regions(path):
+            if r.path or r.kind not in (KIND_HEAP, KIND_GLOBAL, KIND_STACK):
+                continue  # unchanged bytes (held by pre.bin), or never compared
+            if r.kind == KIND_HEAP and any(lo <= r.addr < hi for lo, hi in skip):
+                continue
+            found += _pointers_into(view[r.offset:r.offset + r.size], r.addr, ranges)
+        view.release()
+    return found
+
+
+def _holds_system_pointers(pre_path, meta):
+    """Why a whole-heap capture cannot replay because its memory points into the
+    application's system-served mappings (shared memory: r3rt.c, sys_add), or None. Page
+    tracking finds what a kernel reaches (meta "foreign"); a whole-heap capture has only its
+    pointers to go by, and a kernel given data holding them may follow them."""
+    maps = sorted((int(m["lo"], 16), int(m["hi"], 16), m.get("perms", "?")) for m in meta.get("system_maps", []))
+    maps = [m for i, m in enumerate(maps) if not i or m[0] >= maps[i - 1][1]]  # disjoint
+    if not maps:
+        return None
+    ranges = [(lo, hi) for lo, hi, _ in maps]
+    found = _image_pointers_into(pre_path, ranges)
+    found += sum(_pointers_into(int(a, 16).to_bytes(8, "little"), 0, ranges) for a in meta.get("args", []))
+    if not found:
+        return None
+    return ("its memory holds %d pointer(s) into memory the capture does not hold (%s: mapped outside the record "
+            "runtime's heap, shared or at a fixed address); replay would not find it"
+            % (found, ", ".join("0x%x-0x%x (%s)" % m for m in maps)))
+
+
 def _leaves_allocations(post_path, meta):
     """Why the capture cannot replay because the kernel hands back memory it allocated, or None.
 
@@ -315,8 +367,6 @@ def _leaves_allocations(post_path, meta):
     struct, a field of the caller's data, the return value) cannot match the recording. The
     blocks' own contents are never compared; a kernel that only leaves them (a cache it keeps)
     replays as any other."""
-    import numpy as np
-
     memory = meta.get("memory", {})
     if memory.get("left_listed") is False and memory.get("left_blocks"):
         return ("it leaves %d block(s) it allocated live after the call, and the recording could not list them "
@@ -324,28 +374,8 @@ def _leaves_allocations(post_path, meta):
     left = sorted((lo, lo + size) for lo, size in memory.get("left", []))
     if not left:
         return None
-    los = np.array([lo for lo, _ in left], dtype=np.uint64)
-    his = np.array([hi for _, hi in left], dtype=np.uint64)
-
-    def pointers(buf, base):
-        skip = (-base) % 8
-        n = (len(buf) - skip) // 8
-        if n <= 0:
-            return 0
-        words = np.frombuffer(buf, dtype="<u8", count=n, offset=skip)
-        i = np.searchsorted(los, words, side="right").astype(np.int64) - 1
-        return int(np.count_nonzero((i >= 0) & (words < his[np.maximum(i, 0)])))
-
-    found = pointers(bytes.fromhex(meta["ret"]), 0) if meta.get("ret") else 0
-    with open(post_path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
-        view = memoryview(image)
-        for r in read_regions(post_path):
-            if r.path or r.kind not in (KIND_HEAP, KIND_GLOBAL, KIND_STACK):
-                continue  # unchanged bytes (held by pre.bin), or never compared
-            if r.kind == KIND_HEAP and any(lo <= r.addr < hi for lo, hi in left):
-                continue  # one of the new blocks (a whole-heap image lists every live block)
-            found += pointers(view[r.offset:r.offset + r.size], r.addr)
-        view.release()
+    found = _pointers_into(bytes.fromhex(meta["ret"]), 0, left) if meta.get("ret") else 0
+    found += _image_pointers_into(post_path, left, skip=left)
     if not found:
         return None
     return ("it leaves %d pointer(s) to memory it allocated (%d block(s), %d bytes, still live after the call) "

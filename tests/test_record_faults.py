@@ -213,6 +213,19 @@ def test_a_kernel_on_shared_memory_is_listed_as_not_replayable_naming_the_region
     assert "%s cannot replay: its argument 2 points into" % caps["bump"]["id"] in capsys.readouterr().out
 
 
+def test_whole_heap_captures_of_kernels_on_shared_memory_say_so(tmp_path, clang, capsys):
+    """Without page tracking (R3_CAPTURE_PAGES=0) nothing tells what a kernel reaches: a
+    capture whose memory points into shared memory is refused for it; and the snapshot
+    process's call (shift_box, on a thread) writes to a copy, as the app's check says."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", tree(tmp_path, "mmap", MMAP_APP, "-pthread"),
+              "--run", "R3_CAPTURE_PAGES=0 ./app") == 0
+    caps = {e["kernel"]: e for e in entries(ws, capsys)}
+    for kernel in ("bump_box", "shift_box"):
+        assert "pointer(s) into memory the capture does not hold (0x" in caps[kernel]["unreplayable"], kernel
+    assert caps["scale"]["unreplayable"] is None and caps["total"]["unreplayable"] is None
+
+
 # --------------------------------------------------------------------------------------
 # a capture the disk cannot hold
 

@@ -1416,6 +1416,19 @@ static void sys_close_all(int close_them) {
   }
 }
 
+/* in a snapshot process: shared mapping m becomes a private copy (its protection then
+ * PROT_READ | PROT_WRITE), or the snapshot process ends, its capture dropped */
+static void sys_privatize(struct sysmap *m) {
+  size_t len = m->hi - m->lo;
+  void *copy = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED || mprotect((void *)m->lo, len, PROT_READ) ||
+      (memcpy(copy, (void *)m->lo, len),
+       sys_mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)m->lo) == MAP_FAILED)) {
+    warn("cannot copy the shared memory a kernel may write in a snapshot process; capture dropped", NULL);
+    _exit(4);
+  }
+}
+
 /* a fault at a in a closed system mapping: note it, and open it (in a snapshot process as a
  * private copy); 0 if a is in none */
 static int sys_fault(uintptr_t a) {
@@ -1439,18 +1452,7 @@ static int sys_fault(uintptr_t a) {
       e->perms[4] = 0;
       trk.nreached = n + 1;
     }
-    if (g_child && m->shared) {
-      void *copy = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (copy == MAP_FAILED || mprotect((void *)m->lo, len, PROT_READ)) {
-        warn("cannot copy the shared memory a kernel reaches in a snapshot process; capture dropped", NULL);
-        _exit(4);
-      }
-      memcpy(copy, (void *)m->lo, len);
-      if (sys_mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)m->lo) == MAP_FAILED) {
-        warn("cannot copy the shared memory a kernel reaches in a snapshot process; capture dropped", NULL);
-        _exit(4);
-      }
-    }
+    if (g_child && m->shared) sys_privatize(m);
     mprotect((void *)m->lo, len, m->prot);
     m->closed = 0;
   }
@@ -2338,6 +2340,9 @@ static int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
     if (cap.scratch) munmap(cap.scratch, cap.scratch_len);
     return -1;
   }
+  if (g_child && !cap.pages) /* no page tracking to find what it reaches: copy what it might write */
+    for (int i = 0; i < g_nsys; i++)
+      if (g_sys[i].shared && (g_sys[i].prot & PROT_WRITE)) sys_privatize(&g_sys[i]);
   heap_lock();
   g_nnew = 0;
   g_new_overflow = 0;
@@ -2451,6 +2456,19 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   }
   wb_s(w, "]");
   wb_s(w, "}");
+  if (!cap.pages && g_nsys) { /* what ingest looks for pointers into, with no page tracking to say */
+    wb_s(w, ", \"system_maps\": [");
+    for (int i = 0; i < g_nsys; i++) {
+      char perms[5] = {(g_sys[i].prot & PROT_READ) ? 'r' : '-', (g_sys[i].prot & PROT_WRITE) ? 'w' : '-', '-',
+                       g_sys[i].shared ? 's' : 'p', 0};
+      if (i) wb_s(w, ", ");
+      wb_s(w, "{\"lo\": "); wb_hex(w, g_sys[i].lo);
+      wb_s(w, ", \"hi\": "); wb_hex(w, g_sys[i].hi);
+      wb_s(w, ", \"perms\": "); wb_jstr(w, perms);
+      wb_s(w, "}");
+    }
+    wb_s(w, "]");
+  }
   if (cap.nforeign) { /* arguments into mappings no image holds (foreign_args) */
     wb_s(w, ", \"foreign\": [");
     for (int i = 0; i < cap.nforeign; i++) {
