@@ -1429,15 +1429,24 @@ static void sys_privatize(struct sysmap *m) {
   }
 }
 
-/* a fault at a in a closed system mapping: note it, and open it (in a snapshot process as a
- * private copy); 0 if a is in none */
+/* A fault at a in a closed system mapping: note it, and open it (in a snapshot process as a
+ * private copy). 1: the access may run again; 0: not ours (not in one; or in one that is
+ * open, a second time at this address on this thread: the access is not allowed there). A
+ * fault in an open one is another thread's that came in while it was being opened. */
+static TLS uintptr_t t_sys_retry;
 static int sys_fault(uintptr_t a) {
   int found = 0;
   maps_lock();
   for (int i = 0; i < g_nsys && !found; i++) {
     struct sysmap *m = &g_sys[i];
-    if (!m->closed || a < m->lo || a >= m->hi) continue;
+    if (a < m->lo || a >= m->hi) continue;
+    if (!m->closed) {
+      found = t_sys_retry != a;
+      t_sys_retry = a;
+      break;
+    }
     found = 1;
+    t_sys_retry = 0;
     size_t len = m->hi - m->lo;
     int n = trk.nreached;
     if (n < 4) { /* named before a snapshot process's copy replaces it */
@@ -1462,7 +1471,9 @@ static int sys_fault(uintptr_t a) {
 
 static void trk_fault(int sig, siginfo_t *si, void *uc) {
   uintptr_t a = (uintptr_t)si->si_addr;
-  if (__atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && (a < trk.lo || a >= trk.hi)) {
+  int in_sys = 0; /* a first look without the locks: a genuine crash elsewhere takes none */
+  for (int i = 0; i < g_nsys && !in_sys; i++) in_sys = a - g_sys[i].lo < g_sys[i].hi - g_sys[i].lo;
+  if (in_sys && __atomic_load_n(&trk.active, __ATOMIC_ACQUIRE) && (a < trk.lo || a >= trk.hi)) {
     int saved = errno;
     t_pausing++;
     while (__atomic_test_and_set(&trk.lock, __ATOMIC_ACQUIRE)) cpu_relax();
