@@ -167,6 +167,14 @@ int main(void) {
   CHECK(memcmp(f, buf, len) == 0);
   printf("total %.3f\n", total(n, f));
 
+  /* a custom allocator's reservation, opened a part at a time */
+  char *arena = mmap(NULL, 64 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  CHECK(arena != MAP_FAILED && mprotect(arena, len, PROT_READ | PROT_WRITE) == 0);
+  double *r = (double *)arena;
+  for (long i = 0; i < n; i++) r[i] = i % 5;
+  scale(n, r, 0.5);
+  CHECK(r[3] == 2.5);
+
   /* memory shared with other processes stays the system's */
   double *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(s != MAP_FAILED);
@@ -189,17 +197,21 @@ int main(void) {
 def mapped(tmp_path_factory, clang):
     tmp = tmp_path_factory.mktemp("mmap")
     ws = str(tmp / "ws")
-    assert r3("--workspace", ws, "record", "--source", tree(tmp, "mmap", MMAP_APP, "-pthread"), "--run", "./app") == 0
+    assert r3("--workspace", ws, "record", "--source", tree(tmp, "mmap", MMAP_APP, "-pthread"), "--run", "./app",
+              "--instances", 2) == 0
     return ws
 
 
 def test_kernels_on_mmaped_memory_replay_exactly(mapped, capsys):
-    caps = {e["kernel"]: e for e in entries(mapped, capsys)}
-    assert caps["scale"]["unreplayable"] is None and caps["total"]["unreplayable"] is None
+    # scale: on an anonymous mapping, then on a reservation opened with mprotect; total: on
+    # a file's contents
+    caps = [e for e in entries(mapped, capsys) if e["kernel"] in ("scale", "total")]
+    assert sorted((e["kernel"], e["instance"]) for e in caps) == [("scale", 1), ("scale", 2), ("total", 1)]
+    assert all(e["unreplayable"] is None for e in caps)
     with ReplayServer() as server:
-        for kernel in ("scale", "total"):  # an anonymous mapping, a file's contents
-            ev = server.submit(os.path.join(mapped, "captures", caps[kernel]["id"]), Variant(), repeat=2)
-            assert ev.status == OK and ev.verified, (kernel, ev.diagnostics)
+        for e in caps:
+            ev = server.submit(os.path.join(mapped, "captures", e["id"]), Variant(), repeat=2)
+            assert ev.status == OK and ev.verified, (e["kernel"], e["instance"], ev.diagnostics)
 
 
 def test_a_kernel_on_shared_memory_is_listed_as_not_replayable_naming_the_region(mapped, capsys):
@@ -274,14 +286,16 @@ def test_failures_with_no_room_left_even_for_their_marker_are_named(tmp_path, cl
 def test_corrupt_captures_are_listed_as_corrupt_and_the_rest_keep_working(mapped, tmp_path, capsys):
     ws = str(tmp_path / "ws")
     shutil.copytree(mapped, ws)
-    good = {e["kernel"]: e["id"] for e in entries(ws, capsys)}
+    good = {e["id"]: e["kernel"] for e in entries(ws, capsys)}
     bad = {}
-    for name, text in (("scale", "[]"), ("total", "null"), ("bump", "{garbage")):
-        with open(os.path.join(ws, "captures", good[name], "capture.json"), "w") as f:
+    for name, text in (("total", "[]"), ("bump", "null"), ("bump_box", "{garbage")):
+        ident = next(i for i, kernel in good.items() if kernel == name)
+        with open(os.path.join(ws, "captures", ident, "capture.json"), "w") as f:
             f.write(text)
-        bad[good.pop(name)] = text
+        bad[ident] = text
+        del good[ident]
     listed = entries(ws, capsys)
-    assert {e["id"] for e in listed if not e["corrupt"]} == set(good.values())
+    assert {e["id"] for e in listed if not e["corrupt"]} == set(good)
     corrupt = {e["id"]: e["corrupt"] for e in listed if e["corrupt"]}
     assert set(corrupt) == set(bad) and all(e["kernel"] is None for e in listed if e["corrupt"])
     assert "list" in corrupt[next(i for i, t in bad.items() if t == "[]")]
@@ -290,6 +304,10 @@ def test_corrupt_captures_are_listed_as_corrupt_and_the_rest_keep_working(mapped
     out = capsys.readouterr().out
     for ident in bad:
         assert "%s is corrupt: capture.json" % ident in out
+    # the others replay as before
+    capsys.readouterr()
+    assert r3("--workspace", ws, "replay", next(i for i, k in good.items() if k == "scale"), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["verified"] is True
     # a corrupt capture named directly is one clear line, not a traceback
     proc = r3_subprocess("--workspace", ws, "replay", next(iter(bad)))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "corrupt" in proc.stderr

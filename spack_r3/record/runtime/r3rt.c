@@ -4,11 +4,14 @@
  *    whole process. Every allocation comes from one fixed virtual-address arena
  *    (R3_ARENA_BASE, R3_ARENA_SIZE), so a capture can be replayed by mapping the
  *    arena at the same address: no pointer rebasing. The heap is walkable: each
- *    chunk starts with a 16-byte header {size, tag}.
+ *    chunk starts with a 16-byte header {size, tag}. The application's private mappings
+ *    (mmap) come from the arena too; the rest are watched (see the end of this file).
  * 2. Probes: __r3_enter/__r3_exit count and time every kernel call (inclusive and
  *    self time, snapshot work excluded); profile.<pid>.json at exit.
  * 3. Captures: memory images before/after selected kernel instances plus meta.json,
- *    written into a temporary directory and renamed when complete.
+ *    written into a temporary directory and renamed when complete; one that cannot be
+ *    written leaves a marker that fails the record (record_failure).
+ * 4. One process is the run: a process the application forks records nothing (g_forked).
  *
  * Rules for this file: never call anything that may malloc while holding the heap
  * lock; no stdio; output through open(2)/write(2) and our own formatters.
