@@ -1752,8 +1752,6 @@ static int64_t nargs_of(const struct r3_kinfo *k) {
  * through its arguments change it: pre and post images hold it at the same address and size. */
 #define STACK_MAX (64ull << 20)
 
-static int mapping_of(uintptr_t a, struct mapent *out);
-
 /* the mapping holding address a, from /proc/self/maps (read(2), no malloc): 1 if found */
 static int mapping_of(uintptr_t a, struct mapent *out) {
   char buf[4096], line[512];
