@@ -438,6 +438,26 @@ def run_name(capture):
     return os.path.basename(os.path.dirname(run)) if os.path.basename(run) == "record" else os.path.basename(run)
 
 
+def latest_run(captures, kernels=()):
+    """The captures of the latest recorded run among ``captures`` (that has a capture of
+    every name in ``kernels``, where given), and how many other runs there were. Shares
+    are of one run: two runs' captures of one kernel are two recordings, not one kernel
+    with twice the share."""
+    runs = {}
+    for c in captures:
+        runs.setdefault(run_key(c), []).append(c)
+
+    def has_all(caps):
+        names = [c.kernel for c in caps]
+        return all(cxxnames.best_matches(ref, names)[1] for ref in kernels)
+
+    eligible = [caps for caps in runs.values() if has_all(caps)] or list(runs.values())
+    if not eligible:
+        return [], 0
+    newest = max(eligible, key=lambda caps: (max(c.created or "" for c in caps), run_name(caps[0]) or ""))
+    return newest, len(runs) - 1
+
+
 def recorded_calls(workspace, capture):
     """The capture directories of ``capture``'s kernel recorded in the same run, in call
     order (``r3 record --instances N`` keeps the first N calls)."""

@@ -13,7 +13,7 @@ import json
 import os
 
 from .. import cxxnames
-from ..capture import list_captures
+from ..capture import latest_run, list_captures, run_name
 from ..data import CACHE_STATES
 from ..replay.cachestate import AUTO
 from ..errors import R3Error
@@ -237,13 +237,26 @@ def _mutator(args):
 
 def _captures(ws, args, progress):
     if not args.spec and not args.source:
-        return list_captures(ws)
+        return _workspace_captures(ws, args, progress)
     # Runs that start together with the same record to make: one records, the others wait
     # and reuse its captures (each recording its own, they tuned studies of their own).
     key = ["record", args.spec, os.path.abspath(args.source) if args.source else None, args.run, args.build,
            sorted(args.kernel), args.instances]
     with exclusive(ws, [json.dumps(key)]):
         return _record_or_reuse(ws, args, progress)
+
+
+def _workspace_captures(ws, args, progress):
+    """The captures of the workspace's latest run (with every --kernel named), saying what
+    is left out: other runs, and captures that do not read."""
+    corrupt = []
+    captures, others = latest_run(list_captures(ws, corrupt), args.kernel)
+    for c in corrupt:
+        warn("warning: capture %s is not tuned: it is corrupt: %s" % (c.id, c.reason))
+    if captures and others:
+        progress("tuning the captures of the latest run, %s (%d other run(s) in the workspace: see r3 kernels)"
+                 % (run_name(captures[0]) or "recorded %s" % captures[0].created, others))
+    return captures
 
 
 def _record_or_reuse(ws, args, progress):
