@@ -2788,6 +2788,10 @@ static timer_t g_prof_timer;
 static pid_t g_prof_pid;      /* the process the timer ticks in (a fork's child has none) */
 static uint64_t g_prof_ns;    /* the interval */
 static uint64_t g_prof_ticks; /* the main thread's ticks, less those taken while pausing */
+/* signals that brought them: the kernel checks a CPU-time timer at its scheduler tick, so
+ * one signal may carry several ticks (si_overrun), all landing where that one did: the
+ * signals, not the ticks, are the independent samples (capture.load_profiles) */
+static uint64_t g_prof_events;
 
 static void prof_tick(int sig, siginfo_t *si, void *uc) {
   (void)sig;
@@ -2795,6 +2799,7 @@ static void prof_tick(int sig, siginfo_t *si, void *uc) {
   uint64_t n = 1 + (si->si_code == SI_TIMER && si->si_overrun > 0 ? (uint64_t)si->si_overrun : 0);
   if (t_pausing) return;
   g_prof_ticks += n;
+  g_prof_events++;
   struct tblock *b = t_block;
   if (!b) return;
   struct tcount *tc = b->leaf, *outer = tc;
@@ -2912,6 +2917,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   wb_s(&w, ", \"arena_base\": "); wb_hex(&w, g_base);
   wb_s(&w, ", \"sample_ns\": "); wb_u(&w, sampled ? g_prof_ns : 0);
   wb_s(&w, ", \"main_samples\": "); wb_u(&w, sampled ? g_prof_ticks : 0);
+  wb_s(&w, ", \"main_sample_events\": "); wb_u(&w, sampled ? g_prof_events : 0);
   wb_s(&w, ", \"kernels\": [");
   int first = 1;
   for (struct r3_kinfo *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE); k; k = k->next) {
