@@ -268,9 +268,11 @@ def test_the_timeout_comes_from_the_option_or_the_environment(monkeypatch):
     client.add_arguments(parser)
     args = parser.parse_args(["--llm-timeout", "2.5"])
     assert args.llm_timeout == 2.5
-    # r3 tune resolves its model from URL, name and key: the option reaches it all the same
-    assert client.resolve("http://h/v1", "m").timeout == 2.5
-    assert client.resolve("http://h/v1", "m", timeout=7).timeout == 7
+    # the commands pass it along (and the option sets nothing in the environment)
+    assert client.resolve("http://h/v1", "m", timeout=args.llm_timeout).timeout == 2.5
+    assert client.resolve("http://h/v1", "m").timeout == client.DEFAULT_TIMEOUT
+    monkeypatch.setenv("R3_LLM_TIMEOUT", "7")
+    assert client.resolve("http://h/v1", "m").timeout == 7
     monkeypatch.setenv("R3_LLM_TIMEOUT", "soon")
     with pytest.raises(ModelError, match="R3_LLM_TIMEOUT"):
         client.resolve("http://h/v1", "m")

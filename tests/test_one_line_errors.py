@@ -74,3 +74,20 @@ def test_values_out_of_range_are_refused_in_one_line(tmp_path, clang, argv, mess
     assert cli.main(["--workspace", str(tmp_path / "ws")] + argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("r3.journal", b"garbage{{{\n", "the study journal"),
+    ("r3.journal", bytes(range(256)) * 4, "the study journal"),
+    ("r3.db", b"SQLite format 3\x00" + b"\x07" * 500, "the study database"),
+])
+def test_a_damaged_study_store_is_one_line(tmp_path, name, content, message):
+    from spack_r3.errors import R3Error
+    from spack_r3.search.store import storage
+    from spack_r3.workspace import Workspace
+
+    ws = Workspace(str(tmp_path / "ws")).ensure()
+    (tmp_path / "ws" / name).write_bytes(content)
+    with pytest.raises(R3Error, match=message) as err:
+        storage(ws)
+    assert "\n" not in str(err.value) and "move it aside" in str(err.value)

@@ -68,7 +68,7 @@ def _print_human(res, out):
 
 
 def recipe(args):
-    model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
+    model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key, args.llm_timeout)
     request = RecipeRequest(
         name=args.name, source=args.source, repo=args.repo, namespace=args.namespace,
         regenerate=args.regenerate, max_attempts=args.max_attempts, examples=args.examples,

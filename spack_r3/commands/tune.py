@@ -227,7 +227,7 @@ def _print_spack_part(part):
 def _mutator(args):
     if args.mutator != "llm":
         return make_mutator(args.mutator)
-    config = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
+    config = model_client.resolve(args.llm_url, args.llm_model, args.llm_key, args.llm_timeout)
     if config is None:
         if args.fallback_rules:
             return make_mutator("rules")

@@ -34,15 +34,6 @@ class ModelConfig:
     timeout: float = DEFAULT_TIMEOUT
 
 
-class _Timeout(argparse.Action):
-    """--llm-timeout; also $R3_LLM_TIMEOUT, so that ``resolve`` sees it in a command that
-    does not pass it along (``r3 tune`` resolves its model from URL, name and key)."""
-
-    def __call__(self, parser, namespace, value, option_string=None):
-        setattr(namespace, self.dest, value)
-        os.environ["R3_LLM_TIMEOUT"] = repr(value)
-
-
 def _seconds(text):
     try:
         value = float(text)
@@ -59,7 +50,7 @@ def add_arguments(parser):
                         help="OpenAI-compatible endpoint base URL (default: $R3_LLM_URL)")
     parser.add_argument("--llm-model", default=None, help="model name (default: $R3_LLM_MODEL)")
     parser.add_argument("--llm-key", default=None, help="API key (default: $OPENAI_API_KEY)")
-    parser.add_argument("--llm-timeout", type=_seconds, default=None, action=_Timeout, metavar="S",
+    parser.add_argument("--llm-timeout", type=_seconds, default=None, metavar="S",
                         help="seconds a model request may take before it counts as failed "
                              "(default: $R3_LLM_TIMEOUT, else %g)" % DEFAULT_TIMEOUT)
 

@@ -22,6 +22,7 @@ trial while it does and fail it (and ask its point again) once it does not.
 
 import fcntl
 import hashlib
+import json
 import os
 import socket
 from contextlib import contextmanager
@@ -63,6 +64,20 @@ def storage(workspace, url=None):
 
 
 def journal(path):
+    """The journal storage over the file ``path``; R3Error where a line of it is no
+    journal entry (Optuna reads past a bad last line and fails on the next read, mid-run)."""
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    break  # an entry being appended
+                try:
+                    entry = json.loads(line)
+                except ValueError as err:
+                    entry = err
+                if not isinstance(entry, dict) or "op_code" not in entry:
+                    raise R3Error("the study journal %s does not read at line %d: move it aside to start its "
+                                  "studies afresh (the captures stay)" % (path, number))
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
 
@@ -79,9 +94,14 @@ def migrate(legacy, path):
         tmp = "%s.%d.tmp" % (path, os.getpid())
         if os.path.exists(tmp):
             os.unlink(tmp)
-        source = optuna.storages.RDBStorage("sqlite:///" + legacy)
+        try:
+            source = optuna.storages.RDBStorage("sqlite:///" + legacy)
+            studies = source.get_all_studies()
+        except Exception as err:  # sqlalchemy's DatabaseError: a truncated or garbage file
+            raise R3Error("the study database %s of an older r3 does not read (%s): move it aside to start "
+                          "afresh (the captures stay)" % (legacy, str(err).splitlines()[0][:200]))
         target = journal(tmp)
-        for study in source.get_all_studies():
+        for study in studies:
             optuna.copy_study(from_study_name=study.study_name, from_storage=source, to_storage=target)
         os.replace(tmp, path)
 
