@@ -91,3 +91,17 @@ def test_a_damaged_study_store_is_one_line(tmp_path, name, content, message):
     with pytest.raises(R3Error, match=message) as err:
         storage(ws)
     assert "\n" not in str(err.value) and "move it aside" in str(err.value)
+
+
+def test_a_read_only_workspace_is_one_line(tmp_path, clang):
+    """The workspace bound read-only in a mount namespace of the test's own (root only)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if subprocess.run(["unshare", "-m", "mount", "--bind", str(ws), str(ws)], capture_output=True).returncode:
+        pytest.skip("no mount namespace for this user here")
+    r3 = "%s -m spack_r3.cli --workspace %s" % (sys.executable, ws)
+    script = ("mount --bind {ws} {ws} && mount -o remount,ro,bind {ws} && "
+              "{r3} record --source {heat} --run './heat 32 2'").format(ws=ws, r3=r3, heat=HEAT)
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("r3 record: error: Read-only file system (%s" % ws)
