@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import llvmlite, optuna, openai, archspec, clingo, pytest, matplotlib" \
+.venv/bin/python -c "import llvmlite, optuna, openai, archspec, clingo, pytest, matplotlib, distributed, dask_jobqueue, psycopg2" \
   || { say "the virtualenv lacks a dependency"; exit 1; }
 
 # 3. Spack, configured to work offline (see ../shared/SPACK.md).

@@ -53,6 +53,11 @@ def setup_parser(subparser):
     subparser.add_argument("--budget", type=int, default=60, metavar="N", help="evaluations per kernel (default 60)")
     subparser.add_argument("--workers", type=int, default=1, metavar="N",
                            help="replay workers evaluating in parallel, each pinned to its share of the CPUs")
+    subparser.add_argument("--cluster", default=None, metavar="SPEC",
+                           help="evaluate on a Dask cluster instead of local workers: local:N (N worker processes "
+                                "here), tcp://HOST:PORT (a running scheduler), or a batch cluster's JSON file "
+                                "('config': the workspace's cluster.json); the workspace must be on a file system "
+                                "the workers share")
     subparser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
                            help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) "
                                 "or random")
@@ -116,6 +121,10 @@ def tune(args):
     if args.workers > cpus:  # workers pinned to CPUs they share: their timings mean nothing
         raise R3Error("--workers %d: this process may use %d CPU(s); at most %d worker(s)" % (
             args.workers, cpus, cpus))
+    if args.cluster and args.workers != 1:
+        raise R3Error("--workers is for the local pool: with --cluster the cluster's workers evaluate")
+    if args.cluster and args.cluster.startswith("local:") and args.cluster[6:].isdigit() and int(args.cluster[6:]) > cpus:
+        raise R3Error("--cluster %s: this process may use %d CPU(s); at most local:%d" % (args.cluster, cpus, cpus))
     if not args.timeout > 0:
         raise R3Error("--timeout must be above 0 seconds")
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -126,6 +135,9 @@ def tune(args):
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
+    if args.cluster:
+        from ..scale.cluster import check  # Dask only where asked for
+        check(args.cluster, ws)
     if args.storage:
         storage(ws, args.storage)  # a storage that cannot open says so before the record, not after
     progress = (lambda line: None) if args.json else (lambda line: say("==> " + line))
@@ -137,8 +149,9 @@ def tune(args):
         progress(line)
     if not plan.targets:
         raise R3Error("no replayable kernel to tune in %s (see: r3 kernels)" % ws.root)
-    progress("tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %d worker(s)"
-             % (len(plan.targets), percent(plan.covered_share), args.budget, args.workers))
+    progress("tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %s"
+             % (len(plan.targets), percent(plan.covered_share), args.budget,
+                "on the Dask cluster " + args.cluster if args.cluster else "%d worker(s)" % args.workers))
     bar = ProgressBar()
 
     def on_progress(p):
@@ -149,7 +162,8 @@ def tune(args):
                           pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
                           child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
-                          stall_patience=args.stall_patience, storage=args.storage)
+                          stall_patience=args.stall_patience, storage=args.storage,
+                          cluster=args.cluster)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)

@@ -59,6 +59,7 @@ class TuneOptions:
     repairs: int = 2
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
     storage: Optional[str] = None  # where the studies are kept (``store.storage``): the workspace's journal
+    cluster: Optional[str] = None  # a Dask cluster to evaluate on (``scale.cluster``); None: the local pool
 
 
 @dataclass
@@ -304,7 +305,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     warn = warn or say
     store = storage(workspace, options.storage)
     studied, skipped = [], []
-    with ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir) as pool:
+    with open_pool(workspace, options, say) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         for target in targets:
             # A sequence is kept only when its baseline reproduced every call: checked already.
@@ -339,6 +340,17 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     return results, skipped
 
 
+def open_pool(workspace, options, say):
+    """The replay workers candidates are evaluated on: the local pool, or a Dask cluster's
+    (``scale``: the same ``servers`` and ``cores_per_worker``)."""
+    if not options.cluster:
+        return ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir)
+    from ..scale.cluster import open_pool as open_dask_pool  # Dask only where asked for
+    pool = open_dask_pool(options.cluster, workspace, options.timeout, say)
+    say(pool.describe())
+    return pool
+
+
 def _confirmed_results(pool, studied, options, say):
     """Each study's confirmed KernelResult: kept in the study, or confirmed now and kept."""
     for _, study in studied:
@@ -347,15 +359,18 @@ def _confirmed_results(pool, studied, options, say):
     saved = {s.name: _saved_result(s, options) for _, s in studied}
     todo = [(t, s) for t, s in studied if saved[s.name] is None]
     candidates = [(t, s, _candidates(pool, t, s, options)) for t, s in todo]
+    # On a cluster every winner is confirmed on one worker: its rounds' ratios pool only
+    # times from one node (``scale.pool.DaskPool.confirm_servers``).
+    confirmers = getattr(pool, "confirm_servers", pool.servers)
     confirmed = dict(zip((s.name for _, s in todo),
-                         confirm_searches(pool.servers, candidates, options.candidates,
+                         confirm_searches(confirmers, candidates, options.candidates,
                                           rounds=options.confirm_rounds, pairs=options.confirm_pairs,
                                           timeout=options.timeout, progress=say)
                          if todo else []))
     picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
     picked = [(t, s, best) for t, s, best in picked if best]
     again = dict(zip((s.name for _, s, _ in picked),
-                     measure_again(pool.servers, [(t, best.variant) for t, _, best in picked],
+                     measure_again(confirmers, [(t, best.variant) for t, _, best in picked],
                                    rounds=options.confirm_rounds, pairs=options.confirm_pairs,
                                    timeout=options.timeout, progress=say) if picked else []))
     results = []

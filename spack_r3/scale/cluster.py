@@ -1,0 +1,143 @@
+"""Which Dask cluster ``r3 tune --cluster SPEC`` runs on.
+
+    local:N            a LocalCluster of N worker processes on this machine, one thread each,
+                       each worker's replay server pinned to its share of this process's CPUs
+    tcp://HOST:PORT    the workers of a Dask scheduler that runs already (``dask scheduler``;
+                       start ``dask worker tcp://HOST:PORT --nthreads 1`` on each node with
+                       spack-r3 installed and the workspace's file system mounted)
+    PATH.json | config a batch system's cluster (dask-jobqueue) described in a JSON file;
+                       ``config`` is the workspace's own ``cluster.json``:
+
+        {"kind": "slurm", "queue": "regular", "account": "m1234", "walltime": "02:00:00",
+         "cores": 32, "memory": "64GB", "jobs": 4, "adapt": {"minimum": 1, "maximum": 16}}
+
+    ``kind``: slurm, pbs or lsf; every batch job is one Dask worker (one replay server
+    pinned to the job's cores); ``jobs`` are started at once, ``adapt`` lets the count
+    follow the work between its limits; other keys go to the jobqueue class as they are
+    (``job_extra_directives``, ``interface``, ``local_directory``...).
+"""
+
+import json
+import logging
+import os
+
+from ..errors import R3Error
+
+CONFIG_FILE = "cluster.json"
+KINDS = ("slurm", "pbs", "lsf")
+START_TIMEOUT_S = 60  # a scheduler that does not answer in this long is not there
+
+
+def _dask():
+    try:
+        import distributed
+    except ImportError:
+        raise R3Error("--cluster needs Dask's distributed: pip install 'spack-r3[scale]'")
+    return distributed
+
+
+def local_pins(n):
+    """Worker name -> CPUs for ``n`` workers on this machine: each its own share (as the
+    local pool's), none when there are fewer CPUs than workers."""
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // n
+    return {i: cpus[i * share:(i + 1) * share] for i in range(n)} if share else {}
+
+
+def read_config(spec, workspace):
+    """The cluster description ``spec`` names (a JSON file, or ``config``: the workspace's)."""
+    path = os.path.join(workspace.root, CONFIG_FILE) if spec == "config" else spec
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as err:
+        raise R3Error("--cluster %s: cannot read %s: %s" % (spec, path, err))
+    if not isinstance(config, dict) or config.get("kind") not in KINDS:
+        raise R3Error("--cluster %s: %s needs \"kind\": one of %s" % (spec, path, ", ".join(KINDS)))
+    return config
+
+
+def jobqueue_cluster(config):
+    """The dask-jobqueue cluster ``config`` describes, not started (``job_script()`` shows
+    what it would submit); returns (cluster, jobs, adapt limits or None)."""
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise R3Error("a batch cluster needs dask-jobqueue: pip install 'spack-r3[scale]'")
+    config = dict(config)
+    kind = config.pop("kind")
+    jobs = int(config.pop("jobs", 1))
+    adapt = config.pop("adapt", None)
+    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster,
+           "lsf": dask_jobqueue.LSFCluster}[kind]
+    if kind == "lsf" and "account" in config:  # LSF calls it a project
+        config["project"] = config.pop("account")
+    config.setdefault("processes", 1)  # one worker, one replay server, per job: its cores
+    config.setdefault("job_name", "r3-tune")
+    try:
+        cluster = cls(**config)
+    except (TypeError, ValueError) as err:
+        raise R3Error("--cluster: %s: %s" % (kind, err))
+    return cluster, jobs, adapt
+
+
+def local_workers(spec):
+    """N of ``local:N``; R3Error unless a number of workers, at least 1."""
+    try:
+        n = int(spec[len("local:"):])
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise R3Error("--cluster %s: local:N takes a number of workers, at least 1" % spec)
+    return n
+
+
+def check(spec, workspace):
+    """R3Error, before anything is recorded or started, where ``spec`` names no cluster."""
+    _dask()
+    if spec.startswith("local:"):
+        local_workers(spec)
+    elif spec == "config" or spec.endswith(".json"):
+        read_config(spec, workspace)
+    elif not spec.startswith("tcp://"):
+        raise R3Error("--cluster %s: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'" % spec)
+
+
+def connect(spec, workspace):
+    """Open the cluster ``spec`` names; returns (Client, the cluster started here or None,
+    pins by worker name or None)."""
+    distributed = _dask()
+    check(spec, workspace)
+    if spec.startswith("local:"):
+        n = local_workers(spec)
+        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
+                                           dashboard_address="127.0.0.1:0", host="127.0.0.1",
+                                           silence_logs=logging.ERROR)
+        return distributed.Client(cluster), cluster, local_pins(n)
+    if spec.startswith("tcp://"):
+        try:  # (a scheduler that refuses is asked again until the timeout)
+            return distributed.Client(spec, timeout=START_TIMEOUT_S), None, None
+        except (OSError, TimeoutError) as err:
+            raise R3Error("--cluster %s: no Dask scheduler answers there (%s)" % (spec, err))
+    if spec == "config" or spec.endswith(".json"):
+        cluster, jobs, adapt = jobqueue_cluster(read_config(spec, workspace))
+        if adapt:
+            cluster.adapt(**adapt)
+        else:
+            cluster.scale(jobs=jobs)
+        client = distributed.Client(cluster)
+        client.wait_for_workers(1)  # the first batch job to start
+        return client, cluster, None
+
+
+def open_pool(spec, workspace, timeout, say=None):
+    """The DaskPool over the cluster ``spec`` names."""
+    from .pool import DaskPool
+    client, cluster, pins = connect(spec, workspace)
+    try:
+        return DaskPool(client, timeout=timeout, cache_dir=workspace.cache_dir, pins=pins, say=say, owned=cluster)
+    except Exception:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise

@@ -1,0 +1,129 @@
+"""r3 tune on a Dask cluster (``--cluster``): a real LocalCluster of separate worker
+processes, each hosting one persistent replay server.
+
+Examples of use: a tune over ``--cluster local:2`` gives confirmed winners as the local
+pool does; a worker process killed mid-study costs nothing finished and the study
+completes; a batch cluster's description becomes the job script it would submit.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from optuna.trial import TrialState
+
+from spack_r3.search.bayes import Study, Target, counted
+from spack_r3.search.space import KernelFacts, Space
+from spack_r3.search.store import storage
+from spack_r3.workspace import Workspace
+
+from test_record_replay import r3_subprocess
+from test_workspace_concurrency import fresh_copy, recorded, stored_trials, tree, tune_argv  # noqa: F401
+
+distributed = pytest.importorskip("distributed", reason="the scale-out needs Dask's distributed (setup.sh installs it)")
+
+from spack_r3.scale.cluster import connect  # noqa: E402
+from spack_r3.scale.pool import DaskPool  # noqa: E402
+
+
+def test_a_tune_on_a_local_dask_cluster_gives_confirmed_winners(recorded, tmp_path):
+    """The same command as on the local pool, with --cluster local:2: the study holds its
+    budget and the kernel gets a confirmed, verified result."""
+    ws = fresh_copy(recorded, tmp_path)
+    run = subprocess.run(tune_argv(ws, "--budget", 6, "--cluster", "local:2"), capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    [kernel] = json.loads(run.stdout)["kernels"]
+    assert kernel["evaluations"] == 6
+    assert kernel["speedup"] > 0 and kernel["speedup_min"] <= kernel["speedup"] <= kernel["speedup_max"]
+    trials = stored_trials(ws, kernel["study"])
+    assert sum(counted(t) for t in trials) == 6
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def _target(ws):
+    captures = os.path.join(ws, "captures")
+    return Target("scale", [os.path.join(captures, c) for c in sorted(os.listdir(captures))
+                            if not c.startswith(".")][:1], parallel=True)
+
+
+def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp_path):
+    """Kill one worker process while it evaluates a candidate: Dask runs that task again on
+    a worker that lives, the server binds there, every trial finished before the kill is
+    still there, and the study completes its budget."""
+    ws = fresh_copy(recorded, tmp_path)
+    client, cluster, pins = connect("local:2", Workspace(ws))
+    lines = []
+    with DaskPool(client, timeout=60, cache_dir=Workspace(ws).cache_dir, pins=pins, say=lines.append,
+                  owned=cluster) as pool:
+        assert len(pool.servers) == 2 and "dashboard http" in pool.describe()
+        victim = pool.servers[1].address
+        pid = client.run(os.getpid)[victim]
+        target = _target(ws)
+        study = Study(storage(Workspace(ws)), target, Space(KernelFacts("scale", parallel=True,
+                                                                        cores=pool.cores_per_worker)),
+                      sampler="random", seed=0, pairs=3)
+        before = []
+
+        def kill_mid_evaluation():  # (waits on what the scheduler says, not on a clock)
+            while len(study.trials()) < 2 or not client.processing([victim])[victim]:
+                time.sleep(0.05)
+            before.extend(t.number for t in study.trials() if t.state == TrialState.COMPLETE)
+            os.kill(pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_mid_evaluation, daemon=True)
+        killer.start()
+        study.run(pool.servers, 8)
+        killer.join(timeout=60)
+    assert before, "the worker was killed once two trials had finished"
+    assert any("is gone, its evaluation ran again elsewhere" in line for line in lines), lines
+    trials = stored_trials(ws, study.name)
+    assert sum(counted(t) for t in trials) == 8
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    complete = {t.number for t in trials if t.state == TrialState.COMPLETE}
+    assert set(before) <= complete
+
+
+@pytest.mark.parametrize("kind, walltime, lines", [
+    ("slurm", "02:00:00", ["#SBATCH -J r3-tune", "#SBATCH -p regular", "#SBATCH -A m1234", "#SBATCH -t 02:00:00",
+                           "#SBATCH --cpus-per-task=32", "#SBATCH --mem=60G"]),
+    ("pbs", "02:00:00", ["#PBS -q regular", "#PBS -A m1234", "#PBS -l walltime=02:00:00",
+                         "#PBS -l select=1:ncpus=32:mem=60GB"]),
+    ("lsf", "02:00", ["#BSUB -q regular", '#BSUB -P "m1234"', "#BSUB -W 02:00", "#BSUB -n 32"]),
+])
+def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path, kind, walltime, lines):
+    """The workspace's cluster.json for a batch system: each job is one Dask worker (one
+    replay server on the job's cores) whose script carries the options given. No batch
+    system is needed to see what would be submitted."""
+    pytest.importorskip("dask_jobqueue", reason="batch clusters need dask-jobqueue (setup.sh installs it)")
+    from spack_r3.scale.cluster import jobqueue_cluster, read_config
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.ensure()
+    with open(os.path.join(ws.root, "cluster.json"), "w") as f:
+        json.dump({"kind": kind, "queue": "regular", "account": "m1234", "walltime": walltime, "cores": 32,
+                   "memory": "64GB", "jobs": 4, "adapt": {"minimum_jobs": 1, "maximum_jobs": 16}}, f)
+    cluster, jobs, adapt = jobqueue_cluster(read_config("config", ws))
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert (jobs, adapt) == (4, {"minimum_jobs": 1, "maximum_jobs": 16})
+    for line in lines:
+        assert line in script.splitlines(), script
+    assert "distributed.cli.dask_worker" in script and "--nthreads 32" in script
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cluster", "local:0"], "--cluster local:0: local:N takes a number of workers, at least 1"),
+    (["--cluster", "yarn://x"], "--cluster yarn://x: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'"),
+    (["--cluster", "/nonexistent/cluster.json"], "--cluster /nonexistent/cluster.json: cannot read"),
+    (["--cluster", "local:1", "--workers", "2"], "--workers is for the local pool"),
+])
+def test_a_cluster_that_cannot_be_is_one_line(tmp_path, argv, message):
+    proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr
