@@ -61,12 +61,7 @@ def load_profiles(record_dir, min_events=MIN_SAMPLE_EVENTS):
     timed, summed over threads. ``on_main``: called on the main thread. ``min_events``:
     the fewest profiler samples a process's ticks are used from."""
     stats, app_ns = {}, 0
-    for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
-        try:
-            with open(path) as f:
-                prof = json.load(f)
-        except (OSError, ValueError):
-            continue
+    for prof in _profiles(record_dir):
         app_ns = max(app_ns, prof.get("app_ns", 0) - prof.get("paused_ns", 0))
         tick_ns = prof.get("sample_ns", 0)
         ticked = prof.get("main_sample_events", 0) >= min_events  # (none from older runtimes: timed)
@@ -83,6 +78,49 @@ def load_profiles(record_dir, min_events=MIN_SAMPLE_EVENTS):
             s["main_ns"] += k.get("main_samples", 0) * tick_ns if sampled else k.get("main_self_ns", 0)
             s["main_outer_ns"] += k.get("main_outer_samples", 0) * tick_ns if sampled else k.get("main_top_ns", 0)
     return stats, app_ns / 1e9
+
+
+def tuned_shares(record_dir, kernels, min_events=MIN_SAMPLE_EVENTS):
+    """{kernel: share of the run} for the set ``kernels`` (symbol names) as a build that
+    tunes them runs them: each one's time on the main thread with none of the set below it
+    on the stack, its callees included (they run as its own copies, and replay timed it
+    with them), from the run's calling-context trees (r3rt.c, cct). These shares add up to
+    at most the run. Kernels the trees do not hold (never called on the main thread) are
+    left out; {} where a process's tree is missing or incomplete (the caller keeps the
+    kernels' own shares)."""
+    wanted, totals, app_ns = set(kernels), {}, 0
+    for prof in _profiles(record_dir):
+        if not prof.get("cct_complete") or not prof.get("cct"):
+            return {}
+        app_ns = max(app_ns, prof.get("app_ns", 0) - prof.get("paused_ns", 0))
+        names = {k["id"]: k["name"] for k in prof.get("kernels", []) if k.get("id", -1) >= 0}
+        tick_ns = prof.get("sample_ns", 0) if prof.get("main_sample_events", 0) >= min_events else 0
+        nodes = prof["cct"]  # [parent, kernel id, ns, samples]; a node comes after its parent
+        samples = [n[3] for n in nodes]
+        for i in range(len(nodes) - 1, 0, -1):
+            samples[nodes[i][0]] += samples[i]
+        below = [False] * len(nodes)  # a kernel of the set is at or below this node on the stack
+        for i in range(1, len(nodes)):
+            parent, name = nodes[i][0], names.get(nodes[i][1])
+            if name in wanted:  # (0 where always called by another of the set)
+                totals[name] = totals.get(name, 0) + (0 if below[parent] else
+                                                      samples[i] * tick_ns if tick_ns else nodes[i][2])
+            below[i] = below[parent] or name in wanted
+    if not app_ns:
+        return {}
+    return {name: min(1.0, ns / app_ns) for name, ns in totals.items()}
+
+
+def _profiles(record_dir):
+    """The readable profile.<pid>.json of a record run, one per process."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(record_dir, "profile.*.json"))):
+        try:
+            with open(path) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def share_of(stats, app_s):

@@ -206,6 +206,29 @@ def test_a_process_with_few_profiler_samples_keeps_its_timed_shares(tmp_path, cl
     assert MIN_SAMPLE_EVENTS >= 400  # at most 2.5% off
 
 
+def test_a_tuned_kernel_weighs_its_callees_and_no_other_tuned_kernel_twice(tmp_path, clang):
+    """A tuned kernel runs its callees as its own copies: in a build that tunes the driver
+    alone, the driver's weight is its time with the leaf it calls; tuning both, the leaf's
+    calls from the driver are the driver's, and the two never add past the run."""
+    from spack_r3.capture import load_profiles, share_of, tuned_shares
+
+    (tmp_path / "shares.c").write_text(SHARES_C)
+    assert launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec").returncode == 0
+    for sample_us, min_events in (("0", 1), ("1000", 1)):  # timed; from the profiler's samples
+        out = tmp_path / ("profile-" + sample_us)
+        run = subprocess.run(["./shares"], cwd=tmp_path, capture_output=True, text=True,
+                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us))
+        assert run.returncode == 0, run.stderr
+        stats, app_s = load_profiles(str(out), min_events=min_events)
+        own = {name: share_of(s, app_s) for (_, name), s in stats.items()}
+        driver = tuned_shares(str(out), ["transport"], min_events=min_events)
+        leaf = tuned_shares(str(out), ["lookup"], min_events=min_events)
+        both = tuned_shares(str(out), ["transport", "lookup"], min_events=min_events)
+        assert own["transport"] < driver["transport"] <= 1.0 and leaf["lookup"] > 0
+        assert both == {"transport": driver["transport"], "lookup": 0}  # every lookup runs in the driver's copy
+        assert sum(both.values()) <= 1.0
+
+
 LEAF_C = r"""
 #include <stdio.h>
 /* a short leaf kernel (a binary search, as XSBench's grid search) called in a loop by

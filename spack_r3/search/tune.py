@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .. import cxxnames
-from ..capture import load_capture_dir, run_key
+from ..capture import load_capture_dir, run_key, tuned_shares
 from ..errors import R3Error
 from ..replay import module as replay_module
 from ..replay import cachestate
@@ -113,7 +113,22 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
                                        bool(caps[0].launch.get("openmp")),
                                        tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state,
                                        sequence=sequence))
+    _weigh_as_tuned(plan.targets, captures)
     return plan
+
+
+def _weigh_as_tuned(targets, captures):
+    """Each target's share becomes its weight in a build that tunes them all: its time with
+    its callees, less its calls from other targets (capture.tuned_shares). Its own code's
+    share (what picked it) made a caller of other kernels 6.6% of LULESH's run where its
+    tuned copy ran 31.9% of it; and two kernels that do not nest never add past the run."""
+    runs = {c.app.get("run") for c in captures if c.kernel in {t.kernel for t in targets}}
+    if len(runs) != 1 or not isinstance(next(iter(runs)), str):
+        return
+    weights = tuned_shares(next(iter(runs)), [t.kernel for t in targets])
+    for t in targets:
+        if t.kernel in weights:
+            t.share = weights[t.kernel]
 
 
 def kernel_facts(target, cores):

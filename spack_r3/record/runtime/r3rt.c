@@ -1057,6 +1057,55 @@ static struct tcount *tcount_of(const struct r3_kinfo *k) {
   return &b->c[k->id];
 }
 
+/* ---- the main thread's calling-context tree of recorded kernels ----
+ * A tuned kernel runs its callees as its own copies, and replay times it with them: its
+ * weight in the run is its time with none of the other tuned kernels below it on the
+ * stack, callees included. Which kernels are tuned is decided after the run, so the main
+ * thread keeps the tree of the recorded kernels' calling contexts, each node with the
+ * inclusive time of its timed calls (scaled as the counters are) and the profiler's
+ * samples taken there; capture.tuned_shares sums the nodes for any set of kernels. */
+#define CCT_MAX 16384
+struct cct_node { int32_t parent, kid, first_child, next_sibling; uint64_t ns, samples; };
+static struct cct_node *g_cct;  /* node 0: the root (outside every kernel) */
+static int32_t g_cct_n;
+static int g_cct_full;          /* a context did not fit: the tree is incomplete */
+static volatile int g_cct_busy; /* a node being added: the profiler's handler leaves the tree alone */
+static int32_t m_node[MAXDEPTH]; /* the main thread's frames: each one's node (or its caller's, where
+                                  * the frame's kernel has no counters) */
+
+static int32_t cct_child(int32_t parent, int32_t kid) {
+  for (int32_t c = g_cct[parent].first_child; c > 0; c = g_cct[c].next_sibling)
+    if (g_cct[c].kid == kid) return c;
+  return -1;
+}
+
+/* the node of kernel ``kid`` called in context ``parent`` (added if new); -1 when full */
+static int32_t cct_enter(int32_t parent, int32_t kid) {
+  if (!g_cct) {
+    if (g_cct_full) return -1;
+    void *m = mmap(NULL, CCT_MAX * sizeof *g_cct, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { g_cct_full = 1; return -1; }
+    g_cct = (struct cct_node *)m;
+    g_cct[0].kid = -1;
+    g_cct_n = 1;
+  }
+  int32_t c = cct_child(parent, kid);
+  if (c > 0) return c;
+  if (g_cct_n >= CCT_MAX) { g_cct_full = 1; return -1; }
+  g_cct_busy = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  c = g_cct_n;
+  g_cct[c].parent = parent;
+  g_cct[c].kid = kid;
+  g_cct[c].next_sibling = g_cct[parent].first_child;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  g_cct[parent].first_child = c;
+  g_cct_n = c + 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  g_cct_busy = 0;
+  return c;
+}
+
 /* how many calls of this kernel on this thread one timed call stands for (a power of two) */
 /* Decided at SAMPLE_AFTER calls and, while not sampled, again at each power of two: the
  * first calls may be slow for a while only (a capture around them takes a page fault on
@@ -2705,6 +2754,12 @@ static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_sl
   if (d < 0 || d >= MAXDEPTH) return; /* counted, not timed */
   struct frame *f = &t_stack[d];
   f->child = 0;
+  if (t_main < 0) t_main = (pid_t)syscall(SYS_gettid) == getpid();
+  if (t_main) {
+    int32_t parent = d > 0 ? m_node[d - 1] : 0;
+    int32_t node = parent >= 0 && k->id >= 0 ? cct_enter(parent, (int32_t)k->id) : -1;
+    m_node[d] = k->id >= 0 ? node : parent; /* -1: outside the tree (it was full) */
+  }
   if (d > 0 && !(t_stack[d - 1].k->flags & R3_KFLAG_PARENT))
     __atomic_fetch_or(&t_stack[d - 1].k->flags, R3_KFLAG_PARENT, __ATOMIC_RELAXED);
   uint64_t period = tc ? probe_period(tc, n) : 1;
@@ -2763,6 +2818,7 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
       __atomic_fetch_add(&k->self_ns, (int64_t)(self * sc), __ATOMIC_RELAXED);
     }
     if (d > 0) t_stack[d - 1].child += incl * sc;
+    if (t_main > 0 && k->id >= 0 && m_node[d] > 0) g_cct[m_node[d]].ns += incl * sc;
   }
   if (t_cap_depth == d) {
     uint64_t t0 = now_ns();
@@ -2809,6 +2865,14 @@ static void prof_tick(int sig, siginfo_t *si, void *uc) {
     outer = k0 && k0->id >= 0 ? &b->c[k0->id] : NULL;
   }
   if (outer) outer->outer_samples += n;
+  if (g_cct && !g_cct_busy && d >= 0 && d <= MAXDEPTH) {
+    int32_t node = d > 0 ? m_node[d - 1] : 0;
+    if (node >= 0 && tc) { /* a fast-path leaf runs below this frame: its node, if it has one */
+      int32_t leaf = cct_child(node, (int32_t)(tc - b->c));
+      node = leaf > 0 ? leaf : node;
+    }
+    if (node >= 0) g_cct[node].samples += n;
+  }
   if (!tc) {
     if (d <= 0 || d > MAXDEPTH) return;
     const struct r3_kinfo *k = t_stack[d - 1].k;
@@ -2947,6 +3011,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     if (!first) wb_s(&w, ",");
     first = 0;
     wb_s(&w, "\n  {\"name\": "); wb_jstr(&w, k->name);
+    wb_s(&w, ", \"id\": "); wb_i(&w, k->id);
     wb_s(&w, ", \"tu_dir\": "); wb_jstr(&w, k->tu_dir);
     wb_s(&w, ", \"calls\": "); wb_u(&w, calls);
     wb_s(&w, ", \"probed_calls\": "); wb_u(&w, probed);
@@ -2961,6 +3026,13 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ", \"sampled\": "); wb_s(&w, timed_sample ? "true" : "false");
     wb_s(&w, ", \"captured\": "); wb_i(&w, __atomic_load_n(&k->captured, __ATOMIC_RELAXED));
     wb_s(&w, "}");
+  }
+  wb_s(&w, "],\n \"cct_complete\": "); wb_s(&w, g_cct_full ? "false" : "true");
+  wb_s(&w, ",\n \"cct\": ["); /* by node (0: the root): [parent, kernel id, ns, samples] */
+  for (int32_t i = 0; i < g_cct_n; i++) {
+    if (i) wb_s(&w, ",");
+    wb_s(&w, "["); wb_i(&w, g_cct[i].parent); wb_s(&w, ","); wb_i(&w, g_cct[i].kid);
+    wb_s(&w, ","); wb_u(&w, g_cct[i].ns); wb_s(&w, ","); wb_u(&w, sampled ? g_cct[i].samples : 0); wb_s(&w, "]");
   }
   wb_s(&w, "]}\n");
   int xfsz = xfsz_ignore();
