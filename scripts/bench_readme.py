@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Write the result tables of bench/README.md from the bench/*.json files.
+
+bench/README.md is prose written by hand around generated blocks: each block starts with
+a line ``<!-- table: NAME -->`` and ends with ``<!-- end table -->``, and this script
+rewrites what lies between them from the json the bench scripts wrote, so the tables are
+always the last run's numbers. Prose (why a number is what it is, runs on public code that
+are not in a json) stays as written.
+
+    python scripts/bench_readme.py            # rewrite bench/README.md in place
+    python scripts/bench_readme.py --check    # exit 1 if bench/README.md is not up to date
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- end table -->)", re.S)
+
+
+def load(name):
+    with open(os.path.join(BENCH, name)) as f:
+        return json.load(f)
+
+
+def x(value, digits=2):
+    return "-" if value is None else "%.*fx" % (digits, value)
+
+
+def ranged(value, low, high):
+    return "%s [%.2f-%.2f]" % (x(value), low, high) if value is not None else "-"
+
+
+def mb(n):
+    return "%.1f MB" % (n / 1e6) if n is not None else "-"
+
+
+def secs(s):
+    return "%.2f s" % s if s is not None else "-"
+
+
+def pct(f):
+    return "%.1f%%" % (100 * f) if f is not None else "-"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def replay_demos():
+    d = load("replay.json")
+    rows = [(k["demo"], k["kernel"], "`%s`" % k["run"], "%.2f s" % k["rebuild_s"], "%.3f s" % k["replay_s"],
+             "%.0fx" % k["ratio"], mb(k["capture_bytes"]), mb(k["live_heap_bytes"]), x(k["record_overhead"]))
+            for k in d["kernels"]]
+    out = table(["demo", "kernel", "run", "rebuild + run", "replay", "saved", "capture", "live heap",
+                 "record overhead"], rows)
+    return out + ("\nOne change (`%s` rebuilt, `%s` replayed), %d trials, %s, %s CPUs: replay is %.0fx cheaper "
+                  "(geometric mean; at least %.0fx).\n" % (
+                      d["change"]["rebuild_cflags"], d["change"]["replay_pipeline"], d["trials"],
+                      d["machine"]["cpu"], d["machine"]["nproc"], d["ratio_geomean"], d["ratio_min"]))
+
+
+def replay_shapes():
+    rows = []
+    for s in load("replay.json")["real_code_shapes"]:
+        over = [k["capture_over_data"] for k in s["kernels"] if k.get("capture_over_data")]
+        refused = ["%s (%s)" % (name, why) for name, why in s.get("hot_refused_at_record", {}).items()]
+        refused += ["%s (replay: %s)" % (k["kernel"], k["detail"].split(": ", 1)[-1])
+                    for k in s["kernels"] if k["status"] == "refused"]
+        rows.append((s["program"], "`%s`" % s["run"], pct(s["share_verified"]), pct(s["share_refused"]),
+                     pct(s["share_failed"]), x(s.get("record_overhead")),
+                     "%.2f" % max(over) if over else "-", "; ".join(refused) or "-"))
+    return table(["program", "run", "verified", "refused", "failed", "record overhead",
+                  "capture / kernel's data (max)", "refused, why"], rows)
+
+
+def verdict(v, ratio):
+    return "%s, %s" % ("**%s**" % v if v in ("better", "worse") else v, ratio)
+
+
+def search(name):
+    d = load(name)
+    rows = []
+    for k in d["kernels"]:
+        cells = [k["kernel_demangled"]]
+        for s in ("random", "bayes", "r3"):
+            r = k[s]
+            cells.append(ranged(r["best_speedup"], r["speedup_min"], r["speedup_max"]))
+        cells.append(verdict(k["bayes"]["vs_random"], k["bayes"]["ratio_to_random"]))
+        cells.append("%s; %s" % (verdict(k["r3"]["vs_random"], k["r3"]["ratio_to_random"]),
+                                 verdict(k["r3"]["vs_bayes"], k["r3"]["ratio_to_bayes"])))
+        cells.append(", ".join(str(k["bayes"].get(e)) for e in ("evals_to_best", "evals_to_random_best_within_noise")))
+        rows.append(cells)
+    t = d["throughput"]
+    out = table(["kernel", "random", "Bayesian", "r3 (rules)", "Bayesian vs random", "r3 vs random; vs Bayesian",
+                 "Bayesian: best at, random's best (within noise) at"], rows)
+    return out + ("\nBudget %d, tolerance %g, %d CPUs. Search throughput on %s: %.0f evaluations/min with 1 worker, "
+                  "%.0f with 2 (%.2fx [%.2f-%.2f]).\n" % (
+                      d["budget"], d["tolerance"], d["machine_cpus"], d["throughput_kernel"], t["workers_1"],
+                      t["workers_2"], t["ratio"], t["ratio_min"], t["ratio_max"]))
+
+
+def apply_():
+    d = load("apply.json")
+    rows = []
+    for p in d["packages"]:
+        in_app = {k["kernel"]: k for k in p.get("kernels_in_app", [])}
+        parts = []
+        for k in p["kernels"]:
+            a = in_app.get(k["kernel"])
+            if a:
+                parts.append("%s %s -> %s" % (k["kernel"], x(a["replay_speedup"]),
+                                              ranged(a["app_speedup"], a["app_speedup_min"], a["app_speedup_max"])))
+        idle = [k["kernel"] for k in p["kernels"] if k["kernel"] not in in_app]
+        if idle:
+            parts.append("%s: nothing beat the build" % ", ".join(idle))
+        if "app_speedup" in p:
+            rows.append((p["package"], "`%s`" % p["run"], ranged(p["app_speedup"], p["app_speedup_min"],
+                                                                  p["app_speedup_max"]),
+                         x(p["predicted_app_speedup"]), "%.2f" % p["fidelity"], "; ".join(parts), p["when"]))
+        else:
+            rows.append((p["package"], "`%s`" % p["run"], p.get("error", "-"), "-", "-", "; ".join(parts), p["when"]))
+    s = d["packages"][0]["settings"]
+    out = table(["package", "run", "app speedup", "predicted", "fidelity", "kernels: replay -> in the app", "when"],
+                rows)
+    return out + ("\nTarget: %s. Settings: budget %d, child budget %d, min share %g, tolerance %g, cache %s, %d paired "
+                  "application runs, %d paired timed-build runs; %s, %d cores.\n" % (
+                      d["target"], s["budget"], s["child_budget"], s["min_share"], s["tolerance"], s["cache"],
+                      s["pairs"], s["kernel_pairs"], d["machine"]["cpu"], d["machine"]["cores"]))
+
+
+def recipes():
+    d = load("recipes.json")
+    rows = [(t["name"], t["build_system"], t["concretized"], t["installed"], t["check_passed"], t["attempts"],
+             "%.0f s" % t["seconds"]) for t in d["trees"]]
+    rows += [("%s, %s" % (r["name"], r["planted"]), "repair", "-", r["installed"], r["check_passed"], r["attempts"],
+              "%.0f s" % r["seconds"]) for r in d.get("repairs", [])]
+    out = table(["tree", "build system", "concretized", "installed", "check passed", "attempts", "time"], rows)
+    return out + ("\nGenerator %s, at most %d attempts, Spack %s; concretized %s, installed %s, checks passed %s, "
+                  "%.1f attempts on average; %s.\n" % (
+                      d["generator"], d["max_attempts"], d["spack_version"], pct(d["concretize_rate"]),
+                      pct(d["install_rate"]), pct(d["check_rate"]), d["mean_attempts"], d["machine"]))
+
+
+def faults():
+    d = load("faults.json")
+    s = d["summary"]
+    rows = [(kind, k["count"], ", ".join("%s %d" % kv for kv in sorted(k["classified"].items())), k["winner"],
+             secs(k["wall_s_median"]), secs(k["wall_s_max"]), k["escaped"])
+            for kind, k in s["kinds"].items()]
+    out = table(["kind", "served", "classified as", "winners", "wall median", "wall max", "escaped"], rows)
+    out += "\n" + table(["verdict", "holds"], [(name, v if isinstance(v, bool) else json.dumps(v))
+                                               for name, v in s["verdicts"].items()])
+    out += "\n" + table(["demo", "kernel", "run", "exit", "served", "model asked / answered", "study intact",
+                         "reported winner"],
+                        [(m["demo"], m["kernel"], "`%s`" % m["run"], m["exit_status"], m["served"],
+                          "%d / %d" % (m["model"]["asked"], m["model"]["answered"]), m["study"]["intact"],
+                          "`%s` %s" % (m["winner"], x(m["winner_speedup"], 0))) for m in d["demos"]])
+    return out + ("\n%d candidates, %s, timeout %g s, RLIMIT_AS %g GiB, %.0f s, %s.\n\nFindings:\n\n" % (
+        s["candidates"], d["when"], d["settings"]["timeout_s"], d["settings"]["memory_limit_gib"], d["seconds"],
+        "%s, %d cores" % (d["machine"]["cpu"], d["machine"]["cores"]))
+        + "".join("- %s\n" % f for f in s["findings"]))
+
+
+TABLES = {"replay-demos": replay_demos, "replay-shapes": replay_shapes, "search": lambda: search("search.json"),
+          "search-seed8": lambda: search("search-seed8.json"), "apply": apply_, "recipes": recipes, "faults": faults}
+
+
+def render(text):
+    def block(m):
+        name = m.group(2)
+        if name not in TABLES:
+            raise SystemExit("bench/README.md: no table named %r (known: %s)" % (name, ", ".join(TABLES)))
+        return m.group(1) + TABLES[name]() + m.group(4)
+    return BLOCK.sub(block, text)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only say whether bench/README.md is up to date")
+    parser.add_argument("--readme", default=os.path.join(BENCH, "README.md"))
+    args = parser.parse_args()
+    with open(args.readme) as f:
+        text = f.read()
+    new = render(text)
+    if args.check:
+        if new != text:
+            print("%s: tables are not those of bench/*.json; run scripts/bench_readme.py" % args.readme,
+                  file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        with open(args.readme, "w") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
