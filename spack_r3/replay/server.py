@@ -16,6 +16,7 @@ import time
 
 from ..data import CRASH, TIMEOUT, WARM, Evaluation, Variant
 from ..errors import R3Error
+from . import confine
 from .stages import STAGE_CACHE_ENV
 
 
@@ -89,7 +90,9 @@ class ReplayServer:
                     return None, "the replay worker died"
                 self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line), None
+        reply = json.loads(line)
+        _say_unconfined(reply.get("unconfined"))
+        return reply, None
 
     def load(self, capture_dir, sequence=None):
         """Parse a capture in the worker ahead of time (R3Error if it is unusable), and
@@ -124,6 +127,22 @@ class ReplayServer:
         if not reply.get("ok"):
             raise R3Error(reply.get("error"))
         return Evaluation.from_json(reply["evaluation"])
+
+
+_said = set()
+
+
+def _say_unconfined(missing):
+    """Once per process: what the worker's kernel would not let it confine candidates by
+    (``replay.confine``); they still run in a process group that is killed and under a
+    memory limit."""
+    if not missing or not confine.seccomp_missing(missing) or "seccomp" in _said:
+        return
+    _said.add("seccomp")
+    sys.stderr.write("r3: warning: candidates run without a seccomp filter here (%s): a candidate's "
+                     "process group is killed when it ends and its memory is limited, but it may write "
+                     "files\n" % "; ".join(missing))
+    sys.stderr.flush()
 
 
 _spawner_lock = threading.Lock()

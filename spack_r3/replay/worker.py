@@ -12,8 +12,11 @@ Requests:  {"op": "load", "dir": D, "sequence": [D, D2, ...]|null}
            {"op": "quit"}
 """
 
+import ctypes
+import glob
 import json
 import os
+import random
 import select
 import signal
 import sys
@@ -26,7 +29,7 @@ from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import R3Error
 from ..toolchain import find_libomp
-from . import engine
+from . import confine, engine
 from .pipeline import as_built
 from .sequence import merge
 
@@ -39,6 +42,7 @@ class Worker:
         self.cache_bytes = cache_bytes or int(os.environ.get("R3_WORKER_CACHE_BYTES", 4 << 30))
         self.libomp = find_libomp()
         engine.init_llvm(self.libomp)
+        self.unconfined = confine.probe()  # what this kernel does not let a candidate be confined by
 
     def load(self, directory):
         if directory in self.prepared:
@@ -97,25 +101,47 @@ class Worker:
             return self._fork_candidate(prepared, variant, req, baseline, base, log, sequence)
 
     def _fork_candidate(self, prepared, variant, req, baseline, base, log, sequence=None):
-        """Run one candidate in a child; ``log`` receives its stdout and stderr."""
+        """Run one candidate in a child; ``log`` receives its stdout and stderr. The child
+        leads a process group of its own, which is killed when it ends or times out, and
+        confines itself (``confine``) before the candidate's code runs."""
         rfd, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:  # the candidate's own process
-            os.close(rfd)
             code = 0
             try:
+                os.setpgid(0, 0)
+                os.close(rfd)
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)
-                result = run_candidate(prepared, variant, req, self.libomp, base, baseline, sequence)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)  # not the worker's requests
+                # nothing else of the worker's: its protocol pipe, the capture files
+                os.closerange(3, wfd)
+                os.closerange(wfd + 1, MAX_FD)
+                try:
+                    result = run_candidate(prepared, variant, req, self.libomp, base, baseline, sequence,
+                                           confinement=confine.apply)
+                except confine.Denied as err:
+                    result = Evaluation(capture=base.capture, variant=base.variant, status=CRASH,
+                                        compiled=base.compiled, code=base.code, diagnostics="denied: %s" % err)
                 os.write(wfd, json.dumps(result.to_json()).encode())
             except BaseException:
                 traceback.print_exc()
                 code = 3
             finally:
                 os._exit(code)
+        try:
+            os.setpgid(pid, pid)  # whichever of the two comes first
+        except OSError:
+            pass
         os.close(wfd)
         data, status = _collect(pid, rfd, req.get("timeout") or 60.0)
         os.close(rfd)
+        for path in glob.glob("/dev/shm/__KMP_REGISTERED_LIB_%d_*" % pid):  # libomp's, left by os._exit
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         if data:
             return json.loads(data)
         log.seek(0)
@@ -128,34 +154,73 @@ class Worker:
         return base.to_json()
 
 
+MAX_FD = 1 << 20  # os.closerange closes with close_range(2): the bound costs nothing
+
+
+def _kill_group(pid):
+    """SIGKILL to the candidate's process group: whatever it started goes with it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exited(pid):
+    """Whether the child has ended, without reaping it: its pid stays its group's until
+    then, so that killing the group cannot reach a process that took the pid."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def _collect(pid, rfd, timeout):
-    """Read the child's result; kill it at the deadline. Returns (data, status)."""
-    deadline, chunks = time.monotonic() + timeout, []
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None, "timeout"
-        ready, _, _ = select.select([rfd], [], [], min(left, 1.0))
-        if ready:
-            chunk = os.read(rfd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
+    """Read the child's result until it ends (not until the pipe closes: a process it
+    started may hold the pipe), then kill its group; at the deadline, kill the group.
+    Returns (data, status)."""
+    deadline, chunks, eof = time.monotonic() + timeout, [], False
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the child ends
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while not _exited(pid):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+                return None, "timeout"
+            watch = ([] if eof else [rfd]) + ([pidfd] if pidfd is not None else [])
+            ready, _, _ = select.select(watch, [], [], min(left, 1.0 if pidfd is not None else 0.02))
+            if rfd in ready:
+                chunk = os.read(rfd, 1 << 16)
+                chunks.append(chunk)
+                eof = not chunk
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    _kill_group(pid)
     _, status = os.waitpid(pid, 0)
+    # what the child wrote before it ended is in the pipe; nothing more can come
+    while not eof and select.select([rfd], [], [], 0)[0]:
+        chunk = os.read(rfd, 1 << 16)
+        chunks.append(chunk)
+        eof = not chunk
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         return None, "killed by %s" % signal.Signals(sig).name
-    if chunks and os.WEXITSTATUS(status) == 0:
-        return b"".join(chunks), "ok"
+    data = b"".join(chunks)
+    if data and os.WEXITSTATUS(status) == 0:
+        return data, "ok"
     return None, "exited with code %d" % os.WEXITSTATUS(status)
 
 
-def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=None):
+def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=None, confinement=None):
     """Compile, restore, verify and time one variant (inside the forked child). With a
     ``sequence`` (``prepared`` is its view), every recorded call is verified and a timed
-    run is a pass over them all, in warm caches: the calls' own data is the cache state."""
+    run is a pass over them all, in warm caches: the calls' own data is the cache state.
+    ``confinement(memory_limit)``, when given, is called once everything trusted is done and
+    right before the candidate's code first runs (``replay.confine.apply``)."""
     if variant.source_patch or variant.source_defines:
         try:
             prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
@@ -178,8 +243,16 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
                                    len(os.sched_getaffinity(0)))
     ev.baseline_threads, ev.threads = threads
     engine.set_threads(libomp, threads[1])
+    if libomp:  # libomp starts here, not under the filter: starting, it creates a file (/dev/shm)
+        ctypes.CDLL(libomp).omp_get_max_threads()
     frame = engine.Frame(prepared)
     tolerance = req.get("tolerance", prepared.capture.tolerance)
+    cache = WARM if sequence else (req.get("cache") or WARM)
+    flush = engine.CacheFlush(cache, max(t or 1 for t in threads)) if cache != WARM else None
+    if confinement:
+        image = sum(len(d) for _, d in prepared.pre)
+        team = max(t or len(os.sched_getaffinity(0)) for t in threads)  # libomp's default: a thread per CPU
+        confinement(confine.memory_bound(image, team))
     # The verification run doubles as the warm-up; it is never timed. A parallel kernel
     # with a data race may verify once by luck: callers ask for several runs there.
     for run in range(max(1, int(req.get("verify_runs") or 1))):
@@ -195,23 +268,38 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
             ev.status = WRONG_OUTPUT
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
             return ev
-    cache = WARM if sequence else (req.get("cache") or WARM)
-    flush = engine.CacheFlush(cache, max(t or 1 for t in threads)) if cache != WARM else None
+
+    def timed_check():
+        """The output of the timed run just done against the recording (untimed): a
+        candidate that does its work only while it is verified fails here."""
+        if sequence:  # a pass leaves its last call's outputs in place
+            return engine.check(sequence.calls[-1].prepared, sequence.frames[-1], tolerance)
+        return engine.check(prepared, frame, tolerance)
+
     ev.cache = cache
     repeat = max(1, int(req.get("repeat") or 5))
     if pairs:
         ev.runs_per_sample = (sequence.passes_per_sample(candidate) if sequence else
                               engine.runs_per_sample(prepared, frame, candidate, flush=flush))
-        measured = engine.paired_ratios(prepared, frame, baseline, candidate, pairs, libomp, threads,
+
+        def measure(n):
+            return engine.paired_ratios(prepared, frame, baseline, candidate, n, libomp, threads,
                                         ev.runs_per_sample, flush, sequence)
+        measured, wrong = _checked_in_parts(measure, pairs, timed_check, _join_pairs)
+        if wrong:
+            return _wrong_in_timing(ev, wrong, "pair")
         ratios, times = measured.ratios, measured.candidate_s
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
         ev.pairs, ev.ratios, ev.resampled = pairs, ratios, measured.resampled
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]
-    elif sequence:
-        times = [sequence.timed(candidate) for _ in range(repeat)]
     else:
-        times = engine.time_runs(prepared, frame, candidate, repeat, flush)
+        def measure(n):
+            if sequence:
+                return [sequence.timed(candidate) for _ in range(n)]
+            return engine.time_runs(prepared, frame, candidate, n, flush)
+        times, wrong = _checked_in_parts(measure, repeat, timed_check, lambda a, b: a + b)
+        if wrong:
+            return _wrong_in_timing(ev, wrong, "run")
     if sequence:  # times per call, as the application's are
         ev.calls = len(sequence)
         times = [t / len(sequence) for t in times]
@@ -220,6 +308,35 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
     ev.time_median_s, ev.time_min_s, ev.time_max_s = engine.spread(times)
     ev.repeat = len(times)
     ev.status = OK
+    return ev
+
+
+def _checked_in_parts(measure, n, check, join):
+    """``measure(n)`` split in two at a point drawn at random, the output of the timed run
+    at the split and of the last checked: memory is put back before every timed run, so
+    each leaves what one run makes, and a candidate cannot tell which run is checked.
+    Returns (the joined measurements, None) or (None, (the check, after which run of n))."""
+    cut = random.SystemRandom().randrange(1, n) if n > 1 else n
+    done, out = 0, None
+    for part in ((cut, n - cut) if cut < n else (n,)):
+        got = measure(part)
+        out = got if out is None else join(out, got)
+        done += part
+        checked = check()
+        if not checked.verified:
+            return None, (checked, done, n)
+    return out, None
+
+
+def _join_pairs(a, b):
+    return engine.Pairs(a.ratios + b.ratios, a.candidate_s + b.candidate_s, a.resampled + b.resampled)
+
+
+def _wrong_in_timing(ev, wrong, unit):
+    checked, done, n = wrong
+    ev.status, ev.verified = WRONG_OUTPUT, False
+    ev.max_rel_error, ev.mismatched_bytes = max(ev.max_rel_error, checked.max_rel_error), checked.mismatched_bytes
+    ev.diagnostics = "%s (after timed %s %d of %d: verified, then wrong once timed)" % (checked.detail, unit, done, n)
     return ev
 
 
@@ -242,6 +359,8 @@ def serve(inp, out):
                 reply = {"ok": True, "evaluation": worker.evaluate(req)}
             else:
                 reply = {"ok": False, "error": "unknown op %r" % req.get("op")}
+            if worker.unconfined:
+                reply["unconfined"] = worker.unconfined
         except R3Error as err:
             reply = {"ok": False, "error": str(err), "user_error": True}
         except Exception as err:
