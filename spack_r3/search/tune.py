@@ -113,22 +113,28 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
                                        bool(caps[0].launch.get("openmp")),
                                        tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state,
                                        sequence=sequence))
-    _weigh_as_tuned(plan.targets, captures)
+    _weigh_as_tuned(plan, captures, named=bool(kernels))
     return plan
 
 
-def _weigh_as_tuned(targets, captures):
+def _weigh_as_tuned(plan, captures, named=False):
     """Each target's share becomes its weight in a build that tunes them all: its time with
     its callees, less its calls from other targets (capture.tuned_shares). Its own code's
     share (what picked it) made a caller of other kernels 6.6% of LULESH's run where its
-    tuned copy ran 31.9% of it; and two kernels that do not nest never add past the run."""
-    runs = {c.app.get("run") for c in captures if c.kernel in {t.kernel for t in targets}}
+    tuned copy ran 31.9% of it; and two kernels that do not nest never add past the run.
+    A target only other targets call runs as their copy: not searched, unless ``named``."""
+    runs = {c.app.get("run") for c in captures if c.kernel in {t.kernel for t in plan.targets}}
     if len(runs) != 1 or not isinstance(next(iter(runs)), str):
         return
-    weights = tuned_shares(next(iter(runs)), [t.kernel for t in targets])
-    for t in targets:
-        if t.kernel in weights:
-            t.share = weights[t.kernel]
+    weights = tuned_shares(next(iter(runs)), [t.kernel for t in plan.targets])
+    for t in list(plan.targets):
+        if t.kernel not in weights:
+            continue
+        t.share = weights[t.kernel]
+        if not t.share and not named:
+            plan.targets.remove(t)
+            plan.skipped.append("%s: called only by other kernels tuned here, whose builds run it as their own "
+                                "copy" % cxxnames.display(t.kernel))
 
 
 def kernel_facts(target, cores):
