@@ -20,6 +20,18 @@ if ! have_clang || ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 || { [ -z 
   fi
 fi
 
+# 1b. PostgreSQL's server (initdb, pg_ctl) for the tests of r3 tune --storage postgresql://,
+#     which start a server of their own in a temporary directory (no service is used).
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing postgresql with apt (its binaries, for the --storage postgresql tests)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    say "no PostgreSQL server found: the --storage postgresql tests will skip (Debian: sudo apt-get install postgresql)"
+  fi
+fi
+
 # 2. The virtualenv with the project and its test dependencies.
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"

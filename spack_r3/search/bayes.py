@@ -69,7 +69,7 @@ from .confirm import each_server
 from .noise import PairBudget, clearly_above, pair_noise
 from .samplers import make_sampler
 from .simplify import settings
-from .store import held, owner, storage  # noqa: F401 (storage: where callers get it)
+from .store import HEARTBEAT, held, owner, storage  # noqa: F401 (storage: where callers get it)
 
 INTERRUPTED = "interrupted"  # status of a trial whose process died (or stopped) while it ran: never counted
 DUPLICATE = "duplicate"  # a point proposed again, replaced by a neighbour (in memory only, never counted)
@@ -391,10 +391,11 @@ class Study:
         that asked at the same time as this one sees the same order: of two claims of the
         budget's last trial, the later gives way. The caller holds the lock."""
         frozen = create_trial(state=TrialState.RUNNING, params=trial.params, distributions=trial.distributions,
-                              user_attrs=dict(trial.user_attrs, owner=self._owner))
+                              user_attrs=dict(trial.user_attrs, owner=self._owner, beat=time.time()))
         stored_id = self._store.create_new_trial(self._study_id, template_trial=frozen)
         self._copies[stored_id] = None
         self._own[trial._trial_id] = stored_id
+        HEARTBEAT.hold(self._store, stored_id)  # (another host's runs see it live by its beats)
         stored = self._store.get_all_trials(self._study_id, deepcopy=False)
         number = next(t.number for t in stored if t._trial_id == stored_id)
         ahead = sum(1 for t in stored if t.number < number and (
@@ -409,6 +410,7 @@ class Study:
         trial.set_user_attr("status", status)
         self.live.tell(trial, state=TrialState.FAIL)
         stored_id = self._own.pop(trial._trial_id)
+        HEARTBEAT.release(self._store, stored_id)
         try:
             self._store.set_trial_user_attr(stored_id, "status", status)
             self._store.set_trial_state_values(stored_id, TrialState.FAIL)
@@ -540,6 +542,7 @@ class Study:
         state, value = (TrialState.COMPLETE, self._pooled(ev)) if ev.status == OK else (TrialState.FAIL, None)
         self.live.tell(trial, value, state=state)
         stored_id = self._own.pop(trial._trial_id)
+        HEARTBEAT.release(self._store, stored_id)
         try:  # (the state last: another process takes the trial in once it is finished)
             for key in ("status", "evaluation"):
                 self._store.set_trial_user_attr(stored_id, key, attrs[key])

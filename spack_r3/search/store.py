@@ -16,8 +16,10 @@ A workspace of an older r3 (``r3.db``, SQLite) is copied into the journal once, 
 first run that finds no journal; ``r3.db`` is left as it was and not read again.
 
 A trial being evaluated is kept RUNNING with its ``owner`` (host, pid, the process's start
-time); ``held`` says whether that process still lives, so that other processes count the
-trial while it does and fail it (and ask its point again) once it does not.
+time) and a heartbeat (``beat``: the time, written every ``HEARTBEAT_S``); ``held`` says
+whether that process still lives (on this host by its pid, on another by its beat), so
+that other processes count the trial while it does and fail it (and ask its point again)
+once it does not: a node of a cluster that dies costs the evaluations it held, no more.
 """
 
 import fcntl
@@ -25,6 +27,8 @@ import hashlib
 import json
 import os
 import socket
+import threading
+import time
 from contextlib import contextmanager
 
 import optuna
@@ -40,18 +44,15 @@ from ..errors import R3Error
 JOURNAL_FILE = "r3.journal"
 LEGACY_FILE = "r3.db"  # r3 before the journal: SQLite, one writer
 HOST = socket.gethostname()
+HEARTBEAT_S = 10.0  # how often a process writes the time into each trial it holds RUNNING
+STALE_S = 120.0  # a trial held on another host whose time is older than this: its process is dead
 
 
 def storage(workspace, url=None):
     """The Optuna storage of ``workspace``'s studies: ``url`` a database URL (``scheme://``)
     or a journal file's path; by default the workspace's own journal."""
     if url and "://" in url:
-        try:
-            return optuna.storages.RDBStorage(url)
-        except (ImportError, ValueError) as err:
-            raise R3Error("--storage %s: %s" % (url, err))
-        except Exception as err:  # sqlalchemy's own (no server there, bad credentials)
-            raise R3Error("--storage %s: %s" % (url, str(err).splitlines()[0]))
+        return database(url)
     if url:
         path = os.path.abspath(url)
         if not os.path.isdir(os.path.dirname(path)):
@@ -61,6 +62,39 @@ def storage(workspace, url=None):
         path = os.path.join(workspace.root, JOURNAL_FILE)
         migrate(os.path.join(workspace.root, LEGACY_FILE), path)
     return journal(path)
+
+
+def database(url, attempts=5):
+    """Optuna's storage in the database at ``url``. Two runs started at once on a fresh
+    database race creating its tables (PostgreSQL: a duplicate key in pg_type): the one that
+    loses asks again, and finds them made."""
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(_driver(url))
+        except (ImportError, ValueError) as err:
+            raise R3Error("--storage %s: %s" % (url, err))
+        except Exception as err:  # sqlalchemy's own (no server there, bad credentials, the race)
+            if attempt + 1 == attempts or not _lost_race(err):
+                raise R3Error("--storage %s: %s" % (url, str(err).splitlines()[0]))
+            time.sleep(0.1 * (attempt + 1))  # (a pause before asking again; nothing depends on its length)
+
+
+def _lost_race(err):
+    """Whether ``err`` is another process's creation of the same tables or rows."""
+    name = type(getattr(err, "orig", None) or err).__name__
+    return name in ("UniqueViolation", "DuplicateTable", "DuplicateObject", "IntegrityError") or \
+        "already exists" in str(err) or "duplicate key" in str(err)
+
+
+def _driver(url):
+    """``url`` with the PostgreSQL driver that is installed: SQLAlchemy 2.1 takes a plain
+    ``postgresql://`` for psycopg 3, and r3 installs psycopg2 (``psycopg2-binary``)."""
+    if url.startswith("postgresql://"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
 
 
 def journal(path):
@@ -132,17 +166,56 @@ def owner():
     return {"host": HOST, "pid": os.getpid(), "started": _started(os.getpid())}
 
 
-def held(trial):
+def held(trial, now=None):
     """Whether the process that holds RUNNING ``trial`` still lives. A trial without an
-    owner was left by an older r3: nobody holds it. One held on another host is taken to
-    live (its pid says nothing here; the scale-out's storage server will need heartbeats)."""
+    owner was left by an older r3: nobody holds it. One held on another host (a node of a
+    cluster, a batch job) lives while its process writes its heartbeat (``Heartbeat``): its
+    pid says nothing here. Its last beat within ``STALE_S`` of this host's clock: the hosts'
+    clocks may differ by much less than that (NTP)."""
     who = trial.user_attrs.get("owner")
     if not who:
         return False
     if who.get("host") != HOST:
-        return True
+        beat = trial.user_attrs.get("beat")
+        return beat is None or (now or time.time()) - beat < STALE_S  # (no beat: an r3 before them)
     started = _started(who.get("pid", -1))
     return started is not None and (started == "" or not who.get("started") or started == who["started"])
+
+
+class Heartbeat:
+    """Writes the time (``beat``) into every trial this process holds RUNNING, every
+    ``interval`` seconds, from a thread of its own (a beat goes on while a candidate runs)."""
+
+    def __init__(self, interval=HEARTBEAT_S):
+        self.interval = interval
+        self._held = {}
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def hold(self, store, trial_id):
+        with self._lock:
+            self._held[(id(store), trial_id)] = store
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="r3-heartbeat", daemon=True)
+                self._thread.start()
+
+    def release(self, store, trial_id):
+        with self._lock:
+            self._held.pop((id(store), trial_id), None)
+
+    def _beat(self):
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                held = list(self._held.items())
+            for (_, trial_id), store in held:
+                try:
+                    store.set_trial_user_attr(trial_id, "beat", time.time())
+                except Exception:  # finished since, or taken for dead by another host: not ours now
+                    self.release(store, trial_id)
+
+
+HEARTBEAT = Heartbeat()
 
 
 def confirming(workspace, names):
