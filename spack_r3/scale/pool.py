@@ -34,6 +34,7 @@ from ..data import CRASH, Evaluation, Variant
 from ..replay.server import ReplayServer
 
 PLUGIN = "r3-replay"
+QUIET = ("profile", "profile-cycle", "monitor", "tick", "ticks")  # a worker's own periodic wake-ups
 
 
 class ReplayWorker(WorkerPlugin):
@@ -49,9 +50,28 @@ class ReplayWorker(WorkerPlugin):
         self.lock = None
 
     def setup(self, worker):
-        cpus = self.pins.get(worker.name) or sorted(os.sched_getaffinity(0))
+        pinned = self.pins.get(worker.name)
+        cpus = pinned or sorted(os.sched_getaffinity(0))
         self.server = ReplayServer(self.timeout, cpus=cpus, cache_dir=self.cache_dir)
         self.lock = threading.Lock()  # one candidate at a time, whatever the worker's threads
+        quiet(worker, pinned)
+
+
+def quiet(worker, cpus=None):
+    """Keep a worker process off the timed runs of others: stop what wakes it up on its
+    own (the profiler samples its threads every 10 ms, the system monitor every 500 ms;
+    the dashboard loses those plots), and pin every thread of it to ``cpus``, its own
+    server's share (where it runs while its server waits, never during another's runs)."""
+    for name in QUIET:
+        callback = worker.periodic_callbacks.get(name)
+        if callback is not None:
+            callback.stop()
+    if cpus:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except OSError:  # a thread that ended meanwhile
+                pass
 
     def teardown(self, worker):
         if self.server:
