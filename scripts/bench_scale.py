@@ -277,7 +277,7 @@ def main():
     result["model"] = {"assumptions": ASSUMPTIONS, "inputs": {
         "eval_s": eval_s, "overhead_s": overhead, "sampler_s": sampler[30], "storage_s": storage[30],
         "scheduler_tps": tps, "kernels": 32, "budget": 60},
-        "demo_kernel": model(eval_s, overhead, sampler[30], storage[30], tps),
+        "this_kernel": model(eval_s, overhead, sampler[30], storage[30], tps),
         "kernel_of_2s": model(2.0, overhead, sampler[30], storage[30], tps)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     try:

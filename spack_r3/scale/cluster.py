@@ -116,9 +116,16 @@ def connect(spec, workspace):
         return distributed.Client(cluster), cluster, local_pins(n)
     if spec.startswith("tcp://"):
         try:  # (a scheduler that refuses is asked again until the timeout)
-            return distributed.Client(spec, timeout=START_TIMEOUT_S), None, None
+            client = distributed.Client(spec, timeout=START_TIMEOUT_S)
         except (OSError, TimeoutError) as err:
             raise R3Error("--cluster %s: no Dask scheduler answers there (%s)" % (spec, err))
+        try:
+            client.wait_for_workers(1, timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            client.close()
+            raise R3Error("--cluster %s: no worker joined its scheduler within %ds (start them with: dask worker "
+                          "%s --nthreads 1)" % (spec, START_TIMEOUT_S, spec))
+        return client, None, None
     if spec == "config" or spec.endswith(".json"):
         cluster, jobs, adapt = jobqueue_cluster(read_config(spec, workspace))
         if adapt:
