@@ -6,7 +6,10 @@ and replays it through a real worker (real clang, llvmlite): the candidate fails
 effect does not outlive it, and the same worker goes on with the next candidate.
 """
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -47,15 +50,18 @@ def rewrite(src, first_lines, helpers=""):
 
 
 def alive(name):
-    """Processes whose name (comm) is ``name``."""
+    """Processes named (comm) ``name`` that still run: not a zombie, a killed process
+    that its new parent has not reaped yet."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open("/proc/%s/comm" % pid) as f:
-                if f.read().strip() == name:
-                    found.append(int(pid))
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
         except OSError:
-            pass
+            continue
+        comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+        if comm == name and state not in "ZX":
+            found.append((int(pid), state))
     return found
 
 
@@ -116,3 +122,41 @@ def test_an_unbounded_allocation_fails_that_candidate_only(heat):
     ev = server.submit(directory, rewrite(src, grows, PROTOS), repeat=2)
     assert ev.status == CRASH and "SIGSEGV" in ev.diagnostics, ev.diagnostics
     assert server.submit(directory, Variant(), repeat=2).status == OK  # the same worker, the next candidate
+
+
+REFUSING = r'''
+import ctypes, json, os, struct, sys, time
+from spack_r3.data import Variant
+from spack_r3.replay.server import ReplayServer
+
+# A filter on this process that refuses the seccomp call, inherited by the worker it
+# starts: a container that forbids seccomp, as far as the worker can tell.
+nr = {"x86_64": 317, "aarch64": 277}[os.uname().machine]
+rows = [(0x20, 0, 0, 0), (0x15, 0, 1, nr), (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000)]
+raw = b"".join(struct.pack("=HBBI", *r) for r in rows)
+buf = ctypes.create_string_buffer(raw, len(raw))
+prog = struct.pack("=HxxxxxxQ", len(rows), ctypes.addressof(buf))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.prctl(22, 2, ctypes.c_char_p(prog)) == 0
+directory, patch, name = sys.argv[1:4]
+with ReplayServer(timeout=30) as server:
+    forked = server.submit(directory, Variant(source_patch=patch), pairs=2)
+    again = server.submit(directory, Variant(), repeat=2)
+    print(json.dumps({"forked": forked.status, "again": again.status}))
+'''
+
+
+def test_where_seccomp_is_refused_the_group_is_still_killed_and_it_is_said_once(heat, tmp_path):
+    directory, src, _ = heat
+    name = "r3t-" + uuid.uuid4().hex[:8]
+    forks = ('    static int forked;\n    if (!forked++ && fork() == 0) {\n        prctl(15, "%s");\n'
+             '        sleep(30);\n        _exit(0);\n    }\n' % name)
+    script = tmp_path / "refusing.py"
+    script.write_text(REFUSING)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, str(script), directory, rewrite(src, forks, PROTOS).source_patch, name],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"forked": OK, "again": OK}  # the fork was not refused
+    assert alive(name) == []  # but its process went with its candidate's group
+    assert proc.stderr.count("without a seccomp filter") == 1, proc.stderr

@@ -139,9 +139,10 @@ def _say_unconfined(missing):
     if not missing or not confine.seccomp_missing(missing) or "seccomp" in _said:
         return
     _said.add("seccomp")
+    landlock = not any(m.startswith(("no Landlock", "Landlock")) for m in missing)
     sys.stderr.write("r3: warning: candidates run without a seccomp filter here (%s): a candidate's "
-                     "process group is killed when it ends and its memory is limited, but it may write "
-                     "files\n" % "; ".join(missing))
+                     "process group is killed when it ends and its memory is limited, but it may start "
+                     "processes while it runs%s\n" % ("; ".join(missing), "" if landlock else " and write files"))
     sys.stderr.flush()
 
 

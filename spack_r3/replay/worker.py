@@ -3,7 +3,10 @@
 It speaks JSON lines on its stdin/stdout with ``ReplayServer``. Captures are
 parsed once and kept; each candidate runs in a child forked from the worker, so a
 kernel that crashes, hangs or scribbles over memory costs one evaluation: the
-worker itself never maps recorded memory or runs compiled code.
+worker itself never maps recorded memory or runs compiled code. The child leads a
+process group of its own, killed when it ends, and confines itself before the
+candidate's code runs (``replay.confine``: a memory limit, a seccomp filter); the
+output of its timed runs is checked as well as its verification runs'.
 
 Requests:  {"op": "load", "dir": D, "sequence": [D, D2, ...]|null}
            {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
