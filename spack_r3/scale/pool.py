@@ -152,7 +152,10 @@ class DaskPool:
                 if server.address not in alive:
                     self._bind(server, alive)
             bound = {s.address for s in self._servers}
-            self._servers += [RemoteServer(self, a) for a in alive if a not in bound]
+            joined = [RemoteServer(self, a) for a in alive if a not in bound]
+            if joined and self._servers:
+                self.say("dask: %d worker(s) joined; %d alive" % (len(joined), len(alive)))
+            self._servers += joined
             return list(self._servers)
 
     @property
