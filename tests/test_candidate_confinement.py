@@ -160,3 +160,28 @@ def test_where_seccomp_is_refused_the_group_is_still_killed_and_it_is_said_once(
     assert json.loads(proc.stdout.splitlines()[-1]) == {"forked": OK, "again": OK}  # the fork was not refused
     assert alive(name) == []  # but its process went with its candidate's group
     assert proc.stderr.count("without a seccomp filter") == 1, proc.stderr
+
+
+
+def test_a_write_where_the_recorded_call_never_wrote_is_a_wrong_output():
+    """Replay maps whole pages around what the recording holds, and compares what the call
+    wrote. A page the recorded call never touched must be as replay mapped it (zeros) after
+    a run, whatever the tolerance: a candidate that wrote there computed something else."""
+    import ctypes
+    import mmap as mmap_module
+
+    from spack_r3.replay import engine
+
+    pages = mmap_module.mmap(-1, 3 * engine.PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+    recorded = [(base + engine.PAGE, base + engine.PAGE + 16)]  # 16 bytes in the middle page
+    untouched = engine._minus([(base, base + 3 * engine.PAGE)], engine.page_ranges(recorded))
+    assert untouched == [(base, base + engine.PAGE), (base + 2 * engine.PAGE, base + 3 * engine.PAGE)]
+    prepared = engine.Prepared(capture=None, ir="", pre=[], post=[], slots=[], byval=[], untouched=untouched)
+    assert engine.check(prepared, None, tolerance=None).verified
+    pages[2 * engine.PAGE + 100] = 1
+    for tolerance in (None, 1e300):
+        checked = engine.check(prepared, None, tolerance)
+        assert not checked.verified and "0x%x, which the recorded call never touched" % (base + 2 * engine.PAGE + 100) \
+            in checked.detail
+    del prepared

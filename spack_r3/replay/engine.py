@@ -80,6 +80,10 @@ class Prepared:
     # (start, end) of what the call found around it rather than its input: the caller's
     # stack and the runtimes' state, which differ from call to call whatever the kernel reads
     scratch: List[Tuple[int, int]] = field(default_factory=list)
+    # mapped pages the recorded call never touched (neither in pre.bin nor in post.bin): zeros
+    # at replay, and still zeros after a run, or the kernel wrote where the application's
+    # call never did (a one-ulp change of an element it never writes verified before)
+    untouched: List[Tuple[int, int]] = field(default_factory=list)
 
 
 def prepare(capture, directory):
@@ -110,7 +114,8 @@ def prepare(capture, directory):
     joined = _joined([(r.addr, r.kind, bytes(region_bytes(pre_path, r))) for r in pre_regions])
     pre = [(addr, data) for addr, _, data in joined]
     heap = [(addr, addr + len(data)) for addr, kind, data in joined if kind == KIND_HEAP]
-    post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(heap, read_regions(post_path))]
+    post_regions = read_regions(post_path)
+    post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(heap, post_regions)]
     # OpenMP's critical-section words hold the recording process's lock handles:
     # replay starts them from zero (no lock) and never compares them.
     runtime = [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals
@@ -130,8 +135,24 @@ def prepare(capture, directory):
     unit = KernelIR(capture.kernel, ir, bitcode, link_units, recorded_globals,
                     capture.compile_command[0] if capture.compile_command else None)
     scratch = [(addr, addr + len(data)) for addr, kind, data in joined if kind in (KIND_STACK, KIND_RUNTIME)]
+    touched = page_ranges([(r.addr, r.end) for r in list(pre_regions) + list(post_regions)])
     return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
-                    ranges, fp_types(ir), _outputs(pre, post), unit, directory, scratch)
+                    ranges, fp_types(ir), _outputs(pre, post), unit, directory, scratch, _minus(ranges, touched))
+
+
+def _minus(ranges, holes):
+    """The parts of sorted, disjoint ``ranges`` outside sorted, disjoint ``holes``."""
+    out = []
+    for lo, hi in ranges:
+        for h_lo, h_hi in holes:
+            if h_hi <= lo or h_lo >= hi:
+                continue
+            if h_lo > lo:
+                out.append((lo, h_lo))
+            lo = max(lo, h_hi)
+        if lo < hi:
+            out.append((lo, hi))
+    return out
 
 
 def _joined(regions):
@@ -374,6 +395,14 @@ def check(prepared, frame, tolerance):
             if err > worst or not where:
                 where = "memory at 0x%x (%d bytes) differs" % (addr, len(want))
             worst = max(worst, err)
+    stray = ""  # never within tolerance: the recording says nothing was there
+    for lo, hi in prepared.untouched:
+        page = np.frombuffer((ctypes.c_char * (hi - lo)).from_address(lo), dtype=np.uint8)
+        if page.any():
+            bad += int(np.count_nonzero(page))
+            stray = where = "memory at 0x%x, which the recorded call never touched, was written" % (
+                lo + int(np.argmax(page != 0)))
+            break
     if prepared.ret:
         ret_type = {"double": [np.float64], "float": [np.float32]}.get(prepared.capture.signature["ret"], [])
         err, nbytes = compare(frame.ret.raw[:len(prepared.ret)], prepared.ret, ret_type)
@@ -381,7 +410,7 @@ def check(prepared, frame, tolerance):
             bad += nbytes
             worst = max(worst, err)
             where = where or "return value differs"
-    ok = bad == 0 or (tolerance is not None and worst <= tolerance)
+    ok = bad == 0 or (not stray and tolerance is not None and worst <= tolerance)
     detail = "" if bad == 0 else "%s; max relative error %.3g" % (where, worst)
     return Check(ok, worst if bad else 0.0, bad, detail)
 

@@ -127,7 +127,8 @@ def merge(prepared):
                                         "between its calls" % (i + 1, first.kernel, where))
                 have[off:off + n][~known[off:off + n]] = mine[~known[off:off + n]]
                 known[off:off + n] = True
-    calls = [Call(p, _own_state(p, written)) for p in prepared]
+    # (a page one call never touched may be another's: a call's untouched pages are not checked)
+    calls = [Call(replace(p, untouched=[]), _own_state(p, written)) for p in prepared]
     arena = dict(first.arena, end=hex(max(int(p.capture.arena["end"], 16) for p in prepared)))
     return Sequence(calls, _regions(merged),
                     engine.page_ranges([(lo, hi) for p in prepared for lo, hi in p.ranges]), arena)
