@@ -2,6 +2,7 @@
 
 import os
 import sys
+import threading
 
 
 def stdout_to_devnull():
@@ -75,8 +76,13 @@ class ProgressBar:
         self.width = width
         self.tty = self.stream.isatty()
         self._last = {}
+        self._lock = threading.Lock()  # kernels searched at once report from their own threads
 
     def update(self, key, done, total, text=""):
+        with self._lock:
+            self._update(key, done, total, text)
+
+    def _update(self, key, done, total, text):
         filled = int(self.width * done / total) if total else self.width
         line = "%s [%s%s] %d/%d %s" % (key, "#" * filled, "." * (self.width - filled), done, total, text)
         try:

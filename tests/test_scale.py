@@ -12,16 +12,19 @@ import signal
 import subprocess
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from optuna.trial import TrialState
 
 from spack_r3.search.bayes import Study, Target, counted
+from spack_r3.search.lanes import Lane, lane_count, search_in_lanes
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import storage
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3_subprocess
+from test_tune import program  # noqa: F401
 from test_workspace_concurrency import fresh_copy, recorded, stored_trials, tree, tune_argv  # noqa: F401
 
 try:
@@ -151,3 +154,61 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
             assert target.submit(pool.servers[0], None, pairs=2).status == OK
         with distributed.Client(running) as client:
             assert len(client.scheduler_info(n_workers=-1)["workers"]) == 1
+
+
+def test_kernels_searched_at_once_each_have_workers_of_their_own():
+    """Lanes deal the workers out: lane i takes every n-th, no worker is in two lanes, and
+    the lanes search their kernels at the same time (the barrier holds until both arrive)."""
+    pool = SimpleNamespace(servers=["w0", "w1", "w2", "w3", "w4"], cores_per_worker=1)
+    lanes = [Lane(pool, i, 2) for i in range(2)]
+    assert [lane.servers for lane in lanes] == [["w0", "w2", "w4"], ["w1", "w3"]]
+    both = threading.Barrier(2, timeout=60)
+    seen = []
+
+    def search(lane, kernel):
+        both.wait()  # never passed if the kernels were searched one after the other
+        seen.append((kernel, tuple(lane.servers)))
+        return kernel.upper()
+
+    assert search_in_lanes(pool, ["a", "b"], 2, search) == ["A", "B"]  # in the targets' order
+    assert {servers for _, servers in seen} == {("w0", "w2", "w4"), ("w1", "w3")}
+    # One lane locally unless asked; on a cluster one per two workers; never more than the kernels.
+    assert lane_count(None, 8, 32, cluster=None) == 1
+    assert lane_count(None, 8, 32, cluster="local:8") == 4
+    assert lane_count(None, 64, 3, cluster="tcp://h:8786") == 3
+    assert lane_count(5, 2, 3, cluster=None) == 2
+
+
+def test_a_failing_kernel_stops_the_other_lanes_from_taking_more():
+    pool = SimpleNamespace(servers=["w0", "w1"], cores_per_worker=1)
+    searched = []
+
+    def search(lane, kernel):
+        searched.append(kernel)
+        if kernel == "bad":
+            raise RuntimeError("the model endpoint is gone")
+        return kernel
+
+    with pytest.raises(RuntimeError, match="endpoint"):
+        search_in_lanes(pool, ["bad", "x", "y", "z", "w"], 2, search)
+    assert len(searched) < 5
+
+
+def test_two_kernels_tuned_side_by_side_keep_their_budgets(program, tmp_path):
+    """`r3 tune --kernels-at-once 2` on two workers: matmul and dot searched at once, one
+    worker each; each study holds exactly its budget and each kernel is confirmed."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two kernels at once need two workers, and this process may use one CPU")
+    ws = str(tmp_path / "ws")
+    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
+                         "--kernel", "dot", "--budget", 4, "--workers", 2, "--kernels-at-once", 2, "--pairs", 3,
+                         "--confirm-pairs", 3, "--confirm-rounds", 1, "--seed", 1, "--mutator", "none", "--json",
+                         timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    kernels = {k["kernel"]: k for k in json.loads(proc.stdout)["kernels"]}
+    assert set(kernels) == {"matmul", "dot"}
+    for k in kernels.values():
+        trials = stored_trials(ws, k["study"])
+        assert sum(counted(t) for t in trials) == 4
+        assert not [t for t in trials if t.state == TrialState.RUNNING]
+        assert k["speedup_min"] <= k["speedup"] <= k["speedup_max"]

@@ -58,6 +58,9 @@ def setup_parser(subparser):
                                 "here), tcp://HOST:PORT (a running scheduler), or a batch cluster's JSON file "
                                 "('config': the workspace's cluster.json); the workspace must be on a file system "
                                 "the workers share")
+    subparser.add_argument("--kernels-at-once", type=int, default=None, metavar="N",
+                           help="kernels searched side by side, each on its own share of the workers (default: 1 "
+                                "with local workers; with --cluster, one per 2 of the cluster's workers)")
     subparser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
                            help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) "
                                 "or random")
@@ -115,6 +118,8 @@ def tune(args):
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
     if args.stall_patience < 0:
         raise R3Error("--stall-patience must be at least 0")
+    if args.kernels_at_once is not None and args.kernels_at_once < 1:
+        raise R3Error("--kernels-at-once must be at least 1")
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
     cpus = len(os.sched_getaffinity(0))
@@ -163,7 +168,7 @@ def tune(args):
                           timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
                           child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
                           stall_patience=args.stall_patience, storage=args.storage,
-                          cluster=args.cluster)
+                          cluster=args.cluster, kernels_at_once=args.kernels_at_once)
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)

@@ -29,6 +29,7 @@ from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
 from .confirm import confirm, measure_again
+from .lanes import lane_count, search_in_lanes
 from .noise import INDISTINCT, MIN_GAIN
 from .results import KernelResult, kernel_result, pick, save_results
 from .simplify import simplify
@@ -60,6 +61,7 @@ class TuneOptions:
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
     storage: Optional[str] = None  # where the studies are kept (``store.storage``): the workspace's journal
     cluster: Optional[str] = None  # a Dask cluster to evaluate on (``scale.cluster``); None: the local pool
+    kernels_at_once: Optional[int] = None  # kernels searched side by side (``lanes``); None: 1 locally, more on a cluster
 
 
 @dataclass
@@ -325,40 +327,53 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     say = say or (lambda line: None)
     warn = warn or say
     store = storage(workspace, options.storage)
-    studied, skipped = [], []
     with open_pool(workspace, options, say) as pool:
         patterns = Patterns(workspace) if options.mutator else None
-        for target in targets:
-            # A sequence is kept only when its baseline reproduced every call: checked already.
-            checked = target.sequence and _sequence_or_not(pool, target, options.timeout, say)
-            facts = kernel_facts(target, pool.cores_per_worker)
-            study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
-                          pairs=options.pairs, timeout=options.timeout)
-            try:
-                if not study.trials() and not checked:  # a resumed study had its baseline checked
-                    problem = _baseline_problem(pool, target, options.timeout)
-                    if problem:
-                        raise R3Error(problem)
-                remix_budget = pipeline_search(study, pool.servers, options, progress)
-                if remix_budget:
-                    # The outer loop keeps its children in one file (remix.py): one process at
-                    # a time runs it; one that waited resumes what the other left, spent.
-                    with exclusive(workspace, ["remix " + study.name]):
-                        study.refresh()
-                        study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
-                                       patterns, progress, say, warn)
-            except R3Error as err:
-                if isinstance(err, ModelError):
-                    raise
-                skipped.append("%s: %s" % (cxxnames.display(target.kernel), err))
-                continue
-            studied.append((target, study))
+        lanes = lane_count(options.kernels_at_once, len(pool.servers), len(targets), options.cluster)
+        if lanes > 1:
+            say("searching %d kernels at once, %d of the %d workers each"
+                % (lanes, len(pool.servers) // lanes, len(pool.servers)))
+
+        def search(lane, target):
+            return _search(workspace, store, lane, target, options, patterns, progress, say, warn)
+
+        outcomes = search_in_lanes(pool, targets, lanes, search)
+        studied = [o for o in outcomes if not isinstance(o, str)]
+        skipped = [o for o in outcomes if isinstance(o, str)]
         # One process at a time confirms a study, and keeps the result in it: a run beside
         # this one (the same study, trials and settings) takes that result instead of its own.
         with confirming(workspace, [s.name for _, s in studied]):
             results = _confirmed_results(pool, studied, options, say)
     save_results(workspace, results)
     return results, skipped
+
+
+def _search(workspace, store, pool, target, options, patterns, progress, say, warn):
+    """One kernel's search (pipelines, then source variants) on ``pool``: (target, its
+    studies), or the line saying why it is not tuned."""
+    # A sequence is kept only when its baseline reproduced every call: checked already.
+    checked = target.sequence and _sequence_or_not(pool, target, options.timeout, say)
+    facts = kernel_facts(target, pool.cores_per_worker)
+    study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
+                  pairs=options.pairs, timeout=options.timeout)
+    try:
+        if not study.trials() and not checked:  # a resumed study had its baseline checked
+            problem = _baseline_problem(pool, target, options.timeout)
+            if problem:
+                raise R3Error(problem)
+        remix_budget = pipeline_search(study, pool.servers, options, progress)
+        if remix_budget:
+            # The outer loop keeps its children in one file (remix.py): one process at
+            # a time runs it; one that waited resumes what the other left, spent.
+            with exclusive(workspace, ["remix " + study.name]):
+                study.refresh()
+                study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
+                               patterns, progress, say, warn)
+    except R3Error as err:
+        if isinstance(err, ModelError):
+            raise
+        return "%s: %s" % (cxxnames.display(target.kernel), err)
+    return target, study
 
 
 def open_pool(workspace, options, say):
