@@ -87,6 +87,9 @@ def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp
         killer.start()
         study.run(pool.servers, 8)
         killer.join(timeout=60)
+        # Cluster-wide progress: every worker's evaluations (a new best is measured twice).
+        evaluated = int(pool.throughput().split()[1])
+        assert evaluated >= 8 and "worker(s) alive" in pool.throughput()  # (the nanny restarts the killed one)
     assert before, "the worker was killed once two trials had finished"
     assert any("is gone, its evaluation ran again elsewhere" in line for line in lines), lines
     trials = stored_trials(ws, study.name)

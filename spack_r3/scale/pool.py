@@ -26,6 +26,7 @@ and the server binds to such a worker for what follows. A task that killed
 import collections
 import os
 import threading
+import time
 
 from distributed import WorkerPlugin, get_worker
 from distributed.scheduler import KilledWorker
@@ -34,6 +35,7 @@ from ..data import CRASH, Evaluation, Variant
 from ..replay.server import ReplayServer
 
 PLUGIN = "r3-replay"
+REPORT_S = 60.0  # between two lines of cluster-wide progress
 QUIET = ("profile", "profile-cycle", "monitor", "tick", "ticks")  # a worker's own periodic wake-ups
 
 
@@ -141,6 +143,8 @@ class DaskPool:
         client.register_plugin(ReplayWorker(timeout, cache_dir, pins))
         self._servers = []
         self.cores_per_worker = max(1, min(client.run(_cores).values()))
+        self._evaluated = 0
+        self._started = self._reported = time.monotonic()
 
     @property
     def servers(self):
@@ -174,7 +178,22 @@ class DaskPool:
         value, where = future.result()
         if where != server.address:  # (it ran elsewhere: its worker died)
             self._rebind(server)
+        if fn is evaluate:
+            with self._lock:
+                self._evaluated += 1
+                due = time.monotonic() - self._reported >= REPORT_S
+                if due:
+                    self._reported = time.monotonic()
+            if due:
+                self.say(self.throughput())
         return value
+
+    def throughput(self):
+        """A line of cluster-wide progress: evaluations done by every worker, per minute, and
+        the workers alive (printed every ``REPORT_S`` and when the pool closes)."""
+        minutes = max(time.monotonic() - self._started, 1e-6) / 60.0
+        return "dask: %d evaluation(s) in %.1f min, %.1f per minute, %d worker(s) alive" % (
+            self._evaluated, minutes, self._evaluated / minutes, len(self.alive()))
 
     def _rebind(self, server):
         """Bind ``server`` to another worker if its own is gone."""
@@ -203,6 +222,11 @@ class DaskPool:
         self.close()
 
     def close(self):
+        try:
+            if self._evaluated:
+                self.say(self.throughput())
+        except Exception:  # the scheduler is gone: nothing to count the workers of
+            pass
         try:
             self.client.unregister_worker_plugin(PLUGIN)  # closes the replay servers
         except Exception:  # the scheduler is gone already: its workers with it
