@@ -168,7 +168,27 @@ def faults():
         + "".join("- %s\n" % f for f in s["findings"]))
 
 
-TABLES = {"replay-demos": replay_demos, "replay-shapes": replay_shapes, "search": lambda: search("search.json"),
+def scale():
+    d = load("scale.json")
+    rows = []
+    for label, run in d["runs"].items():
+        if "throughput" in run:
+            t = run["throughput"]["dask_over_local_paired"]
+            o = run["dask_overhead_per_evaluation_s"]["noop_task_roundtrip"]
+            rows.append((label, run["kernel"], secs(run["coordinator"]["evaluation_s"]),
+                         ranged(t["median"], t["min"], t["max"]), secs(o["median"])))
+    out = table(["run", "kernel", "evaluation", "dask/local throughput (paired)", "no-op task round trip"], rows)
+    run = next(r for r in d["runs"].values() if "model" in r)
+    heads = list(next(iter(run["model"]["kernel_of_2s"].values())))
+    out += "\nModel, 32 kernels x 60 evaluations of 2 s each (inputs measured in the %s run; assumptions in " \
+           "the json): evaluations per minute, and what binds\n\n" % run["kernel"]
+    out += table(["workers"] + [h.replace("_", " ") for h in heads],
+                 [(w,) + tuple("%d (%s)" % (m[h]["evals_per_min"], m[h]["bound_by"].replace("_", " ")) for h in heads)
+                  for w, m in run["model"]["kernel_of_2s"].items()])
+    return out
+
+
+TABLES = {"scale": scale, "replay-demos": replay_demos, "replay-shapes": replay_shapes, "search": lambda: search("search.json"),
           "search-seed8": lambda: search("search-seed8.json"), "apply": apply_, "recipes": recipes, "faults": faults}
 
 

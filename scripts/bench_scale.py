@@ -18,8 +18,9 @@ workers, the Dask path's own cost per evaluation, and a model of many workers.
    tell write and read: journal file), and the Dask scheduler's capacity in tasks per
    second (many no-op tasks in flight).
 4. A model of 8, 64 and 512 workers tuning 32 kernels from those costs (assumptions in
-   the json), for the design as it is (kernels one after another, every worker on the
-   current kernel's study) and with every kernel's study at once: where it stops scaling.
+   the json): kernels one after another (every worker on the current kernel's study), in
+   lanes of one process (``--kernels-at-once``), and one process per kernel: where each
+   stops scaling. ``--remodel`` recomputes it from the stored runs' measured inputs.
 
 Writes bench/scale.json (one entry per ``--label``). Usage: scripts/bench_scale.py
 [--workers 2] [--rounds 4] [--variants 6] [--workspace DIR --kernel NAME (a kernel
@@ -166,16 +167,16 @@ def model(eval_s, overhead_s, sampler_s, storage_s, scheduler_tps, kernels=32, b
         # As it is: one kernel at a time; at most `budget` of its trials in flight, and
         # every suggestion serialized by the study (and the coordinator's GIL).
         seq = dict(limits, study_in_flight=min(w, budget) / (eval_s + overhead_s), sampler_and_storage=1 / coord_s)
-        # Every kernel's study at once, W/K workers each: suggestions of different studies
-        # overlap only across coordinator processes (one per kernel, say); one journal file's
-        # lock serializes every write of every study.
+        # Every kernel's study at once, W/K workers each (``--kernels-at-once``: lanes). In one
+        # r3 tune process the lanes' suggestions are serialized by its GIL, as one study's are;
+        # with one process per kernel (``r3 tune --kernel K`` each, one shared storage) they
+        # overlap, and one journal file's lock serializes every write of every study.
+        lanes = dict(limits, sampler_and_storage=1 / coord_s)
         par = dict(limits, sampler=kernels / sampler_s, storage_journal=1 / storage_s)
-        out[str(w)] = {
-            "one_kernel_at_a_time": {"evals_per_min": 60 * min(seq.values()), "bound_by": min(seq, key=seq.get),
-                                     "kernels_32x%d_hours" % budget: kernels * budget / min(seq.values()) / 3600},
-            "all_kernels_at_once": {"evals_per_min": 60 * min(par.values()), "bound_by": min(par, key=par.get),
-                                    "kernels_32x%d_hours" % budget: kernels * budget / min(par.values()) / 3600},
-        }
+        rows = {"one_kernel_at_a_time": seq, "lanes_in_one_process": lanes, "one_process_per_kernel": par}
+        out[str(w)] = {name: {"evals_per_min": 60 * min(r.values()), "bound_by": min(r, key=r.get),
+                              "kernels_32x%d_hours" % budget: kernels * budget / min(r.values()) / 3600}
+                       for name, r in rows.items()}
     return out
 
 
@@ -192,7 +193,23 @@ ASSUMPTIONS = [
     "one kernel at a time: a study has at most `budget` trials in flight (the design counts running trials against "
     "the budget), so workers beyond the budget idle",
     "no model proposals (their latency overlaps evaluation) and no confirmation (a few percent of a run)",
+    "lanes (--kernels-at-once) in one process: every lane's suggestions share its GIL; one process per kernel: "
+    "suggestions overlap, the journal file's lock does not",
 ]
+
+
+def remodel(path):
+    """The model of each run in ``path`` again, from the inputs that run measured."""
+    with open(path) as f:
+        data = json.load(f)
+    for run in data["runs"].values():
+        if "model" in run:
+            i = run["model"]["inputs"]
+            costs = (i["overhead_s"], i["sampler_s"], i["storage_s"], i["scheduler_tps"])
+            run["model"].update(assumptions=ASSUMPTIONS, this_kernel=model(i["eval_s"], *costs),
+                                kernel_of_2s=model(2.0, *costs))
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
 
 
 def main():
@@ -204,7 +221,11 @@ def main():
     ap.add_argument("--kernel", default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "scale.json"))
     ap.add_argument("--label", default="demo", help="the run's key in the json (runs under other keys are kept)")
+    ap.add_argument("--remodel", action="store_true",
+                    help="only compute the model again from each stored run's measured inputs")
     args = ap.parse_args()
+    if args.remodel:
+        return remodel(args.out)
 
     ws_root = args.workspace or tempfile.mkdtemp(prefix="r3-bench-scale-ws-")
     kernel = args.kernel or (None if args.workspace else record(ws_root))
