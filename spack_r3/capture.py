@@ -284,7 +284,9 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         args=meta["args"],
         byval_data=meta.get("byval") or [None] * len(meta["args"]),
         ret=meta.get("ret"),
-        launch={"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)},
+        # (an offload launch adds its backend and geometry: record/runtime/r3offload.c)
+        launch=dict({"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)},
+                    **meta.get("launch", {})),
         target=dict(target, triple=tu.get("triple")),
         app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
              "self_s": s.get("self_ns", 0) / 1e9,
@@ -303,7 +305,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
-        unreplayable=(kinfo.get("unreplayable") or _foreign_memory(meta, kinfo)
+        unreplayable=(kinfo.get("unreplayable") or meta.get("unreplayable") or _foreign_memory(meta, kinfo)
                       or _holds_system_pointers(os.path.join(cdir, "pre.bin"), meta)
                       or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)),
         bitcode_args=tu.get("bitcode_args", []),

@@ -144,6 +144,9 @@ class Launch:
     # __kmpc_dispatch_init calls) take any schedule and chunk; None: as compiled.
     schedule: Optional[str] = None  # static, dynamic or guided
     chunk: Optional[int] = None
+    # An OpenMP target region's launch geometry (backends.apply_geometry); None: as compiled.
+    num_teams: Optional[int] = None
+    thread_limit: Optional[int] = None
 
     def to_json(self):
         return asdict(self)

@@ -234,7 +234,9 @@ def launch(argv):
     # A link, possibly compiling sources on the way.
     from .runtime import link_args
 
-    extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler))
+    from .offload import is_offload
+
+    extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler), offload=is_offload(line))
     return link_compiling(line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir,
                                                                             wanted), extra)
 
@@ -258,6 +260,18 @@ def link_compiling(line, sources, compile_one, extra=()):
 
 
 def _compile(line, single_argv, source, obj, record_dir, wanted):
+    from .offload import is_offload, record_device_unit
+
+    if is_offload(line):  # compiled as the build compiles it; its device IR kept beside
+        rc = run(single_argv if "-o" in single_argv else single_argv + ["-o", obj])
+        if rc == 0:
+            try:
+                reason = record_device_unit(line, source, record_dir)
+            except Exception as err:  # recording must never break a build
+                reason = "%s: %s" % (type(err).__name__, err)
+            if reason:
+                warn("%s: target regions not recorded (%s)" % (source, reason))
+        return rc
     try:
         reason = record_unit(line, source, obj, record_dir, wanted)
     except Exception as err:  # instrumentation must never break a build

@@ -19,6 +19,8 @@ from ..errors import ToolchainError
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
 HEADER = os.path.join(RUNTIME_DIR, "r3rt.h")
+# OpenMP target offload: launches intercepted and captured (record/offload.py)
+OFFLOAD_SOURCE = os.path.join(RUNTIME_DIR, "r3offload.c")
 
 # -fno-builtin-*: the runtime *is* the allocator; keep clang from rewriting its code into
 # calls of the functions it defines (e.g. malloc+memset into calloc).
@@ -53,11 +55,11 @@ def _read(path):
         raise ToolchainError("record runtime source missing: %s (%s)" % (path, err.strerror))
 
 
-def cache_key(clang):
+def cache_key(clang, source=SOURCE):
     """sha256 of the runtime source (+ header), the clang path and its version."""
     clang = os.path.abspath(clang) if os.sep in clang else clang
     h = hashlib.sha256()
-    h.update(_read(SOURCE))
+    h.update(_read(source))
     h.update(b"\0")
     if os.path.exists(HEADER):
         h.update(_read(HEADER))
@@ -74,10 +76,11 @@ def _first_error(text):
     return lines[0] if lines else "no diagnostic"
 
 
-def runtime_object(clang):
-    """Path of r3rt.o built with ``clang``; built once and cached."""
-    out_dir = os.path.join(cache_root(), cache_key(clang))
-    obj = os.path.join(out_dir, "r3rt.o")
+def runtime_object(clang, source=SOURCE):
+    """Path of r3rt.o (or of another runtime ``source``: OFFLOAD_SOURCE) built with
+    ``clang``; built once and cached."""
+    out_dir = os.path.join(cache_root(), cache_key(clang, source))
+    obj = os.path.join(out_dir, os.path.splitext(os.path.basename(source))[0] + ".o")
     if os.path.isfile(obj):
         return obj
     try:
@@ -86,7 +89,7 @@ def runtime_object(clang):
         raise ToolchainError("cannot create runtime cache %s: %s" % (out_dir, err.strerror))
     fd, tmp = tempfile.mkstemp(prefix=".r3rt-", suffix=".o", dir=out_dir)
     os.close(fd)
-    cmd = [clang] + CFLAGS + ["-I", RUNTIME_DIR, "-c", SOURCE, "-o", tmp]
+    cmd = [clang] + CFLAGS + ["-I", RUNTIME_DIR, "-c", source, "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -100,9 +103,11 @@ def runtime_object(clang):
     return obj
 
 
-def link_args(clang):
-    """Extra arguments for linking an executable with the record runtime."""
-    return [runtime_object(clang)] + LINK_LIBS
+def link_args(clang, offload=False):
+    """Extra arguments for linking an executable with the record runtime (``offload``: and
+    with the offload one, for a link that builds an OpenMP offload executable)."""
+    extra = [runtime_object(clang, OFFLOAD_SOURCE)] if offload else []
+    return [runtime_object(clang)] + extra + LINK_LIBS
 
 
 def _unlink(path):

@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
 from .. import toolchain
+from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from .module import (apply_launch_edits, apply_pipeline_edits, built_target, contracts_fma, dispatch_loops,
                      extract_kernel, extract_kernel_text)
@@ -170,6 +171,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
         if launch is not None:
             try:
                 text = apply_launch_edits(text, launch.schedule, launch.chunk)
+                text = apply_geometry(text, source.kernel, launch)  # an offload region's teams
             except ValueError as err:
                 raise CompileError(str(err))
         return text

@@ -1,0 +1,94 @@
+"""Backends: what records, replays and tunes a kernel of one kind of device.
+
+A capture names its backend (``capture.launch["backend"]``; none: ``host``), and so does a
+unit's compile line for the record launcher. The stages ask this module, never the name:
+
+- ``host``: a CPU function, recorded by the instrumented unit and r3rt.c, replayed by the
+  host engine (llvmlite JIT in a forked, confined child).
+- ``offload``: an OpenMP ``target`` region's device function, recorded by
+  ``record/offload.py`` (device IR at the unit's device compile) and
+  ``record/runtime/r3offload.c`` (the launch, through libomptarget and OpenMP's device memory
+  interface). On libomptarget's host plugin the device function is x86 code calling libomp,
+  so replay runs it with the host engine: the region's device memory mapped at its device
+  addresses, the device function JIT-compiled and called as libomptarget's host plugin calls
+  it. Its launch geometry (teams, threads per team) is a launch setting written into the
+  device function (``apply_geometry``), as the region's own ``num_teams`` / ``thread_limit``
+  clauses are.
+
+``cuda`` and ``hip`` would come here as further entries.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Tuple
+
+from .errors import R3Error
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    runs_on: str  # what runs a replayed kernel, as reports say it
+    geometry: Tuple[str, ...] = ()  # data.Launch fields it adds to the search space
+
+
+HOST = Backend("host", "this CPU (llvmlite JIT)")
+OFFLOAD = Backend("offload", "this CPU: the device function as libomptarget's host plugin runs it (llvmlite JIT)",
+                  ("num_teams", "thread_limit"))
+BACKENDS = {b.name: b for b in (HOST, OFFLOAD)}
+
+
+def of_capture(capture):
+    """The backend of a capture (a data.Capture)."""
+    name = (capture.launch or {}).get("backend", "host")
+    if name not in BACKENDS:
+        raise R3Error("capture %s names backend '%s', which this r3 does not have (%s)"
+                      % (capture.id, name, ", ".join(sorted(BACKENDS))))
+    return BACKENDS[name]
+
+
+def of_compile(args):
+    """The backend a unit compiled with ``args`` records its kernels with."""
+    return OFFLOAD if any(a.startswith("-fopenmp-targets=") for a in args) else HOST
+
+
+# A fork of the teams of a `target teams` region in its device function, and a push of the
+# geometry that precedes one (the region's num_teams / thread_limit clauses).
+_FORK_TEAMS = re.compile(r"^(\s*)call void (?:\([^)]*\) )?@__kmpc_fork_teams\((ptr [^,]+), ", re.M)
+_PUSH = re.compile(r"(call void @__kmpc_push_num_teams\(ptr [^,]+, i32 [^,]+), i32 [^,)]+, i32 [^,)]+\)")
+
+
+def apply_geometry(text, kernel, launch):
+    """``text`` (a module's IR) with ``launch.num_teams`` / ``launch.thread_limit`` (None or
+    0: the runtime's choice) set for the teams the device function ``kernel`` forks: its
+    clauses' push replaced, or a push added before each fork. A kernel that forks no teams
+    has no geometry to set: ValueError."""
+    teams, limit = getattr(launch, "num_teams", None), getattr(launch, "thread_limit", None)
+    if not teams and not limit:
+        return text
+    start = next((m.start() for m in re.finditer(r"^define [^\n]*@%s\(" % re.escape(kernel), text, re.M)), None)
+    if start is None:
+        raise ValueError("the device function %s is not in its module" % kernel)
+    end = text.find("\n}\n", start)
+    body = text[start:end]
+    if not _FORK_TEAMS.search(body):
+        raise ValueError("%s forks no teams: num_teams and thread_limit do not apply" % kernel)
+    values = "i32 %d, i32 %d" % (teams or 0, limit or 0)
+    if _PUSH.search(body):
+        body = _PUSH.sub(lambda m: "%s, %s)" % (m.group(1), values), body)
+    else:
+        count = [0]
+
+        def push(m):
+            count[0] += 1
+            gtid = "%%r3.gtid.%d" % count[0]
+            return ("%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_teams(%s, i32 %s, %s)\n%s"
+                    % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, values, m.group(0)))
+        body = _FORK_TEAMS.sub(push, body)
+    text = text[:start] + body + text[end:]
+    for decl in ("declare i32 @__kmpc_global_thread_num(ptr)",
+                 "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)"):
+        name = decl.split("@")[1].split("(")[0]
+        if not re.search(r"^declare [^\n]*@%s\(" % name, text, re.M):
+            text += "\n" + decl + "\n"
+    return text

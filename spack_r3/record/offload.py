@@ -1,0 +1,124 @@
+"""Record OpenMP ``target`` regions: the launcher's part for an offload unit.
+
+A unit compiled with ``-fopenmp-targets=`` is compiled unchanged (its host code and its
+device image are the build's own), and once more by the device side of clang's offload
+compile, before optimization (``--offload-device-only -emit-llvm -disable-llvm-passes``):
+that module, with the unit's compile command, is kept as a unit folder like a host unit's
+(``tus/<digest>``, ``backend: offload``), and each of its kernels (a region's device
+function, ``__omp_offloading_<ids>_<function>_l<line>``) is named in
+``<record dir>/offload/<kernel>`` with that folder, which the offload record runtime
+(runtime/r3offload.c) reads to tie a launch to its IR. Host functions of an offload unit
+are not instrumented: their probes would time and capture the host side of a launch.
+
+Only the first target of ``-fopenmp-targets`` is kept: on this machine the host plugin's
+``x86_64-pc-linux-gnu``; the unit's compile command stays in the capture, so its device IR
+can be made again for another target.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+ENTRY_PREFIX = "__omp_offloading_"
+RUNTIME_GLOBALS = (".gomp_critical_user_", "__kmp", ".kmp")  # as replay.engine.RUNTIME_GLOBAL_PREFIXES
+
+
+def offload_targets(args):
+    """The targets of ``-fopenmp-targets=`` in a compile line's arguments."""
+    out = []
+    for a in args:
+        if a.startswith("-fopenmp-targets="):
+            out += [t for t in a.split("=", 1)[1].split(",") if t]
+    return out
+
+
+def is_offload(line):
+    return bool(offload_targets(line.args))
+
+
+def device_compile_args(line):
+    """The unit's flags for its device-side compile to IR before optimization: one target."""
+    from .launcher import _unoptimized_args, target_flags
+
+    first = offload_targets(line.args)[0]
+    args = [("-fopenmp-targets=" + first) if a.startswith("-fopenmp-targets=") else a
+            for a in line.without(drop_sources=True, drop_output=True, drop_deps=True)]
+    return args + target_flags() + _unoptimized_args(line)
+
+
+def kernel_infos(bitcode):
+    """KernelInfo of each region's device function in a device module."""
+    from .instrument import KernelInfo, ModuleAnalysis
+    from .libstate import unreplayable_reason
+
+    analysis = ModuleAnalysis(bitcode)
+    entries = {g.name[len(".offloading.entry."):] for g in analysis.module.global_variables
+               if g.name.startswith(".offloading.entry.")}
+    out = []
+    for name, fn in analysis.defined.items():
+        if name not in entries:
+            continue
+        params = [str(a.type) for a in fn.arguments]
+        calls = analysis.external_calls(name)
+        # OpenMP's own lock words (a reduction's critical section): replay starts them free
+        globals_ = [g for g in analysis.referenced_globals(name) if not g[0].startswith(RUNTIME_GLOBALS)]
+        why = unreplayable_reason(calls)
+        if globals_ and not why:  # `declare target` variables live in the loaded device image
+            why = ("it uses device globals (%s) the capture does not hold"
+                   % ", ".join(g for g, _ in globals_[:3]))
+        out.append(KernelInfo(name, "void", 0, params, [0] * len(params), [], True, True, calls, why))
+    return out
+
+
+def record_device_unit(line, source, record_dir):
+    """Keep ``source``'s device IR and name its kernels; a reason string on failure."""
+    with tempfile.TemporaryDirectory(prefix="r3-offload-") as tmp:
+        bc = os.path.join(tmp, "device.bc")
+        cmd = [line.compiler] + device_compile_args(line) + [
+            "--offload-device-only", "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            return "the device side did not compile to IR: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
+        bitcode = open(bc, "rb").read()
+    kernels = kernel_infos(bitcode)
+    if not kernels:
+        return None
+    from ..data import opt_level
+    import llvmlite.binding as llvm
+
+    digest = hashlib.sha256(bitcode).hexdigest()[:16]
+    tu_dir = os.path.join(os.path.abspath(record_dir), "tus", digest)
+    if not os.path.exists(os.path.join(tu_dir, "tu.json")):
+        os.makedirs(os.path.dirname(tu_dir), exist_ok=True)
+        stage = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(tu_dir))
+        with open(os.path.join(stage, "module.bc"), "wb") as f:
+            f.write(bitcode)
+        src = os.path.abspath(source)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(stage, "source" + os.path.splitext(src)[1]))
+        meta = {
+            "source_file": src,
+            "compile_command": [line.compiler] + line.args,
+            "compile_dir": os.getcwd(),
+            "bitcode_args": device_compile_args(line) + ["--offload-device-only"],
+            "triple": llvm.parse_bitcode(bitcode).triple,
+            "backend": "offload",
+            "opt_level": opt_level(line.args),
+            "kernels": [k.to_json() for k in kernels],
+            "exports": {},  # a device function is no host unit's callee
+        }
+        with open(os.path.join(stage, "tu.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        try:
+            os.rename(stage, tu_dir)
+        except OSError:  # another compile of the same unit won the race
+            shutil.rmtree(stage, ignore_errors=True)
+    index = os.path.join(os.path.abspath(record_dir), "offload")
+    os.makedirs(index, exist_ok=True)
+    for k in kernels:
+        with open(os.path.join(index, k.name), "w") as f:
+            f.write(tu_dir)
+    return None

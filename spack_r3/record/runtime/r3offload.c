@@ -1,0 +1,384 @@
+/* spack-r3 record runtime for OpenMP target offload (linked beside r3rt.o into offload
+ * executables by r3-record).
+ *
+ * It defines __tgt_target_kernel, which an offload executable's host code calls for every
+ * `target` region; the executable's own definition wins over libomptarget's, and the real
+ * one is found with dlsym(RTLD_NEXT). Every launch is timed (profile.<pid>.offload.json, the
+ * region's share of the run). A selected region's first R3_INSTANCES launches are captured:
+ *
+ *   1. __tgt_target_data_begin_mapper with the launch's own map list: the region's data is
+ *      mapped (and copied to the device) once more than the launch itself maps it;
+ *   2. each mapped section is found on the device (omp_get_mapped_ptr) and read back
+ *      (omp_target_memcpy): pre.bin, at device addresses;
+ *   3. the launch itself, which finds everything present and copies nothing;
+ *   4. the same sections read again: post.bin;
+ *   5. __tgt_target_data_end_mapper: the extra reference goes, `from` data comes back to
+ *      the host as the launch would have brought it.
+ *
+ * Only OpenMP's device memory interface touches device memory, so the same code serves the
+ * host plugin and the GPU plugins. The kernel's arguments are what libomptarget passes the
+ * device function: a null dyn_ptr first (LLVM 19's kernels take one), then each
+ * TARGET_PARAM entry: a literal's value, or the device address of a mapped base pointer.
+ * A region is found by its host entry address in the executable's offload entry table
+ * (__start_omp_offloading_entries), which names its device function; the record launcher
+ * wrote <R3_RECORD_DIR>/offload/<name> holding the folder of its unit's device IR.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* libomptarget's ABI (LLVM 19, openmp/libomptarget/include/Shared/APITypes.h) */
+typedef struct {
+  uint32_t Version;
+  uint32_t NumArgs;
+  void **ArgBasePtrs;
+  void **ArgPtrs;
+  int64_t *ArgSizes;
+  int64_t *ArgTypes;
+  void **ArgNames;
+  void **ArgMappers;
+  uint64_t Tripcount;
+  uint64_t Flags;
+  uint32_t NumTeams[3];
+  uint32_t ThreadLimit[3];
+  uint32_t DynCGroupMem;
+} KernelArgsTy;
+
+struct tgt_offload_entry {
+  void *addr;
+  char *name;
+  size_t size;
+  int32_t flags;
+  int32_t reserved;
+};
+
+#define MAP_LITERAL 0x100
+#define MAP_PRIVATE 0x80
+#define MAP_TARGET_PARAM 0x20
+#define MAP_TO 0x01
+#define MAP_FROM 0x02
+
+typedef int (*kernel_fn)(void *, int64_t, int32_t, int32_t, void *, KernelArgsTy *);
+typedef void (*mapper_fn)(void *, int64_t, int32_t, void **, void **, int64_t *, int64_t *, void **, void **);
+
+extern struct tgt_offload_entry __start_omp_offloading_entries[] __attribute__((weak));
+extern struct tgt_offload_entry __stop_omp_offloading_entries[] __attribute__((weak));
+extern void *omp_get_mapped_ptr(const void *, int) __attribute__((weak));
+extern int omp_target_memcpy(void *, const void *, size_t, size_t, size_t, int, int) __attribute__((weak));
+extern int omp_get_initial_device(void) __attribute__((weak));
+extern int omp_get_default_device(void) __attribute__((weak));
+extern int omp_get_max_threads(void) __attribute__((weak));
+
+#define MAXR 512   /* regions with counters */
+#define MAXSEC 256 /* mapped sections of one launch */
+
+struct region {
+  void *host;      /* entry address (the region's id) */
+  const char *name; /* its device function */
+  char tu_dir[1024];
+  int tu_known;
+  uint64_t calls, ns, main_ns, main_calls, captured;
+};
+
+static struct region g_regions[MAXR];
+static int g_nregions;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_dir[2048];
+static int g_have_dir, g_capture_all, g_capture_none;
+static char g_capture[4096];
+static uint64_t g_instances = 1, g_t0, g_paused;
+static int g_ready;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void warn(const char *a, const char *b) {
+  fprintf(stderr, "r3offload: %s%s\n", a, b ? b : "");
+}
+
+static void config(void) {
+  if (g_ready) return;
+  const char *s = getenv("R3_RECORD_DIR");
+  if (s && *s) {
+    if (s[0] != '/' && getcwd(g_dir, sizeof g_dir - 600)) strcat(g_dir, "/");
+    if (strlen(g_dir) + strlen(s) < sizeof g_dir - 512) { strcat(g_dir, s); g_have_dir = 1; }
+  }
+  s = getenv("R3_CAPTURE");
+  if (!s || !*s || !strcmp(s, "*")) g_capture_all = 1;
+  else if (!strcmp(s, "none")) g_capture_none = 1;
+  else snprintf(g_capture, sizeof g_capture, "%s", s);
+  s = getenv("R3_INSTANCES");
+  if (s && *s && atoll(s) > 0) g_instances = (uint64_t)atoll(s);
+  g_ready = 1;
+}
+
+__attribute__((constructor)) static void r3o_init(void) { g_t0 = now_ns(); config(); }
+
+static int selected(const char *name) {
+  if (g_capture_none || !g_have_dir || !name) return 0;
+  if (g_capture_all) return 1;
+  size_t nl = strlen(name);
+  for (const char *s = g_capture; *s;) {
+    while (*s == ',' || *s == ' ') s++;
+    const char *e = s;
+    while (*e && *e != ',') e++;
+    const char *t = e;
+    while (t > s && t[-1] == ' ') t--;
+    if (((size_t)(t - s) == nl && !strncmp(s, name, nl)) || ((size_t)(t - s) == 1 && *s == '*')) return 1;
+    s = e;
+  }
+  return 0;
+}
+
+static struct region *region_of(void *host) { /* lock held */
+  for (int i = 0; i < g_nregions; i++)
+    if (g_regions[i].host == host) return &g_regions[i];
+  if (g_nregions == MAXR) return NULL;
+  struct region *r = &g_regions[g_nregions++];
+  r->host = host;
+  if (__start_omp_offloading_entries)
+    for (struct tgt_offload_entry *e = __start_omp_offloading_entries; e < __stop_omp_offloading_entries; e++)
+      if (e->addr == host) { r->name = e->name; break; }
+  if (r->name && g_have_dir) { /* the unit's folder, as the record launcher left it */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/offload/%s", g_dir, r->name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, r->tu_dir, sizeof r->tu_dir - 1);
+      close(fd);
+      while (n > 0 && (r->tu_dir[n - 1] == '\n' || r->tu_dir[n - 1] == ' ')) n--;
+      if (n > 0) { r->tu_dir[n] = 0; r->tu_known = 1; }
+    }
+  }
+  return r;
+}
+
+struct section { uint64_t dev, size; unsigned char *pre, *post; };
+
+static int by_addr(const void *a, const void *b) {
+  const struct section *x = a, *y = b;
+  return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* the launch's mapped sections on the device, overlaps joined; -1 where one is not mapped */
+static int sections(KernelArgsTy *ka, int dev, struct section *out) {
+  int n = 0;
+  for (uint32_t i = 0; i < ka->NumArgs; i++) {
+    int64_t t = ka->ArgTypes[i];
+    if ((t & (MAP_LITERAL | MAP_PRIVATE)) || ka->ArgSizes[i] <= 0 || !ka->ArgPtrs[i]) continue;
+    void *d = omp_get_mapped_ptr(ka->ArgPtrs[i], dev);
+    if (!d) return -1;
+    if (n == MAXSEC) return -1;
+    out[n].dev = (uint64_t)(uintptr_t)d;
+    out[n].size = (uint64_t)ka->ArgSizes[i];
+    n++;
+  }
+  qsort(out, (size_t)n, sizeof *out, by_addr);
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (m && out[i].dev <= out[m - 1].dev + out[m - 1].size) {
+      uint64_t end = out[i].dev + out[i].size;
+      if (end > out[m - 1].dev + out[m - 1].size) out[m - 1].size = end - out[m - 1].dev;
+    } else {
+      out[m++] = out[i];
+    }
+  }
+  return m;
+}
+
+static int read_device(struct section *s, int n, int dev, int post) {
+  int host = omp_get_initial_device();
+  for (int i = 0; i < n; i++) {
+    unsigned char *buf = malloc(s[i].size ? s[i].size : 1);
+    if (!buf) return -1;
+    if (omp_target_memcpy(buf, (void *)(uintptr_t)s[i].dev, s[i].size, 0, 0, host, dev)) { free(buf); return -1; }
+    if (post) s[i].post = buf; else s[i].pre = buf;
+  }
+  return 0;
+}
+
+static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
+
+static int write_image(const char *path, struct section *s, int n, int post) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int bad = put(f, "R3MEM1\0\0", 8);
+  static const unsigned char zeros[8];
+  for (int i = 0; i < n && !bad; i++) {
+    /* kind 1 (heap: compared); in post.bin kind 5 where the launch changed nothing */
+    int same = post && !memcmp(s[i].pre, s[i].post, s[i].size);
+    uint64_t hdr[3] = {s[i].dev, s[i].size, same ? 5 : 1};
+    bad |= put(f, hdr, sizeof hdr);
+    if (!same) {
+      bad |= put(f, post ? s[i].post : s[i].pre, s[i].size);
+      if (s[i].size % 8) bad |= put(f, zeros, 8 - s[i].size % 8);
+    }
+  }
+  bad |= fclose(f);
+  return bad;
+}
+
+static void failure_mark(const char *name, int err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/captures/.error-%d-%s-0-%d", g_dir, err, name, (int)getpid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+}
+
+static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka, int dev, int32_t nteams,
+                          int32_t tlimit, struct section *s, int n, uint64_t ns, const char *why) {
+  char dir[4096], tmp[4096], path[4200];
+  snprintf(dir, sizeof dir, "%s/captures", g_dir);
+  mkdir(g_dir, 0755);
+  mkdir(dir, 0755);
+  snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%llu-%d", dir, r->name, (unsigned long long)instance, (int)getpid());
+  if (mkdir(tmp, 0755) && errno != EEXIST) { failure_mark(r->name, errno); return; }
+  int bad = 0;
+  snprintf(path, sizeof path, "%s/pre.bin", tmp);
+  bad |= write_image(path, s, n, 0);
+  snprintf(path, sizeof path, "%s/post.bin", tmp);
+  bad |= write_image(path, s, n, 1);
+  snprintf(path, sizeof path, "%s/meta.json", tmp);
+  FILE *f = fopen(path, "w");
+  if (!f) bad = 1;
+  else {
+    uint64_t bytes = 0, mapped = 0;
+    for (int i = 0; i < n; i++) bytes += s[i].size;
+    for (uint32_t i = 0; i < ka->NumArgs; i++)
+      if (!(ka->ArgTypes[i] & (MAP_LITERAL | MAP_PRIVATE)) && ka->ArgSizes[i] > 0) mapped += (uint64_t)ka->ArgSizes[i];
+    fprintf(f, "{\"kernel\": \"%s\", \"tu_dir\": \"%s\", \"instance\": %llu, \"pid\": %d, \"args\": [\"0x0\"",
+            r->name, r->tu_dir, (unsigned long long)instance, (int)getpid());
+    int nparams = 1;
+    for (uint32_t i = 0; i < ka->NumArgs; i++) {
+      int64_t t = ka->ArgTypes[i];
+      if (!(t & MAP_TARGET_PARAM)) continue;
+      uint64_t v;
+      if (t & MAP_LITERAL) v = (uint64_t)(uintptr_t)ka->ArgPtrs[i];
+      else {
+        void *d = ka->ArgPtrs[i] ? omp_get_mapped_ptr(ka->ArgPtrs[i], dev) : NULL;
+        v = d ? (uint64_t)((char *)d - ((char *)ka->ArgPtrs[i] - (char *)ka->ArgBasePtrs[i]))
+              : (uint64_t)(uintptr_t)ka->ArgBasePtrs[i];
+      }
+      fprintf(f, ", \"0x%llx\"", (unsigned long long)v);
+      nparams++;
+    }
+    fprintf(f, "], \"byval\": [");
+    for (int i = 0; i < nparams; i++) fprintf(f, "%snull", i ? ", " : "");
+    fprintf(f, "], \"ret\": null, \"threads\": %d, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
+               "\"arena_end\": \"0x0\", \"memory\": {\"mode\": \"mapped\", \"live_bytes\": %llu, "
+               "\"touched_bytes\": %llu, \"mapped_bytes\": %llu, \"thread\": \"main\"}, "
+               "\"launch\": {\"backend\": \"offload\", \"device\": %d, \"num_teams\": %d, \"thread_limit\": %d, "
+               "\"kernel_num_teams\": %u, \"kernel_thread_limit\": %u}",
+            omp_get_max_threads ? omp_get_max_threads() : 1, (unsigned long long)ns, (unsigned long long)bytes,
+            (unsigned long long)bytes, (unsigned long long)mapped, dev, nteams, tlimit, ka->NumTeams[0],
+            ka->ThreadLimit[0]);
+    if (why) fprintf(f, ", \"unreplayable\": \"%s\"", why);
+    fprintf(f, "}\n");
+    bad |= fclose(f);
+  }
+  char fin[4096];
+  snprintf(fin, sizeof fin, "%s/%s-%llu-%d", dir, r->name, (unsigned long long)instance, (int)getpid());
+  if (bad || rename(tmp, fin)) { failure_mark(r->name, errno ? errno : EIO); warn("cannot write ", tmp); }
+}
+
+static int is_main_thread(void) { return (pid_t)syscall(SYS_gettid) == getpid(); }
+
+int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimit, void *host, KernelArgsTy *ka) {
+  static kernel_fn real;
+  static mapper_fn begin, end;
+  if (!real) {
+    real = (kernel_fn)dlsym(RTLD_NEXT, "__tgt_target_kernel");
+    begin = (mapper_fn)dlsym(RTLD_NEXT, "__tgt_target_data_begin_mapper");
+    end = (mapper_fn)dlsym(RTLD_NEXT, "__tgt_target_data_end_mapper");
+    if (!real) { warn("libomptarget's __tgt_target_kernel is not loaded", NULL); return 1; }
+  }
+  config();
+  pthread_mutex_lock(&g_lock);
+  struct region *r = region_of(host);
+  uint64_t instance = 0;
+  int capture = r && r->name && r->tu_known && selected(r->name) && r->captured < g_instances && begin && end &&
+                omp_get_mapped_ptr && omp_target_memcpy && omp_get_initial_device;
+  if (capture) instance = ++r->captured;
+  pthread_mutex_unlock(&g_lock);
+  int dev = (int)(device < 0 ? (omp_get_default_device ? omp_get_default_device() : 0) : device);
+  struct section secs[MAXSEC];
+  int n = -1;
+  const char *why = NULL;
+  uint64_t p0 = 0;
+  if (capture) {
+    p0 = now_ns();
+    begin(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
+          ka->ArgMappers);
+    memset(secs, 0, sizeof secs);
+    n = sections(ka, dev, secs);
+    for (uint32_t i = 0; i < ka->NumArgs && n >= 0; i++)
+      if ((ka->ArgTypes[i] & MAP_PRIVATE) && !(ka->ArgTypes[i] & MAP_LITERAL) && (ka->ArgTypes[i] & MAP_TARGET_PARAM))
+        why = "a firstprivate argument passed by reference (its device copy is not captured)";
+    if (n < 0 || read_device(secs, n, dev, 0)) n = -1;
+    __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
+  }
+  uint64_t t0 = now_ns();
+  int rc = real(loc, device, nteams, tlimit, host, ka);
+  uint64_t dt = now_ns() - t0;
+  if (capture) {
+    p0 = now_ns();
+    if (n >= 0 && !rc && !read_device(secs, n, dev, 1))
+      write_capture(r, instance, ka, dev, nteams, tlimit, secs, n, dt, why);
+    else if (n < 0)
+      warn("a mapped section was not found on the device; not captured: ", r->name);
+    end(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
+        ka->ArgMappers);
+    for (int i = 0; i < (n > 0 ? n : 0); i++) { free(secs[i].pre); free(secs[i].post); }
+    __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
+  }
+  if (r) {
+    int on_main = is_main_thread();
+    pthread_mutex_lock(&g_lock);
+    r->calls++;
+    r->ns += dt;
+    if (on_main) { r->main_ns += dt; r->main_calls++; }
+    pthread_mutex_unlock(&g_lock);
+  }
+  return rc;
+}
+
+/* The regions' counts, in the form of r3rt.c's profile.<pid>.json (capture.load_profiles):
+ * a launch is its region's own time, on the thread that launched it. */
+__attribute__((destructor)) static void r3o_fini(void) {
+  if (!g_have_dir || !g_nregions) return;
+  char tmp[4096], fin[4096];
+  snprintf(tmp, sizeof tmp, "%s/.tmp-profile.%d.offload.json", g_dir, (int)getpid());
+  snprintf(fin, sizeof fin, "%s/profile.%d.offload.json", g_dir, (int)getpid());
+  mkdir(g_dir, 0755);
+  FILE *f = fopen(tmp, "w");
+  if (!f) { warn("cannot write ", tmp); return; }
+  fprintf(f, "{\"pid\": %d, \"app_ns\": %llu, \"paused_ns\": %llu, \"backend\": \"offload\", \"kernels\": [",
+          (int)getpid(), (unsigned long long)(now_ns() - g_t0), (unsigned long long)g_paused);
+  int first = 1;
+  for (int i = 0; i < g_nregions; i++) {
+    struct region *r = &g_regions[i];
+    if (!r->name || !r->tu_known) continue;
+    fprintf(f, "%s{\"name\": \"%s\", \"tu_dir\": \"%s\", \"id\": -1, \"calls\": %llu, \"total_ns\": %llu, "
+               "\"self_ns\": %llu, \"main_self_ns\": %llu, \"main_top_calls\": %llu, \"top_ns\": %llu, "
+               "\"main_top_ns\": %llu, \"captured\": %llu}",
+            first ? "" : ", ", r->name, r->tu_dir, (unsigned long long)r->calls, (unsigned long long)r->ns,
+            (unsigned long long)r->ns, (unsigned long long)r->main_ns, (unsigned long long)r->main_calls,
+            (unsigned long long)r->ns, (unsigned long long)r->main_ns, (unsigned long long)r->captured);
+    first = 0;
+  }
+  fprintf(f, "]}\n");
+  if (fclose(f) || rename(tmp, fin)) warn("cannot write ", fin);
+}

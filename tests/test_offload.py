@@ -1,0 +1,160 @@
+"""OpenMP target offload kernels, recorded and replayed for real on libomptarget's host
+plugin (clang-19 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu; the regions run on this CPU
+as device kernels). Each test reads as one thing a user does with an offload application.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO_ROOT
+from spack_r3 import backends, cli
+from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.data import OK, WRONG_OUTPUT, Launch, Variant
+from spack_r3.memimage import read_regions
+from spack_r3.replay.server import ReplayServer
+from spack_r3.workspace import Workspace
+
+DEMO = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
+
+
+def libomptarget_dir():
+    """Where libomptarget and its host plugin are (llvm-config-19 --libdir), or None."""
+    try:
+        libdir = subprocess.run(["llvm-config-19", "--libdir"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None
+    return libdir if libdir and os.path.exists(os.path.join(libdir, "libomptarget.so")) else None
+
+
+@pytest.fixture(scope="module")
+def offload_run(clang):
+    libdir = libomptarget_dir()
+    if libdir is None:
+        pytest.skip("libomptarget (its host plugin) is not installed: llvm-config-19 --libdir has no libomptarget.so")
+    return "LD_LIBRARY_PATH=%s " % libdir
+
+
+def r3(*argv):
+    return cli.main([str(a) for a in argv])
+
+
+def captures(ws):
+    return {c.kernel: c for c in list_captures(Workspace(ws))}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, offload_run):
+    ws = str(tmp_path_factory.mktemp("ws"))
+    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 20") == 0
+    return ws
+
+
+def test_record_captures_target_regions_as_offload_kernels(recorded, capsys):
+    assert r3("--workspace", recorded, "kernels", "--json") == 0
+    entries = {e["kernel"]: e for e in json.loads(capsys.readouterr().out)}
+    step = next(k for k in entries if k.startswith("__omp_offloading_") and "jacobi_step" in k)
+    assert entries[step]["calls"] == 20 and 0 < entries[step]["share"] <= 1
+    cap = captures(recorded)[step]
+    assert backends.of_capture(cap) is backends.OFFLOAD
+    assert cap.launch["device"] >= 0 and "num_teams" in cap.launch and "thread_limit" in cap.launch
+    # the unit's device IR and its compile command: the region can be compiled again for a GPU
+    assert "-fopenmp-targets=x86_64-pc-linux-gnu" in cap.compile_command
+    assert cap.target["triple"] == "x86_64-pc-linux-gnu"
+    # the device function takes a dyn_ptr (null), then n (a literal), u and v (device addresses)
+    assert cap.signature["params"][0] == "ptr" and int(cap.args[0], 16) == 0
+    n = 64
+    regions = read_regions(os.path.join(recorded, "captures", cap.id, "pre.bin"))
+    assert sum(r.size for r in regions) == 2 * n * n * 8  # u and v as mapped, nothing else
+    assert cap.memory["mode"] == "mapped" and cap.memory["mapped_bytes"] == 2 * n * n * 8
+    pointers = {int(a, 16) for a in cap.args[1:]}
+    assert {r.addr for r in regions} <= pointers  # the sections start where the arguments point
+
+
+def test_replay_runs_the_device_function_and_verifies(recorded, capsys):
+    step = next(c for k, c in captures(recorded).items() if "jacobi_step" in k)
+    assert r3("--workspace", recorded, "replay", step.id, "--repeat", 3, "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == OK and out["verified"] is True and out["repeat"] == 3
+
+
+def test_launch_geometry_is_a_launch_setting_that_still_verifies(recorded):
+    step = next(c for k, c in captures(recorded).items() if "jacobi_step" in k)
+    cdir = os.path.join(recorded, "captures", step.id)
+    with ReplayServer() as server:
+        base = server.submit(cdir, Variant(), repeat=1)
+        for launch in (Launch(num_teams=2, thread_limit=1), Launch(num_teams=3), Launch(thread_limit=1)):
+            ev = server.submit(cdir, Variant(launch=launch), pairs=2)
+            assert ev.status == OK and ev.verified, (launch, ev.diagnostics)
+            assert ev.code != base.code  # another launch is another candidate
+            assert ev.speedup_min <= ev.speedup <= ev.speedup_max
+
+
+TEAMS = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* each team counts itself: out[0] ends as the number of teams the region ran with */
+void count_teams(int *out)
+{
+#pragma omp target teams map(tofrom: out[0:1])
+    {
+#pragma omp atomic
+        out[0] += 1;
+    }
+}
+
+int main(void)
+{
+    int *out = calloc(1, sizeof *out);
+    count_teams(out);
+    printf("teams %d\n", out[0]);
+    return 0;
+}
+"""
+
+
+def test_geometry_reaches_the_device_function(tmp_path, offload_run):
+    """The recorded region ran with the runtime's number of teams; replayed with three, it
+    counts three: a wrong output, which shows the setting is what ran."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "teams.c").write_text(TEAMS)
+    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
+                                  "-o teams teams.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
+    cdir = os.path.join(ws, "captures", cap.id)
+    recorded_teams = int.from_bytes(_post_bytes(cdir), "little")
+    assert recorded_teams >= 1
+    with ReplayServer() as server:
+        same = server.submit(cdir, Variant(launch=Launch(num_teams=recorded_teams)), repeat=1)
+        other = server.submit(cdir, Variant(launch=Launch(num_teams=recorded_teams + 2)), repeat=1)
+    assert same.status == OK and same.verified
+    assert other.status == WRONG_OUTPUT
+
+
+def _post_bytes(cdir):
+    from spack_r3.memimage import region_bytes
+
+    post = os.path.join(cdir, "post.bin")
+    (region,) = read_regions(post)
+    return bytes(region_bytes(post, region))[:4]
+
+
+def test_apply_geometry_sets_or_replaces_the_push():
+    text = ("define void @k(ptr %0) {\n  call void (ptr, i32, ptr, ...) @__kmpc_fork_teams(ptr @1, i32 0, ptr @f)\n"
+            "  ret void\n}\n")
+    out = backends.apply_geometry(text, "k", Launch(num_teams=4, thread_limit=8))
+    assert "@__kmpc_push_num_teams(ptr @1, i32 %r3.gtid.1, i32 4, i32 8)" in out
+    assert out.index("push_num_teams(ptr @1") < out.index("@__kmpc_fork_teams(ptr @1")
+    assert "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)" in out
+    again = backends.apply_geometry(out, "k", Launch(num_teams=2))
+    assert "i32 %r3.gtid.1, i32 2, i32 0)" in again and again.count("push_num_teams(ptr @1") == 1
+    assert backends.apply_geometry(text, "k", Launch()) == text
+    with pytest.raises(ValueError, match="forks no teams"):
+        backends.apply_geometry("define void @k() {\n  ret void\n}\n", "k", Launch(num_teams=2))
