@@ -117,6 +117,9 @@ class Pipeline:
     # code the untuned application runs, which every speedup is against. The fields above
     # only describe it then.
     build_compiler: bool = False
+    # Arguments folded in as constants, ((index, value), ...): a clone of the kernel with
+    # them, behind a guard that runs the original for other values (replay/specialize.py).
+    specialize: Tuple[Tuple[int, int], ...] = ()
 
     @property
     def relaxes_fp(self):
@@ -127,6 +130,9 @@ class Pipeline:
         d = asdict(self)
         d["passes"] = list(self.passes)
         d["fast_math"] = list(self.fast_math)
+        d["specialize"] = [list(p) for p in self.specialize]
+        if not self.specialize:  # absent when unused: variants and plans written before it read the same
+            del d["specialize"]
         return d
 
     @classmethod
@@ -134,6 +140,7 @@ class Pipeline:
         p = _from_dict(cls, data)
         p.passes = tuple(p.passes)
         p.fast_math = tuple(p.fast_math)
+        p.specialize = tuple(tuple(int(x) for x in pair) for pair in p.specialize)
         return p
 
 

@@ -23,6 +23,11 @@ keeps record's probe wrapper in front of it and links record's runtime, so a run
 application; ``R3_APPLY_UNTUNED=1`` builds the same wrappers around the untuned kernels,
 the baseline those times are compared with.
 
+A kernel specialized on recorded arguments (``Pipeline.specialize``) is built as replay
+measured it: its clone behind a guard, the original for other arguments. The unit then
+links a destructor that appends each guard's calls and matches to ``$R3_SPEC_LOG`` when
+set (``replay/specialize.py``), which the application check reads.
+
 A unit that the plan names but that does not build this way fails the build with one
 line (``R3_APPLY_FALLBACK=1`` keeps the untuned object instead, with a warning): a
 ``+r3`` build is what was measured, or nothing.
@@ -48,7 +53,8 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 
 # What shapes the objects r3-apply writes, beside the plan: replay's stages (the same
 # function replay measured with), the IR edits, the probes and runtime of timed builds.
-_BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py", "irtext.py",
+_BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py",
+                  "replay/specialize.py", "irtext.py",
                   "record/instrument.py", "record/runtime/r3rt.c", "record/runtime/r3rt.h")
 
 
@@ -220,11 +226,26 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:
                 f.write(tm.emit_object(mod))
+        guarded = [names[k["symbol"]] for k in unit["kernels"]
+                   if tuned and Pipeline.from_json(k["pipeline"]).specialize]
+        if guarded:  # specialized kernels' guards report how often they matched (specialize.reporter_c)
+            parts.append(_guard_reporter(compiler, guarded, tmp))
         if len(parts) == 1:
             shutil.copyfile(parts[0], obj)
             return
         linker = shutil.which("ld") or "ld"
         _run([linker, "-r"] + parts + ["-o", obj], "linking the tuned object")
+
+
+def _guard_reporter(compiler, kernels, tmp):
+    """An object whose destructor appends the guard counts of ``kernels`` to ``$R3_SPEC_LOG``."""
+    from ..replay.specialize import reporter_c
+
+    path = os.path.join(tmp, "r3-guards.c")
+    with open(path, "w") as f:
+        f.write(reporter_c(kernels))
+    _run([compiler, "-O1", "-fPIC", "-w", "-c", "-x", "c", path, "-o", path[:-2] + ".o"], "the guard counters")
+    return path[:-2] + ".o"
 
 
 def planned_symbol(name):

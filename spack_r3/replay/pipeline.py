@@ -7,6 +7,7 @@
     O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
     O3,fast=reassoc+contract,fma=off,noalias=1
     O3,polly=1,polly_tile=64,polly_matmul=0,polly_vec=stripmine
+    O3,specialize=0:300+2:64            arguments 0 and 2 folded in, behind a guard
 
 Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
 passes, codegen, cpu, features, fast (flags joined by +, or ``fast``/``all``),
@@ -15,7 +16,9 @@ kernel for), fma (built: fuse a*b+c where the build did, the default; on; off),
 noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
 that recorded, before the pipeline) and, with polly=1 only, polly_tile (tile size;
 0: no tiling; default: Polly's), polly_matmul (0/1: the matrix-multiplication
-pattern optimization, on by default), polly_vec (none/stripmine).
+pattern optimization, on by default), polly_vec (none/stripmine); specialize
+(INDEX:VALUE joined by +: integer arguments folded in as constants, in a clone behind a
+guard that runs the original for other values; replay/specialize.py).
 """
 
 import re
@@ -56,6 +59,20 @@ def _int(key, value, lo=None, hi=None):
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise PipelineError("%s=%s: expected %s..%s" % (key, value, lo, hi))
     return v
+
+
+def _specialize(value):
+    if value in ("", "none"):
+        return ()
+    pairs = []
+    for item in value.split("+"):
+        m = re.match(r"^(\d+):(-?\d+)$", item.strip())
+        if not m:
+            raise PipelineError("specialize=%s: expected INDEX:VALUE joined by + (e.g. 0:300+2:64)" % value)
+        pairs.append((int(m.group(1)), int(m.group(2))))
+    if len({i for i, _ in pairs}) != len(pairs):
+        raise PipelineError("specialize=%s: an argument named twice" % value)
+    return tuple(sorted(pairs))
 
 
 def parse(spec):
@@ -149,6 +166,8 @@ def parse(spec):
                 raise PipelineError("%s=%s: expected %s" % (key, value, " or ".join(POLLY_VECTORIZERS)))
             p.polly_vectorizer = value
             polly_keys.append(item)
+        elif key == "specialize":
+            p.specialize = _specialize(value)
         elif key == "compiler":
             if value not in ("build", "r3"):
                 raise PipelineError("compiler=%s: expected build (the build's own compiler and flags) or r3" % value)
@@ -200,6 +219,8 @@ def format_spec(p):
         items.append("fma=" + p.fma)
     if p.noalias:
         items.append("noalias=1")
+    if p.specialize:
+        items.append("specialize=" + "+".join("%d:%d" % pair for pair in p.specialize))
     if p.polly:
         items.append("polly=1")
         if p.polly_tile is not None:

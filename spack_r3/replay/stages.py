@@ -5,7 +5,8 @@ units) must build the same, so both call ``optimized_module``:
 
 1. IR edits (text): target CPU and features attributes, fast-math flags, FMA split,
    ``noalias`` (``module.apply_pipeline_edits``), and the OpenMP schedule and chunk of
-   loops scheduled at run time (``module.apply_launch_edits``).
+   loops scheduled at run time (``module.apply_launch_edits``); with ``specialize``, the
+   kernel behind a guard, its clone with those arguments folded in (``specialize.py``).
 2. With ``polly``: an ``opt -O3 -polly`` stage of the LLVM that wrote the bitcode
    (Debian's opt-19 has Polly built in; llvmlite's LLVM 22 has no Polly, prints IR that
    LLVM 19 cannot parse, and writes bitcode it cannot read, while it reads LLVM 19's).
@@ -44,6 +45,7 @@ from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from .module import (apply_launch_edits, apply_pipeline_edits, built_target, contracts_fma, dispatch_loops,
                      extract_kernel, extract_kernel_text)
+from .specialize import return_type, specialize_text
 
 __all__ = ["CompileError", "KernelIR", "optimized_module", "build_object", "build_flags", "resolve_target",
            "target_machine", "run_pipeline", "polly_tools", "polly_available", "polly_options", "dispatch_loops",
@@ -172,6 +174,12 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
             try:
                 text = apply_launch_edits(text, launch.schedule, launch.chunk)
                 text = apply_geometry(text, source.kernel, launch)  # an offload region's teams
+            except ValueError as err:
+                raise CompileError(str(err))
+        if pipeline.specialize:  # last: the clone and the original carry every edit above
+            try:
+                text = specialize_text(text, source.kernel, pipeline.specialize,
+                                       return_type(source.ir, source.kernel))
             except ValueError as err:
                 raise CompileError(str(err))
         return text

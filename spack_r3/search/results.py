@@ -15,6 +15,7 @@ from .. import cxxnames
 from ..data import WARM, Variant
 from ..fileutil import write_atomic
 from ..capture import load_capture_dir
+from ..replay import specialize
 from ..replay.pipeline import as_built, format_spec
 from ..report import percent, seconds, table
 from .noise import MIN_GAIN, clearly_faster
@@ -47,6 +48,8 @@ class KernelResult:
     calls: int = 1  # recorded calls each timed run replayed in order (replay.sequence; warm caches)
     # What a model gave its source variants (remix.ModelUse: asked, answered, rewrites, error); None: no model
     model: Optional[dict] = None
+    # The winner's arguments folded in as constants behind a guard (``specialize.named``): ["n=300"]
+    specialized: List[str] = field(default_factory=list)
 
     def to_json(self):
         d = asdict(self)
@@ -117,11 +120,12 @@ def kernel_result(target, study, confirmed, again=None):
                             variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))).to_json(),
                             pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
                             search_speedup=best.search_speedup if best else None, **common)
+    specialized = specialize.named(load_capture_dir(target.captures[0], False), best.variant.pipeline.specialize)
     return KernelResult(baseline_s=baseline_s, best_s=median(measured.times), speedup=measured.speedup,
                         speedup_min=min(measured.round_speedups), speedup_max=max(measured.round_speedups),
                         relaxes_fp=best.variant.pipeline.relaxes_fp, winner=describe_variant(best.variant),
                         variant=best.variant.to_json(), search_speedup=best.search_speedup,
-                        pairs=len(measured.ratios), **common)
+                        pairs=len(measured.ratios), specialized=specialized, **common)
 
 
 def failures_text(failed):
@@ -137,6 +141,10 @@ def results_table(results):
     text = table(["kernel", "share", "baseline", "best", "speedup", "evals", "failed", "winner"], rows)
     if any(r.relaxes_fp for r in results):
         text += "\n* relaxes floating-point semantics (within the kernel's tolerance)"
+    for r in results:
+        if r.specialized:
+            text += "\n%s: specialized on %s (a guard runs the original for other values)" % (
+                cxxnames.display(r.kernel), ", ".join(r.specialized))
     for r in results:
         if r.model is not None:
             text += "\n%s" % model_line(r)

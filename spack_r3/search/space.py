@@ -99,10 +99,21 @@ class KernelFacts:
     # Macro knobs of a source variant (name -> values, the rewrite's default first),
     # e.g. the tile size a tiling rule exposes: searched like any other setting.
     knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    # Argument specializations worth trying (``specialize.choices``): (label, ((index,
+    # value), ...)), "none" first; empty: no recorded-constant argument shapes the kernel.
+    specialize: Tuple[Tuple[str, Tuple[Tuple[int, int], ...]], ...] = ()
+    # An OpenMP target region forking teams (backends.OFFLOAD): its launch geometry, teams
+    # and threads per team, is searched.
+    teams: bool = False
 
     @property
     def relax_fp(self):
         return bool(self.tolerance)
+
+
+def _powers(most):
+    """1, 2, 4, ... up to ``most``."""
+    return tuple(2 ** i for i in range(most.bit_length()) if 2 ** i <= most)
 
 
 class Space:
@@ -147,10 +158,18 @@ class Space:
                         % f.tolerance, choices=("built", "off" if f.built_fma else "on"))]
         if f.parallel and f.cores > 1:
             p.append(Param("threads", "int", "OpenMP threads", low=1, high=f.cores))
+        if f.teams:  # on the host plugin a team is CPU threads: many more than the worker's CPUs time the scheduler
+            p += [Param("num_teams", "categorical", "teams of the target region (default: the runtime's)",
+                        choices=(None,) + _powers(2 * max(f.cores, 1))),
+                  Param("thread_limit", "categorical", "threads per team (default: the runtime's)",
+                        choices=(None,) + _powers(max(f.cores, 1)))]
         if f.dispatch_loops:
             p += [Param("schedule", "categorical", "OpenMP schedule of run-time scheduled loops",
                         choices=("static", "dynamic", "guided")),
                   Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256))]
+        if f.specialize:
+            p.append(Param("specialize", "categorical", "recorded-constant arguments folded into a guarded clone",
+                           choices=tuple(label for label, _ in f.specialize)))
         for name, choices in sorted(f.knobs.items()):
             p.append(Param(KNOB_PREFIX + name, "categorical", "source knob %s (-D%s=...)" % (name, name),
                            choices=tuple(choices)))
@@ -174,13 +193,15 @@ class Space:
                         noalias=values.get("noalias", False),
                         passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
                         fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")], fma=values.get("fma", "built"),
-                        cpu=values.get("target", "host"), features=values.get("target", "host"))
+                        cpu=values.get("target", "host"), features=values.get("target", "host"),
+                        specialize=dict(self.facts.specialize).get(values.get("specialize", "none"), ()))
         if values.get("polly"):
             pipe.polly = True
             pipe.polly_tile = values.get("polly_tile")
             pipe.polly_matmul = values.get("polly_matmul", True)
             pipe.polly_vectorizer = values.get("polly_vec", "none")
-        launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"))
+        launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"),
+                        num_teams=values.get("num_teams"), thread_limit=values.get("thread_limit"))
         defines = {k[len(KNOB_PREFIX):]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
         if base is None:
             return Variant(pipeline=pipe, launch=launch, source_defines=defines)
@@ -193,7 +214,8 @@ class Space:
                 "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
                 "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
                 "fast_math": "none", "fma": "built", "threads": self.facts.cores, "schedule": "static", "chunk": None,
-                "target": "host"}
+                "num_teams": None, "thread_limit": None,
+                "target": "host", "specialize": "none"}
 
     def _values(self, change):
         """The active parameters' values: the baseline's, with ``change`` applied."""
@@ -269,6 +291,8 @@ class Space:
         if "fast_math" in names:
             changes.append({"fast_math": "fast"})
             changes.append({"fast_math": "fast", "noalias": True})
+        if "specialize" in names:  # every argument that shapes the kernel, folded in
+            changes.append({"specialize": self.facts.specialize[-1][0]})
         if "polly" in names and "fast_math" in names:
             changes.append({"polly": True, "fast_math": "fast", "noalias": True})
         return [self._values(change) for change in changes]
@@ -279,7 +303,7 @@ class Space:
         ``--workers`` decides, and the number of workers is no part of the search (a run
         resumed with other ``--workers`` goes on with the same study)."""
         desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params
-                if p.name != "threads"]
+                if p.name not in ("threads", "num_teams", "thread_limit")]
         return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
 
     def describe(self):

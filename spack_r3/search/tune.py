@@ -13,11 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from .. import cxxnames
+from .. import backends, cxxnames
 from ..capture import load_capture_dir, run_key, tuned_shares
 from ..errors import R3Error
 from ..replay import module as replay_module
-from ..replay import cachestate
+from ..replay import cachestate, specialize
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import ReplayPool
@@ -150,8 +150,22 @@ def kernel_facts(target, cores):
     built_cpu, built_features = replay_module.built_target(ir, capture.kernel) if ir else ("", "")
     return KernelFacts(kernel=capture.kernel, parallel=target.parallel, dispatch_loops=replay_module.dispatch_loops(ir),
                        tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)),
+                       teams=backends.of_capture(capture) is backends.OFFLOAD and "@__kmpc_fork_teams(" in ir,
                        built_target=built_cpu, retarget=bool(ir) and replay_module.behind_host(built_features),
-                       built_fma=replay_module.contracts_fma(built_features))
+                       built_fma=replay_module.contracts_fma(built_features),
+                       specialize=tuple(specialize.choices(_constant_args(target, ir))))
+
+
+def _constant_args(target, ir):
+    """The kernel's recorded-constant integer arguments (``specialize.constant_args``) over
+    every capture of ``target``; none where its IR cannot be read."""
+    if not ir:
+        return []
+    try:
+        return specialize.constant_args([load_capture_dir(c, verify_digests=False) for c in target.captures], ir,
+                                        load_capture_dir(target.captures[0], verify_digests=False).kernel)
+    except Exception:  # (llvmlite refusing the IR: replay will say what is wrong with it)
+        return []
 
 
 def contenders(study, n, most=None):

@@ -11,6 +11,10 @@ record's probe wrapper in front of the planned kernels (tuned and untuned; nothi
 differs), paired runs with ``R3_CAPTURE=none`` write each kernel's time, and the ratio of
 the two is set against the speedup replay measured for that kernel.
 
+A kernel specialized on recorded arguments runs its clone only when a call's arguments
+match the recording: the tuned runs count each guard's calls and matches
+(``$R3_SPEC_LOG``), and status flags a guard that never matched (the run used other sizes).
+
 Which shares: the timed untuned build's, once it ran, each kernel's time as the outermost
 tuned kernel on the stack. A tuned kernel runs its callees as its own copies, built with
 its pipeline, and replay measured it with them: a tuned kernel called from another one
@@ -34,6 +38,7 @@ from ..capture import load_profiles, outer_share_of, share_of
 from ..emit.apply import planned_symbol
 from ..emit.plan import amdahl
 from ..errors import R3Error
+from ..replay.specialize import LOG_ENV, read_counts, specialized
 from .emit import default_repo
 from .record import install, open_site, with_clang
 
@@ -73,6 +78,8 @@ class AppCheck:
     kernels_error: Optional[str] = None  # why the timed builds did not measure them
     shares_from: str = "recorded run"  # or "timed untuned build"
     predicted_from_recorded_shares: Optional[float] = None
+    # Specialized kernels' guards over the tuned runs (``guard_counts``): [{kernel, calls, hits}]
+    guards: List[dict] = field(default_factory=list)
 
     def to_json(self):
         return asdict(self)
@@ -107,6 +114,10 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
     builds = _builds(site, spec, base, (("+r3", "tuned"), ("~r3", "untuned")), say)
     runs = {flag: [] for flag in builds}
     ratios = []
+    guard_log = os.path.join(builds["+r3"].cwd, "guards.log")  # the specialized kernels' guards (apply.py)
+    if os.path.exists(guard_log):
+        os.unlink(guard_log)
+    builds["+r3"].env[LOG_ENV] = guard_log
     for i, order in enumerate(_alternating(pairs, "~r3", "+r3")):
         for flag in order:
             runs[flag].append(_timed(run, builds[flag].cwd, builds[flag].env, timeout))
@@ -129,7 +140,20 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
     return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
                     statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
                     fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run, kernels,
-                    kernels_error, shares_from, recorded)
+                    kernels_error, shares_from, recorded, guard_counts(emitted.plan, guard_log))
+
+
+def guard_counts(plan, log):
+    """Each specialized kernel of ``plan``: how many calls its guard saw in the runs that
+    wrote ``log`` (``$R3_SPEC_LOG``), and how many matched the recorded arguments (ran the
+    clone). [{kernel, calls, hits}]; a kernel absent from the log was not called."""
+    counts = {}
+    for name, (calls, hits) in read_counts(log).items():
+        c = counts.setdefault(planned_symbol(name), [0, 0])
+        c[0] += calls
+        c[1] += hits
+    return [{"kernel": k.symbol, "calls": counts.get(k.symbol, [0, 0])[0], "hits": counts.get(k.symbol, [0, 0])[1]}
+            for u in plan.units for k in u.kernels if specialized(k.pipeline)]
 
 
 @dataclass

@@ -5,7 +5,8 @@ A tuned variant is stale when what it was measured on changed: the package's ver
 with), the source (a tuned unit differs from the one recorded, or its patch no longer
 applies to it), or r3 itself (the package was emitted by an r3 whose build stages differ
 from this one's: Spack builds it again with these, so its speedups were measured on
-other code).
+other code). A kernel specialized on recorded arguments is flagged too when its guard
+never matched in the check's runs (the application ran with other sizes).
 """
 
 import hashlib
@@ -101,6 +102,7 @@ def status(repo_root, recipe_text_of=None, package=None):
                                 "one's %s); a build now uses this one's stages, not the measured ones"
                                 % (emitted_by, current))
             st.stale += _source_changes(plan, repo_root, name)
+            st.stale += unmatched_guards(plan)
             out.append(st)
     return out
 
@@ -128,6 +130,19 @@ def kernel_speedups(plan):
             t = timed.get(k.symbol)
             out.append(KernelStatus(k.symbol, k.speedup, *((t["app_speedup"], t["app_speedup_min"],
                                                               t["app_speedup_max"]) if t else ())))
+    return out
+
+
+def unmatched_guards(plan):
+    """Kernels specialized on recorded arguments whose guard never matched in the check's
+    runs: the application ran with other sizes than the recording, so the tuned clone never
+    ran (the original did, correctly)."""
+    out = []
+    for g in (plan.facts.get("check") or {}).get("guards") or []:
+        if g["calls"] and not g["hits"]:
+            out.append("guard: %s is specialized on recorded arguments that none of its %d calls in the check "
+                       "run had (the run used other sizes than the recording): its original ran"
+                       % (g["kernel"], g["calls"]))
     return out
 
 
