@@ -1,0 +1,198 @@
+"""r3 mep: a captured kernel as a Minimal Executable Program, built and checked by make
+with gcc and with clang (the recording's architecture is this machine's)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from spack_r3 import cli
+from spack_r3.capture import list_captures
+from spack_r3.workspace import Workspace
+
+DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "repos", "r3", "sources")
+
+
+def r3(*argv):
+    return cli.main([str(a) for a in argv])
+
+
+def r3_subprocess(*argv):
+    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
+                          capture_output=True, text=True)
+
+
+def capture_id(ws, kernel):
+    return next(c.id for c in list_captures(Workspace(ws)) if kernel in (c.kernel, c.kernel.split("E")[0]))
+
+
+@pytest.fixture(scope="session")
+def compilers(clang):
+    """(C compiler, C++ compiler) pairs: gcc's and the record clang's."""
+    found = []
+    if shutil.which("gcc") and shutil.which("g++"):
+        found.append(("gcc", "g++"))
+    cxx = clang.replace("clang", "clang++")
+    found.append((clang, cxx if shutil.which(cxx) else clang))
+    return found
+
+
+def make_check(directory, cc, cxx, *extra):
+    subprocess.run(["make", "-s", "clean"], cwd=directory, check=True, capture_output=True)
+    return subprocess.run(["make", "-s", "CC=" + cc, "CXX=" + cxx, "RUNS=3", "check"] + list(extra), cwd=directory,
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    """heat (OpenMP kernels) and dense recorded on one workspace, at a tolerance that any
+    compiler's FMA contraction stays within."""
+    ws = str(tmp_path_factory.mktemp("ws"))
+    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 10") == 0
+    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "dense"), "--run", "./dense 64 1",
+              "--kernel", "matmul", "--tolerance", "1e-9") == 0
+    return ws
+
+
+@pytest.mark.parametrize("kernel", ["jacobi_step", "residual2", "matmul"])
+def test_mep_of_a_demo_kernel_builds_and_checks_with_gcc_and_clang(demos, tmp_path, compilers, kernel):
+    out = tmp_path / "mep"
+    assert r3("--workspace", demos, "mep", kernel, "-o", out) == 0
+    assert {"Makefile", "README.md", "mep.h", "driver.c", "kernel.c", "data"} <= set(os.listdir(out))
+    # relocatable: the copy elsewhere builds the same (nothing names the workspace)
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(out, moved)
+    shutil.rmtree(out)
+    assert demos not in (moved / "Makefile").read_text() + (moved / "mep.h").read_text()
+    slice_text = (moved / "kernel.c").read_text()
+    assert kernel in slice_text and "main(" not in slice_text  # the slice: not the whole unit
+    readme = (moved / "README.md").read_text()
+    assert capture_id(demos, kernel) in readme and "r3 record --source" in readme
+    for cc, cxx in compilers:
+        proc = make_check(moved, cc, cxx)
+        assert proc.returncode == 0, (cc, proc.stdout + proc.stderr)
+        assert "%s: verified" % kernel in proc.stdout and "median" in proc.stdout
+
+
+def test_an_openmp_kernel_runs_on_its_recorded_threads(demos, tmp_path):
+    out = tmp_path / "mep"
+    assert r3("--workspace", demos, "mep", "jacobi_step", "-o", out) == 0
+    assert "-fopenmp" in (out / "Makefile").read_text()
+    assert "#define MEP_THREADS 2" in (out / "mep.h").read_text() or "#define MEP_THREADS" in (out / "mep.h").read_text()
+
+
+def test_changed_data_is_a_mismatch_and_a_nonzero_exit(demos, tmp_path, clang):
+    out = tmp_path / "mep"
+    assert r3("--workspace", demos, "mep", "matmul", "-o", out) == 0
+    post = out / "data" / "post.bin"
+    data = bytearray(post.read_bytes())
+    data[-9] ^= 0x40  # a high bit of the last double of the last compared region
+    post.write_bytes(bytes(data))
+    proc = make_check(out, clang, clang)
+    assert proc.returncode != 0
+    assert "WRONG OUTPUT" in proc.stdout and "differs" in proc.stderr
+
+
+def test_bad_input_is_one_line_and_exit_2(demos, tmp_path):
+    proc = r3_subprocess("--workspace", demos, "mep", "no_such_kernel", "-o", tmp_path / "x")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "unknown capture" in proc.stderr
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "f").write_text("x")
+    proc = r3_subprocess("--workspace", demos, "mep", "matmul", "-o", busy)
+    assert proc.returncode == 2 and "not an empty directory" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = r3_subprocess("--workspace", demos, "mep", "matmul", "-o", tmp_path / "v", "--variant")
+    assert proc.returncode == 2 and "r3 tune" in proc.stderr
+
+
+CXX_TREE = {
+    "grid.h": "#pragma once\nstruct Grid { int n; double *v; double relax(double w); };\n"
+              "extern double damping;\n",
+    "grid.cpp": """#include "grid.h"
+#include <cstdio>
+#include <cstdlib>
+double damping = 0.5;
+static double norm(const Grid &g) { double s = 0; for (int i = 0; i < g.n; i++) s += g.v[i] * g.v[i]; return s; }
+double Grid::relax(double w) {
+    for (int sweep = 0; sweep < 40; sweep++)
+        for (int i = 1; i < n - 1; i++) v[i] = (1 - w) * v[i] + w * damping * (v[i - 1] + v[i + 1]);
+    return norm(*this);
+}
+void unused_helper(Grid &g) { g.v[0] = 1; }
+int main(int argc, char **argv) {
+    int n = argc > 1 ? std::atoi(argv[1]) : 4000;
+    Grid g{n, new double[n]};
+    for (int i = 0; i < n; i++) g.v[i] = (i * 7919 % 1000) / 1000.0;
+    double r = 0;
+    for (int it = 0; it < 5; it++) r = g.relax(0.8);
+    std::printf("%.6f\\n", r);
+    return 0;
+}
+""",
+    "Makefile": "grid: grid.cpp grid.h\n\t$(CXX) -O2 -std=c++17 -o grid grid.cpp\n",
+}
+
+C_STATIC_TREE = {
+    "count.c": """#include <stdio.h>
+#include <stdlib.h>
+double scaled_sum(const double *x, int n) {
+    static int calls;  /* a function's static: recorded, and no slice can put it at its address */
+    calls++;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * calls;
+    return s;
+}
+int main(void) {
+    int n = 100000;
+    double *x = malloc(n * sizeof *x), r = 0;
+    for (int i = 0; i < n; i++) x[i] = i % 17;
+    for (int it = 0; it < 50; it++) r += scaled_sum(x, n);
+    printf("%g\\n", r);
+    return 0;
+}
+""",
+    "Makefile": "count: count.c\n\t$(CC) -O2 -o count count.c\n",
+}
+
+
+def _tree(path, files):
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return str(path)
+
+
+def test_a_cpp_kernel_gets_a_cpp_driver_and_its_global_at_its_address(tmp_path, compilers):
+    ws = str(tmp_path / "ws")
+    src = _tree(tmp_path / "src", CXX_TREE)
+    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CXX="$R3_CXX"', "--run", "./grid",
+              "--kernel", "Grid::relax", "--tolerance", "1e-9") == 0
+    out = tmp_path / "mep"
+    assert r3("--workspace", ws, "mep", "Grid::relax", "-o", out) == 0
+    assert (out / "driver.cpp").exists() and (out / "kernel.cpp").exists()
+    kernel = (out / "kernel.cpp").read_text()
+    assert "#define damping (*(__typeof__(damping) *)0x" in kernel  # the recorded global, at its address
+    assert "norm(" in kernel and "unused_helper" not in kernel and "main(" not in kernel
+    assert (out / "include" / "grid.h").exists()
+    for cc, cxx in compilers:
+        proc = make_check(out, cc, cxx)
+        assert proc.returncode == 0, (cxx, proc.stdout + proc.stderr)
+        assert "Grid::relax" in proc.stdout and "verified" in proc.stdout
+
+
+def test_a_kernel_with_no_slice_carries_its_ir(tmp_path, compilers):
+    ws = str(tmp_path / "ws")
+    src = _tree(tmp_path / "src", C_STATIC_TREE)
+    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CC="$R3_CC"', "--run", "./count",
+              "--kernel", "scaled_sum") == 0
+    out = tmp_path / "mep"
+    assert r3("--workspace", ws, "mep", "scaled_sum", "-o", out) == 0
+    assert (out / "kernel.ll").exists() and not (out / "kernel.c").exists()
+    assert "kernel.ll" in (out / "README.md").read_text()
+    for cc, cxx in compilers:  # the driver by either compiler, the IR by clang
+        proc = make_check(out, cc, cxx)
+        assert proc.returncode == 0, (cc, proc.stdout + proc.stderr)
+        assert "scaled_sum: verified" in proc.stdout
