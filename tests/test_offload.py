@@ -158,3 +158,23 @@ def test_apply_geometry_sets_or_replaces_the_push():
     assert backends.apply_geometry(text, "k", Launch()) == text
     with pytest.raises(ValueError, match="forks no teams"):
         backends.apply_geometry("define void @k() {\n  ret void\n}\n", "k", Launch(num_teams=2))
+
+
+def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
+    import optuna
+
+    from spack_r3.search.store import storage
+
+    step = next(k for k in captures(recorded) if "jacobi_step" in k)
+    assert r3("--workspace", recorded, "tune", "--kernel", step, "--budget", 8, "--pairs", 2, "--confirm-pairs", 3,
+              "--confirm-rounds", 1, "--mutator", "none", "--seed", 1, "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    [k] = out["kernels"]
+    assert k["kernel"] == step and k["evaluations"] == 8
+    assert set(k["variant"]["launch"]) >= {"num_teams", "thread_limit"}  # the winner's geometry, applied by emit
+    study = optuna.load_study(study_name=k["study"], storage=storage(Workspace(recorded)))
+    trials = study.get_trials()
+    assert all({"num_teams", "thread_limit"} <= set(t.params) for t in trials)
+    # candidates with a geometry of their own ran, verified, and were measured
+    ran = [t for t in trials if "evaluation" in t.user_attrs and t.user_attrs["evaluation"]["variant"]["launch"]["num_teams"]]
+    assert ran and all(t.user_attrs["status"] == OK and t.value > 0 for t in ran)
