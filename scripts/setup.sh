@@ -40,6 +40,9 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import llvmlite, optuna, openai, archspec, clingo, pytest, matplotlib, distributed, dask_jobqueue, psycopg2" \
   || { say "the virtualenv lacks a dependency"; exit 1; }
+# ptxas of the nvidia-cuda-nvcc-cu12 wheel (test extra): device code generation without a GPU
+.venv/bin/python -c "from spack_r3.device.tools import find_ptxas; find_ptxas()" \
+  || { say "ptxas missing: .venv/bin/pip install nvidia-cuda-nvcc-cu12"; exit 1; }
 
 # 3. Spack, configured to work offline (see ../shared/SPACK.md).
 spack_root=${SPACK_ROOT:-}

@@ -20,7 +20,7 @@ from .report import stdout_to_devnull
 from .workspace import workspace_root
 
 # Order is the order of the pipeline.
-COMMANDS = ["recipe", "record", "kernels", "replay", "mep", "tune", "emit", "status"]
+COMMANDS = ["recipe", "record", "kernels", "replay", "mep", "tune", "emit", "retarget", "status"]
 
 
 def _command_module(name):

@@ -15,6 +15,7 @@ import os
 from .. import cxxnames
 from ..capture import latest_run, list_captures, run_name
 from ..data import CACHE_STATES
+from ..device import hook as device_hook
 from ..replay.cachestate import AUTO
 from ..errors import R3Error
 from ..model import client as model_client
@@ -99,6 +100,7 @@ def setup_parser(subparser):
     subparser.add_argument("--repairs", type=int, default=2, metavar="N",
                            help="times a rewrite that fails to compile or verify goes back to its mutator "
                                 "with the diagnostic (default 2)")
+    device_hook.add_arguments(subparser)
     model_client.add_arguments(subparser)
     add_spack_arguments(subparser)
     subparser.add_argument("--repo", default=None, metavar="DIR",
@@ -136,6 +138,7 @@ def tune(args):
         raise R3Error("--tolerance must be at least 0")
     if not 0.0 <= args.min_share <= 1.0:
         raise R3Error("--min-share must be in [0, 1]")
+    gpus = device_hook.targets(args)
     mutator = _mutator(args)
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
@@ -150,6 +153,8 @@ def tune(args):
     plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance, cache=args.cache)
     for line in plan.skipped:
         progress("not tuned: " + line)
+    for line in device_hook.notes(captures, gpus):
+        progress(line)
     for line in plan.caches:
         progress(line)
     if not plan.targets:

@@ -1,6 +1,6 @@
 """A build plan: what ``r3-apply`` builds differently, for one target, as JSON.
 
-    {"format": 1, "target": "zen3", "units": [
+    {"format": 1, "target": "zen3", "gpu": "sm_90", "units": [   # gpu: device plans only
       {"source": "src/kernels.c",                 # relative to the source root
        "defines": {"R3_TILE_1": 32},               # the source variant's macro knobs
        "kernels": [{"symbol": "matmul", "pipeline": {...}, "launch": {...},
@@ -46,6 +46,15 @@ class Plan:
     # What the plan was tuned with (for staleness): package, namespace, version, compiler,
     # spec, source_root, sources ({unit: sha256 of the original}), app measurements.
     facts: dict = field(default_factory=dict)
+    # The GPU a plan of device kernels is tuned for (sm_90, gfx942); None: host kernels only.
+    gpu: Optional[str] = None
+
+    def spec_keys(self):
+        """The Spack spec keys this plan is for: the CPU microarchitecture, and for device
+        kernels the GPU as Spack's variant (``target=zen3 cuda_arch=90``)."""
+        from ..device.targets import gpu_target, variant_key
+
+        return variant_key(self.target, gpu_target(self.gpu) if self.gpu else None)
 
     def unit_for(self, path):
         """The unit planned for the source file at ``path`` (absolute, in some build's
@@ -70,19 +79,26 @@ class Plan:
         units = [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
                   "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels]}
                  for u in self.units]
-        text = json.dumps({"format": self.format, "target": self.target, "units": units}, sort_keys=True)
+        built = {"format": self.format, "target": self.target, "units": units}
+        if self.gpu:  # absent for host plans: their digests stay as they were
+            built["gpu"] = self.gpu
+        text = json.dumps(built, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_json(self):
-        return {"format": self.format, "target": self.target, "facts": self.facts,
-                "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
-                           "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
+        d = {"format": self.format, "target": self.target, "facts": self.facts,
+             "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
+                        "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
+        if self.gpu:
+            d["gpu"] = self.gpu
+        return d
 
     @classmethod
     def from_json(cls, data):
         units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
                              dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
-        return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}))
+        return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}),
+                   data.get("gpu"))
 
 
 def amdahl(shares_and_speedups):

@@ -1,0 +1,140 @@
+"""GPU targets by name, their limits, and the Spack variant each one keys.
+
+The limits are the figures theoretical occupancy needs. Sources:
+- NVIDIA: CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
+  Specifications per Compute Capability" (registers per SM 64K, at most 255 a thread,
+  1024 threads a block, resident warps and blocks per SM, shared memory per SM and per
+  block), and the CUDA Occupancy Calculator / cuda_occupancy.h (register allocation unit
+  256 per warp; shared memory allocation unit 256 bytes on 7.x, 128 on 8.x/9.0; 1 KiB of
+  shared memory reserved by the system per block from 8.0 on).
+- AMD: LLVM's AMDGPUBaseInfo.cpp (IsaInfo: getTotalNumVGPRs, getVGPRAllocGranule,
+  getMaxWavesPerEU, getEUsPerCU, getMaxWorkGroupsPerCU, getTotalNumSGPRs 800 and
+  getSGPRAllocGranule 16 before gfx10, getAddressableLocalMemorySize 64 KiB), which the
+  compiler itself uses to bound registers for a workgroup size; gfx90a/gfx942 are
+  wave64 CDNA2/3 with a unified 512-entry VGPR+AGPR file, gfx1100 is wave32 RDNA3 with
+  1536 VGPRs a SIMD (1.5x file) in CU mode (2 SIMDs).
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import R3Error
+
+NVIDIA, AMD = "nvidia", "amd"
+TRIPLES = {NVIDIA: "nvptx64-nvidia-cuda", AMD: "amdgcn-amd-amdhsa"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-SM (NVIDIA) or per-CU (AMD) limits of one architecture."""
+
+    warp_size: int
+    max_threads_per_block: int = 1024
+    # NVIDIA
+    regs_per_sm: int = 65536
+    reg_alloc_unit: int = 256  # registers, allocated per warp
+    max_regs_per_thread: int = 255
+    max_warps_per_sm: int = 0
+    max_blocks_per_sm: int = 0
+    smem_per_sm: int = 0  # bytes
+    smem_per_block: int = 0  # bytes a block may use (opt-in maximum)
+    smem_alloc_unit: int = 128
+    smem_reserved_per_block: int = 0
+    # AMD
+    simds_per_cu: int = 4
+    vgprs_per_simd: int = 0  # per lane
+    vgpr_alloc_unit: int = 0
+    sgprs_per_simd: int = 0  # 0: SGPRs do not limit waves (gfx10+)
+    sgpr_alloc_unit: int = 16
+    max_waves_per_simd: int = 0
+    lds_per_cu: int = 65536
+    lds_per_workgroup: int = 65536
+
+
+KIB = 1024
+LIMITS = {
+    "sm_70": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=96 * KIB, smem_per_block=96 * KIB,
+                    smem_alloc_unit=256),
+    "sm_75": Limits(32, max_warps_per_sm=32, max_blocks_per_sm=16, smem_per_sm=64 * KIB, smem_per_block=64 * KIB,
+                    smem_alloc_unit=256),
+    "sm_80": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=164 * KIB, smem_per_block=163 * KIB,
+                    smem_reserved_per_block=KIB),
+    "sm_86": Limits(32, max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=100 * KIB, smem_per_block=99 * KIB,
+                    smem_reserved_per_block=KIB),
+    "sm_89": Limits(32, max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=100 * KIB, smem_per_block=99 * KIB,
+                    smem_reserved_per_block=KIB),
+    "sm_90": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=228 * KIB, smem_per_block=227 * KIB,
+                    smem_reserved_per_block=KIB),
+    "gfx90a": Limits(64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800,
+                     max_waves_per_simd=8),
+    "gfx942": Limits(64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800,
+                     max_waves_per_simd=8),
+    "gfx1100": Limits(32, simds_per_cu=2, vgprs_per_simd=1536, vgpr_alloc_unit=24, sgprs_per_simd=0,
+                      max_waves_per_simd=16),
+}
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    name: str  # sm_80, gfx942
+
+    @property
+    def vendor(self):
+        return NVIDIA if self.name.startswith("sm_") else AMD
+
+    @property
+    def triple(self):
+        return TRIPLES[self.vendor]
+
+    @property
+    def limits(self) -> Limits:
+        return LIMITS[self.name]
+
+    @property
+    def spack_variant(self):
+        """The Spack variant a tuned variant for this GPU is keyed to, beside the CPU
+        microarchitecture (``target=``): Spack's CudaPackage ``cuda_arch=90``, ROCmPackage
+        ``amdgpu_target=gfx942``."""
+        if self.vendor == NVIDIA:
+            return "cuda_arch=%s" % self.name[len("sm_"):]
+        return "amdgpu_target=%s" % self.name
+
+    def __str__(self):
+        return self.name
+
+
+def gpu_target(name):
+    """The GpuTarget of ``name`` (sm_80, 80, gfx942, cuda_arch=90, amdgpu_target=gfx90a);
+    R3Error with one line for a target the limits table does not know."""
+    raw = (name or "").strip()
+    text = raw.lower().split("=", 1)[-1] if raw.lower().startswith(("cuda_arch=", "amdgpu_target=")) else raw.lower()
+    if text.isdigit():
+        text = "sm_" + text
+    if text not in LIMITS:
+        raise R3Error("unknown GPU target '%s'; known: %s" % (raw, ", ".join(LIMITS)))
+    return GpuTarget(text)
+
+
+def parse_targets(text):
+    """``sm_80,sm_90,gfx90a`` -> [GpuTarget]; R3Error with one line for an unknown or empty one."""
+    names = [n for n in (text or "").split(",")]
+    if not text or any(not n.strip() for n in names):
+        raise R3Error("--gpu %r: expected a comma-separated list of GPU targets (e.g. sm_80,sm_90,gfx942)"
+                      % (text or ""))
+    out = []
+    for n in names:
+        t = gpu_target(n)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def variant_key(cpu_target: Optional[str], gpu: Optional[GpuTarget]):
+    """The Spack spec keys of a device variant: the CPU microarchitecture and the GPU
+    target, e.g. ``target=zen3 cuda_arch=90``."""
+    parts = []
+    if cpu_target:
+        parts.append("target=%s" % cpu_target)
+    if gpu is not None:
+        parts.append(gpu.spack_variant)
+    return " ".join(parts)
