@@ -203,3 +203,31 @@ def test_unknown_gpu_is_one_line_exit_2(capsys):
                    "sm_90, gfx90a, gfx942, gfx1100"]
     assert cli.main(["tune", "--gpu", "sm_80,,"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_retarget_a_recorded_offload_workspace(tmp_path, capsys):
+    """An OpenMP offload application recorded on libomptarget's host plugin, reported for
+    GPUs it never ran on: its regions compiled again from the captures' sources and
+    compile commands."""
+    import json
+    import subprocess
+
+    libdir = subprocess.run(["llvm-config-19", "--libdir"], capture_output=True, text=True).stdout.strip()
+    if not os.path.exists(os.path.join(libdir, "libomptarget.so")):
+        pytest.skip("libomptarget (its host plugin) is not installed")
+    ws = str(tmp_path / "ws")
+    demo = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
+    assert cli.main(["--workspace", ws, "record", "--source", demo, "--run",
+                     "LD_LIBRARY_PATH=%s ./heat 64 20" % libdir]) == 0
+    capsys.readouterr()
+    assert cli.main(["--workspace", ws, "retarget", "--gpu", "sm_90,gfx942", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    kernels = {k["kernel"]: k for k in report["kernels"]}
+    step = next(k for k in kernels if "jacobi_step" in k)
+    assert report["host_kernels"] == []
+    for k in kernels.values():
+        assert [v["target"] for v in k["verdicts"]] == ["sm_90", "gfx942"]
+        for v in k["verdicts"]:
+            assert v["ok"], v["reason"]
+            assert v["resources"]["registers"] > 0 and v["occupancy"]["launchable"]
+    assert not kernels[step]["tuned"]
