@@ -107,7 +107,9 @@ def test_good_rewrite_is_spliced_into_the_unit(source):
     assert body["model"] == "scripted-coder"
     system, user = body["messages"]
     assert system["role"] == "system" and user["role"] == "user"
-    assert UNIT.rstrip("\n") in user["content"]
+    # the kernel as its MEP source (r3 mep's slice): what it needs, not the rest of the unit
+    assert "## The kernel's program" in user["content"] and UNIT[UNIT.index("void saxpy"):UNIT.index(
+        "\n\ndouble checksum")] in user["content"] and "double checksum" not in user["content"]
     assert "`void saxpy(int n, double a, const double *x, double *y)`" in user["content"]
     assert "Do not reorder floating-point operations" in user["content"]  # tolerance None
     assert "without OpenMP" in user["content"]
@@ -178,7 +180,7 @@ def test_prompt_has_a_stable_prefix_and_feedback_last(source):
     cut = a.index(llm.FEEDBACK_HEADING)
     assert cut == b.index(llm.FEEDBACK_HEADING) and a[:cut] == b[:cut]
     assert a[:cut] == llm.stable_prefix(source)
-    assert UNIT.rstrip("\n") in a[:cut] and "void saxpy(int n" in a[:cut]  # the kernel is in the prefix
+    assert "#include <stddef.h>" in a[:cut] and "void saxpy(int n" in a[:cut]  # the kernel is in the prefix
     tail = b[cut:]
     for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]",
                    "blocked transpose (1.25x over that kernel's best without it)", "```diff\n--- a/t.c", "+new"):

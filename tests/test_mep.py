@@ -196,3 +196,65 @@ def test_a_kernel_with_no_slice_carries_its_ir(tmp_path, compilers):
         proc = make_check(out, cc, cxx)
         assert proc.returncode == 0, (cc, proc.stdout + proc.stderr)
         assert "scaled_sum: verified" in proc.stdout
+
+
+# -- the model mutator sees the kernel as its MEP source --------------------------------
+
+UNIT = """\
+#include <stddef.h>
+
+static double scale(double x) { return 2.0 * x; }
+
+double unused(const double *y, int n) { return n ? y[0] : 0; }
+
+void saxpy(int n, double a, const double *x, double *y)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = scale(a) * x[i] + y[i];
+}
+
+int main(void) { return 0; }
+"""
+
+REWRITE = """\
+// r3: hoist scale(a) out of the loop
+static double scale(double x) { return x + x; }
+
+void saxpy(int n, double a, const double *x, double *y)
+{
+    const double s = scale(a);
+    for (int i = 0; i < n; i++)
+        y[i] = s * x[i] + y[i];
+}"""
+
+
+def test_the_model_is_shown_the_mep_source_and_its_rewrite_goes_back_into_the_unit(clang, tmp_path):
+    from modelserver import ScriptedModel
+
+    from spack_r3.model.client import ModelConfig
+    from spack_r3.search.mutators import Feedback, KernelSource
+    from spack_r3.search.mutators.llm import LLMMutator
+    from spack_r3.sourcepatch import apply_patch, make_patch
+
+    source = KernelSource(kernel="saxpy", function="saxpy", filename="k.c", text=UNIT, parse_args=["-std=c11"],
+                          compile_dir=str(tmp_path), clang=clang)
+    with ScriptedModel(["```c\n%s\n```\n" % REWRITE]) as server:
+        (proposal,) = LLMMutator(ModelConfig(server.url, "scripted-coder", "sk-test", timeout=10)).propose(
+            source, Feedback())
+    shown = server.requests[0]["body"]["messages"][1]["content"]
+    # shown: the slice (the kernel and its callee), not the functions it never reaches
+    program = shown.split("### `k.c` (the slice)\n```c\n", 1)[1].split("\n```", 1)[0]
+    assert "static double scale" in program and "void saxpy" in program
+    assert "unused" not in program and "main" not in program
+    # ... which compiles alone
+    (tmp_path / "slice.c").write_text(program)
+    subprocess.run([clang, "-std=c11", "-c", str(tmp_path / "slice.c"), "-o", str(tmp_path / "slice.o")], check=True)
+    # reintegrated: the rewritten callee replaces the unit's, the rest of the unit stays byte for byte
+    body = REWRITE.split("\n", 1)[1]
+    want = UNIT[:UNIT.index("static double scale")] + UNIT[UNIT.index("double unused"):UNIT.index("void saxpy")] \
+        + body + UNIT[UNIT.index("\n\nint main"):]
+    assert proposal.text == want
+    assert UNIT.count("static double scale") == proposal.text.count("static double scale") == 1
+    assert apply_patch(UNIT, make_patch(UNIT, proposal.text, "k.c")) == proposal.text  # the unit's patch
+    (tmp_path / "unit.c").write_text(proposal.text)
+    subprocess.run([clang, "-std=c11", "-c", str(tmp_path / "unit.c"), "-o", str(tmp_path / "unit.o")], check=True)

@@ -6,11 +6,17 @@
 
 Prompts have a stable prefix so an inference server's prefix cache hits: the system
 message depends on nothing, the start of the user message only on the kernel (its name
-and signature, the FP and OpenMP rules, the unit's text); the variable part (feedback,
-or the failed rewrite and its diagnostic) comes last.
+and signature, the FP and OpenMP rules, its source); the variable part (feedback, or the
+failed rewrite and its diagnostic) comes last.
 
-The model answers with fenced code blocks, each the complete new definition of the
-kernel's function; each is spliced into the unit with ``cast.replace_function``. Answers
+The model is shown the kernel as its Minimal Executable Program's source (``mep.slice``:
+the kernel, its callees, the types and globals they use, and the unit's own headers; what
+``r3 mep`` compiles and runs alone), not the whole unit; where no slice can be made, the
+unit. It answers with fenced code blocks, each the complete new definition of the
+kernel's function, possibly after rewritten callees or new helpers; each goes back into
+the unit (``reintegrate``): the block replaces the kernel's definition, and a callee it
+defines again replaces the unit's definition of that callee (found by clang's
+"redefinition" diagnostic and the unit's AST, never by regexes). Answers
 are untrusted text: nothing here runs them; the only tool applied is clang's parser
 (``-fsyntax-only``), to drop rewrites that no longer define the kernel or change its
 signature. A rewrite that does not parse is still returned: the worker's compile fails and
@@ -59,8 +65,8 @@ Rules:
 
 Answer format: up to {n} alternative rewrites, each in its own fenced code block
 (```c for C, ```cpp for C++) that holds the complete new definition of the kernel's
-function, nothing else (static helper functions it calls may come before it in the same
-block). The first line inside each block is a comment with a one-line description:
+function, nothing else (helper functions it calls, new ones or rewritten callees, may come
+before it in the same block). The first line inside each block is a comment with a one-line description:
 `{marker} <what this rewrite changes>`. Outside the blocks, at most a few words.
 """.format(n=ALTERNATIVES, marker=MARKER)
 
@@ -115,6 +121,102 @@ def kernel_info(source) -> "_Kernel":
     return hit
 
 
+class _Definitions:
+    """The extents of the unit's top-level function definitions, by name (one clang parse)."""
+
+    def __init__(self, source):
+        from ...mep.slice import FUNCTION_KINDS, _is_definition, _top_level
+
+        self.by_name = {}
+        for tu in cast.dump(source):
+            for n in _top_level(tu) if tu.get("kind") == "TranslationUnitDecl" else []:
+                if n.get("kind") in FUNCTION_KINDS and _is_definition(n):
+                    self.by_name.setdefault(n.get("name"), []).append(cast.extent(n))
+
+
+_MEP = {}  # _key(source) -> the MEP source shown (a mep.slice.Slice), or None: the unit is shown
+_DEFS = {}
+
+
+def _cached(cache, source, make):
+    key = _key(source)
+    with _KERNELS_LOCK:
+        if key in cache:
+            return cache[key]
+    value = make()
+    with _KERNELS_LOCK:
+        if len(cache) > 64:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
+def mep_source(source):
+    """The kernel's MEP source (``mep.slice.Slice``), or None where no slice can be made
+    (the prompt then shows the whole unit)."""
+    from ...mep.slice import SliceError, source_slice
+
+    def make():
+        try:
+            return source_slice(source)
+        except (SliceError, OSError):
+            return None
+
+    return _cached(_MEP, source, make)
+
+
+def unit_definitions(source):
+    return _cached(_DEFS, source, lambda: _Definitions(source)).by_name
+
+
+_REDEFINED = re.compile(r"redefinition of '([^']+)'")
+MOST_REINTEGRATED = 16  # callees one rewrite may define again
+
+
+def reintegrate(source, kernel, definition):
+    """The unit with ``definition`` (a model's block: the kernel's new definition, maybe
+    after rewritten callees or new helpers) in place of the kernel's, and each callee the
+    block defines again taken out of the rest of the unit, so the block's stands."""
+    head, tail = source.text[:kernel.begin], source.text[kernel.end:]
+    text = head + definition.strip("\n") + tail
+    removed = []  # (begin, end) in the parent's text
+    for _ in range(MOST_REINTEGRATED):
+        try:
+            cast.dump(source, text)
+            return text
+        except cast.ASTError as err:
+            m = _REDEFINED.search(str(err))
+            if not m:
+                return text  # the worker's compile reports it, and repair gets the diagnostic
+            try:
+                spans = [sp for sp in unit_definitions(source).get(m.group(1), [])
+                         if (sp[1] <= kernel.begin or sp[0] >= kernel.end) and sp[0] not in {b for b, _ in removed}]
+            except cast.ASTError:
+                return text
+            if not spans:
+                return text
+            begin, end = spans[0]
+            if source.text[end:end + 1] == "\n":  # its line, and a blank line after it
+                end += 1
+                if source.text[end:end + 1] == "\n" and source.text[begin - 1:begin] in ("\n", ""):
+                    end += 1
+            removed.append((begin, end))
+        head = _without(source.text, 0, kernel.begin, removed)
+        tail = _without(source.text, kernel.end, len(source.text), removed)
+        text = head + definition.strip("\n") + tail
+    return text
+
+
+def _without(text, lo, hi, spans):
+    """``text[lo:hi]`` less the ``spans`` inside it."""
+    out, pos = [], lo
+    for b, e in sorted(sp for sp in spans if lo <= sp[0] and sp[1] <= hi):
+        out.append(text[pos:b])
+        pos = e
+    out.append(text[pos:hi])
+    return "".join(out)
+
+
 def _fence(source):
     return "c" if language(source) == "C" else "cpp"
 
@@ -122,10 +224,11 @@ def _fence(source):
 def stable_prefix(source: KernelSource) -> str:
     """The start of every user message for this kernel and unit (the cacheable part)."""
     lang = language(source)
+    shown = mep_source(source)
     try:
         k = kernel_info(source)
         signature = "`%s`" % k.signature
-        where = "lines %d-%d of the file below" % (k.first_line, k.last_line)
+        where = "in the program below" if shown else "lines %d-%d of the file below" % (k.first_line, k.last_line)
     except cast.ASTError:
         signature, where = "(as in the file below)", "in the file below"
     lines = [
@@ -155,8 +258,18 @@ def stable_prefix(source: KernelSource) -> str:
     args = " ".join(source.parse_args)
     if args:
         lines.append("Parse flags: %s" % args)
-    lines += ["", "## The file `%s`" % source.filename, "```%s" % _fence(source),
-              source.text.rstrip("\n"), "```", ""]
+    if shown is None:
+        lines += ["", "## The file `%s`" % source.filename, "```%s" % _fence(source),
+                  source.text.rstrip("\n"), "```", ""]
+        return "\n".join(lines) + "\n"
+    lines += ["", "## The kernel's program",
+              "The part of `%s` that `%s` needs: the kernel, the functions it calls, the types and globals they "
+              "use, and the headers of its own tree (the rest of the file is left out). It compiles alone, and "
+              "`r3 mep` runs it on the recorded inputs. Your definitions go back into `%s` in place of the ones "
+              "they redefine." % (source.filename, source.function, source.filename)]
+    for path, text in sorted(shown.headers.items()):
+        lines += ["", "### `%s`" % path, "```%s" % _fence(source), text.rstrip("\n"), "```"]
+    lines += ["", "### `%s` (the slice)" % source.filename, "```%s" % _fence(source), shown.text.rstrip("\n"), "```", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -334,8 +447,8 @@ class LLMMutator(Mutator):
             if len(out) >= limit:
                 break
             desc, definition = split_description(block, fallback)
-            # cast.replace_function's splice, with the parent's offsets parsed once
-            text = source.text[:kernel.begin] + definition.strip("\n") + source.text[kernel.end:]
+            # the kernel's definition replaced, and the callees the block defines again
+            text = reintegrate(source, kernel, definition)
             if text in seen:
                 continue
             seen.add(text)
