@@ -117,9 +117,16 @@ int main(void)
 """
 
 
-def test_geometry_reaches_the_device_function(tmp_path, offload_run):
-    """The recorded region ran with the runtime's number of teams; replayed with three, it
-    counts three: a wrong output, which shows the setting is what ran."""
+@pytest.fixture
+def any_teams(monkeypatch):
+    """libomp forms at most as many teams x threads on the host as there are CPUs
+    (KMP_TEAMS_THREAD_LIMIT): lifted, so that what these tests ask for is what runs."""
+    monkeypatch.setenv("KMP_TEAMS_THREAD_LIMIT", "64")
+
+
+def test_geometry_reaches_the_device_function(tmp_path, offload_run, any_teams):
+    """The recorded region ran with the runtime's number of teams; replayed with two more,
+    it counts them: a wrong output, which shows the setting is what ran."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "teams.c").write_text(TEAMS)
@@ -178,3 +185,37 @@ def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
     # candidates with a geometry of their own ran, verified, and were measured
     ran = [t for t in trials if "evaluation" in t.user_attrs and t.user_attrs["evaluation"]["variant"]["launch"]["num_teams"]]
     assert ran and all(t.user_attrs["status"] == OK and t.value > 0 for t in ran)
+
+
+def test_r3_apply_builds_the_tuned_region_into_the_device_image(tmp_path, offload_run, any_teams):
+    """The plan's geometry and pipeline for a region, built by r3-apply into the unit's
+    device image: the application itself now runs its region with three teams."""
+    import shutil
+    import sys
+
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "teams.c").write_text(TEAMS)
+    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
+                                  "-o teams teams.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    kernel = next(k for k in captures(ws) if "count_teams" in k)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(Plan("any", [PlannedUnit("teams.c", [
+        PlannedKernel(kernel, {"opt": "2", "loop_vectorize": False}, {"num_teams": 3})])]).to_json()))
+    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+    env = dict(os.environ, R3_APPLY_PLAN=str(plan))
+
+    def build_and_run(environment):
+        if (src / "teams").exists():
+            (src / "teams").unlink()
+        built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
+                               cwd=src, env=environment, capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        return subprocess.run(offload_run + "./teams", shell=True, cwd=src, capture_output=True, text=True).stdout
+
+    untuned = build_and_run(dict(os.environ))
+    assert build_and_run(env).strip() == "teams 3" != untuned.strip()

@@ -55,7 +55,8 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 # function replay measured with), the IR edits, the probes and runtime of timed builds.
 _BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py",
                   "replay/specialize.py", "irtext.py",
-                  "record/instrument.py", "record/runtime/r3rt.c", "record/runtime/r3rt.h")
+                  "record/instrument.py", "record/runtime/r3rt.c", "record/runtime/r3rt.h",
+                  "emit/offload.py", "record/offload.py", "backends.py", "record/runtime/r3offload.c")
 
 
 def toolchain_digest():
@@ -171,7 +172,14 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
+    from ..record.offload import is_offload
 
+    if is_offload(line):  # the tuned regions go into the unit's device image (emit/offload.py)
+        if tuned:  # (timed: r3offload.c, linked in, times the launches; no probes to add)
+            from . import offload
+
+            offload.build_unit(line, source, obj, unit, _run, ApplyError)
+        return
     init_llvm()
     compiler = line.compiler
     tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
@@ -333,10 +341,12 @@ def launch(argv):
         return _compile(line, argv, planned[0], obj, plan, probes, tuned)
     # A link, possibly compiling planned sources on the way: each planned one built as above.
     from ..record.launcher import _clang_for_runtime, link_compiling
+    from ..record.offload import is_offload
     from ..record.runtime import link_args
 
     try:
-        extra = link_args(_clang_for_runtime(line.compiler)) if probes and not line.shared else []
+        extra = (link_args(_clang_for_runtime(line.compiler), offload=is_offload(line))
+                 if probes and not line.shared else [])
     except ToolchainError as err:
         warn(str(err))
         return 1

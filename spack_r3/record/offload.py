@@ -18,12 +18,20 @@ can be made again for another target.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
 ENTRY_PREFIX = "__omp_offloading_"
 RUNTIME_GLOBALS = (".gomp_critical_user_", "__kmp", ".kmp")  # as replay.engine.RUNTIME_GLOBAL_PREFIXES
+
+
+def region_key(name):
+    """A region's device function name without clang's file ids (the source file's device
+    and inode: another copy of the tree, a Spack stage, names it otherwise): the function
+    and line, ``count_teams_l9``."""
+    return re.sub(r"^__omp_offloading_[0-9a-f]+_[0-9a-f]+_", "", name)
 
 
 def offload_targets(args):
