@@ -82,6 +82,7 @@ def test_amdgpu_code_object_metadata(cuda_unit):
         found = by_kernel(verdicts, target)
         stencil = found["_Z7stenciliPKfPf"]
         assert stencil.ok and stencil.resources.shared == 258 * 4  # LDS of its tile
+        assert stencil.resources.max_threads == 256  # __launch_bounds__(256): max_flat_workgroup_size
         for v in found.values():
             r = v.resources
             assert v.ok and r.registers > 0 and r.sgprs > 0 and r.wave_size == 64 and r.stack == 0
@@ -132,10 +133,12 @@ def test_a_kernel_that_spills_is_rejected_with_the_reason(ptxas, cuda_unit):
 
 
 def test_a_geometry_over_the_launch_bounds_cannot_launch(ptxas, cuda_unit):
-    verdicts = screen(cuda_unit, parse("O3"), Geometry(512), parse_targets("sm_80"), kernel="stencil")
-    assert len(verdicts) == 1 and not verdicts[0].ok
-    assert verdicts[0].reason == ("cannot launch on sm_80 at 512 threads: a block of 512 threads is over the "
-                                  "kernel's launch bounds (256)")
+    verdicts = screen(cuda_unit, parse("O3"), Geometry(512), parse_targets("sm_80,gfx942"), kernel="stencil")
+    assert [v.target for v in verdicts] == ["sm_80", "gfx942"]
+    for v in verdicts:
+        assert not v.ok
+        assert v.reason == ("cannot launch on %s at 512 threads: a block of 512 threads is over the kernel's "
+                            "launch bounds (256)" % v.target)
 
 
 def test_occupancy_matches_hand_computed_values():

@@ -5,7 +5,12 @@
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
+#if defined(__AMDGPU__)
+/* as HIP's headers spell it: the workgroup size bound */
+#define __launch_bounds__(n, ...) __attribute__((amdgpu_flat_work_group_size(1, n)))
+#else
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#endif
 #if defined(__NVPTX__)
 #define THREAD_X __nvvm_read_ptx_sreg_tid_x()
 #define BLOCK_X __nvvm_read_ptx_sreg_ctaid_x()
