@@ -7,7 +7,16 @@ install tree, caches and stage under --work, default a temporary directory). Wri
 bench/recipes.json: {"trees": [{name, build_system, concretized, installed, check_passed,
 attempts, seconds}], ...}.
 
+With --real DIR[:BUILTIN] (repeatable) or --real-dir DIR (each subdirectory one tree), public
+source trees nobody here wrote (never committed: the script takes their paths) are packaged
+under a new name (r3x-<name>), so retrieval cannot find them by name, and their own builtin
+recipe (BUILTIN, default the directory's name) is left out of retrieval (--keep-own keeps it).
+Each row of "real" says: installed, tested (spack test run passed), attempts, and agreement
+with the builtin recipe: the share of its dependencies (unconditional ones apart) and variants
+the generated recipe also has.
+
 Usage: .venv/bin/python scripts/bench_recipes.py [--max-attempts 3] [--out bench/recipes.json]
+       .venv/bin/python scripts/bench_recipes.py --real-only --real-dir /tmp/trees
 """
 
 import argparse
@@ -39,11 +48,17 @@ def main(argv=None):
     p.add_argument("--work", default=None, help="sandbox directory (default: a temporary one)")
     p.add_argument("--no-repair", action="store_true", help="skip the planted-fault repair run")
     p.add_argument("trees", nargs="*", help="tree names (default: all under tests/trees)")
+    p.add_argument("--real", action="append", default=[], metavar="DIR[:BUILTIN]",
+                   help="a public source tree, and the builtin recipe to compare with")
+    p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
+    p.add_argument("--real-only", action="store_true", help="only the public trees")
+    p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
     model_client.add_arguments(p)
     args = p.parse_args(argv)
     model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
 
-    names = args.trees or sorted(d for d in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, d)))
+    names = [] if args.real_only else (
+        args.trees or sorted(d for d in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, d))))
     names = [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
     work = args.work or tempfile.mkdtemp(prefix="r3-bench-recipes-")
     sb = make_sandbox(os.path.join(work, "sandbox"), extra_bin_dirs=[os.path.dirname(sys.executable)])
@@ -88,8 +103,24 @@ def main(argv=None):
         print("repair: r3t-cmake without depends_on('r3tvec'): installed=%s attempts=%d" % (
             repairs[-1]["installed"], repairs[-1]["attempts"]), flush=True)
 
+    real = [real_tree(spec, sb, ws, args, model) for spec in real_specs(args)]
+
     n = len(rows) or 1
+    nr = len(real) or 1
     summary = {
+        "real": real,
+        "real_summary": {
+            "trees": len(real), "installed": sum(r["installed"] for r in real),
+            "tested": sum(r["tested"] for r in real),
+            "install_rate": sum(r["installed"] for r in real) / nr,
+            "test_rate": sum(r["tested"] for r in real) / nr,
+            "mean_attempts": sum(r["attempts"] for r in real) / nr,
+            "required_dependencies_matched": [sum(r["agreement"].get("required", [0, 0])[i] for r in real)
+                                              for i in (0, 1)],
+            "dependencies_matched": [sum(r["agreement"].get("dependencies", [0, 0])[i] for r in real) for i in (0, 1)],
+            "variants_matched": [sum(r["agreement"].get("variants", [0, 0])[i] for r in real) for i in (0, 1)],
+            "own_recipe_excluded": not args.keep_own,
+        },
         "trees": rows,
         "repairs": repairs,
         "generator": ("model " + model.model) if model else "rule-based",
@@ -106,9 +137,86 @@ def main(argv=None):
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
+    if real:
+        rs = summary["real_summary"]
+        print("real trees: %d/%d installed, %d tested, mean attempts %.2f; required deps %d/%d, deps %d/%d, "
+              "variants %d/%d" % (rs["installed"], rs["trees"], rs["tested"], rs["mean_attempts"],
+                                  *rs["required_dependencies_matched"], *rs["dependencies_matched"],
+                                  *rs["variants_matched"]))
     print("install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
         100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out))
-    return 0 if summary["install_rate"] == 1.0 else 1
+    return 0 if (summary["install_rate"] == 1.0 or not rows) else 1
+
+
+def real_specs(args):
+    specs = list(args.real)
+    if args.real_dir:
+        specs += [os.path.join(args.real_dir, d) for d in sorted(os.listdir(args.real_dir))
+                  if os.path.isdir(os.path.join(args.real_dir, d))]
+    out = []
+    for spec in specs:
+        path, _, builtin = spec.partition(":")
+        name = os.path.basename(os.path.normpath(path)).lower()
+        out.append((os.path.abspath(path), builtin or BUILTIN_NAMES.get(name, name)))
+    return out
+
+
+# public trees whose builtin recipe has another name than their directory
+BUILTIN_NAMES = {"inih": "libinih", "libyaml": "libyaml", "test-drive": "test-drive"}
+
+
+def _declared(text):
+    import re
+    from spack_r3.recipe.fixes import declared_dependencies
+    try:
+        deps = declared_dependencies(text)
+    except SyntaxError:
+        deps = []
+    variants = set(re.findall(r"variant\(\s*[\"']([\w-]+)[\"']", text)) - {"implementation"}
+    return deps, variants
+
+
+def agreement(generated_text, builtin_text):
+    """[matched, of] for the builtin recipe's unconditional dependencies, all its dependencies,
+    and its variants, found in the generated recipe (by name)."""
+    g_deps, g_vars = _declared(generated_text)
+    b_deps, b_vars = _declared(builtin_text)
+    g_names = {n for n, _w in g_deps}
+    b_req = {n for n, w in b_deps if w is None}
+    b_all = {n for n, _w in b_deps}
+    return {"required": [len(b_req & g_names), len(b_req)], "dependencies": [len(b_all & g_names), len(b_all)],
+            "variants": [len(b_vars & g_vars), len(b_vars)], "builtin_dependencies": sorted(b_all),
+            "generated_dependencies": sorted(g_names), "builtin_variants": sorted(b_vars),
+            "generated_variants": sorted(g_vars)}
+
+
+def real_tree(spec, sb, ws, args, model):
+    path, builtin = spec
+    name = "r3x-" + os.path.basename(os.path.normpath(path)).lower().replace("_", "-")
+    start = time.monotonic()
+    row = {"name": name, "tree": os.path.basename(path), "builtin": builtin, "build_system": None,
+           "installed": False, "tested": False, "attempts": 0, "agreement": {}}
+    builtin_path = os.path.join(Spack(None, [sb.scope]).root or "", "var", "spack", "repos", "builtin", "packages",
+                                builtin, "package.py")
+    try:
+        res = make_recipe(RecipeRequest(name, source=path, regenerate=True, max_attempts=args.max_attempts,
+                                        model=model, spack_scopes=[sb.scope],
+                                        exclude_examples=[] if args.keep_own else [builtin]), ws,
+                          progress=lambda m: print("  " + m, file=sys.stderr))
+        row.update(build_system=res.build_system, attempts=len(res.attempts), installed=res.status == "installed",
+                   tested=res.check_passed is True, outcomes=[a["outcome"] for a in res.attempts],
+                   fixes=[f for a in res.attempts for f in a["fixes"]],
+                   examples=[e["name"] for e in res.examples])
+        if not row["installed"] and res.attempts:
+            row["last_diagnostics"] = (res.attempts[-1].get("diagnostics") or "")[-800:]
+        if os.path.isfile(builtin_path) and res.recipe and os.path.isfile(res.recipe):
+            row["agreement"] = agreement(open(res.recipe).read(), open(builtin_path).read())
+    except R3Error as err:
+        row["error"] = str(err)
+    row["seconds"] = round(time.monotonic() - start, 1)
+    print("%-18s %-10s installed=%s tested=%s attempts=%d (%.0f s)" % (
+        name, row["build_system"], row["installed"], row["tested"], row["attempts"], row["seconds"]), flush=True)
+    return row
 
 
 if __name__ == "__main__":

@@ -225,3 +225,20 @@ def test_spack_r3_is_registered_by_entry_point(sandbox):
     assert EXTENSION_ROOT in eps[0].load()()
     p = spack_cmd(sandbox, "r3", "recipe", "--help")  # no config:extensions scope here
     assert p.returncode == 0 and "--regenerate" in p.stdout
+
+
+def test_builds_in_subdirectories_install_after_the_diagnostics_are_read(sandbox):
+    """r3t-subdirs, the shape of a proxy app with one Makefile per programming model: the
+    recipe chooses the build by a variant and passes Spack's compiler for the one the Makefile
+    names by path; its header wants a macro on the compile line, which the first attempt does
+    not give: the refine loop reads the #error, adds a variant that sets it, and tries again;
+    the program lands in bin/ and its stand-alone test runs it."""
+    rc, res, err = generate(sandbox, "r3t-subdirs")
+    assert rc == 0, err + json.dumps(res, indent=1)[-3000:]
+    first, last = res["attempts"][0], res["attempts"][-1]
+    assert first["outcome"] == "install-failed" and "R3T_MPI" in first["diagnostics"]
+    assert [f["kind"] for f in first["findings"]] == ["required-macro"] and "R3T_MPI" in first["fixes"][0]
+    assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
+    recipe = open(res["recipe"]).read()
+    assert 'variant("implementation", default="serial"' in recipe and "def flag_handler" in recipe
+    assert os.listdir(os.path.join(last["prefix"], "bin")) == ["stencil"]

@@ -71,7 +71,8 @@ def test_a_makefile_without_all_or_install_installs_its_default_goal(tmp_path):
     assert a.build_system == "makefile" and not a.build["has_install"]
     assert a.executables == ["bench"]
     source = Source(tree=str(tmp_path), url="file:///tmp/bench-1.0.tar.gz", sha256="a" * 64, origin=str(tmp_path))
-    assert 'install("bench", prefix.bin)' in RuleGenerator().generate(a, source)
+    text = RuleGenerator().generate(a, source)
+    assert 'for exe in ["bench"]:' in text and "install(exe, prefix.bin)" in text
 
 
 def test_name_mapping_uses_the_package_index(index):

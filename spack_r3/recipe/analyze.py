@@ -246,14 +246,17 @@ def analyze_cmake(a: Analysis):
     files.sort(key=lambda p: (p.count(os.sep), p))
     texts = {path: _read(path) for path in files}
     # options first, so that an if() sees an option declared in a file read later (include())
-    options = {}
+    options, cmake_vars = {}, {}
     for path in files:
         for cmd, argtext, _whole in _cmake_commands(texts[path]):
             args = [_unq(x) for x in _cmake_args(argtext)]
             if cmd in ("option", "cmake_dependent_option") and len(args) >= 2:
                 default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
                 options[args[0]] = (args[1], default)
+            elif cmd == "set" and len(args) >= 2 and args[0] not in cmake_vars:
+                cmake_vars[args[0]] = " ".join(x for x in args[1:] if x not in ("CACHE", "PARENT_SCOPE"))
     project_prefix = None
+    dir_conds = {}  # directory -> option literals under which its add_subdirectory() was reached
     langs = None
     exes, tests = [], []
     found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
@@ -263,13 +266,21 @@ def analyze_cmake(a: Analysis):
         # one entry per open if() block: [condition of the branch we are in, negations of the
         # conditions of the branches before it (None: not expressible)]; a condition is a list
         # of option literals ("WITH_X", "~WITH_X") that all hold in the branch
-        conds = []
+        # what holds wherever this file is read: the conditions of the add_subdirectory()
+        # calls that lead to its directory (a subproject behind an option)
+        here, base = os.path.dirname(path), []
+        while True:
+            base = dir_conds.get(here, []) + base
+            if here == a.root or os.path.dirname(here) == here:
+                break
+            here = os.path.dirname(here)
+        conds = [[list(dict.fromkeys(base)), None]] if base else []
         for cmd, argtext, whole in _cmake_commands(texts[path]):
             args = [_unq(x) for x in _cmake_args(argtext)]
             if cmd == "project" and args and project_prefix is None:
                 project_prefix = re.sub(r"\W", "_", args[0]).upper()
                 if "VERSION" in args and args.index("VERSION") + 1 < len(args):
-                    a.version = args[args.index("VERSION") + 1]
+                    a.version = _cmake_expand(args[args.index("VERSION") + 1], cmake_vars)
                 if "HOMEPAGE_URL" in args:
                     a.homepage = args[args.index("HOMEPAGE_URL") + 1]
                 if "DESCRIPTION" in args:
@@ -278,8 +289,15 @@ def analyze_cmake(a: Analysis):
                     langs = [x for x in args[args.index("LANGUAGES") + 1:] if x.isupper()]
                 elif len(args) > 1 and all(x in ("C", "CXX", "Fortran", "CUDA") for x in args[1:]):
                     langs = args[1:]
-            elif cmd == "enable_language" and args:
-                langs = (langs or []) + [args[0]]
+            elif cmd == "enable_language" and args and not _cmake_when(conds, options, project_prefix):
+                langs = (langs or []) + [args[0]]  # one behind an option is that option's (zfp's Fortran)
+            elif cmd == "add_subdirectory" and args:
+                sub = os.path.normpath(os.path.join(os.path.dirname(path), _cmake_expand(args[0], cmake_vars)))
+                lits = [x for cond, _neg in conds for x in cond]
+                dir_conds[sub] = lits
+                if not os.path.isdir(sub) or not os.listdir(sub):
+                    # a git submodule the tarball lacks: the option that reads it must be off
+                    a.build.setdefault("missing_subdirs", []).append([os.path.relpath(sub, a.root), lits])
             elif cmd == "if":
                 lits, exact = _cmake_condition(args, options)
                 conds.append([lits, _negation(lits, exact, [])])
@@ -326,12 +344,14 @@ def analyze_cmake(a: Analysis):
                     a.dependencies.append(Dependency(mod, "pkgconfig", "%s: %s" % (rel, " ".join(whole.split())),
                                                      ["build", "link"], when, required))
             elif cmd == "add_executable" and args and "IMPORTED" not in args and "ALIAS" not in args:
-                exes.append(args[0])
+                exes.append(_cmake_expand(args[0], cmake_vars))
+            elif cmd == "add_library" and args:
+                a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
             elif cmd == "install" and args and args[0] == "TARGETS":
                 for t in args[1:]:
                     if t.isupper():
                         break
-                    a.build.setdefault("installed", []).append(t)
+                    a.build.setdefault("installed", []).append(_cmake_expand(t, cmake_vars))
             elif cmd == "add_test" and args:
                 if args[0] == "NAME" and "COMMAND" in args:
                     i = args.index("COMMAND")
@@ -352,7 +372,7 @@ def analyze_cmake(a: Analysis):
     if langs is None:
         langs = ["C", "CXX"]
     lang_map = {"C": "c", "CXX": "cxx", "Fortran": "fortran", "CUDA": "cuda"}
-    a.languages = [lang_map[x] for x in langs if x in lang_map and x != "CUDA"]
+    a.languages = list(dict.fromkeys(lang_map[x] for x in langs if x in lang_map and x != "CUDA"))
     prefixes = [project_prefix] if project_prefix else []
     # common prefix of options (e.g. R3T_) counts as the project's prefix too
     opt_names = [o for o in options if o not in ("BUILD_SHARED_LIBS", "BUILD_TESTING")]
@@ -384,8 +404,55 @@ def analyze_cmake(a: Analysis):
                 if opt in vmap:
                     parts.append(("~" if lit.startswith("~") else "+") + vmap[opt])
             d.when = "".join(dict.fromkeys(parts)) or None
+    _cmake_optional_packages(a)
+    for sub, lits in a.build.get("missing_subdirs", []):
+        on = [vmap[x] for x in lits if not x.startswith("~") and x in vmap]
+        for v in a.variants:
+            if on and v.name == on[-1] and v.default:
+                v.default = False
+                a.notes.append("%s is missing from the tree (a git submodule?): variant %s defaults off"
+                               % (sub, v.name))
     a.executables = [e for e in exes if e in a.build.get("installed", exes)]
     a.checks = [c for c in tests if c.exe in a.executables]
+
+
+def _cmake_expand(text, cmake_vars, depth=0):
+    """``${VAR}`` replaced by what ``set(VAR ...)`` gave it (unknown ones kept)."""
+    if depth > 5 or "${" not in text:
+        return text
+    out = re.sub(r"\$\{(\w+)\}", lambda m: cmake_vars.get(m.group(1), m.group(0)), text)
+    return _cmake_expand(out, cmake_vars, depth + 1) if out != text else out
+
+
+# find_package() names that are a feature of the build rather than a library: a variant with no
+# dependency when optional (the compiler has OpenMP; Threads is libc's)
+FEATURE_PACKAGES = {"OpenMP": "openmp", "Threads": None}
+DOC_TOOLS = {"Doxygen", "Sphinx", "LATEX", "LaTeX", "Pandoc", "Asciidoctor"}
+
+
+def _cmake_optional_packages(a):
+    """A ``find_package(X)`` without REQUIRED and outside any option is an optional dependency
+    the project builds without: a variant (off, or on for OpenMP), with the dependency behind
+    it and ``CMAKE_DISABLE_FIND_PACKAGE_X`` when off, as Spack's recipes write it."""
+    names = {v.name for v in a.variants}
+    for d in a.dependencies:
+        if d.required or d.when or d.kind not in ("cmake", "tool") or d.name in ("PkgConfig", "Git"):
+            continue
+        if d.name in FEATURE_PACKAGES and FEATURE_PACKAGES[d.name] is None:
+            continue
+        name = FEATURE_PACKAGES.get(d.name) or ("docs" if d.name in DOC_TOOLS else
+                                                re.sub(r"\d+$", "", variant_name(d.name)) or variant_name(d.name))
+        if name == "pythoninterp" or name == "pythonlibs":
+            name = "python"
+        if name not in names:
+            names.add(name)
+            a.variants.append(Variant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name,
+                                      d.name, "cmake-find"))
+        d.when = "+" + name
+    for v in a.variants:
+        # documentation needs tools an offline install cannot fetch and users rarely want
+        if v.default and re.match(r"^(docs?|documentation|man|manual|sphinx|doxygen)$", v.name):
+            v.default = False
 
 
 RESERVED_VARIANTS = {"build_type", "generator", "ipo", "build_system", "patches", "dev_path",
@@ -712,39 +779,157 @@ NOT_PROGRAM_TARGETS = {"clean", "distclean", "install", "check", "test", "tests"
                        "release", "depend", "dep", "run"}
 
 
+MAKE_VAR_RE = re.compile(r"^(?:override\s+|export\s+)?([A-Za-z_][\w]*)\s*(?::{1,2}|\?|\+)?=\s*(.*?)\s*$")
+COMPILERS = {"gcc": "cc", "cc": "cc", "clang": "cc", "icc": "cc", "icx": "cc", "xlc": "cc", "pgcc": "cc",
+             "nvc": "cc", "g++": "cxx", "c++": "cxx", "clang++": "cxx", "icpc": "cxx", "icpx": "cxx",
+             "xlc++": "cxx", "pgc++": "cxx", "nvc++": "cxx", "gfortran": "fc", "ifort": "fc", "ifx": "fc",
+             "flang": "fc", "f77": "fc", "f90": "fc", "f95": "fc", "pgfortran": "fc", "nvfortran": "fc"}
+# yes/no switches of a Makefile that are about how, not what, it builds: not variants
+MAKE_SWITCHES_NOT_VARIANTS = {"optimize", "debug", "profile", "verbose", "quiet", "static", "v"}
+
+
+def _make_expand(text, mvars, depth=0):
+    if depth > 5 or "$" not in text:
+        return text
+    out = re.sub(r"\$[({](\w+)[)}]", lambda m: mvars.get(m.group(1), m.group(0)), text)
+    return _make_expand(out, mvars, depth + 1) if out != text else out
+
+
+def _make_lines(text):
+    """Logical lines: backslash continuations joined, comments dropped."""
+    out, cur = [], ""
+    for line in text.splitlines():
+        if not line.startswith("\t"):
+            line = re.sub(r"(?<!\\)#.*$", "", line)
+        if line.endswith("\\"):
+            cur += line[:-1] + " "
+            continue
+        out.append(cur + line)
+        cur = ""
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _make_condition(line, switches):
+    """The switch literal (``"MPI"``, ``"~MPI"``) an ``ifeq``/``ifneq``/``ifdef`` tests, or None."""
+    m = re.match(r"^\s*(ifeq|ifneq)\s*\(\s*\$[({](\w+)[)}]\s*,\s*(\w*)\s*\)", line) or \
+        re.match(r"^\s*(ifeq|ifneq)\s*\(\s*(\w*)\s*,\s*\$[({](\w+)[)}]\s*\)", line)
+    if m:
+        var, val = (m.group(2), m.group(3)) if not m.group(2).islower() or m.group(3).islower() else (m.group(3), m.group(2))
+        if m.group(2) in switches:
+            var, val = m.group(2), m.group(3)
+        elif m.group(3) in switches:
+            var, val = m.group(3), m.group(2)
+        else:
+            return None
+        on = val.lower() in ("yes", "1", "true", "on")
+        if m.group(1) == "ifneq":
+            on = not on if val else True
+        return var if on else "~" + var
+    m = re.match(r"^\s*(ifdef|ifndef)\s+(\w+)", line)
+    if m and m.group(2) in switches:
+        return m.group(2) if m.group(1) == "ifdef" else "~" + m.group(2)
+    return None
+
+
 def analyze_makefile(a: Analysis):
     mk = next((os.path.join(a.root, n) for n in ("GNUmakefile", "Makefile", "makefile")
                if os.path.isfile(os.path.join(a.root, n))), None)
+    if mk is None:  # only a template to copy (CoMD's Makefile.vanilla)
+        mk = next((os.path.join(a.root, n) for n in sorted(os.listdir(a.root)) if n.startswith("Makefile.")
+                   and not n.endswith((".in", ".am"))), None)
+        a.build["makefile_template"] = os.path.basename(mk)
     text = _read(mk)
     rel = os.path.relpath(mk, a.root)
+    lines = _make_lines(text)
+    mvars, switches = {}, {}
+    depth = 0
+    for line in lines:
+        if re.match(r"^\s*if(n?eq|n?def)\b", line):
+            depth += 1
+        elif re.match(r"^\s*endif\b", line):
+            depth -= 1
+        m = MAKE_VAR_RE.match(line) if not line.startswith("\t") else None
+        if m and m.group(1) not in mvars:
+            mvars[m.group(1)] = m.group(2)
+            if depth == 0 and m.group(2).lower() in ("yes", "no") and m.group(1).isupper():
+                switches[m.group(1)] = m.group(2).lower() == "yes"
     m = re.search(r"(?m)^\s*VERSION\s*[:?]?=\s*([\w.+-]+)", text)
     if m:
         a.version = m.group(1)
     pv = re.search(r"(?m)^\s*(PREFIX|prefix|INSTALL_PREFIX|DESTDIR)\s*[:?]?=", text)
     a.build["prefix_var"] = pv.group(1) if pv else None
-    a.build["has_install"] = bool(re.search(r"(?m)^install\s*:", text))
-    targets = re.findall(r"(?m)^([A-Za-z_][\w.-]*)\s*:(?!=)", text)
+    a.build["has_install"] = bool(re.search(r"(?m)^(?:[\w.-]+[ \t]+)*install(?:[ \t]+[\w.-]+)*[ \t]*:(?!=)", text))
+    targets = [_make_expand(t, mvars) for t in re.findall(r"(?m)^([A-Za-z_$][\w.$(){}-]*)\s*:(?!=)", text)]
+    targets = [t for t in targets if "$" not in t]
     a.build["targets"] = targets
-    libs = set()
-    for line in text.splitlines():
-        if re.match(r"^\s*(LDLIBS|LIBS|LDFLAGS|LDADD)\s*[:+?]?=", line) or line.startswith("\t"):
-            libs.update(re.findall(r"(?<![\w-])-l([\w+.-]+)", line))
+    # a compiler named by path or by name in a variable other than CC/CXX/FC (which the recipe
+    # sets anyway): the recipe passes Spack's compiler for it (HPCCG's CXX=/usr/local/bin/g++)
+    compiler_vars = {}
+    for var, val in mvars.items():
+        first = val.split()[0] if val.split() else ""
+        kind = COMPILERS.get(os.path.basename(first))
+        if kind and (first.startswith("/") or var not in ("CC", "CXX", "FC", "F77")):
+            compiler_vars[var] = kind
+    a.build["compiler_vars"] = compiler_vars
+    # yes/no switches -> variants; what their ifeq blocks add -> dependencies behind them
+    for var, default in switches.items():
+        if var.lower() in MAKE_SWITCHES_NOT_VARIANTS:
+            continue
+        a.variants.append(Variant(variant_name(var), default, "Build with %s=yes" % var, var, "make"))
+    kept = {v.option for v in a.variants}
+    conds = []
+    libs = {}
+    uses_mpi_wrapper = None
+    for line in lines:
+        if re.match(r"^\s*if(n?eq|n?def)\b", line):
+            conds.append(_make_condition(line, kept))
+            continue
+        if re.match(r"^\s*else\b", line) and conds:
+            c = conds[-1]
+            conds[-1] = (c[1:] if c.startswith("~") else "~" + c) if c else None
+            continue
+        if re.match(r"^\s*endif\b", line) and conds:
+            conds.pop()
+            continue
+        when = "".join(("~" if c.startswith("~") else "+") + variant_name(c.lstrip("~")) for c in conds if c) or None
+        if re.match(r"^\s*(LDLIBS|LIBS|LDFLAGS|LDADD|\w*LIBS?\w*)\s*[:+?]?=", line) or line.startswith("\t"):
+            for lib in re.findall(r"(?<![\w-])-l([\w+.-]+)", _make_expand(line, mvars)):
+                libs.setdefault((lib, when), line.strip())
+        if re.search(r"\bmpi(cc|cxx|c\+\+|CC|f90|fort|icc|icpc)\b", line) and uses_mpi_wrapper is None:
+            uses_mpi_wrapper = when or ""
         for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)*([\w.+-]+)", line):
-            a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc)))
-    for lib in sorted(libs):
-        a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), system=lib in SYSTEM_LIBS))
+            a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc), when=when))
+    for (lib, when), line in sorted(libs.items(), key=lambda x: (x[0][0], x[0][1] or "")):
+        a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when,
+                                         system=lib in SYSTEM_LIBS))
+    if uses_mpi_wrapper is not None:
+        a.dependencies.append(Dependency("MPI", "cmake", "%s: an MPI compiler wrapper" % rel,
+                                         when=uses_mpi_wrapper or None))
     m = re.search(r"(?m)^all\s*:([^\n]*)", text)
     if m:
-        for t in m.group(1).split():
+        for t in _make_expand(m.group(1), mvars).split():
             t = t.strip()
             if t and "$" not in t and not re.search(r"\.(o|a|so|pc|h)$", t) and t in targets:
                 a.build.setdefault("all_targets", []).append(t)
     elif targets and targets[0] not in NOT_PROGRAM_TARGETS and not re.search(r"\.(o|a|so|pc|h)$", targets[0]):
         a.build["all_targets"] = [targets[0]]  # no `all`: make builds the first target
+    a.build["own_names"] = [re.sub(r"^lib|\.(a|so)$", "", t) for t in targets if t.startswith("lib")]
     _makefile_checks(a, [mk])
     if not a.build["has_install"]:
-        a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")]
+        a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")
+                         and t not in PHONY_LIKE and t not in _phony(text)]
     a.languages = _languages_from_files(a.root)
+
+
+# targets that name a goal, not a file a user runs
+PHONY_LIKE = {"all", "allmost", "lib", "libs", "examples", "manuals", "man", "docs", "doc", "build_tests",
+              "tests", "test", "check", "programs", "tools", "bin", "shared", "static", "default"}
+
+
+def _phony(text):
+    return set(" ".join(re.findall(r"(?m)^\.PHONY\s*:(.*)$", text)).split())
 
 
 # -- Python -------------------------------------------------------------------------------
@@ -771,30 +956,118 @@ ANALYZERS = {"cmake": analyze_cmake, "meson": analyze_meson, "autotools": analyz
              "makefile": analyze_makefile, "python": analyze_python}
 
 
-def analyze(root, name, build_system=None, version=None) -> Analysis:
-    """Analyze the source tree at ``root`` for package ``name``."""
+VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z]*(?:[._-][0-9A-Za-z]+)*$")
+# subdirectories that hold an alternative build for hardware or a toolchain this machine may
+# lack: never the default of the choice
+ACCELERATOR_DIRS = re.compile(r"(cuda|hip|sycl|opencl|offload|gpu|kokkos|raja|acc|mic|phi|fpga|dpcpp|ocl)", re.I)
+PREFERRED_DIRS = ["openmp-threading", "openmp", "omp", "src-openmp", "serial", "src-serial", "ref", "src",
+                  "cpu", "seq", "mpi", "src-mpi"]
+
+
+def find_builds(root, max_depth=2):
+    """[(relative directory, build system)] of the builds below ``root`` (none at its top),
+    nearest first; a directory with only a ``Makefile.<flavour>`` template counts as a
+    Makefile build."""
+    out = []
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        depth = 0 if rel == "." else rel.count(os.sep) + 1
+        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith(".")
+                         and not re.match(r"^(tests?|examples?|docs?|contrib|third.?party|extern(al)?)$", x, re.I))
+        if depth == 0:
+            continue
+        if depth >= max_depth:
+            dirs[:] = []
+        bs = detect_build_system(d)
+        if bs is None and any(f.startswith("Makefile.") and not f.endswith((".in", ".am")) for f in files):
+            bs = "makefile"
+        if bs:
+            out.append((rel, bs))
+            dirs[:] = []  # a build's own subdirectories are its business
+    return out
+
+
+def choose_build(builds):
+    """The default of several builds: a CPU one, by the usual names, else the first."""
+    cpu = [b for b in builds if not ACCELERATOR_DIRS.search(os.path.basename(b[0]))] or builds
+    for pref in PREFERRED_DIRS:
+        for b in cpu:
+            if os.path.basename(b[0]).lower() == pref:
+                return b
+    return cpu[0]
+
+
+def resolve_version(a: Analysis, raw):
+    """A version string Spack accepts, from what the build files say (``raw``): macros
+    resolved from a header's ``#define``, an ``m4_include(VERSION)``'s file, or a VERSION
+    file; None when nothing safe is found (never a raw macro)."""
+    raw = (raw or "").strip()
+    if "${" in raw:  # CMake variables left: #define NAME number in the project's headers
+        defines = {}
+        for p in _walk(a.root, max_files=2000):
+            if p.endswith((".h", ".hpp", ".hh")):
+                for k, v in re.findall(r"(?m)^\s*#\s*define\s+(\w*VERSION\w*)\s+\(?\"?([\w.]+)\"?\)?", _read(p)[:20000]):
+                    defines.setdefault(k, v)
+        raw = re.sub(r"\$\{(\w+)\}", lambda m: defines.get(m.group(1), m.group(0)), raw)
+    m = re.search(r"m4_(?:include|esyscmd)\s*\(\s*\[?(?:[^\]\)]*?\s)?([\w./-]*VERSION[\w./-]*)", raw, re.I)
+    if m or (raw and not VERSION_RE.match(raw)):
+        for n in ([m.group(1)] if m else []) + ["VERSION", "version.txt", ".tarball-version", ".version"]:
+            text = _read(os.path.join(a.root, n)).strip().split()
+            if text and VERSION_RE.match(text[0].lstrip("v")):
+                return text[0].lstrip("v")
+    raw = raw.lstrip("v")
+    return raw if VERSION_RE.match(raw) else None
+
+
+def analyze(root, name, build_system=None, version=None, build_directory=None) -> Analysis:
+    """Analyze the source tree at ``root`` for package ``name``.
+
+    A tree with no build at its top but builds in subdirectories (one Makefile per
+    programming model) is analyzed in the default one; ``build["subdirs"]`` lists the choice
+    the recipe makes a variant of."""
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         raise R3Error("source tree %s is not a directory" % root)
     bs = build_system or detect_build_system(root)
+    subdir = build_directory
+    builds = []
+    if bs is None and subdir is None:
+        builds = find_builds(root)
+        if builds:
+            subdir, bs = choose_build(builds)
+    elif subdir:
+        bs = build_system or detect_build_system(os.path.join(root, subdir)) or "makefile"
     if bs is None:
-        raise R3Error("no build system found in %s (looked for CMakeLists.txt, meson.build, configure(.ac), "
-                      "Makefile, pyproject.toml/setup.py)" % root)
+        raise R3Error("no build system found in %s or its subdirectories (looked for CMakeLists.txt, meson.build, "
+                      "configure(.ac), Makefile, pyproject.toml/setup.py)" % root)
     if bs not in ANALYZERS:
         raise R3Error("unsupported build system %r (supported: %s)" % (bs, ", ".join(BUILD_SYSTEMS)))
-    a = Analysis(name=name, root=root, build_system=bs, version="")
+    a = Analysis(name=name, root=os.path.join(root, subdir) if subdir else root, build_system=bs, version="")
     ANALYZERS[bs](a)
-    if version:
-        a.version = version
+    a.root = root
+    if subdir:
+        same = [b for b in builds if b[1] == bs] or [(subdir, bs)]
+        a.build["build_directory"] = subdir
+        a.build["subdirs"] = [b[0] for b in same]
+        if len(same) > 1:
+            a.notes.append("builds in %s: the variant 'implementation' chooses one (default %s)"
+                           % (", ".join(b[0] for b in same), subdir))
+    raw = a.version
+    a.version = version or resolve_version(a, a.version)
     if not a.version:
         m = re.search(r"-(\d+(?:\.\d+)+)$", os.path.basename(root))
         a.version = m.group(1) if m else "1.0.0"
-        a.notes.append("no version found in the build files: using %s" % a.version)
+        a.notes.append("no version found in the build files%s: using %s"
+                       % (" (%r is not one)" % raw if raw else "", a.version))
     a.license = detect_license(root, a.license)
     if not a.description or a.description.endswith("by spack-r3."):
         a.description = detect_description(root, name)
     if not a.languages and bs != "python":
-        a.languages = _languages_from_files(root) or ["c"]
+        a.languages = _languages_from_files(a.root if not subdir else os.path.join(root, subdir)) or ["c"]
+    _own_libraries(a)
+    _mark_own(a)
+    _feature_variants(a)
+    _test_facts(a, os.path.join(root, subdir) if subdir else root)
     # de-duplicate dependencies (same name, kind and condition)
     seen, deps = set(), []
     for d in a.dependencies:
@@ -804,3 +1077,60 @@ def analyze(root, name, build_system=None, version=None) -> Analysis:
             deps.append(d)
     a.dependencies = deps
     return a
+
+
+def _own_libraries(a):
+    """The libraries the project builds (Meson's library(), Automake's lib_LTLIBRARIES)."""
+    own = a.build.setdefault("own_names", [])
+    for p in _walk(a.root, max_files=3000):
+        base = os.path.basename(p)
+        if base == "meson.build":
+            own += re.findall(r"\b(?:shared_|static_|both_)?library\s*\(\s*'([\w.+-]+)'", _read(p))
+        elif base == "Makefile.am":
+            for libs in re.findall(r"(?m)^\s*\w*lib_(?:LT)?LIBRARIES\s*\+?=\s*(.*)$", _read(p)):
+                own += [re.sub(r"^lib|\.(la|a)$", "", x) for x in libs.split() if "$" not in x]
+    a.build["own_names"] = list(dict.fromkeys(x for x in own if "$" not in x and "@" not in x))
+
+
+def _test_facts(a, build_root):
+    """What a stand-alone test can use: the flag the program's source answers, and for a
+    library its name and the header to include."""
+    sources = [p for p in _walk(build_root, max_files=1500) if os.path.splitext(p)[1] in LANG_EXT]
+    text = "".join(_read(p)[:200000] for p in sources[:200])
+    for flag in ("--version", "--help", "-help", "-h"):
+        if re.search(r"[\"']%s[\"']" % re.escape(flag), text):
+            a.build["cli_flag"] = flag
+            break
+    own = [x for x in a.build.get("own_names", []) if re.match(r"^[\w+-]+$", x)]
+    if not own:
+        return
+    lib = sorted(own, key=lambda x: (x.lower() not in a.name.lower(), "static" in x.lower(), len(x)))[0]
+    headers = [p for p in _walk(a.root, max_files=3000) if p.endswith(".h")
+               and not re.search(r"(^|/)(tests?|examples?|fuzz\w*|contrib|build|private)/", os.path.relpath(p, a.root))
+               and not re.search(r"(private|internal|config)", os.path.basename(p))]
+    stem = lambda p: os.path.splitext(os.path.basename(p))[0].lower()  # noqa: E731
+    want = re.sub(r"^lib", "", lib.lower())
+    best = [p for p in headers if stem(p) == want] or [p for p in headers if want.startswith(stem(p))
+                                                        or stem(p).startswith(want)]
+    if best:
+        rel = os.path.relpath(best[0], a.root)
+        # the path below an include/ directory is how users include it (zfp/... stays zfp.h)
+        a.build["test_header"] = rel.split("include/", 1)[1] if "include/" in rel else os.path.basename(rel)
+        a.build["test_library"] = re.sub(r"^lib", "", lib)
+
+
+def _mark_own(a):
+    """Dependencies on what the project builds itself (its own library, ``-lxxhash`` in
+    xxHash's Makefile) are no dependencies."""
+    own = {x.lower() for x in a.build.get("own_names", [])}
+    for d in a.dependencies:
+        if d.name.lower() in own or d.name.lower().lstrip("lib") in own:
+            d.system = True
+
+
+def _feature_variants(a):
+    """An optional dependency named like a variant goes behind it (``-lpapi`` and PAPI=yes)."""
+    names = {v.name for v in a.variants}
+    for d in a.dependencies:
+        if d.when is None and not d.required and d.name.lower() in names:
+            d.when = "+" + d.name.lower()

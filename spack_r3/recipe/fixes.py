@@ -15,6 +15,8 @@ in place, keeping whatever else it says (it may come from a model):
 """
 
 import ast
+import json
+import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -51,6 +53,24 @@ PATTERNS = [
     (r"sha256 checksum failed for (\S+)", "checksum", "spack"),
     (r"ERROR: Unknown options?: \"?([\w.,:-]+)", "unknown-option", "meson"),
     (r"No rule to make target '?install'?", "no-install-target", "make"),
+    # a header that wants a macro on the compile line (LULESH: "You should specify USE_MPI=0 or
+    # USE_MPI=1 on the compile line") -> a variant that sets it
+    (r"#\s*error\b[^\n]*?\b(?:specify|define|set)\s+-?D?([A-Z][A-Z0-9_]{2,})\b", "required-macro", "make"),
+    # a compiler the Makefile names by path or by a name this machine lacks -> Spack's compiler
+    (r"(?:make(?:\[\d+\])?: |/bin/sh: (?:\d+: )?)((?:/[\w.+-]+)*/?(?:mpi)?[\w.-]*(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|"
+     r"icc|icpc|icx|icpx|gfortran|ifort|f90|f95|mpicxx|mpig\+\+|mpic\+\+)): (?:No such file or directory|not found|"
+     r"Command not found)", "missing-compiler", "make"),
+    # a goal the recipe asked for that the Makefile does not have
+    (r"No rule to make target '([^']+)'\.\s+Stop", "unknown-target", "make"),
+    # a subdirectory the tarball lacks (a git submodule) -> the option that adds it off
+    (r"add_subdirectory given source\s+\"([^\"]+)\"\s+which is not an\s+existing", "missing-subdirectory", "cmake"),
+    # a Fortran compiler the build wants and the machine lacks -> the option that wants it off
+    (r"(No CMAKE_Fortran_COMPILER could be found|Could not find compiler set in environment variable FC|"
+     r"Fortran compiler (?:not found|cannot create executables)|f(?:77|95|ortran): (?:Command )?not found)",
+     "missing-fortran", "cmake"),
+    # offline, a dependency whose source cannot be fetched (optional ones go behind a variant)
+    (r"(?:All fetchers failed for|Failed to fetch|Error: No (?:valid )?URL)[^\n]*?spack-stage-([a-z0-9][\w.-]*?)-\d[\w.]*-[a-z0-9]{32}",
+     "unfetchable", "spack"),
 ]
 
 
@@ -188,7 +208,127 @@ def remove_option(text, option) -> Optional[str]:
     return out
 
 
-def apply(text, findings, index, analysis=None, source=None) -> Tuple[Optional[str], List[str]]:
+def set_variant_default(text, name, default) -> Optional[str]:
+    pat = r"(variant\(\s*[\"']%s[\"']\s*,\s*default=)(True|False)" % re.escape(name)
+    new = re.sub(pat, lambda m: m.group(1) + str(bool(default)), text)
+    return new if new != text else None
+
+
+def _variants(text):
+    return re.findall(r"variant\(\s*[\"']([\w-]+)[\"']\s*,\s*default=(True|False)", text)
+
+
+def add_macro_variant(text, macro) -> Optional[str]:
+    """A variant that puts ``-D<macro>=1|0`` on the compile line (off by default: 0)."""
+    from .analyze import variant_name
+    name = variant_name(macro)
+    if re.search(r"def flag_handler\(", text) or ("-D%s=" % macro) in text:
+        return None
+    lines = text.splitlines(True)
+    tree = ast.parse(text)
+    cls = _package_class(tree)
+    if cls is None:
+        return None
+    if name not in dict(_variants(text)):
+        anchor = None
+        for st in cls.body:
+            if _call_name(st) in ("version", "variant"):
+                anchor = st
+        at = (anchor or cls.body[0]).end_lineno
+        lines.insert(at, templates.render(FIXES, "macro_variant", name='"%s"' % name,
+                                          description='"Build with -D%s=1 (else 0)"' % macro) + "\n")
+    else:
+        text2 = set_variant_default(text, name, False)
+        lines = (text2 or text).splitlines(True)
+    out = "".join(lines).rstrip("\n") + "\n\n" + templates.render(FIXES, "flag_handler", macro=macro,
+                                                                    when='"+%s"' % name) + "\n"
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return None
+    return out
+
+
+def add_make_argument(text, arg) -> Optional[str]:
+    """``arg`` (a Python expression) first in ``build_targets`` (and ``install_targets``)."""
+    if arg in text:
+        return None
+    new = re.sub(r"(def (?:build|install)_targets\(self\):\n\s+return \[)", lambda m: m.group(1) + arg + ", ", text)
+    if new == text:
+        new = text.rstrip("\n") + "\n\n    @property\n    def build_targets(self):\n        return [%s]\n" % arg
+    try:
+        ast.parse(new)
+    except SyntaxError:
+        return None
+    return new
+
+
+def remove_target(text, target) -> Optional[str]:
+    new = re.sub(r"[\"']%s[\"'],\s*|,\s*[\"']%s[\"'](?=\s*\])" % (re.escape(target), re.escape(target)), "", text)
+    return new if new != text else None
+
+
+def _makefile_var_for(analysis, command):
+    """The Makefile variable whose value names ``command`` (``CXX=/usr/local/bin/g++``)."""
+    from .analyze import COMPILERS, _read, _walk
+    found = []
+    for p in _walk(analysis.root, max_files=2000):
+        if re.match(r"^(GNUmakefile|[Mm]akefile(\.\w+)?)$", os.path.basename(p)):
+            found += re.findall(r"(?m)^\s*([A-Za-z_]\w*)\s*[:?+]?=\s*(\S+)", _read(p))
+    kind = COMPILERS.get(os.path.basename(command).replace("mpi", ""), "cc")
+    if "++" in command or "cxx" in command:
+        kind = "cxx"
+    # the very path first, then the same program named another way
+    for same in (lambda v: v == command, lambda v: os.path.basename(v) == os.path.basename(command)):
+        for var, val in found:
+            if same(val):
+                return var, kind
+    return None, None
+
+
+def _guarding_option(analysis, subdir):
+    """The variant whose option guards ``add_subdirectory(subdir)`` in the CMake files."""
+    from .analyze import _read, _walk
+    options = {v.option: v.name for v in analysis.variants}
+    base = os.path.basename(subdir.rstrip("/"))
+    for p in _walk(analysis.root, max_files=2000):
+        if os.path.basename(p) != "CMakeLists.txt":
+            continue
+        text = _read(p)
+        m = re.search(r"add_subdirectory\s*\(\s*[\"']?[^)\s]*%s\b" % re.escape(base), text)
+        if not m:
+            continue
+        for opt in reversed(re.findall(r"\bif\s*\(\s*(?:\$\{)?(\w+)\}?\s*\)", text[:m.start()])):
+            if opt in options:
+                return options[opt]
+    return None
+
+
+def unfetchable_roots(spec_file, subject):
+    """Names (package and virtuals) of the root's direct dependencies that lead to the package
+    ``subject`` in a concretized spec.json."""
+    try:
+        with open(spec_file) as f:
+            nodes = json.load(f)["spec"]["nodes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    by_hash = {n.get("hash"): n for n in nodes}
+
+    def reaches(node, seen):
+        if node is None or node.get("hash") in seen:
+            return False
+        seen.add(node.get("hash"))
+        if node.get("name") == subject:
+            return True
+        return any(reaches(by_hash.get(e.get("hash")), seen) for e in node.get("dependencies", []))
+    out = []
+    for e in nodes[0].get("dependencies", []):
+        if reaches(by_hash.get(e.get("hash")), set()):
+            out += [e.get("name")] + list((e.get("parameters") or {}).get("virtuals") or [])
+    return out
+
+
+def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> Tuple[Optional[str], List[str]]:
     """Apply every fix the findings call for; (new text or None, descriptions)."""
     done = []
     current = text
@@ -219,6 +359,39 @@ def apply(text, findings, index, analysis=None, source=None) -> Tuple[Optional[s
             exes = analysis.executables or [c.exe for c in analysis.checks]
             new = _install_method(current, exes)
             what = "replaced `make install` by an install() of %s" % (", ".join(exes) or "the build tree")
+        elif f.kind == "required-macro":
+            new = add_macro_variant(current, f.subject)
+            what = "added a variant for -D%s=1|0, which a header requires (%s)" % (f.subject, f.evidence)
+        elif f.kind == "missing-compiler" and analysis is not None:
+            var, kind = _makefile_var_for(analysis, f.subject)
+            if var:
+                new = add_make_argument(current, '"%s={0}".format(%s)' % (
+                    var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc")))
+                what = "passed %s= from Spack's compiler for %s (%s)" % (var, f.subject, f.evidence)
+        elif f.kind == "unknown-target":
+            new = remove_target(current, f.subject)
+            what = "dropped make target %r, which the Makefile does not have" % f.subject
+        elif f.kind in ("missing-subdirectory", "missing-fortran") and analysis is not None:
+            if f.kind == "missing-subdirectory":
+                names_off = [_guarding_option(analysis, f.subject)]
+            else:
+                names_off = [v.name for v in analysis.variants if re.search(r"fortran|zforp|\bf(77|90)\b",
+                                                                            v.name + " " + v.option + " " + v.description, re.I)]
+            for name in filter(None, names_off):
+                cand = set_variant_default(new or current, name, False)
+                if cand:
+                    new = cand
+            what = "turned off variant(s) %s: %s" % (", ".join(filter(None, names_off)), f.evidence)
+        elif f.kind == "unfetchable" and spec_file:
+            roots = set(unfetchable_roots(spec_file, f.subject))
+            off = []
+            for dep, when in declared_dependencies(current):
+                if dep in roots and when and re.match(r"^\+[\w-]+$", when):
+                    cand = set_variant_default(new or current, when[1:], False)
+                    if cand:
+                        new = cand
+                        off.append(when[1:])
+            what = "turned off variant(s) %s: %s cannot be fetched offline" % (", ".join(off), f.subject)
         if new and new != current:
             current = new
             done.append(what)

@@ -103,6 +103,21 @@ def _arg_list(path, section, args):
     return templates.lines(path, section, args="\n".join(templates.render(path, "arg", arg=x) for x in args))
 
 
+def _from_examples(a, examples):
+    """Tags and variant descriptions of the retrieved recipes, for what this tree shares with
+    them (a proxy app's tag; the description of an ``mpi``/``openmp`` variant)."""
+    from .retrieve import tree_features
+    descriptions, tags = {}, []
+    feats = tree_features(a)
+    for ex in examples:
+        for name, desc in re.findall(r"variant\(\s*\"([\w-]+)\"[^)]*?description=\"([^\"]+)\"", ex.text or ""):
+            descriptions.setdefault(name, desc)
+        m = re.search(r"tags\s*=\s*\[([^\]]*)\]", ex.text or "")
+        if m and "proxy-app" in feats and "proxy-app" in m.group(1) and "proxy-app" not in tags:
+            tags.append("proxy-app")
+    return {"descriptions": descriptions, "tags": tags}
+
+
 class RuleGenerator:
     """Deterministic recipe from an analysis; no model needed.
 
@@ -129,6 +144,11 @@ class RuleGenerator:
         else:
             out += t("url", url=_q(source.url))
         out.append("")
+        # what the retrieved examples say the same way: their tags, their variants' wording
+        said = _from_examples(a, examples or ())
+        if said["tags"]:
+            out += t("tags", tags=", ".join(_q(x) for x in said["tags"]))
+            out.append("")
         if a.license:
             out += t("license", license=_q(a.license))
             out.append("")
@@ -137,9 +157,16 @@ class RuleGenerator:
         else:
             out += t("version_sha256", version=_q(a.version), sha256=_q(source.sha256))
         out.append("")
+        subdirs = a.build.get("subdirs") or []
+        if len(subdirs) > 1:
+            out += t("variant_values", name=_q("implementation"), default=_q(a.build["build_directory"]),
+                     values=", ".join(_q(x) for x in subdirs),
+                     description=_q("which of the project's builds (one directory each) to build"))
         if a.variants:
             for v in a.variants:
-                out += t("variant", name=_q(v.name), default=v.default, description=_q(v.description))
+                out += t("variant", name=_q(v.name), default=v.default,
+                         description=_q(said["descriptions"].get(v.name, v.description)))
+        if a.variants or len(subdirs) > 1:
             out.append("")
         langs = [x for x in a.languages if x in ("c", "cxx", "fortran")]
         for lang in langs:
@@ -163,7 +190,7 @@ class RuleGenerator:
             for d in unresolved:
                 out += t("unresolved", name=d.name, source=d.source)
             out.append("")
-        body = getattr(self, "_" + a.build_system)(a)
+        body = self._build_directory(a) + getattr(self, "_" + a.build_system)(a)
         if body:
             out.extend(body)
             out.append("")
@@ -173,9 +200,25 @@ class RuleGenerator:
 
     # -- build-system specifics: recipes/templates/<build system>.py.tmpl ----------------
 
+    def _build_directory(self, a):
+        """Where the build is when it is not at the top: the variant's choice among several."""
+        sub = a.build.get("build_directory")
+        if not sub:
+            return []
+        prop = {"cmake": "root_cmakelists_dir", "autotools": "configure_directory"}.get(a.build_system,
+                                                                                        "build_directory")
+        if len(a.build.get("subdirs") or []) > 1:
+            return templates.lines(PACKAGE, "build_directory", prop=prop) + [""]
+        return templates.lines(PACKAGE, "build_directory_fixed", prop=prop, dir=_q(sub)) + [""]
+
     def _cmake(self, a):
         tmpl = "templates/cmake.py.tmpl"
-        args = [templates.render(tmpl, "variant_arg", option=_q(v.option), variant=_q(v.name)) for v in a.variants]
+        args = []
+        for v in a.variants:
+            if v.kind == "cmake-find":  # an optional find_package(): off means not looked for
+                args.append(templates.render(tmpl, "disable_find_arg", package=v.option, off=_q("~" + v.name)))
+            else:
+                args.append(templates.render(tmpl, "variant_arg", option=_q(v.option), variant=_q(v.name)))
         for extra in a.build.get("extra_args", []):
             args.append(_q(extra))
         if not args:
@@ -214,6 +257,7 @@ class RuleGenerator:
 
     def _makefile(self, a):
         tmpl = "templates/makefile.py.tmpl"
+        where = "self.build_directory" if a.build.get("build_directory") else '"."'
         var = a.build.get("prefix_var")
         make_args = [templates.render(tmpl, "cc")]
         if "cxx" in a.languages:
@@ -223,38 +267,71 @@ class RuleGenerator:
         prefix_arg = None
         if var and var != "DESTDIR":
             prefix_arg = templates.render(tmpl, "prefix_arg", var=var)
+        for var, kind in sorted(a.build.get("compiler_vars", {}).items()):
+            make_args.append(templates.render(tmpl, "compiler_var", var=var,
+                                              compiler={"cc": "spack_cc", "cxx": "spack_cxx", "fc": "spack_fc"}[kind]))
+        for v in a.variants:
+            if v.kind == "make":
+                make_args.append(templates.render(tmpl, "switch_arg", option=v.option, when=_q("+" + v.name)))
         for extra in a.build.get("extra_args", []):
             make_args.append(_q(extra))
-        lines = templates.lines(tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else [])))
+        lines = []
+        if a.build.get("makefile_template"):
+            lines += templates.lines(tmpl, "edit_template", template=_q(a.build["makefile_template"]),
+                                     where=where) + [""]
+        lines += templates.lines(tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else [])))
         lines.append("")
         if a.build.get("has_install") and prefix_arg:
             lines += templates.lines(tmpl, "install_targets", args=", ".join(make_args + [prefix_arg]))
         elif a.build.get("has_install") and var == "DESTDIR":
             lines += templates.lines(tmpl, "install_targets_destdir", args=", ".join(make_args))
         else:
+            # no install rule: what the build makes, where a user looks for it (bin/, lib/,
+            # include/), never the build tree copied whole
             exes = a.executables or []
-            lines += templates.lines(tmpl, "install")
-            for exe in exes:
-                lines += templates.lines(tmpl, "install_program", exe=_q(exe))
-            if not exes:
-                lines += templates.lines(tmpl, "install_tree", name=_q(a.name))
+            lines += templates.lines(tmpl, "install_in_build_directory", where=where)
+            if exes:
+                lines += templates.lines(tmpl, "install_programs_in", exes=", ".join(_q(e) for e in exes))
+            if not exes or a.build.get("own_names"):
+                lines += templates.lines(tmpl, "install_libraries_in", include_dir=_q(a.build.get("include_dir", ".")))
         return lines
 
     def _python(self, a):
         return []
 
     def _tests(self, a):
+        """Stand-alone tests ``spack test run`` runs: the project's own check of an installed
+        program; else each program run with the flag its source answers (``--version``,
+        ``--help``, else ``-h``); for a library, a program compiled and linked against it."""
         lines = []
         used = set()
-        for c in a.checks:
-            if c.exe not in a.executables:
-                continue
-            name = "test_" + re.sub(r"\W+", "_", c.exe).strip("_")
+
+        def method(base):
+            name = "test_" + re.sub(r"\W+", "_", base).strip("_")
             while name in used:
                 name += "_again"
             used.add(name)
+            return name
+
+        checked = set()
+        for c in a.checks:
+            if c.exe not in a.executables:
+                continue
+            checked.add(c.exe)
             argtext = ", ".join(_q(x) for x in c.args)
-            lines += templates.lines(PACKAGE, "test", method=name, exe=c.exe, exe_literal=_q(c.exe), args=argtext)
+            lines += templates.lines(PACKAGE, "test", method=method(c.exe), exe=c.exe, exe_literal=_q(c.exe),
+                                     args=argtext)
+            lines.append("")
+        if not checked:
+            for exe in a.executables[:2]:
+                flag = a.build.get("cli_flag", "-h")
+                lines += templates.lines(PACKAGE, "test_runs", method=method(exe + "_" + flag.strip("-")), exe=exe,
+                                         exe_literal=_q(exe), args=_q(flag))
+                lines.append("")
+        lib, header = a.build.get("test_library"), a.build.get("test_header")
+        if lib and header and not checked:
+            header = header.rsplit("/", 1)[-1]
+            lines += templates.lines(PACKAGE, "test_link", lib=lib, header=header, header_literal=_q(header))
             lines.append("")
         return lines
 

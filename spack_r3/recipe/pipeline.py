@@ -38,6 +38,8 @@ class RecipeRequest:
     spack_root: Optional[str] = None
     initial_text: Optional[str] = None   # start refining from this recipe instead of generating
     layout: Optional[str] = None         # force v1/v2 (default: detected)
+    # recipes retrieval must not show as examples (a benchmark leaves out the package's own)
+    exclude_examples: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -137,7 +139,8 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
         ", ".join(sorted({d.spack for d in analysis.spack_dependencies()})) or "none"))
 
     # 3. similar recipes
-    examples = similar(index, analysis, request.examples) if request.examples > 0 else []
+    examples = similar(index, analysis, request.examples, exclude=set(request.exclude_examples)) \
+        if request.examples > 0 else []
     result.examples = [e.summary() for e in examples]
     with open(os.path.join(recipe_dir, "examples.json"), "w") as f:
         json.dump(result.examples, f, indent=1)

@@ -112,7 +112,8 @@ class Refiner:
             att.findings = [asdict(f) for f in findings]
             new_text = None
             if generator.how.startswith("rule"):
-                new_text, att.fixes = fixes.apply(text, findings, self.index, analysis, source)
+                new_text, att.fixes = fixes.apply(text, findings, self.index, analysis, source,
+                                                  os.path.join(att.directory, "spec.json"))
             self._save(att)
             self.progress("attempt %d: %s%s" % (number, att.outcome,
                           (" -> " + "; ".join(att.fixes)) if att.fixes else ""))

@@ -68,12 +68,31 @@ def _jaccard(a, b):
 
 
 LANG_DEPS = {"c", "cxx", "fortran"}
+FEATURES = {"c", "cxx", "fortran", "mpi", "openmp", "cuda", "rocm", "python"}
+
+
+def tree_features(analysis):
+    """What the tree uses, in the terms recipes show it: languages, MPI, OpenMP, CUDA, Python,
+    and the proxy-app tag where its README calls it a proxy or mini app."""
+    out = set(x for x in analysis.languages if x in FEATURES)
+    names = {v.name for v in analysis.variants} | {d.spack or "" for d in analysis.dependencies}
+    out |= names & FEATURES
+    if re.search(r"\b(proxy|mini)[- ]?app", analysis.description, re.I) or \
+            re.search(r"(openmp|cuda|mpi)", " ".join(analysis.build.get("subdirs") or []), re.I):
+        out.add("proxy-app")
+    return out
+
+
+def recipe_features(info):
+    out = (set(info.dependencies) | set(info.variants)) & FEATURES
+    return out
 
 
 def similar(index, analysis, k=3, exclude=()) -> List[Example]:
     """The k recipes most like what the analysis describes."""
     deps = {d.spack for d in analysis.spack_dependencies()}
     variants = {v.name for v in analysis.variants}
+    feats = tree_features(analysis)
     query = _tokens(" ".join([analysis.name, analysis.description, analysis.build_system]
                              + sorted(deps) + sorted(variants)))
     scored = []
@@ -83,7 +102,8 @@ def similar(index, analysis, k=3, exclude=()) -> List[Example]:
         bs = 1.0 if analysis.build_system in info.build_systems else 0.0
         dj = _jaccard(deps, info.dependencies - LANG_DEPS) if deps else 0.0
         vj = _jaccard(variants, info.variants) if variants else 0.0
-        scored.append([2.0 * bs + dj + 0.5 * vj, bs, dj, vj, name, info])
+        fj = _jaccard(feats - {"proxy-app"}, recipe_features(info)) if feats else 0.0
+        scored.append([2.0 * bs + dj + 0.5 * vj + fj, bs, dj, vj, name, info])
     scored.sort(key=lambda x: -x[0])
     # text similarity breaks ties among the structurally best candidates
     head = scored[:max(50, k * 10)]
@@ -91,6 +111,8 @@ def similar(index, analysis, k=3, exclude=()) -> List[Example]:
         text = row[5].text()
         row.append(_cosine(query, _tokens(text)))
         row.append(text)
+        if "proxy-app" in feats and re.search(r"tags\s*=\s*\[[^\]]*proxy-app", text):
+            row[0] += 0.5  # an HPC proxy app like this one
     head.sort(key=lambda r: (-(r[0] + 0.25 * r[6]), r[4]))
     out = []
     for score, bs, dj, vj, name, info, ts, text in head[:k]:

@@ -1,0 +1,185 @@
+"""The shapes of real source trees the recipe stage meets (issue 48), without Spack processes:
+builds in subdirectories, versions that are macros, optional dependencies behind options,
+language and feature variants, stand-alone tests, installs that put programs in bin/, the
+diagnostics the refine loop turns into changes, and retrieval by what a tree uses. The trees
+are our own (tests/trees/r3t-subdirs, or written here); tests/test_recipe_spack.py installs
+r3t-subdirs with a real Spack."""
+
+import json
+import os
+
+import pytest
+
+from spack_r3.recipe import fixes, names
+from spack_r3.recipe.analyze import analyze
+from spack_r3.recipe.generate import RuleGenerator
+from spack_r3.recipe.retrieve import similar
+from spack_r3.recipe.source import Source
+from spack_r3.recipe.validate import validate
+from spack_r3.spack import repos
+
+TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trees")
+
+
+@pytest.fixture(scope="module")
+def index(spack_root):
+    builtin = repos.open_repo(os.path.join(spack_root, "var", "spack", "repos", "builtin"))
+    return repos.PackageIndex([builtin])
+
+
+def _recipe(a):
+    src = Source(tree=a.root, url="file:///tmp/%s-1.0.tar.gz" % a.name, sha256="a" * 64, origin=a.root)
+    text = RuleGenerator().generate(a, src)
+    assert validate(text).ok, validate(text).reasons
+    return text
+
+
+def _write(root, files):
+    for rel, text in files.items():
+        path = os.path.join(str(root), rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    return str(root)
+
+
+def test_builds_in_subdirectories_are_a_variant(index):
+    a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
+    names.resolve(a, index)
+    # no build at the top: one per programming model; the CPU one is the default
+    assert a.build_system == "makefile" and a.build["build_directory"] == "serial"
+    assert a.build["subdirs"] == ["cuda", "serial"]
+    # the Makefile's yes/no switches are variants, as the project defaults them (DEBUG is not one)
+    assert [(v.name, v.default, v.kind) for v in a.variants] == [("openmp", True, "make"), ("mpi", False, "make")]
+    # the MPI compiler wrapper under ifeq ($(MPI),yes) is a dependency behind +mpi only
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("mpi", "+mpi")}
+    assert a.build["compiler_vars"] == {"LINKER": "cc"}  # a compiler named by path
+    assert a.executables == ["stencil"] and a.build["cli_flag"] == "-h"
+    text = _recipe(a)
+    assert 'variant("implementation", default="serial", values=("cuda", "serial"), multi=False' in text
+    assert 'return self.spec.variants["implementation"].value' in text
+    assert '"LINKER={0}".format(spack_cc)' in text and '"MPI={0}".format("yes" if self.spec.satisfies("+mpi")' in text
+    assert 'depends_on("c", type="build")' in text and 'depends_on("mpi", when="+mpi")' in text
+    # installed where a user looks for it, from the build directory; a stand-alone test runs it
+    assert 'with working_dir(self.build_directory):' in text and 'install(exe, prefix.bin)' in text
+    assert "prefix.share" not in text
+    assert 'def test_stencil_h(self):' in text and 'fail_on_error=False' in text
+
+
+def test_versions_that_are_macros_resolve_or_fall_back(tmp_path):
+    cm = _write(tmp_path / "cm", {
+        "CMakeLists.txt": 'set(LIBQ_V "${LIBQ_VERSION_MAJOR}.${LIBQ_VERSION_MINOR}.${LIBQ_VERSION_PATCH}")\n'
+                          "project(libq VERSION ${LIBQ_V} LANGUAGES C)\nadd_library(q q.c)\n",
+        "include/libq/version.h": "#define LIBQ_VERSION_MAJOR 1\n#define LIBQ_VERSION_MINOR 4\n"
+                                  "#define LIBQ_VERSION_PATCH 2\n",
+        "q.c": "int q(void) { return 0; }\n"})
+    assert analyze(cm, "libq").version == "1.4.2"
+    at = _write(tmp_path / "at", {
+        "configure.ac": "AC_INIT([libr], m4_normalize(m4_include([VERSION])), [x@example.org])\nAC_PROG_CC\n",
+        "VERSION": "3.1.0\n", "configure": "#!/bin/sh\n", "r.c": "int r;\n"})
+    assert analyze(at, "libr").version == "3.1.0"
+    bad = _write(tmp_path / "bad", {"CMakeLists.txt": "project(s VERSION ${NOWHERE})\n", "s.c": "int s;\n"})
+    a = analyze(bad, "s")
+    assert a.version == "1.0.0" and any("${NOWHERE}" in n for n in a.notes)  # never the raw macro
+
+
+def test_optional_dependencies_stay_behind_variants(tmp_path, index):
+    root = _write(tmp_path / "opt", {
+        "CMakeLists.txt": "project(optlib VERSION 2.0 LANGUAGES C)\n"
+                          'option(OPTLIB_PYTHON "python bindings" ON)\noption(OPTLIB_BENCH "benchmarks" ON)\n'
+                          "find_package(Doxygen)\nfind_package(OpenMP)\nfind_package(ZLIB REQUIRED)\n"
+                          "add_library(optlib optlib.c)\n"
+                          "if(OPTLIB_PYTHON)\n  add_subdirectory(python)\nendif()\n"
+                          "if(OPTLIB_BENCH)\n  add_subdirectory(extern/gbench)\nendif()\n",
+        "python/CMakeLists.txt": "find_package(Python3 REQUIRED)\n",
+        "optlib.c": "int optlib(void) { return 0; }\n", "include/optlib.h": "int optlib(void);\n"})
+    os.makedirs(os.path.join(root, "extern", "gbench"))  # an empty submodule directory
+    a = analyze(root, "optlib")
+    names.resolve(a, index)
+    deps = {(d.spack, d.when) for d in a.spack_dependencies()}
+    # a subproject's dependency is behind the option that adds it; an optional find_package()
+    # is a variant (documentation tools off); a required one stays unconditional
+    assert ("python", "+python") in deps and ("doxygen", "+docs") in deps and ("zlib-api", None) in deps
+    v = {x.name: (x.default, x.kind) for x in a.variants}
+    assert v["openmp"] == (True, "cmake-find") and v["docs"][0] is False
+    assert v["bench"][0] is False and any("extern/gbench is missing" in n for n in a.notes)
+    text = _recipe(a)
+    assert 'self.define("CMAKE_DISABLE_FIND_PACKAGE_Doxygen", self.spec.satisfies("~docs"))' in text
+    # a library gets a stand-alone test that compiles and links against it
+    assert "def test_link(self):" in text and "#include <optlib.h>" in text
+
+
+def test_a_makefile_switch_guards_its_libraries(tmp_path):
+    root = _write(tmp_path / "mk", {
+        "Makefile": "AML = no\nprogram = sim\n$(program): sim.c\n\t$(CC) sim.c -o $@ $(LDFLAGS)\n"
+                    "ifeq ($(AML),yes)\n  LDFLAGS += -laml\nelse\n  LDFLAGS += -lm\nendif\n",
+        "sim.c": 'int main(int c, char **v) { return c > 1 && v[1][0] == \'-\' ? 0 : 1; } /* "--version" */\n'})
+    a = analyze(root, "sim")
+    assert [(d.name, d.when) for d in a.dependencies] == [("aml", "+aml"), ("m", "~aml")]
+    assert a.executables == ["sim"] and a.build["cli_flag"] == "--version"
+
+
+def test_diagnostics_become_changes(tmp_path):
+    a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
+    text = _recipe(a)
+    log = ("stencil.h:4:3: error: #error \"You should specify R3T_MPI=0 or R3T_MPI=1 on the compile line\"\n"
+           "make: /opt/vendor/bin/gcc: No such file or directory\n"
+           "make: *** No rule to make target 'allmost'.  Stop.\n")
+    found = {(f.kind, f.subject) for f in fixes.diagnose(log)}
+    assert {("required-macro", "R3T_MPI"), ("missing-compiler", "/opt/vendor/bin/gcc"),
+            ("unknown-target", "allmost")} <= found
+    new, done = fixes.apply(text, fixes.diagnose(log.splitlines()[0]), None, a)
+    assert 'variant("r3t_mpi", default=False' in new and "def flag_handler(self, name, flags):" in new
+    assert '"-DR3T_MPI={0}".format(1 if self.spec.satisfies("+r3t_mpi") else 0)' in new and validate(new).ok
+    assert done and "R3T_MPI" in done[0]
+    # a compiler named by path: the variable that names it gets Spack's compiler
+    plain = text.replace('"LINKER={0}".format(spack_cc), ', "")
+    new, done = fixes.apply(plain, fixes.diagnose(log.splitlines()[1]), None, a)
+    assert '"LINKER={0}".format(spack_cc)' in new and validate(new).ok
+    # a goal the recipe asked for that the Makefile lacks is dropped
+    asked = text.replace('return ["CC={0}"', 'return ["allmost", "CC={0}"')
+    new, _ = fixes.apply(asked, fixes.diagnose(log.splitlines()[2]), None, a)
+    assert '"allmost"' not in new and validate(new).ok
+
+
+def test_a_missing_submodule_and_an_unfetchable_dependency_turn_variants_off(tmp_path, index):
+    root = _write(tmp_path / "sub", {
+        "CMakeLists.txt": 'project(subx VERSION 1.0 LANGUAGES C)\noption(SUBX_BENCH "benchmarks" ON)\n'
+                          'option(SUBX_MPI "MPI" ON)\nif(SUBX_MPI)\n  find_package(MPI REQUIRED)\nendif()\n'
+                          "if(SUBX_BENCH)\n  add_subdirectory(thirdparty/gbench)\nendif()\nadd_executable(subx s.c)\n",
+        "s.c": "int main(void) { return 0; }\n"})
+    a = analyze(root, "subx")
+    names.resolve(a, index)
+    a.variants[0].default = True  # as a recipe written before the submodule went missing
+    text = _recipe(a)
+    diag = ('CMake Error at CMakeLists.txt:7 (add_subdirectory):\n  add_subdirectory given source\n'
+            '  "thirdparty/gbench" which is not an existing directory.\n')
+    new, done = fixes.apply(text, fixes.diagnose(diag), None, a)
+    assert 'variant("bench", default=False' in new and done
+    # offline, MPI's implementation cannot be fetched: the variant that wants it goes off
+    spec = {"spec": {"nodes": [
+        {"name": "subx", "hash": "r", "dependencies": [
+            {"name": "openmpi", "hash": "o", "parameters": {"deptypes": ["build", "link"], "virtuals": ["mpi"]}}]},
+        {"name": "openmpi", "hash": "o", "dependencies": [{"name": "hwloc", "hash": "h", "parameters": {}}]},
+        {"name": "hwloc", "hash": "h"}]}}
+    specfile = tmp_path / "spec.json"
+    specfile.write_text(json.dumps(spec))
+    out = ("==> Error: FetchError: All fetchers failed for spack-stage-hwloc-2.11.1-"
+           "abcdefghijklmnopqrstuvwxyz012345\n")
+    assert [f.kind for f in fixes.diagnose(out)] == ["unfetchable"]
+    new, done = fixes.apply(new, fixes.diagnose(out), None, a, spec_file=str(specfile))
+    assert 'variant("mpi", default=False' in new and "hwloc" in done[0]
+
+
+def test_retrieval_ranks_by_what_the_tree_uses(index):
+    a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
+    names.resolve(a, index)
+    ex = similar(index, a, 3)
+    # a C proxy app with MPI and OpenMP: the examples are recipes of that kind, which say so
+    assert all("mpi" in index.recipes[e.name].dependencies for e in ex), [e.name for e in ex]
+    assert all("proxy-app" in e.text for e in ex)
+    left_out = similar(index, a, 3, exclude={ex[0].name})
+    assert ex[0].name not in [e.name for e in left_out]
+    text = RuleGenerator().generate(a, Source(tree=a.root, url="file:///x.tar.gz", sha256="a" * 64,
+                                              origin=a.root), examples=ex)
+    assert 'tags = ["proxy-app"]' in text and validate(text).ok
