@@ -219,3 +219,36 @@ def test_r3_apply_builds_the_tuned_region_into_the_device_image(tmp_path, offloa
 
     untuned = build_and_run(dict(os.environ))
     assert build_and_run(env).strip() == "teams 3" != untuned.strip()
+
+
+def test_a_timed_build_reports_each_region_as_the_check_reads_it(tmp_path, offload_run):
+    """The +r3 check's timed builds (R3_APPLY_PROBES=1) link the offload runtime, whose
+    profile gives each region's time under its function and line, whatever copy of the
+    source built it: what the check pairs with the plan's kernels."""
+    import shutil
+    import sys
+
+    from spack_r3.emit.apply import planned_symbol
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+    from spack_r3.spack.check import _kernel_times
+
+    src = tmp_path / "src"
+    shutil.copytree(DEMO, src)
+    recorded_name = "__omp_offloading_fe00_1234ab_jacobi_step_l8"  # as another copy of jacobi.c named it
+    assert planned_symbol(recorded_name) == "jacobi_step_l8" == planned_symbol("jacobi_step_l8")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(Plan("any", [PlannedUnit("jacobi.c", [
+        PlannedKernel(recorded_name, {"opt": "3"}, {"num_teams": 1})])]).to_json()))
+    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+    env = dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1")
+    built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
+                           cwd=src, env=env, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    out = tmp_path / "timed"
+    ran = subprocess.run(offload_run + "./heat 64 20", shell=True, cwd=src, capture_output=True, text=True,
+                         env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"))
+    assert ran.returncode == 0 and "PASSED" in ran.stdout, ran.stdout + ran.stderr
+    times = _kernel_times(str(out))
+    assert times["jacobi_step_l8"].calls == 20 and times["jacobi_step_l8"].seconds > 0
+    assert times["residual2_l25"].calls == 2
+    assert not list(out.glob("captures/*"))  # timed, never captured

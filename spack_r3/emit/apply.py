@@ -258,8 +258,12 @@ def _guard_reporter(compiler, kernels, tmp):
 
 def planned_symbol(name):
     """The plan's name of a kernel that a tuned build renamed (a ``static`` kernel gets a
-    shared name ``<name>.r3.<tag>``): what a timed run's profile calls it."""
-    return re.sub(r"\.r3\.[0-9a-f]{8}$", "", name)
+    shared name ``<name>.r3.<tag>``): what a timed run's profile calls it. An offload
+    region is its function and line (``record.offload.region_key``): each copy of the
+    source (the record's, a Spack stage) names it with that copy's own file ids."""
+    from ..record.offload import region_key
+
+    return region_key(re.sub(r"\.r3\.[0-9a-f]{8}$", "", name))
 
 
 def _bitcode(compiler, text, tmp):

@@ -38,7 +38,7 @@ def build_unit(line, source, obj, unit, run, apply_error):
     from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
-    from .apply import declare_only
+    from .apply import _bitcode, declare_only
 
     init_llvm()
     compiler = line.compiler
@@ -46,15 +46,13 @@ def build_unit(line, source, obj, unit, run, apply_error):
     kernels = [k["symbol"] for k in unit["kernels"]]
     target = offload_targets(line.args)[0]
     with tempfile.TemporaryDirectory(prefix="r3-apply-offload-") as tmp:
-        dev_bc = os.path.join(tmp, "device.bc")
+        dev_ll = os.path.join(tmp, "device.ll")
         run([compiler] + device_compile_args(line) + defines
-            + ["--offload-device-only", "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", dev_bc],
+            + ["--offload-device-only", "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", dev_ll],
             "the unit's device IR")
-        import llvmlite.binding as llvm
-
-        with open(dev_bc, "rb") as f:
-            bitcode = f.read()
-        text = str(llvm.parse_bitcode(bitcode))
+        with open(dev_ll) as f:
+            text = f.read()  # clang's own text: the rest is compiled by it (llvmlite prints a newer IR)
+        bitcode = _bitcode(compiler, text, tmp)
         # the plan's regions by function and line: this copy of the source has its own file ids
         here = {region_key(n): n for n in re.findall(r'^@"?\.offloading\.entry\.([-\w.$]+)"? = ', text, re.M)}
         missing = [k for k in kernels if region_key(k) not in here]

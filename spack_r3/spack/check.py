@@ -196,10 +196,11 @@ def check_kernels(site, emitted, spec, run, base, pairs, timeout, say):
     out = []
     for unit in emitted.plan.units:
         for k in unit.kernels:
-            pairs_seen = [(u[k.symbol], t[k.symbol]) for u, t in zip(times["~r3+r3probes"], times["+r3+r3probes"])
-                          if k.symbol in u and k.symbol in t and t[k.symbol].seconds > 0]
+            key = planned_symbol(k.symbol)  # (an offload region: its function and line)
+            pairs_seen = [(u[key], t[key]) for u, t in zip(times["~r3+r3probes"], times["+r3+r3probes"])
+                          if key in u and key in t and t[key].seconds > 0]
             if not pairs_seen:
-                called = any(k.symbol in u for u in times["~r3+r3probes"])
+                called = any(key in u for u in times["~r3+r3probes"])
                 say("%s: %s" % (k.symbol, "called only by other tuned kernels (as their own copies)" if called
                                 else "not called in the timed runs"))
                 continue
