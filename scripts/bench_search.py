@@ -31,8 +31,18 @@ Writes bench/search.json:
   throughput: {workers_1, workers_2} evaluations per minute (medians of rounds), and their ratio
               (median of the rounds' ratios, with ratio_min/ratio_max)
 
+  specialization: (``--specialize``) argument specialization on and off at the same budget: each
+              kernel recorded with 3 instances, whose space offers specializations (recorded-constant
+              integer arguments feeding a bound, stride or branch: replay/specialize.py), searched by
+              the Bayesian search twice, with and without the ``specialize`` setting, both confirmed
+              side by side; per kernel on/off {best_speedup, speedup_min/max, winner, specialized},
+              offered, verdict (on vs off, as above) and ratio ("point [low-high]"); the demos
+              and bench/spec's PolyBench-shaped kernels with run-time sizes. Kept apart from the
+              rest of the file (a run of either leaves the other's section as it was).
+
 Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--out bench/search.json]
        scripts/bench_search.py --rejudge   (the verdicts of bench/search.json again, from its pairs)
+       scripts/bench_search.py --specialize [--budget 16] [--demos dense,spec]
 """
 
 import argparse
@@ -66,6 +76,9 @@ from spack_r3.workspace import Workspace  # noqa: E402
 # Runs sized so that one kernel call takes about 1-20 ms: long enough to time, short
 # enough for 300 evaluations per kernel.
 DEMOS = {"heat": "./heat 512 60", "cg": "./cg", "nbody": "./nbody 800 4", "dense": "./dense 160 1"}
+# PolyBench-shaped kernels of our own whose sizes are run-time arguments (--specialize only)
+SPEC_KERNELS = {"spec": (os.path.join(ROOT, "bench", "spec"), "./spec 1000 1000 3")}
+SPEC_MIN_SHARE = 0.05  # (spec's matrix-vector product is a tenth of its run)
 TOLERANCE = 1e-9  # the demos' FP tolerance: fast-math and FMA changes are searched within it
 MIN_SHARE = 0.15
 
@@ -210,12 +223,96 @@ def throughput(ws, store, target, budget, seed, reps=3):
             "rounds": {"workers_1": rates[1], "workers_2": rates[2]}}
 
 
-def write(args, kernels, thr=None, throughput_kernel=None):
-    result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
-              "kernels": kernels, "throughput": thr, "throughput_kernel": throughput_kernel}
+def write(args, kernels, thr=None, throughput_kernel=None, specialization=None):
+    """``args.out`` with these results; the part not measured (the specialization section,
+    or the rest) as the file had it."""
+    try:
+        with open(args.out) as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        before = {}
+    if specialization is not None:
+        result = dict(before, specialization=specialization)
+    else:
+        result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
+                  "kernels": kernels, "throughput": thr, "throughput_kernel": throughput_kernel}
+        if "specialization" in before:
+            result["specialization"] = before["specialization"]
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def bench_specialize(pool, store, target, budget, seed, demo):
+    """The Bayesian search with and without argument specialization at the same budget,
+    both confirmed side by side (the two best of each, raced); None when the kernel offers no specialization."""
+    facts = kernel_facts(target, pool.cores_per_worker)
+    if not facts.specialize:
+        return None
+    entry = {"kernel": target.kernel, "demo": demo, "share": target.share,
+             "offered": [label for label, _ in facts.specialize]}
+    searches = []
+    for name, space in (("on", Space(facts)), ("off", Space(replace(facts, specialize=())))):
+        t = replace(target, source_variant="specialize-" + name)  # a study of its own
+        study = Study(store, t, space, sampler="tpe", seed=seed, pairs=5)
+        study.run(pool.servers, budget)
+        searches.append((name, t, study))
+    confirmed = confirm_searches(pool.servers, [(t, s, contenders(s, 2)) for _, t, s in searches], 2, rounds=3,
+                                 pairs=11, progress=say)
+    for (name, t, study), conf in zip(searches, confirmed):
+        result = kernel_result(t, study, conf)
+        summary = search_summary(study, result, conf)
+        entry[name] = {k: summary[k] for k in ("best_speedup", "speedup_min", "speedup_max", "evaluations",
+                                              "search_best", "winner", "relaxes_fp", "confirm_rounds")}
+        entry[name]["specialized"] = result.specialized
+    entry["verdict"] = verdict(entry["on"], entry["off"])
+    entry["ratio"] = ratio_text(entry["on"], entry["off"])
+    return entry
+
+
+def run_specialize(args):
+    """``--specialize``: the specialization section of ``args.out``."""
+    ws = Workspace(tempfile.mkdtemp(prefix="bench-specialize-"))
+    store = storage(ws)
+    targets, none_offered = [], []
+    for demo in args.demos.split(","):
+        source, run = SPEC_KERNELS.get(demo) or (os.path.join(ROOT, "repos", "r3", "sources", demo), DEMOS[demo])
+        say("%s: recording %s (3 instances)" % (demo, run))
+        rec = record(ws, source, run, instances=3, tolerance=TOLERANCE)
+        targets += [(demo, t) for t in plan_targets(ws, rec.captures, min_share=SPEC_MIN_SHARE).targets]
+    kernels = []
+    section = {"budget": args.budget, "seed": args.seed, "tolerance": TOLERANCE, "instances": 3,
+               "machine_cpus": len(os.sched_getaffinity(0)), "workers": args.workers,
+               "notes": "A short run: the Bayesian search at a small budget with and without the specialize "
+                        "setting, seed %d, the two best of each confirmed side by side (3 rounds of 11 pairs). The machine has 2 "
+                        "cores, shared with 4 other engineers' builds and tests while this ran: spreads are "
+                        "wide, and a verdict is 'better' or 'worse' only where the paired ratio's 95%% interval "
+                        "excludes 1 by more than 1%%." % args.seed,
+               "kernels": kernels, "offered_nothing": none_offered}
+    with ReplayPool(args.workers) as pool:
+        for demo, target in targets:
+            say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
+                                                                         args.budget))
+            entry = bench_specialize(pool, store, target, args.budget, args.seed, demo)
+            if entry is None:
+                none_offered.append("%s: %s" % (demo, target.kernel))
+                say("  nothing to specialize")
+            else:
+                kernels.append(entry)
+            write(args, None, specialization=section)  # what is finished is kept if it is cut short
+    print_specialization(section)
+    print("wrote %s" % args.out)
+
+
+def print_specialization(section):
+    print(table(["demo", "kernel", "offered", "on", "specialized", "off", "on/off", "verdict"],
+                [[k["demo"], cxxnames.display(k["kernel"]), len(k["offered"]) - 1,
+                  "%.2fx [%.2f-%.2f]" % (k["on"]["best_speedup"], k["on"]["speedup_min"], k["on"]["speedup_max"]),
+                  ",".join(k["on"]["specialized"]) or "-",
+                  "%.2fx [%.2f-%.2f]" % (k["off"]["best_speedup"], k["off"]["speedup_min"], k["off"]["speedup_max"]),
+                  k["ratio"], k["verdict"]] for k in section["kernels"]]))
+    if section["offered_nothing"]:
+        print("offered nothing: " + ", ".join(section["offered_nothing"]))
 
 
 def print_tables(kernels, thr):
@@ -247,7 +344,13 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search.json"))
     ap.add_argument("--rejudge", action="store_true",
                     help="measure nothing: recompute the verdicts of --out from the pairs it holds")
+    ap.add_argument("--specialize", action="store_true",
+                    help="only argument specialization on and off (--demos default: dense,spec)")
     args = ap.parse_args()
+    if args.specialize:
+        if args.demos == ",".join(DEMOS):
+            args.demos = "dense,spec"
+        return run_specialize(args)
     if args.rejudge:
         with open(args.out) as f:
             result = json.load(f)

@@ -137,10 +137,13 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
     else:
         predicted, shares_from = recorded, "recorded run"
     measured = statistics.median(ratios)
+    guards = guard_counts(emitted.plan, guard_log)
+    for g in guards:
+        say("%s: its guard matched the recorded arguments in %d of %d calls" % (g["kernel"], g["hits"], g["calls"]))
     return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
                     statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
                     fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run, kernels,
-                    kernels_error, shares_from, recorded, guard_counts(emitted.plan, guard_log))
+                    kernels_error, shares_from, recorded, guards)
 
 
 def guard_counts(plan, log):
