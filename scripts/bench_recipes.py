@@ -143,7 +143,7 @@ def main(argv=None):
               "variants %d/%d" % (rs["installed"], rs["trees"], rs["tested"], rs["mean_attempts"],
                                   *rs["required_dependencies_matched"], *rs["dependencies_matched"],
                                   *rs["variants_matched"]))
-    print("install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
+    print(("test trees: " if rows else "no test trees: ") + "install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
         100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out))
     return 0 if (summary["install_rate"] == 1.0 or not rows) else 1
 

@@ -183,3 +183,21 @@ def test_retrieval_ranks_by_what_the_tree_uses(index):
     text = RuleGenerator().generate(a, Source(tree=a.root, url="file:///x.tar.gz", sha256="a" * 64,
                                               origin=a.root), examples=ex)
     assert 'tags = ["proxy-app"]' in text and validate(text).ok
+
+
+def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
+    """The shape of a proxy app whose build directories hold only a Makefile template, where
+    CC is MPI's wrapper for every build and an ON/OFF switch says whether MPI is used."""
+    root = _write(tmp_path / "md", {
+        "src-omp/Makefile.vanilla": "DO_MPI = ON\nCC = mpicc\nCFLAGS = -O2\nifeq ($(DO_MPI), ON)\n"
+                                    "CFLAGS += -DDO_MPI\nendif\nmd: md.c\n\t$(CC) $(CFLAGS) md.c -o md\n",
+        "src-omp/md.c": "int main(void) { return 0; }\n"})
+    a = analyze(root, "md")
+    names.resolve(a, index)
+    assert a.build["build_directory"] == "src-omp" and a.build["makefile_template"] == "Makefile.vanilla"
+    assert [(v.name, v.default) for v in a.variants] == [("mpi", True)]
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("mpi", "+mpi")}
+    text = _recipe(a)
+    assert 'copy("Makefile.vanilla", "Makefile")' in text
+    assert '"CC={0}".format(self.spec["mpi"].mpicc if self.spec.satisfies("+mpi") else spack_cc)' in text
+    assert '"DO_MPI={0}".format("ON" if self.spec.satisfies("+mpi") else "OFF")' in text

@@ -134,7 +134,7 @@ def variant_name(option, prefixes=()):
         if p and name.upper().startswith(p.upper() + "_") and len(name) > len(p) + 1:
             name = name[len(p) + 1:]
             break
-    name = re.sub(r"^(WITH|ENABLE|USE|BUILD)_", "", name, flags=re.I)
+    name = re.sub(r"^(WITH|ENABLE|USE|BUILD|DO|HAVE)_", "", name, flags=re.I)
     name = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
     return name or option.lower()
 
@@ -785,6 +785,8 @@ COMPILERS = {"gcc": "cc", "cc": "cc", "clang": "cc", "icc": "cc", "icx": "cc", "
              "xlc++": "cxx", "pgc++": "cxx", "nvc++": "cxx", "gfortran": "fc", "ifort": "fc", "ifx": "fc",
              "flang": "fc", "f77": "fc", "f90": "fc", "f95": "fc", "pgfortran": "fc", "nvfortran": "fc"}
 # yes/no switches of a Makefile that are about how, not what, it builds: not variants
+SWITCH_VALUES = {"yes": ("yes", "no"), "no": ("yes", "no"), "on": ("on", "off"), "off": ("on", "off"),
+                 "true": ("true", "false"), "false": ("true", "false")}
 MAKE_SWITCHES_NOT_VARIANTS = {"optimize", "debug", "profile", "verbose", "quiet", "static", "v"}
 
 
@@ -853,8 +855,12 @@ def analyze_makefile(a: Analysis):
         m = MAKE_VAR_RE.match(line) if not line.startswith("\t") else None
         if m and m.group(1) not in mvars:
             mvars[m.group(1)] = m.group(2)
-            if depth == 0 and m.group(2).lower() in ("yes", "no") and m.group(1).isupper():
-                switches[m.group(1)] = m.group(2).lower() == "yes"
+            if depth == 0 and m.group(2).lower() in SWITCH_VALUES and m.group(1).isupper():
+                switches[m.group(1)] = m.group(2).lower() in ("yes", "on", "true")
+                # the spelling the Makefile compares with: yes/no, ON/OFF, true/false
+                on, off = SWITCH_VALUES[m.group(2).lower()]
+                a.build.setdefault("switch_values", {})[m.group(1)] = \
+                    [on.upper(), off.upper()] if m.group(2).isupper() else [on, off]
     m = re.search(r"(?m)^\s*VERSION\s*[:?]?=\s*([\w.+-]+)", text)
     if m:
         a.version = m.group(1)
@@ -877,7 +883,8 @@ def analyze_makefile(a: Analysis):
     for var, default in switches.items():
         if var.lower() in MAKE_SWITCHES_NOT_VARIANTS:
             continue
-        a.variants.append(Variant(variant_name(var), default, "Build with %s=yes" % var, var, "make"))
+        on = a.build.get("switch_values", {}).get(var, ["yes"])[0]
+        a.variants.append(Variant(variant_name(var), default, "Build with %s=%s" % (var, on), var, "make"))
     kept = {v.option for v in a.variants}
     conds = []
     libs = {}
@@ -905,8 +912,13 @@ def analyze_makefile(a: Analysis):
         a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when,
                                          system=lib in SYSTEM_LIBS))
     if uses_mpi_wrapper is not None:
+        if not uses_mpi_wrapper and any(v.name == "mpi" for v in a.variants):
+            # CC = mpicc for every build, and a switch that says whether MPI is used (CoMD's
+            # DO_MPI): the recipe gives the wrapper with +mpi, Spack's compiler without
+            uses_mpi_wrapper = "+mpi"
         a.dependencies.append(Dependency("MPI", "cmake", "%s: an MPI compiler wrapper" % rel,
                                          when=uses_mpi_wrapper or None))
+        a.build["mpi_wrapper"] = uses_mpi_wrapper or "always"
     m = re.search(r"(?m)^all\s*:([^\n]*)", text)
     if m:
         for t in _make_expand(m.group(1), mvars).split():

@@ -259,9 +259,11 @@ class RuleGenerator:
         tmpl = "templates/makefile.py.tmpl"
         where = "self.build_directory" if a.build.get("build_directory") else '"."'
         var = a.build.get("prefix_var")
-        make_args = [templates.render(tmpl, "cc")]
+        wrapper = a.build.get("mpi_wrapper")  # MPI's compiler wrappers where the Makefile wants them
+        mpi = {"always": _q("^mpi"), "+mpi": _q("+mpi")}.get(wrapper)
+        make_args = [templates.render(tmpl, "cc_mpi", when=mpi) if mpi else templates.render(tmpl, "cc")]
         if "cxx" in a.languages:
-            make_args.append(templates.render(tmpl, "cxx"))
+            make_args.append(templates.render(tmpl, "cxx_mpi", when=mpi) if mpi else templates.render(tmpl, "cxx"))
         if "fortran" in a.languages:
             make_args.append(templates.render(tmpl, "fc"))
         prefix_arg = None
@@ -272,7 +274,9 @@ class RuleGenerator:
                                               compiler={"cc": "spack_cc", "cxx": "spack_cxx", "fc": "spack_fc"}[kind]))
         for v in a.variants:
             if v.kind == "make":
-                make_args.append(templates.render(tmpl, "switch_arg", option=v.option, when=_q("+" + v.name)))
+                on, off = a.build.get("switch_values", {}).get(v.option, ["yes", "no"])
+                make_args.append(templates.render(tmpl, "switch_arg", option=v.option, when=_q("+" + v.name),
+                                                  on=_q(on), off=_q(off)))
         for extra in a.build.get("extra_args", []):
             make_args.append(_q(extra))
         lines = []
