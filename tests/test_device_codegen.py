@@ -208,22 +208,28 @@ def test_unknown_gpu_is_one_line_exit_2(capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_retarget_a_recorded_offload_workspace(tmp_path, capsys):
-    """An OpenMP offload application recorded on libomptarget's host plugin, reported for
-    GPUs it never ran on: its regions compiled again from the captures' sources and
-    compile commands."""
-    import json
+@pytest.fixture(scope="module")
+def offload_ws(tmp_path_factory):
+    """heat-offload recorded on libomptarget's host plugin: captures of OpenMP target regions."""
     import subprocess
 
     libdir = subprocess.run(["llvm-config-19", "--libdir"], capture_output=True, text=True).stdout.strip()
     if not os.path.exists(os.path.join(libdir, "libomptarget.so")):
         pytest.skip("libomptarget (its host plugin) is not installed")
-    ws = str(tmp_path / "ws")
+    ws = str(tmp_path_factory.mktemp("ws"))
     demo = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
     assert cli.main(["--workspace", ws, "record", "--source", demo, "--run",
                      "LD_LIBRARY_PATH=%s ./heat 64 20" % libdir]) == 0
+    return ws
+
+
+def test_retarget_a_recorded_offload_workspace(offload_ws, ptxas, capsys):
+    """An offload application recorded on the host plugin, reported for GPUs it never ran
+    on: its regions compiled again from the captures' sources and compile commands."""
+    import json
+
     capsys.readouterr()
-    assert cli.main(["--workspace", ws, "retarget", "--gpu", "sm_90,gfx942", "--json"]) == 0
+    assert cli.main(["--workspace", offload_ws, "retarget", "--gpu", "sm_90,gfx942", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     kernels = {k["kernel"]: k for k in report["kernels"]}
     step = next(k for k in kernels if "jacobi_step" in k)
@@ -234,3 +240,34 @@ def test_retarget_a_recorded_offload_workspace(tmp_path, capsys):
             assert v["ok"], v["reason"]
             assert v["resources"]["registers"] > 0 and v["occupancy"]["launchable"]
     assert not kernels[step]["tuned"]
+
+
+def test_tune_gpu_screens_a_device_kernels_candidates(offload_ws, ptxas):
+    """What r3 tune --gpu hangs on each device kernel's search target: a candidate whose
+    geometry no GPU named can launch is a compile error before any run (no server is
+    asked: None here), one that fits is left to the replay."""
+    from spack_r3.capture import list_captures
+    from spack_r3.data import COMPILE_ERROR, Launch, Variant
+    from spack_r3.device import hook
+    from spack_r3.search.tune import plan_targets
+    from spack_r3.workspace import Workspace
+
+    ws = Workspace(offload_ws)
+    captures = list_captures(ws)
+    plan = plan_targets(ws, captures, min_share=0.0)
+    assert hook.attach(plan.targets, captures, parse_targets("sm_90,gfx942")) == []
+    step = next(t for t in plan.targets if "jacobi_step" in t.kernel)
+    ev = step.submit(None, Variant(launch=Launch(thread_limit=2048)))
+    assert ev.status == COMPILE_ERROR
+    assert ev.diagnostics == ("rejected before any run: %s: cannot launch on sm_90 at 2048 threads: a block of 2048 "
+                              "threads is over sm_90 (1024)" % step.kernel)
+    assert step.screen(Variant(launch=Launch(thread_limit=1024))) is None  # compiled with thread_limit(1024)
+    assert step.screen(Variant(pipeline=parse("O2,unroll=0,noalias=1"))) is None
+
+
+def test_an_openmp_thread_limit_is_compiled_in_as_the_launch_bound(ptxas):
+    unit = DeviceUnit(os.path.join(TREE, "offload.c"), ("clang", "-fopenmp", "-O2", "-c"))
+    default = screen(unit, parse("O3"), Geometry(), parse_targets("sm_80,gfx942"))
+    assert [v.resources.max_threads for v in default] == [128, 256]  # clang-19's defaults
+    wide = screen(unit, parse("O3"), Geometry(1024), parse_targets("sm_80,gfx942"))
+    assert all(v.ok and v.resources.max_threads == 1024 for v in wide)

@@ -124,8 +124,7 @@ def _baseline(unit, pipeline, geometry, origin, kernel):
 def _workspace_mode(args, targets, origin):
     from ..capture import list_captures
     from ..data import Variant
-    from ..device.hook import is_device
-    from ..device.occupancy import Geometry
+    from ..device.hook import geometry_of, is_device, tuned_unit
     from ..device.screen import screen
     from ..search.results import load_result
     from ..workspace import Workspace
@@ -146,10 +145,8 @@ def _workspace_mode(args, targets, origin):
         result = load_result(ws, c.id)
         variant = Variant.from_json(result.variant) if result and result.variant else Variant()
         with tempfile.TemporaryDirectory(prefix="r3-retarget-") as tmp:
-            unit = _tuned_unit(ws, c, variant, tmp)
-            geometry = Geometry.from_launch(variant.launch, args.max_registers)
-            if geometry.threads is None:
-                geometry = Geometry.from_launch(c.launch or {}, args.max_registers)
+            unit = tuned_unit(c, ws.capture_dir(c.id), variant, tmp)
+            geometry = geometry_of(c, variant, args.max_registers)
             if args.threads:
                 geometry.threads = args.threads
             verdicts = screen(unit, variant.pipeline, geometry, targets, c.kernel)
@@ -165,29 +162,3 @@ def _workspace_mode(args, targets, origin):
     elif not host:
         print("no device kernels in %s" % ws.root)
     return 0
-
-
-def _tuned_unit(ws, capture, variant, tmp):
-    """The capture's unit as tuned: its source with the winning patch applied, compiled
-    with its recorded command plus the variant's macro knobs."""
-    from ..device.screen import DeviceUnit
-    from ..sourcepatch import apply_patch
-
-    source = capture.source_file
-    if not os.path.isfile(source):
-        copy = os.path.join(ws.capture_dir(capture.id), os.path.basename(source))
-        if not os.path.isfile(copy):
-            raise R3Error("capture %s: its source %s is gone and no copy is kept" % (capture.id, source))
-        source = copy
-    command = list(capture.compile_command or ["clang", "-O2"])
-    command += ["-D%s=%s" % (k, v) for k, v in sorted(variant.source_defines.items())]
-    if variant.source_patch:
-        with open(source) as f:
-            text = apply_patch(f.read(), variant.source_patch)
-        patched = os.path.join(tmp, os.path.basename(source))
-        with open(patched, "w") as f:
-            f.write(text)
-        # the unit's own directory still comes first for its includes
-        command += ["-I", os.path.dirname(os.path.abspath(source))]
-        source = patched
-    return DeviceUnit(source, tuple(command), capture.compile_dir or None)

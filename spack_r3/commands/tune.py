@@ -153,7 +153,7 @@ def tune(args):
     plan = plan_targets(ws, captures, args.kernel, args.min_share, args.tolerance, cache=args.cache)
     for line in plan.skipped:
         progress("not tuned: " + line)
-    for line in device_hook.notes(captures, gpus):
+    for line in device_hook.attach(plan.targets, captures, gpus):
         progress(line)
     for line in plan.caches:
         progress(line)

@@ -45,26 +45,29 @@ class DeviceCode:
     resources: Dict[str, Resources] = field(default_factory=dict)  # by kernel
 
 
-def generate(dev, pipeline=None, max_registers=None, timeout=CODEGEN_TIMEOUT_S):
+def generate(dev, pipeline=None, max_registers=None, thread_limit=None, timeout=CODEGEN_TIMEOUT_S):
     """DeviceCode of ``dev`` (a DeviceIR) under ``pipeline`` (data.Pipeline; None: -O3).
     Raises CodegenError with one line."""
-    code = generate_many(dev, [pipeline or Pipeline()], max_registers, timeout)[0]
+    code = generate_many(dev, [pipeline or Pipeline()], max_registers, thread_limit, timeout)[0]
     if isinstance(code, CodegenError):
         raise code
     return code
 
 
-def generate_many(dev, pipelines, max_registers=None, timeout=CODEGEN_TIMEOUT_S):
+def generate_many(dev, pipelines, max_registers=None, thread_limit=None, timeout=CODEGEN_TIMEOUT_S):
     """[DeviceCode or CodegenError] of ``dev`` under each of ``pipelines``, in one child
     process (a search's candidates for one target share it). CodegenError (raised) where
-    the child itself fails."""
+    the child itself fails. ``thread_limit``: an OpenMP region's threads a team, compiled
+    into its kernels as a ``thread_limit(N)`` clause would (their launch bound, which
+    bounds registers)."""
     target = dev.target
     ext = ".ptx" if target.vendor == NVIDIA else ".o"
     with tempfile.TemporaryDirectory(prefix="r3-codegen-") as tmp:
         outs = [os.path.join(tmp, "device%d%s" % (i, ext)) for i in range(len(pipelines))]
         job = {"bitcode": os.path.join(tmp, "device.bc"), "triple": target.triple, "arch": target.name,
                "kernels": list(dev.kernels), "pipelines": [p.to_json() for p in pipelines], "clang": dev.clang,
-               "max_registers": max_registers if target.vendor != NVIDIA else None, "outs": outs}
+               "max_registers": max_registers if target.vendor != NVIDIA else None, "outs": outs,
+               "thread_limit": thread_limit if dev.kind == "openmp" else None}
         with open(job["bitcode"], "wb") as f:
             f.write(dev.bitcode)
         with open(os.path.join(tmp, "job.json"), "w") as f:
@@ -231,6 +234,17 @@ def _set_kernel_attribute(text, kernels, attribute):
     return text
 
 
+def _set_thread_limit(text, n):
+    """OpenMP kernels bounded to ``n`` threads a team, as clang-19 compiles a region with
+    ``thread_limit(n)``: the kernel attributes and the kernel environment's MaxThreads."""
+    text = re.sub(r'"omp_target_thread_limit"="\d+"', '"omp_target_thread_limit"="%d"' % n, text)
+    text = re.sub(r'"nvvm\.maxntid"="\d+"', '"nvvm.maxntid"="%d"' % n, text)
+    text = re.sub(r'"amdgpu-flat-work-group-size"="(\d+),\d+"', lambda m: '"amdgpu-flat-work-group-size"="%s,%d"'
+                  % (m.group(1), n), text)
+    return re.sub(r"(%struct\.ConfigurationEnvironmentTy \{ i8 \d+, i8 \d+, i8 \d+, i32 \d+, i32 )\d+",
+                  lambda m: m.group(1) + str(n), text)
+
+
 def _noalias(text, kernels):
     """The kernels' pointer parameters marked ``noalias`` (``ptr`` and ``ptr addrspace(N)``)."""
     from ..irtext import FunctionDef, find_define
@@ -290,6 +304,8 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
                                     True)
         if p.noalias:
             text = _noalias(text, kernels)
+        if job.get("thread_limit"):
+            text = _set_thread_limit(text, int(job["thread_limit"]))
         if job.get("max_registers"):
             text = _set_kernel_attribute(text, kernels, '"amdgpu-num-vgpr"="%d"' % job["max_registers"])
         return text, features

@@ -1,9 +1,13 @@
 """What ``r3 tune`` asks of the device package, kept to a small hook: the ``--gpu``
 option, its targets validated before any work, a line per tuned kernel the targets do
-not apply to, and ``reject`` for the search to call on a device kernel's candidate
-before it spends a run on it (the candidate's code for each named GPU: rejected when it
-spills or cannot launch at its geometry)."""
+not apply to, and a ``Screener`` on each device kernel's search target, which its
+``submit`` asks before it spends a run on a candidate (the candidate's code for each
+named GPU: rejected when it does not compile, spills or cannot launch at its geometry)."""
 
+import os
+import tempfile
+
+from ..errors import R3Error
 from .targets import parse_targets
 
 DEVICE_BACKENDS = ("offload", "cuda", "hip")
@@ -37,16 +41,87 @@ def notes(captures, gpus):
             % (",".join(t.name for t in gpus), ", ".join(host))]
 
 
-def reject(capture, variant, gpus, max_registers=None):
-    """Why ``variant`` of the device kernel ``capture`` is rejected on ``gpus`` before any
-    run (one line), or None where it compiles, does not spill and launches on each."""
-    if not gpus or not is_device(capture):
-        return None
-    from .occupancy import Geometry
-    from .screen import DeviceUnit, rejection, screen
+def attach(targets, captures, gpus, max_registers=None):
+    """Give each search target (``bayes.Target``) of a device kernel a screen of its
+    candidates on ``gpus``; lines for the tune's progress about the kernels it does not
+    apply to."""
+    if not gpus:
+        return []
+    by_id = {c.id: c for c in captures}
+    host = []
+    for t in targets:
+        capture = by_id.get(t.capture_id)
+        if capture is not None and is_device(capture):
+            t.screen = Screener(capture, t.captures[0], gpus, max_registers)
+        elif capture is not None:
+            host.append(t.kernel)
+    return notes([c for c in captures if c.kernel in host], gpus)
 
-    unit = DeviceUnit(capture.source_file, tuple(capture.compile_command or ()), capture.compile_dir or None)
+
+class Screener:
+    """``screener(variant)``: why a candidate of one device kernel is rejected on the GPUs
+    before any run (one line), or None. The application's own build (the baseline,
+    ``compiler=build``) is never screened: it is what runs today. Verdicts are kept by
+    source variant, pipeline and geometry: a search asks for the same ones again."""
+
+    def __init__(self, capture, capture_dir, gpus, max_registers=None):
+        self.capture, self.capture_dir, self.gpus = capture, capture_dir, list(gpus)
+        self.max_registers = max_registers
+        self._units, self._seen = {}, {}
+
+    def __call__(self, variant):
+        if variant.pipeline.build_compiler:
+            return None
+        from ..replay.pipeline import format_spec
+        from .screen import rejection, screen
+
+        geometry = geometry_of(self.capture, variant, self.max_registers)
+        source_key = (variant.source_patch or "", tuple(sorted(variant.source_defines.items())))
+        key = (source_key, format_spec(variant.pipeline), geometry.threads, geometry.max_registers)
+        if key not in self._seen:
+            try:
+                with tempfile.TemporaryDirectory(prefix="r3-screen-") as tmp:
+                    unit = tuned_unit(self.capture, self.capture_dir, variant, tmp)
+                    unit._irs = self._units.setdefault(source_key, {})  # device IR once per source variant, GPU
+                    verdict = rejection(screen(unit, variant.pipeline, geometry, self.gpus, self.capture.kernel))
+            except (R3Error, ValueError) as err:  # a patch that does not apply, a source gone: this candidate's
+                verdict = "cannot be compiled for the GPUs: %s" % err
+            self._seen[key] = verdict
+        return self._seen[key]
+
+
+def geometry_of(capture, variant, max_registers=None):
+    """The launch geometry of a variant of a captured kernel: the variant's thread_limit,
+    else the recorded one, else (None) the kernel's launch bounds."""
+    from .occupancy import Geometry
+
     geometry = Geometry.from_launch(variant.launch, max_registers)
     if geometry.threads is None:
         geometry = Geometry.from_launch(capture.launch or {}, max_registers)
-    return rejection(screen(unit, variant.pipeline, geometry, gpus, capture.kernel))
+    return geometry
+
+
+def tuned_unit(capture, capture_dir, variant, tmp):
+    """The capture's unit as ``variant`` changes it: its source with the variant's patch
+    applied (written in ``tmp``), compiled with its recorded command plus the variant's
+    macro knobs."""
+    from ..sourcepatch import apply_patch
+    from .screen import DeviceUnit
+
+    source = capture.source_file
+    if not os.path.isfile(source):
+        copy = os.path.join(capture_dir, os.path.basename(source))
+        if not os.path.isfile(copy):
+            raise R3Error("capture %s: its source %s is gone and no copy is kept" % (capture.id, source))
+        source = copy
+    command = list(capture.compile_command or ["clang", "-O2"])
+    command += ["-D%s=%s" % (k, v) for k, v in sorted(variant.source_defines.items())]
+    if variant.source_patch:
+        with open(source) as f:
+            text = apply_patch(f.read(), variant.source_patch)
+        patched = os.path.join(tmp, os.path.basename(source))
+        with open(patched, "w") as f:
+            f.write(text)
+        command += ["-I", os.path.dirname(os.path.abspath(source))]  # its own includes still found
+        source = patched
+    return DeviceUnit(source, tuple(command), capture.compile_dir or None)

@@ -81,7 +81,7 @@ def screen(unit, pipeline, geometry, targets, kernel=None):
     for target in targets:
         try:
             dev = unit.ir(target)
-            code = generate(dev, pipeline, geometry.max_registers)
+            code = generate(dev, pipeline, geometry.max_registers, geometry.threads)
         except R3Error as err:
             verdicts.append(Verdict(target.name, kernel or "*", False, str(err)))
             continue

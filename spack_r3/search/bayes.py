@@ -57,13 +57,13 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from statistics import median
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState, create_trial
 
-from ..data import OK, WARM, Variant
+from ..data import COMPILE_ERROR, OK, WARM, Evaluation, Variant
 from ..replay.engine import spread
 from .confirm import each_server
 from .noise import PairBudget, clearly_above, pair_noise
@@ -94,6 +94,8 @@ class Target:
     tolerance: Optional[float] = None  # relative FP tolerance of its results (None: exact)
     cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
     sequence: bool = False  # timed as all its recorded calls in order (replay.sequence), in warm caches
+    # screen(variant) -> why it is rejected before any run, or None (r3 tune --gpu: device.hook.Screener)
+    screen: Optional[Callable] = field(default=None, repr=False, compare=False)
 
     @property
     def capture_id(self):
@@ -101,7 +103,12 @@ class Target:
 
     def submit(self, server, variant, **kw):
         """Replay ``variant`` of this kernel on ``server``: its first recorded call, or the
-        sequence of them all; held to the kernel's tolerance, timed in its cache state."""
+        sequence of them all; held to the kernel's tolerance, timed in its cache state.
+        A variant its screen rejects is a compile error, and nothing runs."""
+        reason = self.screen(variant) if self.screen is not None else None
+        if reason:
+            return Evaluation(capture=self.capture_id, variant=variant.to_json(), status=COMPILE_ERROR,
+                              diagnostics="rejected before any run: " + reason)
         return server.submit(self.captures[0], variant, tolerance=self.tolerance,
                              cache=WARM if self.sequence else self.cache,
                              sequence=self.captures if self.sequence else None, **kw)
