@@ -79,8 +79,11 @@ def test_mep_of_a_demo_kernel_builds_and_checks_with_gcc_and_clang(demos, tmp_pa
 def test_an_openmp_kernel_runs_on_its_recorded_threads(demos, tmp_path):
     out = tmp_path / "mep"
     assert r3("--workspace", demos, "mep", "jacobi_step", "-o", out) == 0
-    assert "-fopenmp" in (out / "Makefile").read_text()
-    assert "#define MEP_THREADS 2" in (out / "mep.h").read_text() or "#define MEP_THREADS" in (out / "mep.h").read_text()
+    from spack_r3.capture import load_capture
+
+    recorded = load_capture(Workspace(demos), capture_id(demos, "jacobi_step")).launch
+    assert recorded["openmp"] and "-fopenmp" in (out / "Makefile").read_text()
+    assert "#define MEP_THREADS %d\n" % recorded["threads"] in (out / "mep.h").read_text()
 
 
 def test_changed_data_is_a_mismatch_and_a_nonzero_exit(demos, tmp_path, clang):
@@ -258,3 +261,56 @@ def test_the_model_is_shown_the_mep_source_and_its_rewrite_goes_back_into_the_un
     assert apply_patch(UNIT, make_patch(UNIT, proposal.text, "k.c")) == proposal.text  # the unit's patch
     (tmp_path / "unit.c").write_text(proposal.text)
     subprocess.run([clang, "-std=c11", "-c", str(tmp_path / "unit.c"), "-o", str(tmp_path / "unit.o")], check=True)
+
+
+def test_mep_of_a_tuned_winner_has_its_patch_pipeline_flags_and_launch(demos, tmp_path, clang):
+    from spack_r3.capture import load_capture
+    from spack_r3.data import Launch, Pipeline, Variant
+    from spack_r3.replay.source import unit_text
+    from spack_r3.search.results import KernelResult, save_results
+    from spack_r3.sourcepatch import make_patch
+
+    ws = Workspace(demos)
+    cap = load_capture(ws, capture_id(demos, "matmul"))
+    unit = unit_text(cap, ws.capture_dir(cap.id))
+    old = "            c[i * n + j] = 0.0;\n            for (int k = 0; k < n; k++)\n" \
+          "                c[i * n + j] += a[i * n + k] * b[k * n + j];\n"
+    new = "            double s = 0.0;  /* the same sum, in a register */\n            for (int k = 0; k < n; k++)\n" \
+          "                s += a[i * n + k] * b[k * n + j];\n            c[i * n + j] = s;\n"
+    assert old in unit
+    variant = Variant(pipeline=Pipeline(opt="2", unroll=False, passes=("licm",), fast_math=("contract",)),
+                      launch=Launch(), source_patch=make_patch(unit, unit.replace(old, new), "kernels.c"),
+                      source_rule="scalar-replacement")
+    # what r3 tune saves for a confirmed winner (results/<capture>.json)
+    save_results(ws, [KernelResult("matmul", [cap.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 10, {}, True,
+                                   "scalar-replacement O2", variant.to_json(), pairs=8)])
+    out = tmp_path / "winner"
+    assert r3("--workspace", demos, "mep", "matmul", "--variant", "-o", out) == 0
+    assert "double s = 0.0;" in (out / "kernel.c").read_text()  # the patch applied
+    makefile = (out / "Makefile").read_text()
+    cflags = next(l for l in makefile.splitlines() if l.startswith("CFLAGS"))
+    assert "-O2" in cflags and "-fno-unroll-loops" in cflags and "-ffp-contract=fast" in cflags
+    assert "-O3" not in cflags
+    readme = (out / "README.md").read_text()
+    assert "passes=licm" in readme and "2.000x" in readme  # no flag for an extra pass: said so
+    proc = make_check(out, clang, clang)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "matmul: verified" in proc.stdout
+
+
+def test_mep_of_an_openmp_winner_runs_its_threads(demos, tmp_path, clang):
+    from spack_r3.data import Launch, Pipeline, Variant
+    from spack_r3.search.results import KernelResult, save_results
+
+    ws = Workspace(demos)
+    cid = capture_id(demos, "jacobi_step")
+    variant = Variant(pipeline=Pipeline(), launch=Launch(threads=1))
+    save_results(ws, [KernelResult("jacobi_step", [cid], 0.5, 1e-3, 8e-4, 1.2, 1.1, 1.3, 10, {}, False,
+                                   "O3 threads=1", variant.to_json(), pairs=8)])
+    out = tmp_path / "winner"
+    assert r3("--workspace", demos, "mep", cid, "--variant", "-o", out) == 0
+    assert "#define MEP_THREADS 1\n" in (out / "mep.h").read_text()
+    assert "-march=native" in (out / "Makefile").read_text()
+    proc = make_check(out, clang, clang)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 thread\n" in proc.stdout

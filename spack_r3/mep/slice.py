@@ -256,8 +256,13 @@ def local_headers(source):
     for opt, d in dirs:  # a directory outside the unit's tree (a dependency's prefix) stays as it is
         if tree and (d + os.sep).startswith(tree + os.sep):
             continue
-        system_dirs += [opt, d]
-    return headers, rest + system_dirs
+        system_dirs.append(opt + d)
+    # what means something to a compile of the slice alone (no link, no outputs, no deps)
+    from ..replay.stages import _NOT_FOR_THE_OBJECT  # -flto would make an object of bitcode
+
+    kept = [a for a in rest if a.startswith(("-D", "-U", "-std", "-f", "-m", "-x"))
+            and not a.startswith(_NOT_FOR_THE_OBJECT)]
+    return headers, kept + system_dirs
 
 
 def _lang(source):

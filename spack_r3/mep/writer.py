@@ -40,6 +40,7 @@ class MEPInfo:
     why_ir: str = ""  # why the slice could not be made
     flags: List[str] = field(default_factory=list)  # CFLAGS in the Makefile
     unmapped: List[str] = field(default_factory=list)  # pipeline settings with no compiler flag
+    variant: bool = False  # a tuned variant's MEP (its pipeline as flags), not the kernel as built
 
 
 # -- the pipeline as compiler flags ------------------------------------------------------
@@ -323,9 +324,13 @@ def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
     cc, ext = ("CXX", "cpp") if cxx else ("CC", "c")
     lines = ["# r3 mep: %s from capture %s.  make [%s=...] [CFLAGS=...]; make check" % (
         cxxnames.display(capture.kernel), capture.id, cc)]
-    if not cxx and capture.compile_command and "clang" in os.path.basename(capture.compile_command[0]) \
-            and any(f == "-mllvm" for f in cflags):
-        lines.append("CC ?= clang")
+    if info.unmapped is not None and info.variant and capture.compile_command \
+            and "clang" in os.path.basename(capture.compile_command[0]):
+        # the variant's pipeline is clang's flags (-mllvm ..., -fvectorize): clang unless told otherwise
+        clang = os.path.basename(capture.compile_command[0])
+        if cxx:
+            clang = clang.replace("clang", "clang++")
+        lines += ["ifeq ($(origin %s),default)" % cc, "%s = %s" % (cc, clang), "endif"]
     lines += ["CFLAGS ?= %s" % " ".join(cflags), "KERNEL_FLAGS = %s" % " ".join(kernel_flags + ["-Iinclude"]),
               "OMPFLAGS = %s" % " ".join(omp), "DRIVER_FLAGS ?= -O2", "RUNS ?= 25",
               "TOLERANCE ?= %s" % ("%r" % capture.tolerance if capture.tolerance else ""), "LDLIBS = -lm"]
@@ -381,7 +386,8 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     if variant is not None and not variant.pipeline.build_compiler:
         code, unmapped = pipeline_flags(variant.pipeline, flags)
         code, _ = _unit_split(code)
-    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped)
+    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped,
+                   variant=variant is not None and not variant.pipeline.build_compiler)
     globals_at = {g["name"]: int(g["addr"], 16) for g in capture.globals
                   if not g["name"].startswith((".gomp_critical_user_", "__kmp", ".kmp"))}
     compiler = clang or find_clang()
