@@ -201,3 +201,20 @@ def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
     assert 'copy("Makefile.vanilla", "Makefile")' in text
     assert '"CC={0}".format(self.spec["mpi"].mpicc if self.spec.satisfies("+mpi") else spack_cc)' in text
     assert '"DO_MPI={0}".format("ON" if self.spec.satisfies("+mpi") else "OFF")' in text
+
+
+def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
+    root = _write(tmp_path / "ms", {
+        "meson.build": "project('msx', 'c', version: '2.1')\nlib = library('msx', 'msx.c')\n"
+                       "if get_option('test')\n  check_dep = dependency('check')\nendif\n"
+                       "if host_machine.system() == 'windows'\n  ws = cc.find_library('ws2_32')\nendif\n"
+                       "if not get_option('docs')\nelse\n  doxygen = find_program('doxygen')\nendif\n",
+        "meson_options.txt": "option('test', type: 'boolean', value: false)\n"
+                             "option('docs', type: 'boolean', value: true)\n",
+        "msx.c": "int msx(void) { return 0; }\n", "include/msx.h": "int msx(void);\n"})
+    a = analyze(root, "msx")
+    names.resolve(a, index)
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("check", "+test")}
+    assert [d.system for d in a.dependencies if d.name == "ws2_32"] == [True]  # Windows only
+    assert {v.name: v.default for v in a.variants} == {"test": False, "docs": False}
+    assert (a.build["test_library"], a.build["test_header"]) == ("msx", "msx.h")

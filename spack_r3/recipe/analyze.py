@@ -449,10 +449,6 @@ def _cmake_optional_packages(a):
             a.variants.append(Variant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name,
                                       d.name, "cmake-find"))
         d.when = "+" + name
-    for v in a.variants:
-        # documentation needs tools an offline install cannot fetch and users rarely want
-        if v.default and re.match(r"^(docs?|documentation|man|manual|sphinx|doxygen)$", v.name):
-            v.default = False
 
 
 RESERVED_VARIANTS = {"build_type", "generator", "ipo", "build_system", "patches", "dev_path",
@@ -576,6 +572,31 @@ def _meson_calls(text, func):
         yield text[m.end():i - 1], m.start()
 
 
+def _meson_when(text, pos):
+    """(the Spack condition of the ``if get_option('x')`` blocks around ``pos``, whether a
+    block there is for another platform: Windows, macOS)."""
+    stack = []
+    for line in text[:pos].splitlines():
+        s = line.strip()
+        m = re.match(r"^(if|elif)\b(.*)$", s)
+        if m:
+            cond = m.group(2)
+            om = re.match(r"^\s*(not\s+)?get_option\s*\(\s*'([\w.-]+)'\s*\)\s*$", cond)
+            lit = (("~" if om.group(1) else "+") + variant_name(om.group(2))) if om else None
+            plat = bool(re.search(r"(windows|darwin|cygwin|haiku|sunos)", cond))
+            if m.group(1) == "if":
+                stack.append((lit, plat))
+            elif stack:
+                stack[-1] = (lit, plat)
+        elif re.match(r"^else\b", s) and stack:
+            lit = stack[-1][0]
+            stack[-1] = ((("+" if lit[0] == "~" else "~") + lit[1:]) if lit else None, False)
+        elif re.match(r"^endif\b", s) and stack:
+            stack.pop()
+    when = "".join(lit for lit, _p in stack if lit) or None
+    return when, any(p for _l, p in stack)
+
+
 def analyze_meson(a: Analysis):
     files = [p for p in _walk(a.root) if os.path.basename(p) == "meson.build"]
     files.sort(key=lambda p: (p.count(os.sep), p))
@@ -603,18 +624,20 @@ def analyze_meson(a: Analysis):
             name = names[0]
             required = _meson_kwarg(args, "required") is not False
             line = text[:start].count("\n") + 1
-            if name in ("threads", "openmp", "dl", "m"):
+            when, other_platform = _meson_when(text, start)
+            if name in ("threads", "openmp", "dl", "m") or other_platform:
                 a.dependencies.append(Dependency(name, "library", "%s:%d dependency('%s')" % (rel, line, name), system=True))
             else:
                 a.dependencies.append(Dependency(name, "pkgconfig", "%s:%d dependency('%s')" % (rel, line, name),
-                                                 ["build", "link"], None, required))
+                                                 ["build", "link"], when, required))
         for args, start in _meson_calls(text, "find_library"):
             names = re.findall(r"'([^']*)'", args)
             if names:
                 line = text[:start].count("\n") + 1
+                when, other_platform = _meson_when(text, start)
                 a.dependencies.append(Dependency(names[0], "library", "%s:%d find_library('%s')" % (rel, line, names[0]),
-                                                 ["build", "link"], None, _meson_kwarg(args, "required") is not False,
-                                                 system=names[0] in SYSTEM_LIBS))
+                                                 ["build", "link"], when, _meson_kwarg(args, "required") is not False,
+                                                 system=names[0] in SYSTEM_LIBS or other_platform))
         for m in re.finditer(r"(?m)^\s*(\w+)\s*=\s*executable\s*\(", text):
             exe_vars[m.group(1)] = None
         for args, start in _meson_calls(text, "executable"):
@@ -1076,6 +1099,10 @@ def analyze(root, name, build_system=None, version=None, build_directory=None) -
         a.description = detect_description(root, name)
     if not a.languages and bs != "python":
         a.languages = _languages_from_files(a.root if not subdir else os.path.join(root, subdir)) or ["c"]
+    for v in a.variants:
+        # documentation needs tools an offline install cannot fetch and users rarely want
+        if v.default and re.match(r"^(docs?|documentation|man|manpages?|manual|sphinx|doxygen|html)$", v.name):
+            v.default = False
     _own_libraries(a)
     _mark_own(a)
     _feature_variants(a)
@@ -1136,7 +1163,8 @@ def _mark_own(a):
     xxHash's Makefile) are no dependencies."""
     own = {x.lower() for x in a.build.get("own_names", [])}
     for d in a.dependencies:
-        if d.name.lower() in own or d.name.lower().lstrip("lib") in own:
+        n = re.sub(r"\.(h|hh|hpp|h\+\+)$", "", d.name.lower())
+        if n in own or re.sub(r"^lib", "", n) in own:
             d.system = True
 
 
