@@ -306,6 +306,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
     if (!real) { warn("libomptarget's __tgt_target_kernel is not loaded", NULL); return 1; }
   }
   config();
+  KernelArgsTy *orig = ka;
   pthread_mutex_lock(&g_lock);
   struct region *r = region_of(host);
   uint64_t instance = 0;
@@ -318,6 +319,28 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
   int n = -1;
   const char *why = NULL;
   uint64_t p0 = 0;
+  KernelArgsTy saved;
+  void *copies = NULL;
+  if (capture) { /* the launch's own map list, as the caller passed it (the launch may change *ka: XSBench's
+                  * end_mapper saw 4 of its 10 entries) */
+    size_t n8 = (size_t)ka->NumArgs * 8;
+    saved = *ka;
+    copies = malloc(6 * n8 + 8);
+    if (!copies) capture = 0;
+    else {
+      char *c = copies;
+      void **from[6] = {ka->ArgBasePtrs, ka->ArgPtrs, (void **)ka->ArgSizes, (void **)ka->ArgTypes, ka->ArgNames,
+                        ka->ArgMappers};
+      void **to[6];
+      for (int j = 0; j < 6; j++, c += n8) {
+        to[j] = from[j] ? (void **)c : NULL;
+        if (from[j]) memcpy(c, from[j], n8);
+      }
+      saved.ArgBasePtrs = to[0]; saved.ArgPtrs = to[1]; saved.ArgSizes = (int64_t *)to[2];
+      saved.ArgTypes = (int64_t *)to[3]; saved.ArgNames = to[4]; saved.ArgMappers = to[5];
+      ka = &saved;
+    }
+  }
   if (capture) {
     p0 = now_ns();
     begin(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
@@ -331,7 +354,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
     __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
   }
   uint64_t t0 = now_ns();
-  int rc = real(loc, device, nteams, tlimit, host, ka);
+  int rc = real(loc, device, nteams, tlimit, host, orig);
   uint64_t dt = now_ns() - t0;
   if (capture) {
     p0 = now_ns();
@@ -342,6 +365,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
     end(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
         ka->ArgMappers);
     for (int i = 0; i < (n > 0 ? n : 0); i++) { free(secs[i].pre); free(secs[i].post); }
+    free(copies);
     __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
   }
   if (r) {
