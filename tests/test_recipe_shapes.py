@@ -214,7 +214,7 @@ def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
         "msx.c": "int msx(void) { return 0; }\n", "include/msx.h": "int msx(void);\n"})
     a = analyze(root, "msx")
     names.resolve(a, index)
-    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("check", "+test")}
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("check", "+test"), ("pkgconfig", None)}
     assert [d.system for d in a.dependencies if d.name == "ws2_32"] == [True]  # Windows only
     assert {v.name: v.default for v in a.variants} == {"test": False, "docs": False}
     assert (a.build["test_library"], a.build["test_header"]) == ("msx", "msx.h")
