@@ -218,3 +218,14 @@ def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
     assert [d.system for d in a.dependencies if d.name == "ws2_32"] == [True]  # Windows only
     assert {v.name: v.default for v in a.variants} == {"test": False, "docs": False}
     assert (a.build["test_library"], a.build["test_header"]) == ("msx", "msx.h")
+
+
+def test_a_default_goal_that_builds_fortran_is_replaced_by_the_c_goals(tmp_path):
+    root = _write(tmp_path / "fz", {
+        "Makefile": "all: lib bin fortran\nlib:\n\t$(MAKE) -C src\nbin: lib\n\t$(MAKE) -C utils\n"
+                    "fortran: lib\n\t$(MAKE) -C fortran\n",
+        "src/z.c": "int z(void) { return 0; }\n", "fortran/z.f90": "module z\nend module z\n"})
+    a = analyze(root, "fz")
+    text = _recipe(a)
+    new, done = fixes.apply(text, fixes.diagnose("make[1]: gfortran: Command not found\n"), None, a)
+    assert '"lib", "bin", "CC={0}"' in new and validate(new).ok and "lib, bin only" in done[0]

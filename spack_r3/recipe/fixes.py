@@ -382,6 +382,11 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
                 if cand:
                     new = cand
             what = "turned off variant(s) %s: %s" % (", ".join(filter(None, names_off)), f.evidence)
+            goals = [t for t in analysis.build.get("all_targets", []) if not re.search(r"fortran|zforp|f90", t, re.I)]
+            if f.kind == "missing-fortran" and not new and analysis.build_system == "makefile" and goals:
+                # make's default goal builds a Fortran program nobody asked for: name the others
+                new = add_make_argument(current, ", ".join('"%s"' % t for t in goals))
+                what = "asked make for %s only, not its default goal (%s)" % (", ".join(goals), f.evidence)
         elif f.kind == "unfetchable" and spec_file:
             roots = set(unfetchable_roots(spec_file, f.subject))
             off = []
