@@ -271,3 +271,39 @@ def test_an_openmp_thread_limit_is_compiled_in_as_the_launch_bound(ptxas):
     assert [v.resources.max_threads for v in default] == [128, 256]  # clang-19's defaults
     wide = screen(unit, parse("O3"), Geometry(1024), parse_targets("sm_80,gfx942"))
     assert all(v.ok and v.resources.max_threads == 1024 for v in wide)
+
+
+@pytest.mark.gpu
+def test_cuda_replay_at_fixed_device_addresses(ptxas):
+    """On a CUDA GPU only (skipped with "no CUDA device" elsewhere): the saxpy's PTX from
+    this package, loaded through the driver API; x and y mapped at device addresses chosen
+    before (as a recording's would be), the kernel launched and timed by device events,
+    y read back and compared."""
+    import ctypes
+
+    import numpy as np
+
+    from spack_r3.device.codegen import generate
+    from spack_r3.device.cuda import POINTER, CudaDevice, CudaUnavailable
+    from spack_r3.device.targets import LIMITS
+
+    try:
+        dev = CudaDevice()
+    except CudaUnavailable as err:
+        pytest.skip(str(err))
+    with dev:
+        target = gpu_target(dev.arch if dev.arch in LIMITS else "sm_90")  # newer GPUs JIT sm_90's PTX
+        code = generate(DeviceUnit(os.path.join(TREE, "saxpy.cu"), NO_HEADERS).ir(target), parse("O3"))
+        n = 1 << 20
+        x = np.arange(n, dtype=np.float32)
+        y = np.full(n, 3.0, dtype=np.float32)
+        addr_x = dev.map_at(dev.free_address(x.nbytes), x.nbytes)
+        addr_y = dev.map_at(dev.free_address(y.nbytes), y.nbytes)
+        dev.write(addr_x, x.tobytes())
+        dev.write(addr_y, y.tobytes())
+        fn = dev.function(code.code, "_Z5saxpyifPKfPf")
+        args = [(n, ctypes.c_int), (2.0, ctypes.c_float), (addr_x, POINTER), (addr_y, POINTER)]
+        times = dev.time(fn, (n // 256, 1, 1), (256, 1, 1), args, repeat=1)
+        out = np.frombuffer(dev.read(addr_y, y.nbytes), dtype=np.float32)
+        assert np.allclose(out, 2.0 * x + y, rtol=1e-6)
+        assert times[0] > 0
