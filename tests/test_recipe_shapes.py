@@ -229,3 +229,24 @@ def test_a_default_goal_that_builds_fortran_is_replaced_by_the_c_goals(tmp_path)
     text = _recipe(a)
     new, done = fixes.apply(text, fixes.diagnose("make[1]: gfortran: Command not found\n"), None, a)
     assert '"lib", "bin", "CC={0}"' in new and validate(new).ok and "lib, bin only" in done[0]
+
+
+def test_an_install_counts_only_with_something_where_users_look(tmp_path):
+    from spack_r3.recipe.refine import installed_nothing
+    prefix = tmp_path / "prefix"
+    (prefix / ".spack").mkdir(parents=True)
+    (prefix / "share" / "thing" / "obj").mkdir(parents=True)
+    (prefix / "share" / "thing" / "obj" / "main.o").write_text("")
+    assert installed_nothing(str(prefix)) == "only share"
+    (prefix / "lib64").mkdir()
+    (prefix / "lib64" / "libthing.a").write_text("")
+    assert installed_nothing(str(prefix)) is None
+    # the refine loop reads what it wrote and reinstalls the programs from the build directory
+    a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
+    diag = ("spack install succeeded, but the prefix /p has nothing in bin/, lib/ or include/ (only share): ...")
+    found = fixes.diagnose(diag)
+    assert [f.kind for f in found] == ["empty-install"]
+    text = _recipe(a).replace("install(exe, prefix.bin)", "install_tree('.', prefix.share)")
+    new, done = fixes.apply(text, found, None, a)
+    assert "with working_dir(self.build_directory):" in new and "install('stencil', prefix.bin)" in new
+    assert validate(new).ok

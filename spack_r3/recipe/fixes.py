@@ -53,6 +53,7 @@ PATTERNS = [
     (r"sha256 checksum failed for (\S+)", "checksum", "spack"),
     (r"ERROR: Unknown options?: \"?([\w.,:-]+)", "unknown-option", "meson"),
     (r"No rule to make target '?install'?", "no-install-target", "make"),
+    (r"the prefix (\S+) has nothing in bin/, lib/ or include/", "empty-install", "spack"),
     # a header that wants a macro on the compile line (LULESH: "You should specify USE_MPI=0 or
     # USE_MPI=1 on the compile line") -> a variant that sets it
     (r"#\s*error\b[^\n]*?\b(?:specify|define|set)\s+-?D?([A-Z][A-Z0-9_]{2,})\b", "required-macro", "make"),
@@ -355,9 +356,9 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
                 if cand:
                     new = cand
             what = "removed arguments for unknown option(s) %s" % f.subject
-        elif f.kind == "no-install-target" and analysis is not None:
+        elif f.kind in ("no-install-target", "empty-install") and analysis is not None:
             exes = analysis.executables or [c.exe for c in analysis.checks]
-            new = _install_method(current, exes)
+            new = _install_method(current, exes, "self.build_directory" if analysis.build.get("build_directory") else '"."')
             what = "replaced `make install` by an install() of %s" % (", ".join(exes) or "the build tree")
         elif f.kind == "required-macro":
             new = add_macro_variant(current, f.subject)
@@ -403,7 +404,7 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
     return (current if done else None), done
 
 
-def _install_method(text, exes) -> Optional[str]:
+def _install_method(text, exes, where='"."') -> Optional[str]:
     tree = ast.parse(text)
     cls = _package_class(tree)
     if cls is None:
@@ -413,7 +414,7 @@ def _install_method(text, exes) -> Optional[str]:
         if isinstance(s, ast.FunctionDef) and s.name in ("install_targets", "install"):
             start = min([d.lineno for d in s.decorator_list] + [s.lineno])
             del lines[start - 1:s.end_lineno]
-    body = [templates.render(FIXES, "install")]
+    body = [templates.render(FIXES, "install", where=where)]
     body += [templates.render(FIXES, "install_program", exe=repr(e)) for e in exes] or [
         templates.render(FIXES, "install_tree")]
     out = "".join(lines).rstrip("\n") + "\n\n" + "".join(b + "\n" for b in body)

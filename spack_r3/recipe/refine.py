@@ -28,7 +28,7 @@ class Attempt:
     number: int
     directory: str
     generator: str
-    outcome: str = "pending"   # rejected | concretize-failed | install-failed | installed | concretized
+    outcome: str = "pending"   # rejected | concretize-failed | install-failed | install-empty | installed | concretized
     valid: bool = False
     concretized: bool = False
     installed: bool = False
@@ -69,6 +69,19 @@ def check_verdict(ok, output):
     if counts.get("passed"):
         return True
     return None
+
+
+def installed_nothing(prefix):
+    """None if ``prefix`` holds something where a user looks for it (a file under bin/, lib/,
+    lib64/ or include/, or share/ for a data package), else what is there instead."""
+    if not prefix or not os.path.isdir(prefix):
+        return None  # nothing to judge by (no location): Spack's word stands
+    for d in ("bin", "lib", "lib64", "include"):
+        for _root, _dirs, files in os.walk(os.path.join(prefix, d)):
+            if files:
+                return None
+    there = sorted(x for x in os.listdir(prefix) if x != ".spack")
+    return "only %s" % (", ".join(there) if there else "Spack's own metadata")
 
 
 class Refiner:
@@ -162,9 +175,15 @@ class Refiner:
             att.outcome = "install-failed"
             att.diagnostics = self._install_diagnostics(att, inst)
             return
+        att.prefix = self.spack.location("/" + conc.hash) if conc.hash else None
+        missing = installed_nothing(att.prefix)
+        if missing:
+            # Spack said yes, but a user would find nothing: not an install
+            att.outcome = "install-empty"
+            att.diagnostics = templates.render(DIAGNOSTICS, "install_empty", prefix=att.prefix, what=missing)
+            return
         att.installed = True
         att.outcome = "installed"
-        att.prefix = self.spack.location("/" + conc.hash) if conc.hash else None
         if self.run_check:
             res = self.spack.test_run("/" + conc.hash)
             write_atomic(os.path.join(att.directory, "test.log"), res.output)
