@@ -111,6 +111,17 @@ def test_bad_input_is_one_line_and_exit_2(demos, tmp_path):
     assert proc.returncode == 2 and "r3 tune" in proc.stderr
 
 
+
+def test_an_unreplayable_capture_is_one_line_and_exit_2(tmp_path):
+    ws = str(tmp_path / "ws")
+    # cg's poisson2d returns pointers to blocks it allocates: recorded, and refused by replay
+    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "cg"), "--run", "./cg 16 50 1e-8",
+              "--kernel", "poisson2d") == 0
+    proc = r3_subprocess("--workspace", ws, "mep", "poisson2d", "-o", tmp_path / "m")
+    assert proc.returncode == 2 and "cannot replay" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+
+
 CXX_TREE = {
     "grid.h": "#pragma once\nstruct Grid { int n; double *v; double relax(double w); };\n"
               "extern double damping;\n",

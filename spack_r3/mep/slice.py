@@ -126,7 +126,8 @@ def source_slice(source, globals_at=None):
     for n in top:
         kind, nm = n.get("kind"), n.get("name")
         begin, end = cast.extent(n)
-        if kind in FUNCTION_KINDS and _is_definition(n) and nm not in keep:
+        if kind in FUNCTION_KINDS and _is_definition(n) and nm not in keep \
+                and kind not in ("CXXConstructorDecl", "CXXDestructorDecl"):  # reached by no name
             edits.append((begin, _statement_end(raw, end), b""))
         elif kind == "VarDecl" and n.get("storageClass") != "extern" and nm not in keep:
             edits.append((begin, _statement_end(raw, end), b""))

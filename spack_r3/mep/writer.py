@@ -23,6 +23,7 @@ from .. import cxxnames
 from ..errors import R3Error
 from ..irtext import FunctionDef, find_define
 from ..memimage import _HDR, MAGIC, KIND_HEAP
+from ..replay.module import REPLAY_FREE
 from ..sourcepatch import PatchError, apply_patch
 from .slice import SliceError, source_slice
 
@@ -173,8 +174,10 @@ def driver_header(prepared, params_attrs, threads, schedule=None, chunk=None, op
         lines += ["#define MEP_SCHEDULE ((omp_sched_t)%d)" % kinds[schedule], "#define MEP_CHUNK %d" % (chunk or 0)]
     lines.append("static const uint64_t mep_ranges[][2] = {%s};" % ", ".join(
         "{0x%xULL, 0x%xULL}" % (lo, hi) for lo, hi in prepared.ranges))
-    lines += ["static double mep_f64(uint64_t bits) { double d; memcpy(&d, &bits, 8); return d; }",
-              "static float mep_f32(uint32_t bits) { float f; memcpy(&f, &bits, 4); return f; }"]
+    lines += ["__attribute__((unused)) static double mep_f64(uint64_t bits) { double d; memcpy(&d, &bits, 8); "
+              "return d; }",
+              "__attribute__((unused)) static float mep_f32(uint32_t bits) { float f; memcpy(&f, &bits, 4); "
+              "return f; }"]
     ctypes_, values, extra = [], [], []
     for i, ty in enumerate(sig["params"]):
         byval = sig["byval"][i] if i < len(sig["byval"]) else 0
@@ -263,24 +266,6 @@ def kernel_ir(prepared, bitcode=None):
 
 # -- the directory -------------------------------------------------------------------------
 
-def _check_compiles(compiler, flags, path, kernel, cwd):
-    """None when ``path`` compiles to an object that defines ``kernel``, else why not."""
-    obj = path + ".o"
-    try:
-        proc = subprocess.run([compiler] + flags + ["-c", path, "-o", obj], cwd=cwd, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, timeout=COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return "the slice did not compile within %ss" % COMPILE_TIMEOUT_S
-    if proc.returncode != 0:
-        first = [l for l in proc.stderr.splitlines() if "error" in l]
-        return "the slice does not compile: %s" % (first or proc.stderr.splitlines() or ["?"])[0]
-    nm = subprocess.run(["nm", "--defined-only", "-g", obj], stdout=subprocess.PIPE, text=True)
-    os.unlink(obj)
-    if not re.search(r" [TW] %s$" % re.escape(kernel), nm.stdout, re.M):
-        return "the slice's object does not export %s" % kernel
-    return None
-
-
 def _unit_split(flags):
     """The build's flags as (code flags for CFLAGS, OpenMP flags)."""
     omp = [f for f in flags if f.startswith("-fopenmp")]
@@ -355,7 +340,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     """Write the MEP of the capture in ``directory`` (its ``variant``: a data.Variant, for a
     tuned winner) into ``out``, which must not exist or be empty. Returns an MEPInfo."""
     from ..capture import load_capture_dir
-    from ..replay.engine import init_llvm, prepare, with_source_variant
+    from ..replay.engine import init_llvm, prepare
     from ..replay.source import unit_text
     from ..replay.stages import CompileError, build_flags
     from ..search.mutators.llm import language
@@ -391,46 +376,42 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     globals_at = {g["name"]: int(g["addr"], 16) for g in capture.globals
                   if not g["name"].startswith((".gomp_critical_user_", "__kmp", ".kmp"))}
     compiler = clang or find_clang()
-    tmp = tempfile.mkdtemp(prefix="r3-mep-")
-    try:
-        ext = "cpp" if lang == "C++" else "c"
-        kernel_flags = ["-D%s=%s" % (k, v) for k, v in sorted(defines.items())]
-        try:
-            sl = source_slice(source, globals_at)
-            for path, body in sl.headers.items():
-                os.makedirs(os.path.join(tmp, os.path.dirname(path)), exist_ok=True)
-                with open(os.path.join(tmp, path), "w", errors="surrogateescape") as f:
-                    f.write(body)
-            kernel_flags = [f for f in sl.flags if not f.startswith(("-fopenmp", "-march", "-mcpu", "-mtune"))
-                            and f not in code] + kernel_flags
-            with open(os.path.join(tmp, "kernel." + ext), "w", errors="surrogateescape") as f:
-                f.write("/* r3 mep: the slice of %s that %s needs (capture %s) */\n" % (
-                    os.path.basename(capture.source_file), cxxnames.display(capture.kernel), capture.id) + sl.text)
-            why = _check_compiles(compiler, [f for f in code if f != "-mllvm" and not f.startswith("-polly")
-                                             and not f.startswith(("-inline-threshold", "-force-vector"))]
-                                  + omp + kernel_flags + ["-Iinclude", "-fPIC", "-w"],
-                                  os.path.join(tmp, "kernel." + ext), capture.kernel, tmp)
-            if why:
-                raise SliceError(why)
-        except SliceError as err:
-            info.mode, info.why_ir = IR, str(err)
-            for name in os.listdir(tmp):
-                p = os.path.join(tmp, name)
-                shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
-        ir_clang = ""
-        if info.mode == IR:
-            bitcode = None
-            if patch or defines:
-                from ..replay.source import variant_bitcode
+    ext = "cpp" if lang == "C++" else "c"
+    defined = ["-D%s=%s" % (k, v) for k, v in sorted(defines.items())]
 
-                try:
-                    bitcode = variant_bitcode(capture, directory, patch, defines)
-                except CompileError as err:
-                    raise R3Error("the variant does not compile: %s" % err)
-            ir, ir_clang = kernel_ir(prepared, bitcode)
-            with open(os.path.join(tmp, "kernel.ll"), "w") as f:
-                f.write(ir)
-            ir_clang = os.path.basename(capture.compile_command[0])
+    def write_source(tmp):
+        """The slice and its headers; the kernel's flags (SliceError where no slice)."""
+        sl = source_slice(source, globals_at)
+        kernel_flags = [f for f in sl.flags if not f.startswith(("-fopenmp", "-march", "-mcpu", "-mtune"))
+                        and f not in code] + defined
+        if "@%s(" % REPLAY_FREE in prepared.ir:  # it frees recorded memory, which the driver mapped
+            if lang == "C++":
+                raise SliceError("the kernel frees recorded memory (operator delete)")
+            kernel_flags.append("-Dfree=%s" % REPLAY_FREE)
+        for path, body in sl.headers.items():
+            os.makedirs(os.path.join(tmp, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(tmp, path), "w", errors="surrogateescape") as f:
+                f.write(body)
+        with open(os.path.join(tmp, "kernel." + ext), "w", errors="surrogateescape") as f:
+            f.write("/* r3 mep: the slice of %s that %s needs (capture %s) */\n" % (
+                os.path.basename(capture.source_file), cxxnames.display(capture.kernel), capture.id) + sl.text)
+        return kernel_flags
+
+    def write_ir(tmp):
+        bitcode = None
+        if patch or defines:
+            from ..replay.source import variant_bitcode
+
+            try:
+                bitcode = variant_bitcode(capture, directory, patch, defines)
+            except CompileError as err:
+                raise R3Error("the variant does not compile: %s" % err)
+        ir, _ = kernel_ir(prepared, bitcode)
+        with open(os.path.join(tmp, "kernel.ll"), "w") as f:
+            f.write(ir)
+        return []
+
+    def write_rest(tmp, kernel_flags):
         shutil.copyfile(DRIVER, os.path.join(tmp, "driver." + ext))
         threads = (launch.threads if launch and launch.threads else capture.launch.get("threads")) \
             if capture.launch.get("openmp") else None
@@ -438,21 +419,60 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
             f.write(driver_header(prepared, param_attrs(prepared.ir, capture.kernel), threads,
                                   launch.schedule if launch else None, launch.chunk if launch else None,
                                   bool(omp)))
-        os.makedirs(os.path.join(tmp, "data"))
-        _write_image(os.path.join(tmp, "data", "pre.bin"), prepared.pre)
-        _write_image(os.path.join(tmp, "data", "post.bin"), prepared.post, zeros=False)
         with open(os.path.join(tmp, "Makefile"), "w") as f:
-            f.write(_makefile(info, capture, code, kernel_flags, omp, ir_clang))
+            f.write(_makefile(info, capture, code, kernel_flags, omp,
+                              os.path.basename(capture.compile_command[0]) if capture.compile_command else "clang"))
         with open(os.path.join(tmp, "README.md"), "w") as f:
             f.write(_readme(info, capture, variant_text, _record_command(capture),
                             datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")))
+
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".r3-mep-", dir=parent)
+    try:
+        try:
+            write_rest(tmp, write_source(tmp))
+            why = _trial_build(tmp, compiler)  # the record clang builds it, or it is no slice
+            if why:
+                raise SliceError(why)
+        except SliceError as err:
+            info.mode, info.why_ir = IR, str(err)
+            for name in os.listdir(tmp):
+                path = os.path.join(tmp, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+            write_rest(tmp, write_ir(tmp))
+            why = _trial_build(tmp, compiler)
+            if why:
+                raise R3Error("the MEP of %s does not build: %s" % (cxxnames.display(capture.kernel), why))
+        os.makedirs(os.path.join(tmp, "data"))
+        _write_image(os.path.join(tmp, "data", "pre.bin"), prepared.pre)
+        _write_image(os.path.join(tmp, "data", "post.bin"), prepared.post, zeros=False)
         if os.path.isdir(out):
             os.rmdir(out)
-        shutil.move(tmp, out)
+        os.rename(tmp, out)
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+def _trial_build(directory, clang):
+    """None when ``make`` builds the MEP in ``directory`` with ``clang`` (left clean), else
+    the first error line."""
+    cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++"))
+    cxx = cxx if os.path.exists(cxx) else clang
+    try:
+        proc = subprocess.run(["make", "-s", "CC=" + clang, "CXX=" + cxx, "mep"], cwd=directory, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return "it did not build within %ss" % COMPILE_TIMEOUT_S
+    finally:
+        subprocess.run(["make", "-s", "clean"], cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if proc.returncode == 0:
+        return None
+    lines = proc.stdout.splitlines()
+    errors = [l for l in lines if "error" in l or "undefined reference" in l]
+    return (errors or lines or ["make failed"])[0].replace(directory + os.sep, "")
 
 
 def _record_command(capture):
