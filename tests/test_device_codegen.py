@@ -263,6 +263,14 @@ def test_tune_gpu_screens_a_device_kernels_candidates(offload_ws, ptxas):
                               "threads is over sm_90 (1024)" % step.kernel)
     assert step.screen(Variant(launch=Launch(thread_limit=1024))) is None  # compiled with thread_limit(1024)
     assert step.screen(Variant(pipeline=parse("O2,unroll=0,noalias=1"))) is None
+    # the report's table of a winner on each GPU
+    from spack_r3.search.results import KernelResult
+
+    won = KernelResult(step.kernel, step.captures, 0.5, 1e-5, 1e-5, 1.0, 1.0, 1.0, 3, {}, False, "O2",
+                       Variant(pipeline=parse("O2,unroll=0,noalias=1")).to_json())
+    text = hook.winners_table(plan.targets, [won]).splitlines()
+    assert text[0] == "the winners on the GPUs (--gpu; static figures, not measured):"
+    assert [l.split()[1] for l in text[3:]] == ["sm_90", "gfx942"] and all(l.endswith(" ok") for l in text[3:])
 
 
 def test_an_openmp_thread_limit_is_compiled_in_as_the_launch_bound(ptxas):

@@ -14,7 +14,7 @@ import shlex
 import tempfile
 
 from ..errors import R3Error
-from ..report import table
+from ..device.table import render, rows, short
 
 description = "report tuned device kernels' resources and occupancy on other GPUs (no GPU needed)"
 
@@ -61,36 +61,6 @@ def retarget(args):
     return _workspace_mode(args, targets, origin)
 
 
-def _rows(verdicts, kernel_label=None, baseline=None):
-    rows = []
-    for v in verdicts:
-        r, o = v.resources, v.occupancy
-        before = baseline.get(v.kernel) if baseline else None
-        verdict = "ok" if v.ok else v.reason
-        if v.ok and before is not None and o is not None and o.fraction + 1e-9 < before:
-            verdict = "tune again: occupancy %.0f%% -> %.0f%%" % (100 * before, 100 * o.fraction)
-        elif not v.ok:
-            verdict = "tune again: " + v.reason
-        rows.append([kernel_label or _short(v.kernel), v.target,
-                     r.registers if r else "-", ("%d/%d" % (r.spill_stores, r.spill_loads)) if r else "-",
-                     r.stack if r else "-", r.shared if r else "-",
-                     ("%.0f%%" % (100 * o.fraction)) if o and o.launchable else "-",
-                     (o.limiter if o and o.launchable else "-"), verdict])
-    return rows
-
-
-HEADERS = ["kernel", "gpu", "regs", "spill st/ld", "stack", "shared", "occupancy", "limit", "verdict"]
-
-
-def _short(name):
-    from .. import cxxnames
-
-    try:
-        return cxxnames.display(name, 48)
-    except Exception:  # a device symbol no demangler reads is shown as it is
-        return name[:48]
-
-
 def _source_mode(args, targets, origin, geometry):
     from ..device.screen import DeviceUnit, screen
     from ..replay.pipeline import parse
@@ -107,7 +77,7 @@ def _source_mode(args, targets, origin, geometry):
     if args.json:
         print(json.dumps({"source": args.source, "verdicts": [v.to_json() for v in verdicts]}, indent=1))
     else:
-        print(table(HEADERS, _rows(verdicts, baseline=baseline)))
+        print(render(rows(verdicts, baseline=baseline)))
     return 0
 
 
@@ -137,7 +107,7 @@ def _workspace_mode(args, targets, origin):
     host = sorted({c.kernel for c in captures} - {c.kernel for c in device})
     if host:
         print("not device kernels (host captures; retarget is for device kernels): %s" % ", ".join(host))
-    rows, out, seen = [], [], set()
+    table_rows, out, seen = [], [], set()
     for c in device:
         if c.kernel in seen:
             continue
@@ -151,14 +121,14 @@ def _workspace_mode(args, targets, origin):
                 geometry.threads = args.threads
             verdicts = screen(unit, variant.pipeline, geometry, targets, c.kernel)
             baseline = _baseline(unit, variant.pipeline, geometry, origin, c.kernel)
-        label = _short(c.kernel) + ("" if result else " (untuned)")
-        rows += _rows(verdicts, label, baseline and {v.kernel: baseline.get(v.kernel) for v in verdicts})
+        label = short(c.kernel) + ("" if result else " (untuned)")
+        table_rows += rows(verdicts, label, baseline and {v.kernel: baseline.get(v.kernel) for v in verdicts})
         out.append({"kernel": c.kernel, "capture": c.id, "tuned": bool(result),
                     "verdicts": [v.to_json() for v in verdicts]})
     if args.json:
         print(json.dumps({"workspace": ws.root, "kernels": out, "host_kernels": host}, indent=1))
-    elif rows:
-        print(table(HEADERS, rows))
+    elif table_rows:
+        print(render(table_rows))
     elif not host:
         print("no device kernels in %s" % ws.root)
     return 0

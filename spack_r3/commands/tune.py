@@ -183,11 +183,17 @@ def tune(args):
     if args.json:
         out = {"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
                "skipped": plan.skipped + skipped, "report": paths}
+        if gpus:
+            out["gpus"] = {k: [v.to_json() for v in vs] if isinstance(vs, list) else str(vs)
+                           for k, vs in device_hook.winners(plan.targets, results)}
         if spack_part:
             out.update(spack_part)
         print(json.dumps(out, indent=1))
         return 0 if results else 1
     print(results_table(results))
+    gpu_table = device_hook.winners_table(plan.targets, results) if gpus else None
+    if gpu_table:
+        print(gpu_table)
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
     if spack_part:
         _print_spack_part(spack_part)

@@ -72,22 +72,59 @@ class Screener:
     def __call__(self, variant):
         if variant.pipeline.build_compiler:
             return None
+        from .screen import rejection
+
+        try:
+            return rejection(self.verdicts(variant))
+        except (R3Error, ValueError) as err:  # a patch that does not apply, a source gone: this candidate's
+            return "cannot be compiled for the GPUs: %s" % err
+
+    def verdicts(self, variant):
+        """[Verdict] of ``variant`` on each GPU (``screen.screen``)."""
         from ..replay.pipeline import format_spec
-        from .screen import rejection, screen
+        from .screen import screen
 
         geometry = geometry_of(self.capture, variant, self.max_registers)
         source_key = (variant.source_patch or "", tuple(sorted(variant.source_defines.items())))
         key = (source_key, format_spec(variant.pipeline), geometry.threads, geometry.max_registers)
         if key not in self._seen:
-            try:
-                with tempfile.TemporaryDirectory(prefix="r3-screen-") as tmp:
-                    unit = tuned_unit(self.capture, self.capture_dir, variant, tmp)
-                    unit._irs = self._units.setdefault(source_key, {})  # device IR once per source variant, GPU
-                    verdict = rejection(screen(unit, variant.pipeline, geometry, self.gpus, self.capture.kernel))
-            except (R3Error, ValueError) as err:  # a patch that does not apply, a source gone: this candidate's
-                verdict = "cannot be compiled for the GPUs: %s" % err
-            self._seen[key] = verdict
+            with tempfile.TemporaryDirectory(prefix="r3-screen-") as tmp:
+                unit = tuned_unit(self.capture, self.capture_dir, variant, tmp)
+                unit._irs = self._units.setdefault(source_key, {})  # device IR once per source variant and GPU
+                self._seen[key] = screen(unit, variant.pipeline, geometry, self.gpus, self.capture.kernel)
         return self._seen[key]
+
+
+def winners(targets, results):
+    """[(kernel, [Verdict])]: each screened kernel's winner on the GPUs, for the report."""
+    from ..data import Variant
+
+    screens = {t.kernel: t.screen for t in targets if isinstance(getattr(t, "screen", None), Screener)}
+    out = []
+    for r in results:
+        s = screens.get(r.kernel)
+        if s is not None:
+            try:
+                out.append((r.kernel, s.verdicts(Variant.from_json(r.variant))))
+            except (R3Error, ValueError) as err:
+                out.append((r.kernel, err))
+    return out
+
+
+def winners_table(targets, results):
+    """The winners' per-GPU table (text), or None when no kernel was screened."""
+    from .table import render, rows, short
+
+    found = winners(targets, results)
+    if not found:
+        return None
+    lines = []
+    for kernel, verdicts in found:
+        if isinstance(verdicts, Exception):
+            lines.append([short(kernel), "-", "-", "-", "-", "-", "-", "-", str(verdicts)])
+        else:
+            lines += rows(verdicts, short(kernel))
+    return "the winners on the GPUs (--gpu; static figures, not measured):\n" + render(lines)
 
 
 def geometry_of(capture, variant, max_registers=None):
