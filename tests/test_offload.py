@@ -297,3 +297,17 @@ def test_struct_members_mapped_record_and_replay(tmp_path, offload_run):
     with ReplayServer() as server:
         ev = server.submit(os.path.join(ws, "captures", cap.id), Variant(), repeat=2)
     assert ev.status == OK and ev.verified, ev.diagnostics
+
+
+def test_a_capture_of_a_backend_this_r3_lacks_is_refused_in_one_line(recorded, tmp_path, capsys):
+    import shutil
+
+    step = next(c for k, c in captures(recorded).items() if "jacobi_step" in k)
+    other = tmp_path / "capture"
+    shutil.copytree(os.path.join(recorded, "captures", step.id), other)
+    data = json.loads((other / "capture.json").read_text())
+    data["launch"]["backend"] = "cuda"
+    (other / "capture.json").write_text(json.dumps(data))
+    assert r3("--workspace", recorded, "replay", str(other)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("names backend 'cuda', which this r3 does not have (host, offload)") and "\n" not in err

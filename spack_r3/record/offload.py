@@ -44,7 +44,10 @@ def offload_targets(args):
 
 
 def is_offload(line):
-    return bool(offload_targets(line.args))
+    """The compile line's kernels are the offload backend's (``backends.of_compile``)."""
+    from .. import backends
+
+    return backends.of_compile(line.args) is backends.OFFLOAD
 
 
 def device_compile_args(line):

@@ -24,6 +24,7 @@ from typing import List, Optional, Tuple
 import llvmlite.binding as llvm
 import numpy as np
 
+from .. import backends
 from ..data import COLD, Pipeline
 from ..errors import CaptureError
 from ..machine import cache_bytes
@@ -91,6 +92,9 @@ def prepare(capture, directory):
         with open(os.path.join(directory, name), "rb") as f:
             return f.read()
 
+    # The host engine runs the host backend's kernels and the offload backend's device
+    # functions on the host plugin (x86 code calling libomp); any other backend is refused.
+    backends.of_capture(capture)
     if capture.unreplayable:  # it would run, and differ: refused, never reported as wrong output
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
     bitcode, link_units = read("module.bc"), tuple(read(u) for u in capture.link_units)
