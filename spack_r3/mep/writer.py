@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 from .. import cxxnames
 from ..errors import R3Error
@@ -261,7 +261,7 @@ def kernel_ir(prepared, bitcode=None):
             continue
         out.append(re.sub(_GLOBAL_REF, lambda r: "inttoptr (i64 %d to ptr)" % at[name_of(r.group(0))]
                           if name_of(r.group(0)) in at else r.group(0), line))
-    return "\n".join(out), os.path.basename(tools.opt).replace("opt", "clang")
+    return "\n".join(out)
 
 
 # -- the directory -------------------------------------------------------------------------
@@ -406,7 +406,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
                 bitcode = variant_bitcode(capture, directory, patch, defines)
             except CompileError as err:
                 raise R3Error("the variant does not compile: %s" % err)
-        ir, _ = kernel_ir(prepared, bitcode)
+        ir = kernel_ir(prepared, bitcode)
         with open(os.path.join(tmp, "kernel.ll"), "w") as f:
             f.write(ir)
         return []
