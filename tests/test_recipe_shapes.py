@@ -190,7 +190,8 @@ def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
     CC is MPI's wrapper for every build and an ON/OFF switch says whether MPI is used."""
     root = _write(tmp_path / "md", {
         "src-omp/Makefile.vanilla": "DO_MPI = ON\nCC = mpicc\nCFLAGS = -O2\nifeq ($(DO_MPI), ON)\n"
-                                    "CFLAGS += -DDO_MPI\nendif\nmd: md.c\n\t$(CC) $(CFLAGS) md.c -o md\n",
+                                    "CFLAGS += -DDO_MPI\nFLAVOR = mpi\nelse\nFLAVOR = omp\nendif\n"
+                                    "EXE = ../bin/md-$(FLAVOR)\n$(EXE): md.c\n\t$(CC) $(CFLAGS) md.c -o $(EXE)\n",
         "src-omp/md.c": "int main(void) { return 0; }\n"})
     a = analyze(root, "md")
     names.resolve(a, index)
@@ -201,6 +202,9 @@ def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
     assert 'copy("Makefile.vanilla", "Makefile")' in text
     assert '"CC={0}".format(self.spec["mpi"].mpicc if self.spec.satisfies("+mpi") else spack_cc)' in text
     assert '"DO_MPI={0}".format("ON" if self.spec.satisfies("+mpi") else "OFF")' in text
+    # a program named in ways not read here: the recipe installs what the build made (ELF
+    # executables, not scripts) and its test runs each installed program
+    assert 'if f.read(4) == b"\\x7fELF":' in text and "def test_programs_run(self):" in text
 
 
 def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):

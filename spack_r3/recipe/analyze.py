@@ -953,8 +953,9 @@ def analyze_makefile(a: Analysis):
     a.build["own_names"] = [re.sub(r"^lib|\.(a|so)$", "", t) for t in targets if t.startswith("lib")]
     _makefile_checks(a, [mk])
     if not a.build["has_install"]:
+        # (a program put elsewhere, ../bin/x-$(FLAVOR), is found after the build instead)
         a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")
-                         and t not in PHONY_LIKE and t not in _phony(text)]
+                         and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t]
     a.languages = _languages_from_files(a.root)
 
 

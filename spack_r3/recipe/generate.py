@@ -296,7 +296,9 @@ class RuleGenerator:
             lines += templates.lines(tmpl, "install_in_build_directory", where=where)
             if exes:
                 lines += templates.lines(tmpl, "install_programs_in", exes=", ".join(_q(e) for e in exes))
-            if not exes or a.build.get("own_names"):
+            elif not a.build.get("own_names"):  # programs the Makefile names in ways not read here
+                lines += templates.lines(tmpl, "install_built_programs_in")
+            if a.build.get("own_names"):
                 lines += templates.lines(tmpl, "install_libraries_in", include_dir=_q(a.build.get("include_dir", ".")))
         return lines
 
@@ -325,6 +327,10 @@ class RuleGenerator:
             argtext = ", ".join(_q(x) for x in c.args)
             lines += templates.lines(PACKAGE, "test", method=method(c.exe), exe=c.exe, exe_literal=_q(c.exe),
                                      args=argtext)
+            lines.append("")
+        if not checked and not a.executables and a.build_system == "makefile" and not a.build.get("own_names") \
+                and not a.build.get("has_install"):
+            lines += templates.lines(PACKAGE, "test_programs_run", args=_q(a.build.get("cli_flag", "-h")))
             lines.append("")
         if not checked:
             for exe in a.executables[:2]:
