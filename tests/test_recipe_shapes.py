@@ -254,3 +254,22 @@ def test_an_install_counts_only_with_something_where_users_look(tmp_path):
     new, done = fixes.apply(text, found, None, a)
     assert "with working_dir(self.build_directory):" in new and "install('stencil', prefix.bin)" in new
     assert validate(new).ok
+
+
+def test_an_enable_switch_guards_the_library_it_checks_for(tmp_path, index):
+    root = _write(tmp_path / "ac", {
+        "configure.ac": "AC_INIT([acx], [1.2.0])\nAC_PROG_CC\n"
+                        "AC_ARG_ENABLE([prof-libunwind], [AS_HELP_STRING([--enable-prof-libunwind], [use libunwind])])\n"
+                        "if test \"x$enable_prof_libunwind\" = \"xyes\" ; then\n"
+                        "  AC_CHECK_LIB([unwind], [unw_backtrace], [], [AC_MSG_ERROR([no libunwind])])\nfi\n"
+                        "AS_IF([test \"x$with_zlib\" != xno], [AC_CHECK_LIB([z], [inflate])])\n"
+                        "AC_ARG_WITH([zlib], [AS_HELP_STRING([--without-zlib], [no compression])])\n"
+                        "AC_CHECK_LIB([m], [cos])\nAC_OUTPUT\n",
+        "configure": "#!/bin/sh\n", "acx.c": "int acx;\n"})
+    a = analyze(root, "acx")
+    names.resolve(a, index)
+    assert {v.name: v.default for v in a.variants} == {"prof_libunwind": False, "zlib": True}
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("libunwind", "+prof_libunwind"),
+                                                                  ("zlib-api", "+zlib")}
+    text = _recipe(a)
+    assert 'depends_on("libunwind", when="+prof_libunwind")' in text and '"--enable-prof-libunwind"' in text

@@ -698,6 +698,41 @@ def _m4_args(argtext):
     return out
 
 
+def _autotools_guards(text, options):
+    """[(start, end, "+variant")] of the parts of configure.ac that run only with an
+    ``--enable-x``/``--with-x``: the AC_ARG_ENABLE/WITH call itself, and ``if test ...
+    $enable_x ...; then ... fi`` / ``AS_IF([test ... $enable_x ...], [...])`` blocks
+    (jemalloc's libunwind under --enable-prof-libunwind)."""
+    out = []
+    norm = {re.sub(r"[^a-z0-9]", "_", o.lower()): n for o, n in options.items()}
+    for macro in ("AC_ARG_ENABLE", "AC_ARG_WITH"):
+        for args, pos in _meson_calls(text, macro):
+            parts = _m4_args(args)
+            name = norm.get(re.sub(r"[^a-z0-9]", "_", (parts[0] if parts else "").lower()))
+            if name:
+                out.append((pos, pos + len(args) + len(macro) + 2, "+" + name))
+    for m in re.finditer(r"\bif\s+test\b[^\n]*?\$\{?(?:enable|with)_(\w+?)\}?\b[^\n]*", text):
+        name = norm.get(m.group(1).lower())
+        if not name:
+            continue
+        depth, i = 1, m.end()
+        for t in re.finditer(r"\b(if|fi)\b", text[m.end():]):
+            depth += 1 if t.group(1) == "if" else -1
+            if depth == 0:
+                i = m.end() + t.end()
+                break
+        # a test for "no" guards the other way; that is not a variant's dependency
+        if not re.search(r"(?<!!)=\s*\"?x?no\"?", m.group(0)):
+            out.append((m.start(), i, "+" + name))
+    for args, pos in _meson_calls(text, "AS_IF"):
+        parts = _m4_args(args)
+        cm = re.search(r"\$\{?(?:enable|with)_(\w+?)\}?\b", parts[0] if parts else "")
+        if cm and norm.get(cm.group(1).lower()) and not re.search(r"(?<!!)=\s*\"?x?no\"?", parts[0]):
+            start = pos + args.find(parts[1]) if len(parts) > 1 else pos
+            out.append((start, pos + len(args) + 8, "+" + norm[cm.group(1).lower()]))
+    return out
+
+
 def analyze_autotools(a: Analysis):
     ac = next((os.path.join(a.root, n) for n in ("configure.ac", "configure.in")
                if os.path.isfile(os.path.join(a.root, n))), None)
@@ -731,23 +766,26 @@ def analyze_autotools(a: Analysis):
                 if default:  # the help text describes turning it off
                     desc = "%s %s (%s: %s)" % ("enable" if kind == "enable" else "with", parts[0], flag.strip(), desc)
                 a.variants.append(Variant(variant_name(parts[0]), default, desc, parts[0], kind))
-        for args, _ in _meson_calls(text, "AC_CHECK_LIB"):
+        guards = _autotools_guards(text, {v.option: v.name for v in a.variants})
+        when_at = lambda pos: next((w for lo, hi, w in guards if lo <= pos < hi), None)  # noqa: E731
+        for args, pos in _meson_calls(text, "AC_CHECK_LIB"):
             parts = _m4_args(args)
             if parts and parts[0]:
                 a.dependencies.append(Dependency(parts[0], "library", "%s: AC_CHECK_LIB(%s)" % (rel, args.strip()),
-                                                 system=parts[0] in SYSTEM_LIBS))
-        for args, _ in _meson_calls(text, "AC_SEARCH_LIBS"):
+                                                 when=when_at(pos), system=parts[0] in SYSTEM_LIBS))
+        for args, pos in _meson_calls(text, "AC_SEARCH_LIBS"):
             parts = _m4_args(args)
             for lib in (parts[1].split() if len(parts) > 1 else []):
                 a.dependencies.append(Dependency(lib, "library", "%s: AC_SEARCH_LIBS(%s)" % (rel, args.strip()),
-                                                 system=lib in SYSTEM_LIBS))
-        for args, _ in _meson_calls(text, "PKG_CHECK_MODULES"):
+                                                 when=when_at(pos), system=lib in SYSTEM_LIBS))
+        for args, pos in _meson_calls(text, "PKG_CHECK_MODULES"):
             parts = _m4_args(args)
             if len(parts) >= 2:
                 for mod in re.split(r"\s+", parts[1]):
                     mod = re.split(r"[<>=]", mod)[0]
                     if mod:
-                        a.dependencies.append(Dependency(mod, "pkgconfig", "%s: PKG_CHECK_MODULES(%s)" % (rel, args.strip())))
+                        a.dependencies.append(Dependency(mod, "pkgconfig", "%s: PKG_CHECK_MODULES(%s)" % (rel, args.strip()),
+                                                         when=when_at(pos)))
         if re.search(r"\bPKG_(CHECK_MODULES|PROG_PKG_CONFIG)\b", text):
             a.dependencies.append(Dependency("pkg-config", "tool", "%s: PKG_CHECK_MODULES" % rel, ["build"]))
         if re.search(r"\bLT_INIT|AC_PROG_LIBTOOL\b", text):
