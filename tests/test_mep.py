@@ -325,3 +325,46 @@ def test_mep_of_an_openmp_winner_runs_its_threads(demos, tmp_path, clang):
     proc = make_check(out, clang, clang)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 thread\n" in proc.stdout
+
+
+C_GLOBALS_TREE = {
+    "w.c": """#include <stdio.h>
+#include <stdlib.h>
+static double weights[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+long calls_total;
+static double pick(int i) { return weights[i & 7]; }
+double weighted(const double *x, int n) {
+    calls_total++;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i] * pick(i);
+    weights[0] += 1.0;
+    return s;
+}
+int main(void) {
+    int n = 20000;
+    double *x = malloc(n * sizeof *x), r = 0;
+    for (int i = 0; i < n; i++) x[i] = i % 13;
+    for (int it = 0; it < 20; it++) r += weighted(x, n);
+    printf("%g %ld\\n", r, calls_total);
+    return 0;
+}
+""",
+    "Makefile": "w: w.c\n\t$(CC) -O2 -o w w.c\n",
+}
+
+
+def test_globals_of_the_unit_are_read_and_written_at_their_recorded_addresses(tmp_path, compilers):
+    ws = str(tmp_path / "ws")
+    src = _tree(tmp_path / "src", C_GLOBALS_TREE)
+    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CC="$R3_CC"', "--run", "./w",
+              "--kernel", "weighted") == 0
+    out = tmp_path / "mep"
+    assert r3("--workspace", ws, "mep", "weighted", "-o", out) == 0
+    kernel = (out / "kernel.c").read_text()
+    # the definitions became declarations; the names reach the recorded objects
+    assert "extern double weights[8];" in kernel and "extern long calls_total;" in kernel
+    assert "= {1, 2, 3" not in kernel and "#define weights (*(__typeof__(weights) *)0x" in kernel
+    for cc, cxx in compilers:  # weights[0] and calls_total as the recorded call left them: compared
+        proc = make_check(out, cc, cxx)
+        assert proc.returncode == 0, (cc, proc.stdout + proc.stderr)
+        assert "weighted: verified" in proc.stdout
