@@ -107,7 +107,7 @@ def test_rule_generator_writes_complete_valid_recipes(index, tree):
     v = validate(text)
     assert v.ok, v.reasons
     assert "FIXME" not in text and "from spack.package import *" in text
-    assert 'version("%s", sha256="%s")' % (a.version, "a" * 64) in text
+    assert 'version("%s", sha256="%s", url="file:///tmp/%s.tar.gz")' % (a.version, "a" * 64, tree) in text
     assert "def test_" in text  # a stand-alone check of the installed program
     compile(text, "package.py", "exec")
 

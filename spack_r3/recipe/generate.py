@@ -155,7 +155,9 @@ class RuleGenerator:
         if source.git:
             out += t("version_commit", version=_q(a.version), commit=_q(source.commit))
         else:
-            out += t("version_sha256", version=_q(a.version), sha256=_q(source.sha256))
+            # the URL again on the version: Spack would otherwise rewrite it for the version it
+            # parses from the file name, which a name with digits (r3x-inih-62) defeats
+            out += t("version_sha256", version=_q(a.version), sha256=_q(source.sha256), url=_q(source.url))
         out.append("")
         subdirs = a.build.get("subdirs") or []
         if len(subdirs) > 1:
