@@ -154,12 +154,13 @@ def _cached(cache, source, make):
 def mep_source(source):
     """The kernel's MEP source (``mep.slice.Slice``), or None where no slice can be made
     (the prompt then shows the whole unit)."""
-    from ...mep.slice import SliceError, source_slice
+    from ...errors import R3Error
+    from ...mep.slice import source_slice
 
     def make():
         try:
             return source_slice(source)
-        except (SliceError, OSError):
+        except (R3Error, OSError, ValueError, KeyError, IndexError, TypeError):  # SliceError, ASTError, odd ASTs
             return None
 
     return _cached(_MEP, source, make)
@@ -182,7 +183,7 @@ def reintegrate(source, kernel, definition):
     removed = []  # (begin, end) in the parent's text
     for _ in range(MOST_REINTEGRATED):
         try:
-            cast.dump(source, text)
+            cast.dump(source, text, function=source.function)  # its diagnostics; the dump filtered down
             return text
         except cast.ASTError as err:
             m = _REDEFINED.search(str(err))
