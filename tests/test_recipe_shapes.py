@@ -273,3 +273,16 @@ def test_an_enable_switch_guards_the_library_it_checks_for(tmp_path, index):
                                                                   ("zlib-api", "+zlib")}
     text = _recipe(a)
     assert 'depends_on("libunwind", when="+prof_libunwind")' in text and '"--enable-prof-libunwind"' in text
+
+
+def test_programs_behind_an_option_are_not_tested(tmp_path):
+    root = _write(tmp_path / "ex", {
+        "CMakeLists.txt": 'project(exl VERSION 1.0 LANGUAGES C)\noption(EXL_EXAMPLES "examples" OFF)\n'
+                          "add_library(exl exl.c)\nif(EXL_EXAMPLES)\n  add_executable(exdemo demo.c)\nendif()\n"
+                          "add_executable(exltool tool.c)\n",
+        "exl.c": "int exl(void) { return 0; }\n", "exl.h": "int exl(void);\n",
+        "tool.c": "int main(void) { return 0; }\n", "demo.c": "int main(void) { return 0; }\n"})
+    a = analyze(root, "exl")
+    assert a.executables == ["exltool"]
+    text = _recipe(a)
+    assert "def test_exltool_h(self):" in text and "exdemo" not in text and "def test_link(self):" in text

@@ -257,6 +257,7 @@ def analyze_cmake(a: Analysis):
                 cmake_vars[args[0]] = " ".join(x for x in args[1:] if x not in ("CACHE", "PARENT_SCOPE"))
     project_prefix = None
     dir_conds = {}  # directory -> option literals under which its add_subdirectory() was reached
+    exe_conditional = set()
     langs = None
     exes, tests = [], []
     found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
@@ -345,6 +346,8 @@ def analyze_cmake(a: Analysis):
                                                      ["build", "link"], when, required))
             elif cmd == "add_executable" and args and "IMPORTED" not in args and "ALIAS" not in args:
                 exes.append(_cmake_expand(args[0], cmake_vars))
+                if _cmake_when(conds, options, project_prefix):
+                    exe_conditional.add(exes[-1])  # an example or tool behind an option
             elif cmd == "add_library" and args:
                 a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
             elif cmd == "install" and args and args[0] == "TARGETS":
@@ -412,7 +415,8 @@ def analyze_cmake(a: Analysis):
                 v.default = False
                 a.notes.append("%s is missing from the tree (a git submodule?): variant %s defaults off"
                                % (sub, v.name))
-    a.executables = [e for e in exes if e in a.build.get("installed", exes)]
+    installed = a.build.get("installed")
+    a.executables = [e for e in exes if (e in installed if installed is not None else e not in exe_conditional)]
     a.checks = [c for c in tests if c.exe in a.executables]
 
 
