@@ -20,7 +20,7 @@ from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
 from spack_r3.replay.engine import batchable, prepare
-from spack_r3.replay.module import apply_pipeline_edits, built_target, contracts_fma, trampoline
+from spack_r3.replay.module import apply_pipeline_edits, built_target, contracts_fma, mark_noalias, trampoline
 from spack_r3.replay.pipeline import PipelineError, as_built, format_spec, parse
 from spack_r3.replay.stages import build_flags
 from spack_r3.replay.server import ReplayServer
@@ -615,3 +615,11 @@ def test_kernels_with_nothing_to_put_back_are_timed_back_to_back(recorded):
     spmv = prepare(load_capture_dir(capture_of(recorded, "spmv")), capture_of(recorded, "spmv"))
     assert batchable(dot) and not batchable(spmv)
     assert not batchable(dot, flush=lambda: None)  # a cache flush comes before every call
+
+
+def test_noalias_follows_a_pointers_whole_type_address_space_included():
+    """Device kernels' pointers carry an address space: the attribute goes after it."""
+    ir = "define void @k(ptr addrspace(1) %a, ptr nocapture %b, i32 %n) {\n  ret void\n}\n"
+    edited = mark_noalias(ir, "k")
+    assert "ptr addrspace(1) noalias %a" in edited and "ptr noalias nocapture %b" in edited and "i32 %n" in edited
+    assert mark_noalias(edited, "k") == edited  # marked once

@@ -247,23 +247,14 @@ def _set_thread_limit(text, n):
 
 def _noalias(text, kernels):
     """The kernels' pointer parameters marked ``noalias`` (``ptr`` and ``ptr addrspace(N)``)."""
-    from ..irtext import FunctionDef, find_define
+    from ..replay.module import mark_noalias
 
-    lines = text.split("\n")
     for k in kernels:
         try:
-            i = find_define(lines, k)
+            text = mark_noalias(text, k)
         except (KeyError, ValueError):
             continue
-        d = FunctionDef(lines[i], k)
-        params = []
-        for param in d.params:
-            m = re.match(r"(ptr(?: addrspace\(\d+\))?) (.*)$", param)
-            if m and "noalias" not in param:
-                param = "%s noalias %s" % (m.group(1), m.group(2))
-            params.append(param)
-        lines[i] = d.render(k, params=params)
-    return "\n".join(lines)
+    return text
 
 
 def _child(job):
@@ -299,7 +290,7 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
 
     def edits(text):
         features = built_target(text, kernels[0])[1] if kernels else ""
-        # noalias here for every kernel: device pointers may carry an address space
+        # noalias for every kernel of the module, not only the first
         text = apply_pipeline_edits(text, kernels[0] if kernels else "", replace(p, noalias=False), arch, features,
                                     True)
         if p.noalias:

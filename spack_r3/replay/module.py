@@ -228,6 +228,11 @@ def behind_host(features):
     return any(host.get(f) and f not in built for f in VECTOR_FEATURES if f in host)
 
 
+# A pointer parameter's type, its address space included (attributes follow the whole type:
+# ``ptr addrspace(1) noalias %x``, never ``ptr noalias addrspace(1)``).
+_PTR_TYPE = re.compile(r"^(ptr(?: addrspace\(\d+\))?) ")
+
+
 def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
     """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias.
     ``fma=built`` splits llvm.fmuladd exactly where the build's own target could not fuse
@@ -253,14 +258,18 @@ def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
         if cmp_flags:
             text = _FCMP.sub(lambda m: m.group(1) + _merge_flags(m.group(2), cmp_flags).lstrip(), text)
     if pipeline.noalias:
-        lines = text.split("\n")
-        i = find_define(lines, kernel)
-        d = FunctionDef(lines[i], kernel)
-        params = [("ptr noalias " + p[4:]) if p.startswith("ptr ") and "noalias" not in p else p
-                  for p in d.params]
-        lines[i] = d.render(kernel, params=params)
-        text = "\n".join(lines)
+        text = mark_noalias(text, kernel)
     return text
+
+
+def mark_noalias(text, kernel):
+    """``kernel``'s pointer parameters marked ``noalias`` (in any address space)."""
+    lines = text.split("\n")
+    i = find_define(lines, kernel)
+    d = FunctionDef(lines[i], kernel)
+    params = [_PTR_TYPE.sub(r"\1 noalias ", p, count=1) if "noalias" not in p else p for p in d.params]
+    lines[i] = d.render(kernel, params=params)
+    return "\n".join(lines)
 
 
 # OpenMP loops whose schedule is chosen at run time: clang calls __kmpc_dispatch_init_{4,4u,8,8u}
