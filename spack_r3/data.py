@@ -113,6 +113,12 @@ class Pipeline:
     polly_tile: Optional[int] = None  # None: Polly's default tile size; 0: no tiling; N: tiles of N
     polly_matmul: bool = True  # Polly's matrix-multiplication pattern optimization
     polly_vectorizer: str = "none"  # none or stripmine
+    # Polly's scheduler and code generation options (issue 46), each off by default:
+    polly_parallel: bool = False  # -polly-parallel: OpenMP (libomp's GOMP entry points) over an outer parallel loop
+    polly_fusion: bool = False  # -polly-loopfusion-greedy: fuse every band it can
+    polly_coincidence: bool = False  # -polly-opt-outer-coincidence=yes: outer band members parallel
+    polly_tile2: bool = False  # -polly-2nd-level-tiling
+    polly_regtile: bool = False  # -polly-register-tiling
     # The build's own compiler with the build's own flags (``stages.build_object``): the
     # code the untuned application runs, which every speedup is against. The fields above
     # only describe it then.
@@ -133,6 +139,9 @@ class Pipeline:
         d["specialize"] = [list(p) for p in self.specialize]
         if not self.specialize:  # absent when unused: variants and plans written before it read the same
             del d["specialize"]
+        for name in POLLY_SCHEDULER:  # the same
+            if not d[name]:
+                del d[name]
         return d
 
     @classmethod
@@ -142,6 +151,9 @@ class Pipeline:
         p.fast_math = tuple(p.fast_math)
         p.specialize = tuple(tuple(int(x) for x in pair) for pair in p.specialize)
         return p
+
+
+POLLY_SCHEDULER = ("polly_parallel", "polly_fusion", "polly_coincidence", "polly_tile2", "polly_regtile")
 
 
 @dataclass

@@ -7,6 +7,7 @@
     O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
     O3,fast=reassoc+contract,fma=off,noalias=1
     O3,polly=1,polly_tile=64,polly_matmul=0,polly_vec=stripmine
+    O3,polly=1,polly_parallel=1,polly_fusion=1,polly_tile2=1
     O3,specialize=0:300+2:64            arguments 0 and 2 folded in, behind a guard
 
 Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
@@ -16,7 +17,10 @@ kernel for), fma (built: fuse a*b+c where the build did, the default; on; off),
 noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
 that recorded, before the pipeline) and, with polly=1 only, polly_tile (tile size;
 0: no tiling; default: Polly's), polly_matmul (0/1: the matrix-multiplication
-pattern optimization, on by default), polly_vec (none/stripmine); specialize
+pattern optimization, on by default), polly_vec (none/stripmine), and Polly's scheduler
+options, 0/1, off by default: polly_parallel (OpenMP code for a parallel outer loop),
+polly_fusion (greedy fusion), polly_coincidence (outer band members parallel),
+polly_tile2 (2nd-level tiling), polly_regtile (register tiling); specialize
 (INDEX:VALUE joined by +: integer arguments folded in as constants, in a clone behind a
 guard that runs the original for other values; replay/specialize.py).
 """
@@ -25,7 +29,7 @@ import re
 
 import llvmlite.binding as llvm
 
-from ..data import FAST_MATH_FLAGS, Pipeline
+from ..data import FAST_MATH_FLAGS, POLLY_SCHEDULER, Pipeline
 from ..errors import PipelineError
 from ..toolchain import target_names
 
@@ -166,6 +170,9 @@ def parse(spec):
                 raise PipelineError("%s=%s: expected %s" % (key, value, " or ".join(POLLY_VECTORIZERS)))
             p.polly_vectorizer = value
             polly_keys.append(item)
+        elif key in POLLY_SCHEDULER:
+            setattr(p, key, _bool(key, value))
+            polly_keys.append(item)
         elif key == "specialize":
             p.specialize = _specialize(value)
         elif key == "compiler":
@@ -229,6 +236,7 @@ def format_spec(p):
             items.append("polly_matmul=0")
         if p.polly_vectorizer != "none":
             items.append("polly_vec=" + p.polly_vectorizer)
+        items += ["%s=1" % name for name in POLLY_SCHEDULER if getattr(p, name)]
     if p.build_compiler:
         items.append("compiler=build")
     return ",".join(items)

@@ -337,6 +337,11 @@ def polly_options(p):
     args.append("-polly-pattern-matching-based-opts=%s" % ("true" if p.polly_matmul else "false"))
     if p.polly_vectorizer != "none":
         args.append("-polly-vectorizer=%s" % p.polly_vectorizer)
+    # LLVM 19 has no -polly-opt-fusion (isl fuses by default); greedy fusion is its knob now.
+    flags = {"polly_parallel": "-polly-parallel", "polly_fusion": "-polly-loopfusion-greedy",
+             "polly_coincidence": "-polly-opt-outer-coincidence=yes", "polly_tile2": "-polly-2nd-level-tiling",
+             "polly_regtile": "-polly-register-tiling"}
+    args += [flag for name, flag in flags.items() if getattr(p, name, False)]
     return args
 
 

@@ -29,6 +29,12 @@ FAST_MATH_CHOICES = {"none": (), "contract": ("contract",), "reassoc+contract": 
                      "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
                      "fast": FAST_MATH_FLAGS}
 POLLY_BLOCK = ("polly_tile", "polly_matmul", "polly_vec")
+# Polly's scheduler options, outside the block (its sweep would take 32 times as long).
+POLLY_SCHEDULER_PARAMS = (("polly_parallel", "Polly's OpenMP code for parallel outer loops"),
+                          ("polly_fusion", "Polly's greedy loop fusion"),
+                          ("polly_coincidence", "Polly: outer band members parallel (outer coincidence)"),
+                          ("polly_tile2", "Polly's 2nd-level tiling"),
+                          ("polly_regtile", "Polly's register tiling"))
 TRISTATE = ("default", "on", "off")  # pipeline tuning options: what the O-level does, or forced
 LOOP_SWITCHES = ("vectorize", "slp", "unroll", "interleave")  # the TRISTATE ones: loop optimizations
 
@@ -151,6 +157,9 @@ class Space:
                         active=on, condition="polly"),
                   Param("polly_vec", "categorical", "Polly vectorizer", choices=("none", "stripmine"),
                         active=on, condition="polly")]
+            # Its scheduler's options (issue 46): stencils and chains of products.
+            p += [Param(name, "bool", what, active=on, condition="polly") for name, what in POLLY_SCHEDULER_PARAMS
+                  if name != "polly_parallel" or f.cores > 1]
         if f.relax_fp:
             p += [Param("fast_math", "categorical", "fast-math flags (within tolerance %g)" % f.tolerance,
                         choices=tuple(FAST_MATH_CHOICES)),
@@ -200,6 +209,8 @@ class Space:
             pipe.polly_tile = values.get("polly_tile")
             pipe.polly_matmul = values.get("polly_matmul", True)
             pipe.polly_vectorizer = values.get("polly_vec", "none")
+            for name, _ in POLLY_SCHEDULER_PARAMS:
+                setattr(pipe, name, values.get(name, False))
         launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"),
                         num_teams=values.get("num_teams"), thread_limit=values.get("thread_limit"))
         defines = {k[len(KNOB_PREFIX):]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
@@ -213,6 +224,8 @@ class Space:
         return {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
                 "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
                 "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
+                "polly_parallel": False, "polly_fusion": False, "polly_coincidence": False, "polly_tile2": False,
+                "polly_regtile": False,
                 "fast_math": "none", "fma": "built", "threads": self.facts.cores, "schedule": "static", "chunk": None,
                 "num_teams": None, "thread_limit": None,
                 "target": "host", "specialize": "none"}
