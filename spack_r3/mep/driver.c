@@ -273,7 +273,7 @@ int main(int argc, char **argv)
     struct region *pre = read_image("data/pre.bin", &npre);
     struct region *post = read_image("data/post.bin", &npost);
 #ifdef _OPENMP
-    if (MEP_THREADS > 0)
+    if (MEP_THREADS > 0 && !getenv("OMP_NUM_THREADS")) /* the recorded threads, unless told otherwise */
         omp_set_num_threads(MEP_THREADS);
 #ifdef MEP_SCHEDULE
     omp_set_schedule(MEP_SCHEDULE, MEP_CHUNK);
@@ -301,7 +301,7 @@ int main(int argc, char **argv)
     char a[32], b[32], c[32], d[32];
     int threads = 1;
 #ifdef _OPENMP
-    threads = MEP_THREADS > 0 ? MEP_THREADS : omp_get_max_threads();
+    threads = omp_get_max_threads();
 #endif
     printf("%s: verified (max relative error %.3g%s); time median %s, quartiles %s - %s, min %s over %d runs, "
            "%d thread%s\n", MEP_KERNEL, worst, has_tolerance ? ", within the tolerance" : "", human(times[runs / 2], a), human(times[runs / 4], b),

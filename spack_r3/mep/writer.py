@@ -42,6 +42,7 @@ class MEPInfo:
     flags: List[str] = field(default_factory=list)  # CFLAGS in the Makefile
     unmapped: List[str] = field(default_factory=list)  # pipeline settings with no compiler flag
     variant: bool = False  # a tuned variant's MEP (its pipeline as flags), not the kernel as built
+    replay_object: bool = False  # r3/kernel.o: the variant's kernel as replay compiled it
 
 
 # -- the pipeline as compiler flags ------------------------------------------------------
@@ -248,7 +249,13 @@ def kernel_ir(prepared, bitcode=None):
         text = source.tool_ir(tools)
     except CompileError as err:
         raise R3Error("cannot write the kernel's IR: %s" % err)
-    at = {g["name"]: int(g["addr"], 16) for g in capture.globals}
+    return globals_at_addresses(text, capture.globals)
+
+
+def globals_at_addresses(text, recorded):
+    """IR ``text`` with each of the ``recorded`` globals (capture.globals) replaced by its
+    address, and its external declaration dropped."""
+    at = {g["name"]: int(g["addr"], 16) for g in recorded}
 
     def name_of(ref):
         n = ref[1:]
@@ -262,6 +269,29 @@ def kernel_ir(prepared, bitcode=None):
         out.append(re.sub(_GLOBAL_REF, lambda r: "inttoptr (i64 %d to ptr)" % at[name_of(r.group(0))]
                           if name_of(r.group(0)) in at else r.group(0), line))
     return "\n".join(out)
+
+
+def replay_object(prepared, variant, bitcode=None):
+    """The object of the variant's kernel exactly as replay measured it and r3-apply builds
+    it (``stages.optimized_module``, llvmlite's LLVM, this machine's target where the
+    pipeline says host), recorded globals at their addresses."""
+    from ..replay.stages import CompileError, KernelIR, optimized_module, polly_tools, resolve_target, \
+        target_machine
+
+    capture, unit = prepared.capture, prepared.unit
+    source = unit if bitcode is None else KernelIR.from_bitcode(
+        capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+    moved = KernelIR(source.kernel, globals_at_addresses(source.ir, capture.globals), source.bitcode,
+                     source.link_units, source.recorded_globals, source.clang, source.extract, source.build)
+    try:
+        if variant.pipeline.polly:  # the opt stage starts from its own LLVM's text: moved the same way
+            tools = polly_tools(source.clang)
+            moved._tool_ir[tools.version] = globals_at_addresses(source.tool_ir(tools), capture.globals)
+        mod = optimized_module(moved, variant.pipeline, variant.launch)
+        cpu, features = resolve_target(variant.pipeline, moved)
+        return target_machine(mod.triple, cpu, features, variant.pipeline.codegen).emit_object(mod)
+    except CompileError as err:
+        raise R3Error("the variant's kernel does not compile as replay compiled it: %s" % err)
 
 
 # -- the directory -------------------------------------------------------------------------
@@ -296,6 +326,11 @@ def _readme(info, capture, variant_text, record, made):
                   "%g relative" % capture.tolerance if capture.tolerance else "exact")]
     if info.mode == IR:
         lines += ["", "The kernel is LLVM IR: it is compiled by clang ($(CLANG)); the driver by $(CC)."]
+    if info.replay_object:
+        lines += ["", "`make check-r3` runs the variant's kernel as `r3 replay` measured it and `r3-apply` builds it "
+                  "(r3/kernel.o: the pipeline through llvmlite's LLVM, for the recording's machine), beside `make "
+                  "check`'s build of the same variant by the compiler's flags: compilers differ, and where the two "
+                  "times differ, the flags do not reproduce what r3 measured."]
     if info.unmapped:
         lines += ["", "Pipeline settings of the variant with no compiler flag (left out of CFLAGS): "
                   + "; ".join(info.unmapped) + "."]
@@ -326,13 +361,18 @@ def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
     kernel_src = "kernel.ll" if info.mode == IR else "kernel." + ext
     kernel_cc = "$(CLANG) -Wno-override-module" if info.mode == IR else "$(%s)" % cc
     lines += ["", "all: mep", "", "mep: kernel.o driver.o",
-              "\t$(LINK) $(CFLAGS) $(OMPFLAGS) -o $@ kernel.o driver.o $(LDLIBS)", "",
+              "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ kernel.o driver.o $(LDLIBS)", "",
               "kernel.o: %s" % kernel_src,
               "\t%s $(CFLAGS) $(OMPFLAGS) %s-c -o $@ %s" % (kernel_cc, "" if info.mode == IR else "$(KERNEL_FLAGS) ",
                                                          kernel_src), "",
               "driver.o: driver.%s mep.h" % ext, "\t$(%s) $(DRIVER_FLAGS) $(OMPFLAGS) -c -o $@ driver.%s" % (cc, ext), "",
-              "check: mep", "\t./mep $(RUNS) $(TOLERANCE)", "", "clean:", "\trm -f mep kernel.o driver.o", "",
-              ".PHONY: all check clean"]
+              "check: mep", "\t./mep $(RUNS) $(TOLERANCE)", ""]
+    if info.replay_object:
+        lines += ["# the kernel as r3 replay measured it and r3-apply builds it (r3/kernel.o, for this target)",
+                  "mep-r3: r3/kernel.o driver.o", "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ r3/kernel.o driver.o $(LDLIBS)", "",
+                  "check-r3: mep-r3", "\t./mep-r3 $(RUNS) $(TOLERANCE)", ""]
+    lines += ["clean:", "\trm -f mep mep-r3 kernel.o driver.o", "",
+              ".PHONY: all check %sclean" % ("check-r3 " if info.replay_object else "")]
     return "\n".join(lines) + "\n"
 
 
@@ -342,7 +382,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     from ..capture import load_capture_dir
     from ..replay.engine import init_llvm, prepare
     from ..replay.source import unit_text
-    from ..replay.stages import CompileError, build_flags
+    from ..replay.stages import build_flags
     from ..search.mutators.llm import language
     from ..search.remix import kernel_source
     from ..toolchain import find_clang, find_libomp
@@ -371,8 +411,9 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     if variant is not None and not variant.pipeline.build_compiler:
         code, unmapped = pipeline_flags(variant.pipeline, flags)
         code, _ = _unit_split(code)
-    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped,
-                   variant=variant is not None and not variant.pipeline.build_compiler)
+    tuned = variant is not None and not variant.pipeline.build_compiler
+    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped, variant=tuned,
+                   replay_object=tuned)
     globals_at = {g["name"]: int(g["addr"], 16) for g in capture.globals
                   if not g["name"].startswith((".gomp_critical_user_", "__kmp", ".kmp"))}
     compiler = clang or find_clang()
@@ -398,15 +439,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         return kernel_flags
 
     def write_ir(tmp):
-        bitcode = None
-        if patch or defines:
-            from ..replay.source import variant_bitcode
-
-            try:
-                bitcode = variant_bitcode(capture, directory, patch, defines)
-            except CompileError as err:
-                raise R3Error("the variant does not compile: %s" % err)
-        ir = kernel_ir(prepared, bitcode)
+        ir = kernel_ir(prepared, _variant_bitcode(capture, directory, patch, defines))
         with open(os.path.join(tmp, "kernel.ll"), "w") as f:
             f.write(ir)
         return []
@@ -444,6 +477,11 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
             why = _trial_build(tmp, compiler)
             if why:
                 raise R3Error("the MEP of %s does not build: %s" % (cxxnames.display(capture.kernel), why))
+        if info.variant:
+            obj = replay_object(prepared, variant, _variant_bitcode(capture, directory, patch, defines))
+            os.makedirs(os.path.join(tmp, "r3"))
+            with open(os.path.join(tmp, "r3", "kernel.o"), "wb") as f:
+                f.write(obj)
         os.makedirs(os.path.join(tmp, "data"))
         _write_image(os.path.join(tmp, "data", "pre.bin"), prepared.pre)
         _write_image(os.path.join(tmp, "data", "post.bin"), prepared.post, zeros=False)
@@ -454,6 +492,19 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+def _variant_bitcode(capture, directory, patch, defines):
+    """The unit's bitcode with the variant's patch and knobs, or None (the recorded one)."""
+    if not (patch or defines):
+        return None
+    from ..replay.source import variant_bitcode
+    from ..replay.stages import CompileError
+
+    try:
+        return variant_bitcode(capture, directory, patch, defines)
+    except CompileError as err:
+        raise R3Error("the variant does not compile: %s" % err)
 
 
 def _trial_build(directory, clang):
