@@ -72,10 +72,12 @@ REWRITE_CLASSES = {
     "restrict": "aliasing", "scalar-replace": "aliasing",
     "omp-parallel": "parallel", "omp-simd": "vector", "vectorize-pragma": "vector", "unroll-pragma": "vector",
     "interchange": "loop-order", "tile": "loop-order", "unroll-and-jam": "loop-order", "stage": "layout",
+    "fuse": "loop-order", "distribute": "loop-order", "time-tile": "time-tiling", "wavefront": "time-tiling",
     "llm": "model",
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
-PARALLEL_RULES = ("omp-parallel", "llm")
+PARALLEL_RULES = ("omp-parallel", "wavefront", "llm")
+THREADED_RULES = ("omp-parallel", "wavefront")  # rewrites that add OpenMP threads
 MAX_REPEATS = 50
 MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
 ORIGINAL = "original"
@@ -352,12 +354,12 @@ class Remix:
     def child_study(self, child):
         facts = replace(self.facts, knobs=dict(child.knobs))
         # A rewrite that adds OpenMP threads makes the kernel parallel: threads become a setting.
-        if "omp-parallel" in child.rules:
+        if set(THREADED_RULES) & set(child.rules):
             facts = replace(facts, parallel=True)
         variant_name = child.id if self.target.source_variant == ORIGINAL else \
             "%s/%s" % (self.target.source_variant, child.id)  # the studies of a search of its own
         target = replace(self.target, base=self._variant(child), source_variant=variant_name,
-                         parallel=self.target.parallel or "omp-parallel" in child.rules)
+                         parallel=self.target.parallel or bool(set(THREADED_RULES) & set(child.rules)))
         space = Space(facts)
         return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
                      pairs=self.options.pairs, timeout=self.options.timeout,

@@ -36,6 +36,9 @@ that is wrong by construction would only cost a replay to find out.
   (``c[i*n+j] += ...`` over k) lives in a local across the loop.
 - ``stage``: a read-only array that an innermost loop reads with a stride is copied on
   entry, transposed, and those reads go to the copy (``pos[3*j+1]`` -> ``r3_pos[1L*n+j]``).
+- ``time-tile``, ``wavefront``, ``fuse``, ``distribute`` (``stencils``): a time loop around
+  loops over rows, skewed and tiled (the tiles of one wavefront in parallel); two adjacent
+  loops fused, the second shifted where it must lag; a loop split per statement.
 
 The pragma counts and tile sizes are macros (``R3_IC_1``...) defined at the top of the
 unit under ``#ifndef``, so the inner search sets them with ``-D``: ``Proposal.knobs``
@@ -72,8 +75,12 @@ class RulesMutator(Mutator):
         # pipeline search has a setting for (noalias, vectorize, unroll) but only for the whole
         # kernel. The remix tries one rewrite class at a time in this order, and a budget
         # that pays for four children (matmul) reached the interchange last.
-        for rule in (stage, unroll_and_jam, interchange, tile, restrict, omp_parallel, omp_simd, omp_for_simd,
-                     vectorize_pragma, unroll_pragma, scalar_replace):
+        from . import stencils  # (it builds on this module's pieces)
+
+        # Time tiling first: on a stencil it is what no other rule or pipeline setting reaches.
+        for rule in (stencils.wavefront, stencils.time_tile, stage, unroll_and_jam, interchange, stencils.fuse, tile,
+                     restrict, omp_parallel, omp_simd, omp_for_simd, vectorize_pragma, unroll_pragma, scalar_replace,
+                     stencils.distribute):
             out.extend(rule(fn))
         return [p for p in out if _parses(source, p)]
 
