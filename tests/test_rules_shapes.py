@@ -86,7 +86,7 @@ def test_time_tiles_and_wavefronts_of_other_stencils(recorded, server, kernel, s
 def test_fusion_of_the_sweep_and_its_copy_back(recorded, server):
     src, props = proposals(recorded, "jacobi2d")
     p = one(props, "fuse")
-    assert p.description == "fuse the i loops at lines 14 and 17 in jacobi2d (the second shifted by 1)"
+    assert p.description == "fuse the i loops at lines 21 and 24 in jacobi2d (the second shifted by 1)"
     assert "int i = r3_p - 1;" in p.text
     replays(recorded, server, src, p)
 
@@ -98,7 +98,7 @@ def test_fusion_of_two_products_of_a_chain_and_distribution_of_a_rank_k_update(r
     replays(recorded, server, src, p)
     src, props = proposals(recorded, "syrk_lower")
     d = one(props, "distribute")
-    assert d.description == "distribute the i loop at line 104 in syrk_lower into 2"
+    assert d.description == "distribute the i loop at line 110 in syrk_lower into 2"
     replays(recorded, server, src, d)
 
 

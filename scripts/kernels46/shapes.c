@@ -1,10 +1,17 @@
 /* Kernels of the shapes issue 46 names (stencils, chains of products, transposed
- * products), written for r3's own benchmarks and tests. Sizes are set by N (rows and
- * columns) and STEPS (time steps), overridable with -D. */
+ * products), written for r3's own benchmarks and tests. Sizes, overridable with -D: N
+ * (rows and columns of the 2-D stencils' grids), M3 (the 3-D grid's edge), NM (the
+ * products' matrices); main.c sets STEPS (time steps). */
 #include <math.h>
 
 #ifndef N
 #define N 96
+#endif
+#ifndef NM
+#define NM N
+#endif
+#ifndef M3
+#define M3 24
 #endif
 
 /* Jacobi-style 2-D sweep: the 5-point average into b, then b copied back. */
@@ -21,7 +28,6 @@ void jacobi2d(int steps, int n, double a[N][N], double b[N][N])
 }
 
 /* Heat equation in 3-D, two buffers used in turn (each step writes one from the other). */
-#define M3 24
 void heat3d(int steps, int n, double u[M3][M3][M3], double v[M3][M3][M3])
 {
     for (int t = 0; t < steps; t++) {
@@ -68,7 +74,7 @@ void seidel2d(int steps, int n, double a[N][N])
 }
 
 /* Two products in a chain, d = (a b) c, with the intermediate kept. */
-void chain2(int n, double a[N][N], double b[N][N], double c[N][N], double tmp[N][N], double d[N][N])
+void chain2(int n, double a[NM][NM], double b[NM][NM], double c[NM][NM], double tmp[NM][NM], double d[NM][NM])
 {
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
@@ -85,7 +91,7 @@ void chain2(int n, double a[N][N], double b[N][N], double c[N][N], double tmp[N]
 }
 
 /* y = A^T x, and the squared norm of the result. */
-double matvec_t(int n, double a[N][N], const double *x, double *y)
+double matvec_t(int n, double a[NM][NM], const double *x, double *y)
 {
     double norm = 0.0;
     for (int j = 0; j < n; j++)
@@ -99,7 +105,7 @@ double matvec_t(int n, double a[N][N], const double *x, double *y)
 }
 
 /* Symmetric rank-k update of the lower triangle: c = beta c + alpha a a^T. */
-void syrk_lower(int n, int m, double alpha, double beta, double c[N][N], double a[N][N])
+void syrk_lower(int n, int m, double alpha, double beta, double c[NM][NM], double a[NM][NM])
 {
     for (int i = 0; i < n; i++) {
         for (int j = 0; j <= i; j++)
@@ -111,7 +117,7 @@ void syrk_lower(int n, int m, double alpha, double beta, double c[N][N], double 
 }
 
 /* The sum of squares of a matrix's entries: a reduction over a whole nest. */
-double frobenius(int n, double a[N][N])
+double frobenius(int n, double a[NM][NM])
 {
     double s = 0.0;
     for (int i = 0; i < n; i++)
