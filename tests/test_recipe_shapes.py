@@ -106,7 +106,7 @@ def test_optional_dependencies_stay_behind_variants(tmp_path, index):
     text = _recipe(a)
     assert 'self.define("CMAKE_DISABLE_FIND_PACKAGE_Doxygen", self.spec.satisfies("~docs"))' in text
     # a library gets a stand-alone test that compiles and links against it
-    assert "def test_link(self):" in text and "#include <optlib.h>" in text
+    assert "def test_link(self):" in text and 'for name in ["optlib.h"]' in text
 
 
 def test_a_makefile_switch_guards_its_libraries(tmp_path):
@@ -286,3 +286,13 @@ def test_programs_behind_an_option_are_not_tested(tmp_path):
     assert a.executables == ["exltool"]
     text = _recipe(a)
     assert "def test_exltool_h(self):" in text and "exdemo" not in text and "def test_link(self):" in text
+
+
+def test_meson_programs_count_where_meson_installs_them(tmp_path):
+    root = _write(tmp_path / "mi", {
+        "meson.build": "project('mil', 'c', version: '1.1')\nlib = library('mil', 'mil.c', install: true)\n"
+                       "executable('example', 'example.c')\nexecutable('miltool', 'tool.c', install: true)\n",
+        "mil.c": "int mil(void) { return 0; }\n", "include/mil/api.h": "int mil(void);\n",
+        "example.c": "int main(void) { return 0; }\n", "tool.c": "int main(void) { return 0; }\n"})
+    a = analyze(root, "mil")
+    assert a.executables == ["miltool"] and a.build["test_headers"] == ["api.h"]  # by its include/ place

@@ -257,7 +257,7 @@ def analyze_cmake(a: Analysis):
                 cmake_vars[args[0]] = " ".join(x for x in args[1:] if x not in ("CACHE", "PARENT_SCOPE"))
     project_prefix = None
     dir_conds = {}  # directory -> option literals under which its add_subdirectory() was reached
-    exe_conditional = set()
+    exe_conditional = {}  # program -> option literals it is built under
     langs = None
     exes, tests = [], []
     found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
@@ -346,8 +346,9 @@ def analyze_cmake(a: Analysis):
                                                      ["build", "link"], when, required))
             elif cmd == "add_executable" and args and "IMPORTED" not in args and "ALIAS" not in args:
                 exes.append(_cmake_expand(args[0], cmake_vars))
-                if _cmake_when(conds, options, project_prefix):
-                    exe_conditional.add(exes[-1])  # an example or tool behind an option
+                lits = [x for cond, _neg in conds for x in cond]
+                if lits:
+                    exe_conditional[exes[-1]] = lits  # an example or tool behind an option
             elif cmd == "add_library" and args:
                 a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
             elif cmd == "install" and args and args[0] == "TARGETS":
@@ -416,7 +417,11 @@ def analyze_cmake(a: Analysis):
                 a.notes.append("%s is missing from the tree (a git submodule?): variant %s defaults off"
                                % (sub, v.name))
     installed = a.build.get("installed")
-    a.executables = [e for e in exes if (e in installed if installed is not None else e not in exe_conditional)]
+    # a program counts where it is installed and built with the options' defaults
+    defaults = {v.option: v.default for v in a.variants}
+    built = lambda e: all(defaults.get(x.lstrip("~"), False) != x.startswith("~")  # noqa: E731
+                          for x in exe_conditional.get(e, []))
+    a.executables = [e for e in exes if built(e) and (installed is None or e in installed)]
     a.checks = [c for c in tests if c.exe in a.executables]
 
 
@@ -605,7 +610,7 @@ def analyze_meson(a: Analysis):
     files = [p for p in _walk(a.root) if os.path.basename(p) == "meson.build"]
     files.sort(key=lambda p: (p.count(os.sep), p))
     exe_vars = {}
-    exes, tests = [], []
+    exes, tests, installed_exes = [], [], []
     for path in files:
         rel = os.path.relpath(path, a.root)
         text = _strip_comments(_read(path))
@@ -647,6 +652,8 @@ def analyze_meson(a: Analysis):
         for args, start in _meson_calls(text, "executable"):
             names = re.findall(r"'([^']*)'", args)
             if names:
+                if _meson_kwarg(args, "install") is True:  # only those Meson installs
+                    installed_exes.append(names[0])
                 exes.append(names[0])
                 pre = text[:start]
                 m = re.search(r"(\w+)\s*=\s*$", pre)
@@ -675,8 +682,8 @@ def analyze_meson(a: Analysis):
             name = variant_name(names[0])
             a.variants.append(Variant(name, bool(default), _meson_kwarg(args, "description") or names[0],
                                       names[0], "meson" if typ == "boolean" else "meson-feature"))
-    a.executables = exes
-    a.checks = [c for c in tests if c.exe in exes]
+    a.executables = installed_exes
+    a.checks = [c for c in tests if c.exe in installed_exes]
 
 
 # -- Autotools ----------------------------------------------------------------------------
@@ -1192,12 +1199,17 @@ def _test_facts(a, build_root):
                and not re.search(r"(private|internal|config)", os.path.basename(p))]
     stem = lambda p: os.path.splitext(os.path.basename(p))[0].lower()  # noqa: E731
     want = re.sub(r"^lib", "", lib.lower())
-    best = [p for p in headers if stem(p) == want] or [p for p in headers if want.startswith(stem(p))
-                                                        or stem(p).startswith(want)]
+    # the header named like the library first, then those in an include/ or api/ directory:
+    # the test includes the first one the install put under the prefix
+    best = [p for p in headers if stem(p) == want] + sorted(
+        (p for p in headers if stem(p) != want and (want.startswith(stem(p)) or stem(p).startswith(want))),
+        key=lambda p: (not re.search(r"(^|/)(include|api)/", os.path.relpath(p, a.root)), p))
+    if not best:  # a header of the public API by another name (libmpdclient's mpd/client.h)
+        best = sorted((p for p in headers if re.search(r"(^|/)include/", os.path.relpath(p, a.root))),
+                      key=lambda p: (os.path.relpath(p, a.root).count("/"), p))
     if best:
-        rel = os.path.relpath(best[0], a.root)
-        # the path below an include/ directory is how users include it (zfp/... stays zfp.h)
-        a.build["test_header"] = rel.split("include/", 1)[1] if "include/" in rel else os.path.basename(rel)
+        a.build["test_headers"] = list(dict.fromkeys(os.path.basename(p) for p in best))[:6]
+        a.build["test_header"] = a.build["test_headers"][0]
         a.build["test_library"] = re.sub(r"^lib", "", lib)
 
 

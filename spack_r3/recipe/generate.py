@@ -342,8 +342,9 @@ class RuleGenerator:
                 lines.append("")
         lib, header = a.build.get("test_library"), a.build.get("test_header")
         if lib and header and not checked:
-            header = header.rsplit("/", 1)[-1]
-            lines += templates.lines(PACKAGE, "test_link", lib=lib, header=header, header_literal=_q(header))
+            names = a.build.get("test_headers") or [header.rsplit("/", 1)[-1]]
+            lines += templates.lines(PACKAGE, "test_link", lib=lib, header=names[0],
+                                     headers=", ".join(_q(h) for h in names))
             lines.append("")
         return lines
 
