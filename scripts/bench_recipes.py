@@ -53,6 +53,8 @@ def main(argv=None):
     p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
     p.add_argument("--real-only", action="store_true", help="only the public trees")
     p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
+    p.add_argument("--combine", action="append", default=[], metavar="JSON",
+                   help="add the real-tree rows of another run's output (trees run in parallel)")
     model_client.add_arguments(p)
     args = p.parse_args(argv)
     model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
@@ -104,23 +106,14 @@ def main(argv=None):
             repairs[-1]["installed"], repairs[-1]["attempts"]), flush=True)
 
     real = [real_tree(spec, sb, ws, args, model) for spec in real_specs(args)]
+    for other in args.combine:  # rows another run (on other trees, at the same time) wrote
+        with open(other) as f:
+            real += json.load(f).get("real", [])
 
     n = len(rows) or 1
-    nr = len(real) or 1
     summary = {
         "real": real,
-        "real_summary": {
-            "trees": len(real), "installed": sum(r["installed"] for r in real),
-            "tested": sum(r["tested"] for r in real),
-            "install_rate": sum(r["installed"] for r in real) / nr,
-            "test_rate": sum(r["tested"] for r in real) / nr,
-            "mean_attempts": sum(r["attempts"] for r in real) / nr,
-            "required_dependencies_matched": [sum(r["agreement"].get("required", [0, 0])[i] for r in real)
-                                              for i in (0, 1)],
-            "dependencies_matched": [sum(r["agreement"].get("dependencies", [0, 0])[i] for r in real) for i in (0, 1)],
-            "variants_matched": [sum(r["agreement"].get("variants", [0, 0])[i] for r in real) for i in (0, 1)],
-            "own_recipe_excluded": not args.keep_own,
-        },
+        "real_summary": real_summary(real, not args.keep_own),
         "trees": rows,
         "repairs": repairs,
         "generator": ("model " + model.model) if model else "rule-based",
@@ -152,6 +145,23 @@ def main(argv=None):
     print(("test trees: " if rows else "no test trees: ") + "install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
         100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out))
     return 0 if (summary["install_rate"] == 1.0 or not rows) else 1
+
+
+def real_summary(real, own_excluded):
+    nr = len(real) or 1
+    total = lambda key, i: sum(r["agreement"].get(key, [0, 0])[i] for r in real)  # noqa: E731
+    return {
+        "trees": len(real), "installed": sum(r["installed"] for r in real),
+        "tested": sum(r["tested"] for r in real),
+        "install_rate": sum(r["installed"] for r in real) / nr,
+        "test_rate": sum(r["tested"] for r in real) / nr,
+        "mean_attempts": sum(r["attempts"] for r in real) / nr,
+        "required_dependencies_matched": [total("required", 0), total("required", 1)],
+        "dependencies_matched": [total("dependencies", 0), total("dependencies", 1)],
+        "variants_matched": [total("variants", 0), total("variants", 1)],
+        "own_recipe_excluded": own_excluded,
+        "build_systems": sorted({r["build_system"] or "none" for r in real}),
+    }
 
 
 def real_specs(args):
