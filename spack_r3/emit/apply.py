@@ -43,6 +43,7 @@ import tempfile
 
 from ..errors import ToolchainError
 from ..irtext import FunctionDef, LINKAGE_WORDS, global_ref, name_pattern
+from ..record.runtime import RUNTIME_FILES
 from .plan import load_plan
 
 PLAN_ENV = "R3_APPLY_PLAN"
@@ -55,8 +56,9 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 # function replay measured with), the IR edits, the probes and runtime of timed builds.
 _BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py",
                   "replay/specialize.py", "irtext.py",
-                  "record/instrument.py", "record/runtime/r3rt.c", "record/runtime/r3rt.h",
-                  "emit/offload.py", "record/offload.py", "backends.py", "record/runtime/r3offload.c")
+                  "record/instrument.py",
+                  "emit/offload.py", "record/offload.py", "backends.py", "record/runtime/r3offload.c",
+                  *("record/runtime/" + f for f in RUNTIME_FILES))
 
 
 def toolchain_digest():

@@ -1,7 +1,12 @@
-"""Build the record runtime (runtime/r3rt.c) once per clang and link it into recorded apps.
+"""Build the record runtime (runtime/*.c) once per clang and link it into recorded apps.
+
+The runtime's files (one a subsystem, runtime/r3rt.c has the overview) are compiled and
+linked into one relocatable object, r3rt.o, whose symbols other than the ABI of r3rt.h and the
+libc functions it defines are made local: what its files share is hidden, so it can clash
+with nothing the application defines, as when the runtime was one file of statics.
 
 The object is cached under ``$XDG_CACHE_HOME/spack-r3/runtime/<key>/r3rt.o`` (``~/.cache``
-without XDG_CACHE_HOME), where the key hashes the runtime source, the clang path and the
+without XDG_CACHE_HOME), where the key hashes the runtime sources, the clang path and the
 clang version, so a changed source or compiler builds a fresh object and concurrent builds
 never see a half-written one (build to a temporary name, then ``os.replace``).
 
@@ -11,14 +16,19 @@ the profile and capture writers; see runtime/r3rt.h for the ABI.
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 
 from ..errors import ToolchainError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
+# the record runtime's files, linked into one r3rt.o (SOURCE names it)
+RUNTIME_FILES = ("r3rt.c", "util.c", "arena.c", "output.c", "config.c", "probes.c", "profiler.c",
+                 "capture.c", "pages.c", "regions.c", "mappings.c", "r3rt.h", "r3rt_internal.h")
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
-HEADER = os.path.join(RUNTIME_DIR, "r3rt.h")
+SOURCES = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".c"))
+HEADERS = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".h"))
 # OpenMP target offload: launches intercepted and captured (record/offload.py)
 OFFLOAD_SOURCE = os.path.join(RUNTIME_DIR, "r3offload.c")
 
@@ -55,14 +65,17 @@ def _read(path):
         raise ToolchainError("record runtime source missing: %s (%s)" % (path, err.strerror))
 
 
+def _sources(source):
+    """The files compiled into ``source``'s object: the record runtime's, or ``source``."""
+    return SOURCES if source == SOURCE else (source,)
+
+
 def cache_key(clang, source=SOURCE):
-    """sha256 of the runtime source (+ header), the clang path and its version."""
+    """sha256 of the runtime's sources (+ headers), the clang path and its version."""
     clang = os.path.abspath(clang) if os.sep in clang else clang
     h = hashlib.sha256()
-    h.update(_read(source))
-    h.update(b"\0")
-    if os.path.exists(HEADER):
-        h.update(_read(HEADER))
+    for path in _sources(source) + HEADERS:
+        h.update(os.path.basename(path).encode() + b"\0" + _read(path) + b"\0")
     h.update(b"\0" + clang.encode() + b"\0" + _clang_version_text(clang).encode())
     h.update(b"\0" + " ".join(CFLAGS).encode())
     return h.hexdigest()
@@ -87,20 +100,43 @@ def runtime_object(clang, source=SOURCE):
         os.makedirs(out_dir, exist_ok=True)
     except OSError as err:
         raise ToolchainError("cannot create runtime cache %s: %s" % (out_dir, err.strerror))
-    fd, tmp = tempfile.mkstemp(prefix=".r3rt-", suffix=".o", dir=out_dir)
-    os.close(fd)
-    cmd = [clang] + CFLAGS + ["-I", RUNTIME_DIR, "-c", source, "-o", tmp]
+    work = tempfile.mkdtemp(prefix=".r3rt-", dir=out_dir)
+    try:
+        sources = _sources(source)
+        objs = [os.path.join(work, os.path.splitext(os.path.basename(s))[0] + ".o") for s in sources]
+        for src, o in zip(sources, objs):
+            _run(clang, [clang] + CFLAGS + ["-I", RUNTIME_DIR, "-c", src, "-o", o])
+        tmp = objs[0]
+        if len(objs) > 1:
+            # one object, its files' shared (hidden) symbols made local as statics were
+            tmp = os.path.join(work, "linked.o")
+            _run(clang, [clang, "-r", "-o", tmp] + objs)
+            _run(clang, [_objcopy(clang), "--localize-hidden", tmp])
+        os.replace(tmp, obj)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return obj
+
+
+def _run(clang, cmd):
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
-        _unlink(tmp)
         raise ToolchainError("cannot build the record runtime with %s: %s" % (clang, err))
     if proc.returncode != 0:
-        _unlink(tmp)
         raise ToolchainError("building the record runtime with %s failed: %s"
                              % (clang, _first_error(proc.stderr or proc.stdout)))
-    os.replace(tmp, obj)
-    return obj
+
+
+def _objcopy(clang):
+    """llvm-objcopy beside ``clang`` (or on PATH), else binutils' objcopy."""
+    path = shutil.which(clang)
+    near = [os.path.join(os.path.dirname(os.path.realpath(path)), "llvm-objcopy")] if path else []
+    for tool in near + ["llvm-objcopy", "objcopy"]:
+        found = shutil.which(tool)
+        if found:
+            return found
+    raise ToolchainError("no llvm-objcopy or objcopy found to build the record runtime with %s" % clang)
 
 
 def link_args(clang, offload=False):
@@ -108,10 +144,3 @@ def link_args(clang, offload=False):
     with the offload one, for a link that builds an OpenMP offload executable)."""
     extra = [runtime_object(clang, OFFLOAD_SOURCE)] if offload else []
     return [runtime_object(clang)] + extra + LINK_LIBS
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
