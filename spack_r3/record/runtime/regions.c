@@ -258,18 +258,26 @@ static int in_global(const struct r3_kinfo *k, uintptr_t v) {
   return 0;
 }
 
+/* argument slot i as an address no region taken so far holds, else 0: passed by value, below
+ * `lowest` (null, or an integer rather than an address), in the arena, in a global the kernel
+ * references, or in a stack or loaded-object region already chosen */
+static uintptr_t unheld_arg(const struct r3_kinfo *k, const uint64_t *slots, int64_t i, uintptr_t lowest) {
+  if (k->byval_sizes && k->byval_sizes[i] > 0) return 0;
+  uintptr_t v = (uintptr_t)slots[i];
+  if (v < lowest || (v >= g_base && v < g_end) || in_global(k, v)) return 0;
+  int held = 0;
+  for (int j = 0; j < cap.nstk; j++) held |= v >= cap.stk[j].lo && v < cap.stk[j].hi;
+  for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
+  return held ? 0 : v;
+}
+
 /* choose the kind-6/2 regions for the argument slots; -1: one would be too large */
 HIDDEN int image_regions(struct r3_kinfo *k, const uint64_t *slots) {
   cap.nimg = 0;
   int64_t na = nargs_of(k);
   for (int64_t i = 0; slots && i < na; i++) {
-    if (k->byval_sizes && k->byval_sizes[i] > 0) continue;
-    uintptr_t v = (uintptr_t)slots[i];
-    if (v < 4096 || (v >= g_base && v < g_end) || in_global(k, v)) continue;
-    int held = 0;
-    for (int j = 0; j < cap.nstk; j++) held |= v >= cap.stk[j].lo && v < cap.stk[j].hi;
-    for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
-    if (held) continue;
+    uintptr_t v = unheld_arg(k, slots, i, 4096);
+    if (!v) continue;
     struct seg_find f = {v, 0, 0, 0, NULL, 0, 0};
     dl_iterate_phdr(seg_cb, &f);
     if (!f.found) continue;
@@ -335,14 +343,9 @@ HIDDEN void foreign_args(struct r3_kinfo *k, const uint64_t *slots) {
   cap.nforeign = 0;
   int64_t na = nargs_of(k);
   for (int64_t i = 0; slots && i < na; i++) {
-    if (k->byval_sizes && k->byval_sizes[i] > 0) continue;
-    uintptr_t v = (uintptr_t)slots[i];
-    if (v < 65536 || (v >= g_base && v < g_end) || in_global(k, v)) continue;
-    int held = 0;
-    for (int j = 0; j < cap.nstk; j++) held |= v >= cap.stk[j].lo && v < cap.stk[j].hi;
-    for (int j = 0; j < cap.nimg; j++) held |= v >= cap.img[j].lo && v < cap.img[j].hi;
+    uintptr_t v = unheld_arg(k, slots, i, 65536);
     struct mapent e;
-    if (held || !mapping_of(v, &e) || strchr(e.perms, 'x')) continue;
+    if (!v || !mapping_of(v, &e) || strchr(e.perms, 'x')) continue;
     add_foreign(k, i, &e);
   }
 }
