@@ -53,6 +53,8 @@ def main(argv=None):
     p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
     p.add_argument("--real-only", action="store_true", help="only the public trees")
     p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
+    p.add_argument("--collect", action="append", default=[], metavar="WORK",
+                   help="add the real-tree rows a run left in its --work directory (finished trees)")
     p.add_argument("--combine", action="append", default=[], metavar="JSON",
                    help="add the real-tree rows of another run's output (trees run in parallel)")
     model_client.add_arguments(p)
@@ -109,6 +111,8 @@ def main(argv=None):
     for other in args.combine:  # rows another run (on other trees, at the same time) wrote
         with open(other) as f:
             real += json.load(f).get("real", [])
+    for work in args.collect:
+        real += collected(work)
 
     n = len(rows) or 1
     summary = {
@@ -206,33 +210,56 @@ def agreement(generated_text, builtin_text):
             "generated_variants": sorted(g_vars)}
 
 
+def _row(name, tree, builtin, res, spack_root):
+    """A real-tree row from a recipe result (RecipeResult.to_dict(), or a summary.json)."""
+    row = {"name": name, "tree": tree, "builtin": builtin, "build_system": res.get("build_system"),
+           "attempts": len(res["attempts"]), "installed": res["status"] == "installed",
+           "tested": res.get("check_passed") is True, "outcomes": [a["outcome"] for a in res["attempts"]],
+           "fixes": [f for a in res["attempts"] for f in a["fixes"]],
+           "examples": [e["name"] for e in res.get("examples", [])], "agreement": {},
+           "seconds": round(sum(a.get("seconds", 0) for a in res["attempts"]), 1)}
+    if not row["installed"] and res["attempts"]:
+        row["last_diagnostics"] = (res["attempts"][-1].get("diagnostics") or "")[-800:]
+    builtin_path = os.path.join(spack_root or "", "var", "spack", "repos", "builtin", "packages", builtin, "package.py")
+    recipe = res.get("recipe")
+    if os.path.isfile(builtin_path) and recipe and os.path.isfile(recipe):
+        row["agreement"] = agreement(open(recipe).read(), open(builtin_path).read())
+    return row
+
+
 def real_tree(spec, sb, ws, args, model):
     path, builtin = spec
-    name = "r3x-" + os.path.basename(os.path.normpath(path)).lower().replace("_", "-")
+    tree = os.path.basename(os.path.normpath(path))
+    name = "r3x-" + tree.lower().replace("_", "-")
     start = time.monotonic()
-    row = {"name": name, "tree": os.path.basename(path), "builtin": builtin, "build_system": None,
-           "installed": False, "tested": False, "attempts": 0, "agreement": {}}
-    builtin_path = os.path.join(Spack(None, [sb.scope]).root or "", "var", "spack", "repos", "builtin", "packages",
-                                builtin, "package.py")
     try:
         res = make_recipe(RecipeRequest(name, source=path, regenerate=True, max_attempts=args.max_attempts,
                                         model=model, spack_scopes=[sb.scope],
                                         exclude_examples=[] if args.keep_own else [builtin]), ws,
                           progress=lambda m: print("  " + m, file=sys.stderr))
-        row.update(build_system=res.build_system, attempts=len(res.attempts), installed=res.status == "installed",
-                   tested=res.check_passed is True, outcomes=[a["outcome"] for a in res.attempts],
-                   fixes=[f for a in res.attempts for f in a["fixes"]],
-                   examples=[e["name"] for e in res.examples])
-        if not row["installed"] and res.attempts:
-            row["last_diagnostics"] = (res.attempts[-1].get("diagnostics") or "")[-800:]
-        if os.path.isfile(builtin_path) and res.recipe and os.path.isfile(res.recipe):
-            row["agreement"] = agreement(open(res.recipe).read(), open(builtin_path).read())
+        row = _row(name, tree, builtin, res.to_dict(), Spack(None, [sb.scope]).root)
     except R3Error as err:
-        row["error"] = str(err)
+        row = {"name": name, "tree": tree, "builtin": builtin, "build_system": None, "installed": False,
+               "tested": False, "attempts": 0, "agreement": {}, "error": str(err)}
     row["seconds"] = round(time.monotonic() - start, 1)
     print("%-18s %-10s installed=%s tested=%s attempts=%d (%.0f s)" % (
         name, row["build_system"], row["installed"], row["tested"], row["attempts"], row["seconds"]), flush=True)
     return row
+
+
+def collected(work):
+    """Real-tree rows from what a run (perhaps stopped early) left in its workspace: each
+    finished recipe's summary.json."""
+    rows = []
+    base = os.path.join(work, "ws", "recipes")
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        path = os.path.join(base, name, "summary.json")
+        if name.startswith("r3x-") and os.path.isfile(path):
+            with open(path) as f:
+                res = json.load(f)
+            tree = name[len("r3x-"):]
+            rows.append(_row(name, tree, BUILTIN_NAMES.get(tree, tree), res, Spack(None, []).root))
+    return rows
 
 
 if __name__ == "__main__":
