@@ -311,3 +311,13 @@ def test_a_capture_of_a_backend_this_r3_lacks_is_refused_in_one_line(recorded, t
     assert r3("--workspace", recorded, "replay", str(other)) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("names backend 'cuda', which this r3 does not have (host, offload)") and "\n" not in err
+
+
+def test_record_top_captures_only_the_hottest_region(tmp_path, offload_run):
+    """Hot regions are chosen by their share of the run, as host kernels are: a first run
+    with probes only, then the hottest region alone is captured (heat's 400 Jacobi steps
+    against 2 residuals)."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 128 400", "--top", 1) == 0
+    names = list(captures(ws))
+    assert len(names) == 1 and "jacobi_step" in names[0], names
