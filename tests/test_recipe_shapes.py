@@ -296,3 +296,14 @@ def test_meson_programs_count_where_meson_installs_them(tmp_path):
         "example.c": "int main(void) { return 0; }\n", "tool.c": "int main(void) { return 0; }\n"})
     a = analyze(root, "mil")
     assert a.executables == ["miltool"] and a.build["test_headers"] == ["api.h"]  # by its include/ place
+
+
+def test_a_project_finding_itself_is_no_dependency(tmp_path, index):
+    root = _write(tmp_path / "self", {
+        "CMakeLists.txt": 'project(test-drive VERSION 0.6 LANGUAGES C)\noption(TESTING "tests" ON)\n'
+                          "add_library(${PROJECT_NAME} td.c)\nif(TESTING)\n  add_subdirectory(test)\nendif()\n",
+        "test/CMakeLists.txt": "find_package(${PROJECT_NAME} REQUIRED)\n",
+        "config/template.cmake.in": "find_package(@PROJECT_NAME@)\n", "td.c": "int td(void) { return 0; }\n"})
+    a = analyze(root, "r3x-test-drive")  # a new name, as the benchmark gives it
+    names.resolve(a, index)
+    assert a.spack_dependencies() == [] and a.unresolved() == []

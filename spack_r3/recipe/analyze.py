@@ -280,6 +280,8 @@ def analyze_cmake(a: Analysis):
             args = [_unq(x) for x in _cmake_args(argtext)]
             if cmd == "project" and args and project_prefix is None:
                 project_prefix = re.sub(r"\W", "_", args[0]).upper()
+                cmake_vars.setdefault("PROJECT_NAME", args[0])
+                cmake_vars.setdefault("CMAKE_PROJECT_NAME", args[0])
                 if "VERSION" in args and args.index("VERSION") + 1 < len(args):
                     a.version = _cmake_expand(args[args.index("VERSION") + 1], cmake_vars)
                 if "HOMEPAGE_URL" in args:
@@ -324,7 +326,8 @@ def analyze_cmake(a: Analysis):
                         found_in_module.append((dep, module.group(1)))
                     else:
                         a.dependencies.append(dep)
-            elif cmd == "find_package" and args:
+            elif cmd == "find_package" and args and "@" not in args[0]:  # not a *.cmake.in template's
+                args[0] = _cmake_expand(args[0], cmake_vars)
                 when = _cmake_when(conds, options, project_prefix)
                 required = "REQUIRED" in args
                 kind = "tool" if args[0] in CMAKE_TOOLS else "cmake"
