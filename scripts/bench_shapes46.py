@@ -19,6 +19,7 @@ Speedups are medians of paired ratios (build / candidate) with the min and max o
 pairs. Writes bench/search-shapes46.json.
 
 Usage: scripts/bench_shapes46.py [--kernels jacobi2d,...] [--budget 0] [--out bench/search-shapes46.json]
+       scripts/bench_shapes46.py --search-only --budget 16 --kernels jacobi2d,chain2 --out bench/search-shapes46-search.json
 """
 
 import argparse
@@ -129,6 +130,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--budget", type=int, default=0, help="the with/without search per kernel (0: none)")
+    ap.add_argument("--search-only", action="store_true", help="the with/without search alone, no single rewrites")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search-shapes46.json"))
@@ -158,9 +160,10 @@ def main():
         server = pool.servers[0]
         for target in sorted(targets, key=lambda t: kernels.index(t.kernel)):
             say("%s" % target.kernel)
-            entry = {"kernel": target.kernel, "rewrites": rewrites(target, server), "polly": []}
+            entry = {"kernel": target.kernel, "rewrites": [] if args.search_only else rewrites(target, server),
+                     "polly": []}
             entry["reference"] = measured(target, server, "O3", Variant())
-            for spec in POLLY:
+            for spec in () if args.search_only else POLLY:
                 pipe = parse(spec)
                 entry["polly"].append(measured(target, server, spec, Variant(
                     pipeline=pipe, launch=Launch(threads=2 if pipe.polly_parallel else None)), pipe.polly_parallel))

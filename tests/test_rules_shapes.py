@@ -216,3 +216,19 @@ def test_polly_scheduler_options_round_trip_and_replay_verified(recorded, polly)
                              ("seidel2d", "O3,polly=1,polly_coincidence=1")):
             ev = server.submit(capture_of(recorded, kernel), Variant(pipeline=parse(spec)), repeat=1, verify_runs=2)
             assert ev.status == OK and ev.verified, (kernel, spec, ev.diagnostics)
+
+
+def test_rows_of_a_flat_index_and_counters_declared_at_the_top(tmp_path, clang):
+    """``a[(i - 1) * n + j]`` names row i-1 as ``A[i - 1][j]`` does; PolyBench-style counters
+    declared at the top become the wavefront's private ones (t and i are declared anew)."""
+    text = ("void flat(int steps, int n, double *restrict a, double *restrict b) {\n  int t, i, j;\n"
+            "  for (t = 0; t < steps; t++) {\n    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n"
+            "        b[i * n + j] = 0.25 * (a[(i - 1) * n + j] + a[(i + 1) * n + j] + a[i * n + j - 1]);\n"
+            "    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n        a[i * n + j] = b[i * n + j];\n"
+            "  }\n}\n")
+    props = RulesMutator().propose(unit(tmp_path, text, "flat", openmp=True), Feedback())
+    w = one(props, "wavefront")
+    assert w.description == "wavefront of time tiles of t over 2 row loops in flat (skew 2, shifts 0,1; R3_TT_1, R3_TI_1)"
+    assert "#pragma omp parallel for schedule(dynamic) private(j)\n" in w.text
+    assert "for (int t = r3_t0 + r3_T * R3_TT_1;" in w.text and "int i = (r3_p - 2 * (long)t) - 1;" in w.text
+    assert one(props, "fuse").description == "fuse the i loops at lines 4 and 7 in flat (the second shifted by 1)"
