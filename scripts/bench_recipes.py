@@ -192,7 +192,8 @@ def _declared(text):
         deps = declared_dependencies(text)
     except SyntaxError:
         deps = []
-    variants = set(re.findall(r"variant\(\s*[\"']([\w-]+)[\"']", text)) - {"implementation"}
+    # the variant() directives only (not define_from_variant(...) calls)
+    variants = set(re.findall(r"(?m)^\s*variant\(\s*[\"']([\w-]+)[\"']", text)) - {"implementation"}
     return deps, variants
 
 

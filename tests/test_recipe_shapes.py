@@ -307,3 +307,11 @@ def test_a_project_finding_itself_is_no_dependency(tmp_path, index):
     a = analyze(root, "r3x-test-drive")  # a new name, as the benchmark gives it
     names.resolve(a, index)
     assert a.spack_dependencies() == [] and a.unresolved() == []
+
+
+def test_a_library_whose_kind_build_shared_libs_decides_gets_a_shared_variant(tmp_path):
+    root = _write(tmp_path / "sh", {"CMakeLists.txt": "project(shl VERSION 1.0 LANGUAGES C)\nadd_library(shl s.c)\n",
+                                    "s.c": "int s(void) { return 0; }\n"})
+    a = analyze(root, "shl")
+    assert [(v.name, v.default, v.option) for v in a.variants] == [("shared", True, "BUILD_SHARED_LIBS")]
+    assert 'self.define_from_variant("BUILD_SHARED_LIBS", "shared")' in _recipe(a)

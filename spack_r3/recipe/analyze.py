@@ -354,6 +354,8 @@ def analyze_cmake(a: Analysis):
                     exe_conditional[exes[-1]] = lits  # an example or tool behind an option
             elif cmd == "add_library" and args:
                 a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
+                if not set(args[1:2]) & {"STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE", "IMPORTED", "ALIAS"}:
+                    a.build["shared_by_default"] = True  # BUILD_SHARED_LIBS decides
             elif cmd == "install" and args and args[0] == "TARGETS":
                 for t in args[1:]:
                     if t.isupper():
@@ -412,6 +414,9 @@ def analyze_cmake(a: Analysis):
                     parts.append(("~" if lit.startswith("~") else "+") + vmap[opt])
             d.when = "".join(dict.fromkeys(parts)) or None
     _cmake_optional_packages(a)
+    if a.build.get("shared_by_default") and "BUILD_SHARED_LIBS" not in options:
+        # a library whose kind BUILD_SHARED_LIBS decides: the variant Spack's recipes give it
+        a.variants.append(Variant("shared", True, "Build shared libraries", "BUILD_SHARED_LIBS", "cmake"))
     for sub, lits in a.build.get("missing_subdirs", []):
         on = [vmap[x] for x in lits if not x.startswith("~") and x in vmap]
         for v in a.variants:
