@@ -315,3 +315,21 @@ def test_a_library_whose_kind_build_shared_libs_decides_gets_a_shared_variant(tm
     a = analyze(root, "shl")
     assert [(v.name, v.default, v.option) for v in a.variants] == [("shared", True, "BUILD_SHARED_LIBS")]
     assert 'self.define_from_variant("BUILD_SHARED_LIBS", "shared")' in _recipe(a)
+
+
+def test_a_makefiles_commented_mpi_and_openmp_settings_become_variants(tmp_path, index):
+    """HPCCG's shape: the MPI and OpenMP settings are there, commented out, above empty ones."""
+    root = _write(tmp_path / "cg", {
+        "Makefile": "#CXX=/usr/local/bin/mpicxx\n#USE_MPI = -DUSING_MPI\n#MPI_INC = -I/opt/mpich/include\n"
+                    "CXX=/usr/local/bin/g++\nUSE_MPI =\n#USE_OMP = -DUSING_OMP\n#OMP_FLAGS = -fopenmp\nUSE_OMP =\n"
+                    "cg: main.cpp\n\t$(CXX) $(USE_MPI) $(USE_OMP) $(OMP_FLAGS) main.cpp -o cg\n",
+        "main.cpp": "int main() { return 0; }\n"})
+    a = analyze(root, "cg")
+    names.resolve(a, index)
+    assert [(v.name, v.default) for v in a.variants] == [("mpi", False), ("openmp", False)]
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("mpi", "+mpi")}
+    text = _recipe(a)
+    assert ('*(["CXX={0}".format(self.spec["mpi"].mpicxx), "USE_MPI=-DUSING_MPI"] '
+            'if self.spec.satisfies("+mpi") else [])') in text
+    assert '"OMP_FLAGS={0}".format(self.compiler.openmp_flag), "USE_OMP=-DUSING_OMP"' in text
+    assert "/opt/mpich" not in text and text.count('"CXX={0}".format(spack_cxx)') == 1

@@ -915,6 +915,37 @@ def _make_condition(line, switches):
     return None
 
 
+MPI_WRAPPERS = {"mpicc": "mpicc", "mpicxx": "mpicxx", "mpic++": "mpicxx", "mpiCC": "mpicxx", "mpig++": "mpicxx",
+                "mpif90": "mpifc", "mpif77": "mpif77", "mpifort": "mpifc"}
+
+
+def _commented_settings(a, text, mvars, rel):
+    """The Makefile's own commented-out alternative for MPI or OpenMP (HPCCG's
+    ``#USE_MPI = -DUSING_MPI`` and ``#CXX=/usr/local/bin/mpicxx`` above ``USE_MPI =``): a
+    variant, off as the Makefile has it, that passes those settings (MPI's wrappers for the
+    compilers)."""
+    commented = {}
+    for var, val in re.findall(r"(?m)^#\s*([A-Z][A-Z0-9_]*)\s*[:?]?=\s*(\S.*?)\s*$", text):
+        commented.setdefault(var, val)
+    names = {v.name for v in a.variants}
+    for name, key in (("mpi", r"MPI"), ("openmp", r"OMP|OPENMP")):
+        settings = {}
+        for var, val in commented.items():
+            wrapper = MPI_WRAPPERS.get(os.path.basename(val.split()[0])) if name == "mpi" else None
+            if "/" in val and not wrapper:
+                continue  # a path on the author's machine (MPI_INC=-I/usr/MPICH/...): the wrapper knows
+            if wrapper or (re.search(key, var) and not mvars.get(var)):
+                settings[var] = ("@" + wrapper) if wrapper else val
+        if name in names or not any(re.search(key, v) for v in settings):
+            continue
+        a.variants.append(Variant(name, False, "Build with the Makefile's %s settings (%s)"
+                                  % ("MPI" if name == "mpi" else "OpenMP", ", ".join(sorted(settings))),
+                                  ",".join(sorted(settings)), "make-commented"))
+        a.build.setdefault("commented_settings", {})[name] = settings
+        if name == "mpi":
+            a.dependencies.append(Dependency("MPI", "cmake", "%s: commented MPI settings" % rel, when="+mpi"))
+
+
 def analyze_makefile(a: Analysis):
     mk = next((os.path.join(a.root, n) for n in ("GNUmakefile", "Makefile", "makefile")
                if os.path.isfile(os.path.join(a.root, n))), None)
@@ -965,6 +996,7 @@ def analyze_makefile(a: Analysis):
             continue
         on = a.build.get("switch_values", {}).get(var, ["yes"])[0]
         a.variants.append(Variant(variant_name(var), default, "Build with %s=%s" % (var, on), var, "make"))
+    _commented_settings(a, text, mvars, rel)
     kept = {v.option for v in a.variants}
     conds = []
     libs = {}

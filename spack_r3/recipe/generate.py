@@ -274,6 +274,16 @@ class RuleGenerator:
         for var, kind in sorted(a.build.get("compiler_vars", {}).items()):
             make_args.append(templates.render(tmpl, "compiler_var", var=var,
                                               compiler={"cc": "spack_cc", "cxx": "spack_cxx", "fc": "spack_fc"}[kind]))
+        for name, settings in sorted(a.build.get("commented_settings", {}).items()):
+            items = []
+            for var, val in sorted(settings.items()):
+                if val.startswith("@"):  # an MPI compiler wrapper
+                    items.append('"%s={0}".format(self.spec["mpi"].%s)' % (var, val[1:]))
+                elif "fopenmp" in val or "qopenmp" in val or "-openmp" in val:
+                    items.append('"%s={0}".format(self.compiler.openmp_flag)' % var)
+                else:
+                    items.append(_q("%s=%s" % (var, val)))
+            make_args.append(templates.render(tmpl, "settings_when", items=", ".join(items), when=_q("+" + name)))
         for v in a.variants:
             if v.kind == "make":
                 on, off = a.build.get("switch_values", {}).get(v.option, ["yes", "no"])
@@ -281,6 +291,7 @@ class RuleGenerator:
                                                   on=_q(on), off=_q(off)))
         for extra in a.build.get("extra_args", []):
             make_args.append(_q(extra))
+        make_args = list(dict.fromkeys(make_args))
         lines = []
         if a.build.get("makefile_template"):
             lines += templates.lines(tmpl, "edit_template", template=_q(a.build["makefile_template"]),
