@@ -321,3 +321,15 @@ def test_record_top_captures_only_the_hottest_region(tmp_path, offload_run):
     assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 128 400", "--top", 1) == 0
     names = list(captures(ws))
     assert len(names) == 1 and "jacobi_step" in names[0], names
+
+
+def test_a_workspace_path_with_quotes_records(tmp_path, offload_run):
+    """The offload runtime writes the unit's folder into JSON escaped, as r3rt.c does."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "teams.c").write_text(TEAMS)
+    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
+                                  "-o teams teams.c\n")
+    ws = str(tmp_path / 'a "quoted" workspace')
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    assert any("count_teams" in k for k in captures(ws))

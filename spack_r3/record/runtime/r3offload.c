@@ -212,6 +212,16 @@ static int read_device(struct section *s, int n, int dev, int post) {
 
 static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
+static void json_str(FILE *f, const char *s) { /* a JSON string: a folder's path may hold quotes */
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
 static int write_image(const char *path, struct section *s, int n, int post) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
@@ -259,8 +269,11 @@ static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka,
     for (int i = 0; i < n; i++) bytes += s[i].size;
     for (uint32_t i = 0; i < ka->NumArgs; i++)
       if (!(ka->ArgTypes[i] & (MAP_LITERAL | MAP_PRIVATE)) && ka->ArgSizes[i] > 0) mapped += (uint64_t)ka->ArgSizes[i];
-    fprintf(f, "{\"kernel\": \"%s\", \"tu_dir\": \"%s\", \"instance\": %llu, \"pid\": %d, \"args\": [\"0x0\"",
-            r->name, r->tu_dir, (unsigned long long)instance, (int)getpid());
+    fprintf(f, "{\"kernel\": ");
+    json_str(f, r->name);
+    fprintf(f, ", \"tu_dir\": ");
+    json_str(f, r->tu_dir);
+    fprintf(f, ", \"instance\": %llu, \"pid\": %d, \"args\": [\"0x0\"", (unsigned long long)instance, (int)getpid());
     int nparams = 1;
     for (uint32_t i = 0; i < ka->NumArgs; i++) {
       int64_t t = ka->ArgTypes[i];
@@ -395,10 +408,14 @@ __attribute__((destructor)) static void r3o_fini(void) {
   for (int i = 0; i < g_nregions; i++) {
     struct region *r = &g_regions[i];
     if (!r->name) continue; /* (a timed run of a tuned build has no unit folders: tu_dir "") */
-    fprintf(f, "%s{\"name\": \"%s\", \"tu_dir\": \"%s\", \"id\": -1, \"calls\": %llu, \"total_ns\": %llu, "
+    fprintf(f, "%s{\"name\": ", first ? "" : ", ");
+    json_str(f, r->name);
+    fprintf(f, ", \"tu_dir\": ");
+    json_str(f, r->tu_dir);
+    fprintf(f, ", \"id\": -1, \"calls\": %llu, \"total_ns\": %llu, "
                "\"self_ns\": %llu, \"main_self_ns\": %llu, \"main_top_calls\": %llu, \"top_ns\": %llu, "
                "\"main_top_ns\": %llu, \"captured\": %llu}",
-            first ? "" : ", ", r->name, r->tu_dir, (unsigned long long)r->calls, (unsigned long long)r->ns,
+            (unsigned long long)r->calls, (unsigned long long)r->ns,
             (unsigned long long)r->ns, (unsigned long long)r->main_ns, (unsigned long long)r->main_calls,
             (unsigned long long)r->ns, (unsigned long long)r->main_ns, (unsigned long long)r->captured);
     first = 0;
