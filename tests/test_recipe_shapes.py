@@ -333,3 +333,21 @@ def test_a_makefiles_commented_mpi_and_openmp_settings_become_variants(tmp_path,
             'if self.spec.satisfies("+mpi") else [])') in text
     assert '"OMP_FLAGS={0}".format(self.compiler.openmp_flag), "USE_OMP=-DUSING_OMP"' in text
     assert "/opt/mpich" not in text and text.count('"CXX={0}".format(spack_cxx)') == 1
+
+
+def test_an_optional_dependency_that_cannot_be_fetched_goes_behind_a_variant(tmp_path, index):
+    root = _write(tmp_path / "od", {
+        "meson.build": "project('odx', 'c', version: '1.0')\nz = dependency('zstd', required: false)\n"
+                       "executable('odx', 'odx.c', dependencies: z, install: true)\n",
+        "odx.c": "int main(void) { return 0; }\n"})
+    a = analyze(root, "odx")
+    names.resolve(a, index)
+    text = _recipe(a)
+    assert 'depends_on("zstd")' in text
+    spec = {"spec": {"nodes": [{"name": "odx", "hash": "r", "dependencies": [{"name": "zstd", "hash": "z"}]},
+                               {"name": "zstd", "hash": "z"}]}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = "FetchError: All fetchers failed for spack-stage-zstd-1.5.6-hr7drepetnkbkl5aichww7vcek576a2b https://x\n"
+    new, done = fixes.apply(text, fixes.diagnose(out), None, a, spec_file=str(tmp_path / "spec.json"))
+    assert 'depends_on("zstd", when="+zstd")' in new and 'variant("zstd", default=False' in new
+    assert validate(new).ok and "zstd" in done[0]

@@ -219,6 +219,33 @@ def _variants(text):
     return re.findall(r"variant\(\s*[\"']([\w-]+)[\"']\s*,\s*default=(True|False)", text)
 
 
+def make_optional(text, spack_name) -> Optional[str]:
+    """``depends_on(spack_name)`` moved behind a new variant of its name, off by default."""
+    name = re.sub(r"\W+", "_", spack_name)
+    if name in dict(_variants(text)):
+        return None
+    pat = r"(depends_on\(\s*[\"']%s[\"'][^)\n]*?)\)" % re.escape(spack_name)
+    new, n = re.subn(pat, lambda m: m.group(1) + ', when="+%s")' % name, text, count=1)
+    if not n:
+        return None
+    tree = ast.parse(new)
+    cls = _package_class(tree)
+    anchor = None
+    for st in cls.body:
+        if _call_name(st) in ("version", "variant"):
+            anchor = st
+    lines = new.splitlines(True)
+    lines.insert((anchor or cls.body[0]).end_lineno, templates.render(
+        FIXES, "macro_variant", name='"%s"' % name,
+        description='"Build with %s (optional; cannot be fetched here)"' % spack_name) + "\n")
+    out = "".join(lines)
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return None
+    return out
+
+
 def add_macro_variant(text, macro) -> Optional[str]:
     """A variant that puts ``-D<macro>=1|0`` on the compile line (off by default: 0)."""
     from .analyze import variant_name
@@ -397,6 +424,14 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
                     if cand:
                         new = cand
                         off.append(when[1:])
+            # an unconditional dependency the project can do without: behind a variant, off
+            optional = {d.spack for d in (analysis.dependencies if analysis else []) if d.spack and not d.required}
+            for dep, when in declared_dependencies(new or current):
+                if dep in roots and when is None and dep in optional:
+                    cand = make_optional(new or current, dep)
+                    if cand:
+                        new = cand
+                        off.append(re.sub(r"\W+", "_", dep))
             what = "turned off variant(s) %s: %s cannot be fetched offline" % (", ".join(off), f.subject)
         if new and new != current:
             current = new
