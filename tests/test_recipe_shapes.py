@@ -351,3 +351,11 @@ def test_an_optional_dependency_that_cannot_be_fetched_goes_behind_a_variant(tmp
     new, done = fixes.apply(text, fixes.diagnose(out), None, a, spec_file=str(tmp_path / "spec.json"))
     assert 'depends_on("zstd", when="+zstd")' in new and 'variant("zstd", default=False' in new
     assert validate(new).ok and "zstd" in done[0]
+
+
+def test_words_after_pkg_config_in_a_message_are_no_dependency(tmp_path):
+    root = _write(tmp_path / "pc", {
+        "Makefile": "LIBS = $(shell pkg-config --libs zlib)\n"
+                    "x:\n\t$(CC) x.c -o x $(LIBS)\n\t$(error cannot write the pkg-config file)\n",
+        "x.c": "int main(void) { return 0; }\n"})
+    assert [d.name for d in analyze(root, "pcx").dependencies] == ["zlib"]

@@ -1018,7 +1018,8 @@ def analyze_makefile(a: Analysis):
                 libs.setdefault((lib, when), line.strip())
         if re.search(r"\bmpi(cc|cxx|c\+\+|CC|f90|fort|icc|icpc)\b", line) and uses_mpi_wrapper is None:
             uses_mpi_wrapper = when or ""
-        for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)*([\w.+-]+)", line):
+        # a pkg-config call asks for --cflags/--libs (not "can't generate pkg-config file")
+        for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)+([\w.+-]+)", line):
             a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc), when=when))
     for (lib, when), line in sorted(libs.items(), key=lambda x: (x[0][0], x[0][1] or "")):
         a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when,
