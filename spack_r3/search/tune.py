@@ -16,6 +16,7 @@ from typing import List, Optional
 from .. import backends, cxxnames
 from ..capture import load_capture_dir, run_key, tuned_shares
 from ..errors import R3Error
+from ..record.offload import region_key
 from ..replay import module as replay_module
 from ..replay import cachestate, specialize
 from ..replay.cachestate import AUTO
@@ -88,6 +89,8 @@ def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None
         names = [k for k, _, _ in groups]
         for ref in kernels:
             _, found = cxxnames.best_matches(ref, names)
+            if not found:  # an offload region by its function and line (its name holds its file's ids)
+                found = [n for n in names if region_key(n) == ref != n]
             if not found:
                 raise R3Error("no capture of kernel '%s' (see: r3 kernels)" % ref)
             wanted |= set(found)
