@@ -53,8 +53,9 @@ def main(argv=None):
     p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
     p.add_argument("--real-only", action="store_true", help="only the public trees")
     p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
-    p.add_argument("--collect", action="append", default=[], metavar="WORK",
-                   help="add the real-tree rows a run left in its --work directory (finished trees)")
+    p.add_argument("--collect", action="append", default=[], metavar="WORK[@COMMIT]",
+                   help="add the real-tree rows a run left in its --work directory (finished trees), "
+                        "made with the code of COMMIT")
     p.add_argument("--combine", action="append", default=[], metavar="JSON",
                    help="add the real-tree rows of another run's output (trees run in parallel)")
     model_client.add_arguments(p)
@@ -112,7 +113,10 @@ def main(argv=None):
         with open(other) as f:
             real += json.load(f).get("real", [])
     for work in args.collect:
-        real += collected(work)
+        work, _, commit = work.partition("@")
+        real += [dict(r, commit=commit or None) for r in collected(work)]
+    # a tree measured again (after a fix) counts once: its last row
+    real = list({r["name"]: r for r in real}.values())
 
     n = len(rows) or 1
     summary = {
@@ -239,6 +243,7 @@ def real_tree(spec, sb, ws, args, model):
                                         exclude_examples=[] if args.keep_own else [builtin]), ws,
                           progress=lambda m: print("  " + m, file=sys.stderr))
         row = _row(name, tree, builtin, res.to_dict(), Spack(None, [sb.scope]).root)
+        row["commit"] = _commit()
     except R3Error as err:
         row = {"name": name, "tree": tree, "builtin": builtin, "build_system": None, "installed": False,
                "tested": False, "attempts": 0, "agreement": {}, "error": str(err)}
@@ -246,6 +251,12 @@ def real_tree(spec, sb, ws, args, model):
     print("%-18s %-10s installed=%s tested=%s attempts=%d (%.0f s)" % (
         name, row["build_system"], row["installed"], row["tested"], row["attempts"], row["seconds"]), flush=True)
     return row
+
+
+def _commit():
+    import subprocess
+    p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return p.stdout.strip() or None
 
 
 def collected(work):
