@@ -41,7 +41,7 @@ def _host_target():
 
 
 # A process whose profiler signalled fewer times than this keeps its timed shares. The
-# signals are the samples (one may carry several ticks: r3rt.c, g_prof_events), and a
+# signals are the samples (one may carry several ticks: runtime/profiler.c, g_prof_events), and a
 # share from n of them is off by up to 0.5/sqrt(n): 2.5% at 400. Fewer made the dense
 # demo's matrix product and covariance 91% and 12% of its run from 33 samples, where
 # their timed times (27 ms calls, timed without a loss) were 82% and 12%.
@@ -54,7 +54,7 @@ def load_profiles(record_dir, min_events=MIN_SAMPLE_EVENTS):
     without probes would not spend: shares of the run are shares of that).
 
     ``main_ns`` is the kernel's own time on the main thread: from the runtime's profiler
-    ticks where the process had enough samples (timing a short call inflates it: r3rt.c,
+    ticks where the process had enough samples (timing a short call inflates it: runtime/profiler.c,
     prof_tick), else its timed self time there. ``main_outer_ns``: the main thread's time
     with this kernel the outermost recorded one on the stack (its inclusive time, less
     its calls from other kernels), from the ticks or else timed; ``top_ns``: the same
@@ -84,7 +84,7 @@ def tuned_shares(record_dir, kernels, min_events=MIN_SAMPLE_EVENTS):
     """{kernel: share of the run} for the set ``kernels`` (symbol names) as a build that
     tunes them runs them: each one's time on the main thread with none of the set below it
     on the stack, its callees included (they run as its own copies, and replay timed it
-    with them), from the run's calling-context trees (r3rt.c, cct). These shares add up to
+    with them), from the run's calling-context trees (runtime/probes.c, cct). These shares add up to
     at most the run. Kernels the trees do not hold (never called on the main thread) are
     left out; {} where a process's tree is missing or incomplete (the caller keeps the
     kernels' own shares)."""
@@ -386,7 +386,7 @@ def _image_pointers_into(path, ranges, skip=()):
 
 def _holds_system_pointers(pre_path, meta):
     """Why a whole-heap capture cannot replay because its memory points into the
-    application's system-served mappings (shared memory: r3rt.c, sys_add), or None. Page
+    application's system-served mappings (shared memory: runtime/pages.c, sys_add), or None. Page
     tracking finds what a kernel reaches (meta "foreign"); a whole-heap capture has only its
     pointers to go by, and a kernel given data holding them may follow them."""
     maps = sorted((int(m["lo"], 16), int(m["hi"], 16), m.get("perms", "?")) for m in meta.get("system_maps", []))

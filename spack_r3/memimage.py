@@ -1,6 +1,6 @@
 """Memory image files (``pre.bin`` / ``post.bin`` of a capture).
 
-Format (written by the record runtime, runtime/r3rt.c): the 8-byte magic ``R3MEM1\\0\\0``,
+Format (written by the record runtime, runtime/capture.c): the 8-byte magic ``R3MEM1\\0\\0``,
 then records until EOF, little-endian::
 
     uint64 addr; uint64 size; uint64 kind; uint8 bytes[size]; zero padding to a multiple of 8

@@ -5,7 +5,7 @@ textual IR, so that the same clang compiles the instrumented unit. Each kernel
 ``k`` is renamed ``__r3_orig.k`` (internal) and a wrapper named ``k`` calls
 ``__r3_enter`` / the original / ``__r3_exit``, so every caller, in this unit or
 another, goes through the probes. The struct passed to the runtime is
-``struct r3_kinfo`` of ``runtime/r3rt.c``.
+``struct r3_kinfo`` of ``runtime/r3rt.h``.
 """
 
 import ctypes
@@ -387,7 +387,7 @@ def _noinline(suffix):
     return " ".join(words[:i] + ["noinline"] + words[i:])
 
 
-# struct tcount of r3rt.c: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed, block, samples,
+# struct tcount of runtime/r3rt_internal.h: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed, block, samples,
 # outer_samples, top_ns } (8 bytes each); its block points at the thread's struct tblock, whose first field is ``leaf``
 TCOUNT_SKIP_MASK_OFFSET = 40
 TCOUNT_BLOCK_OFFSET = 56
