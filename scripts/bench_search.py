@@ -36,7 +36,11 @@ Writes bench/search.json:
               integer arguments feeding a bound, stride or branch: replay/specialize.py), searched by
               the Bayesian search twice, with and without the ``specialize`` setting, both confirmed
               side by side; per kernel on/off {best_speedup, speedup_min/max, winner, specialized},
-              offered, verdict (on vs off, as above) and ratio ("point [low-high]"); the demos
+              offered, verdict (on vs off, as above) and ratio ("point [low-high]"); and
+              added: the off search's best with every offered argument folded in, raced with
+              them, against the same variant without (speedup, without_speedup, verdict, ratio
+              from the race's pairs: what specialization adds to one variant, apart from what
+              each search happened to find); the demos
               and bench/spec's PolyBench-shaped kernels with run-time sizes. Kept apart from the
               rest of the file (a run of either leaves the other's section as it was).
 
@@ -62,6 +66,7 @@ from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
+from spack_r3.search.confirm import confirm  # noqa: E402
 from spack_r3.search.mutators import make_mutator  # noqa: E402
 from spack_r3.search.noise import TARGET_SE, clearly_faster, ratio_interval  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
@@ -257,9 +262,17 @@ def bench_specialize(pool, store, target, budget, seed, demo):
         study = Study(store, t, space, sampler="tpe", seed=seed, pairs=5)
         study.run(pool.servers, budget)
         searches.append((name, t, study))
-    confirmed = confirm_searches(pool.servers, [(t, s, contenders(s, 2)) for _, t, s in searches], 2, rounds=3,
-                                 pairs=11, progress=say)
-    for (name, t, study), conf in zip(searches, confirmed):
+    # The off search's best with every offered argument folded in, raced beside them: what
+    # specialization adds to one variant, apart from what each search happened to find.
+    best_off = contenders(searches[1][2], 1)
+    added = [(replace(v, pipeline=replace(v.pipeline, specialize=facts.specialize[-1][1])), value)
+             for v, value in best_off]
+    searches.append(("off+specialize", replace(target, source_variant="specialize-added"), searches[1][2]))
+    # (confirm, not confirm_searches: its retry would give off+specialize the off study's
+    # next candidates, unspecialized)
+    confirmed = confirm(pool.servers, [(t, contenders(s, 2)) for _, t, s in searches[:2]]
+                        + [(searches[2][1], added)], keep=2, rounds=3, pairs=11, progress=say)
+    for (name, t, study), conf in zip(searches[:2], confirmed):
         result = kernel_result(t, study, conf)
         summary = search_summary(study, result, conf)
         entry[name] = {k: summary[k] for k in ("best_speedup", "speedup_min", "speedup_max", "evaluations",
@@ -267,6 +280,16 @@ def bench_specialize(pool, store, target, budget, seed, demo):
         entry[name]["specialized"] = result.specialized
     entry["verdict"] = verdict(entry["on"], entry["off"])
     entry["ratio"] = ratio_text(entry["on"], entry["off"])
+    # The same variant with and without the arguments folded in, from the race's own pairs
+    # (whether or not either would have won it).
+    with_c = confirmed[2][0] if confirmed[2] else None
+    base_c = next((c for c in confirmed[1] if best_off and c.variant == best_off[0][0]), None)
+    if with_c and base_c and with_c.round_ratios and base_c.round_ratios:
+        a, b = {"confirm_rounds": with_c.round_ratios}, {"confirm_rounds": base_c.round_ratios}
+        entry["added"] = {"variant": describe_variant(with_c.variant), "speedup": with_c.speedup,
+                          "without_speedup": base_c.speedup, "rounds": len(with_c.round_ratios),
+                          "without_rounds": len(base_c.round_ratios), "verdict": verdict(a, b),
+                          "ratio": ratio_text(a, b)}
     return entry
 
 
@@ -305,12 +328,14 @@ def run_specialize(args):
 
 
 def print_specialization(section):
-    print(table(["demo", "kernel", "offered", "on", "specialized", "off", "on/off", "verdict"],
+    print(table(["demo", "kernel", "offered", "on", "specialized", "off", "on/off", "verdict", "off+spec/off",
+                 "verdict"],
                 [[k["demo"], cxxnames.display(k["kernel"]), len(k["offered"]) - 1,
                   "%.2fx [%.2f-%.2f]" % (k["on"]["best_speedup"], k["on"]["speedup_min"], k["on"]["speedup_max"]),
                   ",".join(k["on"]["specialized"]) or "-",
                   "%.2fx [%.2f-%.2f]" % (k["off"]["best_speedup"], k["off"]["speedup_min"], k["off"]["speedup_max"]),
-                  k["ratio"], k["verdict"]] for k in section["kernels"]]))
+                  k["ratio"], k["verdict"], (k.get("added") or {}).get("ratio", "-"), (k.get("added") or {}).get("verdict", "-")]
+                 for k in section["kernels"]]))
     if section["offered_nothing"]:
         print("offered nothing: " + ", ".join(section["offered_nothing"]))
 
