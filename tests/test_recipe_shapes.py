@@ -359,3 +359,12 @@ def test_words_after_pkg_config_in_a_message_are_no_dependency(tmp_path):
                     "x:\n\t$(CC) x.c -o x $(LIBS)\n\t$(error cannot write the pkg-config file)\n",
         "x.c": "int main(void) { return 0; }\n"})
     assert [d.name for d in analyze(root, "pcx").dependencies] == ["zlib"]
+
+
+def test_a_program_is_tested_by_the_name_it_is_installed_under(tmp_path):
+    root = _write(tmp_path / "on", {
+        "CMakeLists.txt": "project(onl VERSION 1.0 LANGUAGES C)\nadd_executable(onlcmd main.c)\n"
+                          "set_property(TARGET onlcmd PROPERTY OUTPUT_NAME onl)\ninstall(TARGETS onlcmd DESTINATION bin)\n",
+        "main.c": 'int main(int c, char **v) { return 0; } /* "-h" */\n'})
+    a = analyze(root, "onl")
+    assert a.executables == ["onl"] and 'join_path(self.prefix.bin, "onl")' in _recipe(a)

@@ -258,6 +258,7 @@ def analyze_cmake(a: Analysis):
     project_prefix = None
     dir_conds = {}  # directory -> option literals under which its add_subdirectory() was reached
     exe_conditional = {}  # program -> option literals it is built under
+    output_names = {}
     langs = None
     exes, tests = [], []
     found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
@@ -352,6 +353,14 @@ def analyze_cmake(a: Analysis):
                 lits = [x for cond, _neg in conds for x in cond]
                 if lits:
                     exe_conditional[exes[-1]] = lits  # an example or tool behind an option
+            elif cmd in ("set_target_properties", "set_property") and "OUTPUT_NAME" in args:
+                # the file a target makes: zfp's program target zfpcmd is installed as bin/zfp
+                i = args.index("OUTPUT_NAME")
+                targets = args[1:args.index("PROPERTY")] if cmd == "set_property" and "PROPERTY" in args \
+                    else args[:args.index("PROPERTIES")] if "PROPERTIES" in args else []
+                for t in targets:
+                    if i + 1 < len(args):
+                        output_names[_cmake_expand(t, cmake_vars)] = _cmake_expand(args[i + 1], cmake_vars)
             elif cmd == "add_library" and args:
                 a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
                 if not set(args[1:2]) & {"STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE", "IMPORTED", "ALIAS"}:
@@ -429,7 +438,7 @@ def analyze_cmake(a: Analysis):
     defaults = {v.option: v.default for v in a.variants}
     built = lambda e: all(defaults.get(x.lstrip("~"), False) != x.startswith("~")  # noqa: E731
                           for x in exe_conditional.get(e, []))
-    a.executables = [e for e in exes if built(e) and (installed is None or e in installed)]
+    a.executables = [output_names.get(e, e) for e in exes if built(e) and (installed is None or e in installed)]
     a.checks = [c for c in tests if c.exe in a.executables]
 
 
