@@ -368,3 +368,12 @@ def test_a_program_is_tested_by_the_name_it_is_installed_under(tmp_path):
         "main.c": 'int main(int c, char **v) { return 0; } /* "-h" */\n'})
     a = analyze(root, "onl")
     assert a.executables == ["onl"] and 'join_path(self.prefix.bin, "onl")' in _recipe(a)
+
+
+def test_a_library_named_in_a_loop_is_the_projects(tmp_path):
+    root = _write(tmp_path / "lp", {
+        "CMakeLists.txt": "project(lpx LANGUAGES C VERSION 4.2)\nforeach(T shared static)\n"
+                          "  set(N \"${PROJECT_NAME}-${T}\")\n  add_library(${N} ${T} src/lpx.c)\nendforeach()\n",
+        "src/lpx.c": "int lpx(void) { return 0; }\n", "src/lpx.h": "int lpx(void);\n"})
+    a = analyze(root, "lpx")
+    assert (a.build["test_library"], a.build["test_header"]) == ("lpx", "lpx.h")

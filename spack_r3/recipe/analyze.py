@@ -362,7 +362,10 @@ def analyze_cmake(a: Analysis):
                     if i + 1 < len(args):
                         output_names[_cmake_expand(t, cmake_vars)] = _cmake_expand(args[i + 1], cmake_vars)
             elif cmd == "add_library" and args:
-                a.build.setdefault("own_names", []).append(_cmake_expand(args[0], cmake_vars))
+                lib = _cmake_expand(args[0], cmake_vars)
+                if "$" in lib:  # named in a loop (iniparser's ${PROJECT_NAME}-${TARGET_TYPE}): the project's name
+                    lib = cmake_vars.get("PROJECT_NAME", lib)
+                a.build.setdefault("own_names", []).append(lib)
                 if not set(args[1:2]) & {"STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE", "IMPORTED", "ALIAS"}:
                     a.build["shared_by_default"] = True  # BUILD_SHARED_LIBS decides
             elif cmd == "install" and args and args[0] == "TARGETS":
