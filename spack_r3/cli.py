@@ -17,7 +17,7 @@ from . import __doc__ as package_doc
 from . import __version__
 from .errors import R3Error
 from .report import stdout_to_devnull
-from .workspace import workspace_root
+from .workspace import Workspace
 
 # Order is the order of the pipeline.
 COMMANDS = ["recipe", "record", "kernels", "replay", "mep", "tune", "emit", "retarget", "status"]
@@ -103,11 +103,11 @@ def _traceback_note(args):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = "r3-%s-%s-%d.log" % (args.r3_command, stamp, os.getpid())
     try:
-        root = workspace_root(getattr(args, "workspace", None))
+        logs = Workspace(getattr(args, "workspace", None)).logs_dir
     except R3Error:
-        root = None
+        logs = None
     # (not tempfile.gettempdir(): it fails where no file can be written, as on a full disk)
-    for directory in ([os.path.join(root, "logs")] if root else []) + [os.environ.get("TMPDIR") or "/tmp"]:
+    for directory in ([logs] if logs else []) + [os.environ.get("TMPDIR") or "/tmp"]:
         path = os.path.join(directory, name)
         try:
             os.makedirs(directory, exist_ok=True)

@@ -113,7 +113,7 @@ def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path
     from spack_r3.scale.cluster import jobqueue_cluster, read_config
     ws = Workspace(str(tmp_path / "ws"))
     ws.ensure()
-    with open(os.path.join(ws.root, "cluster.json"), "w") as f:
+    with open(ws.cluster_config_file, "w") as f:
         json.dump({"kind": kind, "queue": "regular", "account": "m1234", "walltime": walltime, "cores": 32,
                    "memory": "64GB", "jobs": 4, "adapt": {"minimum_jobs": 1, "maximum_jobs": 16}}, f)
     cluster, jobs, adapt = jobqueue_cluster(read_config("config", ws))

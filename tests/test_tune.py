@@ -33,7 +33,7 @@ from spack_r3.search.results import pick
 from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.search.store import JOURNAL_FILE, journal
+from spack_r3.search.store import journal
 from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing,
                                   swept)
 from spack_r3.workspace import Workspace
@@ -643,7 +643,7 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
             "--kernel", "matmul", "--budget", "30", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1",
             "--seed", "2", "--mutator", "none"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "stderr"), "w"))
-    store = os.path.join(ws, JOURNAL_FILE)
+    store = Workspace(ws).journal_file
     finished, deadline = 0, time.monotonic() + 300
     while finished < 4 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)

@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 
 from spack_r3.search.bayes import INTERRUPTED, Study, Target, counted
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.search.store import JOURNAL_FILE, LEGACY_FILE, held, owner, storage
+from spack_r3.search.store import held, owner, storage
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -108,7 +108,7 @@ def test_two_runs_at_once_share_the_study_and_report_one_winner(tree, tmp_path, 
     # What both wrote is the one result: the saved result and the report agree with them.
     with open(os.path.join(ws, "reports", "tune.json")) as f:
         assert json.load(f)["kernels"][0]["winner"] == first[0]["winner"]
-    assert os.path.exists(os.path.join(ws, JOURNAL_FILE)) and not os.path.exists(os.path.join(ws, LEGACY_FILE))
+    assert os.path.exists(Workspace(ws).journal_file) and not os.path.exists(Workspace(ws).legacy_journal_file)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a second worker needs a second CPU")
@@ -170,7 +170,7 @@ def test_an_older_workspaces_sqlite_studies_are_carried_over(tmp_path):
     """r3 before the journal kept studies in r3.db (SQLite): the first run that finds no
     journal copies them in, trials and attributes, and leaves r3.db as it was."""
     ws = Workspace(str(tmp_path / "old")).ensure()
-    db = os.path.join(ws.root, LEGACY_FILE)
+    db = ws.legacy_journal_file
     old = optuna.create_study(study_name="k@cap/original/tpe/abc", storage="sqlite:///" + db, direction="maximize")
     old.set_user_attr("confirmed", {"key": [2], "result": {"winner": "O3"}})
     old.enqueue_trial({"x": 1})
@@ -182,7 +182,7 @@ def test_an_older_workspaces_sqlite_studies_are_carried_over(tmp_path):
     assert kept.user_attrs["confirmed"]["result"] == {"winner": "O3"}
     assert [(t.params, t.value, t.state) for t in kept.get_trials() if t.state == TrialState.COMPLETE] == \
         [({"x": 1}, 2.0, TrialState.COMPLETE), ({"x": 2}, 3.0, TrialState.COMPLETE)]
-    assert os.path.getsize(db) == size and os.path.exists(os.path.join(ws.root, JOURNAL_FILE))
+    assert os.path.getsize(db) == size and os.path.exists(ws.journal_file)
     # Once: a study added to the journal since is not lost to a second copy.
     optuna.create_study(study_name="new", storage=storage(ws))
     assert {s.study_name for s in storage(ws).get_all_studies()} == {"k@cap/original/tpe/abc", "new"}

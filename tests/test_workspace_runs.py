@@ -3,6 +3,7 @@ shares are never added across runs."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -34,3 +35,28 @@ def test_tune_takes_one_run_and_says_which(tmp_path, clang):
     assert kernel["captures"] == [c.id for c in second.captures]
     # one run's share, not two added (jacobi_step calls no other kernel: its weight is its own share)
     assert kernel["share"] == pytest.approx(second.captures[0].app["share"])
+
+
+def test_the_workspace_is_the_one_map_of_its_paths(tmp_path):
+    """Each thing r3 keeps in a workspace has its path from ``Workspace``, all distinct and
+    under its root; no module of the package joins a workspace's root with a name itself."""
+    ws = Workspace(str(tmp_path / "ws"))
+    paths = [ws.captures_dir, ws.capture_dir("c1"), ws.runs_dir, ws.cache_dir, ws.results_dir, ws.result_file("c1"),
+             ws.reports_dir, ws.journal_file, ws.legacy_journal_file, ws.locks_dir, ws.remix_dir,
+             ws.patterns_file, ws.cluster_config_file, ws.logs_dir, ws.spack_dir, ws.repo_dir("r3tuned"),
+             ws.recipes_dir, ws.recipe_repo_dir]
+    assert len(set(paths)) == len(paths)
+    assert all(p.startswith(ws.root + os.sep) for p in paths)
+    assert ws.repo_dir("r3tuned") == os.path.join(ws.root, "repos", "r3tuned")  # where emit's README sends users
+
+    package = os.path.join(REPO_ROOT, "spack_r3")
+    joins = re.compile(r"os\.path\.join\(\s*[\w.]*(workspace|ws)[\w.]*root\b")
+    offenders = []
+    for folder, _dirs, files in os.walk(package):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != os.path.join(package, "workspace.py"):
+                with open(path) as f:
+                    offenders += ["%s:%d" % (os.path.relpath(path, package), i + 1)
+                                  for i, line in enumerate(f) if joins.search(line)]
+    assert offenders == []

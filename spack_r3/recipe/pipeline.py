@@ -73,9 +73,9 @@ def _validate_name(name):
         raise R3Error("invalid package name %r (lower-case letters, digits, '-' and '_')" % name)
 
 
-def target_repo(spack, request, workspace_root):
+def target_repo(spack, request, workspace):
     """The repository generated recipes go to, created when absent, in the right layout."""
-    path = request.repo or os.path.join(workspace_root, "repo")
+    path = request.repo or workspace.recipe_repo_dir
     existing = spack_repos.open_repo(path)
     if existing:
         return existing
@@ -97,11 +97,10 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     _validate_name(request.name)
     if request.max_attempts < 1:
         raise R3Error("--max-attempts must be at least 1")
-    ws_root = workspace.root
-    recipe_dir = os.path.join(ws_root, "recipes", request.name)
+    recipe_dir = os.path.join(workspace.recipes_dir, request.name)
     spack = Spack(request.spack_root, request.spack_scopes)
-    repo = target_repo(spack, request, ws_root)
-    run_spack = spack_with_repo(spack, repo, os.path.join(ws_root, "recipes", ".scopes", repo.namespace))
+    repo = target_repo(spack, request, workspace)
+    run_spack = spack_with_repo(spack, repo, os.path.join(workspace.recipes_dir, ".scopes", repo.namespace))
     repo_objs = [r for r in (spack_repos.open_repo(p) for _ns, p in run_spack.repo_list()) if r]
     index = spack_repos.PackageIndex(repo_objs)
     layout = repo.layout

@@ -23,7 +23,6 @@ import os
 
 from ..errors import R3Error
 
-CONFIG_FILE = "cluster.json"
 KINDS = ("slurm", "pbs", "lsf")
 START_TIMEOUT_S = 60  # a scheduler that does not answer in this long is not there
 
@@ -46,7 +45,7 @@ def local_pins(n):
 
 def read_config(spec, workspace):
     """The cluster description ``spec`` names (a JSON file, or ``config``: the workspace's)."""
-    path = os.path.join(workspace.root, CONFIG_FILE) if spec == "config" else spec
+    path = workspace.cluster_config_file if spec == "config" else spec
     try:
         with open(path) as f:
             config = json.load(f)

@@ -24,14 +24,13 @@ import threading
 from ..fileutil import write_atomic
 from .noise import clearly_above
 
-FILE = "patterns.json"
 MAX_EXAMPLES = 3
 MAX_PATCH_CHARS = 4000  # a prompt example, not a whole unit
 
 
 class Patterns:
     def __init__(self, workspace):
-        self.path = os.path.join(workspace.root, FILE)
+        self.path = workspace.patterns_file
         self._lock = threading.Lock()
 
     def entries(self):

@@ -194,7 +194,7 @@ class Remix:
         self.name = "%s@%s/%s" % (target.kernel, target.capture_id, mutator.name)
         if target.source_variant != ORIGINAL:  # a search of its own (a benchmark's, a test's)
             self.name += "/" + target.source_variant
-        self.path = os.path.join(workspace.root, "remix", hashlib.sha256(self.name.encode()).hexdigest()[:16]
+        self.path = os.path.join(workspace.remix_dir, hashlib.sha256(self.name.encode()).hexdigest()[:16]
                                  + ".json")
         # Evaluations of the original's own search that this loop's budget paid for: run
         # while a model answered, and what the mutator left when it had nothing more to try.

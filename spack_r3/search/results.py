@@ -166,13 +166,13 @@ def save_results(workspace, results):
     os.makedirs(workspace.results_dir, exist_ok=True)
     for r in results:
         for cid in r.captures:
-            write_atomic(os.path.join(workspace.results_dir, cid + ".json"), json.dumps(r.to_json(), indent=1))
+            write_atomic(workspace.result_file(cid), json.dumps(r.to_json(), indent=1))
 
 
 def load_result(workspace, capture_id):
     """The saved KernelResult of a capture, or None."""
     try:
-        with open(os.path.join(workspace.results_dir, capture_id + ".json")) as f:
+        with open(workspace.result_file(capture_id)) as f:
             return KernelResult.from_json(json.load(f))
     except (OSError, ValueError):
         return None
@@ -180,7 +180,7 @@ def load_result(workspace, capture_id):
 
 def write_report(workspace, results, header=""):
     """The report files in the workspace; returns their paths."""
-    out = os.path.join(workspace.root, "reports")
+    out = workspace.reports_dir
     os.makedirs(out, exist_ok=True)
     paths = {"text": os.path.join(out, "tune.txt"), "json": os.path.join(out, "tune.json"),
              "plot": os.path.join(out, "tune.png")}

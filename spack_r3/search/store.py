@@ -41,8 +41,6 @@ except ImportError:  # Optuna 3.1-3.6: the same classes under their first names
 
 from ..errors import R3Error
 
-JOURNAL_FILE = "r3.journal"
-LEGACY_FILE = "r3.db"  # r3 before the journal: SQLite, one writer
 HOST = socket.gethostname()
 HEARTBEAT_S = 10.0  # how often a process writes the time into each trial it holds RUNNING
 STALE_S = 120.0  # a trial held on another host whose time is older than this: its process is dead
@@ -59,8 +57,8 @@ def storage(workspace, url=None):
             raise R3Error("--storage %s: no directory %s" % (url, os.path.dirname(path)))
     else:
         workspace.ensure()
-        path = os.path.join(workspace.root, JOURNAL_FILE)
-        migrate(os.path.join(workspace.root, LEGACY_FILE), path)
+        path = workspace.journal_file
+        migrate(workspace.legacy_journal_file, path)
     return journal(path)
 
 
@@ -230,7 +228,7 @@ def exclusive(workspace, names):
     """Hold the workspace's locks ``names`` (strings) for this process, blocking while
     another process holds any: a lock file each under ``<workspace>/locks``, taken in one
     order (no deadlock), released however this process ends."""
-    folder = os.path.join(workspace.root, "locks")
+    folder = workspace.locks_dir
     os.makedirs(folder, exist_ok=True)
     files = []
     try:

@@ -110,7 +110,7 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
     if not run:
         raise R3Error("the check needs a run command to time (--run)")
     site = open_site(workspace, user_scopes, extra_repos, front_repo=emitted_repo_path(repo_root, workspace))
-    base = os.path.join(workspace.root, "spack", "check", emitted.package)
+    base = os.path.join(workspace.spack_dir, "check", emitted.package)
     builds = _builds(site, spec, base, (("+r3", "tuned"), ("~r3", "untuned")), say)
     runs = {flag: [] for flag in builds}
     ratios = []

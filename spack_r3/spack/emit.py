@@ -33,7 +33,7 @@ NAMESPACE = "r3tuned"
 
 
 def default_repo(workspace):
-    return os.path.join(workspace.root, "repos", NAMESPACE)
+    return workspace.repo_dir(NAMESPACE)
 
 
 @dataclass

@@ -59,7 +59,7 @@ def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
     """The workspace's sandbox with the record repository at the front (``front_repo``:
     that one instead, e.g. the tuned repository for a check)."""
     spack = Spack(scopes=user_scopes)
-    root = os.path.join(workspace.root, "spack")
+    root = workspace.spack_dir
     layout = detect_layout(spack.version())
     record_repo = create_repo(os.path.join(root, "r3record"), "r3record", layout)
     first = front_repo or record_repo.path
@@ -223,7 +223,7 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     say = progress or (lambda msg: None)
     name = package_name(spec)
     workspace.ensure()
-    say("Spack sandbox: %s" % os.path.join(workspace.root, "spack"))
+    say("Spack sandbox: %s" % workspace.spack_dir)
     site = open_site(workspace, user_scopes, extra_repos)
     recipe = site.find_recipe(name)
     if recipe is None and source:
