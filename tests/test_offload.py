@@ -334,3 +334,102 @@ def test_a_workspace_path_with_quotes_records(tmp_path, offload_run):
     ws = str(tmp_path / 'a "quoted" workspace')
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
     assert any("count_teams" in k for k in captures(ws))
+
+
+def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
+    """A tuned region emitted for sm_90: its plan and the package's patch carry
+    ``cuda_arch=90`` beside the CPU target, in files of their own; a host plan of the same
+    package keeps its name, keys and digest."""
+    import glob
+
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
+    from spack_r3.search.results import KernelResult, save_results
+
+    ws = Workspace(recorded)
+    step = next(c for k, c in captures(recorded).items() if "jacobi_step" in k)
+    # The heat demo's record as one through Spack records it (its facts beside the captures)
+    [record_json] = glob.glob(os.path.join(recorded, "runs", "*", "record.json"))
+    data = json.load(open(record_json))
+    tree = os.path.dirname(step.source_file)
+    data["spack"] = {"package": "heat-offload", "namespace": "r3", "spec": "heat-offload", "target": "zen3",
+                     "version": "1.0", "source_root": tree, "layout": "v1"}
+    spack_run = os.path.join(recorded, "runs", "99999999-spack-heat-offload")
+    os.makedirs(spack_run)
+    json.dump(data, open(os.path.join(spack_run, "record.json"), "w"))
+    # A tune's result for the region: its geometry and a source rewrite (the variant is what
+    # emit keys; the speedup only has to be one emit builds)
+    source = open(step.source_file).read()
+    patch = make_patch_text(source, source.replace("#pragma omp target teams",
+                                                   "/* r3 */\n#pragma omp target teams", 1), step.source_file)
+    variant = Variant(launch=Launch(num_teams=2, thread_limit=8), source_patch=patch, source_rule="test")
+    save_results(ws, [KernelResult(step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False,
+                                   "num_teams=2", variant.to_json())])
+    repo = tmp_path / "repo"
+    assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--gpu", "sm_90", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpu"] == "sm_90" and out["keys"] == "target=zen3 cuda_arch=90"
+    directory = repo / "packages" / "heat-offload"
+    plan = load_plan(directory / "r3-zen3-sm_90.json")
+    assert plan.gpu == "sm_90" and plan.spec_keys() == "target=zen3 cuda_arch=90"
+    [unit] = plan.units
+    assert unit.patch == "r3-zen3-sm_90-0.patch" and (directory / unit.patch).exists()
+    assert unit.kernels[0].launch["num_teams"] == 2
+    text = (directory / "package.py").read_text()
+    assert 'patch("r3-zen3-sm_90-0.patch", when="+r3 target=zen3 cuda_arch=90")' in text
+    assert "'r3-zen3-sm_90.json'" in text and "self.spec.satisfies(keys)" in text
+    # a host plan: named, keyed and digested as host plans were before GPU keys (the digest
+    # below is what r3 computed for this plan then: +r3 installs of host plans stay valid)
+    host = Plan("zen3", [PlannedUnit("a.c", [PlannedKernel("k", {"opt": "3"}, {"num_teams": 2})], {"R3_TILE_1": 32},
+                                     "r3-zen3-0.patch")])
+    assert host.name() == "zen3" and host.spec_keys() == "target=zen3" and "gpu" not in host.to_json()
+    assert host.build_digest() == "768c2fd78a456789"
+    host.gpu = "sm_90"
+    assert host.build_digest() != "768c2fd78a456789"
+    # a GPU this r3 does not know: one line
+    assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--gpu", "sm_100") == 2
+    assert capsys.readouterr().err.strip().startswith("r3 emit: error: unknown GPU target 'sm_100'")
+
+
+def make_patch_text(original, changed, path):
+    from spack_r3.sourcepatch import make_patch
+
+    return make_patch(original, changed, os.path.basename(path))
+
+
+def test_replay_takes_a_regions_launch_geometry(tmp_path, offload_run, any_teams, capsys):
+    """r3 replay --teams N --thread-limit N runs the region at that geometry: the teams
+    counter comes out as the number of teams asked for (a wrong output for any other);
+    for a host kernel the options are refused in one line."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "teams.c").write_text(TEAMS)
+    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
+                                  "-o teams teams.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
+    recorded_teams = int.from_bytes(_post_bytes(os.path.join(ws, "captures", cap.id)), "little")
+    capsys.readouterr()
+    assert r3("--workspace", ws, "replay", cap.id, "--repeat", 1, "--teams", recorded_teams, "--thread-limit", 1,
+              "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == OK and out["launch"] == {"num_teams": recorded_teams, "thread_limit": 1}
+    assert r3("--workspace", ws, "replay", cap.id, "--repeat", 1, "--teams", recorded_teams + 2, "--json") == 1
+    assert json.loads(capsys.readouterr().out)["status"] == WRONG_OUTPUT
+    assert r3("--workspace", ws, "replay", cap.id, "--teams", 0) == 2
+    assert capsys.readouterr().err.strip() == "r3 replay: error: --teams must be at least 1"
+
+
+def test_replay_geometry_for_a_host_kernel_is_one_line(tmp_path, clang, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "scale.c").write_text("void scale(double *a, int n) { for (int i = 0; i < n; i++) a[i] *= 2; }\n"
+                                 "int main(void) { static double a[64]; scale(a, 64); return 0; }\n")
+    (src / "Makefile").write_text("scale: scale.c\n\t$(CC) -O2 -o scale scale.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./scale") == 0
+    capsys.readouterr()
+    assert r3("--workspace", ws, "replay", "scale", "--teams", 4) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("r3 replay: error: --teams and --thread-limit set an OpenMP target region's launch geometry: "
+                   "scale is a host kernel")

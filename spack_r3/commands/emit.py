@@ -16,6 +16,10 @@ def setup_parser(subparser):
     subparser.add_argument("--repo", default=None, metavar="DIR",
                            help="Spack repository to write (default: <workspace>/repos/r3tuned, namespace r3tuned; "
                                 "created if missing)")
+    subparser.add_argument("--gpu", default=None, metavar="TARGET",
+                           help="the GPU device kernels (OpenMP target regions) were tuned for (sm_90, gfx942): "
+                                "their variant is keyed to it beside the CPU target (cuda_arch=90, "
+                                "amdgpu_target=gfx942); default: the one the recorded spec names, if any")
     subparser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -23,9 +27,10 @@ def emit(args):
     from ..spack.emit import emit as emit_package
 
     ws = Workspace(args.workspace)
-    done = emit_package(ws, args.package, args.repo)
+    done = emit_package(ws, args.package, args.repo, gpu=args.gpu, gpu_required=True)
     if args.json:
-        print(json.dumps({"package": done.package, "target": done.target, "recipe": done.recipe,
+        print(json.dumps({"package": done.package, "target": done.target, "gpu": done.plan.gpu,
+                          "keys": done.plan.spec_keys(), "recipe": done.recipe,
                           "plan": done.plan_path, "targets": done.targets, "skipped": done.skipped,
                           "predicted_app_speedup": done.plan.predicted_app_speedup(),
                           "kernels": [k.__dict__ for u in done.plan.units for k in u.kernels]}, indent=1))
@@ -33,8 +38,9 @@ def emit(args):
     for line in done.skipped:
         say("==> not emitted: " + line)
     kernels = [k for u in done.plan.units for k in u.kernels]
-    print("%s: %d tuned kernel(s) for target=%s (targets now: %s), predicted application speedup %.2fx"
-          % (done.package, len(kernels), done.target, ", ".join(done.targets), done.plan.predicted_app_speedup()))
+    print("%s: %d tuned kernel(s) for %s (targets now: %s), predicted application speedup %.2fx"
+          % (done.package, len(kernels), done.plan.spec_keys(), ", ".join(done.targets),
+             done.plan.predicted_app_speedup()))
     print("recipe: %s" % done.recipe)
     # fresh roots: Spack's reuse would take an earlier +r3 install, patches are not in its solve
     print("build it: spack -C <a scope listing %s> install --fresh-roots %s+r3"

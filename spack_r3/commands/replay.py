@@ -7,7 +7,7 @@ baseline: the kernel as its build compiled it).
 
 import json
 
-from .. import cxxnames
+from .. import backends, cxxnames
 from ..capture import load_capture_dir, recorded_calls, resolve
 from ..data import CACHE_STATES, WARM, Launch, Variant
 from ..errors import R3Error
@@ -30,6 +30,10 @@ def setup_parser(subparser):
                            help="also measure the speedup over the baseline (the kernel as built: the "
                                 "object the build's clang makes with the build's flags) with N alternating pairs")
     subparser.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: as recorded)")
+    subparser.add_argument("--teams", type=int, default=None, metavar="N",
+                           help="an OpenMP target region's number of teams (num_teams; default: as compiled)")
+    subparser.add_argument("--thread-limit", type=int, default=None, metavar="N",
+                           help="an OpenMP target region's threads per team (thread_limit; default: as compiled)")
     subparser.add_argument("--tolerance", type=float, default=None,
                            help="relative tolerance for floating-point data (default: the capture's, else exact)")
     subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
@@ -51,6 +55,9 @@ def check_ranges(args):
         raise R3Error("--pairs must be at least 0 (0: no speedup measured)")
     if args.threads is not None and args.threads < 1:
         raise R3Error("--threads must be at least 1")
+    for name in ("teams", "thread_limit"):
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
+            raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
     if args.timeout <= 0:
         raise R3Error("--timeout must be above 0 seconds")
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -67,6 +74,7 @@ def replay(args):
     # Sizes and image structure here, for a clear line at once; the worker that
     # loads the capture checks the digests, so large images are hashed only once.
     capture = load_capture_dir(directory, verify_digests=False)
+    launch = _launch(args, capture)
     sequence = recorded_calls(ws, capture) if args.sequence else None
     if sequence is not None:
         if len(sequence) < 2:
@@ -80,10 +88,10 @@ def replay(args):
     results = []
     with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:
-            variant = Variant(pipeline=pipeline, launch=Launch(threads=args.threads))
+            variant = Variant(pipeline=pipeline, launch=launch)
             ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance,
                                cache=args.cache, sequence=sequence)
-            results.append(_result(capture, pipeline, ev))
+            results.append(_result(capture, pipeline, ev, launch))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
     elif len(results) == 1:
@@ -91,6 +99,18 @@ def replay(args):
     else:
         _print_table(capture, results)
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+def _launch(args, capture):
+    """The launch settings asked for: OpenMP threads, and for an offload region its
+    geometry (a backend's ``geometry`` fields); geometry for a kernel without it: one line."""
+    geometry = {"num_teams": args.teams, "thread_limit": args.thread_limit}
+    asked = [name for name, value in geometry.items() if value is not None]
+    backend = backends.of_capture(capture)
+    if asked and not set(asked) <= set(backend.geometry):
+        raise R3Error("--teams and --thread-limit set an OpenMP target region's launch geometry: %s is a %s kernel"
+                      % (cxxnames.display(capture.kernel), backend.name))
+    return Launch(threads=args.threads, **{name: geometry[name] for name in asked})
 
 
 def in_app_per_call(capture):
@@ -102,9 +122,10 @@ def in_app_per_call(capture):
     return total / calls if calls and total else capture.instance_s
 
 
-def _result(capture, pipeline, ev):
+def _result(capture, pipeline, ev, launch=None):
     return {"capture": capture.id, "kernel": capture.kernel, "kernel_demangled": cxxnames.demangle(capture.kernel),
-            "pipeline": format_spec(pipeline),
+            "pipeline": format_spec(pipeline), "launch": {k: v for k, v in (launch or Launch()).to_json().items()
+                                                          if v is not None},
             "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
             "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,
             "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
@@ -115,7 +136,9 @@ def _result(capture, pipeline, ev):
 
 
 def _print_one(r):
-    print("%s (%s) pipeline %s: %s" % (cxxnames.display(r["kernel"]), r["capture"], r["pipeline"], r["status"]))
+    launch = "".join(" %s=%s" % item for item in sorted(r["launch"].items()))
+    print("%s (%s) pipeline %s%s: %s" % (cxxnames.display(r["kernel"]), r["capture"], r["pipeline"],
+                                         " launch" + launch if launch else "", r["status"]))
     if r["compiled"]:
         print("  compile   %s" % seconds(r["compile_s"]))
         print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))

@@ -179,7 +179,8 @@ def tune(args):
         progress("not tuned: " + line)
     header = "covered share of the run: %s" % percent(sum(r.share for r in results))
     paths = write_report(ws, results, header)
-    spack_part = _emit_and_check(ws, args, progress) if args.spec and results else None
+    device = any(device_hook.is_device(c) for c in captures)
+    spack_part = _emit_and_check(ws, args, progress, device) if args.spec and results else None
     if args.json:
         out = {"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
                "skipped": plan.skipped + skipped, "report": paths}
@@ -200,15 +201,19 @@ def tune(args):
     return 0 if results else 1
 
 
-def _emit_and_check(ws, args, progress):
-    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3."""
+def _emit_and_check(ws, args, progress, device=False):
+    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3.
+    With ``device`` kernels, one --gpu target keys the variant (cuda_arch=90)."""
     from ..spack.check import check_app
     from ..spack.emit import emit, record_check
     from ..spack.record import latest_spack_record, package_name
 
     name = package_name(args.spec)
+    gpus = device_hook.targets(args) if device else []
+    if len(gpus) > 1:
+        progress("the tuned variant is keyed to no GPU: --gpu names %d (emit --gpu TARGET keys it to one)" % len(gpus))
     try:
-        done = emit(ws, name, args.repo)
+        done = emit(ws, name, args.repo, gpu=gpus[0].name if len(gpus) == 1 else None)
     except R3Error as err:  # nothing beat the baseline: no variant to write
         progress("no tuned variant written: %s" % err)
         return {"emitted": None}

@@ -56,6 +56,12 @@ class Plan:
 
         return variant_key(self.target, gpu_target(self.gpu) if self.gpu else None)
 
+    def name(self):
+        """What names this plan's files beside the package (``r3-<name>.json``, its
+        patches ``r3-<name>-<n>.patch``): the CPU microarchitecture, and the GPU for a
+        device plan (``zen3-sm_90``), so plans for several GPUs of one host sit side by side."""
+        return "%s-%s" % (self.target, self.gpu) if self.gpu else self.target
+
     def unit_for(self, path):
         """The unit planned for the source file at ``path`` (absolute, in some build's
         stage), as a dict for ``apply.build_unit``; matched by its path relative to the

@@ -5,6 +5,9 @@
     <repo>/packages/<name>/r3-<uarch>.json the build plan of one target (``emit.plan``)
     <repo>/packages/<name>/r3-<uarch>-<n>.patch  the source rewrites, relative to the source root
 
+A plan of device kernels (OpenMP target regions) is keyed to its GPU beside the
+microarchitecture: ``r3-<uarch>-sm_90.json``, ``when="+r3 target=<uarch> cuda_arch=90"``.
+
 The package is written again from every ``r3-*.json`` beside it, so emitting for a
 second target adds to the package instead of replacing it.
 """
@@ -14,10 +17,13 @@ import glob
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import List
 
+from .. import backends
 from ..data import Variant
+from ..device.targets import gpu_target
 from ..errors import R3Error
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 from ..fileutil import write_atomic
@@ -47,15 +53,19 @@ class Emitted:
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not in the plan"
 
 
-def build_plan(workspace, package):
+def build_plan(workspace, package, gpu=None, gpu_required=False):
     """(Plan, skipped lines, {patch name: text}) from the package's latest record and the
-    tune results of its captures."""
+    tune results of its captures. ``gpu`` (sm_90, gfx942; default: the one the recorded
+    spec names, ``cuda_arch=90``) keys a plan of device kernels; host plans have none
+    (``gpu_required``: a ``gpu`` for a plan of host kernels is an error, not ignored)."""
     record, facts = latest_spack_record(workspace, package)
     if record is None:
         raise R3Error("nothing recorded for %s: run spack r3 record %s (or spack r3 tune %s) first"
                       % (package, package, package))
     target = facts.get("target") or "unknown"
     plan = Plan(target, facts=dict(facts, emitted=datetime.datetime.now().isoformat(timespec="seconds")))
+    asked = gpu_target(gpu) if gpu else None
+    device = False  # a planned kernel runs on a device (an OpenMP target region)
     skipped, units, texts, patches = [], {}, {}, {}
     for capture in record.captures:
         result = load_result(workspace, capture.id)
@@ -91,10 +101,16 @@ def build_plan(workspace, package):
             unit.defines.update(variant.source_defines)
         unit.kernels.append(PlannedKernel(result.kernel, variant.pipeline.to_json(), variant.launch.to_json(),
                                           result.relaxes_fp, result.speedup, result.share, variant.source_rule))
+        device = device or backends.of_capture(capture) is not backends.HOST
+    if asked and gpu_required and units and not device:
+        raise R3Error("--gpu %s: the tuned kernels of %s are host kernels; a GPU target keys device kernels only"
+                      % (asked, package))
+    key = asked or (recorded_gpu(facts.get("spec")) if device else None)
+    plan.gpu = key.name if key else None  # host plans: no GPU, their files and digests as before
     for n, (rel, unit) in enumerate(sorted(units.items())):
         original, changed = texts[rel].original, texts[rel].text
         if changed != original:
-            unit.patch = "r3-%s-%d.patch" % (target, n)
+            unit.patch = "r3-%s-%d.patch" % (plan.name(), n)
             patches[unit.patch] = make_patch(original, changed, rel)
         plan.units.append(unit)
     if not plan.units:
@@ -104,15 +120,26 @@ def build_plan(workspace, package):
     return plan, skipped, patches
 
 
+def recorded_gpu(spec):
+    """The GPU target a recorded Spack spec names (``cuda_arch=90``, ``amdgpu_target=gfx942``),
+    or None: one only, a spec built for several GPUs keys no single one."""
+    found = re.findall(r"\b(?:cuda_arch|amdgpu_target)=([\w,]+)", spec or "")
+    names = [n for value in found for n in value.split(",") if n and n != "none"]
+    try:
+        return gpu_target(names[0]) if len(names) == 1 else None
+    except R3Error:  # a GPU this r3 has no limits for: keyed to the CPU only, as before
+        return None
+
+
 def _relative(path, source_root):
     if source_root and path.startswith(source_root.rstrip(os.sep) + os.sep):
         return os.path.relpath(path, source_root)
     return os.path.basename(path)
 
 
-def emit(workspace, package, repo_root=None, layout=None):
+def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False):
     """Write (or add to) the tuned package; returns Emitted."""
-    plan, skipped, patches = build_plan(workspace, package)
+    plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required)
     facts = plan.facts
     repo = create_repo(repo_root or default_repo(workspace), NAMESPACE, layout or facts.get("layout") or "v1")
     if repo.namespace == facts.get("namespace"):
@@ -120,13 +147,13 @@ def emit(workspace, package, repo_root=None, layout=None):
     recipe = repo.recipe_path(package)
     directory = os.path.dirname(recipe)
     os.makedirs(directory, exist_ok=True)
-    for old in glob.glob(os.path.join(directory, "r3-%s-*.patch" % plan.target)):
-        os.remove(old)  # this target's earlier rewrites
+    for old in glob.glob(os.path.join(directory, "r3-%s-[0-9]*.patch" % plan.name())):
+        os.remove(old)  # this target's earlier rewrites (not those of a GPU plan beside it)
     for name, text in patches.items():
         write_atomic(os.path.join(directory, name), text)
-    plan_path = os.path.join(directory, "r3-%s.json" % plan.target)
+    plan_path = os.path.join(directory, "r3-%s.json" % plan.name())
     write_atomic(plan_path, _json(plan.to_json()))
-    plans = {p.target: p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
+    plans = {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
     # The parent is imported as its own repository's layout says (records from before
     # ``parent_layout`` was kept: their record repository's layout, which was the same).
     parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
@@ -153,7 +180,7 @@ def tuned_plans(repo_root):
                 plan = load_plan(path)
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            out.setdefault(name, {})[plan.target] = plan
+            out.setdefault(name, {})[plan.name()] = plan
     return out
 
 

@@ -140,8 +140,10 @@ def record_package(namespace, name, layout, env):
 
 
 def tuned_package(namespace, name, layout, targets):
-    """The tuned variant: ``targets`` maps each archspec microarchitecture to its plan
-    (``emit.plan.Plan``, written as ``r3-<target>.json`` beside the recipe) and patches."""
+    """The tuned variant: ``targets`` maps each plan's name (``Plan.name``: the archspec
+    microarchitecture, and a device plan's GPU) to its plan (``emit.plan.Plan``, written as
+    ``r3-<name>.json`` beside the recipe) and patches; each is built for its spec keys
+    (``target=zen3``; ``target=zen3 cuda_arch=90`` for device kernels tuned for sm_90)."""
     cls = class_name(name)
     lines = _header(namespace, name, layout,
                     "Written by spack-r3 (spack r3 emit): %s with the kernels r3 tune measured, per target. "
@@ -159,7 +161,7 @@ def tuned_package(namespace, name, layout, targets):
         plan = targets[target]
         for unit in plan.units:
             if unit.patch:
-                lines.append('    patch("%s", when="+r3 target=%s")' % (unit.patch, target))
+                lines.append('    patch("%s", when="+r3 %s")' % (unit.patch, plan.spec_keys()))
         relaxed = sorted(k.symbol for u in plan.units for k in u.kernels if k.relaxes_fp)
         if relaxed:
             lines.append("    # target=%s relaxes floating-point semantics in: %s" % (target, ", ".join(relaxed)))
@@ -167,8 +169,13 @@ def tuned_package(namespace, name, layout, targets):
               '(tuned with +r3, untuned with ~r3): a run with R3_RECORD_DIR=<dir> R3_CAPTURE=none writes '
               '<dir>/profile.<pid>.json")',
               "",
-              "    def _r3_plan(self):",
-              "        name, _ = R3_PLANS.get(str(self.spec.target), (None, None))",
+              "    def _r3_plan(self):"]
+    keyed = {t: targets[t].spec_keys() for t in sorted(targets) if targets[t].gpu}
+    if keyed:  # device plans first: the one whose target and GPU this spec has
+        lines += ["        for name, keys in %s:" % _literal(sorted(keyed.items())).replace("\n", "\n        "),
+                  "            if self.spec.satisfies(keys):",
+                  "                return os.path.join(os.path.dirname(os.path.abspath(__file__)), R3_PLANS[name][0])"]
+    lines += ["        name, _ = R3_PLANS.get(str(self.spec.target), (None, None))",
               "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
               "",
               "    def setup_build_environment(self, env):",
