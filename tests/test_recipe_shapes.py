@@ -377,3 +377,14 @@ def test_a_library_named_in_a_loop_is_the_projects(tmp_path):
         "src/lpx.c": "int lpx(void) { return 0; }\n", "src/lpx.h": "int lpx(void);\n"})
     a = analyze(root, "lpx")
     assert (a.build["test_library"], a.build["test_header"]) == ("lpx", "lpx.h")
+
+
+def test_language_and_build_tool_dependencies_as_maintainers_write_them(tmp_path):
+    cm = _write(tmp_path / "cm", {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.18...3.28)\nproject(cml)\n"
+                                                    "add_executable(cml m.c)\n", "m.c": "int main(void) { return 0; }\n"})
+    text = _recipe(analyze(cm, "cml"))
+    assert 'depends_on("c", type="build")' in text and 'depends_on("cxx", type="build")' in text  # CMake's default
+    assert 'depends_on("cmake@3.18:", type="build")' in text
+    ms = _write(tmp_path / "ms", {"meson.build": "project('msl', 'c')\nif get_option('cpp')\n  add_languages('cpp')\nendif\n",
+                                  "meson_options.txt": "option('cpp', type: 'boolean', value: true)\n"})
+    assert analyze(ms, "msl").languages == ["c", "cxx"]

@@ -293,6 +293,11 @@ def analyze_cmake(a: Analysis):
                     langs = [x for x in args[args.index("LANGUAGES") + 1:] if x.isupper()]
                 elif len(args) > 1 and all(x in ("C", "CXX", "Fortran", "CUDA") for x in args[1:]):
                     langs = args[1:]
+            elif cmd == "cmake_minimum_required" and "VERSION" in args and "cmake_minimum" not in a.build:
+                v = args[args.index("VERSION") + 1] if args.index("VERSION") + 1 < len(args) else ""
+                m = re.match(r"^(\d+\.\d+)", v)
+                if m:
+                    a.build["cmake_minimum"] = m.group(1)  # depends_on("cmake@3.18:", type="build")
             elif cmd == "enable_language" and args and not _cmake_when(conds, options, project_prefix):
                 langs = (langs or []) + [args[0]]  # one behind an option is that option's (zfp's Fortran)
             elif cmd == "add_subdirectory" and args:
@@ -646,6 +651,11 @@ def analyze_meson(a: Analysis):
             lic = _meson_kwarg(args, "license")
             if lic:
                 a.license = lic if isinstance(lic, str) else " AND ".join(lic)
+        for args, _ in _meson_calls(text, "add_languages"):
+            for lang in re.findall(r"'(\w+)'", re.split(r"\w+\s*:", args)[0]):
+                lang = {"c": "c", "cpp": "cxx", "fortran": "fortran"}.get(lang)
+                if lang and lang not in a.languages:
+                    a.languages.append(lang)
         for args, start in _meson_calls(text, "dependency"):
             names = re.findall(r"'([^']*)'", re.split(r"\w+\s*:", args)[0])
             if not names:

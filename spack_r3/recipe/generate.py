@@ -178,6 +178,8 @@ class RuleGenerator:
             out.append("    " + dependency_line("python", ("build", "run")))
             for req in a.build.get("build_requires", ["setuptools"]):
                 out.append("    " + dependency_line("py-" + re.sub(r"[._]+", "-", req.lower()), ("build",)))
+        if a.build.get("cmake_minimum") and a.build_system == "cmake":
+            out.append("    " + dependency_line("cmake@%s:" % a.build["cmake_minimum"], ("build",)))
         if a.build_system == "autotools" and not a.build.get("configure_present"):
             for tool in ("autoconf", "automake", "libtool", "m4"):
                 out.append("    " + dependency_line(tool, ("build",)))
