@@ -433,3 +433,17 @@ def test_replay_geometry_for_a_host_kernel_is_one_line(tmp_path, clang, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("r3 replay: error: --teams and --thread-limit set an OpenMP target region's launch geometry: "
                    "scale is a host kernel")
+
+
+def test_record_kernel_names_a_region_by_its_function_and_line(tmp_path, offload_run, capsys):
+    """r3 record --kernel jacobi_step_l8: the region by its function and line, as r3 tune
+    --kernel takes it (its full name holds the copied tree's file ids); only it is captured."""
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 4",
+              "--kernel", "jacobi_step_l8") == 0
+    [kernel] = captures(ws)
+    assert kernel.startswith("__omp_offloading_") and kernel.endswith("_jacobi_step_l8")
+    capsys.readouterr()
+    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 4",
+              "--kernel", "jacobi_step_l99") == 2
+    assert "no function named jacobi_step_l99 was compiled through r3-record" in capsys.readouterr().err

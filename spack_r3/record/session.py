@@ -24,6 +24,7 @@ from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..machine import cache_bytes
 from ..toolchain import clang_release, clangxx_beside, find_clang
+from .offload import region_key
 
 
 RECORD_JSON = "record.json"
@@ -137,9 +138,10 @@ TARGETS = {"native": "-march=native", "as-built": ""}
 def _check_requested(kernels, record_dir, say, build_log):
     """(the symbols that the --kernel names stand for, every symbol the build instrumented).
 
-    A name is a symbol or a C++ name (see ``cxxnames``). One that matched nothing is an
-    error if no name matched, else a warning; a qualified C++ name that fits several
-    overloads is an error that lists them."""
+    A name is a symbol or a C++ name (see ``cxxnames``), or an OpenMP target region's
+    function and line (``jacobi_step_l8``, as ``r3 tune --kernel`` takes it: its full name
+    holds its source file's ids). One that matched nothing is an error if no name matched,
+    else a warning; a qualified C++ name that fits several overloads is an error that lists them."""
     found = set()
     for path in glob.glob(os.path.join(record_dir, "tus", "*", "tu.json")):
         with open(path) as f:
@@ -147,6 +149,8 @@ def _check_requested(kernels, record_dir, say, build_log):
     symbols, missing = set(), []
     for ref in kernels:
         _, matched = cxxnames.best_matches(ref, found)
+        if not matched:
+            matched = [n for n in found if region_key(n) == ref != n]
         if len(matched) > 1:
             raise R3Error("--kernel %s is ambiguous: %s (give the parameter list or the mangled name)"
                           % (ref, "; ".join("%s = %s" % (cxxnames.tidy(m), m) for m in matched)))
