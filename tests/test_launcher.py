@@ -152,7 +152,7 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
     at nothing (perf on the same shape: 43% and 57%). The runtime's profiler ticks on the
     main thread's CPU clock and counts each tick for the kernel running its own code, the
     fast-path leaf included; shares come from those counts."""
-    from spack_r3.capture import load_profiles, outer_share_of, share_of
+    from spack_r3.record.profiles import load_profiles, outer_share_of, share_of
 
     (tmp_path / "shares.c").write_text(SHARES_C)
     proc = launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec")
@@ -188,7 +188,7 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
 def test_a_process_with_few_profiler_samples_keeps_its_timed_shares(tmp_path, clang):
     """A tick-based share from n samples is off by up to 0.5/sqrt(n); a short run's timed
     times are the more exact. Both kernels here run long calls, which timing measures well."""
-    from spack_r3.capture import MIN_SAMPLE_EVENTS, load_profiles, share_of
+    from spack_r3.record.profiles import MIN_SAMPLE_EVENTS, load_profiles, share_of
 
     (tmp_path / "shares.c").write_text(SHARES_C)
     assert launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec").returncode == 0
@@ -210,7 +210,7 @@ def test_a_tuned_kernel_weighs_its_callees_and_no_other_tuned_kernel_twice(tmp_p
     """A tuned kernel runs its callees as its own copies: in a build that tunes the driver
     alone, the driver's weight is its time with the leaf it calls; tuning both, the leaf's
     calls from the driver are the driver's, and the two never add past the run."""
-    from spack_r3.capture import load_profiles, share_of, tuned_shares
+    from spack_r3.record.profiles import load_profiles, share_of, tuned_shares
 
     (tmp_path / "shares.c").write_text(SHARES_C)
     assert launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec").returncode == 0

@@ -393,7 +393,7 @@ def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):
               "--top", 2, "--json") == 0
     result = json.loads(capsys.readouterr().out)
     assert len(result["kernels"]) == 5  # the capture run still profiles every kernel
-    from spack_r3.capture import load_profiles
+    from spack_r3.record.profiles import load_profiles
 
     stats, _ = load_profiles(os.path.join(result["run_dir"], "profile"))  # the probes-only run
     hottest = {name for (_, name), s in sorted(stats.items(), key=lambda kv: -kv[1]["self_ns"])[:2]}

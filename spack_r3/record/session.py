@@ -18,13 +18,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import List
 
-from .. import capture as capture_store
 from .. import cxxnames, sourcetree
+from ..capture import load_capture_dir
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..machine import cache_bytes
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from .offload import region_key
+from . import profiles
+from .ingest import ingest
 
 
 RECORD_JSON = "record.json"
@@ -171,8 +173,8 @@ def _hottest(run, tree, env, run_dir, timeout, top, say, output):
     profile_dir = os.path.join(run_dir, "profile")
     _run_logged(run, tree, dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
                 os.path.join(run_dir, "profile.log"), "the profiling run", timeout, echo=output)
-    stats, app_s = capture_store.load_profiles(profile_dir)
-    ranked = sorted(stats.items(), key=lambda item: (-(capture_store.share_of(item[1], app_s) or 0),
+    stats, app_s = profiles.load_profiles(profile_dir)
+    ranked = sorted(stats.items(), key=lambda item: (-(profiles.share_of(item[1], app_s) or 0),
                                                      -item[1]["self_ns"]))
     return [name for (_, name), _ in ranked[:top]]
 
@@ -254,11 +256,11 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
         # self-check, an abort, a timeout): its captures are no recording of it. They stay
         # in the run's directory for diagnosis, and no command lists or tunes them.
         raise R3Error("%s; its captures are not used (kept for diagnosis in %s)" % (err, record_dir))
-    captures = capture_store.ingest(record_dir, workspace, tolerance)
+    captures = ingest(record_dir, workspace, tolerance)
     if not glob.glob(os.path.join(record_dir, "profile.*.json")):
         raise R3Error("the application ran without the record runtime: its build did not compile and link "
                       "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log)
-    stats, app_s = capture_store.load_profiles(record_dir)
+    stats, app_s = profiles.load_profiles(record_dir)
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
     units = {}
@@ -268,7 +270,7 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
             "kernel": name, "kernel_demangled": cxxnames.demangle(name),
             "source": os.path.basename(unit.get("source_file", "?")), "calls": s["calls"],
             "total_s": s["total_ns"] / 1e9,
-            "self_s": s["self_ns"] / 1e9, "share": capture_store.share_of(s, app_s),
+            "self_s": s["self_ns"] / 1e9, "share": profiles.share_of(s, app_s),
             "capture": by_kernel[name].id if name in by_kernel else None,
             "not_captured": None if name in by_kernel else next(
                 (k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
@@ -322,7 +324,7 @@ def find_record(workspace, wanted, with_data=False):
         captures = []
         for cid in data.get("captures", []):
             try:
-                captures.append(capture_store.load_capture_dir(workspace.capture_dir(cid), verify_digests=False))
+                captures.append(load_capture_dir(workspace.capture_dir(cid), verify_digests=False))
             except R3Error:
                 break
         else:

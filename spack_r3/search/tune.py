@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .. import backends, cxxnames
-from ..capture import load_capture_dir, run_key, tuned_shares
+from ..capture import load_capture_dir, run_key
 from ..errors import R3Error
 from ..record.offload import region_key
+from ..record.profiles import tuned_shares
 from ..replay import module as replay_module
 from ..replay import cachestate, specialize
 from ..replay.cachestate import AUTO

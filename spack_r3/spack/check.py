@@ -34,10 +34,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from ..capture import load_profiles, outer_share_of, share_of
 from ..emit.apply import planned_symbol
 from ..emit.plan import amdahl
 from ..errors import R3Error
+from ..record.profiles import load_profiles, outer_share_of, share_of
 from ..replay.specialize import LOG_ENV, read_counts, specialized
 from .emit import default_repo
 from .record import install, open_site, with_clang
@@ -223,7 +223,7 @@ class _KernelTime:
     """One kernel in one timed run."""
     seconds: float = 0.0  # inclusive, summed over threads
     calls: int = 0
-    share: float = 0.0  # of the run: its own code (capture.share_of)
+    share: float = 0.0  # of the run: its own code (record.profiles.share_of)
     outer_share: float = 0.0  # of the run: as the outermost tuned kernel (capture.outer_share_of)
 
 

@@ -156,7 +156,7 @@ HIDDEN void sort_records(uintptr_t *a, size_t n, size_t stride) {
  * so pointers to them in what the caller sees cannot match the recording. The application
  * blocks allocated during a capture are listed (lock held); those still live when the call
  * returns go into meta.json ("left", as address ranges: blocks that follow one another
- * are one range), and ingest (capture.py) marks the capture unreplayable when the caller's
+ * are one range), and ingest (record/ingest.py) marks the capture unreplayable when the caller's
  * memory holds pointers into them. Each such block is also tagged F_NEW, so that a call
  * allocating more blocks than the list holds is found by walking the heap instead. */
 HIDDEN uintptr_t g_new[MAX_NEW];

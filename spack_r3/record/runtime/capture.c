@@ -239,7 +239,7 @@ HIDDEN void xfsz_restore(int ignored) {
 /* ---- a capture that could not be written ----
  * A full disk (or a file size limit, an I/O error) must fail the record, not leave a run
  * that exits 0 without its hottest kernel: captures/.error-<errno>-<kernel>-<call>-<pid>
- * tells ingest (capture.py, write_failures). Its name alone says what failed, for a disk
+ * tells ingest (record/ingest.py, write_failures). Its name alone says what failed, for a disk
  * with no room left for its contents (JSON: kernel, errno, error, path); it is written
  * after the failed capture's files are removed. name NULL: the process's profile, whose
  * marker is named ".profile" (no kernel's name starts with a dot). */

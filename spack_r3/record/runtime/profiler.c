@@ -7,7 +7,7 @@
  * timer on the main thread's CPU clock interrupts it every R3_SAMPLE_US (default 1000; 0:
  * off) of its CPU time, and each tick counts for the kernel running its own code then (the
  * top frame, or a fast-path leaf), and for the outermost one (the bottom frame, or the
- * leaf if no frame is pushed). capture.load_profiles takes shares of the run from these
+ * leaf if no frame is pushed). record/profiles.py takes shares of the run from these
  * counts where there are enough of them. */
 static timer_t g_prof_timer;
 static pid_t g_prof_pid;      /* the process the timer ticks in (a fork's child has none) */
@@ -15,7 +15,7 @@ HIDDEN uint64_t g_prof_ns;    /* the interval */
 HIDDEN uint64_t g_prof_ticks; /* the main thread's ticks, less those taken while pausing */
 /* signals that brought them: the kernel checks a CPU-time timer at its scheduler tick, so
  * one signal may carry several ticks (si_overrun), all landing where that one did: the
- * signals, not the ticks, are the independent samples (capture.load_profiles) */
+ * signals, not the ticks, are the independent samples (record/profiles.py) */
 HIDDEN uint64_t g_prof_events;
 
 static void prof_tick(int sig, siginfo_t *si, void *uc) {

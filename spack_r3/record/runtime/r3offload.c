@@ -392,7 +392,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
   return rc;
 }
 
-/* The regions' counts, in the form of r3rt.c's profile.<pid>.json (capture.load_profiles):
+/* The regions' counts, in the form of r3rt.c's profile.<pid>.json (record/profiles.py):
  * a launch is its region's own time, on the thread that launched it. */
 __attribute__((destructor)) static void r3o_fini(void) {
   if (!g_have_dir || !g_nregions) return;
