@@ -70,6 +70,8 @@ def test_a_disk_that_fills_mid_tune_is_one_line_and_loses_nothing_finished(tmp_p
     (["record", "--source", ".", "--run", "true", "--timeout", "-1"], "--timeout must be above 0"),
     (["record", "--source", ".", "--run", "true", "--tolerance", "-1"], "--tolerance must be at least 0"),
     (["tune", "--kernels-at-once", "0"], "--kernels-at-once must be at least 1"),
+    (["tune", "--tolerance", "-1"], "--tolerance must be at least 0"),  # the same check as record's
+    (["tune", "--timeout", "0"], "--timeout must be above 0"),
 ])
 def test_values_out_of_range_are_refused_in_one_line(tmp_path, clang, argv, message, capsys):
     assert cli.main(["--workspace", str(tmp_path / "ws")] + argv) == 2

@@ -7,6 +7,7 @@ kernel, a whole `r3 tune` run and its report, failed candidates that never rank,
 and a study that survives a real kill.
 """
 
+import argparse
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from spack_r3 import cli
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.replay.server import ReplayPool, ReplayServer
@@ -34,8 +36,8 @@ from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import journal
-from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, pipeline_search, still_climbing,
-                                  swept)
+from spack_r3.search.tune import (MIN_SHARE, TuneOptions, confirm_searches, contenders, pipeline_search,
+                                  still_climbing, swept)
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -702,3 +704,15 @@ def test_the_search_runs_only_on_cpus_whose_worker_waits_for_it():
     each_server([unpinned], lambda s: policies(s, seen))
     assert seen[every_cpu] == (os.SCHED_IDLE, os.SCHED_OTHER)
     assert seen[unpinned] == (os.SCHED_OTHER, os.SCHED_OTHER)
+
+
+def test_r3_tune_runs_with_the_searchs_own_defaults():
+    """Given no option, r3 tune searches with what ``TuneOptions()`` holds: each default is
+    written once, in the search, and the command line takes it from there."""
+    args = cli.setup_parser(argparse.ArgumentParser(prog="r3")).parse_args(["tune"])
+    options = TuneOptions()
+    for name in ("budget", "workers", "sampler", "seed", "pairs", "confirm_pairs", "confirm_rounds", "timeout",
+                 "remix_share", "stall_patience", "child_budget", "repairs", "fallback_rules", "storage", "cluster",
+                 "kernels_at_once"):
+        assert getattr(args, name) == getattr(options, name), name
+    assert args.min_share == MIN_SHARE and args.instances == 1

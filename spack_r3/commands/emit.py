@@ -7,6 +7,7 @@ import json
 
 from ..report import say
 from ..workspace import Workspace
+from .common import add_json
 
 description = "write the tuned variant of a package into a Spack repository"
 
@@ -20,7 +21,7 @@ def setup_parser(subparser):
                            help="the GPU device kernels (OpenMP target regions) were tuned for (sm_90, gfx942): "
                                 "their variant is keyed to it beside the CPU target (cuda_arch=90, "
                                 "amdgpu_target=gfx942); default: the one the recorded spec names, if any")
-    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(subparser)
 
 
 def emit(args):

@@ -8,6 +8,7 @@ from .. import cxxnames
 from ..capture import list_captures, run_name
 from ..report import percent, seconds, size, table
 from ..workspace import Workspace
+from .common import add_json
 
 description = "list captured kernels"
 
@@ -16,7 +17,7 @@ FIELDS = ("id", "kernel", "kernel_demangled", "source", "run", "share", "calls",
 
 
 def setup_parser(subparser):
-    subparser.add_argument("--json", action="store_true", help="print a JSON list")
+    add_json(subparser, help="print a JSON list")
 
 
 def kernels(args):

@@ -15,6 +15,8 @@ from spack_r3.model import client as model_client
 from spack_r3.recipe.pipeline import DEFAULT_NAMESPACE, RecipeRequest, make_recipe
 from spack_r3.workspace import Workspace
 
+from .common import add_json
+
 description = "retrieve or generate the Spack recipe of a package"
 
 
@@ -39,7 +41,7 @@ def setup_parser(subparser):
                            help="do not run the installed package's stand-alone test")
     subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
                            help="extra Spack configuration scope for every spack call (spack -C DIR); repeatable")
-    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(subparser)
     model_client.add_arguments(subparser)
 
 

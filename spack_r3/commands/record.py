@@ -2,34 +2,18 @@
 through Spack in the workspace's sandbox) or a source tree (--source, built with make
 or --build)."""
 
-import argparse
 import json
 
 from .. import cxxnames
 from ..errors import R3Error
-from ..record.session import AUTO_MOST_CALLS, parse_instances
+from ..record.session import AUTO_MOST_CALLS
 from ..record.session import record as record_tree
 from ..report import percent, say, seconds, table
 from ..workspace import Workspace
+from .common import (add_instances, add_json, add_kernels, add_spack_arguments, add_timeout, add_tolerance,
+                     check_timeout, check_tolerance)
 
 description = "build with probes, run, capture hot kernels"
-
-
-def add_spack_arguments(subparser):
-    """Options of the subcommands that drive Spack."""
-    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
-                           help="extra Spack configuration scope to read (repeatable), e.g. one listing the "
-                                "repository of the package")
-    subparser.add_argument("--spack-repo", action="append", default=[], metavar="DIR",
-                           help="extra Spack package repository to read (repeatable)")
-
-
-def instances_argument(text):
-    """--instances for argparse: its own one-line error."""
-    try:
-        return parse_instances(text)
-    except R3Error:
-        raise argparse.ArgumentTypeError("want a number of calls (at least 1) or 'auto', not %r" % text)
 
 
 def setup_parser(subparser):
@@ -46,25 +30,22 @@ def setup_parser(subparser):
                                 '(launcher + compiler, for Make), $R3_LAUNCHER, $R3_CLANG and $R3_CLANGXX (for CMake: '
                                 '-DCMAKE_C_COMPILER=$R3_CLANG -DCMAKE_C_COMPILER_LAUNCHER=$R3_LAUNCHER '
                                 '-DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER)')
-    subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
-                           help="record this function (repeatable; default: every function with a loop). C++: "
+    add_kernels(subparser, help="record this function (repeatable; default: every function with a loop). C++: "
                                 "the mangled or demangled name, or the qualified name alone (Solver::apply) "
                                 "when no overload shares it")
-    subparser.add_argument("--instances", type=instances_argument, default=1, metavar="N",
-                           help="capture the first N calls of each kernel (default 1); auto: as many as it takes "
-                                "for the pages they touch to fill half this machine's last-level cache (at most %d)"
-                                % AUTO_MOST_CALLS)
+    add_instances(subparser, help="capture the first N calls of each kernel (default 1); auto: as many as it "
+                                  "takes for the pages they touch to fill half this machine's last-level cache "
+                                  "(at most %d)" % AUTO_MOST_CALLS)
     subparser.add_argument("--top", type=int, default=None, metavar="K",
                            help="run twice: first with probes only, then capture only the K hottest kernels "
                                 "(fewer captures to write, for applications with many kernels)")
-    subparser.add_argument("--tolerance", type=float, default=None,
-                           help="relative tolerance for floating-point results when replaying these captures")
+    add_tolerance(subparser, help="relative tolerance for floating-point results when replaying these captures")
     subparser.add_argument("--target", choices=["native", "as-built"], default="native",
                            help="native (default): compile kernels for this machine, as Spack does and as the "
                                 "replay baseline does; as-built: keep the build's own target flags")
-    subparser.add_argument("--timeout", type=float, default=None, help="seconds the run may take")
+    add_timeout(subparser, None, help="seconds the run may take")
     add_spack_arguments(subparser)
-    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(subparser)
 
 
 def record(args):
@@ -73,10 +54,8 @@ def record(args):
     output = None if args.json else (lambda line: say("  | " + line))
     if not args.spec and not args.source:
         raise R3Error("give a Spack spec or --source DIR")
-    if args.timeout is not None and args.timeout <= 0:
-        raise R3Error("--timeout must be above 0 seconds")
-    if args.tolerance is not None and not args.tolerance >= 0:
-        raise R3Error("--tolerance must be at least 0 (a relative error; 0: exact)")
+    check_timeout(args)
+    check_tolerance(args)
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")

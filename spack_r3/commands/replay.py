@@ -12,9 +12,10 @@ from ..capture import load_capture_dir, recorded_calls, resolve
 from ..data import CACHE_STATES, WARM, Launch, Variant
 from ..errors import R3Error
 from ..replay.pipeline import format_spec, parse
-from ..replay.server import ReplayServer
+from ..replay.server import TIMEOUT_S, ReplayServer
 from ..report import seconds, table
 from ..workspace import Workspace
+from .common import add_json, add_timeout, add_tolerance, check_timeout, check_tolerance
 
 description = "replay a captured kernel in isolation"
 
@@ -34,9 +35,8 @@ def setup_parser(subparser):
                            help="an OpenMP target region's number of teams (num_teams; default: as compiled)")
     subparser.add_argument("--thread-limit", type=int, default=None, metavar="N",
                            help="an OpenMP target region's threads per team (thread_limit; default: as compiled)")
-    subparser.add_argument("--tolerance", type=float, default=None,
-                           help="relative tolerance for floating-point data (default: the capture's, else exact)")
-    subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
+    add_tolerance(subparser, help="relative tolerance for floating-point data (default: the capture's, else exact)")
+    add_timeout(subparser, TIMEOUT_S, help="seconds before a run counts as hung")
     subparser.add_argument("--cache", choices=CACHE_STATES, default=WARM,
                            help="caches at the start of each timed run: warm (as the previous run left them), "
                                 "shared (each thread's own caches emptied: data in the last-level cache at most) "
@@ -45,8 +45,7 @@ def setup_parser(subparser):
                            help="replay every call of the kernel recorded in the capture's run (r3 record "
                                 "--instances N), in order, each timed run a pass over them all: the caches see "
                                 "the calls' different data, as in the application")
-    subparser.add_argument("--json", action="store_true",
-                           help="print one JSON object (a list of them for several pipelines)")
+    add_json(subparser, help="print one JSON object (a list of them for several pipelines)")
 
 
 def check_ranges(args):
@@ -58,10 +57,8 @@ def check_ranges(args):
     for name in ("teams", "thread_limit"):
         if getattr(args, name, None) is not None and getattr(args, name) < 1:
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
-    if args.timeout <= 0:
-        raise R3Error("--timeout must be above 0 seconds")
-    if args.tolerance is not None and not args.tolerance >= 0:
-        raise R3Error("--tolerance must be at least 0 (a relative error; 0: exact)")
+    check_timeout(args)
+    check_tolerance(args)
 
 
 def replay(args):

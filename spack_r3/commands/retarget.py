@@ -15,6 +15,7 @@ import tempfile
 
 from ..errors import R3Error
 from ..device.table import render, rows, short
+from .common import add_json
 
 description = "report tuned device kernels' resources and occupancy on other GPUs (no GPU needed)"
 
@@ -41,7 +42,7 @@ def setup_parser(subparser):
                                 "bounds up to 256)")
     subparser.add_argument("--max-registers", type=int, default=None, metavar="N",
                            help="cap registers a thread (ptxas -maxrregcount, AMDGPU amdgpu-num-vgpr)")
-    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(subparser)
 
 
 def retarget(args):

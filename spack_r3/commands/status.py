@@ -7,6 +7,7 @@ import json
 from .. import cxxnames
 from ..report import table
 from ..workspace import Workspace
+from .common import add_json
 
 description = "tuned packages, their targets and speedups, and which are stale"
 
@@ -17,7 +18,7 @@ def setup_parser(subparser):
                            help="tuned Spack repository (default: <workspace>/repos/r3tuned)")
     subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
                            help="extra Spack configuration scope (to find the original recipes)")
-    subparser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(subparser)
 
 
 def status(args):

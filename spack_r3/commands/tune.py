@@ -26,11 +26,13 @@ from ..search.results import results_table, write_report
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.store import exclusive, storage
-from ..search.tune import TuneOptions, plan_targets, tune as tune_targets
+from ..search.tune import MIN_SHARE, TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
-from .record import add_spack_arguments, instances_argument
+from .common import (add_instances, add_json, add_kernels, add_spack_arguments, add_timeout, add_tolerance,
+                     check_timeout, check_tolerance)
 
 description = "search compiler pipelines and launch settings for the hot kernels"
+DEFAULTS = TuneOptions()  # the options' defaults are the search's own
 
 
 def setup_parser(subparser):
@@ -40,19 +42,18 @@ def setup_parser(subparser):
     subparser.add_argument("--source", default=None, help="source tree to record first (never modified)")
     subparser.add_argument("--run", default=None, help="command that runs the application (with --source)")
     subparser.add_argument("--build", default=None, help="build command for the record (see r3 record --help)")
-    subparser.add_argument("--kernel", action="append", default=[], metavar="NAME",
-                           help="tune this kernel (repeatable; default: every captured kernel with at least "
+    add_kernels(subparser, help="tune this kernel (repeatable; default: every captured kernel with at least "
                                 "--min-share of the run)")
-    subparser.add_argument("--instances", type=instances_argument, default=1, metavar="N",
-                           help="record the first N calls of each kernel (default 1); a kernel's calls then "
-                                "replay as one sequence in every timed run, so that data each call finds in its "
-                                "own place (a lookup of a new key each call) is timed as in the application. "
-                                "auto: as many calls as it takes for the pages they touch to fill half this "
-                                "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS)
-    subparser.add_argument("--min-share", type=float, default=0.02, metavar="F",
-                           help="smallest share of the application's time worth tuning (default 0.02)")
-    subparser.add_argument("--budget", type=int, default=60, metavar="N", help="evaluations per kernel (default 60)")
-    subparser.add_argument("--workers", type=int, default=1, metavar="N",
+    add_instances(subparser, help="record the first N calls of each kernel (default 1); a kernel's calls then "
+                                  "replay as one sequence in every timed run, so that data each call finds in its "
+                                  "own place (a lookup of a new key each call) is timed as in the application. "
+                                  "auto: as many calls as it takes for the pages they touch to fill half this "
+                                  "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS)
+    subparser.add_argument("--min-share", type=float, default=MIN_SHARE, metavar="F",
+                           help="smallest share of the application's time worth tuning (default %g)" % MIN_SHARE)
+    subparser.add_argument("--budget", type=int, default=DEFAULTS.budget, metavar="N",
+                           help="evaluations per kernel (default %d)" % DEFAULTS.budget)
+    subparser.add_argument("--workers", type=int, default=DEFAULTS.workers, metavar="N",
                            help="replay workers evaluating in parallel, each pinned to its share of the CPUs")
     subparser.add_argument("--cluster", default=None, metavar="SPEC",
                            help="evaluate on a Dask cluster instead of local workers: local:N (N worker processes "
@@ -62,18 +63,20 @@ def setup_parser(subparser):
     subparser.add_argument("--kernels-at-once", type=int, default=None, metavar="N",
                            help="kernels searched side by side, each on its own share of the workers (default: 1 "
                                 "with local workers; with --cluster, one per 2 of the cluster's workers)")
-    subparser.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+    subparser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
                            help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) "
                                 "or random")
-    subparser.add_argument("--seed", type=int, default=None, help="sampler seed (for repeatable searches)")
-    subparser.add_argument("--tolerance", type=float, default=None,
-                           help="relative tolerance of floating-point results; fast-math and FMA changes are "
-                                "searched only when it is above 0 (default: the captures', else exact)")
-    subparser.add_argument("--pairs", type=int, default=5, help="paired runs per evaluation (default 5)")
-    subparser.add_argument("--confirm-pairs", type=int, default=11,
-                           help="paired runs per confirmation round of each winner candidate (default 11)")
-    subparser.add_argument("--confirm-rounds", type=int, default=3, help="confirmation rounds (default 3)")
-    subparser.add_argument("--timeout", type=float, default=60.0, help="seconds before a candidate counts as hung")
+    subparser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="sampler seed (for repeatable searches)")
+    add_tolerance(subparser, help="relative tolerance of floating-point results; fast-math and FMA changes are "
+                                  "searched only when it is above 0 (default: the captures', else exact)")
+    subparser.add_argument("--pairs", type=int, default=DEFAULTS.pairs,
+                           help="paired runs per evaluation (default %d)" % DEFAULTS.pairs)
+    subparser.add_argument("--confirm-pairs", type=int, default=DEFAULTS.confirm_pairs,
+                           help="paired runs per confirmation round of each winner candidate (default %d)"
+                                % DEFAULTS.confirm_pairs)
+    subparser.add_argument("--confirm-rounds", type=int, default=DEFAULTS.confirm_rounds,
+                           help="confirmation rounds (default %d)" % DEFAULTS.confirm_rounds)
+    add_timeout(subparser, DEFAULTS.timeout, help="seconds before a candidate counts as hung")
     subparser.add_argument("--storage", default=None, metavar="PATH|URL",
                            help="where the studies are kept: a journal file (several runs, on several hosts over "
                                 "NFS, may share it) or a database URL (its driver needed); default: the "
@@ -88,18 +91,20 @@ def setup_parser(subparser):
                                 "--llm-url) or none (compiler pipelines and launch settings only)")
     subparser.add_argument("--fallback-rules", action="store_true",
                            help="with --mutator llm: go on with the rules when the model endpoint fails")
-    subparser.add_argument("--remix-share", type=float, default=0.5, metavar="F",
-                           help="share of each kernel's budget held for source variants (default 0.5); "
-                                "the pipeline search takes back up to half of it while its best still improves")
-    subparser.add_argument("--stall-patience", type=int, default=20, metavar="N",
-                           help="evaluations without a new best (beyond 1%%) after which the pipeline search "
+    subparser.add_argument("--remix-share", type=float, default=DEFAULTS.remix_share, metavar="F",
+                           help="share of each kernel's budget held for source variants (default %g); "
+                                "the pipeline search takes back up to half of it while its best still improves"
+                                % DEFAULTS.remix_share)
+    subparser.add_argument("--stall-patience", type=int, default=DEFAULTS.stall_patience, metavar="N",
+                           help="evaluations without a new best (beyond 1%%%%) after which the pipeline search "
                                 "has stalled and hands the rest of the held budget to source variants "
-                                "(default 20; 0: --remix-share exactly)")
-    subparser.add_argument("--child-budget", type=int, default=10, metavar="N",
-                           help="Bayesian evaluations of each source variant that verifies (default 10)")
-    subparser.add_argument("--repairs", type=int, default=2, metavar="N",
+                                "(default %d; 0: --remix-share exactly)" % DEFAULTS.stall_patience)
+    subparser.add_argument("--child-budget", type=int, default=DEFAULTS.child_budget, metavar="N",
+                           help="Bayesian evaluations of each source variant that verifies (default %d)"
+                                % DEFAULTS.child_budget)
+    subparser.add_argument("--repairs", type=int, default=DEFAULTS.repairs, metavar="N",
                            help="times a rewrite that fails to compile or verify goes back to its mutator "
-                                "with the diagnostic (default 2)")
+                                "with the diagnostic (default %d)" % DEFAULTS.repairs)
     device_hook.add_arguments(subparser)
     model_client.add_arguments(subparser)
     add_spack_arguments(subparser)
@@ -111,7 +116,7 @@ def setup_parser(subparser):
     subparser.add_argument("--check-kernel-pairs", type=int, default=3, metavar="N",
                            help="with a spec: paired runs of the timed builds (+r3probes) for each tuned kernel's "
                                 "time inside the application (default 3; 0: not measured)")
-    subparser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_json(subparser, help="print the results as JSON")
 
 
 def tune(args):
@@ -132,10 +137,8 @@ def tune(args):
         raise R3Error("--workers is for the local pool: with --cluster the cluster's workers evaluate")
     if args.cluster and args.cluster.startswith("local:") and args.cluster[6:].isdigit() and int(args.cluster[6:]) > cpus:
         raise R3Error("--cluster %s: this process may use %d CPU(s); at most local:%d" % (args.cluster, cpus, cpus))
-    if not args.timeout > 0:
-        raise R3Error("--timeout must be above 0 seconds")
-    if args.tolerance is not None and not args.tolerance >= 0:
-        raise R3Error("--tolerance must be at least 0")
+    check_timeout(args)
+    check_tolerance(args)
     if not 0.0 <= args.min_share <= 1.0:
         raise R3Error("--min-share must be in [0, 1]")
     gpus = device_hook.targets(args)

@@ -19,6 +19,7 @@ from ..errors import R3Error
 from . import confine
 from .stages import STAGE_CACHE_ENV
 
+TIMEOUT_S = 60.0  # seconds before a candidate's run counts as hung (r3 replay's and r3 tune's --timeout)
 
 class ReplayServer:
     """Usage::
@@ -27,7 +28,7 @@ class ReplayServer:
             ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
     """
 
-    def __init__(self, timeout=60.0, load_timeout=300.0, cpus=None, cache_dir=None):
+    def __init__(self, timeout=TIMEOUT_S, load_timeout=300.0, cpus=None, cache_dir=None):
         self.timeout = timeout
         self.load_timeout = load_timeout
         self.cpus = cpus  # pin the worker (and the candidates it forks) to these CPUs
@@ -196,7 +197,7 @@ class ReplayPool:
             for server in pool.servers: ...   # one driving thread per server
     """
 
-    def __init__(self, workers=1, timeout=60.0, pin=True, cache_dir=None):
+    def __init__(self, workers=1, timeout=TIMEOUT_S, pin=True, cache_dir=None):
         if workers < 1:
             raise R3Error("--workers must be at least 1")
         cpus = sorted(os.sched_getaffinity(0))

@@ -22,7 +22,7 @@ from ..replay import module as replay_module
 from ..replay import cachestate, specialize
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
-from ..replay.server import ReplayPool
+from ..replay.server import TIMEOUT_S, ReplayPool
 from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
 from ..replay.pipeline import as_built, format_spec
 from ..model.client import ModelError
@@ -40,6 +40,7 @@ from .store import confirming, exclusive, storage
 
 
 STALL_STEP = 5  # evaluations between two looks at whether the pipeline search still climbs
+MIN_SHARE = 0.02  # the smallest share of the application's time worth tuning (r3 tune --min-share)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class TuneOptions:
     confirm_pairs: int = 11  # pairs per confirmation round
     confirm_rounds: int = 3
     candidates: int = 3  # best candidates of each kernel that are confirmed (after a race: ``contenders``)
-    timeout: float = 60.0
+    timeout: float = TIMEOUT_S
     # The outer loop (``remix``): a mutator (``mutators.make_mutator``; None: pipelines
     # only) and the share of each kernel's budget its source variants get.
     mutator: Optional[object] = None
@@ -77,7 +78,7 @@ class Plan:
         return sum(t.share for t in self.targets)
 
 
-def plan_targets(workspace, captures, kernels=(), min_share=0.02, tolerance=None, cache=WARM):
+def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance=None, cache=WARM):
     """Group captures into kernels (instances together) and choose what to tune:
     the named kernels, or every replayable kernel with at least ``min_share`` of the run.
     ``cache``: the state every kernel's timed runs start in (data.CACHE_STATES), or
