@@ -8,7 +8,7 @@ import pytest
 
 from spack_r3.errors import R3Error
 from spack_r3.recipe import names, templates
-from spack_r3.recipe.analyze import Analysis, Check, Dependency, Variant, analyze
+from spack_r3.recipe.analyze import Analysis, Dependency, RecipeCheck, RecipeVariant, analyze
 from spack_r3.recipe.generate import RuleGenerator, build_messages, system_prompt
 from spack_r3.recipe.source import Source
 from spack_r3.recipe.validate import validate
@@ -36,7 +36,7 @@ def copy(tmp_path, monkeypatch):
 def _analysis(bs, **kw):
     d = dict(name="demo", root="/src/demo", build_system=bs, version="1.0", languages=["c", "cxx", "fortran"],
              variants=[], dependencies=[], license="MIT", description="A demo.", homepage=None,
-             executables=["demo"], checks=[Check("demo", ["--check"], "x")], build={}, notes=[])
+             executables=["demo"], checks=[RecipeCheck("demo", ["--check"], "x")], build={}, notes=[])
     d.update(kw)
     return Analysis(**d)
 
@@ -62,8 +62,8 @@ def test_templates_load_from_the_top_level_recipes_directory():
     ("makefile", {"prefix_var": "PREFIX", "has_install": True}), ("makefile", {"prefix_var": "DESTDIR", "has_install": True}),
     ("makefile", {"prefix_var": None, "has_install": False}), ("python", {})])
 def test_every_build_system_renders_from_the_templates(bs, build):
-    variants = [Variant("fast", False, "Fast", "FAST" if bs == "cmake" else "fast",
-                        {"cmake": "cmake", "meson": "meson", "autotools": "enable"}.get(bs, "cmake"))]
+    variants = [RecipeVariant("fast", False, "Fast", "FAST" if bs == "cmake" else "fast",
+                              {"cmake": "cmake", "meson": "meson", "autotools": "enable"}.get(bs, "cmake"))]
     a = _analysis(bs, variants=variants, build=build,
                   dependencies=[Dependency("ZLIB", "cmake", "x", when="+fast", spack="zlib-api")])
     text = RuleGenerator().generate(a, SRC, "v2")
@@ -105,7 +105,7 @@ def test_installed_copy_under_share_is_found(monkeypatch, tmp_path):
 def test_missing_template_section_or_placeholder_is_a_clear_error(copy):
     os.remove(str(copy / "templates" / "cmake.py.tmpl"))
     with pytest.raises(R3Error, match="recipe template templates/cmake.py.tmpl not found in .*R3_RECIPES_DIR"):
-        RuleGenerator().generate(_analysis("cmake", variants=[Variant("x", True, "X", "X", "cmake")]), SRC)
+        RuleGenerator().generate(_analysis("cmake", variants=[RecipeVariant("x", True, "X", "X", "cmake")]), SRC)
     os.remove(str(copy / "prompts" / "system.md"))
     with pytest.raises(R3Error, match="prompts/system.md not found"):
         build_messages(_analysis("cmake"), SRC, "v1", "1.0")

@@ -18,7 +18,8 @@ BUILD_SYSTEMS = ("cmake", "meson", "autotools", "makefile", "python")
 
 
 @dataclass
-class Variant:
+class RecipeVariant:
+    """A variant of the recipe: one option of the build system (``data.Variant`` is a tuned one)."""
     name: str                 # Spack variant name
     default: bool
     description: str
@@ -42,7 +43,8 @@ class Dependency:
 
 
 @dataclass
-class Check:
+class RecipeCheck:
+    """A test command the build system declares (add_test, meson's test(), make check)."""
     exe: str
     args: List[str]
     source: str
@@ -55,13 +57,13 @@ class Analysis:
     build_system: str
     version: str
     languages: List[str] = field(default_factory=list)
-    variants: List[Variant] = field(default_factory=list)
+    variants: List[RecipeVariant] = field(default_factory=list)
     dependencies: List[Dependency] = field(default_factory=list)
     license: Optional[str] = None
     description: str = ""
     homepage: Optional[str] = None
     executables: List[str] = field(default_factory=list)
-    checks: List[Check] = field(default_factory=list)
+    checks: List[RecipeCheck] = field(default_factory=list)
     build: Dict[str, object] = field(default_factory=dict)  # build-system specifics
     notes: List[str] = field(default_factory=list)
 
@@ -78,9 +80,9 @@ class Analysis:
     @classmethod
     def from_dict(cls, d):
         d = dict(d)
-        d["variants"] = [Variant(**v) for v in d.get("variants", [])]
+        d["variants"] = [RecipeVariant(**v) for v in d.get("variants", [])]
         d["dependencies"] = [Dependency(**x) for x in d.get("dependencies", [])]
-        d["checks"] = [Check(**c) for c in d.get("checks", [])]
+        d["checks"] = [RecipeCheck(**c) for c in d.get("checks", [])]
         return cls(**d)
 
     def spack_dependencies(self):
@@ -385,8 +387,8 @@ def analyze_cmake(a: Analysis):
                 else:
                     cmdline = args[1:]
                 if cmdline:
-                    tests.append(Check(cmdline[0], [x for x in cmdline[1:] if not x.startswith("$<")],
-                                       "%s: %s" % (rel, " ".join(whole.split()))))
+                    tests.append(RecipeCheck(cmdline[0], [x for x in cmdline[1:] if not x.startswith("$<")],
+                                             "%s: %s" % (rel, " ".join(whole.split()))))
             elif cmd == "target_link_libraries" and len(args) >= 2:
                 for lib in args[1:]:
                     if lib in ("PUBLIC", "PRIVATE", "INTERFACE") or "::" in lib or "$" in lib:
@@ -419,7 +421,7 @@ def analyze_cmake(a: Analysis):
         while name in used or name in RESERVED_VARIANTS:
             name = name + "_opt"
         used.add(name)
-        a.variants.append(Variant(name, default, desc or opt, opt, "cmake"))
+        a.variants.append(RecipeVariant(name, default, desc or opt, opt, "cmake"))
     # dependency conditions were recorded with option names; map to variant names
     vmap = {v.option: v.name for v in a.variants}
     for d in a.dependencies:
@@ -433,7 +435,7 @@ def analyze_cmake(a: Analysis):
     _cmake_optional_packages(a)
     if a.build.get("shared_by_default") and "BUILD_SHARED_LIBS" not in options:
         # a library whose kind BUILD_SHARED_LIBS decides: the variant Spack's recipes give it
-        a.variants.append(Variant("shared", True, "Build shared libraries", "BUILD_SHARED_LIBS", "cmake"))
+        a.variants.append(RecipeVariant("shared", True, "Build shared libraries", "BUILD_SHARED_LIBS", "cmake"))
     for sub, lits in a.build.get("missing_subdirs", []):
         on = [vmap[x] for x in lits if not x.startswith("~") and x in vmap]
         for v in a.variants:
@@ -480,8 +482,8 @@ def _cmake_optional_packages(a):
             name = "python"
         if name not in names:
             names.add(name)
-            a.variants.append(Variant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name,
-                                      d.name, "cmake-find"))
+            a.variants.append(RecipeVariant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name,
+                                            d.name, "cmake-find"))
         d.when = "+" + name
 
 
@@ -697,7 +699,7 @@ def analyze_meson(a: Analysis):
                 targs = _meson_kwarg(args, "args") or []
                 if isinstance(targs, str):
                     targs = [targs]
-                tests.append(Check(exe, targs, "%s: test(%s)" % (rel, " ".join(args.split()))))
+                tests.append(RecipeCheck(exe, targs, "%s: test(%s)" % (rel, " ".join(args.split()))))
     opt_file = next((os.path.join(a.root, n) for n in ("meson.options", "meson_options.txt")
                      if os.path.isfile(os.path.join(a.root, n))), None)
     if opt_file:
@@ -710,8 +712,8 @@ def analyze_meson(a: Analysis):
             val = _meson_kwarg(args, "value")
             default = (val is not False) if typ == "boolean" else (val == "enabled")
             name = variant_name(names[0])
-            a.variants.append(Variant(name, bool(default), _meson_kwarg(args, "description") or names[0],
-                                      names[0], "meson" if typ == "boolean" else "meson-feature"))
+            a.variants.append(RecipeVariant(name, bool(default), _meson_kwarg(args, "description") or names[0],
+                                            names[0], "meson" if typ == "boolean" else "meson-feature"))
     a.executables = installed_exes
     a.checks = [c for c in tests if c.exe in installed_exes]
 
@@ -806,7 +808,7 @@ def analyze_autotools(a: Analysis):
                 default = ("--disable-" in flag) if kind == "enable" else ("--without-" in flag)
                 if default:  # the help text describes turning it off
                     desc = "%s %s (%s: %s)" % ("enable" if kind == "enable" else "with", parts[0], flag.strip(), desc)
-                a.variants.append(Variant(variant_name(parts[0]), default, desc, parts[0], kind))
+                a.variants.append(RecipeVariant(variant_name(parts[0]), default, desc, parts[0], kind))
         guards = _autotools_guards(text, {v.option: v.name for v in a.variants})
         when_at = lambda pos: next((w for lo, hi, w in guards if lo <= pos < hi), None)  # noqa: E731
         for args, pos in _meson_calls(text, "AC_CHECK_LIB"):
@@ -860,7 +862,7 @@ def _makefile_checks(a: Analysis, paths):
                 cmd = body.strip().lstrip("@-").strip()
                 cm = re.match(r"^\./([\w.+-]+)((?:\s+[^;&|>]+)?)", cmd)
                 if cm:
-                    a.checks.append(Check(cm.group(1), cm.group(2).split(), "%s: %s" % (rel, cmd)))
+                    a.checks.append(RecipeCheck(cm.group(1), cm.group(2).split(), "%s: %s" % (rel, cmd)))
         # programs the install rule copies into a bin directory
         targets = set(re.findall(r"(?m)^([A-Za-z_][\w.+-]*)\s*:(?!=)", text))
         for i, line in enumerate(lines):
@@ -960,9 +962,9 @@ def _commented_settings(a, text, mvars, rel):
                 settings[var] = ("@" + wrapper) if wrapper else val
         if name in names or not any(re.search(key, v) for v in settings):
             continue
-        a.variants.append(Variant(name, False, "Build with the Makefile's %s settings (%s)"
-                                  % ("MPI" if name == "mpi" else "OpenMP", ", ".join(sorted(settings))),
-                                  ",".join(sorted(settings)), "make-commented"))
+        a.variants.append(RecipeVariant(name, False, "Build with the Makefile's %s settings (%s)"
+                                        % ("MPI" if name == "mpi" else "OpenMP", ", ".join(sorted(settings))),
+                                        ",".join(sorted(settings)), "make-commented"))
         a.build.setdefault("commented_settings", {})[name] = settings
         if name == "mpi":
             a.dependencies.append(Dependency("MPI", "cmake", "%s: commented MPI settings" % rel, when="+mpi"))
@@ -1017,7 +1019,7 @@ def analyze_makefile(a: Analysis):
         if var.lower() in MAKE_SWITCHES_NOT_VARIANTS:
             continue
         on = a.build.get("switch_values", {}).get(var, ["yes"])[0]
-        a.variants.append(Variant(variant_name(var), default, "Build with %s=%s" % (var, on), var, "make"))
+        a.variants.append(RecipeVariant(variant_name(var), default, "Build with %s=%s" % (var, on), var, "make"))
     _commented_settings(a, text, mvars, rel)
     kept = {v.option for v in a.variants}
     conds = []

@@ -68,7 +68,8 @@ class TuneOptions:
 
 
 @dataclass
-class Plan:
+class TunePlan:
+    """What ``plan_targets`` chose: the kernels to tune, and why the others are not."""
     targets: List[Target] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not tuned"
     caches: List[str] = field(default_factory=list)  # "kernel: the cache state it is measured in, and why"
@@ -96,7 +97,7 @@ def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance
             if not found:
                 raise R3Error("no capture of kernel '%s' (see: r3 kernels)" % ref)
             wanted |= set(found)
-    plan = Plan()
+    plan = TunePlan()
     for (kernel, _, _), caps in sorted(groups.items(), key=lambda kv: -(kv[1][0].app.get("share") or 0)):
         share = caps[0].app.get("share") or 0.0
         name = cxxnames.display(kernel)
