@@ -447,3 +447,68 @@ def test_record_kernel_names_a_region_by_its_function_and_line(tmp_path, offload
     assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 4",
               "--kernel", "jacobi_step_l99") == 2
     assert "no function named jacobi_step_l99 was compiled through r3-record" in capsys.readouterr().err
+
+
+NEST = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+/* a perfect nest of two loops in an offload region: rows x columns */
+void scale2d(int n, int m, const double *restrict a, double *restrict b)
+{
+#pragma omp target teams distribute parallel for map(to: a[0:n * m]) map(from: b[0:n * m])
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++)
+            b[i * m + j] = 2.0 * a[i * m + j] + 1.0;
+}
+
+int main(void)
+{
+    int n = 64, m = 48;
+    double *a = malloc(n * m * sizeof(double)), *b = calloc(n * m, sizeof(double)), sum = 0;
+    for (int k = 0; k < n * m; k++) a[k] = k % 7;
+    scale2d(n, m, a, b);
+    for (int k = 0; k < n * m; k++) sum += b[k];
+    printf("sum %.0f\n", sum);
+    return 0;
+}
+"""
+
+
+def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, offload_run):
+    """The rules find an offload region's loops in the function it is in (scale2d, from its
+    region's name): collapse(2) on its directive, simd on the inner loop, a pragma whose knob
+    is defined at the top of the unit. Each rewrite keeps the directive at its recorded line
+    (a #line before it where a knob moved it), so the variant's region has the capture's
+    name, and each replays verified."""
+    from spack_r3.search.mutators import Feedback
+    from spack_r3.search.mutators.rules import RulesMutator
+    from spack_r3.search.remix import keep_region_lines, kernel_source
+    from spack_r3.sourcepatch import make_patch
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "nest.c").write_text(NEST)
+    (src / "Makefile").write_text("nest: nest.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
+                                  "-o nest nest.c\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./nest") == 0
+    cap = next(c for k, c in captures(ws).items() if "scale2d" in k)
+    cdir = os.path.join(ws, "captures", cap.id)
+    source = kernel_source(cap, cdir)
+    assert source.function == "scale2d" and source.openmp
+    proposals = {p.rule: p for p in RulesMutator().propose(source, Feedback())}
+    assert "collapse(2)" in proposals["omp-collapse"].text
+    assert {"omp-collapse", "omp-simd", "vectorize-pragma"} <= set(proposals)
+    line = next(i for i, l in enumerate(NEST.splitlines(), 1) if "omp target" in l)
+    assert cap.kernel.endswith("_scale2d_l%d" % line)
+    with ReplayServer() as server:
+        for rule in ("omp-collapse", "omp-simd", "vectorize-pragma"):
+            p = proposals[rule]
+            text = keep_region_lines(source.text, p.text)
+            moved = text != p.text  # the knob's #define above the region: a #line puts it back
+            assert moved == (rule == "vectorize-pragma"), rule
+            variant = Variant(source_patch=make_patch(source.text, text, "nest.c"), source_rule=rule,
+                              source_defines={k: v[0] for k, v in p.knobs.items()})
+            ev = server.submit(cdir, variant, repeat=1)
+            assert ev.status == OK and ev.verified, (rule, ev.diagnostics)

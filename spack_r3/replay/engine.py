@@ -253,6 +253,8 @@ def with_source_variant(prepared, patch, defines):
 
     capture, unit = prepared.capture, prepared.unit
     bitcode = variant_bitcode(capture, prepared.directory, patch, defines)
+    if backends.of_capture(capture) is not backends.HOST:
+        bitcode = _region_named(bitcode, capture.kernel)
     try:
         fn = llvm.parse_bitcode(bitcode).get_function(capture.kernel)
     except NameError:
@@ -266,6 +268,20 @@ def with_source_variant(prepared, patch, defines):
     except (UnreplayableError, KeyError, ValueError, RuntimeError) as err:
         raise CompileError("the source variant's %s cannot replay: %s" % (capture.kernel, err))
     return replace(prepared, unit=variant, ir=variant.ir)
+
+
+def _region_named(bitcode, kernel):
+    """A source variant's device module with its region of ``kernel``'s function and line
+    named ``kernel``: the variant, compiled from a scratch copy of the unit, names its
+    regions after that copy's file ids (``record.offload.region_key``)."""
+    from ..record.offload import region_key
+
+    mod = llvm.parse_bitcode(bitcode)
+    for fn in mod.functions:
+        if fn.name != kernel and not fn.is_declaration and region_key(fn.name) == region_key(kernel) != fn.name:
+            fn.name = kernel
+            return mod.as_bitcode()
+    return bitcode
 
 
 class Compiled:

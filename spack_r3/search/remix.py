@@ -45,16 +45,18 @@ error), kept in the state file and handed to the kernel's result on its target
 when the budget ran out has had its timeout.
 """
 
+import difflib
 import hashlib
 import json
 import os
 import queue
 import random
+import re
 import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
-from .. import cxxnames
+from .. import backends, cxxnames
 from ..capture import load_capture_dir
 from ..data import OK, WRONG_OUTPUT, Variant
 from ..errors import R3Error
@@ -151,8 +153,10 @@ def kernel_source(capture, directory, text=None, rules=()):
     flags = list(capture.bitcode_args) or list(capture.compile_command[1:])
     parse = [a for a in flags if not a.startswith("-O")]
     function = capture.kernel
-    if capture.kernel.startswith("_Z"):
-        function = cxxnames.qualified(capture.kernel).split("(")[0].split("::")[-1]
+    if backends.of_capture(capture) is not backends.HOST:
+        function = region_function(capture.kernel)  # the rules rewrite the function the region is in
+    if function.startswith("_Z"):
+        function = cxxnames.qualified(function).split("(")[0].split("::")[-1]
     return KernelSource(
         kernel=capture.kernel, function=function, filename=os.path.basename(capture.source_file),
         text=unit_text(capture, directory) if text is None else text, parse_args=parse,
@@ -160,6 +164,42 @@ def kernel_source(capture, directory, text=None, rules=()):
         include_dir=os.path.dirname(capture.source_file),
         openmp=any(a.startswith("-fopenmp") and "simd" not in a for a in flags),
         tolerance=capture.tolerance, rules=tuple(rules))
+
+
+def region_function(kernel):
+    """The function an OpenMP target region's device function comes from
+    (``__omp_offloading_fe00_1234ab_jacobi_step_l8`` -> ``jacobi_step``)."""
+    from ..record.offload import region_key
+
+    return re.sub(r"_l\d+$", "", region_key(kernel))
+
+
+# A target directive: its line is part of its region's name (function and line, ``_l8``).
+_TARGET = re.compile(r"^\s*#\s*pragma\s+omp\s+target\b")
+
+
+def keep_region_lines(original, text):
+    """``text`` (a rewrite of ``original``) with each OpenMP target directive at its original
+    line, as the compiler counts lines: a ``#line`` directive before each one that a
+    rewrite moved (a knob's ``#define`` at the top, a pragma above it). A region's name
+    holds its line, and the capture, the plan, ``r3-apply`` and the check's profile all
+    name it so: a rewrite inside a region must leave it where the recording saw it."""
+    if not re.search(r"^\s*#\s*line\b", original, re.M):  # a parent's own are placed again
+        text = re.sub(r"(?m)^#line \d+\n", "", text)
+    old, new = original.splitlines(keepends=True), text.splitlines(keepends=True)
+    at = {}  # new line index -> original line number, for the directives that survive
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):  # a line edited in place keeps its place
+            for k in range(i2 - i1):
+                if _TARGET.match(old[i1 + k]):
+                    at[j1 + k] = i1 + k + 1
+    out, shift = [], 0  # shift: the compiler's line number of new line j is j + 1 + shift
+    for j, line in enumerate(new):
+        if j in at and j + 1 + shift != at[j]:
+            out.append("#line %d\n" % at[j])
+            shift = at[j] - (j + 1)
+        out.append(line)
+    return "".join(out)
 
 
 def child_id(patch, knobs):
@@ -280,7 +320,10 @@ class Remix:
     def _child(self, parent, proposal, repairs=0):
         """A Child for ``proposal`` (a rewrite of ``parent``'s text), or None if it is a
         rewrite already tried or no change."""
-        patch = make_patch(self.original, proposal.text, os.path.basename(self.capture.source_file))
+        text = proposal.text
+        if backends.of_capture(self.capture) is not backends.HOST:
+            text = keep_region_lines(self.original, text)
+        patch = make_patch(self.original, text, os.path.basename(self.capture.source_file))
         if not patch:
             return None
         knobs = dict(parent.knobs if parent else {}, **proposal.knobs)

@@ -16,6 +16,9 @@ that is wrong by construction would only cost a replay to find out.
 - ``omp-simd``: ``#pragma omp simd`` on an innermost loop, by the same test; where the
   loop is already an ``omp parallel for`` (or ``omp for``) directive's own, the directive
   becomes ``... for simd`` (LULESH: every hot loop is one, so no other hint reached them).
+- ``omp-collapse``: ``collapse(2)`` on an OpenMP loop directive (an offload region's
+  ``target teams distribute parallel for`` too) over a perfect nest whose inner iterations
+  are independent, by the same test.
 - ``vectorize-pragma``, ``unroll-pragma``: ``#pragma clang loop`` hints on an innermost
   loop, the count a macro knob. Vectorizing with a hint may reorder a floating-point
   reduction, so with exact results (no tolerance) a loop that may carry one is skipped.
@@ -79,9 +82,13 @@ class RulesMutator(Mutator):
 
         # Time tiling first: on a stencil it is what no other rule or pipeline setting reaches.
         for rule in (stencils.wavefront, stencils.time_tile, stage, unroll_and_jam, interchange, stencils.fuse, tile,
-                     restrict, omp_parallel, omp_simd, omp_for_simd, vectorize_pragma, unroll_pragma, scalar_replace,
-                     stencils.distribute):
+                     restrict, omp_parallel, omp_collapse, omp_simd, omp_for_simd, vectorize_pragma, unroll_pragma,
+                     scalar_replace, stencils.distribute):
             out.extend(rule(fn))
+        # A target region's AST holds its loops once for each construct it combines (target,
+        # teams, distribute, parallel for: clang's captured statements): one proposal each.
+        texts = set()
+        out = [p for p in out if not (p.text in texts or texts.add(p.text))]
         return [p for p in out if _parses(source, p)]
 
 
@@ -371,6 +378,46 @@ def omp_for_simd(fn):
         # One loop of many rarely shows in the kernel's time (CalcEnergyForElems has ten): all at once first.
         out.insert(0, Proposal(fn.text.edit(edits), "omp-simd", "omp ... for simd on all %d such loops in %s"
                                % (len(edits), fn.name)))
+    return out
+
+
+def omp_collapse(fn):
+    """``collapse(2)`` on an OpenMP loop directive (``omp parallel for``, ``omp target teams
+    distribute parallel for``) over a perfect nest of two loops: the inner loop's bounds fixed
+    across the outer one and its iterations independent (``independent``, nothing to make
+    private or reduce), the outer loop's being the directive's word. An offload region then
+    spreads rows x columns over its teams and threads, not rows alone."""
+    if not fn.source.openmp:
+        return []
+    out = []
+    for outer in fn.loops():
+        directive = next((p for p in reversed(outer.parents) if p.get("kind") not in ("CapturedStmt", "CapturedDecl")),
+                         None)
+        kind = (directive or {}).get("kind", "")
+        if not (kind.startswith("OMP") and kind.endswith("ForDirective")) or "Simd" in kind \
+                or any(c.get("kind") == "OMPCollapseClause" for c in kids(directive)):
+            continue
+        body = outer.body
+        stmts = kids(body) if body.get("kind") == "CompoundStmt" else [body]
+        if len(stmts) != 1 or stmts[0].get("kind") != "ForStmt":
+            continue
+        inner = fn.canonical(stmts[0], outer.parents + (outer.node,) + ((body,) if body is not stmts[0] else ()))
+        begin = ((directive.get("range") or {}).get("begin") or {})
+        if inner is None or "spellingLoc" in begin or "offset" not in begin:
+            continue  # not canonical, or a _Pragma written by a macro
+        if outer.id in refs(inner.lo) | refs(inner.hi) or not _bounds_fixed(fn, inner, effects(outer.body)):
+            continue
+        try:
+            if independent(fn, inner, fn.source.tolerance) != ([], []):
+                continue
+        except Refused:
+            continue
+        end = fn.text.raw.find(b"\n", begin["offset"])
+        if end < 0 or fn.text.raw[begin["offset"]:end].rstrip().endswith(b"\\"):
+            continue  # a directive continued on the next line
+        at = begin["offset"] + len(fn.text.raw[begin["offset"]:end].rstrip())
+        out.append(Proposal(fn.text.edit([(at, at, " collapse(2)")]), "omp-collapse",
+                            "omp collapse(2) over the %s,%s loops in %s" % (outer.name, inner.name, fn.name)))
     return out
 
 
