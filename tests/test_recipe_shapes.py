@@ -388,3 +388,18 @@ def test_language_and_build_tool_dependencies_as_maintainers_write_them(tmp_path
     ms = _write(tmp_path / "ms", {"meson.build": "project('msl', 'c')\nif get_option('cpp')\n  add_languages('cpp')\nendif\n",
                                   "meson_options.txt": "option('cpp', type: 'boolean', value: true)\n"})
     assert analyze(ms, "msl").languages == ["c", "cxx"]
+
+
+def test_a_cmake_project_without_an_install_rule_installs_what_it_built(tmp_path):
+    """LULESH's shape: add_executable and no install(): `make install` has no rule."""
+    root = _write(tmp_path / "ni", {"CMakeLists.txt": "project(nix CXX)\nset(EXE nix2.0)\nadd_executable(${EXE} m.cc)\n",
+                                    "m.cc": "int main() { return 0; }\n"})
+    a = analyze(root, "nix")
+    assert a.build["has_install"] is False and a.executables == ["nix2.0"]
+    text = _recipe(a)
+    assert 'for name in ["nix2.0"]:' in text and "find(self.stage.path, name, recursive=True)" in text
+    # a recipe that asked for `make install` anyway is repaired the same way
+    asked = text[:text.index("    def install(")].rstrip() + "\n"
+    diag = "make: *** No rule to make target 'install'.  Stop.\n"
+    new, done = fixes.apply(asked, fixes.diagnose(diag), None, a)
+    assert "for name in ['nix2.0']:" in new and validate(new).ok and done

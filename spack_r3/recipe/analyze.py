@@ -375,11 +375,13 @@ def analyze_cmake(a: Analysis):
                 a.build.setdefault("own_names", []).append(lib)
                 if not set(args[1:2]) & {"STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE", "IMPORTED", "ALIAS"}:
                     a.build["shared_by_default"] = True  # BUILD_SHARED_LIBS decides
-            elif cmd == "install" and args and args[0] == "TARGETS":
-                for t in args[1:]:
-                    if t.isupper():
-                        break
-                    a.build.setdefault("installed", []).append(_cmake_expand(t, cmake_vars))
+            elif cmd == "install":
+                a.build["has_install"] = True
+                if args and args[0] == "TARGETS":
+                    for t in args[1:]:
+                        if t.isupper():
+                            break
+                        a.build.setdefault("installed", []).append(_cmake_expand(t, cmake_vars))
             elif cmd == "add_test" and args:
                 if args[0] == "NAME" and "COMMAND" in args:
                     i = args.index("COMMAND")
@@ -443,6 +445,7 @@ def analyze_cmake(a: Analysis):
                 v.default = False
                 a.notes.append("%s is missing from the tree (a git submodule?): variant %s defaults off"
                                % (sub, v.name))
+    a.build.setdefault("has_install", False)
     installed = a.build.get("installed")
     # a program counts where it is installed and built with the options' defaults
     defaults = {v.option: v.default for v in a.variants}

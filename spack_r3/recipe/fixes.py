@@ -385,7 +385,11 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
             what = "removed arguments for unknown option(s) %s" % f.subject
         elif f.kind in ("no-install-target", "empty-install") and analysis is not None:
             exes = analysis.executables or [c.exe for c in analysis.checks]
-            new = _install_method(current, exes, "self.build_directory" if analysis.build.get("build_directory") else '"."')
+            if analysis.build_system in ("cmake", "meson") and exes:
+                new = _install_found(current, exes)  # built out of the source tree
+            else:
+                new = _install_method(current, exes,
+                                      "self.build_directory" if analysis.build.get("build_directory") else '"."')
             what = "replaced `make install` by an install() of %s" % (", ".join(exes) or "the build tree")
         elif f.kind == "required-macro":
             new = add_macro_variant(current, f.subject)
@@ -437,6 +441,26 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
             current = new
             done.append(what)
     return (current if done else None), done
+
+
+def _install_found(text, exes) -> Optional[str]:
+    """``install()`` of the programs found in the build tree, replacing the recipe's own."""
+    tree = ast.parse(text)
+    cls = _package_class(tree)
+    if cls is None:
+        return None
+    lines = text.splitlines(True)
+    for st in sorted(cls.body, key=lambda n: -n.lineno):
+        if isinstance(st, ast.FunctionDef) and st.name in ("install_targets", "install"):
+            start = min([d.lineno for d in st.decorator_list] + [st.lineno])
+            del lines[start - 1:st.end_lineno]
+    body = templates.render("templates/package.py.tmpl", "install_found", exes=", ".join(repr(e) for e in exes))
+    out = "".join(lines).rstrip("\n") + "\n\n" + body + "\n"
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return None
+    return out
 
 
 def _install_method(text, exes, where='"."') -> Optional[str]:

@@ -225,9 +225,11 @@ class RuleGenerator:
                 args.append(templates.render(tmpl, "variant_arg", option=_q(v.option), variant=_q(v.name)))
         for extra in a.build.get("extra_args", []):
             args.append(_q(extra))
-        if not args:
-            return []
-        return _arg_list(tmpl, "cmake_args", args)
+        lines = _arg_list(tmpl, "cmake_args", args) if args else []
+        if a.build.get("has_install") is False and a.executables:
+            lines += ([""] if lines else []) + templates.lines(
+                PACKAGE, "install_found", exes=", ".join(_q(e) for e in a.executables))
+        return lines
 
     def _meson(self, a):
         tmpl = "templates/meson.py.tmpl"
