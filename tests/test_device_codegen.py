@@ -315,3 +315,23 @@ def test_cuda_replay_at_fixed_device_addresses(ptxas):
         out = np.frombuffer(dev.read(addr_y, y.nbytes), dtype=np.float32)
         assert np.allclose(out, 2.0 * x + y, rtol=1e-6)
         assert times[0] > 0
+
+
+def test_tune_gpu_reports_the_winners_figures_per_gpu(offload_ws, ptxas, capsys):
+    """r3 tune --gpu on an offload capture: the winner's registers and occupancy on each GPU
+    named, in the JSON and in the report file (static figures: no GPU ran)."""
+    import json
+
+    capsys.readouterr()
+    argv = ["--workspace", offload_ws, "tune", "--kernel", "jacobi_step_l8", "--gpu", "sm_90,gfx942", "--budget", 2,
+            "--pairs", 1, "--confirm-pairs", 1, "--confirm-rounds", 1, "--mutator", "none", "--seed", 1, "--json"]
+    assert cli.main([str(a) for a in argv]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [(kernel, verdicts)] = out["gpus"].items()
+    assert kernel.endswith("_jacobi_step_l8") and [v["target"] for v in verdicts] == ["sm_90", "gfx942"]
+    assert all(v["resources"]["registers"] > 0 for v in verdicts)
+    report = open(out["report"]["text"]).read()
+    assert "the winners on the GPUs (--gpu; static figures, not measured):" in report
+    table = report.split("static figures, not measured):\n", 1)[1].splitlines()
+    rows = [l.split() for l in table[2:] if l.strip()]  # under the header and its rule
+    assert [r[1] for r in rows] == ["sm_90", "gfx942"] and all(r[0] in kernel for r in rows)

@@ -18,6 +18,7 @@ from ..data import CACHE_STATES
 from ..device import hook as device_hook
 from ..replay.cachestate import AUTO
 from ..errors import R3Error
+from ..fileutil import write_atomic
 from ..model import client as model_client
 from ..record.session import AUTO_MOST_CALLS, previous_record
 from ..record.session import record as record_tree
@@ -182,6 +183,10 @@ def tune(args):
         progress("not tuned: " + line)
     header = "covered share of the run: %s" % percent(sum(r.share for r in results))
     paths = write_report(ws, results, header)
+    gpu_table = device_hook.winners_table(plan.targets, results) if gpus else None
+    if gpu_table:  # the report keeps the winners' static figures on each GPU named
+        with open(paths["text"]) as f:
+            write_atomic(paths["text"], f.read() + "\n" + gpu_table + "\n")
     device = any(device_hook.is_device(c) for c in captures)
     spack_part = _emit_and_check(ws, args, progress, device) if args.spec and results else None
     if args.json:
@@ -195,7 +200,6 @@ def tune(args):
         print(json.dumps(out, indent=1))
         return 0 if results else 1
     print(results_table(results))
-    gpu_table = device_hook.winners_table(plan.targets, results) if gpus else None
     if gpu_table:
         print(gpu_table)
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
