@@ -377,6 +377,13 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     text = (directory / "package.py").read_text()
     assert 'patch("r3-zen3-sm_90-0.patch", when="+r3 target=zen3 cuda_arch=90")' in text
     assert "'r3-zen3-sm_90.json'" in text and "self.spec.satisfies(keys)" in text
+    # emitted again keyed to no GPU (the recorded spec names none): it replaces the keyed plan,
+    # whose patch would otherwise apply beside its own to a spec with cuda_arch=90
+    assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--json") == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["keys"] == "target=zen3" and again["targets"] == ["zen3"]
+    assert sorted(p.name for p in directory.glob("r3-*")) == ["r3-zen3-0.patch", "r3-zen3.json"]
+    assert again["skipped"] == ["the plan for target=zen3 cuda_arch=90 is replaced by this one for target=zen3"]
     # a host plan: named, keyed and digested as host plans were before GPU keys (the digest
     # below is what r3 computed for this plan then: +r3 installs of host plans stay valid)
     host = Plan("zen3", [PlannedUnit("a.c", [PlannedKernel("k", {"opt": "3"}, {"num_teams": 2})], {"R3_TILE_1": 32},

@@ -149,6 +149,14 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
     os.makedirs(directory, exist_ok=True)
     for old in glob.glob(os.path.join(directory, "r3-%s-[0-9]*.patch" % plan.name())):
         os.remove(old)  # this target's earlier rewrites (not those of a GPU plan beside it)
+    for other in map(load_plan, glob.glob(os.path.join(directory, "r3-%s*.json" % plan.target))):
+        # A CPU target has one plan keyed to no GPU, or plans keyed to GPUs: never both, or a
+        # spec with the GPU would get both plans' patches of the same sources.
+        if other.target == plan.target and bool(other.gpu) != bool(plan.gpu):
+            for path in [os.path.join(directory, "r3-%s.json" % other.name())] + glob.glob(
+                    os.path.join(directory, "r3-%s-[0-9]*.patch" % other.name())):
+                os.remove(path)
+            skipped.append("the plan for %s is replaced by this one for %s" % (other.spec_keys(), plan.spec_keys()))
     for name, text in patches.items():
         write_atomic(os.path.join(directory, name), text)
     plan_path = os.path.join(directory, "r3-%s.json" % plan.name())
