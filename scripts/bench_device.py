@@ -12,10 +12,16 @@ For each application (the offload demo, and XSBench's openmp-offload version wit
   - capture bytes (pre.bin + post.bin) against the bytes the launch maps;
   - r3 tune's confirmed result (its paired confirmation rounds, as r3 tune reports it) and,
     from the same study, the best search-time speedups of candidates that change only the
-    launch geometry, only the pipeline, or both (search-time pairs, not confirmed).
+    launch geometry, only the pipeline, or both (search-time pairs, not confirmed);
+  - the tuned region's static resources on each GPU of --gpu (r3 retarget of the tuned
+    workspace: registers, spills, stack, shared memory, theoretical occupancy; compiled
+    here, no GPU ran).
+
+Apps not measured in a run (XSBench without --xsbench) keep their rows from the existing
+--out file.
 
 Writes bench/device.json. Usage:
-  scripts/bench_device.py [--out bench/device.json] [--budget 16]
+  scripts/bench_device.py [--out bench/device.json] [--budget 16] [--gpu sm_80,sm_90,gfx90a,gfx942]
       [--xsbench /tmp/xsb-off/openmp-offload] [--xsbench-lookups 200000]
 """
 
@@ -61,7 +67,7 @@ def r3(*argv):
     return cli.main([str(a) for a in argv])
 
 
-def measure(name, tree, build, run, budget, tmp):
+def measure(name, tree, build, run, budget, tmp, gpus):
     """One application: returns its bench/device.json entry."""
     ws = os.path.join(tmp, name + "-ws")
     src = os.path.join(tmp, name + "-src")
@@ -106,7 +112,26 @@ def measure(name, tree, build, run, budget, tmp):
         "capture_bytes": capture_bytes, "mapped_bytes": hot.memory.get("touched_bytes"),
         "map_list_bytes": hot.memory.get("mapped_bytes"),
         "tune_s": tune_s, "tune": _tuned(tuned, ws),
+        "gpu_resources": _resources(ws, hot.kernel, gpus),
     }
+
+
+def _resources(ws, kernel, gpus):
+    """The tuned region's static figures per GPU target (r3 retarget --json), one row each."""
+    proc = subprocess.run([sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "retarget", "--gpu", gpus,
+                           "--kernel", kernel, "--json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["r3 retarget failed"])[-1]}
+    [k] = json.loads(proc.stdout)["kernels"]
+    rows = []
+    for v in k["verdicts"]:
+        r, o = v.get("resources") or {}, v.get("occupancy") or {}
+        rows.append({"target": v["target"], "ok": v["ok"], "reason": v["reason"],
+                     **{key: r.get(key) for key in ("registers", "sgprs", "spill_stores", "spill_loads", "stack",
+                                                    "shared", "max_threads", "wave_size")},
+                     "occupancy": o.get("fraction"), "limiter": o.get("limiter")})
+    return {"tuned_variant": k["tuned"], "label": "static figures of code compiled here for each GPU; no GPU ran",
+            "targets": rows}
 
 
 def _tuned(k, ws):
@@ -139,11 +164,13 @@ def main(argv=None):
     parser.add_argument("--budget", type=int, default=16)
     parser.add_argument("--xsbench", help="XSBench's openmp-offload directory (fetched, never committed)")
     parser.add_argument("--xsbench-lookups", type=int, default=200000)
+    parser.add_argument("--gpu", default="sm_80,sm_90,gfx90a,gfx942", help="GPU targets of the resource table")
     args = parser.parse_args(argv)
     apps = []
+    load = os.getloadavg()  # other work on the machine: host-plugin timings move with it
     with tempfile.TemporaryDirectory(prefix="r3-bench-device-") as tmp:
         apps.append(measure("heat-offload", os.path.join(ROOT, "repos", "r3", "sources", "heat-offload"),
-                            "make CC=\"%(cc)s\" CFLAGS=\"%(flags)s\"", "./heat 512 400", args.budget, tmp))
+                            "make CC=\"%(cc)s\" CFLAGS=\"%(flags)s\"", "./heat 512 400", args.budget, tmp, args.gpu))
         if args.xsbench:
             # XSBench knows its checksum for the default lookups only: a run is right when it
             # prints the checksum of a plain build's run of the same lookups
@@ -156,8 +183,13 @@ def main(argv=None):
             checksum = next(line.split(":")[1].split()[0] for line in text.splitlines() if "checksum" in line)
             apps.append(measure("XSBench-openmp-offload", args.xsbench, build,
                                 run + " > out.txt; cat out.txt; grep -q 'checksum: %s ' out.txt" % checksum,
-                                args.budget, tmp))
-    result = {"label": LABEL, "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine()},
+                                args.budget, tmp, args.gpu))
+    measured = {a["app"] for a in apps}
+    if os.path.exists(args.out):  # rows of apps this run did not measure stay as they were
+        with open(args.out) as f:
+            apps += [a for a in json.load(f).get("apps", []) if a["app"] not in measured]
+    result = {"label": LABEL, "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+                                          "load_average_1m": {"start": load[0], "end": os.getloadavg()[0]}},
               "change_evaluated": CHANGE_SPEC, "apps": apps}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
