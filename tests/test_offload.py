@@ -359,8 +359,7 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     # A tune's result for the region: its geometry and a source rewrite (the variant is what
     # emit keys; the speedup only has to be one emit builds)
     source = open(step.source_file).read()
-    patch = make_patch_text(source, source.replace("#pragma omp target teams",
-                                                   "/* r3 */\n#pragma omp target teams", 1), step.source_file)
+    patch = make_patch_text(source, source.replace("double lap =", "const double lap =", 1), step.source_file)
     variant = Variant(launch=Launch(num_teams=2, thread_limit=8), source_patch=patch, source_rule="test")
     save_results(ws, [KernelResult(step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False,
                                    "num_teams=2", variant.to_json())])
@@ -519,3 +518,27 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
                               source_defines={k: v[0] for k, v in p.knobs.items()})
             ev = server.submit(cdir, variant, repeat=1)
             assert ev.status == OK and ev.verified, (rule, ev.diagnostics)
+    # The +r3 build of that rewrite (the patched unit, as Spack's patch() leaves it): r3-apply
+    # finds the planned region at its recorded line, and the timed run names it so
+    import shutil
+    import sys
+
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+    from spack_r3.spack.check import _kernel_times
+
+    staged = tmp_path / "stage"
+    shutil.copytree(src, staged)
+    (staged / "nest.c").write_text(text)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(Plan("any", [PlannedUnit("nest.c", [PlannedKernel(cap.kernel, {"opt": "3"})],
+                                                        {k: v[0] for k, v in p.knobs.items()})]).to_json()))
+    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+    built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")], cwd=staged,
+                           env=dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1"),
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    timed = tmp_path / "timed"
+    ran = subprocess.run(offload_run + "./nest", shell=True, cwd=staged, capture_output=True, text=True,
+                         env=dict(os.environ, R3_RECORD_DIR=str(timed), R3_CAPTURE="none"))
+    assert ran.returncode == 0 and ran.stdout == "sum %d\n" % sum(2 * (k % 7) + 1 for k in range(64 * 48))
+    assert _kernel_times(str(timed))["scale2d_l%d" % line].calls == 1
