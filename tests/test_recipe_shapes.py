@@ -403,3 +403,12 @@ def test_a_cmake_project_without_an_install_rule_installs_what_it_built(tmp_path
     diag = "make: *** No rule to make target 'install'.  Stop.\n"
     new, done = fixes.apply(asked, fixes.diagnose(diag), None, a)
     assert "for name in ['nix2.0']:" in new and validate(new).ok and done
+
+
+def test_a_library_called_libx_builds_libx_and_includes_libx_h(tmp_path):
+    root = _write(tmp_path / "lc", {
+        "CMakeLists.txt": "project(lcx C)\nset(libname \"config\")\nadd_library(${libname} lib/lc.c)\n"
+                          "set_target_properties(${libname} PROPERTIES OUTPUT_NAME \"lcfg\")\n",
+        "lib/lc.c": "int lc(void) { return 0; }\n", "lib/liblcfg.h": "int lc(void);\n", "lib/config.h": "\n"})
+    a = analyze(root, "r3x-lcfg")
+    assert (a.build["test_library"], a.build["test_headers"]) == ("lcfg", ["liblcfg.h"])

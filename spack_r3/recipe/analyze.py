@@ -452,6 +452,7 @@ def analyze_cmake(a: Analysis):
     built = lambda e: all(defaults.get(x.lstrip("~"), False) != x.startswith("~")  # noqa: E731
                           for x in exe_conditional.get(e, []))
     a.executables = [output_names.get(e, e) for e in exes if built(e) and (installed is None or e in installed)]
+    a.build["own_names"] = [output_names.get(x, x) for x in a.build.get("own_names", [])]
     a.checks = [c for c in tests if c.exe in a.executables]
 
 
@@ -1264,13 +1265,15 @@ def _test_facts(a, build_root):
     lib = sorted(own, key=lambda x: (x.lower() not in a.name.lower(), "static" in x.lower(), len(x)))[0]
     headers = [p for p in _walk(a.root, max_files=3000) if p.endswith(".h")
                and not re.search(r"(^|/)(tests?|examples?|fuzz\w*|contrib|build|private)/", os.path.relpath(p, a.root))
-               and not re.search(r"(private|internal|config)", os.path.basename(p))]
+               and not re.search(r"(private|internal)", os.path.basename(p))
+               and not re.match(r"^(config|.*_config|.*-config)\.h$", os.path.basename(p))]
     stem = lambda p: os.path.splitext(os.path.basename(p))[0].lower()  # noqa: E731
     want = re.sub(r"^lib", "", lib.lower())
     # the header named like the library first, then those in an include/ or api/ directory:
     # the test includes the first one the install put under the prefix
-    best = [p for p in headers if stem(p) == want] + sorted(
-        (p for p in headers if stem(p) != want and (want.startswith(stem(p)) or stem(p).startswith(want))),
+    wants = {want, "lib" + want}
+    best = [p for p in headers if stem(p) in wants] + sorted(
+        (p for p in headers if stem(p) not in wants and (want.startswith(stem(p)) or stem(p).startswith(want))),
         key=lambda p: (not re.search(r"(^|/)(include|api)/", os.path.relpath(p, a.root)), p))
     if not best:  # a header of the public API by another name (libmpdclient's mpd/client.h)
         best = sorted((p for p in headers if re.search(r"(^|/)include/", os.path.relpath(p, a.root))),
