@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--budget", type=int, default=0, help="the with/without search per kernel (0: none)")
     ap.add_argument("--search-only", action="store_true", help="the with/without search alone, no single rewrites")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--note", default="", help="a sentence added to the json's notes (what else ran meanwhile)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search-shapes46.json"))
     args = ap.parse_args()
@@ -153,7 +154,7 @@ def main():
            "notes": "A short run on a machine of 2 cores shared with 4 other engineers' builds and tests: one "
                     "replay of %d pairs per candidate, spreads wide; parallel candidates (wavefront, "
                     "omp-parallel, polly_parallel) ran with 2 threads on those 2 shared cores. Speedups are "
-                    "over the build (-O3 -march=native), medians of paired ratios [min-max]." % PAIRS,
+                    "over the build (-O3 -march=native), medians of paired ratios [min-max]. %s" % (PAIRS, args.note),
            "kernels": []}
     store = storage(ws)
     with ReplayPool(args.workers) as pool:
