@@ -46,7 +46,7 @@ Writes bench/search.json:
 
 Usage: scripts/bench_search.py [--budget 150] [--demos heat,cg,nbody,dense] [--out bench/search.json]
        scripts/bench_search.py --rejudge   (the verdicts of bench/search.json again, from its pairs)
-       scripts/bench_search.py --specialize [--budget 16] [--demos dense,spec]
+       scripts/bench_search.py --specialize [--budget 16] [--demos dense,spec] [--kernels matvec]
 """
 
 import argparse
@@ -62,6 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from spack_r3 import cxxnames  # noqa: E402
+from spack_r3.errors import R3Error  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.report import table  # noqa: E402
@@ -302,8 +303,16 @@ def run_specialize(args):
         source, run = SPEC_KERNELS.get(demo) or (os.path.join(ROOT, "repos", "r3", "sources", demo), DEMOS[demo])
         say("%s: recording %s (3 instances)" % (demo, run))
         rec = record(ws, source, run, instances=3, tolerance=TOLERANCE)
-        targets += [(demo, t) for t in plan_targets(ws, rec.captures, min_share=SPEC_MIN_SHARE).targets]
-    kernels = []
+        targets += [(demo, t) for t in plan_targets(ws, rec.captures, min_share=SPEC_MIN_SHARE).targets
+                    if not args.kernels or t.kernel in args.kernels.split(",")]
+    try:  # a run of some kernels (--kernels) keeps the others' entries
+        with open(args.out) as f:
+            kept = json.load(f).get("specialization") or {}
+    except (OSError, ValueError):
+        kept = {}
+    measured = {(d, t.kernel) for d, t in targets}
+    kernels = [k for k in kept.get("kernels", []) if (k["demo"], k["kernel"]) not in measured]
+    failed = [line for line in kept.get("failed", []) if tuple(line.split(": ")[:2]) not in measured]
     section = {"budget": args.budget, "seed": args.seed, "tolerance": TOLERANCE, "instances": 3,
                "machine_cpus": len(os.sched_getaffinity(0)), "workers": args.workers,
                "notes": "A short run: the Bayesian search at a small budget with and without the specialize "
@@ -311,12 +320,18 @@ def run_specialize(args):
                         "cores, shared with 4 other engineers' builds and tests while this ran: spreads are "
                         "wide, and a verdict is 'better' or 'worse' only where the paired ratio's 95%% interval "
                         "excludes 1 by more than 1%%." % args.seed,
-               "kernels": kernels, "offered_nothing": none_offered}
+               "kernels": kernels, "offered_nothing": none_offered, "failed": failed}
     with ReplayPool(args.workers) as pool:
         for demo, target in targets:
             say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
                                                                          args.budget))
-            entry = bench_specialize(pool, store, target, args.budget, args.seed, demo)
+            try:
+                entry = bench_specialize(pool, store, target, args.budget, args.seed, demo)
+            except R3Error as err:  # (one kernel's replay refused: the others go on)
+                failed.append("%s: %s: %s" % (demo, target.kernel, err))
+                say("  failed: %s" % err)
+                write(args, None, specialization=section)
+                continue
             if entry is None:
                 none_offered.append("%s: %s" % (demo, target.kernel))
                 say("  nothing to specialize")
@@ -369,6 +384,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search.json"))
     ap.add_argument("--rejudge", action="store_true",
                     help="measure nothing: recompute the verdicts of --out from the pairs it holds")
+    ap.add_argument("--kernels", default="", help="with --specialize: only these kernels (comma-separated); "
+                    "the others' entries are kept")
     ap.add_argument("--specialize", action="store_true",
                     help="only argument specialization on and off (--demos default: dense,spec)")
     args = ap.parse_args()
