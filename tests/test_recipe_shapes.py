@@ -412,3 +412,12 @@ def test_a_library_called_libx_builds_libx_and_includes_libx_h(tmp_path):
         "lib/lc.c": "int lc(void) { return 0; }\n", "lib/liblcfg.h": "int lc(void);\n", "lib/config.h": "\n"})
     a = analyze(root, "r3x-lcfg")
     assert (a.build["test_library"], a.build["test_headers"]) == ("lcfg", ["liblcfg.h"])
+
+
+def test_an_option_named_like_a_compiler_flag_is_renamed(tmp_path):
+    root = _write(tmp_path / "lf", {
+        "configure.ac": "AC_INIT([lfx], [1.0])\nAC_PROG_CC\nAC_ARG_WITH([ldflags], [AS_HELP_STRING([--with-ldflags], [x])])\n",
+        "configure": "#!/bin/sh\n", "lf.c": "int lf;\n"})
+    a = analyze(root, "lfx")
+    assert [v.name for v in a.variants] == ["ldflags_opt"]
+    assert 'self.spec.satisfies("+ldflags_opt")' in _recipe(a)

@@ -492,7 +492,9 @@ def _cmake_optional_packages(a):
 
 
 RESERVED_VARIANTS = {"build_type", "generator", "ipo", "build_system", "patches", "dev_path",
-                     "buildtype", "default_library", "arch", "os", "target", "platform"}
+                     "buildtype", "default_library", "arch", "os", "target", "platform",
+                     # compiler flag names: "+ldflags" is not a variant to Spack (mxml's --with-ldflags)
+                     "cflags", "cxxflags", "fflags", "cppflags", "ldflags", "ldlibs"}
 CMAKE_TOOLS = {"PkgConfig", "Git", "Doxygen", "Python", "Python3", "PythonInterp", "Perl", "BISON",
                "FLEX", "SWIG"}
 
@@ -1222,6 +1224,12 @@ def analyze(root, name, build_system=None, version=None, build_directory=None) -
         # documentation needs tools an offline install cannot fetch and users rarely want
         if v.default and re.match(r"^(docs?|documentation|man|manpages?|manual|sphinx|doxygen|html)$", v.name):
             v.default = False
+    for v in a.variants:
+        if v.name in RESERVED_VARIANTS:
+            old, v.name = v.name, v.name + "_opt"
+            for d in a.dependencies:
+                if d.when:
+                    d.when = re.sub(r"([+~])%s\b" % old, r"\g<1>" + v.name, d.when)
     _own_libraries(a)
     _mark_own(a)
     _feature_variants(a)
