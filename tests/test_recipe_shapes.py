@@ -421,3 +421,12 @@ def test_an_option_named_like_a_compiler_flag_is_renamed(tmp_path):
     a = analyze(root, "lfx")
     assert [v.name for v in a.variants] == ["ldflags_opt"]
     assert 'self.spec.satisfies("+ldflags_opt")' in _recipe(a)
+
+
+def test_a_with_option_that_takes_a_value_says_nothing_when_off(tmp_path):
+    root = _write(tmp_path / "wv", {
+        "configure.ac": "AC_INIT([wvx], [1.0])\nAC_PROG_CC\n"
+                        "AC_ARG_WITH([dsoflags], AS_HELP_STRING([--with-dsoflags=...], [DSO flags]))\n",
+        "configure": "#!/bin/sh\n", "w.c": "int w;\n"})
+    text = _recipe(analyze(root, "wvx"))
+    assert '"--with-dsoflags"' in text and "--without-dsoflags" not in text

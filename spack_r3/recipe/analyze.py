@@ -814,7 +814,11 @@ def analyze_autotools(a: Analysis):
                 default = ("--disable-" in flag) if kind == "enable" else ("--without-" in flag)
                 if default:  # the help text describes turning it off
                     desc = "%s %s (%s: %s)" % ("enable" if kind == "enable" else "with", parts[0], flag.strip(), desc)
-                a.variants.append(RecipeVariant(variant_name(parts[0]), default, desc, parts[0], kind))
+                # --with-ldflags=FLAGS takes a value: off is saying nothing (--without-ldflags
+                # would make "no" the flags: mxml's link failed on "cannot find no")
+                value = bool(re.search(r"--(?:with|enable)-[\w-]+\[?=(?!yes\b|no\b)", flag)) and not default
+                a.variants.append(RecipeVariant(variant_name(parts[0]), default, desc, parts[0],
+                                                kind + ("-value" if value else "")))
         guards = _autotools_guards(text, {v.option: v.name for v in a.variants})
         when_at = lambda pos: next((w for lo, hi, w in guards if lo <= pos < hi), None)  # noqa: E731
         for args, pos in _meson_calls(text, "AC_CHECK_LIB"):

@@ -253,7 +253,11 @@ class RuleGenerator:
             return lines
         lines += templates.lines(tmpl, "configure_args")
         for v in a.variants:
-            yes, no = ("enable", "disable") if v.kind == "enable" else ("with", "without")
+            yes, no = ("enable", "disable") if v.kind.startswith("enable") else ("with", "without")
+            if v.kind.endswith("-value"):
+                lines += templates.lines(tmpl, "variant_on_only", when=_q("+" + v.name),
+                                         on=_q("--%s-%s" % (yes, v.option)))
+                continue
             lines += templates.lines(tmpl, "variant", when=_q("+" + v.name), on=_q("--%s-%s" % (yes, v.option)),
                                      off=_q("--%s-%s" % (no, v.option)))
         for extra in a.build.get("extra_args", []):
