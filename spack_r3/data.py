@@ -8,12 +8,22 @@ Evaluation  what replaying one variant of one capture measured.
 """
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Protocol, Tuple, Type, TypeVar, cast
+
+# A JSON object as json.load gives it.
+Json = Dict[str, Any]
+
+
+class _Dataclass(Protocol):  # any dataclass, as fields() takes it
+    __dataclass_fields__: ClassVar[Dict[str, Any]]
+
+
+_T = TypeVar("_T", bound=_Dataclass)
 
 CAPTURE_FORMAT = 1
 
 
-def _from_dict(cls, data):
+def _from_dict(cls: Type[_T], data: Json) -> _T:
     """Build ``cls`` from a dict, ignoring keys a newer writer may have added."""
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -25,7 +35,7 @@ class FileDigest:
     sha256: str
 
 
-def opt_level(args):
+def opt_level(args: Iterable[str]) -> str:
     """A compile line's optimization level: 0, 1, 2, 3, s or z (its last -O; none: 0, as
     the compiler takes it)."""
     levels = [a[2:] for a in args if a.startswith("-O")]
@@ -49,37 +59,37 @@ class Capture:
     source_file: str
     compile_command: List[str]
     compile_dir: str
-    signature: dict
+    signature: Json
     args: List[str]
     byval_data: List[Optional[str]]
     ret: Optional[str]
-    launch: dict
-    target: dict
-    app: dict
+    launch: Json
+    target: Json
+    app: Json
     instance: int
     instance_s: float
-    arena: dict
-    globals: List[dict]
-    files: dict
+    arena: Json
+    globals: List[Json]
+    files: Json
     tolerance: Optional[float] = None
     created: str = ""
     format: int = CAPTURE_FORMAT
     link_units: List[str] = field(default_factory=list)  # other units' bitcode the kernel calls into
-    memory: dict = field(default_factory=dict)  # mode (pages|heap), live_bytes, touched_bytes, thread
+    memory: Json = field(default_factory=dict)  # mode (pages|heap), live_bytes, touched_bytes, thread
     unreplayable: Optional[str] = None  # why replay refuses it: library state the recording does not keep
     # The flags module.bc was compiled with (besides the source and output): a source
     # variant is compiled with the same ones.
     bitcode_args: List[str] = field(default_factory=list)
 
-    def to_json(self):
+    def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "Capture":
         return _from_dict(cls, data)
 
     @property
-    def opt_level(self):
+    def opt_level(self) -> str:
         """The build's optimization level (``opt_level`` of its compile line)."""
         return opt_level(self.compile_command[1:])
 
@@ -128,11 +138,11 @@ class Pipeline:
     specialize: Tuple[Tuple[int, int], ...] = ()
 
     @property
-    def relaxes_fp(self):
+    def relaxes_fp(self) -> bool:
         """True when the pipeline changes floating-point semantics."""
         return bool(self.fast_math) or self.fma != "built"
 
-    def to_json(self):
+    def to_json(self) -> Json:
         d = asdict(self)
         d["passes"] = list(self.passes)
         d["fast_math"] = list(self.fast_math)
@@ -145,11 +155,13 @@ class Pipeline:
         return d
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "Pipeline":
         p = _from_dict(cls, data)
         p.passes = tuple(p.passes)
         p.fast_math = tuple(p.fast_math)
-        p.specialize = tuple(tuple(int(x) for x in pair) for pair in p.specialize)
+        # JSON gives each pair as a list; cast: mypy cannot count a generator's items
+        pairs = tuple(tuple(int(x) for x in pair) for pair in p.specialize)
+        p.specialize = cast(Tuple[Tuple[int, int], ...], pairs)
         return p
 
 
@@ -167,11 +179,11 @@ class Launch:
     num_teams: Optional[int] = None
     thread_limit: Optional[int] = None
 
-    def to_json(self):
+    def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Optional[Json]) -> "Launch":
         return _from_dict(cls, data or {})
 
 
@@ -184,7 +196,7 @@ class Variant:
     source_defines: Dict[str, int] = field(default_factory=dict)
     source_rule: Optional[str] = None  # what made the patch: a rule's name, or "llm"
 
-    def to_json(self):
+    def to_json(self) -> Json:
         return {
             "pipeline": self.pipeline.to_json(),
             "launch": self.launch.to_json(),
@@ -194,7 +206,7 @@ class Variant:
         }
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "Variant":
         return cls(
             pipeline=Pipeline.from_json(data.get("pipeline", {})),
             launch=Launch.from_json(data.get("launch", {})),
@@ -214,7 +226,7 @@ CACHE_STATES = (WARM, SHARED, COLD)
 @dataclass
 class Evaluation:
     capture: str
-    variant: dict
+    variant: Json
     status: str = OK
     compiled: bool = False
     verified: bool = False
@@ -242,12 +254,12 @@ class Evaluation:
     diagnostics: str = ""
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.status == OK
 
-    def to_json(self):
+    def to_json(self) -> Json:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "Evaluation":
         return _from_dict(cls, data)

@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from ..data import Json
 
 PLAN_FORMAT = 1
 
@@ -22,8 +24,8 @@ PLAN_FORMAT = 1
 @dataclass
 class PlannedKernel:
     symbol: str
-    pipeline: dict
-    launch: dict = field(default_factory=dict)
+    pipeline: Json
+    launch: Json = field(default_factory=dict)
     relaxes_fp: bool = False
     speedup: float = 1.0  # confirmed replay speedup
     share: float = 0.0  # of the application's run time, as recorded
@@ -45,24 +47,24 @@ class Plan:
     format: int = PLAN_FORMAT
     # What the plan was tuned with (for staleness): package, namespace, version, compiler,
     # spec, source_root, sources ({unit: sha256 of the original}), app measurements.
-    facts: dict = field(default_factory=dict)
+    facts: Json = field(default_factory=dict)
     # The GPU a plan of device kernels is tuned for (sm_90, gfx942); None: host kernels only.
     gpu: Optional[str] = None
 
-    def spec_keys(self):
+    def spec_keys(self) -> str:
         """The Spack spec keys this plan is for: the CPU microarchitecture, and for device
         kernels the GPU as Spack's variant (``target=zen3 cuda_arch=90``)."""
         from ..device.targets import gpu_target, variant_key
 
         return variant_key(self.target, gpu_target(self.gpu) if self.gpu else None)
 
-    def name(self):
+    def name(self) -> str:
         """What names this plan's files beside the package (``r3-<name>.json``, its
         patches ``r3-<name>-<n>.patch``): the CPU microarchitecture, and the GPU for a
         device plan (``zen3-sm_90``), so plans for several GPUs of one host sit side by side."""
         return "%s-%s" % (self.target, self.gpu) if self.gpu else self.target
 
-    def unit_for(self, path):
+    def unit_for(self, path: str) -> Optional[Json]:
         """The unit planned for the source file at ``path`` (absolute, in some build's
         stage), as a dict for ``apply.build_unit``; matched by its path relative to the
         source root, so any stage directory matches."""
@@ -74,25 +76,25 @@ class Plan:
                         "kernels": [k.__dict__ for k in unit.kernels]}
         return None
 
-    def predicted_app_speedup(self):
+    def predicted_app_speedup(self) -> float:
         """The application's speedup predicted from the recorded shares (see ``amdahl``)."""
         return amdahl((k.share, k.speedup) for u in self.units for k in u.kernels)
 
-    def build_digest(self):
+    def build_digest(self) -> str:
         """What ``r3-apply`` builds from this plan, as a short hash: the emitted package
         carries it, so Spack's hash of the package changes with the plan (a ``+r3`` install
         from an earlier plan is not reused). Measurements and facts are left out."""
         units = [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
                   "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels]}
                  for u in self.units]
-        built = {"format": self.format, "target": self.target, "units": units}
+        built: Json = {"format": self.format, "target": self.target, "units": units}
         if self.gpu:  # absent for host plans: their digests stay as they were
             built["gpu"] = self.gpu
         text = json.dumps(built, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def to_json(self):
-        d = {"format": self.format, "target": self.target, "facts": self.facts,
+    def to_json(self) -> Json:
+        d: Json = {"format": self.format, "target": self.target, "facts": self.facts,
              "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
                         "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
         if self.gpu:
@@ -100,20 +102,20 @@ class Plan:
         return d
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "Plan":
         units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
                              dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
         return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}),
                    data.get("gpu"))
 
 
-def amdahl(shares_and_speedups):
+def amdahl(shares_and_speedups: Iterable[Tuple[float, float]]) -> float:
     """The application's speedup if each kernel's share of the run shrinks by its speedup
     and the rest of the run stays as it was."""
     saved = sum(share * (1.0 - 1.0 / speedup) for share, speedup in shares_and_speedups if speedup > 0)
     return 1.0 / max(1e-9, 1.0 - saved)
 
 
-def load_plan(path):
+def load_plan(path: str) -> Plan:
     with open(path) as f:
         return Plan.from_json(json.load(f))
