@@ -132,6 +132,10 @@ def test_the_threads_range_is_no_part_of_a_studys_identity():
     spaces = [Space(KernelFacts("k", parallel=True, cores=c)) for c in (1, 2, 64)]
     assert [p.name for p in spaces[1].params if p.name == "threads"] == ["threads"]
     assert len({s.fingerprint() for s in spaces}) == 1
+    # Polly's parallel code is offered with more than one CPU: no part of the identity either.
+    with_polly = [Space(KernelFacts("k", parallel=True, cores=c, polly=True)) for c in (1, 2)]
+    assert "polly_parallel" in [p.name for p in with_polly[1].params]
+    assert with_polly[0].fingerprint() == with_polly[1].fingerprint()
     assert Space(KernelFacts("k", parallel=True, cores=2, tolerance=0.01)).fingerprint() != spaces[0].fingerprint()
 
 

@@ -83,6 +83,9 @@ def roles(ir, kernel):
     import llvmlite.binding as llvm  # (here: the check and r3-apply read counts without it)
 
     text = re.sub(r"\boptnone\b", "", ir)  # an -O0 build's functions: sroa would skip them
+    # The record clang's target attributes name features this LLVM may not know (it warns on
+    # stderr, once per function); a def-use walk after sroa needs none of them.
+    text = re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", text)
     llvm.initialize_native_target()
     mod = llvm.parse_assembly(text)
     tm = llvm.Target.from_triple(mod.triple or llvm.get_process_triple()).create_target_machine()

@@ -312,11 +312,12 @@ class Space:
 
     def fingerprint(self):
         """Short hash of the space: a study is resumed only into the same space. The
-        threads setting is left out: its range is the CPUs of one replay worker, which
-        ``--workers`` decides, and the number of workers is no part of the search (a run
-        resumed with other ``--workers`` goes on with the same study)."""
+        settings that follow the CPUs of one replay worker are left out (threads, launch
+        geometry, Polly's parallel code, offered with more than one): ``--workers`` decides
+        those, and the number of workers is no part of the search (a run resumed with other
+        ``--workers`` goes on with the same study)."""
         desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params
-                if p.name not in ("threads", "num_teams", "thread_limit")]
+                if p.name not in ("threads", "num_teams", "thread_limit", "polly_parallel")]
         return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
 
     def describe(self):
