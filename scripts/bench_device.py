@@ -26,7 +26,6 @@ Writes bench/device.json. Usage:
 """
 
 import argparse
-import glob
 import json
 import os
 import platform

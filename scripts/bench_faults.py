@@ -339,7 +339,6 @@ def r3(*argv):
 def bench_demo(demo, args, ws, markers, env, log):
     run, kernel = DEMOS[demo][:2]
     cands = candidates(demo, args.per_kind, markers)
-    by_tag = {c.tag: c for c in cands}
     queue = list(cands)
     src = os.path.join(ws, "src-" + demo)
     shutil.copytree(os.path.join(SOURCES, demo), src)
@@ -373,7 +372,7 @@ def bench_demo(demo, args, ws, markers, env, log):
         if m:
             starts.append((m.group(1), t, i))
     wall = {}
-    for n, (tag, t, i) in enumerate(starts):
+    for tag, t, i in starts:
         following = [lt for lt, line in lines[i + 1:] if line.startswith("==> ")]
         wall[tag] = round((following[0] if following else t) - t, 3)
     result, report = None, os.path.join(wsdir, "reports", "tune.json")

@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -143,7 +142,7 @@ def storage_seconds(path, space, trials):
     study = optuna.create_study(storage=store, study_name="bench-%d" % trials, direction="maximize")
     draw = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
     times = []
-    for i in range(trials):
+    for _ in range(trials):
         t = draw.ask()
         space.suggest(t)
         t0 = time.monotonic()

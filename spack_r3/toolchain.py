@@ -202,5 +202,7 @@ def target_names(triple):
     if "Available features" not in text:
         return None
     cpus_part, features_part = text.split("Available features", 1)
-    names = lambda part: frozenset(re.findall(r"^\s+([\w.-]+)\s+- ", part, re.M))
+    def names(part):
+        return frozenset(re.findall(r"^\s+([\w.-]+)\s+- ", part, re.M))
+
     return names(cpus_part), names(features_part)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from spack_r3 import backends, cli
-from spack_r3.capture import list_captures, load_capture_dir
+from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Launch, Variant
 from spack_r3.memimage import read_regions
 from spack_r3.replay.server import ReplayServer

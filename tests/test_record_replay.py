@@ -49,7 +49,7 @@ def r3_subprocess(*argv, **kw):
 def recorded(tmp_path_factory, clang):
     """One workspace holding captures of every demo."""
     ws = str(tmp_path_factory.mktemp("ws"))
-    for demo, run, kernel, tol in APPS:
+    for demo, run, _kernel, tol in APPS:
         argv = ["--workspace", ws, "record", "--source", os.path.join(DEMOS, demo), "--run", run]
         if tol:
             argv += ["--tolerance", tol]
@@ -273,7 +273,7 @@ def test_hanging_candidate_times_out(tmp_path, clang):
     flag = int(meta["args"][0], 16)
 
     def clear_flag(regions):
-        for addr, kind, data in regions:
+        for addr, _kind, data in regions:
             if addr <= flag < addr + len(data):
                 data[flag - addr:flag - addr + 4] = bytes(4)
 

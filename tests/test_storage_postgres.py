@@ -69,7 +69,7 @@ def test_a_killed_runs_running_trial_is_reclaimed(recorded, tmp_path, pg):
     ws = fresh_copy(recorded, tmp_path)
     url = pg.url
     argv = tune_argv(ws, "--budget", 5, "--storage", url)
-    for attempt in range(5):  # until the kill lands while a trial is held (it may finish just before)
+    for _attempt in range(5):  # until the kill lands while a trial is held (it may finish just before)
         for name in list(studies(url)):  # a study of its own: this workspace's copy of the kernel
             optuna.delete_study(study_name=name, storage=storage(None, url))
         first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional
+from typing import Dict
 
 from ..data import Pipeline
 from ..errors import R3Error

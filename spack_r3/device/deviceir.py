@@ -21,7 +21,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from .. import toolchain
 from ..errors import R3Error

@@ -8,7 +8,7 @@ bounds, more registers or shared memory than one block may have) is not launchab
 with the reason.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from .targets import NVIDIA

@@ -10,7 +10,7 @@ resources and theoretical occupancy.
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from ..errors import R3Error
 from .codegen import generate

@@ -134,7 +134,7 @@ def source_slice(source, globals_at=None):
         elif kind in FUNCTION_KINDS and nm == name:
             head = raw[begin:end]
             # the driver calls the kernel from another unit: it cannot stay static
-            stripped = re.sub(rb"^((?:\s*\b(?:inline|__inline__|__inline)\b)*)\s*\bstatic\b\s*", rb"\1 ", head, 1)
+            stripped = re.sub(rb"^((?:\s*\b(?:inline|__inline__|__inline)\b)*)\s*\bstatic\b\s*", rb"\1 ", head, count=1)
             if stripped != head:
                 edits.append((begin, end, stripped.lstrip()))
     used_globals = sorted(g for g in globals_at if g in keep and g in variables)
@@ -153,7 +153,7 @@ def source_slice(source, globals_at=None):
             decl = raw[begin:stop].rstrip()
             if n.get("init"):
                 decl = decl.rstrip(b"=").rstrip()
-            decl = re.sub(rb"\bstatic\b\s*", b"", decl, 1)
+            decl = re.sub(rb"\bstatic\b\s*", b"", decl, count=1)
             if b"," in decl.split(b"[")[0] or decl.count(b";"):
                 raise SliceError("recorded global %s shares its declaration with others" % g)
             edits.append((begin, _statement_end(raw, end), b"extern " + decl + b";\n"))

@@ -1055,7 +1055,7 @@ def analyze_makefile(a: Analysis):
         # a pkg-config call asks for --cflags/--libs (not "can't generate pkg-config file")
         for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)+([\w.+-]+)", line):
             a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc), when=when))
-    for (lib, when), line in sorted(libs.items(), key=lambda x: (x[0][0], x[0][1] or "")):
+    for (lib, when), _line in sorted(libs.items(), key=lambda x: (x[0][0], x[0][1] or "")):
         a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when,
                                          system=lib in SYSTEM_LIBS))
     if uses_mpi_wrapper is not None:

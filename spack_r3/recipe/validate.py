@@ -37,7 +37,7 @@ KNOWN_BUILDERS = {
 DIRECTIVES = {
     "version", "variant", "depends_on", "conflicts", "provides", "patch", "resource", "license",
     "maintainers", "extends", "requires", "build_system", "can_splice", "redistribute",
-    "requires", "language", "depends_on_python", "generator",
+    "language", "depends_on_python", "generator",
 }
 CLASS_CALLS_OK = DIRECTIVES | {"when", "default_args", "join_path", "Version", "Prefix", "any_combination_of",
                                "disjoint_sets", "auto_or_any_combination_of", "conditional", "range",

@@ -345,7 +345,7 @@ class Study:
                     pairs = self.pair_budget.pairs()
                 variant = self.space.variant(values, self.target.base)
 
-                def measure(pairs):
+                def measure(pairs, variant=variant):
                     return self.target.submit(server, variant, pairs=pairs, timeout=self.timeout)
 
                 t0 = time.monotonic()
