@@ -50,8 +50,10 @@ LIBDIR = subprocess.run(["llvm-config-19", "--libdir"], capture_output=True, tex
 ENV = "LD_LIBRARY_PATH=%s " % LIBDIR
 OFFLOAD = "-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu"
 CHANGE_SPEC = "O3,unroll=0"  # the compiler-setting change evaluated both ways
-LABEL = ("host-plugin CPU timings: libomptarget's x86_64 host plugin runs the target regions on this CPU; "
-         "these are not GPU speedups")
+LABEL = (
+    "host-plugin CPU timings: libomptarget's x86_64 host plugin runs the target regions on this CPU; "
+    "these are not GPU speedups"
+)
 
 
 def wall(cmd, cwd, env=None):
@@ -73,11 +75,29 @@ def measure(name, tree, build, run, budget, tmp, gpus):
     shutil.copytree(tree, src)
     # rebuild-and-run with the change (-fno-unroll-loops), as a user without replay would
     plain_cc = "clang-19"
-    rebuild = wall("make clean >/dev/null 2>&1; " + build % {"cc": plain_cc, "flags": "-O3 -fno-unroll-loops"} +
-                   " && " + ENV + run, src)
+    rebuild = wall(
+        "make clean >/dev/null 2>&1; "
+        + build % {"cc": plain_cc, "flags": "-O3 -fno-unroll-loops"}
+        + " && "
+        + ENV
+        + run,
+        src,
+    )
     t0 = time.perf_counter()
-    if r3("--workspace", ws, "record", "--source", tree, "--build", build % {"cc": "$R3_CC", "flags": "-O3"},
-          "--run", ENV + run) != 0:
+    if (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            tree,
+            "--build",
+            build % {"cc": "$R3_CC", "flags": "-O3"},
+            "--run",
+            ENV + run,
+        )
+        != 0
+    ):
         raise SystemExit("r3 record of %s failed" % name)
     record_s = time.perf_counter() - t0
     caps = sorted(list_captures(Workspace(ws)), key=lambda c: -(c.app.get("share") or 0))
@@ -92,45 +112,115 @@ def measure(name, tree, build, run, budget, tmp, gpus):
     t0 = time.perf_counter()
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     with open(out, "w") as f:
-        proc = subprocess.run([sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--kernel", hot.kernel,
-                               "--budget", str(budget), "--pairs", "3", "--confirm-pairs", "5",
-                               "--confirm-rounds", "2", "--mutator", "none", "--seed", "1", "--timeout", "300", "--json"],
-                              stdout=f, stderr=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "spack_r3.cli",
+                "--workspace",
+                ws,
+                "tune",
+                "--kernel",
+                hot.kernel,
+                "--budget",
+                str(budget),
+                "--pairs",
+                "3",
+                "--confirm-pairs",
+                "5",
+                "--confirm-rounds",
+                "2",
+                "--mutator",
+                "none",
+                "--seed",
+                "1",
+                "--timeout",
+                "300",
+                "--json",
+            ],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+        )
     tune_s = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit("r3 tune of %s failed" % name)
     with open(out) as f:
         [tuned] = json.load(f)["kernels"]
     return {
-        "app": name, "kernel": hot.kernel, "run": run, "share": hot.app.get("share"),
-        "calls": hot.app.get("calls"), "kernel_in_app_s": hot.instance_s,
-        "rebuild_and_run_s": rebuild, "record_s": record_s,
-        "replay_evaluation_s": replay_s, "replay_status": ev.status, "replay_verified": ev.verified,
+        "app": name,
+        "kernel": hot.kernel,
+        "run": run,
+        "share": hot.app.get("share"),
+        "calls": hot.app.get("calls"),
+        "kernel_in_app_s": hot.instance_s,
+        "rebuild_and_run_s": rebuild,
+        "record_s": record_s,
+        "replay_evaluation_s": replay_s,
+        "replay_status": ev.status,
+        "replay_verified": ev.verified,
         "replay_median_s": ev.time_median_s,
         "rebuild_over_replay": rebuild / replay_s if replay_s else None,
-        "capture_bytes": capture_bytes, "mapped_bytes": hot.memory.get("touched_bytes"),
+        "capture_bytes": capture_bytes,
+        "mapped_bytes": hot.memory.get("touched_bytes"),
         "map_list_bytes": hot.memory.get("mapped_bytes"),
-        "tune_s": tune_s, "tune": _tuned(tuned, ws),
+        "tune_s": tune_s,
+        "tune": _tuned(tuned, ws),
         "gpu_resources": _resources(ws, hot.kernel, gpus),
     }
 
 
 def _resources(ws, kernel, gpus):
     """The tuned region's static figures per GPU target (r3 retarget --json), one row each."""
-    proc = subprocess.run([sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "retarget", "--gpu", gpus,
-                           "--kernel", kernel, "--json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spack_r3.cli",
+            "--workspace",
+            ws,
+            "retarget",
+            "--gpu",
+            gpus,
+            "--kernel",
+            kernel,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["r3 retarget failed"])[-1]}
     [k] = json.loads(proc.stdout)["kernels"]
     rows = []
     for v in k["verdicts"]:
         r, o = v.get("resources") or {}, v.get("occupancy") or {}
-        rows.append({"target": v["target"], "ok": v["ok"], "reason": v["reason"],
-                     **{key: r.get(key) for key in ("registers", "sgprs", "spill_stores", "spill_loads", "stack",
-                                                    "shared", "max_threads", "wave_size")},
-                     "occupancy": o.get("fraction"), "limiter": o.get("limiter")})
-    return {"tuned_variant": k["tuned"], "label": "static figures of code compiled here for each GPU; no GPU ran",
-            "targets": rows}
+        rows.append(
+            {
+                "target": v["target"],
+                "ok": v["ok"],
+                "reason": v["reason"],
+                **{
+                    key: r.get(key)
+                    for key in (
+                        "registers",
+                        "sgprs",
+                        "spill_stores",
+                        "spill_loads",
+                        "stack",
+                        "shared",
+                        "max_threads",
+                        "wave_size",
+                    )
+                },
+                "occupancy": o.get("fraction"),
+                "limiter": o.get("limiter"),
+            }
+        )
+    return {
+        "tuned_variant": k["tuned"],
+        "label": "static figures of code compiled here for each GPU; no GPU ran",
+        "targets": rows,
+    }
 
 
 def _tuned(k, ws):
@@ -146,15 +236,34 @@ def _tuned(k, ws):
             continue
         launch, pipe = ev["variant"]["launch"], ev["variant"]["pipeline"]
         geometry = bool(launch.get("num_teams") or launch.get("thread_limit"))
-        piped = any(pipe.get(key) != default.get(key) for key in ("opt", "loop_vectorize", "slp_vectorize", "unroll",
-                                                                  "interleave", "inline_threshold", "passes", "codegen",
-                                                                  "noalias", "polly", "fast_math"))
+        piped = any(
+            pipe.get(key) != default.get(key)
+            for key in (
+                "opt",
+                "loop_vectorize",
+                "slp_vectorize",
+                "unroll",
+                "interleave",
+                "inline_threshold",
+                "passes",
+                "codegen",
+                "noalias",
+                "polly",
+                "fast_math",
+            )
+        )
         kind = "both" if geometry and piped else "geometry" if geometry else "pipeline" if piped else None
         if kind and (best[kind] is None or t.value > best[kind]["speedup"]):
             best[kind] = {"speedup": t.value, "launch": launch, "pipeline": pipe}
-    return {"confirmed_speedup": k["speedup"], "confirmed_min": k["speedup_min"], "confirmed_max": k["speedup_max"],
-            "winner": k["winner"], "winner_launch": k["variant"]["launch"], "evaluations": k["evaluations"],
-            "search_best_unconfirmed": best}
+    return {
+        "confirmed_speedup": k["speedup"],
+        "confirmed_min": k["speedup_min"],
+        "confirmed_max": k["speedup_max"],
+        "winner": k["winner"],
+        "winner_launch": k["variant"]["launch"],
+        "evaluations": k["evaluations"],
+        "search_best_unconfirmed": best,
+    }
 
 
 def main(argv=None):
@@ -168,36 +277,71 @@ def main(argv=None):
     apps = []
     load = os.getloadavg()  # other work on the machine: host-plugin timings move with it
     with tempfile.TemporaryDirectory(prefix="r3-bench-device-") as tmp:
-        apps.append(measure("heat-offload", os.path.join(ROOT, "repos", "r3", "sources", "heat-offload"),
-                            "make CC=\"%(cc)s\" CFLAGS=\"%(flags)s\"", "./heat 512 400", args.budget, tmp, args.gpu))
+        apps.append(
+            measure(
+                "heat-offload",
+                os.path.join(ROOT, "repos", "r3", "sources", "heat-offload"),
+                'make CC="%(cc)s" CFLAGS="%(flags)s"',
+                "./heat 512 400",
+                args.budget,
+                tmp,
+                args.gpu,
+            )
+        )
         if args.xsbench:
             # XSBench knows its checksum for the default lookups only: a run is right when it
             # prints the checksum of a plain build's run of the same lookups
-            build = "make CC=\"%(cc)s\" CFLAGS=\"-std=gnu99 %(flags)s " + OFFLOAD + "\""
+            build = 'make CC="%(cc)s" CFLAGS="-std=gnu99 %(flags)s ' + OFFLOAD + '"'
             run = "./XSBench -s small -m event -l %d" % args.xsbench_lookups
             plain = os.path.join(tmp, "xsbench-plain")
             shutil.copytree(args.xsbench, plain)
             wall(build % {"cc": "clang-19", "flags": "-O3"}, plain)
             text = subprocess.run(ENV + run, shell=True, cwd=plain, capture_output=True, text=True).stdout
             checksum = next(line.split(":")[1].split()[0] for line in text.splitlines() if "checksum" in line)
-            apps.append(measure("XSBench-openmp-offload", args.xsbench, build,
-                                run + " > out.txt; cat out.txt; grep -q 'checksum: %s ' out.txt" % checksum,
-                                args.budget, tmp, args.gpu))
+            apps.append(
+                measure(
+                    "XSBench-openmp-offload",
+                    args.xsbench,
+                    build,
+                    run + " > out.txt; cat out.txt; grep -q 'checksum: %s ' out.txt" % checksum,
+                    args.budget,
+                    tmp,
+                    args.gpu,
+                )
+            )
     measured = {a["app"] for a in apps}
     if os.path.exists(args.out):  # rows of apps this run did not measure stay as they were
         with open(args.out) as f:
             apps += [a for a in json.load(f).get("apps", []) if a["app"] not in measured]
-    result = {"label": LABEL, "machine": {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                                          "load_average_1m": {"start": load[0], "end": os.getloadavg()[0]}},
-              "change_evaluated": CHANGE_SPEC, "apps": apps}
+    result = {
+        "label": LABEL,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu": platform.processor() or platform.machine(),
+            "load_average_1m": {"start": load[0], "end": os.getloadavg()[0]},
+        },
+        "change_evaluated": CHANGE_SPEC,
+        "apps": apps,
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for a in apps:
         t = a["tune"]
-        print("%s: rebuild+run %.2fs vs replay %.2fs (%.1fx); capture %d B for %d B mapped; tune %s %.3fx [%.3f-%.3f]"
-              % (a["app"], a["rebuild_and_run_s"], a["replay_evaluation_s"], a["rebuild_over_replay"] or 0,
-                 a["capture_bytes"], a["mapped_bytes"], t["winner"], t["confirmed_speedup"], t["confirmed_min"],
-                 t["confirmed_max"]))
+        print(
+            "%s: rebuild+run %.2fs vs replay %.2fs (%.1fx); capture %d B for %d B mapped; tune %s %.3fx [%.3f-%.3f]"
+            % (
+                a["app"],
+                a["rebuild_and_run_s"],
+                a["replay_evaluation_s"],
+                a["rebuild_over_replay"] or 0,
+                a["capture_bytes"],
+                a["mapped_bytes"],
+                t["winner"],
+                t["confirmed_speedup"],
+                t["confirmed_min"],
+                t["confirmed_max"],
+            )
+        )
     print("(%s)" % LABEL)
 
 

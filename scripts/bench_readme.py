@@ -55,15 +55,36 @@ def table(header, rows):
 
 def replay_demos():
     d = load("replay.json")
-    rows = [(k["demo"], k["kernel"], "`%s`" % k["run"], "%.2f s" % k["rebuild_s"], "%.3f s" % k["replay_s"],
-             "%.0fx" % k["ratio"], mb(k["capture_bytes"]), mb(k["live_heap_bytes"]), x(k["record_overhead"]))
-            for k in d["kernels"]]
-    out = table(["demo", "kernel", "run", "rebuild + run", "replay", "saved", "capture", "live heap",
-                 "record overhead"], rows)
-    return out + ("\nOne change (`%s` rebuilt, `%s` replayed), %d trials, %s, %s CPUs: replay is %.0fx cheaper "
-                  "(geometric mean; at least %.0fx).\n" % (
-                      d["change"]["rebuild_cflags"], d["change"]["replay_pipeline"], d["trials"],
-                      d["machine"]["cpu"], d["machine"]["nproc"], d["ratio_geomean"], d["ratio_min"]))
+    rows = [
+        (
+            k["demo"],
+            k["kernel"],
+            "`%s`" % k["run"],
+            "%.2f s" % k["rebuild_s"],
+            "%.3f s" % k["replay_s"],
+            "%.0fx" % k["ratio"],
+            mb(k["capture_bytes"]),
+            mb(k["live_heap_bytes"]),
+            x(k["record_overhead"]),
+        )
+        for k in d["kernels"]
+    ]
+    out = table(
+        ["demo", "kernel", "run", "rebuild + run", "replay", "saved", "capture", "live heap", "record overhead"], rows
+    )
+    return out + (
+        "\nOne change (`%s` rebuilt, `%s` replayed), %d trials, %s, %s CPUs: replay is %.0fx cheaper "
+        "(geometric mean; at least %.0fx).\n"
+        % (
+            d["change"]["rebuild_cflags"],
+            d["change"]["replay_pipeline"],
+            d["trials"],
+            d["machine"]["cpu"],
+            d["machine"]["nproc"],
+            d["ratio_geomean"],
+            d["ratio_min"],
+        )
+    )
 
 
 def replay_shapes():
@@ -71,13 +92,36 @@ def replay_shapes():
     for s in load("replay.json")["real_code_shapes"]:
         over = [k["capture_over_data"] for k in s["kernels"] if k.get("capture_over_data")]
         refused = ["%s (%s)" % (name, why) for name, why in s.get("hot_refused_at_record", {}).items()]
-        refused += ["%s (replay: %s)" % (k["kernel"], k["detail"].split(": ", 1)[-1])
-                    for k in s["kernels"] if k["status"] == "refused"]
-        rows.append((s["program"], "`%s`" % s["run"], pct(s["share_verified"]), pct(s["share_refused"]),
-                     pct(s["share_failed"]), x(s.get("record_overhead")),
-                     "%.2f" % max(over) if over else "-", "; ".join(refused) or "-"))
-    return table(["program", "run", "verified", "refused", "failed", "record overhead",
-                  "capture / kernel's data (max)", "refused, why"], rows)
+        refused += [
+            "%s (replay: %s)" % (k["kernel"], k["detail"].split(": ", 1)[-1])
+            for k in s["kernels"]
+            if k["status"] == "refused"
+        ]
+        rows.append(
+            (
+                s["program"],
+                "`%s`" % s["run"],
+                pct(s["share_verified"]),
+                pct(s["share_refused"]),
+                pct(s["share_failed"]),
+                x(s.get("record_overhead")),
+                "%.2f" % max(over) if over else "-",
+                "; ".join(refused) or "-",
+            )
+        )
+    return table(
+        [
+            "program",
+            "run",
+            "verified",
+            "refused",
+            "failed",
+            "record overhead",
+            "capture / kernel's data (max)",
+            "refused, why",
+        ],
+        rows,
+    )
 
 
 def verdict(v, ratio):
@@ -93,17 +137,43 @@ def search(name):
             r = k[s]
             cells.append(ranged(r["best_speedup"], r["speedup_min"], r["speedup_max"]))
         cells.append(verdict(k["bayes"]["vs_random"], k["bayes"]["ratio_to_random"]))
-        cells.append("%s; %s" % (verdict(k["r3"]["vs_random"], k["r3"]["ratio_to_random"]),
-                                 verdict(k["r3"]["vs_bayes"], k["r3"]["ratio_to_bayes"])))
+        cells.append(
+            "%s; %s"
+            % (
+                verdict(k["r3"]["vs_random"], k["r3"]["ratio_to_random"]),
+                verdict(k["r3"]["vs_bayes"], k["r3"]["ratio_to_bayes"]),
+            )
+        )
         cells.append(", ".join(str(k["bayes"].get(e)) for e in ("evals_to_best", "evals_to_random_best_within_noise")))
         rows.append(cells)
     t = d["throughput"]
-    out = table(["kernel", "random", "Bayesian", "r3 (rules)", "Bayesian vs random", "r3 vs random; vs Bayesian",
-                 "Bayesian: best at, random's best (within noise) at"], rows)
-    return out + ("\nBudget %d, tolerance %g, %d CPUs. Search throughput on %s: %.0f evaluations/min with 1 worker, "
-                  "%.0f with 2 (%.2fx [%.2f-%.2f]).\n" % (
-                      d["budget"], d["tolerance"], d["machine_cpus"], d["throughput_kernel"], t["workers_1"],
-                      t["workers_2"], t["ratio"], t["ratio_min"], t["ratio_max"]))
+    out = table(
+        [
+            "kernel",
+            "random",
+            "Bayesian",
+            "r3 (rules)",
+            "Bayesian vs random",
+            "r3 vs random; vs Bayesian",
+            "Bayesian: best at, random's best (within noise) at",
+        ],
+        rows,
+    )
+    return out + (
+        "\nBudget %d, tolerance %g, %d CPUs. Search throughput on %s: %.0f evaluations/min with 1 worker, "
+        "%.0f with 2 (%.2fx [%.2f-%.2f]).\n"
+        % (
+            d["budget"],
+            d["tolerance"],
+            d["machine_cpus"],
+            d["throughput_kernel"],
+            t["workers_1"],
+            t["workers_2"],
+            t["ratio"],
+            t["ratio_min"],
+            t["ratio_max"],
+        )
+    )
 
 
 def apply_():
@@ -115,57 +185,143 @@ def apply_():
         for k in p["kernels"]:
             a = in_app.get(k["kernel"])
             if a:
-                parts.append("%s %s -> %s" % (k["kernel"], x(a["replay_speedup"]),
-                                              ranged(a["app_speedup"], a["app_speedup_min"], a["app_speedup_max"])))
+                parts.append(
+                    "%s %s -> %s"
+                    % (
+                        k["kernel"],
+                        x(a["replay_speedup"]),
+                        ranged(a["app_speedup"], a["app_speedup_min"], a["app_speedup_max"]),
+                    )
+                )
         idle = [k["kernel"] for k in p["kernels"] if k["kernel"] not in in_app]
         if idle:
             parts.append("%s: nothing beat the build" % ", ".join(idle))
         if "app_speedup" in p:
-            rows.append((p["package"], "`%s`" % p["run"], ranged(p["app_speedup"], p["app_speedup_min"],
-                                                                  p["app_speedup_max"]),
-                         x(p["predicted_app_speedup"]), "%.2f" % p["fidelity"], "; ".join(parts), p["when"]))
+            rows.append(
+                (
+                    p["package"],
+                    "`%s`" % p["run"],
+                    ranged(p["app_speedup"], p["app_speedup_min"], p["app_speedup_max"]),
+                    x(p["predicted_app_speedup"]),
+                    "%.2f" % p["fidelity"],
+                    "; ".join(parts),
+                    p["when"],
+                )
+            )
         else:
             rows.append((p["package"], "`%s`" % p["run"], p.get("error", "-"), "-", "-", "; ".join(parts), p["when"]))
     s = d["packages"][0]["settings"]
-    out = table(["package", "run", "app speedup", "predicted", "fidelity", "kernels: replay -> in the app", "when"],
-                rows)
-    return out + ("\nTarget: %s. Settings: budget %d, child budget %d, min share %g, tolerance %g, cache %s, %d paired "
-                  "application runs, %d paired timed-build runs; %s, %d cores.\n" % (
-                      d["target"], s["budget"], s["child_budget"], s["min_share"], s["tolerance"], s["cache"],
-                      s["pairs"], s["kernel_pairs"], d["machine"]["cpu"], d["machine"]["cores"]))
+    out = table(
+        ["package", "run", "app speedup", "predicted", "fidelity", "kernels: replay -> in the app", "when"], rows
+    )
+    return out + (
+        "\nTarget: %s. Settings: budget %d, child budget %d, min share %g, tolerance %g, cache %s, %d paired "
+        "application runs, %d paired timed-build runs; %s, %d cores.\n"
+        % (
+            d["target"],
+            s["budget"],
+            s["child_budget"],
+            s["min_share"],
+            s["tolerance"],
+            s["cache"],
+            s["pairs"],
+            s["kernel_pairs"],
+            d["machine"]["cpu"],
+            d["machine"]["cores"],
+        )
+    )
 
 
 def recipes():
     d = load("recipes.json")
-    rows = [(t["name"], t["build_system"], t["concretized"], t["installed"], t["check_passed"], t["attempts"],
-             "%.0f s" % t["seconds"]) for t in d["trees"]]
-    rows += [("%s, %s" % (r["name"], r["planted"]), "repair", "-", r["installed"], r["check_passed"], r["attempts"],
-              "%.0f s" % r["seconds"]) for r in d.get("repairs", [])]
+    rows = [
+        (
+            t["name"],
+            t["build_system"],
+            t["concretized"],
+            t["installed"],
+            t["check_passed"],
+            t["attempts"],
+            "%.0f s" % t["seconds"],
+        )
+        for t in d["trees"]
+    ]
+    rows += [
+        (
+            "%s, %s" % (r["name"], r["planted"]),
+            "repair",
+            "-",
+            r["installed"],
+            r["check_passed"],
+            r["attempts"],
+            "%.0f s" % r["seconds"],
+        )
+        for r in d.get("repairs", [])
+    ]
     out = table(["tree", "build system", "concretized", "installed", "check passed", "attempts", "time"], rows)
-    return out + ("\nGenerator %s, at most %d attempts, Spack %s; concretized %s, installed %s, checks passed %s, "
-                  "%.1f attempts on average; %s.\n" % (
-                      d["generator"], d["max_attempts"], d["spack_version"], pct(d["concretize_rate"]),
-                      pct(d["install_rate"]), pct(d["check_rate"]), d["mean_attempts"], d["machine"]))
+    return out + (
+        "\nGenerator %s, at most %d attempts, Spack %s; concretized %s, installed %s, checks passed %s, "
+        "%.1f attempts on average; %s.\n"
+        % (
+            d["generator"],
+            d["max_attempts"],
+            d["spack_version"],
+            pct(d["concretize_rate"]),
+            pct(d["install_rate"]),
+            pct(d["check_rate"]),
+            d["mean_attempts"],
+            d["machine"],
+        )
+    )
 
 
 def faults():
     d = load("faults.json")
     s = d["summary"]
-    rows = [(kind, k["count"], ", ".join("%s %d" % kv for kv in sorted(k["classified"].items())), k["winner"],
-             secs(k["wall_s_median"]), secs(k["wall_s_max"]), k["escaped"])
-            for kind, k in s["kinds"].items()]
+    rows = [
+        (
+            kind,
+            k["count"],
+            ", ".join("%s %d" % kv for kv in sorted(k["classified"].items())),
+            k["winner"],
+            secs(k["wall_s_median"]),
+            secs(k["wall_s_max"]),
+            k["escaped"],
+        )
+        for kind, k in s["kinds"].items()
+    ]
     out = table(["kind", "served", "classified as", "winners", "wall median", "wall max", "escaped"], rows)
-    out += "\n" + table(["verdict", "holds"], [(name, v if isinstance(v, bool) else json.dumps(v))
-                                               for name, v in s["verdicts"].items()])
-    out += "\n" + table(["demo", "kernel", "run", "exit", "served", "model asked / answered", "study intact",
-                         "reported winner"],
-                        [(m["demo"], m["kernel"], "`%s`" % m["run"], m["exit_status"], m["served"],
-                          "%d / %d" % (m["model"]["asked"], m["model"]["answered"]), m["study"]["intact"],
-                          "`%s` %s" % (m["winner"], x(m["winner_speedup"], 0))) for m in d["demos"]])
-    return out + ("\n%d candidates, %s, timeout %g s, RLIMIT_AS %g GiB, %.0f s, %s.\n\nFindings:\n\n" % (
-        s["candidates"], d["when"], d["settings"]["timeout_s"], d["settings"]["memory_limit_gib"], d["seconds"],
-        "%s, %d cores" % (d["machine"]["cpu"], d["machine"]["cores"]))
-        + "".join("- %s\n" % f for f in s["findings"]))
+    out += "\n" + table(
+        ["verdict", "holds"], [(name, v if isinstance(v, bool) else json.dumps(v)) for name, v in s["verdicts"].items()]
+    )
+    out += "\n" + table(
+        ["demo", "kernel", "run", "exit", "served", "model asked / answered", "study intact", "reported winner"],
+        [
+            (
+                m["demo"],
+                m["kernel"],
+                "`%s`" % m["run"],
+                m["exit_status"],
+                m["served"],
+                "%d / %d" % (m["model"]["asked"], m["model"]["answered"]),
+                m["study"]["intact"],
+                "`%s` %s" % (m["winner"], x(m["winner_speedup"], 0)),
+            )
+            for m in d["demos"]
+        ],
+    )
+    return out + (
+        "\n%d candidates, %s, timeout %g s, RLIMIT_AS %g GiB, %.0f s, %s.\n\nFindings:\n\n"
+        % (
+            s["candidates"],
+            d["when"],
+            d["settings"]["timeout_s"],
+            d["settings"]["memory_limit_gib"],
+            d["seconds"],
+            "%s, %d cores" % (d["machine"]["cpu"], d["machine"]["cores"]),
+        )
+        + "".join("- %s\n" % f for f in s["findings"])
+    )
 
 
 def scale():
@@ -175,21 +331,42 @@ def scale():
         if "throughput" in run:
             t = run["throughput"]["dask_over_local_paired"]
             o = run["dask_overhead_per_evaluation_s"]["noop_task_roundtrip"]
-            rows.append((label, run["kernel"], secs(run["coordinator"]["evaluation_s"]),
-                         ranged(t["median"], t["min"], t["max"]), secs(o["median"])))
+            rows.append(
+                (
+                    label,
+                    run["kernel"],
+                    secs(run["coordinator"]["evaluation_s"]),
+                    ranged(t["median"], t["min"], t["max"]),
+                    secs(o["median"]),
+                )
+            )
     out = table(["run", "kernel", "evaluation", "dask/local throughput (paired)", "no-op task round trip"], rows)
     run = next(r for r in d["runs"].values() if "model" in r)
     heads = list(next(iter(run["model"]["kernel_of_2s"].values())))
-    out += "\nModel, 32 kernels x 60 evaluations of 2 s each (inputs measured in the %s run; assumptions in " \
-           "the json): evaluations per minute, and what binds\n\n" % run["kernel"]
-    out += table(["workers"] + [h.replace("_", " ") for h in heads],
-                 [(w,) + tuple("%d (%s)" % (m[h]["evals_per_min"], m[h]["bound_by"].replace("_", " ")) for h in heads)
-                  for w, m in run["model"]["kernel_of_2s"].items()])
+    out += (
+        "\nModel, 32 kernels x 60 evaluations of 2 s each (inputs measured in the %s run; assumptions in "
+        "the json): evaluations per minute, and what binds\n\n" % run["kernel"]
+    )
+    out += table(
+        ["workers"] + [h.replace("_", " ") for h in heads],
+        [
+            (w,) + tuple("%d (%s)" % (m[h]["evals_per_min"], m[h]["bound_by"].replace("_", " ")) for h in heads)
+            for w, m in run["model"]["kernel_of_2s"].items()
+        ],
+    )
     return out
 
 
-TABLES = {"scale": scale, "replay-demos": replay_demos, "replay-shapes": replay_shapes, "search": lambda: search("search.json"),
-          "search-seed8": lambda: search("search-seed8.json"), "apply": apply_, "recipes": recipes, "faults": faults}
+TABLES = {
+    "scale": scale,
+    "replay-demos": replay_demos,
+    "replay-shapes": replay_shapes,
+    "search": lambda: search("search.json"),
+    "search-seed8": lambda: search("search-seed8.json"),
+    "apply": apply_,
+    "recipes": recipes,
+    "faults": faults,
+}
 
 
 def render(text):
@@ -198,6 +375,7 @@ def render(text):
         if name not in TABLES:
             raise SystemExit("bench/README.md: no table named %r (known: %s)" % (name, ", ".join(TABLES)))
         return m.group(1) + TABLES[name]() + m.group(4)
+
     return BLOCK.sub(block, text)
 
 
@@ -211,8 +389,9 @@ def main():
     new = render(text)
     if args.check:
         if new != text:
-            print("%s: tables are not those of bench/*.json; run scripts/bench_readme.py" % args.readme,
-                  file=sys.stderr)
+            print(
+                "%s: tables are not those of bench/*.json; run scripts/bench_readme.py" % args.readme, file=sys.stderr
+            )
             return 1
         return 0
     if new != text:

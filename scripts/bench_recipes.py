@@ -48,22 +48,39 @@ def main(argv=None):
     p.add_argument("--work", default=None, help="sandbox directory (default: a temporary one)")
     p.add_argument("--no-repair", action="store_true", help="skip the planted-fault repair run")
     p.add_argument("trees", nargs="*", help="tree names (default: all under tests/trees)")
-    p.add_argument("--real", action="append", default=[], metavar="DIR[:BUILTIN]",
-                   help="a public source tree, and the builtin recipe to compare with")
+    p.add_argument(
+        "--real",
+        action="append",
+        default=[],
+        metavar="DIR[:BUILTIN]",
+        help="a public source tree, and the builtin recipe to compare with",
+    )
     p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
     p.add_argument("--real-only", action="store_true", help="only the public trees")
     p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
-    p.add_argument("--collect", action="append", default=[], metavar="WORK[@COMMIT]",
-                   help="add the real-tree rows a run left in its --work directory (finished trees), "
-                        "made with the code of COMMIT")
-    p.add_argument("--combine", action="append", default=[], metavar="JSON",
-                   help="add the real-tree rows of another run's output (trees run in parallel)")
+    p.add_argument(
+        "--collect",
+        action="append",
+        default=[],
+        metavar="WORK[@COMMIT]",
+        help="add the real-tree rows a run left in its --work directory (finished trees), made with the code of COMMIT",
+    )
+    p.add_argument(
+        "--combine",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="add the real-tree rows of another run's output (trees run in parallel)",
+    )
     model_client.add_arguments(p)
     args = p.parse_args(argv)
     model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key)
 
-    names = [] if args.real_only else (
-        args.trees or sorted(d for d in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, d))))
+    names = (
+        []
+        if args.real_only
+        else (args.trees or sorted(d for d in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, d))))
+    )
     names = [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
     work = args.work or tempfile.mkdtemp(prefix="r3-bench-recipes-")
     sb = make_sandbox(os.path.join(work, "sandbox"), extra_bin_dirs=[os.path.dirname(sys.executable)])
@@ -71,42 +88,89 @@ def main(argv=None):
     rows = []
     for name in names:
         start = time.monotonic()
-        row = {"name": name, "build_system": None, "concretized": False, "installed": False,
-               "check_passed": False, "attempts": 0}
+        row = {
+            "name": name,
+            "build_system": None,
+            "concretized": False,
+            "installed": False,
+            "check_passed": False,
+            "attempts": 0,
+        }
         try:
-            res = make_recipe(RecipeRequest(name, source=os.path.join(TREES, name), regenerate=True,
-                                            max_attempts=args.max_attempts, model=model,
-                                            spack_scopes=[sb.scope]), ws,
-                              progress=lambda m: print("  " + m, file=sys.stderr))
-            row.update(build_system=res.build_system, attempts=len(res.attempts),
-                       concretized=any(a["concretized"] for a in res.attempts),
-                       installed=res.status == "installed", check_passed=res.check_passed is True,
-                       outcomes=[a["outcome"] for a in res.attempts])
+            res = make_recipe(
+                RecipeRequest(
+                    name,
+                    source=os.path.join(TREES, name),
+                    regenerate=True,
+                    max_attempts=args.max_attempts,
+                    model=model,
+                    spack_scopes=[sb.scope],
+                ),
+                ws,
+                progress=lambda m: print("  " + m, file=sys.stderr),
+            )
+            row.update(
+                build_system=res.build_system,
+                attempts=len(res.attempts),
+                concretized=any(a["concretized"] for a in res.attempts),
+                installed=res.status == "installed",
+                check_passed=res.check_passed is True,
+                outcomes=[a["outcome"] for a in res.attempts],
+            )
         except R3Error as err:
             row["error"] = str(err)
         row["seconds"] = round(time.monotonic() - start, 1)
         rows.append(row)
-        print("%-14s %-10s concretized=%s installed=%s check=%s attempts=%d (%.0f s)" % (
-            name, row["build_system"], row["concretized"], row["installed"], row["check_passed"],
-            row["attempts"], row["seconds"]), flush=True)
+        print(
+            "%-14s %-10s concretized=%s installed=%s check=%s attempts=%d (%.0f s)"
+            % (
+                name,
+                row["build_system"],
+                row["concretized"],
+                row["installed"],
+                row["check_passed"],
+                row["attempts"],
+                row["seconds"],
+            ),
+            flush=True,
+        )
 
     # the refine loop on a planted fault: the generated CMake recipe without its r3tvec dependency
     repairs = []
     cm = os.path.join(ws.root, "repo", "packages", "r3t-cmake", "package.py")
     if not args.no_repair and os.path.isfile(cm) and any(r["name"] == "r3t-cmake" and r["installed"] for r in rows):
         import re
+
         planted = re.sub(r'(?m)^\s*depends_on\("r3tvec"\)\n', "", open(cm).read())
         start = time.monotonic()
-        res = make_recipe(RecipeRequest("r3t-cmake", source=os.path.join(TREES, "r3t-cmake"), regenerate=True,
-                                        max_attempts=args.max_attempts, initial_text=planted,
-                                        spack_scopes=[sb.scope]), ws)
-        repairs.append({"name": "r3t-cmake", "planted": "depends_on('r3tvec') removed",
-                        "installed": res.status == "installed", "check_passed": res.check_passed is True,
-                        "attempts": len(res.attempts), "outcomes": [a["outcome"] for a in res.attempts],
-                        "fixes": [f for a in res.attempts for f in a["fixes"]],
-                        "seconds": round(time.monotonic() - start, 1)})
-        print("repair: r3t-cmake without depends_on('r3tvec'): installed=%s attempts=%d" % (
-            repairs[-1]["installed"], repairs[-1]["attempts"]), flush=True)
+        res = make_recipe(
+            RecipeRequest(
+                "r3t-cmake",
+                source=os.path.join(TREES, "r3t-cmake"),
+                regenerate=True,
+                max_attempts=args.max_attempts,
+                initial_text=planted,
+                spack_scopes=[sb.scope],
+            ),
+            ws,
+        )
+        repairs.append(
+            {
+                "name": "r3t-cmake",
+                "planted": "depends_on('r3tvec') removed",
+                "installed": res.status == "installed",
+                "check_passed": res.check_passed is True,
+                "attempts": len(res.attempts),
+                "outcomes": [a["outcome"] for a in res.attempts],
+                "fixes": [f for a in res.attempts for f in a["fixes"]],
+                "seconds": round(time.monotonic() - start, 1),
+            }
+        )
+        print(
+            "repair: r3t-cmake without depends_on('r3tvec'): installed=%s attempts=%d"
+            % (repairs[-1]["installed"], repairs[-1]["attempts"]),
+            flush=True,
+        )
 
     real = [real_tree(spec, sb, ws, args, model) for spec in real_specs(args)]
     for other in args.combine:  # rows another run (on other trees, at the same time) wrote
@@ -146,12 +210,24 @@ def main(argv=None):
         f.write("\n")
     if real:
         rs = summary["real_summary"]
-        print("real trees: %d/%d installed, %d tested, mean attempts %.2f; required deps %d/%d, deps %d/%d, "
-              "variants %d/%d" % (rs["installed"], rs["trees"], rs["tested"], rs["mean_attempts"],
-                                  *rs["required_dependencies_matched"], *rs["dependencies_matched"],
-                                  *rs["variants_matched"]))
-    print(("test trees: " if rows else "no test trees: ") + "install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s" % (
-        100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out))
+        print(
+            "real trees: %d/%d installed, %d tested, mean attempts %.2f; required deps %d/%d, deps %d/%d, "
+            "variants %d/%d"
+            % (
+                rs["installed"],
+                rs["trees"],
+                rs["tested"],
+                rs["mean_attempts"],
+                *rs["required_dependencies_matched"],
+                *rs["dependencies_matched"],
+                *rs["variants_matched"],
+            )
+        )
+    print(
+        ("test trees: " if rows else "no test trees: ")
+        + "install rate %.0f%%, check rate %.0f%%, mean attempts %.2f -> %s"
+        % (100 * summary["install_rate"], 100 * summary["check_rate"], summary["mean_attempts"], args.out)
+    )
     return 0 if (summary["install_rate"] == 1.0 or not rows) else 1
 
 
@@ -159,7 +235,8 @@ def real_summary(real, own_excluded):
     nr = len(real) or 1
     total = lambda key, i: sum(r["agreement"].get(key, [0, 0])[i] for r in real)  # noqa: E731
     return {
-        "trees": len(real), "installed": sum(r["installed"] for r in real),
+        "trees": len(real),
+        "installed": sum(r["installed"] for r in real),
         "tested": sum(r["tested"] for r in real),
         "install_rate": sum(r["installed"] for r in real) / nr,
         "test_rate": sum(r["tested"] for r in real) / nr,
@@ -175,8 +252,11 @@ def real_summary(real, own_excluded):
 def real_specs(args):
     specs = list(args.real)
     if args.real_dir:
-        specs += [os.path.join(args.real_dir, d) for d in sorted(os.listdir(args.real_dir))
-                  if os.path.isdir(os.path.join(args.real_dir, d))]
+        specs += [
+            os.path.join(args.real_dir, d)
+            for d in sorted(os.listdir(args.real_dir))
+            if os.path.isdir(os.path.join(args.real_dir, d))
+        ]
     out = []
     for spec in specs:
         path, _, builtin = spec.partition(":")
@@ -192,6 +272,7 @@ BUILTIN_NAMES = {"inih": "libinih", "libyaml": "libyaml", "test-drive": "test-dr
 def _declared(text):
     import re
     from spack_r3.recipe.fixes import declared_dependencies
+
     try:
         deps = declared_dependencies(text)
     except SyntaxError:
@@ -209,20 +290,33 @@ def agreement(generated_text, builtin_text):
     g_names = {n for n, _w in g_deps}
     b_req = {n for n, w in b_deps if w is None}
     b_all = {n for n, _w in b_deps}
-    return {"required": [len(b_req & g_names), len(b_req)], "dependencies": [len(b_all & g_names), len(b_all)],
-            "variants": [len(b_vars & g_vars), len(b_vars)], "builtin_dependencies": sorted(b_all),
-            "generated_dependencies": sorted(g_names), "builtin_variants": sorted(b_vars),
-            "generated_variants": sorted(g_vars)}
+    return {
+        "required": [len(b_req & g_names), len(b_req)],
+        "dependencies": [len(b_all & g_names), len(b_all)],
+        "variants": [len(b_vars & g_vars), len(b_vars)],
+        "builtin_dependencies": sorted(b_all),
+        "generated_dependencies": sorted(g_names),
+        "builtin_variants": sorted(b_vars),
+        "generated_variants": sorted(g_vars),
+    }
 
 
 def _row(name, tree, builtin, res, spack_root):
     """A real-tree row from a recipe result (RecipeResult.to_dict(), or a summary.json)."""
-    row = {"name": name, "tree": tree, "builtin": builtin, "build_system": res.get("build_system"),
-           "attempts": len(res["attempts"]), "installed": res["status"] == "installed",
-           "tested": res.get("check_passed") is True, "outcomes": [a["outcome"] for a in res["attempts"]],
-           "fixes": [f for a in res["attempts"] for f in a["fixes"]],
-           "examples": [e["name"] for e in res.get("examples", [])], "agreement": {},
-           "seconds": round(sum(a.get("seconds", 0) for a in res["attempts"]), 1)}
+    row = {
+        "name": name,
+        "tree": tree,
+        "builtin": builtin,
+        "build_system": res.get("build_system"),
+        "attempts": len(res["attempts"]),
+        "installed": res["status"] == "installed",
+        "tested": res.get("check_passed") is True,
+        "outcomes": [a["outcome"] for a in res["attempts"]],
+        "fixes": [f for a in res["attempts"] for f in a["fixes"]],
+        "examples": [e["name"] for e in res.get("examples", [])],
+        "agreement": {},
+        "seconds": round(sum(a.get("seconds", 0) for a in res["attempts"]), 1),
+    }
     if not row["installed"] and res["attempts"]:
         row["last_diagnostics"] = (res["attempts"][-1].get("diagnostics") or "")[-800:]
     builtin_path = os.path.join(spack_root or "", "var", "spack", "repos", "builtin", "packages", builtin, "package.py")
@@ -238,23 +332,45 @@ def real_tree(spec, sb, ws, args, model):
     name = "r3x-" + tree.lower().replace("_", "-")
     start = time.monotonic()
     try:
-        res = make_recipe(RecipeRequest(name, source=path, regenerate=True, max_attempts=args.max_attempts,
-                                        model=model, spack_scopes=[sb.scope],
-                                        exclude_examples=[] if args.keep_own else [builtin]), ws,
-                          progress=lambda m: print("  " + m, file=sys.stderr))
+        res = make_recipe(
+            RecipeRequest(
+                name,
+                source=path,
+                regenerate=True,
+                max_attempts=args.max_attempts,
+                model=model,
+                spack_scopes=[sb.scope],
+                exclude_examples=[] if args.keep_own else [builtin],
+            ),
+            ws,
+            progress=lambda m: print("  " + m, file=sys.stderr),
+        )
         row = _row(name, tree, builtin, res.to_dict(), Spack(None, [sb.scope]).root)
         row["commit"] = _commit()
     except R3Error as err:
-        row = {"name": name, "tree": tree, "builtin": builtin, "build_system": None, "installed": False,
-               "tested": False, "attempts": 0, "agreement": {}, "error": str(err)}
+        row = {
+            "name": name,
+            "tree": tree,
+            "builtin": builtin,
+            "build_system": None,
+            "installed": False,
+            "tested": False,
+            "attempts": 0,
+            "agreement": {},
+            "error": str(err),
+        }
     row["seconds"] = round(time.monotonic() - start, 1)
-    print("%-18s %-10s installed=%s tested=%s attempts=%d (%.0f s)" % (
-        name, row["build_system"], row["installed"], row["tested"], row["attempts"], row["seconds"]), flush=True)
+    print(
+        "%-18s %-10s installed=%s tested=%s attempts=%d (%.0f s)"
+        % (name, row["build_system"], row["installed"], row["tested"], row["attempts"], row["seconds"]),
+        flush=True,
+    )
     return row
 
 
 def _commit():
     import subprocess
+
     p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return p.stdout.strip() or None
 
@@ -269,7 +385,7 @@ def collected(work):
         if name.startswith("r3x-") and os.path.isfile(path):
             with open(path) as f:
                 res = json.load(f)
-            tree = name[len("r3x-"):]
+            tree = name[len("r3x-") :]
             rows.append(_row(name, tree, BUILTIN_NAMES.get(tree, tree), res, Spack(None, []).root))
     return rows
 

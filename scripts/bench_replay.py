@@ -48,8 +48,11 @@ from spack_r3.workspace import Workspace  # noqa: E402
 # demo, run command, hottest kernel. The runs are sized like a short production run
 # (2-3 s at -O3 -march=native on a 2-core machine); the ratio grows with the run's
 # length, so bench/replay.json records each plain run's time beside it.
-DEMOS = [("heat", "./heat 1024 16000", "jacobi_step"), ("cg", "./cg", "spmv"),
-         ("nbody", "./nbody 2000 400", "compute_forces")]
+DEMOS = [
+    ("heat", "./heat 1024 16000", "jacobi_step"),
+    ("cg", "./cg", "spmv"),
+    ("nbody", "./nbody 2000 400", "compute_forces"),
+]
 # The compiler-setting change being evaluated: no loop unrolling.
 # Record builds target the host (-march=native), so the plain build does too.
 PLAIN_CFLAGS = "-O3 -march=native"
@@ -59,8 +62,7 @@ CHANGE_SPEC = "O3,unroll=0"
 
 def timed(cmd, cwd, env=None):
     t0 = time.perf_counter()
-    subprocess.run(cmd, shell=True, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, shell=True, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -87,8 +89,9 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
         server.load(cap_dir)  # a warm, persistent server: the capture is parsed once
         for t in range(trials):
             say("%s: trial %d/%d" % (name, t + 1, trials))
-            rebuild.append(timed("make clean && make CC=%s CFLAGS='%s'" % (clang, CHANGE_CFLAGS), changed)
-                           + timed(run, changed))
+            rebuild.append(
+                timed("make clean && make CC=%s CFLAGS='%s'" % (clang, CHANGE_CFLAGS), changed) + timed(run, changed)
+            )
             t0 = time.perf_counter()
             ev = server.submit(cap_dir, Variant(pipeline=parse(CHANGE_SPEC)), repeat=5)
             replay.append(time.perf_counter() - t0)
@@ -103,13 +106,22 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
         shutil.rmtree(d, ignore_errors=True)
     rb, rp = statistics.median(rebuild), statistics.median(replay)
     return {
-        "kernel": kernel, "demo": name, "run": run, "rebuild_s": rb, "replay_s": rp, "ratio": rb / rp,
-        "rebuild": spread(rebuild), "replay": spread(replay),
-        "replay_compile_s": ev.compile_s, "replay_kernel_median_s": ev.time_median_s,
+        "kernel": kernel,
+        "demo": name,
+        "run": run,
+        "rebuild_s": rb,
+        "replay_s": rp,
+        "ratio": rb / rp,
+        "rebuild": spread(rebuild),
+        "replay": spread(replay),
+        "replay_compile_s": ev.compile_s,
+        "replay_kernel_median_s": ev.time_median_s,
         "in_app_instance_s": cap.instance_s,
         "capture_bytes": sum(os.path.getsize(os.path.join(cap_dir, n)) for n in ("pre.bin", "post.bin")),
-        "touched_bytes": cap.memory.get("touched_bytes"), "live_heap_bytes": cap.memory.get("live_bytes"),
-        "plain_run": spread(plain_runs), "record_run": spread(record_runs),
+        "touched_bytes": cap.memory.get("touched_bytes"),
+        "live_heap_bytes": cap.memory.get("live_bytes"),
+        "plain_run": spread(plain_runs),
+        "record_run": spread(record_runs),
         "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)),
     }
 
@@ -122,15 +134,34 @@ import test_record_shapes as shapes  # noqa: E402
 
 SHAPES = [
     # name, files, build (sees $R3_CC/$R3_CXX or plain CC/CXX), run
-    ("xs-proxy (C, OpenMP, Monte Carlo)", {"xs.c": parallel_shapes.XS_C,
-                                           "Makefile": "xs: xs.c\n\t$(CC) -O3 -fopenmp -o xs xs.c\n"},
-     "make CC=%(cc)s", "./xs 400000 10000000"),
-    ("polybench-like (C, kernels next to main)", {"support.h": shapes.SUPPORT_H, "support.c": shapes.SUPPORT_C,
-                                                  "bench.c": shapes.BENCH_C, "Makefile": shapes.BENCH_MAKEFILE},
-     "make CC=%(cc)s", "./bench"),
-    ("smoother (C++, OpenMP methods)", {"smooth.h": shapes.SMOOTH_H, "smooth.cpp": shapes.SMOOTH_CPP,
-                                        "main.cpp": shapes.SMOOTH_MAIN, "Makefile": shapes.SMOOTH_MAKEFILE},
-     "make CXX=%(cxx)s", "./smooth"),
+    (
+        "xs-proxy (C, OpenMP, Monte Carlo)",
+        {"xs.c": parallel_shapes.XS_C, "Makefile": "xs: xs.c\n\t$(CC) -O3 -fopenmp -o xs xs.c\n"},
+        "make CC=%(cc)s",
+        "./xs 400000 10000000",
+    ),
+    (
+        "polybench-like (C, kernels next to main)",
+        {
+            "support.h": shapes.SUPPORT_H,
+            "support.c": shapes.SUPPORT_C,
+            "bench.c": shapes.BENCH_C,
+            "Makefile": shapes.BENCH_MAKEFILE,
+        },
+        "make CC=%(cc)s",
+        "./bench",
+    ),
+    (
+        "smoother (C++, OpenMP methods)",
+        {
+            "smooth.h": shapes.SMOOTH_H,
+            "smooth.cpp": shapes.SMOOTH_CPP,
+            "main.cpp": shapes.SMOOTH_MAIN,
+            "Makefile": shapes.SMOOTH_MAKEFILE,
+        },
+        "make CXX=%(cxx)s",
+        "./smooth",
+    ),
 ]
 
 
@@ -153,7 +184,7 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     say("%s: recording" % name)
     before = {c.id for c in list_captures(ws)}
-    rec = record(ws, src, run, build=build % {"cc": "\"$R3_CC\"", "cxx": "\"$R3_CXX\""})
+    rec = record(ws, src, run, build=build % {"cc": '"$R3_CC"', "cxx": '"$R3_CXX"'})
     caps = [c for c in list_captures(ws) if c.id not in before and c.id in {x.id for x in rec.captures}]
     plain = tempfile.mkdtemp(prefix="bench-shape-plain-")
     shutil.rmtree(plain)
@@ -179,8 +210,11 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
             # the kernel's own data: its inputs (the heap pages it touched; the stack, globals and
             # read-only data its arguments reach) and its outputs (what it changed, compared)
             input_bytes = (c.memory.get("touched_bytes") or 0) + sum(
-                r.size for r in pre if r.kind in (KIND_STACK, KIND_GLOBAL, KIND_CONST))
-            output_bytes = sum(r.size for r in read_regions(os.path.join(cap_dir, "post.bin")) if not (r.path or r.zero))
+                r.size for r in pre if r.kind in (KIND_STACK, KIND_GLOBAL, KIND_CONST)
+            )
+            output_bytes = sum(
+                r.size for r in read_regions(os.path.join(cap_dir, "post.bin")) if not (r.path or r.zero)
+            )
             data_bytes = input_bytes + output_bytes
             try:
                 ev = server.submit(cap_dir, Variant(), repeat=1)
@@ -188,26 +222,42 @@ def bench_tree(name, src, build, run, clang, ws, trials, say):
                 detail = ev.diagnostics
             except Exception as err:  # refused: the reason is the result
                 status, detail = "refused", str(err)
-            kernels.append({"kernel": c.kernel, "share": c.app.get("share") or 0.0, "status": status,
-                            "detail": detail[:200], "thread": c.memory.get("thread"), "mode": c.memory.get("mode"),
-                            "capture_bytes": files_bytes, "runtime_bytes": runtime_bytes,
-                            "touched_bytes": c.memory.get("touched_bytes"), "input_bytes": input_bytes,
-                            "output_bytes": output_bytes,
-                            "capture_over_data": files_bytes / data_bytes if data_bytes else None,
-                            "live_heap_bytes": c.memory.get("live_bytes")})
+            kernels.append(
+                {
+                    "kernel": c.kernel,
+                    "share": c.app.get("share") or 0.0,
+                    "status": status,
+                    "detail": detail[:200],
+                    "thread": c.memory.get("thread"),
+                    "mode": c.memory.get("mode"),
+                    "capture_bytes": files_bytes,
+                    "runtime_bytes": runtime_bytes,
+                    "touched_bytes": c.memory.get("touched_bytes"),
+                    "input_bytes": input_bytes,
+                    "output_bytes": output_bytes,
+                    "capture_over_data": files_bytes / data_bytes if data_bytes else None,
+                    "live_heap_bytes": c.memory.get("live_bytes"),
+                }
+            )
     shutil.rmtree(plain, ignore_errors=True)
     hot = [h for h in rec.hotness if (h["share"] or 0) > 0.01]
     timeable = statistics.median(plain_runs) >= 0.2  # shorter runs time process start-up
     return {
-        "program": name, "run": run, "kernels": kernels,
+        "program": name,
+        "run": run,
+        "kernels": kernels,
         "share_verified": sum(k["share"] for k in kernels if k["status"] == "verified"),
         "share_refused": sum(k["share"] for k in kernels if k["status"] == "refused"),
         "share_failed": sum(k["share"] for k in kernels if k["status"] not in ("verified", "refused")),
         # hot kernels without a capture: refused at record time, with the reason (they read
         # input, say), or missed
-        "hot_refused_at_record": {h["kernel"]: h["not_captured"] for h in hot if not h["capture"] and h.get("not_captured")},
+        "hot_refused_at_record": {
+            h["kernel"]: h["not_captured"] for h in hot if not h["capture"] and h.get("not_captured")
+        },
         "hot_uncaptured": [h["kernel"] for h in hot if not h["capture"] and not h.get("not_captured")],
-        "plain_run": spread(plain_runs), "probe_run": spread(probe_runs), "record_run": spread(record_runs),
+        "plain_run": spread(plain_runs),
+        "probe_run": spread(probe_runs),
+        "record_run": spread(record_runs),
         "probe_overhead": statistics.median(r / p for r, p in zip(probe_runs, plain_runs)) if timeable else None,
         "record_overhead": statistics.median(r / p for r, p in zip(record_runs, plain_runs)) if timeable else None,
         "capture_cost_s": statistics.median(r - p for r, p in zip(record_runs, probe_runs)),
@@ -221,8 +271,14 @@ def main():
     ap.add_argument("--demo", action="append", help="only these demos")
     ap.add_argument("--no-shapes", action="store_true", help="skip the real-code shapes section")
     ap.add_argument("--no-demos", action="store_true", help="skip the demos section")
-    ap.add_argument("--program", nargs=4, action="append", default=[], metavar=("NAME", "DIR", "BUILD", "RUN"),
-                    help="also measure this source tree like the shapes (repeatable)")
+    ap.add_argument(
+        "--program",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("NAME", "DIR", "BUILD", "RUN"),
+        help="also measure this source tree like the shapes (repeatable)",
+    )
     args = ap.parse_args()
     clang = find_clang()
     say = lambda msg: print("==> " + msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -234,8 +290,10 @@ def main():
                 continue
             rows.append(bench_demo(name, run, kernel, clang, ws, args.trials, say))
         real = [] if args.no_shapes else [bench_shape(*spec, clang, ws, args.trials, say) for spec in SHAPES]
-        real += [bench_tree(name, os.path.abspath(src), build, run, clang, ws, args.trials, say)
-                 for name, src, build, run in args.program]
+        real += [
+            bench_tree(name, os.path.abspath(src), build, run, clang, ws, args.trials, say)
+            for name, src, build, run in args.program
+        ]
     ratios = [r["ratio"] for r in rows]
     result = {
         "change": {"rebuild_cflags": CHANGE_CFLAGS, "replay_pipeline": CHANGE_SPEC},
@@ -251,34 +309,89 @@ def main():
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     if rows:
-        print(table(["kernel", "rebuild+run", "replay", "ratio", "record overhead", "capture", "live heap"],
-                    [[r["kernel"], "%.3fs" % r["rebuild_s"], "%.3fs" % r["replay_s"], "%.1fx" % r["ratio"],
-                      "%.2fx" % r["record_overhead"], _mib(r["capture_bytes"]), _mib(r["live_heap_bytes"])]
-                     for r in rows]))
+        print(
+            table(
+                ["kernel", "rebuild+run", "replay", "ratio", "record overhead", "capture", "live heap"],
+                [
+                    [
+                        r["kernel"],
+                        "%.3fs" % r["rebuild_s"],
+                        "%.3fs" % r["replay_s"],
+                        "%.1fx" % r["ratio"],
+                        "%.2fx" % r["record_overhead"],
+                        _mib(r["capture_bytes"]),
+                        _mib(r["live_heap_bytes"]),
+                    ]
+                    for r in rows
+                ],
+            )
+        )
     for p in real:
-        overhead = ("probes %.2fx, probes and captures %.2fx (captures cost %.2f s) [plain %.2f s]"
-                    % (p["probe_overhead"], p["record_overhead"], p["capture_cost_s"], p["plain_run"]["median"])
-                    if p["record_overhead"] else "not timed (plain run %.3f s)" % p["plain_run"]["median"])
-        print("\n%s (%s): recording overhead: %s; app time in captured kernels: %.0f%% verified, %.0f%% refused, "
-              "%.0f%% failed; hot kernels not captured: %s%s"
-              % (p["program"], p["run"], overhead, 100 * p["share_verified"], 100 * p["share_refused"],
-                 100 * p["share_failed"], ", ".join(p["hot_uncaptured"]) or "none",
-                 "".join("; %s refused at record time: %s" % (cxxnames.display(k), why)
-                         for k, why in p["hot_refused_at_record"].items())))
-        print(table(["kernel", "thread", "share", "replay", "capture", "of it runtime state", "touched", "inputs",
-                     "outputs", "capture/(in+out)", "live heap"],
-                    [[cxxnames.display(k["kernel"], 40), k["thread"] or "-", "%.1f%%" % (100 * k["share"]), k["status"],
-                      _mib(k["capture_bytes"]), _mib(k["runtime_bytes"]), _mib(k["touched_bytes"]),
-                      _mib(k["input_bytes"]), _mib(k["output_bytes"]),
-                      "%.2f" % k["capture_over_data"] if k["capture_over_data"] else "-", _mib(k["live_heap_bytes"])]
-                     for k in p["kernels"]]))
+        overhead = (
+            "probes %.2fx, probes and captures %.2fx (captures cost %.2f s) [plain %.2f s]"
+            % (p["probe_overhead"], p["record_overhead"], p["capture_cost_s"], p["plain_run"]["median"])
+            if p["record_overhead"]
+            else "not timed (plain run %.3f s)" % p["plain_run"]["median"]
+        )
+        print(
+            "\n%s (%s): recording overhead: %s; app time in captured kernels: %.0f%% verified, %.0f%% refused, "
+            "%.0f%% failed; hot kernels not captured: %s%s"
+            % (
+                p["program"],
+                p["run"],
+                overhead,
+                100 * p["share_verified"],
+                100 * p["share_refused"],
+                100 * p["share_failed"],
+                ", ".join(p["hot_uncaptured"]) or "none",
+                "".join(
+                    "; %s refused at record time: %s" % (cxxnames.display(k), why)
+                    for k, why in p["hot_refused_at_record"].items()
+                ),
+            )
+        )
+        print(
+            table(
+                [
+                    "kernel",
+                    "thread",
+                    "share",
+                    "replay",
+                    "capture",
+                    "of it runtime state",
+                    "touched",
+                    "inputs",
+                    "outputs",
+                    "capture/(in+out)",
+                    "live heap",
+                ],
+                [
+                    [
+                        cxxnames.display(k["kernel"], 40),
+                        k["thread"] or "-",
+                        "%.1f%%" % (100 * k["share"]),
+                        k["status"],
+                        _mib(k["capture_bytes"]),
+                        _mib(k["runtime_bytes"]),
+                        _mib(k["touched_bytes"]),
+                        _mib(k["input_bytes"]),
+                        _mib(k["output_bytes"]),
+                        "%.2f" % k["capture_over_data"] if k["capture_over_data"] else "-",
+                        _mib(k["live_heap_bytes"]),
+                    ]
+                    for k in p["kernels"]
+                ],
+            )
+        )
     if rows:
-        print("overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
-              % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"]))
+        print(
+            "overall: replay %.1fx cheaper (geomean; min %.1fx); recording overhead at most %.2fx"
+            % (result["ratio_geomean"], result["ratio_min"], result["record_overhead"])
+        )
 
 
 def _mib(n):
-    return "-" if n is None else "%.2f MiB" % (n / 2 ** 20)
+    return "-" if n is None else "%.2f MiB" % (n / 2**20)
 
 
 if __name__ == "__main__":

@@ -65,19 +65,42 @@ def spread(values):
     if not values:
         return None
     q = lambda p: values[min(len(values) - 1, int(p * len(values)))]  # noqa: E731
-    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "p10": q(0.1),
-            "p90": q(0.9), "n": len(values)}
+    return {
+        "median": statistics.median(values),
+        "min": values[0],
+        "max": values[-1],
+        "p10": q(0.1),
+        "p90": q(0.9),
+        "n": len(values),
+    }
 
 
 def record(workspace):
     """The tests' OpenMP demo (scale.c), recorded into ``workspace``."""
     import test_workspace_concurrency as demo
+
     tree = tempfile.mkdtemp(prefix="r3-bench-scale-")
     for name, text in {"scale.c": demo.SCALE_C, "main.c": demo.MAIN_C, "Makefile": demo.MAKEFILE}.items():
         with open(os.path.join(tree, name), "w") as f:
             f.write(text)
-    subprocess.run([sys.executable, "-m", "spack_r3.cli", "--workspace", workspace, "record", "--source", tree,
-                    "--run", "./scale", "--kernel", "scale"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spack_r3.cli",
+            "--workspace",
+            workspace,
+            "record",
+            "--source",
+            tree,
+            "--run",
+            "./scale",
+            "--kernel",
+            "scale",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return "scale"
 
 
@@ -106,6 +129,7 @@ def one_round(servers, target, chosen):
 
 def noop():
     from distributed import get_worker
+
     return None, get_worker().address
 
 
@@ -146,15 +170,19 @@ def storage_seconds(path, space, trials):
         t = draw.ask()
         space.suggest(t)
         t0 = time.monotonic()
-        sid = store.create_new_trial(study._study_id, template_trial=create_trial(
-            state=TrialState.RUNNING, params=t.params, distributions=t.distributions, user_attrs={"owner": {}}))
+        sid = store.create_new_trial(
+            study._study_id,
+            template_trial=create_trial(
+                state=TrialState.RUNNING, params=t.params, distributions=t.distributions, user_attrs={"owner": {}}
+            ),
+        )
         store.get_all_trials(study._study_id, deepcopy=False)
         store.set_trial_user_attr(sid, "status", OK)
         store.set_trial_user_attr(sid, "evaluation", {"ratios": [1.0] * 5})
         store.set_trial_state_values(sid, TrialState.COMPLETE, [1.0])
         times.append(time.monotonic() - t0)
         draw.tell(t, 0.0)
-    return statistics.median(times[-max(1, trials // 4):])
+    return statistics.median(times[-max(1, trials // 4) :])
 
 
 def model(eval_s, overhead_s, sampler_s, storage_s, scheduler_tps, kernels=32, budget=60):
@@ -173,9 +201,14 @@ def model(eval_s, overhead_s, sampler_s, storage_s, scheduler_tps, kernels=32, b
         lanes = dict(limits, sampler_and_storage=1 / coord_s)
         par = dict(limits, sampler=kernels / sampler_s, storage_journal=1 / storage_s)
         rows = {"one_kernel_at_a_time": seq, "lanes_in_one_process": lanes, "one_process_per_kernel": par}
-        out[str(w)] = {name: {"evals_per_min": 60 * min(r.values()), "bound_by": min(r, key=r.get),
-                              "kernels_32x%d_hours" % budget: kernels * budget / min(r.values()) / 3600}
-                       for name, r in rows.items()}
+        out[str(w)] = {
+            name: {
+                "evals_per_min": 60 * min(r.values()),
+                "bound_by": min(r, key=r.get),
+                "kernels_32x%d_hours" % budget: kernels * budget / min(r.values()) / 3600,
+            }
+            for name, r in rows.items()
+        }
     return out
 
 
@@ -205,8 +238,9 @@ def remodel(path):
         if "model" in run:
             i = run["model"]["inputs"]
             costs = (i["overhead_s"], i["sampler_s"], i["storage_s"], i["scheduler_tps"])
-            run["model"].update(assumptions=ASSUMPTIONS, this_kernel=model(i["eval_s"], *costs),
-                                kernel_of_2s=model(2.0, *costs))
+            run["model"].update(
+                assumptions=ASSUMPTIONS, this_kernel=model(i["eval_s"], *costs), kernel_of_2s=model(2.0, *costs)
+            )
     with open(path, "w") as f:
         json.dump(data, f, indent=2)
 
@@ -220,8 +254,9 @@ def main():
     ap.add_argument("--kernel", default=None)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "scale.json"))
     ap.add_argument("--label", default="demo", help="the run's key in the json (runs under other keys are kept)")
-    ap.add_argument("--remodel", action="store_true",
-                    help="only compute the model again from each stored run's measured inputs")
+    ap.add_argument(
+        "--remodel", action="store_true", help="only compute the model again from each stored run's measured inputs"
+    )
     args = ap.parse_args()
     if args.remodel:
         return remodel(args.out)
@@ -231,17 +266,22 @@ def main():
     ws = Workspace(ws_root)
     plan = plan_targets(ws, list_captures(ws), [kernel] if kernel else [])
     target = plan.targets[0]
-    result = {"machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                          "host": platform.node()},
-              "kernel": target.kernel, "workers": args.workers, "pairs_per_evaluation": PAIRS}
+    result = {
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(), "host": platform.node()},
+        "kernel": target.kernel,
+        "workers": args.workers,
+        "pairs_per_evaluation": PAIRS,
+    }
 
     client, cluster, pins = connect("local:%d" % args.workers, ws)
-    with ReplayPool(args.workers, cache_dir=ws.cache_dir) as local, \
-            DaskPool(client, cache_dir=ws.cache_dir, pins=pins, owned=cluster) as dask:
+    with (
+        ReplayPool(args.workers, cache_dir=ws.cache_dir) as local,
+        DaskPool(client, cache_dir=ws.cache_dir, pins=pins, owned=cluster) as dask,
+    ):
         space = Space(kernel_facts(target, local.cores_per_worker))
         chosen = variants(space, args.variants)
         for pool in (local, dask):  # warm: every worker loads the capture
-            one_round(pool.servers, target, chosen[:args.workers])
+            one_round(pool.servers, target, chosen[: args.workers])
         rates = {"local": [], "dask": []}
         compile_s = []
         for r in range(args.rounds):
@@ -250,13 +290,17 @@ def main():
                 rate, ok, compiles = one_round(pool.servers, target, chosen)
                 rates[name].append(rate)
                 compile_s += compiles
-            print("round %d: local %.1f, dask %.1f evals/min" % (r + 1, rates["local"][-1], rates["dask"][-1]),
-                  flush=True)
+            print(
+                "round %d: local %.1f, dask %.1f evals/min" % (r + 1, rates["local"][-1], rates["dask"][-1]), flush=True
+            )
         ratios = [d / loc for d, loc in zip(rates["dask"], rates["local"])]
         result["throughput"] = {
-            "local_evals_per_min": spread(rates["local"]), "dask_evals_per_min": spread(rates["dask"]),
-            "dask_over_local_paired": spread(ratios), "variants_per_round": len(chosen),
-            "note": "each round: the same distinct variants over all the pool's servers, rounds alternating"}
+            "local_evals_per_min": spread(rates["local"]),
+            "dask_evals_per_min": spread(rates["dask"]),
+            "dask_over_local_paired": spread(ratios),
+            "variants_per_round": len(chosen),
+            "note": "each round: the same distinct variants over all the pool's servers, rounds alternating",
+        }
 
         # 2a. the round trip of a task that does nothing
         roundtrip = []
@@ -272,7 +316,7 @@ def main():
             target.submit(alone, chosen[0], pairs=PAIRS)
             for i in range(10):
                 pair = []
-                for server in ((alone, remote) if i % 2 == 0 else (remote, alone)):
+                for server in (alone, remote) if i % 2 == 0 else (remote, alone):
                     t0 = time.monotonic()
                     target.submit(server, chosen[0], pairs=PAIRS)
                     pair.append((server is remote, time.monotonic() - t0))
@@ -281,8 +325,11 @@ def main():
                 dask_s.append(d[True])
                 diffs.append(d[True] - d[False])
         result["dask_overhead_per_evaluation_s"] = {
-            "noop_task_roundtrip": spread(roundtrip), "same_candidate_dask_minus_local": spread(diffs),
-            "candidate_local_s": spread(local_s), "candidate_dask_s": spread(dask_s)}
+            "noop_task_roundtrip": spread(roundtrip),
+            "same_candidate_dask_minus_local": spread(diffs),
+            "candidate_local_s": spread(local_s),
+            "candidate_dask_s": spread(dask_s),
+        }
         tps = scheduler_capacity(client)
 
     # 3. coordinator costs
@@ -290,15 +337,28 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         storage = {n: storage_seconds(os.path.join(tmp, "s%d.journal" % n), space, n) for n in (30, 100, 300)}
     eval_s = statistics.median(local_s)
-    result["coordinator"] = {"sampler_s_per_suggestion_by_trials": sampler,
-                             "journal_storage_s_per_trial_by_trials": storage, "scheduler_tasks_per_s": tps,
-                             "evaluation_s": eval_s, "compile_s": spread(compile_s)}
+    result["coordinator"] = {
+        "sampler_s_per_suggestion_by_trials": sampler,
+        "journal_storage_s_per_trial_by_trials": storage,
+        "scheduler_tasks_per_s": tps,
+        "evaluation_s": eval_s,
+        "compile_s": spread(compile_s),
+    }
     overhead = max(0.0, statistics.median(diffs))
-    result["model"] = {"assumptions": ASSUMPTIONS, "inputs": {
-        "eval_s": eval_s, "overhead_s": overhead, "sampler_s": sampler[30], "storage_s": storage[30],
-        "scheduler_tps": tps, "kernels": 32, "budget": 60},
+    result["model"] = {
+        "assumptions": ASSUMPTIONS,
+        "inputs": {
+            "eval_s": eval_s,
+            "overhead_s": overhead,
+            "sampler_s": sampler[30],
+            "storage_s": storage[30],
+            "scheduler_tps": tps,
+            "kernels": 32,
+            "budget": 60,
+        },
         "this_kernel": model(eval_s, overhead, sampler[30], storage[30], tps),
-        "kernel_of_2s": model(2.0, overhead, sampler[30], storage[30], tps)}
+        "kernel_of_2s": model(2.0, overhead, sampler[30], storage[30], tps),
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     try:
         with open(args.out) as f:

@@ -75,8 +75,14 @@ from spack_r3.search.remix import Remix, RemixOptions  # noqa: E402
 from spack_r3.search.results import describe_variant, kernel_result, pick  # noqa: E402
 from spack_r3.search.simplify import settings  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
-from spack_r3.search.tune import (TuneOptions, confirm_searches, contenders, kernel_facts,  # noqa: E402
-                                  pipeline_search, plan_targets)
+from spack_r3.search.tune import (  # noqa: E402
+    TuneOptions,
+    confirm_searches,
+    contenders,
+    kernel_facts,
+    pipeline_search,
+    plan_targets,
+)
 from spack_r3.workspace import Workspace  # noqa: E402
 
 # Runs sized so that one kernel call takes about 1-20 ms: long enough to time, short
@@ -110,20 +116,34 @@ def search_summary(study, result, confirmed):
     curve = study.curve()
     won = pick(confirmed) if result.winner != "baseline" else None
     best = max((v for v in curve if v is not None), default=None)
-    return {"best_speedup": result.speedup, "speedup_min": result.speedup_min, "speedup_max": result.speedup_max,
-            "evaluations": len(curve), "evals_to_best": evals_to(curve, best),
-            "evals_to_best_within_noise": evals_to(curve, best, WITHIN_NOISE),
-            "search_best": best, "winner": result.winner, "relaxes_fp": result.relaxes_fp,
-            "failed": result.failed, "rejected": result.rejected,
-            "confirm_rounds": won.round_ratios if won else [],  # the baseline's: none (1.0)
-            "race": [race_entry(c) for c in confirmed]}
+    return {
+        "best_speedup": result.speedup,
+        "speedup_min": result.speedup_min,
+        "speedup_max": result.speedup_max,
+        "evaluations": len(curve),
+        "evals_to_best": evals_to(curve, best),
+        "evals_to_best_within_noise": evals_to(curve, best, WITHIN_NOISE),
+        "search_best": best,
+        "winner": result.winner,
+        "relaxes_fp": result.relaxes_fp,
+        "failed": result.failed,
+        "rejected": result.rejected,
+        "confirm_rounds": won.round_ratios if won else [],  # the baseline's: none (1.0)
+        "race": [race_entry(c) for c in confirmed],
+    }
 
 
 def race_entry(c):
     """One candidate of the race, as confirmation saw it: why a winner won is read here."""
-    return {"variant": describe_variant(c.variant), "settings": len(settings(c.variant)),
-            "search_speedup": c.search_speedup, "speedup": c.speedup, "round_speedups": c.round_speedups,
-            "screened_out": c.screened_out, "rejected": c.rejected}
+    return {
+        "variant": describe_variant(c.variant),
+        "settings": len(settings(c.variant)),
+        "search_speedup": c.search_speedup,
+        "speedup": c.speedup,
+        "round_speedups": c.round_speedups,
+        "screened_out": c.screened_out,
+        "rejected": c.rejected,
+    }
 
 
 COMPARED = (("bayes", "random"), ("r3", "random"), ("r3", "bayes"))  # (search, against)
@@ -162,17 +182,34 @@ def full_r3(ws, pool, store, target, space, budget, seed, share=0.5):
     as in r3 tune."""
     base_target = replace(target, source_variant="r3-original")  # its own study, not (b)'s
     base = Study(store, base_target, space, sampler="tpe", seed=seed, pairs=5)
-    remix_budget = pipeline_search(base, pool.servers, TuneOptions(budget=budget, mutator=make_mutator("rules"),
-                                                                   remix_share=share))
-    say("  r3 %s: the pipeline search took %d evaluations, the rules get %d"
-        % (target.kernel, len(base.trials()), remix_budget))
-    remix = Remix(ws, store, base_target, space.facts, make_mutator("rules"),
-                  RemixOptions(budget=remix_budget, seed=seed, pairs=5), Patterns(ws),
-                  inherit=[t.params for t in base.best(2)], noise=base.pair_noises())
-    remix.run(pool.servers, max([t.value for t in base.best(1)] + [1.0]), say=lambda line: say("  r3" + line),
-              extend=lambda n: base.extend(pool.servers, n))
-    return StudyGroup([base] + [s for _, s in remix.studies()],
-                      [c.status for c in remix.children if c.status not in ("ok", "pending")])
+    remix_budget = pipeline_search(
+        base, pool.servers, TuneOptions(budget=budget, mutator=make_mutator("rules"), remix_share=share)
+    )
+    say(
+        "  r3 %s: the pipeline search took %d evaluations, the rules get %d"
+        % (target.kernel, len(base.trials()), remix_budget)
+    )
+    remix = Remix(
+        ws,
+        store,
+        base_target,
+        space.facts,
+        make_mutator("rules"),
+        RemixOptions(budget=remix_budget, seed=seed, pairs=5),
+        Patterns(ws),
+        inherit=[t.params for t in base.best(2)],
+        noise=base.pair_noises(),
+    )
+    remix.run(
+        pool.servers,
+        max([t.value for t in base.best(1)] + [1.0]),
+        say=lambda line: say("  r3" + line),
+        extend=lambda n: base.extend(pool.servers, n),
+    )
+    return StudyGroup(
+        [base] + [s for _, s in remix.studies()],
+        [c.status for c in remix.children if c.status not in ("ok", "pending")],
+    )
 
 
 def bench_kernel(ws, pool, store, target, budget, seed, demo):
@@ -181,9 +218,17 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
     for name, sampler in (("random", "random"), ("bayes", "tpe")):
         t0 = time.monotonic()
         study = Study(store, target, space, sampler=sampler, seed=seed, pairs=5)
-        study.run(pool.servers, budget, progress=lambda p, name=name: p.done % 25 == 0 and say(
-            "  %s %s: %d/%d best %s" % (target.kernel, name, p.done, p.budget,
-                                        "-" if p.best is None else "%.2fx" % p.best)))
+        study.run(
+            pool.servers,
+            budget,
+            progress=lambda p, name=name: (
+                p.done % 25 == 0
+                and say(
+                    "  %s %s: %d/%d best %s"
+                    % (target.kernel, name, p.done, p.budget, "-" if p.best is None else "%.2fx" % p.best)
+                )
+            ),
+        )
         studies[name] = (study, time.monotonic() - t0)
     t0 = time.monotonic()
     studies["r3"] = (full_r3(ws, pool, store, target, space, budget, seed), time.monotonic() - t0)
@@ -191,8 +236,13 @@ def bench_kernel(ws, pool, store, target, budget, seed, demo):
     # (A search none of whose candidates holds gets three more confirmed, as in r3 tune.)
     cands = [(target, s, contenders(s, 3)) for s, _ in studies.values()]
     confirmed = confirm_searches(pool.servers, cands, 3, rounds=3, pairs=11, progress=say)
-    entry = {"kernel": target.kernel, "kernel_demangled": cxxnames.demangle(target.kernel), "demo": demo,
-             "share": target.share, "space": len(space.params)}
+    entry = {
+        "kernel": target.kernel,
+        "kernel_demangled": cxxnames.demangle(target.kernel),
+        "demo": demo,
+        "share": target.share,
+        "space": len(space.params),
+    }
     for (name, (study, seconds)), conf in zip(studies.items(), confirmed):
         result = kernel_result(target, study, conf)
         entry[name] = search_summary(study, result, conf)
@@ -224,9 +274,14 @@ def throughput(ws, store, target, budget, seed, reps=3):
                 rates[workers].append(60.0 * budget / (time.monotonic() - t0))
     target.source_variant = "original"
     ratios = sorted(b / a for a, b in zip(rates[1], rates[2]))
-    return {"workers_1": statistics.median(rates[1]), "workers_2": statistics.median(rates[2]),
-            "ratio": statistics.median(ratios), "ratio_min": ratios[0], "ratio_max": ratios[-1],
-            "rounds": {"workers_1": rates[1], "workers_2": rates[2]}}
+    return {
+        "workers_1": statistics.median(rates[1]),
+        "workers_2": statistics.median(rates[2]),
+        "ratio": statistics.median(ratios),
+        "ratio_min": ratios[0],
+        "ratio_max": ratios[-1],
+        "rounds": {"workers_1": rates[1], "workers_2": rates[2]},
+    }
 
 
 def write(args, kernels, thr=None, throughput_kernel=None, specialization=None):
@@ -240,8 +295,14 @@ def write(args, kernels, thr=None, throughput_kernel=None, specialization=None):
     if specialization is not None:
         result = dict(before, specialization=specialization)
     else:
-        result = {"budget": args.budget, "tolerance": TOLERANCE, "machine_cpus": len(os.sched_getaffinity(0)),
-                  "kernels": kernels, "throughput": thr, "throughput_kernel": throughput_kernel}
+        result = {
+            "budget": args.budget,
+            "tolerance": TOLERANCE,
+            "machine_cpus": len(os.sched_getaffinity(0)),
+            "kernels": kernels,
+            "throughput": thr,
+            "throughput_kernel": throughput_kernel,
+        }
         if "specialization" in before:
             result["specialization"] = before["specialization"]
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -255,8 +316,12 @@ def bench_specialize(pool, store, target, budget, seed, demo):
     facts = kernel_facts(target, pool.cores_per_worker)
     if not facts.specialize:
         return None
-    entry = {"kernel": target.kernel, "demo": demo, "share": target.share,
-             "offered": [label for label, _ in facts.specialize]}
+    entry = {
+        "kernel": target.kernel,
+        "demo": demo,
+        "share": target.share,
+        "offered": [label for label, _ in facts.specialize],
+    }
     searches = []
     for name, space in (("on", Space(facts)), ("off", Space(replace(facts, specialize=())))):
         t = replace(target, source_variant="specialize-" + name)  # a study of its own
@@ -266,18 +331,36 @@ def bench_specialize(pool, store, target, budget, seed, demo):
     # The off search's best with every offered argument folded in, raced beside them: what
     # specialization adds to one variant, apart from what each search happened to find.
     best_off = contenders(searches[1][2], 1)
-    added = [(replace(v, pipeline=replace(v.pipeline, specialize=facts.specialize[-1][1])), value)
-             for v, value in best_off]
+    added = [
+        (replace(v, pipeline=replace(v.pipeline, specialize=facts.specialize[-1][1])), value) for v, value in best_off
+    ]
     searches.append(("off+specialize", replace(target, source_variant="specialize-added"), searches[1][2]))
     # (confirm, not confirm_searches: its retry would give off+specialize the off study's
     # next candidates, unspecialized)
-    confirmed = confirm(pool.servers, [(t, contenders(s, 2)) for _, t, s in searches[:2]]
-                        + [(searches[2][1], added)], keep=2, rounds=3, pairs=11, progress=say)
+    confirmed = confirm(
+        pool.servers,
+        [(t, contenders(s, 2)) for _, t, s in searches[:2]] + [(searches[2][1], added)],
+        keep=2,
+        rounds=3,
+        pairs=11,
+        progress=say,
+    )
     for (name, t, study), conf in zip(searches[:2], confirmed):
         result = kernel_result(t, study, conf)
         summary = search_summary(study, result, conf)
-        entry[name] = {k: summary[k] for k in ("best_speedup", "speedup_min", "speedup_max", "evaluations",
-                                              "search_best", "winner", "relaxes_fp", "confirm_rounds")}
+        entry[name] = {
+            k: summary[k]
+            for k in (
+                "best_speedup",
+                "speedup_min",
+                "speedup_max",
+                "evaluations",
+                "search_best",
+                "winner",
+                "relaxes_fp",
+                "confirm_rounds",
+            )
+        }
         entry[name]["specialized"] = result.specialized
     entry["verdict"] = verdict(entry["on"], entry["off"])
     entry["ratio"] = ratio_text(entry["on"], entry["off"])
@@ -287,10 +370,15 @@ def bench_specialize(pool, store, target, budget, seed, demo):
     base_c = next((c for c in confirmed[1] if best_off and c.variant == best_off[0][0]), None)
     if with_c and base_c and with_c.round_ratios and base_c.round_ratios:
         a, b = {"confirm_rounds": with_c.round_ratios}, {"confirm_rounds": base_c.round_ratios}
-        entry["added"] = {"variant": describe_variant(with_c.variant), "speedup": with_c.speedup,
-                          "without_speedup": base_c.speedup, "rounds": len(with_c.round_ratios),
-                          "without_rounds": len(base_c.round_ratios), "verdict": verdict(a, b),
-                          "ratio": ratio_text(a, b)}
+        entry["added"] = {
+            "variant": describe_variant(with_c.variant),
+            "speedup": with_c.speedup,
+            "without_speedup": base_c.speedup,
+            "rounds": len(with_c.round_ratios),
+            "without_rounds": len(base_c.round_ratios),
+            "verdict": verdict(a, b),
+            "ratio": ratio_text(a, b),
+        }
     return entry
 
 
@@ -303,8 +391,11 @@ def run_specialize(args):
         source, run = SPEC_KERNELS.get(demo) or (os.path.join(ROOT, "repos", "r3", "sources", demo), DEMOS[demo])
         say("%s: recording %s (3 instances)" % (demo, run))
         rec = record(ws, source, run, instances=3, tolerance=TOLERANCE)
-        targets += [(demo, t) for t in plan_targets(ws, rec.captures, min_share=SPEC_MIN_SHARE).targets
-                    if not args.kernels or t.kernel in args.kernels.split(",")]
+        targets += [
+            (demo, t)
+            for t in plan_targets(ws, rec.captures, min_share=SPEC_MIN_SHARE).targets
+            if not args.kernels or t.kernel in args.kernels.split(",")
+        ]
     try:  # a run of some kernels (--kernels) keeps the others' entries
         with open(args.out) as f:
             kept = json.load(f).get("specialization") or {}
@@ -313,18 +404,28 @@ def run_specialize(args):
     measured = {(d, t.kernel) for d, t in targets}
     kernels = [k for k in kept.get("kernels", []) if (k["demo"], k["kernel"]) not in measured]
     failed = [line for line in kept.get("failed", []) if tuple(line.split(": ")[:2]) not in measured]
-    section = {"budget": args.budget, "seed": args.seed, "tolerance": TOLERANCE, "instances": 3,
-               "machine_cpus": len(os.sched_getaffinity(0)), "workers": args.workers,
-               "notes": "A short run: the Bayesian search at a small budget with and without the specialize "
-                        "setting, seed %d, the two best of each confirmed side by side (3 rounds of 11 pairs). The machine has 2 "
-                        "cores, shared with 4 other engineers' builds and tests while this ran: spreads are "
-                        "wide, and a verdict is 'better' or 'worse' only where the paired ratio's 95%% interval "
-                        "excludes 1 by more than 1%%." % args.seed,
-               "kernels": kernels, "offered_nothing": none_offered, "failed": failed}
+    section = {
+        "budget": args.budget,
+        "seed": args.seed,
+        "tolerance": TOLERANCE,
+        "instances": 3,
+        "machine_cpus": len(os.sched_getaffinity(0)),
+        "workers": args.workers,
+        "notes": "A short run: the Bayesian search at a small budget with and without the specialize "
+        "setting, seed %d, the two best of each confirmed side by side (3 rounds of 11 pairs). The machine has 2 "
+        "cores, shared with 4 other engineers' builds and tests while this ran: spreads are "
+        "wide, and a verdict is 'better' or 'worse' only where the paired ratio's 95%% interval "
+        "excludes 1 by more than 1%%." % args.seed,
+        "kernels": kernels,
+        "offered_nothing": none_offered,
+        "failed": failed,
+    }
     with ReplayPool(args.workers) as pool:
         for demo, target in targets:
-            say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
-                                                                         args.budget))
+            say(
+                "%s: %s (%.0f%% of the run), %d evaluations per search"
+                % (demo, target.kernel, 100 * target.share, args.budget)
+            )
             try:
                 entry = bench_specialize(pool, store, target, args.budget, args.seed, demo)
             except R3Error as err:  # (one kernel's replay refused: the others go on)
@@ -343,35 +444,80 @@ def run_specialize(args):
 
 
 def print_specialization(section):
-    print(table(["demo", "kernel", "offered", "on", "specialized", "off", "on/off", "verdict", "off+spec/off",
-                 "verdict"],
-                [[k["demo"], cxxnames.display(k["kernel"]), len(k["offered"]) - 1,
-                  "%.2fx [%.2f-%.2f]" % (k["on"]["best_speedup"], k["on"]["speedup_min"], k["on"]["speedup_max"]),
-                  ",".join(k["on"]["specialized"]) or "-",
-                  "%.2fx [%.2f-%.2f]" % (k["off"]["best_speedup"], k["off"]["speedup_min"], k["off"]["speedup_max"]),
-                  k["ratio"], k["verdict"], (k.get("added") or {}).get("ratio", "-"), (k.get("added") or {}).get("verdict", "-")]
-                 for k in section["kernels"]]))
+    print(
+        table(
+            ["demo", "kernel", "offered", "on", "specialized", "off", "on/off", "verdict", "off+spec/off", "verdict"],
+            [
+                [
+                    k["demo"],
+                    cxxnames.display(k["kernel"]),
+                    len(k["offered"]) - 1,
+                    "%.2fx [%.2f-%.2f]" % (k["on"]["best_speedup"], k["on"]["speedup_min"], k["on"]["speedup_max"]),
+                    ",".join(k["on"]["specialized"]) or "-",
+                    "%.2fx [%.2f-%.2f]" % (k["off"]["best_speedup"], k["off"]["speedup_min"], k["off"]["speedup_max"]),
+                    k["ratio"],
+                    k["verdict"],
+                    (k.get("added") or {}).get("ratio", "-"),
+                    (k.get("added") or {}).get("verdict", "-"),
+                ]
+                for k in section["kernels"]
+            ],
+        )
+    )
     if section["offered_nothing"]:
         print("offered nothing: " + ", ".join(section["offered_nothing"]))
 
 
 def print_tables(kernels, thr):
-    rows = [[k["demo"], cxxnames.display(k["kernel"]), "%.2fms" % (1e3 * k["baseline_s"]),
-             "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"],
-                                   k["random"]["speedup_max"]), k["random"]["evals_to_best"],
-             "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"],
-                                   k["bayes"]["speedup_max"]), k["bayes"]["evals_to_best"],
-             "%s (%s)" % (k["bayes"]["evals_to_random_best"], k["bayes"]["evals_to_random_best_within_noise"]),
-             "%.2fx [%.2f-%.2f]" % (k["r3"]["best_speedup"], k["r3"]["speedup_min"], k["r3"]["speedup_max"]),
-             k["r3"]["evals_to_best"], k["r3"]["winner"]] for k in kernels]
-    print(table(["demo", "kernel", "baseline", "random", "at", "bayes", "at", "reached random's (within noise)", "r3", "at",
-                 "r3 winner"], rows))
-    print(table(["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
-                [[cxxnames.display(k["kernel"])] + ["%s: %s" % (k[a]["vs_" + b], k[a]["ratio_to_" + b])
-                                                    for a, b in COMPARED] for k in kernels]))
+    rows = [
+        [
+            k["demo"],
+            cxxnames.display(k["kernel"]),
+            "%.2fms" % (1e3 * k["baseline_s"]),
+            "%.2fx [%.2f-%.2f]" % (k["random"]["best_speedup"], k["random"]["speedup_min"], k["random"]["speedup_max"]),
+            k["random"]["evals_to_best"],
+            "%.2fx [%.2f-%.2f]" % (k["bayes"]["best_speedup"], k["bayes"]["speedup_min"], k["bayes"]["speedup_max"]),
+            k["bayes"]["evals_to_best"],
+            "%s (%s)" % (k["bayes"]["evals_to_random_best"], k["bayes"]["evals_to_random_best_within_noise"]),
+            "%.2fx [%.2f-%.2f]" % (k["r3"]["best_speedup"], k["r3"]["speedup_min"], k["r3"]["speedup_max"]),
+            k["r3"]["evals_to_best"],
+            k["r3"]["winner"],
+        ]
+        for k in kernels
+    ]
+    print(
+        table(
+            [
+                "demo",
+                "kernel",
+                "baseline",
+                "random",
+                "at",
+                "bayes",
+                "at",
+                "reached random's (within noise)",
+                "r3",
+                "at",
+                "r3 winner",
+            ],
+            rows,
+        )
+    )
+    print(
+        table(
+            ["kernel", "bayes vs random", "r3 vs random", "r3 vs bayes"],
+            [
+                [cxxnames.display(k["kernel"])]
+                + ["%s: %s" % (k[a]["vs_" + b], k[a]["ratio_to_" + b]) for a, b in COMPARED]
+                for k in kernels
+            ],
+        )
+    )
     if thr:  # (none yet in a run cut short)
-        print("throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])" % (
-            thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"]))
+        print(
+            "throughput: %.1f evaluations/min with 1 worker, %.1f with 2 (%.2fx [%.2f-%.2f])"
+            % (thr["workers_1"], thr["workers_2"], thr["ratio"], thr["ratio_min"], thr["ratio_max"])
+        )
 
 
 def main():
@@ -382,12 +528,21 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--throughput-budget", type=int, default=40)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search.json"))
-    ap.add_argument("--rejudge", action="store_true",
-                    help="measure nothing: recompute the verdicts of --out from the pairs it holds")
-    ap.add_argument("--kernels", default="", help="with --specialize: only these kernels (comma-separated); "
-                    "the others' entries are kept")
-    ap.add_argument("--specialize", action="store_true",
-                    help="only argument specialization on and off (--demos default: dense,spec)")
+    ap.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="measure nothing: recompute the verdicts of --out from the pairs it holds",
+    )
+    ap.add_argument(
+        "--kernels",
+        default="",
+        help="with --specialize: only these kernels (comma-separated); the others' entries are kept",
+    )
+    ap.add_argument(
+        "--specialize",
+        action="store_true",
+        help="only argument specialization on and off (--demos default: dense,spec)",
+    )
     args = ap.parse_args()
     if args.specialize:
         if args.demos == ",".join(DEMOS):
@@ -412,8 +567,10 @@ def main():
         targets += [(demo, t) for t in plan.targets]
     with ReplayPool(args.workers) as pool:
         for demo, target in targets:
-            say("%s: %s (%.0f%% of the run), %d evaluations per search" % (demo, target.kernel, 100 * target.share,
-                                                                         args.budget))
+            say(
+                "%s: %s (%.0f%% of the run), %d evaluations per search"
+                % (demo, target.kernel, 100 * target.share, args.budget)
+            )
             kernels.append(bench_kernel(ws, pool, store, target, args.budget, args.seed, demo))
             write(args, kernels)  # an hour's run: what is finished is kept if it is cut short
     say("throughput")

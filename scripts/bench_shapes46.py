@@ -55,9 +55,15 @@ KERNELS = ("jacobi2d", "heat3d", "fdtd2d", "seidel2d", "chain2", "matvec_t", "sy
 SIZES = "-DN=1500 -DM3=128 -DNM=320 -DSTEPS=10"  # 2-D grids of 18 MB each: beyond the 32 MB L3 in pairs
 NEW_RULES = ("time-tile", "wavefront", "fuse", "distribute")
 TILES = ((8, 32), (16, 64), (4, 128))  # (time steps, rows) per tile
-POLLY = ("O3,polly=1", "O3,polly=1,polly_parallel=1", "O3,polly=1,polly_fusion=1", "O3,polly=1,polly_coincidence=1",
-         "O3,polly=1,polly_tile2=1", "O3,polly=1,polly_regtile=1",
-         "O3,polly=1,polly_parallel=1,polly_fusion=1,polly_coincidence=1")
+POLLY = (
+    "O3,polly=1",
+    "O3,polly=1,polly_parallel=1",
+    "O3,polly=1,polly_fusion=1",
+    "O3,polly=1,polly_coincidence=1",
+    "O3,polly=1,polly_tile2=1",
+    "O3,polly=1,polly_regtile=1",
+    "O3,polly=1,polly_parallel=1,polly_fusion=1,polly_coincidence=1",
+)
 TOLERANCE = 1e-9
 PAIRS = 11
 
@@ -77,13 +83,20 @@ def measured(target, server, name, variant, threaded=False):
     ev = target.submit(server, variant, pairs=PAIRS, timeout=300, verify_runs=3 if threaded else 1)
     row = {"candidate": name, "status": ev.status, "verified": ev.verified}
     if ev.status == OK:
-        row.update(speedup=round(ev.speedup, 3), speedup_min=round(ev.speedup_min, 3),
-                   speedup_max=round(ev.speedup_max, 3), pairs=ev.pairs, threads=ev.threads,
-                   baseline_s=ev.baseline_median_s)
+        row.update(
+            speedup=round(ev.speedup, 3),
+            speedup_min=round(ev.speedup_min, 3),
+            speedup_max=round(ev.speedup_max, 3),
+            pairs=ev.pairs,
+            threads=ev.threads,
+            baseline_s=ev.baseline_median_s,
+        )
     else:
         row["diagnostic"] = (ev.diagnostics or "")[:300]
-    say("  %-60s %s" % (name, "%.2fx [%.2f-%.2f]" % (ev.speedup, ev.speedup_min, ev.speedup_max)
-                        if ev.status == OK else ev.status))
+    say(
+        "  %-60s %s"
+        % (name, "%.2fx [%.2f-%.2f]" % (ev.speedup, ev.speedup_min, ev.speedup_max) if ev.status == OK else ev.status)
+    )
     return row
 
 
@@ -102,8 +115,12 @@ def rewrites(target, server):
             tt, ti = sorted(p.knobs)[::-1]  # R3_TT_n, R3_TI_n
             choices = [{tt: a, ti: b} for a, b in TILES]
         for defines in choices:
-            variant = Variant(source_patch=make_patch(src.text, p.text, src.filename), source_defines=defines,
-                              source_rule=p.rule, launch=Launch(threads=2 if threaded else None))
+            variant = Variant(
+                source_patch=make_patch(src.text, p.text, src.filename),
+                source_defines=defines,
+                source_rule=p.rule,
+                launch=Launch(threads=2 if threaded else None),
+            )
             name = p.description + (" " + ",".join("%s=%d" % kv for kv in sorted(defines.items())) if defines else "")
             row = measured(target, server, name, variant, threaded)
             row["rule"] = p.rule
@@ -117,12 +134,33 @@ def search(ws, pool, store, target, budget, seed, mutator, label):
     t = replace(target, source_variant="shapes46-%s" % label)
     base = Study(store, t, space, sampler="tpe", seed=seed, pairs=5)
     remix_budget = pipeline_search(base, pool.servers, TuneOptions(budget=budget, mutator=mutator, remix_share=0.5))
-    remix = Remix(ws, store, t, space.facts, mutator, RemixOptions(budget=remix_budget, seed=seed, pairs=5),
-                  Patterns(ws), inherit=[tr.params for tr in base.best(2)], noise=base.pair_noises())
-    remix.run(pool.servers, max([tr.value for tr in base.best(1)] + [1.0]), say=lambda line: say("  %s%s" % (
-        label, line)), extend=lambda n: base.extend(pool.servers, n))
-    children = [{"rules": "+".join(c.rules), "description": c.description, "status": c.status,
-                 "speedup": c.speedup, "evaluations": c.evaluations} for c in remix.children]
+    remix = Remix(
+        ws,
+        store,
+        t,
+        space.facts,
+        mutator,
+        RemixOptions(budget=remix_budget, seed=seed, pairs=5),
+        Patterns(ws),
+        inherit=[tr.params for tr in base.best(2)],
+        noise=base.pair_noises(),
+    )
+    remix.run(
+        pool.servers,
+        max([tr.value for tr in base.best(1)] + [1.0]),
+        say=lambda line: say("  %s%s" % (label, line)),
+        extend=lambda n: base.extend(pool.servers, n),
+    )
+    children = [
+        {
+            "rules": "+".join(c.rules),
+            "description": c.description,
+            "status": c.status,
+            "speedup": c.speedup,
+            "evaluations": c.evaluations,
+        }
+        for c in remix.children
+    ]
     return t, StudyGroup([base] + [s for _, s in remix.studies()], []), children
 
 
@@ -142,43 +180,69 @@ def main():
     for name in ("shapes.c", "main.c"):
         shutil.copy(os.path.join(ROOT, "scripts", "kernels46", name), src)
     with open(os.path.join(src, "Makefile"), "w") as f:
-        f.write("prog: main.o shapes.o\n\t$(CC) -O3 -march=native -fopenmp -o $@ main.o shapes.o -lm\n"
-                "%%.o: %%.c\n\t$(CC) -O3 -march=native -fopenmp %s -c -o $@ $<\n" % SIZES)
+        f.write(
+            "prog: main.o shapes.o\n\t$(CC) -O3 -march=native -fopenmp -o $@ main.o shapes.o -lm\n"
+            "%%.o: %%.c\n\t$(CC) -O3 -march=native -fopenmp %s -c -o $@ $<\n" % SIZES
+        )
     ws = Workspace(os.path.join(tmp, "ws"))
     kernels = args.kernels.split(",")
     say("recording %s (%s)" % (", ".join(kernels), SIZES))
     rec = record(ws, src, "./prog", kernels=kernels, tolerance=TOLERANCE)
     targets = plan_targets(ws, rec.captures, kernels=kernels, tolerance=TOLERANCE).targets
-    out = {"sizes": SIZES, "build": "-O3 -march=native -fopenmp", "tolerance": TOLERANCE, "pairs": PAIRS,
-           "machine_cpus": len(os.sched_getaffinity(0)), "budget": args.budget, "seed": args.seed,
-           "notes": "A short run on a machine of 2 cores shared with 4 other engineers' builds and tests: one "
-                    "replay of %d pairs per candidate, spreads wide; parallel candidates (wavefront, "
-                    "omp-parallel, polly_parallel) ran with 2 threads on those 2 shared cores. Speedups are "
-                    "over the build (-O3 -march=native), medians of paired ratios [min-max]. %s" % (PAIRS, args.note),
-           "kernels": []}
+    out = {
+        "sizes": SIZES,
+        "build": "-O3 -march=native -fopenmp",
+        "tolerance": TOLERANCE,
+        "pairs": PAIRS,
+        "machine_cpus": len(os.sched_getaffinity(0)),
+        "budget": args.budget,
+        "seed": args.seed,
+        "notes": "A short run on a machine of 2 cores shared with 4 other engineers' builds and tests: one "
+        "replay of %d pairs per candidate, spreads wide; parallel candidates (wavefront, "
+        "omp-parallel, polly_parallel) ran with 2 threads on those 2 shared cores. Speedups are "
+        "over the build (-O3 -march=native), medians of paired ratios [min-max]. %s" % (PAIRS, args.note),
+        "kernels": [],
+    }
     store = storage(ws)
     with ReplayPool(args.workers) as pool:
         server = pool.servers[0]
         for target in sorted(targets, key=lambda t: kernels.index(t.kernel)):
             say("%s" % target.kernel)
-            entry = {"kernel": target.kernel, "rewrites": [] if args.search_only else rewrites(target, server),
-                     "polly": []}
+            entry = {
+                "kernel": target.kernel,
+                "rewrites": [] if args.search_only else rewrites(target, server),
+                "polly": [],
+            }
             entry["reference"] = measured(target, server, "O3", Variant())
             for spec in () if args.search_only else POLLY:
                 pipe = parse(spec)
-                entry["polly"].append(measured(target, server, spec, Variant(
-                    pipeline=pipe, launch=Launch(threads=2 if pipe.polly_parallel else None)), pipe.polly_parallel))
+                entry["polly"].append(
+                    measured(
+                        target,
+                        server,
+                        spec,
+                        Variant(pipeline=pipe, launch=Launch(threads=2 if pipe.polly_parallel else None)),
+                        pipe.polly_parallel,
+                    )
+                )
             if args.budget:
                 t0 = time.monotonic()
-                runs = [search(ws, pool, store, target, args.budget, args.seed, m, label)
-                        for m, label in ((RulesMutator(), "with"), (WithoutNew(), "without"))]
-                confirmed = confirm(pool.servers, [(t, contenders(g, 2)) for t, g, _ in runs], keep=2, rounds=3,
-                                    pairs=11, progress=say)
+                runs = [
+                    search(ws, pool, store, target, args.budget, args.seed, m, label)
+                    for m, label in ((RulesMutator(), "with"), (WithoutNew(), "without"))
+                ]
+                confirmed = confirm(
+                    pool.servers, [(t, contenders(g, 2)) for t, g, _ in runs], keep=2, rounds=3, pairs=11, progress=say
+                )
                 for (t, group, children), conf, label in zip(runs, confirmed, ("with", "without")):
                     result = kernel_result(t, group, conf)
-                    entry[label] = {"best_speedup": round(result.speedup, 3), "speedup_min": result.speedup_min,
-                                    "speedup_max": result.speedup_max, "winner": result.winner,
-                                    "children": children}
+                    entry[label] = {
+                        "best_speedup": round(result.speedup, 3),
+                        "speedup_min": result.speedup_min,
+                        "speedup_max": result.speedup_max,
+                        "winner": result.winner,
+                        "children": children,
+                    }
                 entry["search_s"] = round(time.monotonic() - t0, 1)
             out["kernels"].append(entry)
             with open(args.out + ".tmp", "w") as f:  # what is finished is kept if it is cut short

@@ -33,8 +33,11 @@ class Backend:
 
 
 HOST = Backend("host", "this CPU (llvmlite JIT)")
-OFFLOAD = Backend("offload", "this CPU: the device function as libomptarget's host plugin runs it (llvmlite JIT)",
-                  ("num_teams", "thread_limit"))
+OFFLOAD = Backend(
+    "offload",
+    "this CPU: the device function as libomptarget's host plugin runs it (llvmlite JIT)",
+    ("num_teams", "thread_limit"),
+)
 BACKENDS = {b.name: b for b in (HOST, OFFLOAD)}
 
 
@@ -42,8 +45,10 @@ def of_capture(capture):
     """The backend of a capture (a data.Capture)."""
     name = (capture.launch or {}).get("backend", "host")
     if name not in BACKENDS:
-        raise R3Error("capture %s names backend '%s', which this r3 does not have (%s)"
-                      % (capture.id, name, ", ".join(sorted(BACKENDS))))
+        raise R3Error(
+            "capture %s names backend '%s', which this r3 does not have (%s)"
+            % (capture.id, name, ", ".join(sorted(BACKENDS)))
+        )
     return BACKENDS[name]
 
 
@@ -82,12 +87,17 @@ def apply_geometry(text, kernel, launch):
         def push(m):
             count[0] += 1
             gtid = "%%r3.gtid.%d" % count[0]
-            return ("%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_teams(%s, i32 %s, %s)\n%s"
-                    % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, values, m.group(0)))
+            return (
+                "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_teams(%s, i32 %s, %s)\n%s"
+                % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, values, m.group(0))
+            )
+
         body = _FORK_TEAMS.sub(push, body)
     text = text[:start] + body + text[end:]
-    for decl in ("declare i32 @__kmpc_global_thread_num(ptr)",
-                 "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)"):
+    for decl in (
+        "declare i32 @__kmpc_global_thread_num(ptr)",
+        "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)",
+    ):
         name = decl.split("@")[1].split("(")[0]
         if not re.search(r"^declare [^\n]*@%s\(" % name, text, re.M):
             text += "\n" + decl + "\n"

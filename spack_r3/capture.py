@@ -36,8 +36,14 @@ def _check_capture(data):
         capture = Capture.from_json(data)
     except TypeError as err:  # a field missing
         raise ValueError(str(err).replace("__init__() ", ""))
-    for name, kind in (("id", str), ("kernel", str), ("source_file", str), ("instance", int), ("app", dict),
-                       ("files", dict)):
+    for name, kind in (
+        ("id", str),
+        ("kernel", str),
+        ("source_file", str),
+        ("instance", int),
+        ("app", dict),
+        ("files", dict),
+    ):
         if not isinstance(getattr(capture, name), kind):
             raise ValueError("its %s is not a %s" % (name, kind.__name__))
     return capture
@@ -53,8 +59,11 @@ def list_captures(workspace, corrupt=None):
                 out.append(_check_capture(json.load(f)))
         except (OSError, ValueError) as err:
             if corrupt is not None:
-                reason = ("capture.json is not JSON: %s" % err if isinstance(err, json.JSONDecodeError)
-                          else "capture.json: %s" % (err.strerror if isinstance(err, OSError) else err))
+                reason = (
+                    "capture.json is not JSON: %s" % err
+                    if isinstance(err, json.JSONDecodeError)
+                    else "capture.json: %s" % (err.strerror if isinstance(err, OSError) else err)
+                )
                 corrupt.append(CorruptCapture(os.path.basename(os.path.dirname(path)), reason))
     return out
 
@@ -97,9 +106,13 @@ def latest_run(captures, kernels=()):
 def recorded_calls(workspace, capture):
     """The capture directories of ``capture``'s kernel recorded in the same run, in call
     order (``r3 record --instances N`` keeps the first N calls)."""
-    same = [c for c in list_captures(workspace)
-            if c.kernel == capture.kernel and run_key(c) == run_key(capture)
-            and (c.compile_dir, c.source_file) == (capture.compile_dir, capture.source_file)]
+    same = [
+        c
+        for c in list_captures(workspace)
+        if c.kernel == capture.kernel
+        and run_key(c) == run_key(capture)
+        and (c.compile_dir, c.source_file) == (capture.compile_dir, capture.source_file)
+    ]
     return [workspace.capture_dir(c.id) for c in sorted(same, key=lambda c: c.instance)]
 
 
@@ -124,16 +137,25 @@ def resolve(workspace, ref, first_call=False):
         for c in sorted(matches, key=lambda c: c.instance):
             runs.setdefault((c.kernel, run_key(c)), []).append(c)
         if len(runs) > 1 and len({kernel for kernel, _ in runs}) == 1:
-            raise CaptureError("'%s' was recorded in %d runs; name the first call of the one to replay: %s" % (
-                ref, len(runs), ", ".join("%s (%d call%s)" % (calls[0].id, len(calls), "" if len(calls) == 1 else "s")
-                                          for calls in runs.values())))
+            raise CaptureError(
+                "'%s' was recorded in %d runs; name the first call of the one to replay: %s"
+                % (
+                    ref,
+                    len(runs),
+                    ", ".join(
+                        "%s (%d call%s)" % (calls[0].id, len(calls), "" if len(calls) == 1 else "s")
+                        for calls in runs.values()
+                    ),
+                )
+            )
         matches = [calls[0] for calls in runs.values()]
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:
         raise CaptureError("unknown capture '%s' in %s (see: r3 kernels)" % (ref, workspace.root))
-    raise CaptureError("'%s' is ambiguous: %s" % (ref, ", ".join(
-        "%s (%s)" % (c.id, cxxnames.display(c.kernel)) for c in matches)))
+    raise CaptureError(
+        "'%s' is ambiguous: %s" % (ref, ", ".join("%s (%s)" % (c.id, cxxnames.display(c.kernel)) for c in matches))
+    )
 
 
 def load_capture_dir(path, verify_digests=True):
@@ -154,8 +176,9 @@ def load_capture_dir(path, verify_digests=True):
         want = FileDigest(**want)
         size = os.path.getsize(fpath)
         if size != want.size:
-            raise CaptureError("capture %s: %s is truncated or corrupt (%d bytes, recorded %d)"
-                               % (capture.id, name, size, want.size))
+            raise CaptureError(
+                "capture %s: %s is truncated or corrupt (%d bytes, recorded %d)" % (capture.id, name, size, want.size)
+            )
         if verify_digests and sha256_file(fpath) != want.sha256:
             raise CaptureError("capture %s: %s is corrupt (checksum mismatch)" % (capture.id, name))
     for name in ("pre.bin", "post.bin"):

@@ -46,8 +46,17 @@ def setup_parser(parser):
 
 # What the machine can refuse a run (a full disk, a read-only or foreign workspace): the
 # user's to fix, told in one line like any bad input.
-MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE,
-                  errno.ENOMEM, errno.EFBIG}
+MACHINE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.ENOMEM,
+    errno.EFBIG,
+}
 INTERNAL_ERROR = 3
 
 
@@ -72,8 +81,11 @@ def dispatch(args):
         if refused is None:
             return _internal_error(args, err)
         where = " (%s)" % refused.filename if refused.filename else ""
-        print("r3 %s: error: %s%s; finished work is kept%s" % (args.r3_command, refused.strerror, where,
-                                                                _traceback_note(args)), file=sys.stderr)
+        print(
+            "r3 %s: error: %s%s; finished work is kept%s"
+            % (args.r3_command, refused.strerror, where, _traceback_note(args)),
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -91,8 +103,11 @@ def _machine_refusal(err):
 
 def _internal_error(args, err):
     first = (str(err).strip().splitlines() or [""])[0][:300]
-    print("r3 %s: internal error: %s%s%s; please report it" % (
-        args.r3_command, type(err).__name__, ": " + first if first else "", _traceback_note(args)), file=sys.stderr)
+    print(
+        "r3 %s: internal error: %s%s%s; please report it"
+        % (args.r3_command, type(err).__name__, ": " + first if first else "", _traceback_note(args)),
+        file=sys.stderr,
+    )
     return INTERNAL_ERROR
 
 

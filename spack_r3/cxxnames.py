@@ -20,8 +20,14 @@ DISPLAY_WIDTH = 48  # a kernel column wider than this pushes the numbers off a t
 EXACT, DEMANGLED, QUALIFIED = 3, 2, 1
 
 # Template arguments that only repeat a default: left out of what a table shows.
-_DEFAULT_ARGS = ("std::allocator<", "std::char_traits<", "std::less<", "std::equal_to<", "std::hash<",
-                 "std::default_delete<")
+_DEFAULT_ARGS = (
+    "std::allocator<",
+    "std::char_traits<",
+    "std::less<",
+    "std::equal_to<",
+    "std::hash<",
+    "std::default_delete<",
+)
 _OPERATOR = r"(?<!\w)operator(?:[^\w\s]{1,3}|\(\)|\[\])"  # operator<, operator(), ...: not brackets
 _OPERATOR_AT = re.compile(_OPERATOR)
 _OPERATOR_END = re.compile(_OPERATOR + "$")
@@ -82,7 +88,7 @@ def _split(name):
     A name without a parameter list (a variable, a C name) is (name, "", "")."""
     base = re.sub(r"( \[clone [^\]]*\])+$", "", name)
     close = base.rfind(")")
-    if close < 0 or not re.fullmatch(r"( const| volatile| &&| &| noexcept)*", base[close + 1:]):
+    if close < 0 or not re.fullmatch(r"( const| volatile| &&| &| noexcept)*", base[close + 1 :]):
         return name, "", ""
     start = _matching_open(base, close)
     if start <= 0:
@@ -105,10 +111,10 @@ def _split(name):
                 if _OPERATOR_END.search(head, 0, i):  # "operator< <A>": not the return type's end
                     i -= 1
                     continue
-                head = head[i + 1:]
+                head = head[i + 1 :]
                 break
             i -= 1
-    return head, base[start:close + 1], base[close + 1:]
+    return head, base[start : close + 1], base[close + 1 :]
 
 
 def _drop_default_args(text):
@@ -130,8 +136,8 @@ def _drop_default_args(text):
                     if depth == 0:
                         break
                     end += 1
-                if re.match(r"\s*>", text[end + 1:]):
-                    text = text[:at] + text[end + 1:]
+                if re.match(r"\s*>", text[end + 1 :]):
+                    text = text[:at] + text[end + 1 :]
                     changed = True
                 at = text.find(", " + arg, at + 1)
     return re.sub(r"(?<=[^>\s]) >", ">", text)

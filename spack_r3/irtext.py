@@ -11,10 +11,24 @@ _IDENT = re.compile(r"^[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
 _OPEN, _CLOSE = "([{<", ")]}>"
 
 LINKAGE_WORDS = {
-    "private", "internal", "available_externally", "linkonce", "weak", "common",
-    "appending", "extern_weak", "linkonce_odr", "weak_odr", "external",
-    "default", "hidden", "protected", "dllimport", "dllexport",
-    "dso_local", "dso_preemptable",
+    "private",
+    "internal",
+    "available_externally",
+    "linkonce",
+    "weak",
+    "common",
+    "appending",
+    "extern_weak",
+    "linkonce_odr",
+    "weak_odr",
+    "external",
+    "default",
+    "hidden",
+    "protected",
+    "dllimport",
+    "dllexport",
+    "dso_local",
+    "dso_preemptable",
 }
 
 
@@ -22,9 +36,7 @@ def global_ref(name):
     """``@name`` as LLVM text, quoted when the name needs it."""
     if _IDENT.match(name):
         return "@" + name
-    return '@"%s"' % "".join(
-        c if (0x20 <= ord(c) < 0x7F and c not in '"\\') else "\\%02X" % ord(c) for c in name
-    )
+    return '@"%s"' % "".join(c if (0x20 <= ord(c) < 0x7F and c not in '"\\') else "\\%02X" % ord(c) for c in name)
 
 
 def c_string(value):
@@ -51,7 +63,7 @@ def matching(text, start):
     for i, c, depth, quote in _scan(text, start):
         if depth == 0 and not quote and c in _CLOSE:
             return i + 1
-    raise ValueError("unbalanced brackets in IR: %r" % text[start:start + 80])
+    raise ValueError("unbalanced brackets in IR: %r" % text[start : start + 80])
 
 
 def split_top(text, sep=","):
@@ -90,7 +102,7 @@ class FunctionDef:
         self.prefix = m.group(1).strip()
         open_paren = m.end() - 1
         close = matching(line, open_paren)
-        self.params = split_top(line[open_paren + 1:close - 1])
+        self.params = split_top(line[open_paren + 1 : close - 1])
         self.suffix = line[close:].strip()
         if self.suffix.endswith("{"):
             self.suffix = self.suffix[:-1].strip()
@@ -109,8 +121,11 @@ class FunctionDef:
         parts = ["define", prefix if prefix is not None else self.prefix, global_ref(name)]
         head = " ".join(p for p in parts if p)
         tail = suffix if suffix is not None else self.suffix
-        return "%s(%s)%s {" % (head, ", ".join(params if params is not None else self.params),
-                                (" " + tail) if tail else "")
+        return "%s(%s)%s {" % (
+            head,
+            ", ".join(params if params is not None else self.params),
+            (" " + tail) if tail else "",
+        )
 
 
 def find_define(lines, name):

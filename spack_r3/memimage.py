@@ -83,8 +83,9 @@ def read_regions(path):
             stored = 0 if kind in (KIND_SAME, KIND_ZERO) else size
             end = data + stored + _pad(stored)
             if end > total:
-                raise CaptureError("%s: truncated at byte %d (record at byte %d needs %d bytes)"
-                                   % (path, total, pos, end - pos))
+                raise CaptureError(
+                    "%s: truncated at byte %d (record at byte %d needs %d bytes)" % (path, total, pos, end - pos)
+                )
             if kind == KIND_ZERO:
                 regions.append(Region(addr, size, KIND_HEAP, data, zero=True))
             else:
@@ -142,7 +143,7 @@ def region_view(path, region):
     if region.offset + region.size > len(m):
         m.close()
         raise CaptureError("%s: truncated at byte %d" % (path, len(m)))
-    return memoryview(m)[region.offset:region.offset + region.size]
+    return memoryview(m)[region.offset : region.offset + region.size]
 
 
 def find_region(regions, addr):

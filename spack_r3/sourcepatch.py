@@ -30,8 +30,9 @@ class PatchError(R3Error):
 
 def make_patch(old, new, filename, context=3):
     """The unified diff from ``old`` to ``new`` (``a/<filename>`` -> ``b/<filename>``)."""
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 "a/" + filename, "b/" + filename, n=context)
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), "a/" + filename, "b/" + filename, n=context
+    )
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
@@ -65,7 +66,7 @@ def _nearest_match(old, want, start, pos):
     """The line nearest to ``start`` (not before ``pos``) where ``want`` follows exactly."""
     for delta in range(len(old) + 1):
         for at in (start - delta, start + delta) if delta else (start,):
-            if pos <= at <= len(old) - len(want) and old[at:at + len(want)] == want:
+            if pos <= at <= len(old) - len(want) and old[at : at + len(want)] == want:
                 return at
     return None
 
@@ -89,8 +90,9 @@ def apply_patch(text, patch, offset=False):
             if found is not None:
                 moved, start = found - start, found
         if start < pos or start > len(old):
-            raise PatchError("hunk %d starts at line %s, outside the file or before the previous hunk"
-                             % (hunks, m.group(1)))
+            raise PatchError(
+                "hunk %d starts at line %s, outside the file or before the previous hunk" % (hunks, m.group(1))
+            )
         out.extend(old[pos:start])
         pos = start
         i += 1
@@ -109,8 +111,10 @@ def apply_patch(text, patch, offset=False):
                 if nxt.startswith("\\") and have is not None and not have.endswith("\n"):
                     want = body.rstrip("\n")
                 if have != want:
-                    raise PatchError("hunk %d does not match line %d: expected %r, found %r"
-                                     % (hunks, pos + 1, want.rstrip("\n"), (have or "").rstrip("\n")))
+                    raise PatchError(
+                        "hunk %d does not match line %d: expected %r, found %r"
+                        % (hunks, pos + 1, want.rstrip("\n"), (have or "").rstrip("\n"))
+                    )
                 if tag == " ":
                     out.append(have)
                 pos += 1
@@ -148,8 +152,7 @@ class Composer:
         for begin, end, _ in edits:
             for b, e, _ in self.edits:
                 if (begin < e and b < end) or (begin == end and b < begin < e) or (b == e and begin < b < end):
-                    raise PatchError("it changes line %d, which another rewrite of the unit changes too"
-                                     % (begin + 1))
+                    raise PatchError("it changes line %d, which another rewrite of the unit changes too" % (begin + 1))
         self.edits += edits
 
     @property

@@ -55,8 +55,11 @@ def find_clang():
 def clang_of_version(recorded, version):
     """A clang of major ``version``: ``recorded`` (the compiler a build ran) where it still
     runs here, else ``clang-N`` on PATH, else LLVM's own bin directory; None if none."""
-    for path in (shutil.which(recorded) if recorded else None, shutil.which("clang-%d" % version),
-                 "/usr/lib/llvm-%d/bin/clang" % version):
+    for path in (
+        shutil.which(recorded) if recorded else None,
+        shutil.which("clang-%d" % version),
+        "/usr/lib/llvm-%d/bin/clang" % version,
+    ):
         if path and os.access(path, os.X_OK) and clang_version(path) == version:
             return path
     return None
@@ -135,8 +138,7 @@ def _tools_in(version, directory=None):
         if directory:
             candidates = [os.path.join(directory, n) for n in ("%s-%d" % (tool, version), tool)]
         else:
-            candidates = [shutil.which("%s-%d" % (tool, version)),
-                          os.path.join("/usr/lib/llvm-%d/bin" % version, tool)]
+            candidates = [shutil.which("%s-%d" % (tool, version)), os.path.join("/usr/lib/llvm-%d/bin" % version, tool)]
         for path in candidates:
             if path and os.path.isfile(path) and os.access(path, os.X_OK):
                 found[tool] = path
@@ -194,14 +196,20 @@ def target_names(triple):
     else:
         return None
     try:
-        out = subprocess.run([llc, "-mtriple=" + triple, "-mcpu=help", "-mattr=help"], capture_output=True,
-                             text=True, timeout=30, input="")
+        out = subprocess.run(
+            [llc, "-mtriple=" + triple, "-mcpu=help", "-mattr=help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            input="",
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = out.stdout + out.stderr
     if "Available features" not in text:
         return None
     cpus_part, features_part = text.split("Available features", 1)
+
     def names(part):
         return frozenset(re.findall(r"^\s+([\w.-]+)\s+- ", part, re.M))
 

@@ -77,8 +77,11 @@ class ScriptedModel:
                 self.wfile.write(data)
 
             def _error(self, status, message):
-                self._send(status, {"error": {"message": message, "type": "scripted_error", "code": status}},
-                           headers=[("retry-after-ms", str(RETRY_AFTER_MS))])
+                self._send(
+                    status,
+                    {"error": {"message": message, "type": "scripted_error", "code": status}},
+                    headers=[("retry-after-ms", str(RETRY_AFTER_MS))],
+                )
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -100,11 +103,19 @@ class ScriptedModel:
                     self.wfile.write(entry)
                     return
                 content = entry if isinstance(entry, str) else entry(body["messages"])
-                self._send(200, {
-                    "id": "chatcmpl-%d" % n, "object": "chat.completion", "created": 0,
-                    "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop",
-                                                        "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-%d" % n,
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    },
+                )
 
         return Handler
 

@@ -53,9 +53,19 @@ class PostgresServer:
         if os.geteuid() == 0:
             shutil.chown(self.root, USER)
         self._run("initdb", "-D", self.data, "-U", "r3", "-A", "trust", "--no-sync", "-E", "UTF8")
-        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"), "-w", "start", "-o",
-                  "-h 127.0.0.1 -p %d -k %s -c fsync=off" % (self.port, self.root))
+        self._run(
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-l",
+            os.path.join(self.root, "log"),
+            "-w",
+            "start",
+            "-o",
+            "-h 127.0.0.1 -p %d -k %s -c fsync=off" % (self.port, self.root),
+        )
         import psycopg2
+
         conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="r3", dbname="postgres")
         conn.autocommit = True
         conn.cursor().execute("CREATE DATABASE r3")

@@ -75,8 +75,9 @@ def _make(src, clang, plan=None, extra_env=None):
     for f in ("app", "main.o", "kernels.o"):
         if (src / f).exists():
             (src / f).unlink()
-    return subprocess.run(["make", "-s", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["make", "-s", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env, capture_output=True, text=True
+    )
 
 
 def _symbols(obj):
@@ -91,8 +92,10 @@ def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
     untuned = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
     assert "calls=20" in untuned
 
-    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3", "noalias": True}),
-                                          ("smooth", {"opt": "2", "loop_vectorize": False})])
+    plan = _plan(
+        tmp_path / "plan.json",
+        [("axpy", {"opt": "3", "noalias": True}), ("smooth", {"opt": "2", "loop_vectorize": False})],
+    )
     built = _make(src, clang, plan)
     assert built.returncode == 0, built.stderr
     tuned = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
@@ -102,8 +105,11 @@ def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
     assert names.count("smooth") == 1
     assert len([n for n in names if n.startswith("axpy.r3.")]) == 1
     # smooth's own copy of mean3 is local to the tuned object: no second global definition
-    globals_ = [line.split()[-1] for line in subprocess.run(["nm", str(src / "kernels.o")], capture_output=True,
-                                                             text=True).stdout.splitlines() if " T " in line]
+    globals_ = [
+        line.split()[-1]
+        for line in subprocess.run(["nm", str(src / "kernels.o")], capture_output=True, text=True).stdout.splitlines()
+        if " T " in line
+    ]
     assert globals_.count("mean3") == 1
 
 
@@ -193,8 +199,10 @@ def test_a_plans_threads_and_source_knobs_reach_the_run(clang, tmp_path):
 
     assert _make(src, clang).returncode == 0
     assert run() == "team=1 knob=1 sum=999000\n"
-    plan = Plan("any", [PlannedUnit("kernels.c", [PlannedKernel("scale", {"opt": "3"}, {"threads": 3})],
-                                    defines={"R3_UNROLL_1": 4})])
+    plan = Plan(
+        "any",
+        [PlannedUnit("kernels.c", [PlannedKernel("scale", {"opt": "3"}, {"threads": 3})], defines={"R3_UNROLL_1": 4})],
+    )
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
     built = _make(src, clang, str(tmp_path / "plan.json"))
     assert built.returncode == 0, built.stderr
@@ -203,8 +211,13 @@ def test_a_plans_threads_and_source_knobs_reach_the_run(clang, tmp_path):
 
 def _profile(src, tmp_path, label):
     out = tmp_path / ("profile-" + label)
-    run = subprocess.run(["./app"], cwd=src, capture_output=True, text=True,
-                         env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"))
+    run = subprocess.run(
+        ["./app"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"),
+    )
     assert run.returncode == 0, run.stderr
     (path,) = out.glob("profile.*.json")
     return run.stdout, {planned_symbol(k["name"]): k for k in json.loads(path.read_text())["kernels"]}
@@ -217,8 +230,10 @@ def test_timed_builds_report_each_planned_kernel_in_the_run(clang, tmp_path):
     assert _make(src, clang).returncode == 0
     expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
     plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3"}), ("smooth", {"opt": "2"})])
-    for label, env in (("tuned", {"R3_APPLY_PROBES": "1"}),
-                       ("untuned", {"R3_APPLY_PROBES": "1", "R3_APPLY_UNTUNED": "1"})):
+    for label, env in (
+        ("tuned", {"R3_APPLY_PROBES": "1"}),
+        ("untuned", {"R3_APPLY_PROBES": "1", "R3_APPLY_UNTUNED": "1"}),
+    ):
         built = _make(src, clang, plan, env)
         assert built.returncode == 0, built.stderr
         stdout, kernels = _profile(src, tmp_path, label)
@@ -232,20 +247,22 @@ def test_timed_builds_report_each_planned_kernel_in_the_run(clang, tmp_path):
 
 
 def test_shared_names_and_declarations_on_ir():
-    text = "\n".join([
-        "@count = internal global i32 0, align 4",
-        "@.str = private unnamed_addr constant [3 x i8] c\"%d\\00\", align 1",
-        "@shared = dso_local global double 0.0, align 8",
-        "define internal void @kern(ptr noundef %p) #0 {",
-        "entry:",
-        "  %v = load i32, ptr @count, align 4",
-        "  ret void",
-        "}",
-        "define dso_local i32 @main() #0 {",
-        "  call void @kern(ptr null)",
-        "  ret i32 0",
-        "}",
-    ])
+    text = "\n".join(
+        [
+            "@count = internal global i32 0, align 4",
+            '@.str = private unnamed_addr constant [3 x i8] c"%d\\00", align 1',
+            "@shared = dso_local global double 0.0, align 8",
+            "define internal void @kern(ptr noundef %p) #0 {",
+            "entry:",
+            "  %v = load i32, ptr @count, align 4",
+            "  ret void",
+            "}",
+            "define dso_local i32 @main() #0 {",
+            "  call void @kern(ptr null)",
+            "  ret i32 0",
+            "}",
+        ]
+    )
     out, names, writable = shared_names(text, ["kern"], "abcd1234")
     assert names == {"kern": "kern.r3.abcd1234"}
     assert "@count.r3.abcd1234 = hidden global i32 0" in out
@@ -259,8 +276,16 @@ def test_shared_names_and_declarations_on_ir():
 
 
 def test_plan_matches_units_in_any_stage_and_predicts_with_amdahl(tmp_path):
-    plan = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", {}, speedup=2.0, share=0.5),
-                                                 PlannedKernel("b", {}, speedup=4.0, share=0.2)], {"R3_TILE_1": 32})])
+    plan = Plan(
+        "zen3",
+        [
+            PlannedUnit(
+                "src/k.c",
+                [PlannedKernel("a", {}, speedup=2.0, share=0.5), PlannedKernel("b", {}, speedup=4.0, share=0.2)],
+                {"R3_TILE_1": 32},
+            )
+        ],
+    )
     path = tmp_path / "p.json"
     path.write_text(json.dumps(plan.to_json()))
     again = load_plan(str(path))
@@ -277,8 +302,11 @@ def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measur
     from spack_r3.spack.wrap import tuned_package
 
     def package(pipeline, speedup=2.0, facts=None):
-        plan = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", pipeline, speedup=speedup, share=0.5)])],
-                    facts=dict(facts or {}))
+        plan = Plan(
+            "zen3",
+            [PlannedUnit("src/k.c", [PlannedKernel("a", pipeline, speedup=speedup, share=0.5)])],
+            facts=dict(facts or {}),
+        )
         return tuned_package("r3", "r3-dense", "v1", {"zen3": plan})
 
     first = package({"opt": "3"})

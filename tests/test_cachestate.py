@@ -16,19 +16,37 @@ L2, LLC = 1 << 20, 32 << 20  # one core's
 
 
 def capture(kernel, touched, calls, threads=2, run="/ws/runs/1/record", mode="pages", instance=1, top=None):
-    return Capture(id=kernel, kernel=kernel, source_file="kernels.c", compile_command=[], compile_dir="/",
-                   signature={}, args=[], byval_data=[], ret=None,
-                   launch={"threads": threads, "openmp": threads > 1}, target={},
-                   app={"calls": calls, "top_calls": calls if top is None else top, "run": run, "app_s": 0.32}, instance=instance, instance_s=0.0,
-                   arena={}, globals=[], files={},
-                   memory={"mode": mode, "touched_bytes": touched, "live_bytes": 17 * MB})
+    return Capture(
+        id=kernel,
+        kernel=kernel,
+        source_file="kernels.c",
+        compile_command=[],
+        compile_dir="/",
+        signature={},
+        args=[],
+        byval_data=[],
+        ret=None,
+        launch={"threads": threads, "openmp": threads > 1},
+        target={},
+        app={"calls": calls, "top_calls": calls if top is None else top, "run": run, "app_s": 0.32},
+        instance=instance,
+        instance_s=0.0,
+        arena={},
+        globals=[],
+        files={},
+        memory={"mode": mode, "touched_bytes": touched, "live_bytes": 17 * MB},
+    )
 
 
 @pytest.fixture
 def cg_run():
-    return [capture("spmv", int(12.8 * MB), 814), capture("dot", int(1.3 * MB), 1629),
-            capture("axpy", int(2.6 * MB), 1626), capture("xpay", int(2.6 * MB), 813),
-            capture("poisson2d", 4096, 1, threads=1)]
+    return [
+        capture("spmv", int(12.8 * MB), 814),
+        capture("dot", int(1.3 * MB), 1629),
+        capture("axpy", int(2.6 * MB), 1626),
+        capture("xpay", int(2.6 * MB), 813),
+        capture("poisson2d", 4096, 1, threads=1),
+    ]
 
 
 def by_name(run, name):
@@ -40,7 +58,8 @@ def test_a_kernel_whose_data_the_others_push_out_of_l2_is_timed_with_shared_cach
     assert choice.state == SHARED
     # 12.8 MB every other call, 2.6 MB on every call, 2.6 MB every other call
     assert cachestate.traffic_between_calls(by_name(cg_run, "dot"), cg_run) == pytest.approx(
-        int(12.8 * MB) * 814 / 1629 + int(2.6 * MB) * 1626 / 1629 + int(2.6 * MB) * 813 / 1629 + 4096 / 1629)
+        int(12.8 * MB) * 814 / 1629 + int(2.6 * MB) * 1626 / 1629 + int(2.6 * MB) * 813 / 1629 + 4096 / 1629
+    )
     assert "1.3 MB" in choice.reason and "L2" in choice.reason
 
 
@@ -75,8 +94,9 @@ def test_only_kernels_of_the_same_run_count(cg_run):
     assert cachestate.choose(other_run[0], cg_run + other_run, l2=L2, llc=LLC, cpus=2).state == WARM
     # Later instances of a kernel are the same kernel, not traffic beside it.
     again = cg_run + [capture("spmv", int(12.8 * MB), 814, instance=2)]
-    assert cachestate.traffic_between_calls(by_name(cg_run, "dot"), cachestate.same_run(by_name(cg_run, "dot"), again)) \
-        == cachestate.traffic_between_calls(by_name(cg_run, "dot"), cg_run)
+    assert cachestate.traffic_between_calls(
+        by_name(cg_run, "dot"), cachestate.same_run(by_name(cg_run, "dot"), again)
+    ) == cachestate.traffic_between_calls(by_name(cg_run, "dot"), cg_run)
 
 
 def test_nested_kernels_are_part_of_their_callers(cg_run):
@@ -86,7 +106,8 @@ def test_nested_kernels_are_part_of_their_callers(cg_run):
     nested = [capture(c.kernel, c.memory["touched_bytes"], c.app["calls"], top=0) for c in cg_run]
     dot = by_name(nested, "dot")
     assert cachestate.traffic_between_calls(dot, nested + step) == pytest.approx(
-        (15 * MB * 813 - int(1.3 * MB) * 1629) / 1629)
+        (15 * MB * 813 - int(1.3 * MB) * 1629) / 1629
+    )
     assert cachestate.choose(dot, nested + step, l2=L2, llc=LLC, cpus=2).state == SHARED
     # The step itself: nothing else runs between its calls.
     assert cachestate.traffic_between_calls(step[0], nested + step) == 0

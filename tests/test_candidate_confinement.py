@@ -27,16 +27,30 @@ from test_record_replay import DEMOS, capture_of, r3
 # group and the memory limit only: a fork then outlives nothing, but is not refused.
 SECCOMP = not confine.seccomp_missing(confine.probe())
 OPENING = "void jacobi_step(int n, const double *restrict u, double *restrict v, double alpha)\n{\n"
-PROTOS = ("extern int fork(void);\nextern unsigned int sleep(unsigned int);\nextern void _exit(int);\n"
-          "extern int open(const char *, int, ...);\nextern long write(int, const void *, unsigned long);\n"
-          "extern int close(int);\nextern int prctl(int, ...);\nextern void *malloc(unsigned long);\n")
+PROTOS = (
+    "extern int fork(void);\nextern unsigned int sleep(unsigned int);\nextern void _exit(int);\n"
+    "extern int open(const char *, int, ...);\nextern long write(int, const void *, unsigned long);\n"
+    "extern int close(int);\nextern int prctl(int, ...);\nextern void *malloc(unsigned long);\n"
+)
 
 
 @pytest.fixture(scope="module")
 def heat(tmp_path_factory, clang):
     ws = str(tmp_path_factory.mktemp("confine-ws"))
-    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 96 4",
-              "--kernel", "jacobi_step") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            os.path.join(DEMOS, "heat"),
+            "--run",
+            "./heat 96 4",
+            "--kernel",
+            "jacobi_step",
+        )
+        == 0
+    )
     directory = capture_of(ws, "jacobi_step")
     with ReplayServer(timeout=30, cache_dir=os.path.join(ws, "cache")) as server:
         yield directory, kernel_source(load_capture_dir(directory), directory), server
@@ -59,7 +73,7 @@ def alive(name):
                 stat = f.read()
         except OSError:
             continue
-        comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+        comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
         if comm == name and state not in "ZX":
             found.append((int(pid), state))
     return found
@@ -74,13 +88,16 @@ def test_normal_candidates_still_verify_and_time(heat):
     assert ev.status == OK and ev.repeat == 4, ev.diagnostics
 
 
-@pytest.mark.parametrize("cheat", [
-    "    static long calls;\n    if (++calls > 1) return;\n",  # right on its first call only
-    "    static unsigned long long t0;\n    unsigned long long now = __builtin_ia32_rdtsc();\n"
-    # right until the cycle counter moves on from its first call (which a restore and a
-    # check in Python, between any two calls, take far longer than)
-    "    if (!t0) t0 = now;\n    if (now - t0 > 1000ULL) return;\n",
-])
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "    static long calls;\n    if (++calls > 1) return;\n",  # right on its first call only
+        "    static unsigned long long t0;\n    unsigned long long now = __builtin_ia32_rdtsc();\n"
+        # right until the cycle counter moves on from its first call (which a restore and a
+        # check in Python, between any two calls, take far longer than)
+        "    if (!t0) t0 = now;\n    if (now - t0 > 1000ULL) return;\n",
+    ],
+)
 def test_a_candidate_right_only_while_verified_is_wrong_output(heat, cheat):
     directory, src, server = heat
     if "rdtsc" in cheat and os.uname().machine != "x86_64":
@@ -94,8 +111,10 @@ def test_a_candidate_right_only_while_verified_is_wrong_output(heat, cheat):
 def test_a_candidate_that_forks_leaves_no_process_behind(heat):
     directory, src, server = heat
     name = "r3t-" + uuid.uuid4().hex[:8]  # what the forked process would be called
-    forks = ('    static int forked;\n    if (!forked++ && fork() == 0) {\n        prctl(15, "%s");\n'
-             '        sleep(30);\n        _exit(0);\n    }\n' % name)
+    forks = (
+        '    static int forked;\n    if (!forked++ && fork() == 0) {\n        prctl(15, "%s");\n'
+        "        sleep(30);\n        _exit(0);\n    }\n" % name
+    )
     ev = server.submit(directory, rewrite(src, forks, PROTOS), pairs=2)
     assert alive(name) == []
     if SECCOMP:
@@ -107,8 +126,9 @@ def test_a_candidate_that_forks_leaves_no_process_behind(heat):
 def test_a_candidate_that_writes_a_file_writes_nothing(heat, tmp_path):
     directory, src, server = heat
     path = tmp_path / "written-by-a-candidate"
-    writes = ('    int fd = open("%s", 01 | 0100 | 01000, 0644);\n'
-              '    if (fd >= 0) { write(fd, "x", 1); close(fd); }\n' % path)
+    writes = (
+        '    int fd = open("%s", 01 | 0100 | 01000, 0644);\n    if (fd >= 0) { write(fd, "x", 1); close(fd); }\n' % path
+    )
     ev = server.submit(directory, rewrite(src, writes, PROTOS), pairs=2)
     assert ev.status == CRASH and "denied" in ev.diagnostics, ev.diagnostics
     assert not path.exists()
@@ -116,15 +136,17 @@ def test_a_candidate_that_writes_a_file_writes_nothing(heat, tmp_path):
 
 def test_an_unbounded_allocation_fails_that_candidate_only(heat):
     directory, src, server = heat
-    grows = ("    for (;;) {  /* 64 MiB at a time, never freed, no NULL check */\n"
-             "        char *p = malloc(1L << 26);\n"
-             "        for (long o = 0; o < (1L << 26); o += 4096) p[o] = 1;\n    }\n")
+    grows = (
+        "    for (;;) {  /* 64 MiB at a time, never freed, no NULL check */\n"
+        "        char *p = malloc(1L << 26);\n"
+        "        for (long o = 0; o < (1L << 26); o += 4096) p[o] = 1;\n    }\n"
+    )
     ev = server.submit(directory, rewrite(src, grows, PROTOS), repeat=2)
     assert ev.status == CRASH and "SIGSEGV" in ev.diagnostics, ev.diagnostics
     assert server.submit(directory, Variant(), repeat=2).status == OK  # the same worker, the next candidate
 
 
-REFUSING = r'''
+REFUSING = r"""
 import ctypes, json, os, struct, sys, time
 from spack_r3.data import Variant
 from spack_r3.replay.server import ReplayServer
@@ -143,24 +165,30 @@ with ReplayServer(timeout=30) as server:
     forked = server.submit(directory, Variant(source_patch=patch), pairs=2)
     again = server.submit(directory, Variant(), repeat=2)
     print(json.dumps({"forked": forked.status, "again": again.status}))
-'''
+"""
 
 
 def test_where_seccomp_is_refused_the_group_is_still_killed_and_it_is_said_once(heat, tmp_path):
     directory, src, _ = heat
     name = "r3t-" + uuid.uuid4().hex[:8]
-    forks = ('    static int forked;\n    if (!forked++ && fork() == 0) {\n        prctl(15, "%s");\n'
-             '        sleep(30);\n        _exit(0);\n    }\n' % name)
+    forks = (
+        '    static int forked;\n    if (!forked++ && fork() == 0) {\n        prctl(15, "%s");\n'
+        "        sleep(30);\n        _exit(0);\n    }\n" % name
+    )
     script = tmp_path / "refusing.py"
     script.write_text(REFUSING)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, str(script), directory, rewrite(src, forks, PROTOS).source_patch, name],
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), directory, rewrite(src, forks, PROTOS).source_patch, name],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=root),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {"forked": OK, "again": OK}  # the fork was not refused
     assert alive(name) == []  # but its process went with its candidate's group
     assert proc.stderr.count("without a seccomp filter") == 1, proc.stderr
-
 
 
 def test_a_write_where_the_recorded_call_never_wrote_is_a_wrong_output():
@@ -182,6 +210,8 @@ def test_a_write_where_the_recorded_call_never_wrote_is_a_wrong_output():
     pages[2 * engine.PAGE + 100] = 1
     for tolerance in (None, 1e300):
         checked = engine.check(prepared, None, tolerance)
-        assert not checked.verified and "0x%x, which the recorded call never touched" % (base + 2 * engine.PAGE + 100) \
-            in checked.detail
+        assert (
+            not checked.verified
+            and "0x%x, which the recorded call never touched" % (base + 2 * engine.PAGE + 100) in checked.detail
+        )
     del prepared

@@ -18,9 +18,9 @@ from spack_r3.workspace import Workspace
 from test_record_replay import r3, r3_subprocess
 
 APPLY = "_ZN6Solver11applyStressERSt6vectorIdSaIdEEi"
-RELAX = "_ZN6Solver5relaxERSt6vectorIdSaIdEE"             # Solver::relax(std::vector<double>&)
-RELAX_W = "_ZN6Solver5relaxERSt6vectorIdSaIdEEd"          # Solver::relax(std::vector<double>&, double)
-SMOOTH_CXX = "_Z6smoothRSt6vectorIdSaIdEE"                # smooth(std::vector<double>&), beside extern "C" smooth
+RELAX = "_ZN6Solver5relaxERSt6vectorIdSaIdEE"  # Solver::relax(std::vector<double>&)
+RELAX_W = "_ZN6Solver5relaxERSt6vectorIdSaIdEEd"  # Solver::relax(std::vector<double>&, double)
+SMOOTH_CXX = "_Z6smoothRSt6vectorIdSaIdEE"  # smooth(std::vector<double>&), beside extern "C" smooth
 
 
 def test_symbols_demangle_to_what_the_source_says():
@@ -28,9 +28,9 @@ def test_symbols_demangle_to_what_the_source_says():
     # tables leave out template arguments that only repeat a default
     assert cxxnames.tidy(APPLY) == "Solver::applyStress(std::vector<double>&, int)"
     assert cxxnames.qualified(APPLY) == "Solver::applyStress"
-    assert cxxnames.qualified("_ZNK1A1fEv") == "A::f"                      # A::f() const
-    assert cxxnames.qualified("_Z3fooIiEvT_") == "foo<int>"                # void foo<int>(int): no return type
-    assert cxxnames.qualified("_ZN1AltERKS_") == "A::operator<"            # operators are not brackets
+    assert cxxnames.qualified("_ZNK1A1fEv") == "A::f"  # A::f() const
+    assert cxxnames.qualified("_Z3fooIiEvT_") == "foo<int>"  # void foo<int>(int): no return type
+    assert cxxnames.qualified("_ZN1AltERKS_") == "A::operator<"  # operators are not brackets
     # C names, names that only look mangled and bare type codes come back unchanged
     for name in ("spmv", "_Zbad", "i"):
         assert cxxnames.demangle(name) == cxxnames.tidy(name) == cxxnames.display(name) == name
@@ -38,8 +38,10 @@ def test_symbols_demangle_to_what_the_source_says():
 
 def test_long_names_are_shortened_for_a_table_column():
     symbol = "_ZN2ns6detail30really_long_function_name_hereIdLi3EEEvRKSt6vectorIS2_IT_SaIS3_EESaIS5_EEPdm"
-    assert cxxnames.tidy(symbol) == ("void ns::detail::really_long_function_name_here<double, 3>"
-                                     "(std::vector<std::vector<double> > const&, double*, unsigned long)")
+    assert cxxnames.tidy(symbol) == (
+        "void ns::detail::really_long_function_name_here<double, 3>"
+        "(std::vector<std::vector<double> > const&, double*, unsigned long)"
+    )
     assert cxxnames.display(symbol) == "ns::detail::really_long_function_name_here<...>(...)"
     assert cxxnames.display(symbol, width=80) == "ns::detail::really_long_function_name_here<double, 3>(...)"
     saxpy = "_Z5saxpyRSt6vectorIdSaIdEERKS1_d"
@@ -146,10 +148,14 @@ def solver(tmp_path_factory, clang):
     """A C++ app recorded with its kernels named three ways; (workspace, r3 record's output)."""
     src = _solver_tree(tmp_path_factory.mktemp("solver") / "src")
     ws = str(tmp_path_factory.mktemp("solver-ws"))
-    proc = record_solver(src, ws, "Solver::applyStress",                              # qualified
-                         "Solver::relax(std::vector<double>&)",                       # tidy demangled
-                         "Solver::relax(std::vector<double, std::allocator<double> >&, double)",  # demangled
-                         "smooth")                                                    # the C function
+    proc = record_solver(
+        src,
+        ws,
+        "Solver::applyStress",  # qualified
+        "Solver::relax(std::vector<double>&)",  # tidy demangled
+        "Solver::relax(std::vector<double, std::allocator<double> >&, double)",  # demangled
+        "smooth",
+    )  # the C function
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return ws, proc.stdout
 
@@ -167,8 +173,12 @@ def test_tables_show_demangled_names_and_json_keeps_both(solver, capsys):
     assert "Solver::applyStress(std::vector<double>&, int)" in record_out  # r3 record's hotness table
     assert r3("kernels", "--workspace", ws) == 0
     table = capsys.readouterr().out
-    for name in ("Solver::applyStress(std::vector<double>&, int)", "Solver::relax(std::vector<double>&)",
-                 "Solver::relax(std::vector<double>&, double)", "smooth"):
+    for name in (
+        "Solver::applyStress(std::vector<double>&, int)",
+        "Solver::relax(std::vector<double>&)",
+        "Solver::relax(std::vector<double>&, double)",
+        "smooth",
+    ):
         assert name in table
     assert "_ZN6Solver" not in table
     assert r3("kernels", "--workspace", ws, "--json") == 0
@@ -180,8 +190,7 @@ def test_tables_show_demangled_names_and_json_keeps_both(solver, capsys):
 def test_replay_finds_a_kernel_by_any_of_its_names(solver, capsys):
     ws, _ = solver
     want = resolve(Workspace(ws), APPLY)
-    for ref in ("Solver::applyStress", "Solver::applyStress(std::vector<double>&, int)",
-                cxxnames.demangle(APPLY)):
+    for ref in ("Solver::applyStress", "Solver::applyStress(std::vector<double>&, int)", cxxnames.demangle(APPLY)):
         assert resolve(Workspace(ws), ref) == want
     assert r3("replay", "Solver::applyStress", "--repeat", 1, "--json", "--workspace", ws) == 0
     out = json.loads(capsys.readouterr().out)

@@ -140,7 +140,8 @@ def test_spack_installs_demos(spack_root, clang, tmp_path):
     cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++", 1))
     (scope / "config.yaml").write_text(
         "config:\n"
-        "  install_tree:\n    root: %s\n" % opt
+        "  install_tree:\n    root: %s\n"
+        % opt
         + "  source_cache: %s\n" % (tmp_path / "source-cache")
         + "  build_stage: [%s]\n" % (tmp_path / "stage")
     )
@@ -148,9 +149,9 @@ def test_spack_installs_demos(spack_root, clang, tmp_path):
     (scope / "bootstrap.yaml").write_text("bootstrap:\n  enable: false\n")
     (scope / "compilers.yaml").write_text(
         "compilers:\n- compiler:\n"
-        "    spec: clang@=%s\n" % version
-        + "    paths: {cc: %s, cxx: %s, f77: null, fc: null}\n"
-        % (clang, cxx if os.path.exists(cxx) else "null")
+        "    spec: clang@=%s\n"
+        % version
+        + "    paths: {cc: %s, cxx: %s, f77: null, fc: null}\n" % (clang, cxx if os.path.exists(cxx) else "null")
         + "    operating_system: %s\n" % arch.stdout.strip()
         + "    target: %s\n" % platform.machine()
         + "    modules: []\n"

@@ -95,8 +95,14 @@ def space_pipelines(facts):
     specs = {}
     for param in space.params:
         change = {param.name: None}
-        activate = {"polly_tile": {"polly": True}, "polly_matmul": {"polly": True}, "polly_vec": {"polly": True},
-                    "pass0": {"passes": 1}, "pass1": {"passes": 2}, "pass2": {"passes": 3}}.get(param.name, {})
+        activate = {
+            "polly_tile": {"polly": True},
+            "polly_matmul": {"polly": True},
+            "polly_vec": {"polly": True},
+            "pass0": {"passes": 1},
+            "pass1": {"passes": 2},
+            "pass2": {"passes": 3},
+        }.get(param.name, {})
         for value in param.values():
             change = dict(activate, **{param.name: value})
             values = space._values(change)
@@ -137,8 +143,10 @@ def test_a_geometry_over_the_launch_bounds_cannot_launch(ptxas, cuda_unit):
     assert [v.target for v in verdicts] == ["sm_80", "gfx942"]
     for v in verdicts:
         assert not v.ok
-        assert v.reason == ("cannot launch on %s at 512 threads: a block of 512 threads is over the kernel's "
-                            "launch bounds (256)" % v.target)
+        assert v.reason == (
+            "cannot launch on %s at 512 threads: a block of 512 threads is over the kernel's "
+            "launch bounds (256)" % v.target
+        )
 
 
 def test_occupancy_matches_hand_computed_values():
@@ -174,8 +182,11 @@ def test_occupancy_matches_hand_computed_values():
 
 
 def test_gpu_targets_key_spack_variants():
-    assert [t.spack_variant for t in parse_targets("sm_80,90,gfx942")] == ["cuda_arch=80", "cuda_arch=90",
-                                                                           "amdgpu_target=gfx942"]
+    assert [t.spack_variant for t in parse_targets("sm_80,90,gfx942")] == [
+        "cuda_arch=80",
+        "cuda_arch=90",
+        "amdgpu_target=gfx942",
+    ]
     assert variant_key("zen3", gpu_target("sm_90")) == "target=zen3 cuda_arch=90"
     plan = Plan("zen3", gpu="gfx942")
     assert plan.spec_keys() == "target=zen3 amdgpu_target=gfx942"
@@ -187,13 +198,33 @@ def test_gpu_targets_key_spack_variants():
 
 
 def test_retarget_source_prints_the_table(ptxas, capsys):
-    rc = cli.main(["retarget", "--source", os.path.join(TREE, "kernels.cu"), "--compile=-nocudainc",
-                   "--gpu", "sm_90,gfx942", "--max-registers", "32"])
+    rc = cli.main(
+        [
+            "retarget",
+            "--source",
+            os.path.join(TREE, "kernels.cu"),
+            "--compile=-nocudainc",
+            "--gpu",
+            "sm_90,gfx942",
+            "--max-registers",
+            "32",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["kernel", "gpu", "regs", "spill", "st/ld", "stack", "shared", "occupancy", "limit",
-                                "verdict"]
+    assert lines[0].split() == [
+        "kernel",
+        "gpu",
+        "regs",
+        "spill",
+        "st/ld",
+        "stack",
+        "shared",
+        "occupancy",
+        "limit",
+        "verdict",
+    ]
     moments = [l for l in lines if l.startswith("moments(int") and " sm_90 " in l]
     assert len(moments) == 1 and "tune again: spills on sm_90 with at most 32 registers" in moments[0]
     assert any(l.startswith("stencil(int") and " gfx942 " in l and l.rstrip().endswith(" ok") for l in lines)
@@ -202,8 +233,10 @@ def test_retarget_source_prints_the_table(ptxas, capsys):
 def test_unknown_gpu_is_one_line_exit_2(capsys):
     assert cli.main(["retarget", "--source", os.path.join(TREE, "saxpy.cu"), "--gpu", "sm_80,gfx9000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["r3 retarget: error: unknown GPU target 'gfx9000'; known: sm_70, sm_75, sm_80, sm_86, sm_89, "
-                   "sm_90, gfx90a, gfx942, gfx1100"]
+    assert err == [
+        "r3 retarget: error: unknown GPU target 'gfx9000'; known: sm_70, sm_75, sm_80, sm_86, sm_89, "
+        "sm_90, gfx90a, gfx942, gfx1100"
+    ]
     assert cli.main(["tune", "--gpu", "sm_80,,"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
@@ -218,8 +251,10 @@ def offload_ws(tmp_path_factory):
         pytest.skip("libomptarget (its host plugin) is not installed")
     ws = str(tmp_path_factory.mktemp("ws"))
     demo = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
-    assert cli.main(["--workspace", ws, "record", "--source", demo, "--run",
-                     "LD_LIBRARY_PATH=%s ./heat 64 20" % libdir]) == 0
+    assert (
+        cli.main(["--workspace", ws, "record", "--source", demo, "--run", "LD_LIBRARY_PATH=%s ./heat 64 20" % libdir])
+        == 0
+    )
     return ws
 
 
@@ -259,15 +294,30 @@ def test_tune_gpu_screens_a_device_kernels_candidates(offload_ws, ptxas):
     step = next(t for t in plan.targets if "jacobi_step" in t.kernel)
     ev = step.submit(None, Variant(launch=Launch(thread_limit=2048)))
     assert ev.status == COMPILE_ERROR
-    assert ev.diagnostics == ("rejected before any run: %s: cannot launch on sm_90 at 2048 threads: a block of 2048 "
-                              "threads is over sm_90 (1024)" % step.kernel)
+    assert ev.diagnostics == (
+        "rejected before any run: %s: cannot launch on sm_90 at 2048 threads: a block of 2048 "
+        "threads is over sm_90 (1024)" % step.kernel
+    )
     assert step.screen(Variant(launch=Launch(thread_limit=1024))) is None  # compiled with thread_limit(1024)
     assert step.screen(Variant(pipeline=parse("O2,unroll=0,noalias=1"))) is None
     # the report's table of a winner on each GPU
     from spack_r3.search.results import KernelResult
 
-    won = KernelResult(step.kernel, step.captures, 0.5, 1e-5, 1e-5, 1.0, 1.0, 1.0, 3, {}, False, "O2",
-                       Variant(pipeline=parse("O2,unroll=0,noalias=1")).to_json())
+    won = KernelResult(
+        step.kernel,
+        step.captures,
+        0.5,
+        1e-5,
+        1e-5,
+        1.0,
+        1.0,
+        1.0,
+        3,
+        {},
+        False,
+        "O2",
+        Variant(pipeline=parse("O2,unroll=0,noalias=1")).to_json(),
+    )
     text = hook.winners_table(plan.targets, [won]).splitlines()
     assert text[0] == "the winners on the GPUs (--gpu; static figures, not measured):"
     assert [l.split()[1] for l in text[3:]] == ["sm_90", "gfx942"] and all(l.endswith(" ok") for l in text[3:])
@@ -323,8 +373,28 @@ def test_tune_gpu_reports_the_winners_figures_per_gpu(offload_ws, ptxas, capsys)
     import json
 
     capsys.readouterr()
-    argv = ["--workspace", offload_ws, "tune", "--kernel", "jacobi_step_l8", "--gpu", "sm_90,gfx942", "--budget", 2,
-            "--pairs", 1, "--confirm-pairs", 1, "--confirm-rounds", 1, "--mutator", "none", "--seed", 1, "--json"]
+    argv = [
+        "--workspace",
+        offload_ws,
+        "tune",
+        "--kernel",
+        "jacobi_step_l8",
+        "--gpu",
+        "sm_90,gfx942",
+        "--budget",
+        2,
+        "--pairs",
+        1,
+        "--confirm-pairs",
+        1,
+        "--confirm-rounds",
+        1,
+        "--mutator",
+        "none",
+        "--seed",
+        1,
+        "--json",
+    ]
     assert cli.main([str(a) for a in argv]) == 0
     out = json.loads(capsys.readouterr().out)
     [(kernel, verdicts)] = out["gpus"].items()

@@ -22,8 +22,10 @@ import pytest
 from spack_r3 import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = sorted([os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "README.md")]
-               + glob.glob(os.path.join(ROOT, "docs", "*.md")))
+PAGES = sorted(
+    [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "bench", "README.md")]
+    + glob.glob(os.path.join(ROOT, "docs", "*.md"))
+)
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

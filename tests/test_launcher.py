@@ -56,8 +56,9 @@ def test_compile_and_link_in_one_step_records_and_runs(tree, clang):
     meta = units(rec)
     assert [k["name"] for k in meta["kernel.c"]["kernels"]] == ["scale"]
     assert meta["main.c"]["kernels"] == []  # main is never a kernel
-    run = subprocess.run(["./app"], cwd=tree, env=dict(os.environ, R3_RECORD_DIR=str(rec)),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        ["./app"], cwd=tree, env=dict(os.environ, R3_RECORD_DIR=str(rec)), capture_output=True, text=True
+    )
     assert run.returncode == 0 and run.stdout.strip() == "198"
     profile = json.loads(next(rec.glob("profile.*.json")).read_text())
     assert [(k["name"], k["calls"]) for k in profile["kernels"]] == [("scale", 1)]
@@ -106,7 +107,8 @@ def test_a_unit_reading_a_global_at_a_fixed_index_gets_probes(tmp_path, clang):
     # `table[3]` is a constant expression over @table in the IR, which llvmlite cannot walk
     (tmp_path / "fixed.c").write_text(
         "double table[8];\n"
-        "double sum(int n, const double *x) { double s = table[3]; for (int i = 0; i < n; i++) s += x[i]; return s; }\n")
+        "double sum(int n, const double *x) { double s = table[3]; for (int i = 0; i < n; i++) s += x[i]; return s; }\n"
+    )
     rec = tmp_path / "rec"
     proc = launch([clang, "-O2", "-c", "fixed.c", "-o", "fixed.o"], tmp_path, rec)
     assert proc.returncode == 0 and "without probes" not in proc.stderr, proc.stderr
@@ -160,13 +162,21 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
 
     def shares(sample_us):
         out = tmp_path / ("rec-%s" % sample_us)
-        run = subprocess.run(["./shares"], cwd=tmp_path, capture_output=True, text=True,
-                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us))
+        run = subprocess.run(
+            ["./shares"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us),
+        )
         assert run.returncode == 0, run.stderr
         profile = json.loads(next(out.glob("profile.*.json")).read_text())
         stats, app_s = load_profiles(str(out), min_events=1)  # how many a share needs: the next test
-        return (profile, {name: share_of(s, app_s) for (_, name), s in stats.items()},
-                {name: outer_share_of(s, app_s) for (_, name), s in stats.items()})
+        return (
+            profile,
+            {name: share_of(s, app_s) for (_, name), s in stats.items()},
+            {name: outer_share_of(s, app_s) for (_, name), s in stats.items()},
+        )
 
     profile, ticked, outer = shares("1000")
     assert profile["sample_ns"] == 1000000 and profile["main_samples"] >= 100
@@ -176,8 +186,10 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
     # nothing else calls, so a tuned driver (the leaf as its own copy) is weighed once.
     samples = {k["name"]: k for k in profile["kernels"]}
     assert samples["lookup"]["main_outer_samples"] == 0
-    assert (samples["transport"]["main_outer_samples"]
-            == samples["transport"]["main_samples"] + samples["lookup"]["main_samples"])
+    assert (
+        samples["transport"]["main_outer_samples"]
+        == samples["transport"]["main_samples"] + samples["lookup"]["main_samples"]
+    )
     assert outer["lookup"] == 0 and outer["transport"] == pytest.approx(ticked["lookup"] + ticked["transport"])
     profile, timed, timed_outer = shares("0")  # no profiler: the timed shares, as before
     assert profile["sample_ns"] == 0 and all(k["main_samples"] == 0 for k in profile["kernels"])
@@ -193,8 +205,13 @@ def test_a_process_with_few_profiler_samples_keeps_its_timed_shares(tmp_path, cl
     (tmp_path / "shares.c").write_text(SHARES_C)
     assert launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec").returncode == 0
     out = tmp_path / "profile"
-    run = subprocess.run(["./shares"], cwd=tmp_path, capture_output=True, text=True,
-                         env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"))
+    run = subprocess.run(
+        ["./shares"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"),
+    )
     assert run.returncode == 0, run.stderr
     profile = json.loads(next(out.glob("profile.*.json")).read_text())
     events = profile["main_sample_events"]
@@ -202,7 +219,8 @@ def test_a_process_with_few_profiler_samples_keeps_its_timed_shares(tmp_path, cl
     timed = {k["name"]: k["main_self_ns"] for k in profile["kernels"]}
     stats, app_s = load_profiles(str(out), min_events=events + 1)
     assert {name: share_of(s, app_s) for (_, name), s in stats.items()} == {
-        name: min(1.0, ns / 1e9 / app_s) for name, ns in timed.items()}
+        name: min(1.0, ns / 1e9 / app_s) for name, ns in timed.items()
+    }
     assert MIN_SAMPLE_EVENTS >= 400  # at most 2.5% off
 
 
@@ -216,8 +234,13 @@ def test_a_tuned_kernel_weighs_its_callees_and_no_other_tuned_kernel_twice(tmp_p
     assert launch([clang, "-O2", "-o", "shares", "shares.c"], tmp_path, tmp_path / "rec").returncode == 0
     for sample_us, min_events in (("0", 1), ("1000", 1)):  # timed; from the profiler's samples
         out = tmp_path / ("profile-" + sample_us)
-        run = subprocess.run(["./shares"], cwd=tmp_path, capture_output=True, text=True,
-                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us))
+        run = subprocess.run(
+            ["./shares"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none", R3_SAMPLE_US=sample_us),
+        )
         assert run.returncode == 0, run.stderr
         stats, app_s = load_profiles(str(out), min_events=min_events)
         own = {name: share_of(s, app_s) for (_, name), s in stats.items()}
@@ -267,8 +290,13 @@ def test_a_short_leaf_kernel_skips_its_probes_on_untimed_calls(tmp_path, clang):
 
     def profile(capture):
         out = tmp_path / ("rec-" + capture.strip("*") + "all")
-        run = subprocess.run(["./leaf"], cwd=tmp_path, capture_output=True, text=True,
-                             env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE=capture))
+        run = subprocess.run(
+            ["./leaf"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE=capture),
+        )
         assert run.returncode == 0 and run.stdout == expected, run.stderr  # as the build without probes
         return {k["name"]: k for k in json.loads(next(out.glob("profile.*.json")).read_text())["kernels"]}
 

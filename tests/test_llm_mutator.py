@@ -35,8 +35,8 @@ double checksum(const double *y, int n)
 }
 """
 
-HEAD = UNIT[:UNIT.index("void saxpy")]
-TAIL = UNIT[UNIT.index("\n\ndouble checksum"):]
+HEAD = UNIT[: UNIT.index("void saxpy")]
+TAIL = UNIT[UNIT.index("\n\ndouble checksum") :]
 
 REWRITE_A = """\
 // r3: unroll by 4 with a scalar tail
@@ -80,8 +80,15 @@ def fenced(*blocks, lang="c"):
 
 @pytest.fixture
 def source(clang, tmp_path):
-    return KernelSource(kernel="saxpy", function="saxpy", filename="k.c", text=UNIT,
-                        parse_args=["-std=c11"], compile_dir=str(tmp_path), clang=clang)
+    return KernelSource(
+        kernel="saxpy",
+        function="saxpy",
+        filename="k.c",
+        text=UNIT,
+        parse_args=["-std=c11"],
+        compile_dir=str(tmp_path),
+        clang=clang,
+    )
 
 
 def mutator(server):
@@ -108,8 +115,11 @@ def test_good_rewrite_is_spliced_into_the_unit(source):
     system, user = body["messages"]
     assert system["role"] == "system" and user["role"] == "user"
     # the kernel as its MEP source (r3 mep's slice): what it needs, not the rest of the unit
-    assert "## The kernel's program" in user["content"] and UNIT[UNIT.index("void saxpy"):UNIT.index(
-        "\n\ndouble checksum")] in user["content"] and "double checksum" not in user["content"]
+    assert (
+        "## The kernel's program" in user["content"]
+        and UNIT[UNIT.index("void saxpy") : UNIT.index("\n\ndouble checksum")] in user["content"]
+        and "double checksum" not in user["content"]
+    )
     assert "`void saxpy(int n, double a, const double *x, double *y)`" in user["content"]
     assert "Do not reorder floating-point operations" in user["content"]  # tolerance None
     assert "without OpenMP" in user["content"]
@@ -147,8 +157,9 @@ def test_repair_of_a_verification_failure_and_no_fix(source):
 
 
 def test_answer_without_code_is_no_proposal(source):
-    with ScriptedModel(["The function is already optimal; I would not change it.",
-                        fenced("print('not C')", lang="python")]) as server:
+    with ScriptedModel(
+        ["The function is already optimal; I would not change it.", fenced("print('not C')", lang="python")]
+    ) as server:
         m = mutator(server)
         assert m.propose(source, Feedback()) == []
         assert m.propose(source, Feedback()) == []
@@ -161,20 +172,33 @@ def test_rewrites_that_rename_or_change_the_signature_are_dropped(source):
     with ScriptedModel([fenced(renamed, retyped), fenced(REWRITE_B, REWRITE_B)]) as server:
         m = mutator(server)
         assert m.propose(source, Feedback()) == []
-        assert [r for _, r in m.rejected] == ["the rewrite does not define saxpy",
-                                              "the rewrite changes the signature of saxpy"]
+        assert [r for _, r in m.rejected] == [
+            "the rewrite does not define saxpy",
+            "the rewrite changes the signature of saxpy",
+        ]
         assert len(m.propose(source, Feedback())) == 1  # the same rewrite twice: one proposal
 
 
 def test_prompt_has_a_stable_prefix_and_feedback_last(source):
     plain = build_messages(source, Feedback())
-    rich = build_messages(source, Feedback(
-        parent_speedup=1.4,
-        best=[("interchange i,j", 1.8), ("unroll by 4", 1.4)],
-        failures=[("vectorize the reduction", "wrong output: y[3] = 1.0000001 (expected 1)")],
-        examples=[{"rule": "llm", "description": "blocked transpose", "speedup": 2.5, "gain": 1.25,
-                   "kernel": "tr",
-                   "patch": "--- a/t.c\n+++ b/t.c\n@@ -1 +1 @@\n-old\n+new\n"}]))
+    rich = build_messages(
+        source,
+        Feedback(
+            parent_speedup=1.4,
+            best=[("interchange i,j", 1.8), ("unroll by 4", 1.4)],
+            failures=[("vectorize the reduction", "wrong output: y[3] = 1.0000001 (expected 1)")],
+            examples=[
+                {
+                    "rule": "llm",
+                    "description": "blocked transpose",
+                    "speedup": 2.5,
+                    "gain": 1.25,
+                    "kernel": "tr",
+                    "patch": "--- a/t.c\n+++ b/t.c\n@@ -1 +1 @@\n-old\n+new\n",
+                }
+            ],
+        ),
+    )
     assert plain[0] == rich[0] and plain[0]["role"] == "system"
     a, b = plain[1]["content"], rich[1]["content"]
     cut = a.index(llm.FEEDBACK_HEADING)
@@ -182,8 +206,14 @@ def test_prompt_has_a_stable_prefix_and_feedback_last(source):
     assert a[:cut] == llm.stable_prefix(source)
     assert "#include <stddef.h>" in a[:cut] and "void saxpy(int n" in a[:cut]  # the kernel is in the prefix
     tail = b[cut:]
-    for needle in ("1.40x", "1.80x interchange i,j", "wrong output: y[3]",
-                   "blocked transpose (1.25x over that kernel's best without it)", "```diff\n--- a/t.c", "+new"):
+    for needle in (
+        "1.40x",
+        "1.80x interchange i,j",
+        "wrong output: y[3]",
+        "blocked transpose (1.25x over that kernel's best without it)",
+        "```diff\n--- a/t.c",
+        "+new",
+    ):
         assert needle in tail
     # a repair request shares the same prefix
     repair = build_repair_messages(source, Proposal(HEAD + definition(BROKEN) + TAIL, "llm", "x"), "boom")

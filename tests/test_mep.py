@@ -20,8 +20,9 @@ def r3(*argv):
 
 
 def r3_subprocess(*argv):
-    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
+    )
 
 
 def capture_id(ws, kernel):
@@ -41,8 +42,12 @@ def compilers(clang):
 
 def make_check(directory, cc, cxx, *extra):
     subprocess.run(["make", "-s", "clean"], cwd=directory, check=True, capture_output=True)
-    return subprocess.run(["make", "-s", "CC=" + cc, "CXX=" + cxx, "RUNS=3", "check"] + list(extra), cwd=directory,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["make", "-s", "CC=" + cc, "CXX=" + cxx, "RUNS=3", "check"] + list(extra),
+        cwd=directory,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +56,22 @@ def demos(tmp_path_factory):
     compiler's FMA contraction stays within."""
     ws = str(tmp_path_factory.mktemp("ws"))
     assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 10") == 0
-    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "dense"), "--run", "./dense 64 1",
-              "--kernel", "matmul", "--tolerance", "1e-9") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            os.path.join(DEMOS, "dense"),
+            "--run",
+            "./dense 64 1",
+            "--kernel",
+            "matmul",
+            "--tolerance",
+            "1e-9",
+        )
+        == 0
+    )
     return ws
 
 
@@ -111,20 +130,30 @@ def test_bad_input_is_one_line_and_exit_2(demos, tmp_path):
     assert proc.returncode == 2 and "r3 tune" in proc.stderr
 
 
-
 def test_an_unreplayable_capture_is_one_line_and_exit_2(tmp_path):
     ws = str(tmp_path / "ws")
     # cg's poisson2d returns pointers to blocks it allocates: recorded, and refused by replay
-    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "cg"), "--run", "./cg 16 50 1e-8",
-              "--kernel", "poisson2d") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            os.path.join(DEMOS, "cg"),
+            "--run",
+            "./cg 16 50 1e-8",
+            "--kernel",
+            "poisson2d",
+        )
+        == 0
+    )
     proc = r3_subprocess("--workspace", ws, "mep", "poisson2d", "-o", tmp_path / "m")
     assert proc.returncode == 2 and "cannot replay" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 
 
 CXX_TREE = {
-    "grid.h": "#pragma once\nstruct Grid { int n; double *v; double relax(double w); };\n"
-              "extern double damping;\n",
+    "grid.h": "#pragma once\nstruct Grid { int n; double *v; double relax(double w); };\nextern double damping;\n",
     "grid.cpp": """#include "grid.h"
 #include <cstdio>
 #include <cstdlib>
@@ -182,8 +211,24 @@ def _tree(path, files):
 def test_a_cpp_kernel_gets_a_cpp_driver_and_its_global_at_its_address(tmp_path, compilers):
     ws = str(tmp_path / "ws")
     src = _tree(tmp_path / "src", CXX_TREE)
-    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CXX="$R3_CXX"', "--run", "./grid",
-              "--kernel", "Grid::relax", "--tolerance", "1e-9") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--build",
+            'make CXX="$R3_CXX"',
+            "--run",
+            "./grid",
+            "--kernel",
+            "Grid::relax",
+            "--tolerance",
+            "1e-9",
+        )
+        == 0
+    )
     out = tmp_path / "mep"
     assert r3("--workspace", ws, "mep", "Grid::relax", "-o", out) == 0
     assert (out / "driver.cpp").exists() and (out / "kernel.cpp").exists()
@@ -200,8 +245,22 @@ def test_a_cpp_kernel_gets_a_cpp_driver_and_its_global_at_its_address(tmp_path, 
 def test_a_kernel_with_no_slice_carries_its_ir(tmp_path, compilers):
     ws = str(tmp_path / "ws")
     src = _tree(tmp_path / "src", C_STATIC_TREE)
-    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CC="$R3_CC"', "--run", "./count",
-              "--kernel", "scaled_sum") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--build",
+            'make CC="$R3_CC"',
+            "--run",
+            "./count",
+            "--kernel",
+            "scaled_sum",
+        )
+        == 0
+    )
     out = tmp_path / "mep"
     assert r3("--workspace", ws, "mep", "scaled_sum", "-o", out) == 0
     assert (out / "kernel.ll").exists() and not (out / "kernel.c").exists()
@@ -250,11 +309,19 @@ def test_the_model_is_shown_the_mep_source_and_its_rewrite_goes_back_into_the_un
     from spack_r3.search.mutators.llm import LLMMutator
     from spack_r3.sourcepatch import apply_patch, make_patch
 
-    source = KernelSource(kernel="saxpy", function="saxpy", filename="k.c", text=UNIT, parse_args=["-std=c11"],
-                          compile_dir=str(tmp_path), clang=clang)
+    source = KernelSource(
+        kernel="saxpy",
+        function="saxpy",
+        filename="k.c",
+        text=UNIT,
+        parse_args=["-std=c11"],
+        compile_dir=str(tmp_path),
+        clang=clang,
+    )
     with ScriptedModel(["```c\n%s\n```\n" % REWRITE]) as server:
         (proposal,) = LLMMutator(ModelConfig(server.url, "scripted-coder", "sk-test", timeout=10)).propose(
-            source, Feedback())
+            source, Feedback()
+        )
     shown = server.requests[0]["body"]["messages"][1]["content"]
     # shown: the slice (the kernel and its callee), not the functions it never reaches
     program = shown.split("### `k.c` (the slice)\n```c\n", 1)[1].split("\n```", 1)[0]
@@ -265,8 +332,12 @@ def test_the_model_is_shown_the_mep_source_and_its_rewrite_goes_back_into_the_un
     subprocess.run([clang, "-std=c11", "-c", str(tmp_path / "slice.c"), "-o", str(tmp_path / "slice.o")], check=True)
     # reintegrated: the rewritten callee replaces the unit's, the rest of the unit stays byte for byte
     body = REWRITE.split("\n", 1)[1]
-    want = UNIT[:UNIT.index("static double scale")] + UNIT[UNIT.index("double unused"):UNIT.index("void saxpy")] \
-        + body + UNIT[UNIT.index("\n\nint main"):]
+    want = (
+        UNIT[: UNIT.index("static double scale")]
+        + UNIT[UNIT.index("double unused") : UNIT.index("void saxpy")]
+        + body
+        + UNIT[UNIT.index("\n\nint main") :]
+    )
     assert proposal.text == want
     assert UNIT.count("static double scale") == proposal.text.count("static double scale") == 1
     assert apply_patch(UNIT, make_patch(UNIT, proposal.text, "k.c")) == proposal.text  # the unit's patch
@@ -284,17 +355,43 @@ def test_mep_of_a_tuned_winner_has_its_patch_pipeline_flags_and_launch(demos, tm
     ws = Workspace(demos)
     cap = load_capture(ws, capture_id(demos, "matmul"))
     unit = unit_text(cap, ws.capture_dir(cap.id))
-    old = "            c[i * n + j] = 0.0;\n            for (int k = 0; k < n; k++)\n" \
-          "                c[i * n + j] += a[i * n + k] * b[k * n + j];\n"
-    new = "            double s = 0.0;  /* the same sum, in a register */\n            for (int k = 0; k < n; k++)\n" \
-          "                s += a[i * n + k] * b[k * n + j];\n            c[i * n + j] = s;\n"
+    old = (
+        "            c[i * n + j] = 0.0;\n            for (int k = 0; k < n; k++)\n"
+        "                c[i * n + j] += a[i * n + k] * b[k * n + j];\n"
+    )
+    new = (
+        "            double s = 0.0;  /* the same sum, in a register */\n            for (int k = 0; k < n; k++)\n"
+        "                s += a[i * n + k] * b[k * n + j];\n            c[i * n + j] = s;\n"
+    )
     assert old in unit
-    variant = Variant(pipeline=Pipeline(opt="2", unroll=False, passes=("sroa",), fast_math=("contract",)),
-                      launch=Launch(), source_patch=make_patch(unit, unit.replace(old, new), "kernels.c"),
-                      source_rule="scalar-replacement")
+    variant = Variant(
+        pipeline=Pipeline(opt="2", unroll=False, passes=("sroa",), fast_math=("contract",)),
+        launch=Launch(),
+        source_patch=make_patch(unit, unit.replace(old, new), "kernels.c"),
+        source_rule="scalar-replacement",
+    )
     # what r3 tune saves for a confirmed winner (results/<capture>.json)
-    save_results(ws, [KernelResult("matmul", [cap.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 10, {}, True,
-                                   "scalar-replacement O2", variant.to_json(), pairs=8)])
+    save_results(
+        ws,
+        [
+            KernelResult(
+                "matmul",
+                [cap.id],
+                0.9,
+                1e-3,
+                5e-4,
+                2.0,
+                1.9,
+                2.1,
+                10,
+                {},
+                True,
+                "scalar-replacement O2",
+                variant.to_json(),
+                pairs=8,
+            )
+        ],
+    )
     out = tmp_path / "winner"
     assert r3("--workspace", demos, "mep", "matmul", "--variant", "-o", out) == 0
     assert "double s = 0.0;" in (out / "kernel.c").read_text()  # the patch applied
@@ -321,8 +418,27 @@ def test_mep_of_an_openmp_winner_runs_its_threads(demos, tmp_path, clang):
     ws = Workspace(demos)
     cid = capture_id(demos, "jacobi_step")
     variant = Variant(pipeline=Pipeline(), launch=Launch(threads=1))
-    save_results(ws, [KernelResult("jacobi_step", [cid], 0.5, 1e-3, 8e-4, 1.2, 1.1, 1.3, 10, {}, False,
-                                   "O3 threads=1", variant.to_json(), pairs=8)])
+    save_results(
+        ws,
+        [
+            KernelResult(
+                "jacobi_step",
+                [cid],
+                0.5,
+                1e-3,
+                8e-4,
+                1.2,
+                1.1,
+                1.3,
+                10,
+                {},
+                False,
+                "O3 threads=1",
+                variant.to_json(),
+                pairs=8,
+            )
+        ],
+    )
     out = tmp_path / "winner"
     assert r3("--workspace", demos, "mep", cid, "--variant", "-o", out) == 0
     assert "#define MEP_THREADS 1\n" in (out / "mep.h").read_text()
@@ -361,8 +477,22 @@ int main(void) {
 def test_globals_of_the_unit_are_read_and_written_at_their_recorded_addresses(tmp_path, compilers):
     ws = str(tmp_path / "ws")
     src = _tree(tmp_path / "src", C_GLOBALS_TREE)
-    assert r3("--workspace", ws, "record", "--source", src, "--build", 'make CC="$R3_CC"', "--run", "./w",
-              "--kernel", "weighted") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--build",
+            'make CC="$R3_CC"',
+            "--run",
+            "./w",
+            "--kernel",
+            "weighted",
+        )
+        == 0
+    )
     out = tmp_path / "mep"
     assert r3("--workspace", ws, "mep", "weighted", "-o", out) == 0
     kernel = (out / "kernel.c").read_text()

@@ -130,8 +130,9 @@ def test_geometry_reaches_the_device_function(tmp_path, offload_run, any_teams):
     src = tmp_path / "src"
     src.mkdir()
     (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o teams teams.c\n")
+    (src / "Makefile").write_text(
+        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
     cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
@@ -154,8 +155,10 @@ def _post_bytes(cdir):
 
 
 def test_apply_geometry_sets_or_replaces_the_push():
-    text = ("define void @k(ptr %0) {\n  call void (ptr, i32, ptr, ...) @__kmpc_fork_teams(ptr @1, i32 0, ptr @f)\n"
-            "  ret void\n}\n")
+    text = (
+        "define void @k(ptr %0) {\n  call void (ptr, i32, ptr, ...) @__kmpc_fork_teams(ptr @1, i32 0, ptr @f)\n"
+        "  ret void\n}\n"
+    )
     out = backends.apply_geometry(text, "k", Launch(num_teams=4, thread_limit=8))
     assert "@__kmpc_push_num_teams(ptr @1, i32 %r3.gtid.1, i32 4, i32 8)" in out
     assert out.index("push_num_teams(ptr @1") < out.index("@__kmpc_fork_teams(ptr @1")
@@ -174,8 +177,29 @@ def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
 
     step = next(k for k in captures(recorded) if "jacobi_step" in k)
     # a region named by its function and line: its full name holds its source file's ids
-    assert r3("--workspace", recorded, "tune", "--kernel", "jacobi_step_l8", "--budget", 8, "--pairs", 2, "--confirm-pairs", 3,
-              "--confirm-rounds", 1, "--mutator", "none", "--seed", 1, "--json") == 0
+    assert (
+        r3(
+            "--workspace",
+            recorded,
+            "tune",
+            "--kernel",
+            "jacobi_step_l8",
+            "--budget",
+            8,
+            "--pairs",
+            2,
+            "--confirm-pairs",
+            3,
+            "--confirm-rounds",
+            1,
+            "--mutator",
+            "none",
+            "--seed",
+            1,
+            "--json",
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     [k] = out["kernels"]
     assert k["kernel"] == step and k["evaluations"] == 8
@@ -184,7 +208,11 @@ def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
     trials = study.get_trials()
     assert all({"num_teams", "thread_limit"} <= set(t.params) for t in trials)
     # candidates with a geometry of their own ran, verified, and were measured
-    ran = [t for t in trials if "evaluation" in t.user_attrs and t.user_attrs["evaluation"]["variant"]["launch"]["num_teams"]]
+    ran = [
+        t
+        for t in trials
+        if "evaluation" in t.user_attrs and t.user_attrs["evaluation"]["variant"]["launch"]["num_teams"]
+    ]
     assert ran and all(t.user_attrs["status"] == OK and t.value > 0 for t in ran)
 
 
@@ -199,22 +227,38 @@ def test_r3_apply_builds_the_tuned_region_into_the_device_image(tmp_path, offloa
     src = tmp_path / "src"
     src.mkdir()
     (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o teams teams.c\n")
+    (src / "Makefile").write_text(
+        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
     kernel = next(k for k in captures(ws) if "count_teams" in k)
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(Plan("any", [PlannedUnit("teams.c", [
-        PlannedKernel(kernel, {"opt": "2", "loop_vectorize": False}, {"num_teams": 3})])]).to_json()))
+    plan.write_text(
+        json.dumps(
+            Plan(
+                "any",
+                [
+                    PlannedUnit(
+                        "teams.c", [PlannedKernel(kernel, {"opt": "2", "loop_vectorize": False}, {"num_teams": 3})]
+                    )
+                ],
+            ).to_json()
+        )
+    )
     apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
     env = dict(os.environ, R3_APPLY_PLAN=str(plan))
 
     def build_and_run(environment):
         if (src / "teams").exists():
             (src / "teams").unlink()
-        built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
-                               cwd=src, env=environment, capture_output=True, text=True)
+        built = subprocess.run(
+            ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
+            cwd=src,
+            env=environment,
+            capture_output=True,
+            text=True,
+        )
         assert built.returncode == 0, built.stderr
         return subprocess.run(offload_run + "./teams", shell=True, cwd=src, capture_output=True, text=True).stdout
 
@@ -238,16 +282,32 @@ def test_a_timed_build_reports_each_region_as_the_check_reads_it(tmp_path, offlo
     recorded_name = "__omp_offloading_fe00_1234ab_jacobi_step_l8"  # as another copy of jacobi.c named it
     assert planned_symbol(recorded_name) == "jacobi_step_l8" == planned_symbol("jacobi_step_l8")
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(Plan("any", [PlannedUnit("jacobi.c", [
-        PlannedKernel(recorded_name, {"opt": "3"}, {"num_teams": 1})])]).to_json()))
+    plan.write_text(
+        json.dumps(
+            Plan(
+                "any", [PlannedUnit("jacobi.c", [PlannedKernel(recorded_name, {"opt": "3"}, {"num_teams": 1})])]
+            ).to_json()
+        )
+    )
     apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
     env = dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1")
-    built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
-                           cwd=src, env=env, capture_output=True, text=True)
+    built = subprocess.run(
+        ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr
     out = tmp_path / "timed"
-    ran = subprocess.run(offload_run + "./heat 64 20", shell=True, cwd=src, capture_output=True, text=True,
-                         env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"))
+    ran = subprocess.run(
+        offload_run + "./heat 64 20",
+        shell=True,
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"),
+    )
     assert ran.returncode == 0 and "PASSED" in ran.stdout, ran.stdout + ran.stderr
     times = _kernel_times(str(out))
     assert times["jacobi_step_l8"].calls == 20 and times["jacobi_step_l8"].seconds > 0
@@ -289,8 +349,9 @@ def test_struct_members_mapped_record_and_replay(tmp_path, offload_run):
     src = tmp_path / "src"
     src.mkdir()
     (src / "members.c").write_text(MEMBERS)
-    (src / "Makefile").write_text("members: members.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o members members.c\n")
+    (src / "Makefile").write_text(
+        "members: members.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o members members.c\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./members") == 0
     cap = next(c for k, c in captures(ws).items() if "combine" in k)
@@ -329,8 +390,9 @@ def test_a_workspace_path_with_quotes_records(tmp_path, offload_run):
     src = tmp_path / "src"
     src.mkdir()
     (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o teams teams.c\n")
+    (src / "Makefile").write_text(
+        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
+    )
     ws = str(tmp_path / 'a "quoted" workspace')
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
     assert any("count_teams" in k for k in captures(ws))
@@ -351,8 +413,15 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     [record_json] = glob.glob(os.path.join(recorded, "runs", "*", "record.json"))
     data = json.load(open(record_json))
     tree = os.path.dirname(step.source_file)
-    data["spack"] = {"package": "heat-offload", "namespace": "r3", "spec": "heat-offload", "target": "zen3",
-                     "version": "1.0", "source_root": tree, "layout": "v1"}
+    data["spack"] = {
+        "package": "heat-offload",
+        "namespace": "r3",
+        "spec": "heat-offload",
+        "target": "zen3",
+        "version": "1.0",
+        "source_root": tree,
+        "layout": "v1",
+    }
     spack_run = os.path.join(recorded, "runs", "99999999-spack-heat-offload")
     os.makedirs(spack_run)
     json.dump(data, open(os.path.join(spack_run, "record.json"), "w"))
@@ -361,8 +430,14 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     source = open(step.source_file).read()
     patch = make_patch_text(source, source.replace("double lap =", "const double lap =", 1), step.source_file)
     variant = Variant(launch=Launch(num_teams=2, thread_limit=8), source_patch=patch, source_rule="test")
-    save_results(ws, [KernelResult(step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False,
-                                   "num_teams=2", variant.to_json())])
+    save_results(
+        ws,
+        [
+            KernelResult(
+                step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False, "num_teams=2", variant.to_json()
+            )
+        ],
+    )
     repo = tmp_path / "repo"
     assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--gpu", "sm_90", "--json") == 0
     out = json.loads(capsys.readouterr().out)
@@ -385,8 +460,14 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     assert again["skipped"] == ["the plan for target=zen3 cuda_arch=90 is replaced by this one for target=zen3"]
     # a host plan: named, keyed and digested as host plans were before GPU keys (the digest
     # below is what r3 computed for this plan then: +r3 installs of host plans stay valid)
-    host = Plan("zen3", [PlannedUnit("a.c", [PlannedKernel("k", {"opt": "3"}, {"num_teams": 2})], {"R3_TILE_1": 32},
-                                     "r3-zen3-0.patch")])
+    host = Plan(
+        "zen3",
+        [
+            PlannedUnit(
+                "a.c", [PlannedKernel("k", {"opt": "3"}, {"num_teams": 2})], {"R3_TILE_1": 32}, "r3-zen3-0.patch"
+            )
+        ],
+    )
     assert host.name() == "zen3" and host.spec_keys() == "target=zen3" and "gpu" not in host.to_json()
     assert host.build_digest() == "768c2fd78a456789"
     host.gpu = "sm_90"
@@ -409,15 +490,18 @@ def test_replay_takes_a_regions_launch_geometry(tmp_path, offload_run, any_teams
     src = tmp_path / "src"
     src.mkdir()
     (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text("teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o teams teams.c\n")
+    (src / "Makefile").write_text(
+        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
     cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
     recorded_teams = int.from_bytes(_post_bytes(os.path.join(ws, "captures", cap.id)), "little")
     capsys.readouterr()
-    assert r3("--workspace", ws, "replay", cap.id, "--repeat", 1, "--teams", recorded_teams, "--thread-limit", 1,
-              "--json") == 0
+    assert (
+        r3("--workspace", ws, "replay", cap.id, "--repeat", 1, "--teams", recorded_teams, "--thread-limit", 1, "--json")
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == OK and out["launch"] == {"num_teams": recorded_teams, "thread_limit": 1}
     assert r3("--workspace", ws, "replay", cap.id, "--repeat", 1, "--teams", recorded_teams + 2, "--json") == 1
@@ -429,29 +513,57 @@ def test_replay_takes_a_regions_launch_geometry(tmp_path, offload_run, any_teams
 def test_replay_geometry_for_a_host_kernel_is_one_line(tmp_path, clang, capsys):
     src = tmp_path / "src"
     src.mkdir()
-    (src / "scale.c").write_text("void scale(double *a, int n) { for (int i = 0; i < n; i++) a[i] *= 2; }\n"
-                                 "int main(void) { static double a[64]; scale(a, 64); return 0; }\n")
+    (src / "scale.c").write_text(
+        "void scale(double *a, int n) { for (int i = 0; i < n; i++) a[i] *= 2; }\n"
+        "int main(void) { static double a[64]; scale(a, 64); return 0; }\n"
+    )
     (src / "Makefile").write_text("scale: scale.c\n\t$(CC) -O2 -o scale scale.c\n")
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", "./scale") == 0
     capsys.readouterr()
     assert r3("--workspace", ws, "replay", "scale", "--teams", 4) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("r3 replay: error: --teams and --thread-limit set an OpenMP target region's launch geometry: "
-                   "scale is a host kernel")
+    assert err == (
+        "r3 replay: error: --teams and --thread-limit set an OpenMP target region's launch geometry: "
+        "scale is a host kernel"
+    )
 
 
 def test_record_kernel_names_a_region_by_its_function_and_line(tmp_path, offload_run, capsys):
     """r3 record --kernel jacobi_step_l8: the region by its function and line, as r3 tune
     --kernel takes it (its full name holds the copied tree's file ids); only it is captured."""
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 4",
-              "--kernel", "jacobi_step_l8") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            DEMO,
+            "--run",
+            offload_run + "./heat 64 4",
+            "--kernel",
+            "jacobi_step_l8",
+        )
+        == 0
+    )
     [kernel] = captures(ws)
     assert kernel.startswith("__omp_offloading_") and kernel.endswith("_jacobi_step_l8")
     capsys.readouterr()
-    assert r3("--workspace", ws, "record", "--source", DEMO, "--run", offload_run + "./heat 64 4",
-              "--kernel", "jacobi_step_l99") == 2
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            DEMO,
+            "--run",
+            offload_run + "./heat 64 4",
+            "--kernel",
+            "jacobi_step_l99",
+        )
+        == 2
+    )
     assert "no function named jacobi_step_l99 was compiled through r3-record" in capsys.readouterr().err
 
 
@@ -495,8 +607,9 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     src = tmp_path / "src"
     src.mkdir()
     (src / "nest.c").write_text(NEST)
-    (src / "Makefile").write_text("nest: nest.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "
-                                  "-o nest nest.c\n")
+    (src / "Makefile").write_text(
+        "nest: nest.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o nest nest.c\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./nest") == 0
     cap = next(c for k, c in captures(ws).items() if "scale2d" in k)
@@ -514,8 +627,11 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
             text = keep_region_lines(source.text, p.text)
             moved = text != p.text  # the knob's #define above the region: a #line puts it back
             assert moved == (rule == "vectorize-pragma"), rule
-            variant = Variant(source_patch=make_patch(source.text, text, "nest.c"), source_rule=rule,
-                              source_defines={k: v[0] for k, v in p.knobs.items()})
+            variant = Variant(
+                source_patch=make_patch(source.text, text, "nest.c"),
+                source_rule=rule,
+                source_defines={k: v[0] for k, v in p.knobs.items()},
+            )
             ev = server.submit(cdir, variant, repeat=1)
             assert ev.status == OK and ev.verified, (rule, ev.diagnostics)
     # The +r3 build of that rewrite (the patched unit, as Spack's patch() leaves it): r3-apply
@@ -530,15 +646,35 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     shutil.copytree(src, staged)
     (staged / "nest.c").write_text(text)
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(Plan("any", [PlannedUnit("nest.c", [PlannedKernel(cap.kernel, {"opt": "3"})],
-                                                        {k: v[0] for k, v in p.knobs.items()})]).to_json()))
+    plan.write_text(
+        json.dumps(
+            Plan(
+                "any",
+                [
+                    PlannedUnit(
+                        "nest.c", [PlannedKernel(cap.kernel, {"opt": "3"})], {k: v[0] for k, v in p.knobs.items()}
+                    )
+                ],
+            ).to_json()
+        )
+    )
     apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
-    built = subprocess.run(["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")], cwd=staged,
-                           env=dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1"),
-                           capture_output=True, text=True)
+    built = subprocess.run(
+        ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
+        cwd=staged,
+        env=dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1"),
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr
     timed = tmp_path / "timed"
-    ran = subprocess.run(offload_run + "./nest", shell=True, cwd=staged, capture_output=True, text=True,
-                         env=dict(os.environ, R3_RECORD_DIR=str(timed), R3_CAPTURE="none"))
+    ran = subprocess.run(
+        offload_run + "./nest",
+        shell=True,
+        cwd=staged,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_RECORD_DIR=str(timed), R3_CAPTURE="none"),
+    )
     assert ran.returncode == 0 and ran.stdout == "sum %d\n" % sum(2 * (k % 7) + 1 for k in range(64 * 48))
     assert _kernel_times(str(timed))["scale2d_l%d" % line].calls == 1

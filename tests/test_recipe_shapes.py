@@ -61,22 +61,32 @@ def test_builds_in_subdirectories_are_a_variant(index):
     assert '"LINKER={0}".format(spack_cc)' in text and '"MPI={0}".format("yes" if self.spec.satisfies("+mpi")' in text
     assert 'depends_on("c", type="build")' in text and 'depends_on("mpi", when="+mpi")' in text
     # installed where a user looks for it, from the build directory; a stand-alone test runs it
-    assert 'with working_dir(self.build_directory):' in text and 'install(exe, prefix.bin)' in text
+    assert "with working_dir(self.build_directory):" in text and "install(exe, prefix.bin)" in text
     assert "prefix.share" not in text
-    assert 'def test_stencil_h(self):' in text and 'fail_on_error=False' in text
+    assert "def test_stencil_h(self):" in text and "fail_on_error=False" in text
 
 
 def test_versions_that_are_macros_resolve_or_fall_back(tmp_path):
-    cm = _write(tmp_path / "cm", {
-        "CMakeLists.txt": 'set(LIBQ_V "${LIBQ_VERSION_MAJOR}.${LIBQ_VERSION_MINOR}.${LIBQ_VERSION_PATCH}")\n'
-                          "project(libq VERSION ${LIBQ_V} LANGUAGES C)\nadd_library(q q.c)\n",
-        "include/libq/version.h": "#define LIBQ_VERSION_MAJOR 1\n#define LIBQ_VERSION_MINOR 4\n"
-                                  "#define LIBQ_VERSION_PATCH 2\n",
-        "q.c": "int q(void) { return 0; }\n"})
+    cm = _write(
+        tmp_path / "cm",
+        {
+            "CMakeLists.txt": 'set(LIBQ_V "${LIBQ_VERSION_MAJOR}.${LIBQ_VERSION_MINOR}.${LIBQ_VERSION_PATCH}")\n'
+            "project(libq VERSION ${LIBQ_V} LANGUAGES C)\nadd_library(q q.c)\n",
+            "include/libq/version.h": "#define LIBQ_VERSION_MAJOR 1\n#define LIBQ_VERSION_MINOR 4\n"
+            "#define LIBQ_VERSION_PATCH 2\n",
+            "q.c": "int q(void) { return 0; }\n",
+        },
+    )
     assert analyze(cm, "libq").version == "1.4.2"
-    at = _write(tmp_path / "at", {
-        "configure.ac": "AC_INIT([libr], m4_normalize(m4_include([VERSION])), [x@example.org])\nAC_PROG_CC\n",
-        "VERSION": "3.1.0\n", "configure": "#!/bin/sh\n", "r.c": "int r;\n"})
+    at = _write(
+        tmp_path / "at",
+        {
+            "configure.ac": "AC_INIT([libr], m4_normalize(m4_include([VERSION])), [x@example.org])\nAC_PROG_CC\n",
+            "VERSION": "3.1.0\n",
+            "configure": "#!/bin/sh\n",
+            "r.c": "int r;\n",
+        },
+    )
     assert analyze(at, "libr").version == "3.1.0"
     bad = _write(tmp_path / "bad", {"CMakeLists.txt": "project(s VERSION ${NOWHERE})\n", "s.c": "int s;\n"})
     a = analyze(bad, "s")
@@ -84,15 +94,20 @@ def test_versions_that_are_macros_resolve_or_fall_back(tmp_path):
 
 
 def test_optional_dependencies_stay_behind_variants(tmp_path, index):
-    root = _write(tmp_path / "opt", {
-        "CMakeLists.txt": "project(optlib VERSION 2.0 LANGUAGES C)\n"
-                          'option(OPTLIB_PYTHON "python bindings" ON)\noption(OPTLIB_BENCH "benchmarks" ON)\n'
-                          "find_package(Doxygen)\nfind_package(OpenMP)\nfind_package(ZLIB REQUIRED)\n"
-                          "add_library(optlib optlib.c)\n"
-                          "if(OPTLIB_PYTHON)\n  add_subdirectory(python)\nendif()\n"
-                          "if(OPTLIB_BENCH)\n  add_subdirectory(extern/gbench)\nendif()\n",
-        "python/CMakeLists.txt": "find_package(Python3 REQUIRED)\n",
-        "optlib.c": "int optlib(void) { return 0; }\n", "include/optlib.h": "int optlib(void);\n"})
+    root = _write(
+        tmp_path / "opt",
+        {
+            "CMakeLists.txt": "project(optlib VERSION 2.0 LANGUAGES C)\n"
+            'option(OPTLIB_PYTHON "python bindings" ON)\noption(OPTLIB_BENCH "benchmarks" ON)\n'
+            "find_package(Doxygen)\nfind_package(OpenMP)\nfind_package(ZLIB REQUIRED)\n"
+            "add_library(optlib optlib.c)\n"
+            "if(OPTLIB_PYTHON)\n  add_subdirectory(python)\nendif()\n"
+            "if(OPTLIB_BENCH)\n  add_subdirectory(extern/gbench)\nendif()\n",
+            "python/CMakeLists.txt": "find_package(Python3 REQUIRED)\n",
+            "optlib.c": "int optlib(void) { return 0; }\n",
+            "include/optlib.h": "int optlib(void);\n",
+        },
+    )
     os.makedirs(os.path.join(root, "extern", "gbench"))  # an empty submodule directory
     a = analyze(root, "optlib")
     names.resolve(a, index)
@@ -110,10 +125,14 @@ def test_optional_dependencies_stay_behind_variants(tmp_path, index):
 
 
 def test_a_makefile_switch_guards_its_libraries(tmp_path):
-    root = _write(tmp_path / "mk", {
-        "Makefile": "AML = no\nprogram = sim\n$(program): sim.c\n\t$(CC) sim.c -o $@ $(LDFLAGS)\n"
-                    "ifeq ($(AML),yes)\n  LDFLAGS += -laml\nelse\n  LDFLAGS += -lm\nendif\n",
-        "sim.c": 'int main(int c, char **v) { return c > 1 && v[1][0] == \'-\' ? 0 : 1; } /* "--version" */\n'})
+    root = _write(
+        tmp_path / "mk",
+        {
+            "Makefile": "AML = no\nprogram = sim\n$(program): sim.c\n\t$(CC) sim.c -o $@ $(LDFLAGS)\n"
+            "ifeq ($(AML),yes)\n  LDFLAGS += -laml\nelse\n  LDFLAGS += -lm\nendif\n",
+            "sim.c": "int main(int c, char **v) { return c > 1 && v[1][0] == '-' ? 0 : 1; } /* \"--version\" */\n",
+        },
+    )
     a = analyze(root, "sim")
     assert [(d.name, d.when) for d in a.dependencies] == [("aml", "+aml"), ("m", "~aml")]
     assert a.executables == ["sim"] and a.build["cli_flag"] == "--version"
@@ -122,12 +141,17 @@ def test_a_makefile_switch_guards_its_libraries(tmp_path):
 def test_diagnostics_become_changes(tmp_path):
     a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
     text = _recipe(a)
-    log = ("stencil.h:4:3: error: #error \"You should specify R3T_MPI=0 or R3T_MPI=1 on the compile line\"\n"
-           "make: /opt/vendor/bin/gcc: No such file or directory\n"
-           "make: *** No rule to make target 'allmost'.  Stop.\n")
+    log = (
+        'stencil.h:4:3: error: #error "You should specify R3T_MPI=0 or R3T_MPI=1 on the compile line"\n'
+        "make: /opt/vendor/bin/gcc: No such file or directory\n"
+        "make: *** No rule to make target 'allmost'.  Stop.\n"
+    )
     found = {(f.kind, f.subject) for f in fixes.diagnose(log)}
-    assert {("required-macro", "R3T_MPI"), ("missing-compiler", "/opt/vendor/bin/gcc"),
-            ("unknown-target", "allmost")} <= found
+    assert {
+        ("required-macro", "R3T_MPI"),
+        ("missing-compiler", "/opt/vendor/bin/gcc"),
+        ("unknown-target", "allmost"),
+    } <= found
     new, done = fixes.apply(text, fixes.diagnose(log.splitlines()[0]), None, a)
     assert 'variant("r3t_mpi", default=False' in new and "def flag_handler(self, name, flags):" in new
     assert '"-DR3T_MPI={0}".format(1 if self.spec.satisfies("+r3t_mpi") else 0)' in new and validate(new).ok
@@ -143,29 +167,48 @@ def test_diagnostics_become_changes(tmp_path):
 
 
 def test_a_missing_submodule_and_an_unfetchable_dependency_turn_variants_off(tmp_path, index):
-    root = _write(tmp_path / "sub", {
-        "CMakeLists.txt": 'project(subx VERSION 1.0 LANGUAGES C)\noption(SUBX_BENCH "benchmarks" ON)\n'
-                          'option(SUBX_MPI "MPI" ON)\nif(SUBX_MPI)\n  find_package(MPI REQUIRED)\nendif()\n'
-                          "if(SUBX_BENCH)\n  add_subdirectory(thirdparty/gbench)\nendif()\nadd_executable(subx s.c)\n",
-        "s.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "sub",
+        {
+            "CMakeLists.txt": 'project(subx VERSION 1.0 LANGUAGES C)\noption(SUBX_BENCH "benchmarks" ON)\n'
+            'option(SUBX_MPI "MPI" ON)\nif(SUBX_MPI)\n  find_package(MPI REQUIRED)\nendif()\n'
+            "if(SUBX_BENCH)\n  add_subdirectory(thirdparty/gbench)\nendif()\nadd_executable(subx s.c)\n",
+            "s.c": "int main(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "subx")
     names.resolve(a, index)
     a.variants[0].default = True  # as a recipe written before the submodule went missing
     text = _recipe(a)
-    diag = ('CMake Error at CMakeLists.txt:7 (add_subdirectory):\n  add_subdirectory given source\n'
-            '  "thirdparty/gbench" which is not an existing directory.\n')
+    diag = (
+        "CMake Error at CMakeLists.txt:7 (add_subdirectory):\n  add_subdirectory given source\n"
+        '  "thirdparty/gbench" which is not an existing directory.\n'
+    )
     new, done = fixes.apply(text, fixes.diagnose(diag), None, a)
     assert 'variant("bench", default=False' in new and done
     # offline, MPI's implementation cannot be fetched: the variant that wants it goes off
-    spec = {"spec": {"nodes": [
-        {"name": "subx", "hash": "r", "dependencies": [
-            {"name": "openmpi", "hash": "o", "parameters": {"deptypes": ["build", "link"], "virtuals": ["mpi"]}}]},
-        {"name": "openmpi", "hash": "o", "dependencies": [{"name": "hwloc", "hash": "h", "parameters": {}}]},
-        {"name": "hwloc", "hash": "h"}]}}
+    spec = {
+        "spec": {
+            "nodes": [
+                {
+                    "name": "subx",
+                    "hash": "r",
+                    "dependencies": [
+                        {
+                            "name": "openmpi",
+                            "hash": "o",
+                            "parameters": {"deptypes": ["build", "link"], "virtuals": ["mpi"]},
+                        }
+                    ],
+                },
+                {"name": "openmpi", "hash": "o", "dependencies": [{"name": "hwloc", "hash": "h", "parameters": {}}]},
+                {"name": "hwloc", "hash": "h"},
+            ]
+        }
+    }
     specfile = tmp_path / "spec.json"
     specfile.write_text(json.dumps(spec))
-    out = ("==> Error: FetchError: All fetchers failed for spack-stage-hwloc-2.11.1-"
-           "abcdefghijklmnopqrstuvwxyz012345\n")
+    out = "==> Error: FetchError: All fetchers failed for spack-stage-hwloc-2.11.1-abcdefghijklmnopqrstuvwxyz012345\n"
     assert [f.kind for f in fixes.diagnose(out)] == ["unfetchable"]
     new, done = fixes.apply(new, fixes.diagnose(out), None, a, spec_file=str(specfile))
     assert 'variant("mpi", default=False' in new and "hwloc" in done[0]
@@ -180,19 +223,24 @@ def test_retrieval_ranks_by_what_the_tree_uses(index):
     assert all("proxy-app" in e.text for e in ex)
     left_out = similar(index, a, 3, exclude={ex[0].name})
     assert ex[0].name not in [e.name for e in left_out]
-    text = RuleGenerator().generate(a, Source(tree=a.root, url="file:///x.tar.gz", sha256="a" * 64,
-                                              origin=a.root), examples=ex)
+    text = RuleGenerator().generate(
+        a, Source(tree=a.root, url="file:///x.tar.gz", sha256="a" * 64, origin=a.root), examples=ex
+    )
     assert 'tags = ["proxy-app"]' in text and validate(text).ok
 
 
 def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
     """The shape of a proxy app whose build directories hold only a Makefile template, where
     CC is MPI's wrapper for every build and an ON/OFF switch says whether MPI is used."""
-    root = _write(tmp_path / "md", {
-        "src-omp/Makefile.vanilla": "DO_MPI = ON\nCC = mpicc\nCFLAGS = -O2\nifeq ($(DO_MPI), ON)\n"
-                                    "CFLAGS += -DDO_MPI\nFLAVOR = mpi\nelse\nFLAVOR = omp\nendif\n"
-                                    "EXE = ../bin/md-$(FLAVOR)\n$(EXE): md.c\n\t$(CC) $(CFLAGS) md.c -o $(EXE)\n",
-        "src-omp/md.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "md",
+        {
+            "src-omp/Makefile.vanilla": "DO_MPI = ON\nCC = mpicc\nCFLAGS = -O2\nifeq ($(DO_MPI), ON)\n"
+            "CFLAGS += -DDO_MPI\nFLAVOR = mpi\nelse\nFLAVOR = omp\nendif\n"
+            "EXE = ../bin/md-$(FLAVOR)\n$(EXE): md.c\n\t$(CC) $(CFLAGS) md.c -o $(EXE)\n",
+            "src-omp/md.c": "int main(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "md")
     names.resolve(a, index)
     assert a.build["build_directory"] == "src-omp" and a.build["makefile_template"] == "Makefile.vanilla"
@@ -208,14 +256,19 @@ def test_an_on_off_switch_and_a_makefile_template(tmp_path, index):
 
 
 def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
-    root = _write(tmp_path / "ms", {
-        "meson.build": "project('msx', 'c', version: '2.1')\nlib = library('msx', 'msx.c')\n"
-                       "if get_option('test')\n  check_dep = dependency('check')\nendif\n"
-                       "if host_machine.system() == 'windows'\n  ws = cc.find_library('ws2_32')\nendif\n"
-                       "if not get_option('docs')\nelse\n  doxygen = find_program('doxygen')\nendif\n",
-        "meson_options.txt": "option('test', type: 'boolean', value: false)\n"
-                             "option('docs', type: 'boolean', value: true)\n",
-        "msx.c": "int msx(void) { return 0; }\n", "include/msx.h": "int msx(void);\n"})
+    root = _write(
+        tmp_path / "ms",
+        {
+            "meson.build": "project('msx', 'c', version: '2.1')\nlib = library('msx', 'msx.c')\n"
+            "if get_option('test')\n  check_dep = dependency('check')\nendif\n"
+            "if host_machine.system() == 'windows'\n  ws = cc.find_library('ws2_32')\nendif\n"
+            "if not get_option('docs')\nelse\n  doxygen = find_program('doxygen')\nendif\n",
+            "meson_options.txt": "option('test', type: 'boolean', value: false)\n"
+            "option('docs', type: 'boolean', value: true)\n",
+            "msx.c": "int msx(void) { return 0; }\n",
+            "include/msx.h": "int msx(void);\n",
+        },
+    )
     a = analyze(root, "msx")
     names.resolve(a, index)
     assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("check", "+test"), ("pkgconfig", None)}
@@ -225,10 +278,15 @@ def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
 
 
 def test_a_default_goal_that_builds_fortran_is_replaced_by_the_c_goals(tmp_path):
-    root = _write(tmp_path / "fz", {
-        "Makefile": "all: lib bin fortran\nlib:\n\t$(MAKE) -C src\nbin: lib\n\t$(MAKE) -C utils\n"
-                    "fortran: lib\n\t$(MAKE) -C fortran\n",
-        "src/z.c": "int z(void) { return 0; }\n", "fortran/z.f90": "module z\nend module z\n"})
+    root = _write(
+        tmp_path / "fz",
+        {
+            "Makefile": "all: lib bin fortran\nlib:\n\t$(MAKE) -C src\nbin: lib\n\t$(MAKE) -C utils\n"
+            "fortran: lib\n\t$(MAKE) -C fortran\n",
+            "src/z.c": "int z(void) { return 0; }\n",
+            "fortran/z.f90": "module z\nend module z\n",
+        },
+    )
     a = analyze(root, "fz")
     text = _recipe(a)
     new, done = fixes.apply(text, fixes.diagnose("make[1]: gfortran: Command not found\n"), None, a)
@@ -237,6 +295,7 @@ def test_a_default_goal_that_builds_fortran_is_replaced_by_the_c_goals(tmp_path)
 
 def test_an_install_counts_only_with_something_where_users_look(tmp_path):
     from spack_r3.recipe.refine import installed_nothing
+
     prefix = tmp_path / "prefix"
     (prefix / ".spack").mkdir(parents=True)
     (prefix / "share" / "thing" / "obj").mkdir(parents=True)
@@ -247,7 +306,7 @@ def test_an_install_counts_only_with_something_where_users_look(tmp_path):
     assert installed_nothing(str(prefix)) is None
     # the refine loop reads what it wrote and reinstalls the programs from the build directory
     a = analyze(os.path.join(TREES, "r3t-subdirs"), "r3t-subdirs")
-    diag = ("spack install succeeded, but the prefix /p has nothing in bin/, lib/ or include/ (only share): ...")
+    diag = "spack install succeeded, but the prefix /p has nothing in bin/, lib/ or include/ (only share): ..."
     found = fixes.diagnose(diag)
     assert [f.kind for f in found] == ["empty-install"]
     text = _recipe(a).replace("install(exe, prefix.bin)", "install_tree('.', prefix.share)")
@@ -257,31 +316,44 @@ def test_an_install_counts_only_with_something_where_users_look(tmp_path):
 
 
 def test_an_enable_switch_guards_the_library_it_checks_for(tmp_path, index):
-    root = _write(tmp_path / "ac", {
-        "configure.ac": "AC_INIT([acx], [1.2.0])\nAC_PROG_CC\n"
-                        "AC_ARG_ENABLE([prof-libunwind], [AS_HELP_STRING([--enable-prof-libunwind], [use libunwind])])\n"
-                        "if test \"x$enable_prof_libunwind\" = \"xyes\" ; then\n"
-                        "  AC_CHECK_LIB([unwind], [unw_backtrace], [], [AC_MSG_ERROR([no libunwind])])\nfi\n"
-                        "AS_IF([test \"x$with_zlib\" != xno], [AC_CHECK_LIB([z], [inflate])])\n"
-                        "AC_ARG_WITH([zlib], [AS_HELP_STRING([--without-zlib], [no compression])])\n"
-                        "AC_CHECK_LIB([m], [cos])\nAC_OUTPUT\n",
-        "configure": "#!/bin/sh\n", "acx.c": "int acx;\n"})
+    root = _write(
+        tmp_path / "ac",
+        {
+            "configure.ac": "AC_INIT([acx], [1.2.0])\nAC_PROG_CC\n"
+            "AC_ARG_ENABLE([prof-libunwind], [AS_HELP_STRING([--enable-prof-libunwind], [use libunwind])])\n"
+            'if test "x$enable_prof_libunwind" = "xyes" ; then\n'
+            "  AC_CHECK_LIB([unwind], [unw_backtrace], [], [AC_MSG_ERROR([no libunwind])])\nfi\n"
+            'AS_IF([test "x$with_zlib" != xno], [AC_CHECK_LIB([z], [inflate])])\n'
+            "AC_ARG_WITH([zlib], [AS_HELP_STRING([--without-zlib], [no compression])])\n"
+            "AC_CHECK_LIB([m], [cos])\nAC_OUTPUT\n",
+            "configure": "#!/bin/sh\n",
+            "acx.c": "int acx;\n",
+        },
+    )
     a = analyze(root, "acx")
     names.resolve(a, index)
     assert {v.name: v.default for v in a.variants} == {"prof_libunwind": False, "zlib": True}
-    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("libunwind", "+prof_libunwind"),
-                                                                  ("zlib-api", "+zlib")}
+    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {
+        ("libunwind", "+prof_libunwind"),
+        ("zlib-api", "+zlib"),
+    }
     text = _recipe(a)
     assert 'depends_on("libunwind", when="+prof_libunwind")' in text and '"--enable-prof-libunwind"' in text
 
 
 def test_programs_behind_an_option_are_not_tested(tmp_path):
-    root = _write(tmp_path / "ex", {
-        "CMakeLists.txt": 'project(exl VERSION 1.0 LANGUAGES C)\noption(EXL_EXAMPLES "examples" OFF)\n'
-                          "add_library(exl exl.c)\nif(EXL_EXAMPLES)\n  add_executable(exdemo demo.c)\nendif()\n"
-                          "add_executable(exltool tool.c)\n",
-        "exl.c": "int exl(void) { return 0; }\n", "exl.h": "int exl(void);\n",
-        "tool.c": "int main(void) { return 0; }\n", "demo.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "ex",
+        {
+            "CMakeLists.txt": 'project(exl VERSION 1.0 LANGUAGES C)\noption(EXL_EXAMPLES "examples" OFF)\n'
+            "add_library(exl exl.c)\nif(EXL_EXAMPLES)\n  add_executable(exdemo demo.c)\nendif()\n"
+            "add_executable(exltool tool.c)\n",
+            "exl.c": "int exl(void) { return 0; }\n",
+            "exl.h": "int exl(void);\n",
+            "tool.c": "int main(void) { return 0; }\n",
+            "demo.c": "int main(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "exl")
     assert a.executables == ["exltool"]
     text = _recipe(a)
@@ -289,29 +361,45 @@ def test_programs_behind_an_option_are_not_tested(tmp_path):
 
 
 def test_meson_programs_count_where_meson_installs_them(tmp_path):
-    root = _write(tmp_path / "mi", {
-        "meson.build": "project('mil', 'c', version: '1.1')\nlib = library('mil', 'mil.c', install: true)\n"
-                       "executable('example', 'example.c')\nexecutable('miltool', 'tool.c', install: true)\n",
-        "mil.c": "int mil(void) { return 0; }\n", "include/mil/api.h": "int mil(void);\n",
-        "example.c": "int main(void) { return 0; }\n", "tool.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "mi",
+        {
+            "meson.build": "project('mil', 'c', version: '1.1')\nlib = library('mil', 'mil.c', install: true)\n"
+            "executable('example', 'example.c')\nexecutable('miltool', 'tool.c', install: true)\n",
+            "mil.c": "int mil(void) { return 0; }\n",
+            "include/mil/api.h": "int mil(void);\n",
+            "example.c": "int main(void) { return 0; }\n",
+            "tool.c": "int main(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "mil")
     assert a.executables == ["miltool"] and a.build["test_headers"] == ["api.h"]  # by its include/ place
 
 
 def test_a_project_finding_itself_is_no_dependency(tmp_path, index):
-    root = _write(tmp_path / "self", {
-        "CMakeLists.txt": 'project(test-drive VERSION 0.6 LANGUAGES C)\noption(TESTING "tests" ON)\n'
-                          "add_library(${PROJECT_NAME} td.c)\nif(TESTING)\n  add_subdirectory(test)\nendif()\n",
-        "test/CMakeLists.txt": "find_package(${PROJECT_NAME} REQUIRED)\n",
-        "config/template.cmake.in": "find_package(@PROJECT_NAME@)\n", "td.c": "int td(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "self",
+        {
+            "CMakeLists.txt": 'project(test-drive VERSION 0.6 LANGUAGES C)\noption(TESTING "tests" ON)\n'
+            "add_library(${PROJECT_NAME} td.c)\nif(TESTING)\n  add_subdirectory(test)\nendif()\n",
+            "test/CMakeLists.txt": "find_package(${PROJECT_NAME} REQUIRED)\n",
+            "config/template.cmake.in": "find_package(@PROJECT_NAME@)\n",
+            "td.c": "int td(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "r3x-test-drive")  # a new name, as the benchmark gives it
     names.resolve(a, index)
     assert a.spack_dependencies() == [] and a.unresolved() == []
 
 
 def test_a_library_whose_kind_build_shared_libs_decides_gets_a_shared_variant(tmp_path):
-    root = _write(tmp_path / "sh", {"CMakeLists.txt": "project(shl VERSION 1.0 LANGUAGES C)\nadd_library(shl s.c)\n",
-                                    "s.c": "int s(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "sh",
+        {
+            "CMakeLists.txt": "project(shl VERSION 1.0 LANGUAGES C)\nadd_library(shl s.c)\n",
+            "s.c": "int s(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "shl")
     assert [(v.name, v.default, v.option) for v in a.variants] == [("shared", True, "BUILD_SHARED_LIBS")]
     assert 'self.define_from_variant("BUILD_SHARED_LIBS", "shared")' in _recipe(a)
@@ -319,33 +407,48 @@ def test_a_library_whose_kind_build_shared_libs_decides_gets_a_shared_variant(tm
 
 def test_a_makefiles_commented_mpi_and_openmp_settings_become_variants(tmp_path, index):
     """HPCCG's shape: the MPI and OpenMP settings are there, commented out, above empty ones."""
-    root = _write(tmp_path / "cg", {
-        "Makefile": "#CXX=/usr/local/bin/mpicxx\n#USE_MPI = -DUSING_MPI\n#MPI_INC = -I/opt/mpich/include\n"
-                    "CXX=/usr/local/bin/g++\nUSE_MPI =\n#USE_OMP = -DUSING_OMP\n#OMP_FLAGS = -fopenmp\nUSE_OMP =\n"
-                    "cg: main.cpp\n\t$(CXX) $(USE_MPI) $(USE_OMP) $(OMP_FLAGS) main.cpp -o cg\n",
-        "main.cpp": "int main() { return 0; }\n"})
+    root = _write(
+        tmp_path / "cg",
+        {
+            "Makefile": "#CXX=/usr/local/bin/mpicxx\n#USE_MPI = -DUSING_MPI\n#MPI_INC = -I/opt/mpich/include\n"
+            "CXX=/usr/local/bin/g++\nUSE_MPI =\n#USE_OMP = -DUSING_OMP\n#OMP_FLAGS = -fopenmp\nUSE_OMP =\n"
+            "cg: main.cpp\n\t$(CXX) $(USE_MPI) $(USE_OMP) $(OMP_FLAGS) main.cpp -o cg\n",
+            "main.cpp": "int main() { return 0; }\n",
+        },
+    )
     a = analyze(root, "cg")
     names.resolve(a, index)
     assert [(v.name, v.default) for v in a.variants] == [("mpi", False), ("openmp", False)]
     assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("mpi", "+mpi")}
     text = _recipe(a)
-    assert ('*(["CXX={0}".format(self.spec["mpi"].mpicxx), "USE_MPI=-DUSING_MPI"] '
-            'if self.spec.satisfies("+mpi") else [])') in text
+    assert (
+        '*(["CXX={0}".format(self.spec["mpi"].mpicxx), "USE_MPI=-DUSING_MPI"] if self.spec.satisfies("+mpi") else [])'
+    ) in text
     assert '"OMP_FLAGS={0}".format(self.compiler.openmp_flag), "USE_OMP=-DUSING_OMP"' in text
     assert "/opt/mpich" not in text and text.count('"CXX={0}".format(spack_cxx)') == 1
 
 
 def test_an_optional_dependency_that_cannot_be_fetched_goes_behind_a_variant(tmp_path, index):
-    root = _write(tmp_path / "od", {
-        "meson.build": "project('odx', 'c', version: '1.0')\nz = dependency('zstd', required: false)\n"
-                       "executable('odx', 'odx.c', dependencies: z, install: true)\n",
-        "odx.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "od",
+        {
+            "meson.build": "project('odx', 'c', version: '1.0')\nz = dependency('zstd', required: false)\n"
+            "executable('odx', 'odx.c', dependencies: z, install: true)\n",
+            "odx.c": "int main(void) { return 0; }\n",
+        },
+    )
     a = analyze(root, "odx")
     names.resolve(a, index)
     text = _recipe(a)
     assert 'depends_on("zstd")' in text
-    spec = {"spec": {"nodes": [{"name": "odx", "hash": "r", "dependencies": [{"name": "zstd", "hash": "z"}]},
-                               {"name": "zstd", "hash": "z"}]}}
+    spec = {
+        "spec": {
+            "nodes": [
+                {"name": "odx", "hash": "r", "dependencies": [{"name": "zstd", "hash": "z"}]},
+                {"name": "zstd", "hash": "z"},
+            ]
+        }
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     out = "FetchError: All fetchers failed for spack-stage-zstd-1.5.6-hr7drepetnkbkl5aichww7vcek576a2b https://x\n"
     new, done = fixes.apply(text, fixes.diagnose(out), None, a, spec_file=str(tmp_path / "spec.json"))
@@ -354,79 +457,123 @@ def test_an_optional_dependency_that_cannot_be_fetched_goes_behind_a_variant(tmp
 
 
 def test_words_after_pkg_config_in_a_message_are_no_dependency(tmp_path):
-    root = _write(tmp_path / "pc", {
-        "Makefile": "LIBS = $(shell pkg-config --libs zlib)\n"
-                    "x:\n\t$(CC) x.c -o x $(LIBS)\n\t$(error cannot write the pkg-config file)\n",
-        "x.c": "int main(void) { return 0; }\n"})
+    root = _write(
+        tmp_path / "pc",
+        {
+            "Makefile": "LIBS = $(shell pkg-config --libs zlib)\n"
+            "x:\n\t$(CC) x.c -o x $(LIBS)\n\t$(error cannot write the pkg-config file)\n",
+            "x.c": "int main(void) { return 0; }\n",
+        },
+    )
     assert [d.name for d in analyze(root, "pcx").dependencies] == ["zlib"]
 
 
 def test_a_program_is_tested_by_the_name_it_is_installed_under(tmp_path):
-    root = _write(tmp_path / "on", {
-        "CMakeLists.txt": "project(onl VERSION 1.0 LANGUAGES C)\nadd_executable(onlcmd main.c)\n"
-                          "set_property(TARGET onlcmd PROPERTY OUTPUT_NAME onl)\ninstall(TARGETS onlcmd DESTINATION bin)\n",
-        "main.c": 'int main(int c, char **v) { return 0; } /* "-h" */\n'})
+    root = _write(
+        tmp_path / "on",
+        {
+            "CMakeLists.txt": "project(onl VERSION 1.0 LANGUAGES C)\nadd_executable(onlcmd main.c)\n"
+            "set_property(TARGET onlcmd PROPERTY OUTPUT_NAME onl)\ninstall(TARGETS onlcmd DESTINATION bin)\n",
+            "main.c": 'int main(int c, char **v) { return 0; } /* "-h" */\n',
+        },
+    )
     a = analyze(root, "onl")
     assert a.executables == ["onl"] and 'join_path(self.prefix.bin, "onl")' in _recipe(a)
 
 
 def test_a_library_named_in_a_loop_is_the_projects(tmp_path):
-    root = _write(tmp_path / "lp", {
-        "CMakeLists.txt": "project(lpx LANGUAGES C VERSION 4.2)\nforeach(T shared static)\n"
-                          "  set(N \"${PROJECT_NAME}-${T}\")\n  add_library(${N} ${T} src/lpx.c)\nendforeach()\n",
-        "src/lpx.c": "int lpx(void) { return 0; }\n", "src/lpx.h": "int lpx(void);\n"})
+    root = _write(
+        tmp_path / "lp",
+        {
+            "CMakeLists.txt": "project(lpx LANGUAGES C VERSION 4.2)\nforeach(T shared static)\n"
+            '  set(N "${PROJECT_NAME}-${T}")\n  add_library(${N} ${T} src/lpx.c)\nendforeach()\n',
+            "src/lpx.c": "int lpx(void) { return 0; }\n",
+            "src/lpx.h": "int lpx(void);\n",
+        },
+    )
     a = analyze(root, "lpx")
     assert (a.build["test_library"], a.build["test_header"]) == ("lpx", "lpx.h")
 
 
 def test_language_and_build_tool_dependencies_as_maintainers_write_them(tmp_path):
-    cm = _write(tmp_path / "cm", {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.18...3.28)\nproject(cml)\n"
-                                                    "add_executable(cml m.c)\n", "m.c": "int main(void) { return 0; }\n"})
+    cm = _write(
+        tmp_path / "cm",
+        {
+            "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18...3.28)\nproject(cml)\nadd_executable(cml m.c)\n",
+            "m.c": "int main(void) { return 0; }\n",
+        },
+    )
     text = _recipe(analyze(cm, "cml"))
     assert 'depends_on("c", type="build")' in text and 'depends_on("cxx", type="build")' in text  # CMake's default
     assert 'depends_on("cmake@3.18:", type="build")' in text
-    ms = _write(tmp_path / "ms", {"meson.build": "project('msl', 'c')\nif get_option('cpp')\n  add_languages('cpp')\nendif\n",
-                                  "meson_options.txt": "option('cpp', type: 'boolean', value: true)\n"})
+    ms = _write(
+        tmp_path / "ms",
+        {
+            "meson.build": "project('msl', 'c')\nif get_option('cpp')\n  add_languages('cpp')\nendif\n",
+            "meson_options.txt": "option('cpp', type: 'boolean', value: true)\n",
+        },
+    )
     assert analyze(ms, "msl").languages == ["c", "cxx"]
 
 
 def test_a_cmake_project_without_an_install_rule_installs_what_it_built(tmp_path):
     """LULESH's shape: add_executable and no install(): `make install` has no rule."""
-    root = _write(tmp_path / "ni", {"CMakeLists.txt": "project(nix CXX)\nset(EXE nix2.0)\nadd_executable(${EXE} m.cc)\n",
-                                    "m.cc": "int main() { return 0; }\n"})
+    root = _write(
+        tmp_path / "ni",
+        {
+            "CMakeLists.txt": "project(nix CXX)\nset(EXE nix2.0)\nadd_executable(${EXE} m.cc)\n",
+            "m.cc": "int main() { return 0; }\n",
+        },
+    )
     a = analyze(root, "nix")
     assert a.build["has_install"] is False and a.executables == ["nix2.0"]
     text = _recipe(a)
     assert 'for name in ["nix2.0"]:' in text and "find(self.stage.path, name, recursive=True)" in text
     # a recipe that asked for `make install` anyway is repaired the same way
-    asked = text[:text.index("    def install(")].rstrip() + "\n"
+    asked = text[: text.index("    def install(")].rstrip() + "\n"
     diag = "make: *** No rule to make target 'install'.  Stop.\n"
     new, done = fixes.apply(asked, fixes.diagnose(diag), None, a)
     assert "for name in ['nix2.0']:" in new and validate(new).ok and done
 
 
 def test_a_library_called_libx_builds_libx_and_includes_libx_h(tmp_path):
-    root = _write(tmp_path / "lc", {
-        "CMakeLists.txt": "project(lcx C)\nset(libname \"config\")\nadd_library(${libname} lib/lc.c)\n"
-                          "set_target_properties(${libname} PROPERTIES OUTPUT_NAME \"lcfg\")\n",
-        "lib/lc.c": "int lc(void) { return 0; }\n", "lib/liblcfg.h": "int lc(void);\n", "lib/config.h": "\n"})
+    root = _write(
+        tmp_path / "lc",
+        {
+            "CMakeLists.txt": 'project(lcx C)\nset(libname "config")\nadd_library(${libname} lib/lc.c)\n'
+            'set_target_properties(${libname} PROPERTIES OUTPUT_NAME "lcfg")\n',
+            "lib/lc.c": "int lc(void) { return 0; }\n",
+            "lib/liblcfg.h": "int lc(void);\n",
+            "lib/config.h": "\n",
+        },
+    )
     a = analyze(root, "r3x-lcfg")
     assert (a.build["test_library"], a.build["test_headers"]) == ("lcfg", ["liblcfg.h"])
 
 
 def test_an_option_named_like_a_compiler_flag_is_renamed(tmp_path):
-    root = _write(tmp_path / "lf", {
-        "configure.ac": "AC_INIT([lfx], [1.0])\nAC_PROG_CC\nAC_ARG_WITH([ldflags], [AS_HELP_STRING([--with-ldflags], [x])])\n",
-        "configure": "#!/bin/sh\n", "lf.c": "int lf;\n"})
+    root = _write(
+        tmp_path / "lf",
+        {
+            "configure.ac": "AC_INIT([lfx], [1.0])\nAC_PROG_CC\nAC_ARG_WITH([ldflags], [AS_HELP_STRING([--with-ldflags], [x])])\n",
+            "configure": "#!/bin/sh\n",
+            "lf.c": "int lf;\n",
+        },
+    )
     a = analyze(root, "lfx")
     assert [v.name for v in a.variants] == ["ldflags_opt"]
     assert 'self.spec.satisfies("+ldflags_opt")' in _recipe(a)
 
 
 def test_a_with_option_that_takes_a_value_says_nothing_when_off(tmp_path):
-    root = _write(tmp_path / "wv", {
-        "configure.ac": "AC_INIT([wvx], [1.0])\nAC_PROG_CC\n"
-                        "AC_ARG_WITH([dsoflags], AS_HELP_STRING([--with-dsoflags=...], [DSO flags]))\n",
-        "configure": "#!/bin/sh\n", "w.c": "int w;\n"})
+    root = _write(
+        tmp_path / "wv",
+        {
+            "configure.ac": "AC_INIT([wvx], [1.0])\nAC_PROG_CC\n"
+            "AC_ARG_WITH([dsoflags], AS_HELP_STRING([--with-dsoflags=...], [DSO flags]))\n",
+            "configure": "#!/bin/sh\n",
+            "w.c": "int w;\n",
+        },
+    )
     text = _recipe(analyze(root, "wvx"))
     assert '"--with-dsoflags"' in text and "--without-dsoflags" not in text

@@ -38,7 +38,9 @@ def test_analyze_cmake_tree(index):
     assert a.build_system == "cmake" and a.version == "1.2.0" and a.languages == ["c"]
     assert a.license == "MIT"
     assert [(v.name, v.default, v.option) for v in a.variants] == [
-        ("zlib", True, "R3T_WITH_ZLIB"), ("fast", False, "R3T_FAST")]
+        ("zlib", True, "R3T_WITH_ZLIB"),
+        ("fast", False, "R3T_FAST"),
+    ]
     deps = {(d.spack, d.when) for d in a.spack_dependencies()}
     # find_package(ZLIB) under if(R3T_WITH_ZLIB) -> the zlib-api virtual, only with +zlib
     assert deps == {("zlib-api", "+zlib"), ("r3tvec", None), ("pkgconfig", None)}
@@ -52,8 +54,12 @@ def test_analyze_autotools_makefile_meson_trees(index):
     assert [(v.name, v.default, v.kind) for v in at.variants] == [("doubles", True, "enable")]
     assert all(d.system for d in at.dependencies)  # AC_CHECK_LIB([m]) is libc's
     mk = _analysis("r3tvec", index)
-    assert (mk.build_system, mk.version, mk.build["prefix_var"], mk.build["has_install"]) == \
-        ("makefile", "0.3.1", "PREFIX", True)
+    assert (mk.build_system, mk.version, mk.build["prefix_var"], mk.build["has_install"]) == (
+        "makefile",
+        "0.3.1",
+        "PREFIX",
+        True,
+    )
     assert mk.executables == ["r3tvec-demo"] and mk.checks[0].args == ["--check"]
     ms = _analysis("r3t-meson", index)
     assert (ms.build_system, ms.version, ms.license) == ("meson", "0.9.0", "BSD-3-Clause")
@@ -64,8 +70,10 @@ def test_analyze_autotools_makefile_meson_trees(index):
 def test_a_makefile_without_all_or_install_installs_its_default_goal(tmp_path):
     """The shape of a single-benchmark Makefile (PolyBench's, as people wrap it): make's first
     target is the program, and the generated install() puts it in bin."""
-    (tmp_path / "Makefile").write_text("CFLAGS = -O3\nbench: bench.o util.o\n\t$(CC) $^ -o $@ -lm\n"
-                                       "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\nclean:\n\trm -f bench *.o\n")
+    (tmp_path / "Makefile").write_text(
+        "CFLAGS = -O3\nbench: bench.o util.o\n\t$(CC) $^ -o $@ -lm\n"
+        "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\nclean:\n\trm -f bench *.o\n"
+    )
     (tmp_path / "bench.c").write_text("int main(void) { return 0; }\n")
     a = analyze(str(tmp_path), "bench")
     assert a.build_system == "makefile" and not a.build["has_install"]
@@ -133,9 +141,11 @@ class Stream(MakefilePackage, CudaPackage):
 def test_model_recipes_get_the_imports_of_the_repository_layout():
     # Spack 1.x (v2 repos): each base class comes from spack_repo.builtin.build_systems.
     v2 = fit_layout(MODEL_RECIPE, "v2")
-    assert v2.splitlines()[1:4] == ["from spack_repo.builtin.build_systems.makefile import MakefilePackage",
-                                    "from spack_repo.builtin.build_systems.cuda import CudaPackage",
-                                    "from spack.package import *"]
+    assert v2.splitlines()[1:4] == [
+        "from spack_repo.builtin.build_systems.makefile import MakefilePackage",
+        "from spack_repo.builtin.build_systems.cuda import CudaPackage",
+        "from spack.package import *",
+    ]
     assert fit_layout(v2, "v2") == v2 and validate(v2).ok
     # Spack 0.2x (v1 repos): those imports would not resolve, spack.package has the bases.
     assert fit_layout(v2, "v1") == MODEL_RECIPE
@@ -191,9 +201,11 @@ HOSTILE = {
     "FIXME left": "{cls}\n    def cmake_args(self):\n        return ['FIXME']\n",
     "syntax error": "{cls}\n    def install(self\n",
 }
-CLS = ('from spack.package import *\n\n\nclass Foo(CMakePackage):\n    """Foo."""\n\n'
-       '    homepage = "https://example.org"\n    url = "https://example.org/foo-1.0.tar.gz"\n\n'
-       '    version("1.0", sha256="%s")\n    depends_on("c", type="build")\n' % ("0" * 64))
+CLS = (
+    'from spack.package import *\n\n\nclass Foo(CMakePackage):\n    """Foo."""\n\n'
+    '    homepage = "https://example.org"\n    url = "https://example.org/foo-1.0.tar.gz"\n\n'
+    '    version("1.0", sha256="%s")\n    depends_on("c", type="build")\n' % ("0" * 64)
+)
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
@@ -205,11 +217,13 @@ def test_validator_rejects_hostile_recipes(case):
 
 
 def test_validator_accepts_idiomatic_recipes(spack_root):
-    ok = CLS + ('    variant("mpi", default=False, description="MPI")\n'
-                '    with when("+mpi"):\n        depends_on("mpi")\n\n'
-                '    def cmake_args(self):\n        return [self.define_from_variant("USE_MPI", "mpi")]\n\n'
-                '    @run_after("install")\n    def fix(self):\n'
-                '        filter_file("a", "b", join_path(self.prefix.bin, "x"))\n')
+    ok = CLS + (
+        '    variant("mpi", default=False, description="MPI")\n'
+        '    with when("+mpi"):\n        depends_on("mpi")\n\n'
+        '    def cmake_args(self):\n        return [self.define_from_variant("USE_MPI", "mpi")]\n\n'
+        '    @run_after("install")\n    def fix(self):\n'
+        '        filter_file("a", "b", join_path(self.prefix.bin, "x"))\n'
+    )
     assert validate(ok).ok, validate(ok).reasons
     # real builtin recipes written in the same style pass as well
     builtin = os.path.join(spack_root, "var", "spack", "repos", "builtin", "packages")
@@ -256,6 +270,7 @@ def test_diagnose_and_fix(index):
 def test_git_source_and_python_project(tmp_path, index):
     import shutil
     import subprocess
+
     if not shutil.which("git"):
         pytest.skip("no git")
     repo = tmp_path / "pyproj"
@@ -263,9 +278,11 @@ def test_git_source_and_python_project(tmp_path, index):
     (repo / "pyproj" / "__init__.py").write_text("VALUE = 1\n")
     (repo / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools"]\n\n[project]\nname = "pyproj"\nversion = "0.4.0"\n'
-        'license = {text = "MIT"}\ndependencies = ["numpy>=1.20"]\n')
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
+        'license = {text = "MIT"}\ndependencies = ["numpy>=1.20"]\n'
+    )
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"
+    )
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
         subprocess.run(["git", "-C", str(repo)] + cmd, check=True, env=env)
     src = acquire("git+file://%s" % repo, str(tmp_path / "work"))

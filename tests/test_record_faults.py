@@ -24,8 +24,9 @@ def r3(*argv):
 
 
 def r3_subprocess(*argv):
-    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
+    )
 
 
 def tree(tmp_path, name, source, flags=""):
@@ -75,8 +76,20 @@ int main(void) {
 
 def test_a_forked_process_adds_nothing_to_the_record(tmp_path, clang, capsys):
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", tree(tmp_path, "fork", FORKING_APP), "--run", "./app",
-              "--instances", 2) == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            tree(tmp_path, "fork", FORKING_APP),
+            "--run",
+            "./app",
+            "--instances",
+            2,
+        )
+        == 0
+    )
     dots = [e for e in entries(ws, capsys) if e["kernel"] == "dot"]
     # the parent's 20 calls and its two captured calls: the child's calls are not the run's
     assert [e["calls"] for e in dots] == [20, 20] and sorted(e["instance"] for e in dots) == [1, 2]
@@ -86,8 +99,10 @@ def test_a_forked_process_adds_nothing_to_the_record(tmp_path, clang, capsys):
     assert len(profiles) == 1  # one process: the one that started
     parent = json.load(open(profiles[0]))["pid"]
     # capture directories are named <kernel>-<call>-<pid>
-    assert sorted(os.path.basename(d) for d in glob.glob(os.path.join(record_dir, "captures", "dot-*"))) == \
-        ["dot-1-%d" % parent, "dot-2-%d" % parent]
+    assert sorted(os.path.basename(d) for d in glob.glob(os.path.join(record_dir, "captures", "dot-*"))) == [
+        "dot-1-%d" % parent,
+        "dot-2-%d" % parent,
+    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -197,8 +212,20 @@ int main(void) {
 def mapped(tmp_path_factory, clang):
     tmp = tmp_path_factory.mktemp("mmap")
     ws = str(tmp / "ws")
-    assert r3("--workspace", ws, "record", "--source", tree(tmp, "mmap", MMAP_APP, "-pthread"), "--run", "./app",
-              "--instances", 2) == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            tree(tmp, "mmap", MMAP_APP, "-pthread"),
+            "--run",
+            "./app",
+            "--instances",
+            2,
+        )
+        == 0
+    )
     return ws
 
 
@@ -230,8 +257,18 @@ def test_whole_heap_captures_of_kernels_on_shared_memory_say_so(tmp_path, clang,
     capture whose memory points into shared memory is refused for it; and the snapshot
     process's call (shift_box, on a thread) writes to a copy, as the app's check says."""
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", tree(tmp_path, "mmap", MMAP_APP, "-pthread"),
-              "--run", "R3_CAPTURE_PAGES=0 ./app") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            tree(tmp_path, "mmap", MMAP_APP, "-pthread"),
+            "--run",
+            "R3_CAPTURE_PAGES=0 ./app",
+        )
+        == 0
+    )
     caps = {e["kernel"]: e for e in entries(ws, capsys)}
     for kernel in ("bump_box", "shift_box"):
         assert "pointer(s) into memory the capture does not hold (0x" in caps[kernel]["unreplayable"], kernel
@@ -260,28 +297,38 @@ int main(int argc, char **argv) {
 def test_a_capture_that_cannot_be_written_fails_the_record_with_the_kernel_and_reason(tmp_path, clang):
     ws = tmp_path / "ws"
     # a file size limit stands for a full disk: the runtime's write fails (EFBIG) part way
-    proc = r3_subprocess("--workspace", ws, "record", "--source", tree(tmp_path, "big", BIG_APP),
-                         "--run", "ulimit -f 512 && ./app")
+    proc = r3_subprocess(
+        "--workspace", ws, "record", "--source", tree(tmp_path, "big", BIG_APP), "--run", "ulimit -f 512 && ./app"
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "capture of fill could not be written: File too large" in proc.stderr
     assert list_captures(Workspace(str(ws))) == []  # nothing of a failed record is used later
     record_dir = glob.glob(os.path.join(str(ws), "runs", "*", "record"))[0]
-    assert [os.path.basename(p).split("-")[-3] for p in glob.glob(os.path.join(record_dir, "captures", "small-*"))] \
-        == ["small"]  # what finished stays in the run directory
+    assert [os.path.basename(p).split("-")[-3] for p in glob.glob(os.path.join(record_dir, "captures", "small-*"))] == [
+        "small"
+    ]  # what finished stays in the run directory
     assert not glob.glob(os.path.join(record_dir, "captures", ".tmp-*"))
 
 
 def test_failures_with_no_room_left_even_for_their_marker_are_named(tmp_path, clang):
     """No byte may be written: the markers are empty, their names tell the kernel and errno
     (the two captures and the process's profile failed)."""
-    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", tree(tmp_path, "none", BIG_APP),
-                         "--run", "ulimit -f 0 && ./app")
+    proc = r3_subprocess(
+        "--workspace",
+        tmp_path / "ws",
+        "record",
+        "--source",
+        tree(tmp_path, "none", BIG_APP),
+        "--run",
+        "ulimit -f 0 && ./app",
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "capture of fill could not be written: File too large (errno 27) (and 2 more)" in proc.stderr
 
 
 # --------------------------------------------------------------------------------------
 # capture.json that is no longer a capture
+
 
 def test_corrupt_captures_are_listed_as_corrupt_and_the_rest_keep_working(mapped, tmp_path, capsys):
     ws = str(tmp_path / "ws")

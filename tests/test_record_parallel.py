@@ -126,8 +126,9 @@ def _record(tmp_path, ws):
 
 
 def runtime_regions(ws, capture, image):
-    return [r for r in read_regions(os.path.join(Workspace(ws).capture_dir(capture.id), image))
-            if r.kind == KIND_RUNTIME]
+    return [
+        r for r in read_regions(os.path.join(Workspace(ws).capture_dir(capture.id), image)) if r.kind == KIND_RUNTIME
+    ]
 
 
 def in_runtime_pool(capture, region):
@@ -167,8 +168,11 @@ def test_parallel_shapes_record_and_replay(tmp_path, clang, capsys):
     # the pages it touched, and the stack its pointer arguments reach (the grid's struct on
     # main's stack, the output on its own), held twice: as input and as compared output.
     assert not runtime_regions(ws, lookup, "pre.bin") and not runtime_regions(ws, lookup, "post.bin")
-    stack = sum(r.size for r in read_regions(os.path.join(Workspace(ws).capture_dir(lookup.id), "pre.bin"))
-                if r.kind == KIND_STACK)
+    stack = sum(
+        r.size
+        for r in read_regions(os.path.join(Workspace(ws).capture_dir(lookup.id), "pre.bin"))
+        if r.kind == KIND_STACK
+    )
     assert capture_bytes(ws, lookup) <= 1.2 * (lookup.memory["touched_bytes"] + 2 * stack)
     code, ev = _replay(ws, lookup, capsys)
     assert code == 0 and ev["verified"], ev
@@ -219,8 +223,7 @@ def test_snapshots_leave_the_application_run_unchanged(tmp_path, clang):
     tree = os.path.join(ws, "runs", runs[0], "src")
     outputs = []
     for capture in ("*", "none"):
-        env = dict(os.environ, R3_RECORD_DIR=str(tmp_path / ("rec-" + capture[0])),
-                   R3_CAPTURE=capture)
+        env = dict(os.environ, R3_RECORD_DIR=str(tmp_path / ("rec-" + capture[0])), R3_CAPTURE=capture)
         proc = subprocess.run(["./xs", str(N), str(LOOKUPS)], cwd=tree, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         assert "r3-record runtime" not in proc.stderr
@@ -235,8 +238,10 @@ def test_only_kernels_that_may_reach_openmp_state_keep_it():
         return KernelInfo("k", "void", 0, [], [], calls=list(calls))
 
     # a parallel region and queries run on the replay process's own OpenMP runtime
-    assert not kernel_flags(kernel("__kmpc_fork_call", "__kmpc_for_static_init_8", "omp_get_thread_num")) \
+    assert (
+        not kernel_flags(kernel("__kmpc_fork_call", "__kmpc_for_static_init_8", "omp_get_thread_num"))
         & KFLAG_RUNTIME_STATE
+    )
     # locks, OpenMP allocators and threadprivate copies may live in the recorded runtime's heap
     for call in ("omp_set_lock", "omp_init_nest_lock", "omp_alloc", "__kmpc_threadprivate_cached"):
         assert kernel_flags(kernel("__kmpc_fork_call", call)) & KFLAG_RUNTIME_STATE, call

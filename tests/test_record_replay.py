@@ -41,8 +41,9 @@ def r3(*argv):
 
 def r3_subprocess(*argv, **kw):
     """The CLI as a user runs it: a separate process, so we see exit code and stderr."""
-    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
-                          capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +104,13 @@ def test_replay_verifies_against_the_recording(recorded, capsys, demo, run, kern
 def test_pipelines_change_code_but_still_verify(recorded):
     cap = capture_of(recorded, "jacobi_step")
     with ReplayServer() as server:
-        for spec in ("O0", "O2,vectorize=0,unroll=0", "O3,passes=loop_unroll_and_jam;instruction_combine",
-                     "O3,codegen=1,noalias=1", "Os"):
+        for spec in (
+            "O0",
+            "O2,vectorize=0,unroll=0",
+            "O3,passes=loop_unroll_and_jam;instruction_combine",
+            "O3,codegen=1,noalias=1",
+            "Os",
+        ):
             ev = server.submit(cap, Variant(pipeline=parse(spec)), repeat=2)
             assert ev.status == OK and ev.verified, (spec, ev.diagnostics)
         paired = server.submit(cap, Variant(pipeline=parse("O1")), pairs=5)
@@ -187,7 +193,7 @@ def test_altered_recording_fails_verification(recorded, tmp_path):
     def bump_largest(regions):
         addr, kind, data = max(regions, key=lambda r: len(r[2]))
         mid = len(data) // 2 // 8 * 8
-        data[mid:mid + 8] = struct.pack("<d", 1234.5)
+        data[mid : mid + 8] = struct.pack("<d", 1234.5)
 
     _rewrite_image(cap, "post.bin", bump_largest)
     proc = r3_subprocess("replay", cap, "--repeat", 1)
@@ -209,10 +215,12 @@ def test_corrupt_and_unknown_captures_get_one_line(recorded, tmp_path):
         byte = f.read(1)[0]
         f.seek(stored.offset)
         f.write(bytes([byte ^ 1]))
-    for argv, needle in ((["replay", cap], "truncated"), (["replay", flipped], "checksum mismatch"),
-                         (["--workspace", recorded, "replay", "no-such-capture"], "unknown capture"),
-                         (["--workspace", recorded, "replay", "spmv", "--pipeline", "O3,passes=warp_drive"],
-                          "unknown pass")):
+    for argv, needle in (
+        (["replay", cap], "truncated"),
+        (["replay", flipped], "checksum mismatch"),
+        (["--workspace", recorded, "replay", "no-such-capture"], "unknown capture"),
+        (["--workspace", recorded, "replay", "spmv", "--pipeline", "O3,passes=warp_drive"], "unknown pass"),
+    ):
         proc = r3_subprocess(*argv)
         assert proc.returncode == 2, proc
         lines = proc.stderr.strip().splitlines()
@@ -235,8 +243,16 @@ def test_crashing_and_hanging_candidates_cost_one_evaluation(recorded, tmp_path)
 
 def test_missing_clang_is_one_clear_line(tmp_path):
     env = dict(os.environ, R3_CLANG=str(tmp_path / "no-clang"))
-    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
-                         "--run", "./heat 32 2", env=env)
+    proc = r3_subprocess(
+        "--workspace",
+        tmp_path / "ws",
+        "record",
+        "--source",
+        os.path.join(DEMOS, "heat"),
+        "--run",
+        "./heat 32 2",
+        env=env,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "clang" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -275,7 +291,7 @@ def test_hanging_candidate_times_out(tmp_path, clang):
     def clear_flag(regions):
         for addr, _kind, data in regions:
             if addr <= flag < addr + len(data):
-                data[flag - addr:flag - addr + 4] = bytes(4)
+                data[flag - addr : flag - addr + 4] = bytes(4)
 
     _rewrite_image(cap, "pre.bin", clear_flag)
     with ReplayServer() as server:
@@ -295,16 +311,31 @@ def test_spack_r3_replays_through_the_spack_extension(recorded, spack_root, tmp_
     listed = subprocess.run(spack + ["kernels", "--json"], capture_output=True, text=True, env=env)
     assert listed.returncode == 0, listed.stderr
     assert "spmv" in {e["kernel"] for e in json.loads(listed.stdout)}
-    replayed = subprocess.run(spack + ["replay", "spmv", "--repeat", "2", "--json"], capture_output=True,
-                              text=True, env=env)
+    replayed = subprocess.run(
+        spack + ["replay", "spmv", "--repeat", "2", "--json"], capture_output=True, text=True, env=env
+    )
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout)["verified"] is True
 
 
 def test_instances_capture_successive_calls(tmp_path, clang, capsys):
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 10",
-              "--kernel", "jacobi_step", "--instances", 3) == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            os.path.join(DEMOS, "heat"),
+            "--run",
+            "./heat 64 10",
+            "--kernel",
+            "jacobi_step",
+            "--instances",
+            3,
+        )
+        == 0
+    )
     caps = sorted((c for c in list_captures(Workspace(ws)) if c.kernel == "jacobi_step"), key=lambda c: c.instance)
     assert [c.instance for c in caps] == [1, 2, 3]
     capsys.readouterr()
@@ -341,11 +372,14 @@ def test_record_a_cmake_build_through_the_compiler_launcher(tmp_path, clang):
     (src / "Makefile").unlink()
     (src / "CMakeLists.txt").write_text(HEAT_CMAKE)
     ws = str(tmp_path / "ws")
-    configure = ('cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$R3_CLANG" '
-                 '-DCMAKE_C_COMPILER_LAUNCHER="$R3_LAUNCHER" %s > /dev/null && cmake --build build')
+    configure = (
+        'cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$R3_CLANG" '
+        '-DCMAKE_C_COMPILER_LAUNCHER="$R3_LAUNCHER" %s > /dev/null && cmake --build build'
+    )
     # CMake puts the compiler launcher before compiles only: a link without it is a clear error
-    proc = r3_subprocess("--workspace", ws, "record", "--source", src, "--build", configure % "",
-                         "--run", "./build/heat 64 10")
+    proc = r3_subprocess(
+        "--workspace", ws, "record", "--source", src, "--build", configure % "", "--run", "./build/heat 64 10"
+    )
     assert proc.returncode == 2 and "CMAKE_C_LINKER_LAUNCHER" in proc.stderr
     build = configure % '-DCMAKE_C_LINKER_LAUNCHER="$R3_LAUNCHER"'
     assert r3("--workspace", ws, "record", "--source", src, "--build", build, "--run", "./build/heat 64 10") == 0
@@ -359,21 +393,26 @@ def _split_app(tmp_path, weight_c):
     """fill() in one unit calls weight() defined in another."""
     src = tmp_path / "split"
     src.mkdir()
-    (src / "kern.c").write_text("double weight(int i);\n"
-                                "void fill(int n, double *x) { for (int i = 0; i < n; i++) x[i] = weight(i); }\n")
+    (src / "kern.c").write_text(
+        "double weight(int i);\nvoid fill(int n, double *x) { for (int i = 0; i < n; i++) x[i] = weight(i); }\n"
+    )
     (src / "weight.c").write_text(weight_c)
-    (src / "main.c").write_text("#include <stdlib.h>\nvoid fill(int n, double *x);\n"
-                                "int main(void) { double *x = malloc(64 * sizeof *x); fill(64, x); return 0; }\n")
-    (src / "Makefile").write_text("app: kern.o weight.o main.o\n\t$(CC) -o app kern.o weight.o main.o\n"
-                                  "%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n")
+    (src / "main.c").write_text(
+        "#include <stdlib.h>\nvoid fill(int n, double *x);\n"
+        "int main(void) { double *x = malloc(64 * sizeof *x); fill(64, x); return 0; }\n"
+    )
+    (src / "Makefile").write_text(
+        "app: kern.o weight.o main.o\n\t$(CC) -o app kern.o weight.o main.o\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n"
+    )
     ws = str(tmp_path / "ws")
     assert r3("--workspace", ws, "record", "--source", src, "--run", "./app", "--kernel", "fill") == 0
     return ws
 
 
 def test_kernel_calling_into_another_unit_replays_with_that_unit(tmp_path, clang):
-    ws = _split_app(tmp_path, "double scale(int i) { return 0.5 * i; }\n"
-                              "double weight(int i) { return scale(i) + 1.0; }\n")
+    ws = _split_app(
+        tmp_path, "double scale(int i) { return 0.5 * i; }\ndouble weight(int i) { return scale(i) + 1.0; }\n"
+    )
     cap = capture_of(ws, "fill")
     assert len(load_capture_dir(cap).link_units) == 1  # weight.c's bitcode travels with the capture
     with ReplayServer() as server:
@@ -381,16 +420,28 @@ def test_kernel_calling_into_another_unit_replays_with_that_unit(tmp_path, clang
 
 
 def test_kernel_reaching_unrecorded_state_of_another_unit_is_refused(tmp_path, clang):
-    ws = _split_app(tmp_path, "static double bias = 1.0;\n"
-                              "double weight(int i) { bias += 0.5; return bias * i; }\n")
+    ws = _split_app(tmp_path, "static double bias = 1.0;\ndouble weight(int i) { bias += 0.5; return bias * i; }\n")
     proc = r3_subprocess("--workspace", ws, "replay", "fill")
     assert proc.returncode == 2 and "bias" in proc.stderr and "did not keep" in proc.stderr
 
 
 def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", os.path.join(DEMOS, "cg"), "--run", "./cg 64 200",
-              "--top", 2, "--json") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            os.path.join(DEMOS, "cg"),
+            "--run",
+            "./cg 64 200",
+            "--top",
+            2,
+            "--json",
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert len(result["kernels"]) == 5  # the capture run still profiles every kernel
     from spack_r3.record.profiles import load_profiles
@@ -412,8 +463,20 @@ def test_worker_keeps_recently_used_captures_within_its_cache(recorded):
 
 
 def test_several_pipelines_compare_in_one_table(recorded, capsys):
-    code = r3("--workspace", recorded, "replay", "spmv", "--pipeline", "O3", "--pipeline", "O1,unroll=0",
-              "--pipeline", "O3,fast", "--repeat", 2)
+    code = r3(
+        "--workspace",
+        recorded,
+        "replay",
+        "spmv",
+        "--pipeline",
+        "O3",
+        "--pipeline",
+        "O1,unroll=0",
+        "--pipeline",
+        "O3,fast",
+        "--repeat",
+        2,
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:3] == ["pipeline", "status", "max"]
     rows = [l.split() for l in lines[3:6]]
@@ -434,8 +497,10 @@ def test_workspace_may_follow_the_command(recorded, capsys, tmp_path):
         listings.append(json.loads(capsys.readouterr().out))
     assert listings[0] and listings[0] == listings[1]
     # given in both places, the one after the command counts
-    assert r3("--workspace", tmp_path / "elsewhere", "replay", "spmv", "--repeat", 1, "--json",
-              "--workspace", recorded) == 0
+    assert (
+        r3("--workspace", tmp_path / "elsewhere", "replay", "spmv", "--repeat", 1, "--json", "--workspace", recorded)
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["kernel"] == "spmv"
     assert not os.path.exists(tmp_path / "elsewhere")
 
@@ -443,16 +508,31 @@ def test_workspace_may_follow_the_command(recorded, capsys, tmp_path):
 def test_pipeline_specs_round_trip():
     from spack_r3.replay.pipeline import format_spec
 
-    for spec in ("O3", "O2,vectorize=0,unroll=1,inline=500", "O3,passes=sroa;loop_rotate",
-                 "Os,codegen=1,cpu=skylake,features=+avx2-avx512f", "O3,fast", "O3,fast=reassoc+contract,fma=off,noalias=1"):
+    for spec in (
+        "O3",
+        "O2,vectorize=0,unroll=1,inline=500",
+        "O3,passes=sroa;loop_rotate",
+        "Os,codegen=1,cpu=skylake,features=+avx2-avx512f",
+        "O3,fast",
+        "O3,fast=reassoc+contract,fma=off,noalias=1",
+    ):
         assert format_spec(parse(spec)) == spec
 
 
 def test_a_build_that_ignores_the_launcher_is_one_clear_error(tmp_path, clang):
     src = tmp_path / "hardcoded"
     shutil.copytree(os.path.join(DEMOS, "heat"), src)
-    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", src,
-                         "--build", "make CC=%s" % clang, "--run", "./heat 32 2")
+    proc = r3_subprocess(
+        "--workspace",
+        tmp_path / "ws",
+        "record",
+        "--source",
+        src,
+        "--build",
+        "make CC=%s" % clang,
+        "--run",
+        "./heat 32 2",
+    )
     assert proc.returncode == 2 and "without the record runtime" in proc.stderr
     assert proc.stderr.count("\n") == 1
 
@@ -460,37 +540,71 @@ def test_a_build_that_ignores_the_launcher_is_one_clear_error(tmp_path, clang):
 def test_a_failing_run_keeps_its_captures_apart_and_nothing_uses_them(tmp_path, clang):
     ws = tmp_path / "ws"
     # alpha=0.3 makes the heat demo unstable: its self-check fails after the kernels ran
-    proc = r3_subprocess("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"),
-                         "--run", "./heat 32 20 0.3")
+    proc = r3_subprocess(
+        "--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 32 20 0.3"
+    )
     assert proc.returncode == 2 and "application run failed" in proc.stderr
     assert proc.stderr.count("\n") == 1 and "captures are not used" in proc.stderr
     kept = proc.stderr.split("kept for diagnosis in ")[1].split(")")[0]
     assert glob.glob(os.path.join(kept, "*", "*"))  # what the failed run captured, for diagnosis
     assert list_captures(Workspace(str(ws))) == []
     # ...so a tune of the same tree and run records again, and fails the same way
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", os.path.join(DEMOS, "heat"),
-                         "--run", "./heat 32 20 0.3", "--budget", 1)
+    proc = r3_subprocess(
+        "--workspace", ws, "tune", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 32 20 0.3", "--budget", 1
+    )
     assert proc.returncode == 2 and "reusing" not in proc.stdout and "application run failed" in proc.stderr
 
 
 def test_a_kernel_name_that_does_not_exist_is_one_clear_error(tmp_path, clang):
-    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
-                         "--run", "./heat 32 2", "--kernel", "jacobi_stpe")
+    proc = r3_subprocess(
+        "--workspace",
+        tmp_path / "ws",
+        "record",
+        "--source",
+        os.path.join(DEMOS, "heat"),
+        "--run",
+        "./heat 32 2",
+        "--kernel",
+        "jacobi_stpe",
+    )
     assert proc.returncode == 2 and "jacobi_stpe" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path, clang):
     marker = "heat 1536 99999"  # minutes of work: it must not outlive the timeout
-    proc = r3_subprocess("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
-                         "--kernel", "jacobi_step", "--run", "./" + marker, "--timeout", 2)
+    proc = r3_subprocess(
+        "--workspace",
+        tmp_path / "ws",
+        "record",
+        "--source",
+        os.path.join(DEMOS, "heat"),
+        "--kernel",
+        "jacobi_step",
+        "--run",
+        "./" + marker,
+        "--timeout",
+        2,
+    )
     assert proc.returncode == 2 and "timed out after 2" in proc.stderr
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert marker not in ps
 
 
 def test_the_application_output_is_shown_as_it_runs(tmp_path, clang, capsys):
-    assert r3("--workspace", tmp_path / "ws", "record", "--source", os.path.join(DEMOS, "heat"),
-              "--kernel", "jacobi_step", "--run", "./heat 32 3") == 0
+    assert (
+        r3(
+            "--workspace",
+            tmp_path / "ws",
+            "record",
+            "--source",
+            os.path.join(DEMOS, "heat"),
+            "--kernel",
+            "jacobi_step",
+            "--run",
+            "./heat 32 3",
+        )
+        == 0
+    )
     assert "  | heat: n=32 steps=3" in capsys.readouterr().out
 
 
@@ -519,8 +633,9 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
     newer and its O3 is not clang's, so a candidate is measured against what the build
     gives. A candidate for this machine contracts a*b+c only where the build did
     (fma=built, the default), so it reproduces the recording exactly on any CPU."""
-    tree = source_tree(tmp_path_factory, "fused", {"fused.c": FUSED_C,
-                                                   "Makefile": "fused: fused.c\n\t$(CC) -O1 -g -o $@ $<\n"})
+    tree = source_tree(
+        tmp_path_factory, "fused", {"fused.c": FUSED_C, "Makefile": "fused: fused.c\n\t$(CC) -O1 -g -o $@ $<\n"}
+    )
     ws = str(tmp_path_factory.mktemp("fused-ws"))
     assert r3("--workspace", ws, "record", "--source", tree, "--run", "./fused", "--target", "as-built") == 0
     cap = load_capture_dir(capture_of(ws, "axpy_like"))
@@ -530,8 +645,26 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
     # the flags that shape the code reach the baseline's compile, debug information does not
     assert build_flags(cap.compile_command) == ["-O1"]
     capsys.readouterr()
-    assert r3("--workspace", ws, "replay", "axpy_like", "--pipeline", "O3", "--pipeline", "O3,target=built",
-              "--pipeline", format_spec(as_built(cap)), "--pairs", 3, "--tolerance", 0, "--json") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "replay",
+            "axpy_like",
+            "--pipeline",
+            "O3",
+            "--pipeline",
+            "O3,target=built",
+            "--pipeline",
+            format_spec(as_built(cap)),
+            "--pairs",
+            3,
+            "--tolerance",
+            0,
+            "--json",
+        )
+        == 0
+    )
     for r in json.loads(capsys.readouterr().out):
         assert r["status"] == OK and r["max_rel_error"] == 0 and r["speedup"] > 0, r
     # fusing where the build did not is a change of results, labelled so (whether it
@@ -550,8 +683,25 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
 
 
 def test_the_build_compiler_takes_the_builds_flags_only():
-    cmd = ["/usr/bin/clang-19", "-march=x86-64-v3", "-O2", "-g", "-flto=thin", "-fsanitize=address", "-Wall",
-           "-fopenmp", "-DN=4", "-Iinclude", "-MD", "-MF", "k.d", "-c", "k.c", "-o", "k.o"]
+    cmd = [
+        "/usr/bin/clang-19",
+        "-march=x86-64-v3",
+        "-O2",
+        "-g",
+        "-flto=thin",
+        "-fsanitize=address",
+        "-Wall",
+        "-fopenmp",
+        "-DN=4",
+        "-Iinclude",
+        "-MD",
+        "-MF",
+        "k.d",
+        "-c",
+        "k.c",
+        "-o",
+        "k.o",
+    ]
     assert build_flags(cmd) == ["-march=x86-64-v3", "-O2", "-fopenmp"]
     with pytest.raises(PipelineError, match="takes none of fast"):
         parse("O3,fast,compiler=build")
@@ -573,8 +723,9 @@ attributes #0 = { "target-cpu"="%s" "target-features"="%s" }
     assert built_target(generic, "k") == ("x86-64", "+cmov,+cx8,+fxsr,+mmx,+sse,+sse2,+x87")
 
     def edit(text, spec):  # the build's own target decides what fma=built splits
-        return apply_pipeline_edits(text, "k", parse(spec), "znver4", "+avx2,+fma",
-                                    contracts_fma(built_target(text, "k")[1]))
+        return apply_pipeline_edits(
+            text, "k", parse(spec), "znver4", "+avx2,+fma", contracts_fma(built_target(text, "k")[1])
+        )
 
     assert "call double @llvm.fmuladd" not in edit(generic, "O3") and "fmul double" in edit(generic, "O3")
     assert "call double @llvm.fmuladd" in edit(v3, "O3")
@@ -589,16 +740,20 @@ def test_timed_trampoline_makes_n_calls_and_times_them_natively():
 
     import llvmlite.binding as llvm
 
-    kernel = ('target triple = "%s"\n' % llvm.get_process_triple()
-              + "define void @bump(ptr %p) {\n  %v = load i64, ptr %p\n  %w = add i64 %v, 1\n"
-              "  store i64 %w, ptr %p\n  ret void\n}\n")
+    kernel = (
+        'target triple = "%s"\n'
+        % llvm.get_process_triple()
+        + "define void @bump(ptr %p) {\n  %v = load i64, ptr %p\n  %w = add i64 %v, 1\n"
+        "  store i64 %w, ptr %p\n  ret void\n}\n"
+    )
     tramp = trampoline("bump", {"params": ["ptr"], "byval": [0], "ret": "void"}, 0, 0)
     target = llvm.Target.from_default_triple()
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(kernel), target.create_target_machine())
     engine.add_module(llvm.parse_assembly(tramp))
     engine.finalize_object()
     timed = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-        engine.get_function_address("__r3_timed"))
+        engine.get_function_address("__r3_timed")
+    )
     counter = ctypes.c_int64(0)
     slots = (ctypes.c_uint64 * 1)(ctypes.addressof(counter))
     ret = ctypes.create_string_buffer(32)

@@ -95,8 +95,9 @@ int main(void) {
 }
 """
 
-BENCH_MAKEFILE = ("bench: bench.o support.o\n\t$(CC) -O2 -o bench bench.o support.o\n"
-                  "%.o: %.c support.h\n\t$(CC) -O2 -c $< -o $@\n")
+BENCH_MAKEFILE = (
+    "bench: bench.o support.o\n\t$(CC) -O2 -o bench bench.o support.o\n%.o: %.c support.h\n\t$(CC) -O2 -c $< -o $@\n"
+)
 
 SMOOTH_H = r"""
 #include <vector>
@@ -145,9 +146,11 @@ int main() {
 }
 """
 
-SMOOTH_MAKEFILE = ("CXX ?= clang++\n"
-                   "smooth: main.o smooth.o\n\t$(CXX) -O2 -fopenmp -o smooth main.o smooth.o\n"
-                   "%.o: %.cpp smooth.h\n\t$(CXX) -O2 -fopenmp -c $< -o $@\n")
+SMOOTH_MAKEFILE = (
+    "CXX ?= clang++\n"
+    "smooth: main.o smooth.o\n\t$(CXX) -O2 -fopenmp -o smooth main.o smooth.o\n"
+    "%.o: %.cpp smooth.h\n\t$(CXX) -O2 -fopenmp -c $< -o $@\n"
+)
 
 APPLY = "_ZNK8Smoother5applyERSt6vectorIdSaIdEERKS2_"
 RESCALE = "_Z7rescaleRSt6vectorIdSaIdEEd"
@@ -166,8 +169,10 @@ def captures(ws):
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory, clang):
-    src = _tree(tmp_path_factory.mktemp("bench") / "src", {"support.h": SUPPORT_H, "support.c": SUPPORT_C,
-                                                           "bench.c": BENCH_C, "Makefile": BENCH_MAKEFILE})
+    src = _tree(
+        tmp_path_factory.mktemp("bench") / "src",
+        {"support.h": SUPPORT_H, "support.c": SUPPORT_C, "bench.c": BENCH_C, "Makefile": BENCH_MAKEFILE},
+    )
     ws = str(tmp_path_factory.mktemp("bench-ws"))
     assert r3("--workspace", ws, "record", "--source", src, "--run", "./bench") == 0  # every loop kernel
     return ws
@@ -195,7 +200,8 @@ def test_kernel_calling_rand_is_recorded_but_refused_by_replay(bench, capsys):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and "wrong" not in proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines() == [
             "r3 replay: error: capture %s: %s cannot replay: it calls rand, whose library state "
-            "(the random-number generator) the recording does not keep" % (cap.id, kernel)]
+            "(the random-number generator) the recording does not keep" % (cap.id, kernel)
+        ]
     # the unit's record says so for the kernel that calls rand itself
     tu_dirs = os.path.join(bench, "runs", os.listdir(os.path.join(bench, "runs"))[0], "record", "tus")
     reasons = {}
@@ -216,8 +222,10 @@ def test_kernel_calling_rand_is_recorded_but_refused_by_replay(bench, capsys):
 def test_stateful_library_calls_are_named_with_their_state():
     assert unreplayable_reason(["sqrt", "memcpy", "printf", "rand_r"]) is None  # state in memory, or none
     reason = unreplayable_reason(["omp_get_wtime", "__isoc99_fscanf", "fopen"])
-    assert reason == ("it calls __isoc99_fscanf, fopen, omp_get_wtime, whose library state "
-                      "(the clock, the input it reads) the recording does not keep")
+    assert reason == (
+        "it calls __isoc99_fscanf, fopen, omp_get_wtime, whose library state "
+        "(the clock, the input it reads) the recording does not keep"
+    )
 
 
 def test_cxx_runtime_follows_the_compile_command():
@@ -229,11 +237,12 @@ def test_cxx_runtime_follows_the_compile_command():
 
 
 def test_cxx_openmp_kernels_replay_with_the_cxx_runtime(tmp_path, clang):
-    src = _tree(tmp_path / "smooth", {"smooth.h": SMOOTH_H, "smooth.cpp": SMOOTH_CPP, "main.cpp": SMOOTH_MAIN,
-                                      "Makefile": SMOOTH_MAKEFILE})
+    src = _tree(
+        tmp_path / "smooth",
+        {"smooth.h": SMOOTH_H, "smooth.cpp": SMOOTH_CPP, "main.cpp": SMOOTH_MAIN, "Makefile": SMOOTH_MAKEFILE},
+    )
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./smooth",
-              "--build", 'make CXX="$R3_CXX"') == 0
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./smooth", "--build", 'make CXX="$R3_CXX"') == 0
     caps = captures(ws)
     assert set(caps) == {APPLY, RESCALE}
     with ReplayServer() as server:
@@ -310,14 +319,17 @@ int main(void) {
 }
 """
 
-REPORT_MAKEFILE = ("report: report.o tables.o\n\t$(CC) -O2 -o report report.o tables.o\n"
-                   "%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n")
+REPORT_MAKEFILE = (
+    "report: report.o tables.o\n\t$(CC) -O2 -o report report.o tables.o\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n"
+)
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, clang):
-    src = _tree(tmp_path_factory.mktemp("report") / "src", {"report.c": REPORT_C, "tables.c": TABLES_C,
-                                                             "Makefile": REPORT_MAKEFILE})
+    src = _tree(
+        tmp_path_factory.mktemp("report") / "src",
+        {"report.c": REPORT_C, "tables.c": TABLES_C, "Makefile": REPORT_MAKEFILE},
+    )
     ws = str(tmp_path_factory.mktemp("report-ws"))
     assert r3("--workspace", ws, "record", "--source", src, "--run", "./report") == 0
     return ws
@@ -330,8 +342,10 @@ def test_kernels_given_the_executables_own_data_replay(report):
     assert not [r for r in read_regions(os.path.join(caps["count_vowels"], "post.bin")) if r.kind == KIND_CONST]
     scaled = load_capture_dir(caps["scale_table"])
     table = int(scaled.args[0], 16)
-    assert any(r.kind == KIND_GLOBAL and r.addr == table and r.size >= 512 * 8
-               for r in read_regions(os.path.join(caps["scale_table"], "post.bin")))  # compared: the kernel writes it
+    assert any(
+        r.kind == KIND_GLOBAL and r.addr == table and r.size >= 512 * 8
+        for r in read_regions(os.path.join(caps["scale_table"], "post.bin"))
+    )  # compared: the kernel writes it
     with ReplayServer() as server:
         for kernel in ("count_vowels", "scale_table", "smooth_sum"):
             ev = server.submit(caps[kernel], Variant(), repeat=2)

@@ -137,8 +137,22 @@ def c_locals(tmp_path_factory, clang):
     (src / "app.c").write_text(LOCALS_APP)
     (src / "Makefile").write_text("app: app.c\n\t$(CC) -O2 -o app app.c\n")
     ws = str(tmp_path_factory.mktemp("locals-ws"))
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./app",
-              "--kernel", "scale_into", "--kernel", "summarize") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--run",
+            "./app",
+            "--kernel",
+            "scale_into",
+            "--kernel",
+            "summarize",
+        )
+        == 0
+    )
     return ws
 
 
@@ -194,7 +208,7 @@ def test_altered_stack_region_fails_verification(c_locals, tmp_path):
         for addr, kind, data in regions:
             if kind == KIND_STACK:
                 off = local - addr + 10 * 8
-                data[off:off + 8] = struct.pack("<d", 1234.5)
+                data[off : off + 8] = struct.pack("<d", 1234.5)
 
     _rewrite_image(cap, "post.bin", bump_local)
     with ReplayServer() as server:
@@ -208,8 +222,9 @@ def test_kernel_needing_over_64mib_of_stack_is_not_captured_with_one_warning(tmp
     (src / "big.c").write_text(BIG_FRAME_APP)
     (src / "Makefile").write_text("big: big.c\n\t$(CC) -O1 -o big big.c\n")
     ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "ulimit -s 262144 && ./big",
-              "--kernel", "touch") == 0
+    assert (
+        r3("--workspace", ws, "record", "--source", src, "--run", "ulimit -s 262144 && ./big", "--kernel", "touch") == 0
+    )
     with open(os.path.join(run_log(ws), "run.log")) as f:
         warnings = [l for l in f if "r3-record runtime" in l]
     assert len(warnings) == 1 and "64 MiB" in warnings[0] and "touch" in warnings[0]
@@ -220,14 +235,16 @@ def _record_saxpy(tmp_path, body):
     src = tmp_path / "saxpy"
     src.mkdir()
     (src / "saxpy.h").write_text(SAXPY_H)
-    (src / "saxpy.cpp").write_text('#include "saxpy.h"\nvoid saxpy(std::vector<double>& y, '
-                                   'const std::vector<double>& x, double a) {%s}\n' % body)
+    (src / "saxpy.cpp").write_text(
+        '#include "saxpy.h"\nvoid saxpy(std::vector<double>& y, const std::vector<double>& x, double a) {%s}\n' % body
+    )
     (src / "main.cpp").write_text(SAXPY_MAIN)
     (src / "Makefile").write_text(SAXPY_MAKEFILE)
     ws = str(tmp_path / "ws")
     # R3_CXX: the launcher in front of the clang++ beside the record clang
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./saxpy_app",
-              "--build", 'make CXX="$R3_CXX"') == 0
+    assert (
+        r3("--workspace", ws, "record", "--source", src, "--run", "./saxpy_app", "--build", 'make CXX="$R3_CXX"') == 0
+    )
     return ws
 
 

@@ -52,8 +52,9 @@ int main(void) {
 }
 """
 
-MAKEFILE = "prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o\n" \
-           "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n"
+MAKEFILE = (
+    "prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o\n%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n"
+)
 
 GOOD = """```c
 // r3: restrict-qualified pointers
@@ -102,10 +103,12 @@ void blend(int n, double *x, const double *y)
 def scripted(answers, repairs):
     """A model that answers proposal requests from ``answers`` in order, then with no
     code, and repair requests from ``repairs``."""
+
     def answer(messages):
         if REPAIR_HEADING in messages[-1]["content"]:
             return repairs.pop(0) if repairs else "I cannot fix it."
         return answers.pop(0) if answers else "Nothing more to suggest."
+
     return answer
 
 
@@ -115,9 +118,34 @@ def program(tmp_path_factory, clang):
 
 
 def tune_argv(ws, program, *extra, budget=24):
-    return ["--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "blend",
-            "--budget", budget, "--remix-share", 0.75, "--stall-patience", 0, "--child-budget", 3, "--pairs", 3,
-            "--confirm-pairs", 3, "--confirm-rounds", 2, "--seed", 1, "--json"] + list(extra)
+    return [
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "blend",
+        "--budget",
+        budget,
+        "--remix-share",
+        0.75,
+        "--stall-patience",
+        0,
+        "--child-budget",
+        3,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        3,
+        "--confirm-rounds",
+        2,
+        "--seed",
+        1,
+        "--json",
+    ] + list(extra)
 
 
 def children(ws):
@@ -134,8 +162,10 @@ def test_llm_rewrites_are_kept_repaired_or_caught(program, tmp_path):
     with ScriptedModel([scripted(answers, repairs)] * 40) as model:
         # Workers search the original's pipelines while the model answers, paid from the outer
         # loop's budget: 0.75 of 40 leaves the four answers room on a loaded machine too.
-        proc = r3_subprocess(*tune_argv(ws, program, "--mutator", "llm", "--llm-url", model.url,
-                                        "--llm-model", "scripted", budget=40), timeout=600)
+        proc = r3_subprocess(
+            *tune_argv(ws, program, "--mutator", "llm", "--llm-url", model.url, "--llm-model", "scripted", budget=40),
+            timeout=600,
+        )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["kernels"][0]
     assert result["kernel"] == "blend" and result["evaluations"] >= 10
@@ -170,13 +200,14 @@ def _recorded_unit(ws):
 def test_unreachable_endpoint_is_one_clear_error_or_falls_back_to_rules(program, tmp_path):
     ws = str(tmp_path / "ws")
     url = closed_port_url()
-    proc = r3_subprocess(*tune_argv(ws, program, "--mutator", "llm", "--llm-url", url, "--llm-model", "m"),
-                         timeout=600)
+    proc = r3_subprocess(*tune_argv(ws, program, "--mutator", "llm", "--llm-url", url, "--llm-model", "m"), timeout=600)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert url in proc.stderr.strip().splitlines()[-1]
-    proc = r3_subprocess(*tune_argv(ws, program, "--mutator", "llm", "--llm-url", url, "--llm-model", "m",
-                                    "--fallback-rules"), timeout=600)
+    proc = r3_subprocess(
+        *tune_argv(ws, program, "--mutator", "llm", "--llm-url", url, "--llm-model", "m", "--fallback-rules"),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "going on with the rules mutator" in proc.stderr
 
@@ -185,8 +216,10 @@ def test_a_kill_mid_remix_loses_no_finished_child(program, tmp_path):
     ws = str(tmp_path / "ws")
     answers, repairs = [GOOD, WRONG, BROKEN], [FIXED]
     with ScriptedModel([scripted(answers, repairs)] * 40) as model:
-        argv = [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in tune_argv(
-            ws, program, "--mutator", "llm", "--llm-url", model.url, "--llm-model", "scripted")]
+        argv = [sys.executable, "-m", "spack_r3.cli"] + [
+            str(a)
+            for a in tune_argv(ws, program, "--mutator", "llm", "--llm-url", model.url, "--llm-model", "scripted")
+        ]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -197,8 +230,9 @@ def test_a_kill_mid_remix_loses_no_finished_child(program, tmp_path):
         proc.wait()
         before = {c.id: c for c in children(ws) if c.status != "pending"}
         assert len(before) >= 2, "the run finished or stalled before two children were measured"
-        again = r3_subprocess(*tune_argv(ws, program, "--mutator", "llm", "--llm-url", model.url,
-                                         "--llm-model", "scripted"), timeout=600)
+        again = r3_subprocess(
+            *tune_argv(ws, program, "--mutator", "llm", "--llm-url", model.url, "--llm-model", "scripted"), timeout=600
+        )
     assert again.returncode == 0, again.stderr
     after = {c.id: c for c in children(ws)}
     for ident, child in before.items():  # nothing finished is lost or measured again from scratch
@@ -220,12 +254,32 @@ def test_a_rewrite_is_a_setting_that_simplification_can_drop():
 def test_each_rewrite_class_proposes_once_before_any_proposes_twice():
     """A parent's rewrites are tried one class at a time, so few children fill several
     cells of the archive; within a class, the mutator's (or the learned ranking's) order."""
-    rules = ["stage", "restrict", "omp-parallel", "omp-parallel", "omp-simd", "vectorize-pragma",
-             "unroll-pragma", "interchange", "tile", "scalar-replace"]
+    rules = [
+        "stage",
+        "restrict",
+        "omp-parallel",
+        "omp-parallel",
+        "omp-simd",
+        "vectorize-pragma",
+        "unroll-pragma",
+        "interchange",
+        "tile",
+        "scalar-replace",
+    ]
     props = [Proposal("text %d" % i, rule, "%s %d" % (rule, i)) for i, rule in enumerate(rules)]
     order = [p.description for p in by_class_in_turn(props)]
-    assert order == ["stage 0", "restrict 1", "omp-parallel 2", "omp-simd 4", "interchange 7",
-                     "scalar-replace 9", "omp-parallel 3", "vectorize-pragma 5", "tile 8", "unroll-pragma 6"]
+    assert order == [
+        "stage 0",
+        "restrict 1",
+        "omp-parallel 2",
+        "omp-simd 4",
+        "interchange 7",
+        "scalar-replace 9",
+        "omp-parallel 3",
+        "vectorize-pragma 5",
+        "tile 8",
+        "unroll-pragma 6",
+    ]
 
 
 def test_a_child_is_cut_by_its_best_pair_or_by_its_median():
@@ -233,9 +287,11 @@ def test_a_child_is_cut_by_its_best_pair_or_by_its_median():
     out; so is one whose median is slower by more than noise even where one pair of its
     bimodal code read as fast (matmul's Polly code: 8.8x one pair, 6.8x the median); one
     within noise of it, or whose check at the baseline pipeline was as fast, stays."""
+
     def trial(median, best_pair):
-        return optuna.trial.create_trial(value=median, params={}, distributions={},
-                                         user_attrs={"evaluation": {"speedup_max": best_pair}})
+        return optuna.trial.create_trial(
+            value=median, params={}, distributions={}, user_attrs={"evaluation": {"speedup_max": best_pair}}
+        )
 
     assert clearly_below([trial(1.81, 1.92)], 0.99, 8.66).startswith("cut after the original's best settings: at most")
     assert "6.84x at best (median)" in clearly_below([trial(6.84, 8.80)], 1.16, 8.66)

@@ -151,8 +151,10 @@ int main(void) {
 }
 """
 
-MAKEFILE = ("prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
-            "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n")
+MAKEFILE = (
+    "prog: main.o kernels.o\n\t$(CC) -O2 -fopenmp -o $@ main.o kernels.o -lm\n"
+    "%.o: %.c\n\t$(CC) -O2 -fopenmp -c -o $@ $<\n"
+)
 KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "colsum", "lower", "energy")
 
 
@@ -200,10 +202,14 @@ def replays(ws, server, src, proposal, knobs=None, tolerance=None, verify_runs=1
     cast.dump(src, proposal.text)  # it parses
     defines = {name: values[0] for name, values in proposal.knobs.items()}
     defines.update(knobs or {})
-    variant = Variant(source_patch=make_patch(src.text, proposal.text, src.filename), source_defines=defines,
-                      source_rule=proposal.rule)
-    ev = server.submit(capture_of(ws, src.kernel), variant, pairs=3, timeout=60, tolerance=tolerance,
-                       verify_runs=verify_runs)
+    variant = Variant(
+        source_patch=make_patch(src.text, proposal.text, src.filename),
+        source_defines=defines,
+        source_rule=proposal.rule,
+    )
+    ev = server.submit(
+        capture_of(ws, src.kernel), variant, pairs=3, timeout=60, tolerance=tolerance, verify_runs=verify_runs
+    )
     assert ev.status == OK, (proposal.description, ev.status, ev.diagnostics)
     return proposal.text
 
@@ -258,13 +264,15 @@ def test_an_omp_parallel_for_of_an_innermost_loop_becomes_parallel_for_simd(reco
 
 
 def test_no_for_simd_where_the_loop_nests_or_a_scalar_is_shared(tmp_path, clang):
-    text = ("void rows(int n, double *a) {\n#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n"
-            "    for (int j = 0; j < n; j++)\n      a[i * n + j] *= 2.0;\n}\n"
-            "void shared(int n, double *a) {\n  double t;\n#pragma omp parallel for\n"
-            "  for (int i = 0; i < n; i++) {\n    t = a[i];\n    a[i] = t * t;\n  }\n}\n"
-            "void region(int n, double *a) {\n#pragma omp parallel\n  {\n"
-            "  #pragma  omp for nowait\n  for (int i = 0; i < n; i++) {\n    double t = a[i];\n    a[i] = t * t;\n  }\n"
-            "  }\n}\n")
+    text = (
+        "void rows(int n, double *a) {\n#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n"
+        "    for (int j = 0; j < n; j++)\n      a[i * n + j] *= 2.0;\n}\n"
+        "void shared(int n, double *a) {\n  double t;\n#pragma omp parallel for\n"
+        "  for (int i = 0; i < n; i++) {\n    t = a[i];\n    a[i] = t * t;\n  }\n}\n"
+        "void region(int n, double *a) {\n#pragma omp parallel\n  {\n"
+        "  #pragma  omp for nowait\n  for (int i = 0; i < n; i++) {\n    double t = a[i];\n    a[i] = t * t;\n  }\n"
+        "  }\n}\n"
+    )
     rows = RulesMutator().propose(unit(tmp_path, text, "rows", openmp=True), Feedback())
     assert "#pragma omp simd\n    for (int j" in one(rows, "omp-simd").text  # the inner loop, not the directive
     shared = RulesMutator().propose(unit(tmp_path, text, "shared", openmp=True), Feedback())
@@ -276,7 +284,9 @@ def test_no_for_simd_where_the_loop_nests_or_a_scalar_is_shared(tmp_path, clang)
 def test_interchange_of_a_perfect_nest(recorded, server):
     src, props = proposals(recorded, "mm_ikj")
     assert sorted(p.description for p in props if p.rule == "interchange") == [
-        "interchange i,k in mm_ikj", "interchange k,j in mm_ikj"]
+        "interchange i,k in mm_ikj",
+        "interchange k,j in mm_ikj",
+    ]
     p = one(props, "interchange", "k,j")
     assert "for (int j = 0; j < n; j++)\n            for (int k = 0; k < n; k++)" in p.text
     replays(recorded, server, src, p)
@@ -414,28 +424,41 @@ def test_no_interchange_or_tiling_of_a_triangular_nest(recorded):
 
 def unit(tmp_path, text, function, filename="k.c", **kw):
     parse_args = ["-fopenmp"] if kw.get("openmp") else []  # as the unit's compile command would give
-    return KernelSource(kernel=function, function=function, filename=filename, text=text, parse_args=parse_args,
-                        compile_dir=str(tmp_path), clang="/usr/bin/clang-19", **kw)
+    return KernelSource(
+        kernel=function,
+        function=function,
+        filename=filename,
+        text=text,
+        parse_args=parse_args,
+        compile_dir=str(tmp_path),
+        clang="/usr/bin/clang-19",
+        **kw,
+    )
 
 
 def test_no_unroll_and_jam_where_the_copies_share_nothing_or_the_order_matters(tmp_path, clang):
-    text = ("void scale(int n, double *a) {\n  for (int i = 0; i < n; i++)\n    for (int j = 0; j < n; j++)\n"
-            "      a[i * n + j] *= 2.0;\n}\n"
-            "void shift(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
-            "    for (int j = 0; j < n - 1; j++)\n      x[j] = x[j + 1] + b[i];\n}\n"  # (i, j+1) before (i+1, j)
-            "void sums(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
-            "    for (int j = 0; j < n; j++)\n      x[j] += b[i * n + j];\n}\n")
+    text = (
+        "void scale(int n, double *a) {\n  for (int i = 0; i < n; i++)\n    for (int j = 0; j < n; j++)\n"
+        "      a[i * n + j] *= 2.0;\n}\n"
+        "void shift(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
+        "    for (int j = 0; j < n - 1; j++)\n      x[j] = x[j + 1] + b[i];\n}\n"  # (i, j+1) before (i+1, j)
+        "void sums(int n, double *x, const double *b) {\n  for (int i = 0; i < n; i++)\n"
+        "    for (int j = 0; j < n; j++)\n      x[j] += b[i * n + j];\n}\n"
+    )
     assert "unroll-and-jam" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "scale"), Feedback()))
-    assert not {"unroll-and-jam", "interchange"} & set(rules_of(
-        RulesMutator().propose(unit(tmp_path, text, "shift"), Feedback())))
+    assert not {"unroll-and-jam", "interchange"} & set(
+        rules_of(RulesMutator().propose(unit(tmp_path, text, "shift"), Feedback()))
+    )
     p = one(RulesMutator().propose(unit(tmp_path, text, "sums"), Feedback()), "unroll-and-jam")
     assert p.description == "unroll-and-jam i into the j loop in sums (R3_UJ_1), x[j] in a local"
 
 
 def test_restrict_is_refused_when_the_body_makes_parameters_alias(tmp_path, clang):
-    text = ("void axpy(int n, double *x, double *y);\n"
-            "void twice(int n, double *x, double *y) { axpy(n, x, x); }\n"
-            "void shift(int n, double *x, double *y) { y = x + 1; for (int i = 0; i < n; i++) y[i] += x[i]; }\n")
+    text = (
+        "void axpy(int n, double *x, double *y);\n"
+        "void twice(int n, double *x, double *y) { axpy(n, x, x); }\n"
+        "void shift(int n, double *x, double *y) { y = x + 1; for (int i = 0; i < n; i++) y[i] += x[i]; }\n"
+    )
     for fn in ("twice", "shift"):
         assert "restrict" not in rules_of(RulesMutator().propose(unit(tmp_path, text, fn), Feedback()))
 
@@ -448,10 +471,12 @@ def test_cxx_units_get_the_cxx_spelling(tmp_path, clang):
 
 def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
     """PolyBench style: counters declared at the top of the function."""
-    text = ("void scale(int n, int m, double A[40][40], double beta) {\n  int i, j;\n"
-            "  for (i = 0; i < n; i++)\n    for (j = 0; j < m; j++)\n      A[i][j] *= beta;\n}\n"
-            "int leak(int n, double *a) {\n  int i, j;\n  for (i = 0; i < n; i++)\n"
-            "    for (j = 0; j < n; j++)\n      a[i * n + j] = 0;\n  return j;\n}\n")
+    text = (
+        "void scale(int n, int m, double A[40][40], double beta) {\n  int i, j;\n"
+        "  for (i = 0; i < n; i++)\n    for (j = 0; j < m; j++)\n      A[i][j] *= beta;\n}\n"
+        "int leak(int n, double *a) {\n  int i, j;\n  for (i = 0; i < n; i++)\n"
+        "    for (j = 0; j < n; j++)\n      a[i * n + j] = 0;\n  return j;\n}\n"
+    )
     props = RulesMutator().propose(unit(tmp_path, text, "scale", openmp=True), Feedback())
     assert "#pragma omp parallel for private(j)" in one(props, "omp-parallel").text
     # j's last value is returned: making it private (or reordering the loops) would change it
@@ -460,14 +485,21 @@ def test_a_pure_counter_declared_outside_becomes_private(tmp_path, clang):
 
 
 def test_several_parallel_for_loops_also_get_simd_all_at_once(tmp_path, clang):
-    text = ("void update(int n, double *e, double *p, const double *w) {\n"
-            "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    e[i] += w[i];\n"
-            "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    p[i] = 0.4 * e[i];\n}\n")
-    props = [p for p in RulesMutator().propose(unit(tmp_path, text, "update", openmp=True), Feedback())
-             if p.rule == "omp-simd"]
-    assert [p.description for p in props] == ["omp ... for simd on all 2 such loops in update",
-                                              "omp parallel for simd on the i loop at line 2 in update",
-                                              "omp parallel for simd on the i loop at line 5 in update"]
+    text = (
+        "void update(int n, double *e, double *p, const double *w) {\n"
+        "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    e[i] += w[i];\n"
+        "#pragma omp parallel for\n  for (int i = 0; i < n; i++)\n    p[i] = 0.4 * e[i];\n}\n"
+    )
+    props = [
+        p
+        for p in RulesMutator().propose(unit(tmp_path, text, "update", openmp=True), Feedback())
+        if p.rule == "omp-simd"
+    ]
+    assert [p.description for p in props] == [
+        "omp ... for simd on all 2 such loops in update",
+        "omp parallel for simd on the i loop at line 2 in update",
+        "omp parallel for simd on the i loop at line 5 in update",
+    ]
     assert props[0].text.count("#pragma omp parallel for simd\n") == 2
     assert [p.text.count(" simd") for p in props[1:]] == [1, 1] and props[1].text != props[2].text
 
@@ -475,13 +507,15 @@ def test_several_parallel_for_loops_also_get_simd_all_at_once(tmp_path, clang):
 def test_a_unit_s_own_wrapper_of_a_math_function_counts_as_math(tmp_path, clang):
     """LULESH writes ``SQRT(x)`` for its own ``inline real8 SQRT(real8 arg) { return sqrt(arg) ; }``:
     a pure wrapper is as safe in a loop as ``sqrt``; one that writes a global is not."""
-    text = ("#include <math.h>\ntypedef double real8;\n"
-            "static inline real8 SQRT(real8 arg) { return sqrt(arg) ; }\n"
-            "static double calls_made;\nstatic inline double counted(double x) { calls_made += 1; return sqrt(x); }\n"
-            "void norm(int n, double *a) {\n#pragma omp parallel for\n"
-            "  for (int i = 0; i < n; i++)\n    a[i] = SQRT(a[i] * a[i] + 1.0);\n}\n"
-            "void tally(int n, double *a) {\n#pragma omp parallel for\n"
-            "  for (int i = 0; i < n; i++)\n    a[i] = counted(a[i]);\n}\n")
+    text = (
+        "#include <math.h>\ntypedef double real8;\n"
+        "static inline real8 SQRT(real8 arg) { return sqrt(arg) ; }\n"
+        "static double calls_made;\nstatic inline double counted(double x) { calls_made += 1; return sqrt(x); }\n"
+        "void norm(int n, double *a) {\n#pragma omp parallel for\n"
+        "  for (int i = 0; i < n; i++)\n    a[i] = SQRT(a[i] * a[i] + 1.0);\n}\n"
+        "void tally(int n, double *a) {\n#pragma omp parallel for\n"
+        "  for (int i = 0; i < n; i++)\n    a[i] = counted(a[i]);\n}\n"
+    )
     norm = RulesMutator().propose(unit(tmp_path, text, "norm", openmp=True), Feedback())
     assert "#pragma omp parallel for simd\n" in one(norm, "omp-simd").text
     tally = RulesMutator().propose(unit(tmp_path, text, "tally", openmp=True), Feedback())
@@ -491,15 +525,17 @@ def test_a_unit_s_own_wrapper_of_a_math_function_counts_as_math(tmp_path, clang)
 def test_loops_beyond_the_analysis_are_left_alone(tmp_path, clang):
     """A store through a pointer derived in the loop, a call that may write anything, a
     jump out of the loop, a written array read under another name: the rules do not guess."""
-    text = ("void log_row(double *);\n"
-            "void rows(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    double *row = c + i * n;\n"
-            "    for (int j = 0; j < n; j++)\n      row[j] = 1.0;\n  }\n}\n"
-            "void calls(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    c[i] = 2.0;\n"
-            "    log_row(c);\n  }\n}\n"
-            "void stops(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    if (c[i] < 0) break;\n"
-            "    c[i] = 2.0;\n  }\n}\n"
-            "void ahead(int n, double *c) {\n  double *d = c + 1;\n  for (int i = 0; i < n; i++)\n"
-            "    c[i] = d[i] + (c + 1)[i];\n}\n")
+    text = (
+        "void log_row(double *);\n"
+        "void rows(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    double *row = c + i * n;\n"
+        "    for (int j = 0; j < n; j++)\n      row[j] = 1.0;\n  }\n}\n"
+        "void calls(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    c[i] = 2.0;\n"
+        "    log_row(c);\n  }\n}\n"
+        "void stops(int n, double *c) {\n  for (int i = 0; i < n; i++) {\n    if (c[i] < 0) break;\n"
+        "    c[i] = 2.0;\n  }\n}\n"
+        "void ahead(int n, double *c) {\n  double *d = c + 1;\n  for (int i = 0; i < n; i++)\n"
+        "    c[i] = d[i] + (c + 1)[i];\n}\n"
+    )
     for fn in ("rows", "calls", "stops", "ahead"):
         props = RulesMutator().propose(unit(tmp_path, text, fn, openmp=True), Feedback())
         assert not {"omp-parallel", "omp-simd", "interchange", "tile", "scalar-replace"} & set(rules_of(props)), fn
@@ -513,8 +549,7 @@ def test_a_child_clearly_slower_with_the_inherited_settings_is_cut(recorded, ser
     running (every child against 0.001x) gets its whole inner study, and is kept as a
     pattern for later kernels with its gain over the original's best."""
     ws = Workspace(recorded)
-    target = Target(kernel="dot", captures=[capture_of(recorded, "dot")],
-                    source_variant="cut-%g" % original_best)
+    target = Target(kernel="dot", captures=[capture_of(recorded, "dot")], source_variant="cut-%g" % original_best)
     facts = kernel_facts(target, cores=1)
     space = Space(facts)
     inherit = [space.defaults(), space.adopt({"noalias": True})]
@@ -598,28 +633,39 @@ def test_rewrites_that_won_on_earlier_kernels_are_proposed_first_larger_gain_fir
 
     target = Target(kernel="matmul", captures=[capture_of(recorded, "matmul")], source_variant="inherits")
     facts = kernel_facts(target, cores=1)
-    remix = Remix(Workspace(recorded), storage(Workspace(recorded)), target, facts, RulesMutator(),
-                  RemixOptions(budget=1), patterns)
+    remix = Remix(
+        Workspace(recorded),
+        storage(Workspace(recorded)),
+        target,
+        facts,
+        RulesMutator(),
+        RemixOptions(budget=1),
+        patterns,
+    )
     ranked = rules_of(remix._rewrites(None, 1.0))
     plain = rules_of(RulesMutator().propose(source(recorded, "matmul"), Feedback()))
-    first = ranked[:ranked.count("unroll-pragma") + ranked.count("restrict")]
+    first = ranked[: ranked.count("unroll-pragma") + ranked.count("restrict")]
     assert first[0] == "unroll-pragma" and set(first) == {"unroll-pragma", "restrict"}
     assert [r for r in ranked if r not in first] == [r for r in plain if r not in first]
 
 
-@pytest.mark.parametrize("body", [
-    "for (int j = 0; j < n; j++) { s += p[3 * j]; p[3 * j + 1] = 0.0; }",  # the array is written
-    "for (int j = 0; j < n; j++) if (j % 2) s += p[3 * j] + p[3 * j + 2];",  # a read that may not happen
-    "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 3];",  # a column beyond the stride
-    "for (int j = 0; j < n - 1; j++) s += p[3 * j] + p[3 * j + 2];",  # rows up to a bound that is not fixed
-    "n = n / 2; for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];",  # a bound the body changes
-    "for (int j = 0; j < n; j++) { if (p[3 * j] < 0) break; s += p[3 * j + 2]; }",  # a jump out
-    "for (int j = 0; j < n; j++) s += use(p) + p[3 * j] + p[3 * j + 2];",  # the pointer itself escapes
-    "for (int j = 0; j < n; j++) s += p[j] * p[3 * j + 2];",  # not strided everywhere
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "for (int j = 0; j < n; j++) { s += p[3 * j]; p[3 * j + 1] = 0.0; }",  # the array is written
+        "for (int j = 0; j < n; j++) if (j % 2) s += p[3 * j] + p[3 * j + 2];",  # a read that may not happen
+        "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 3];",  # a column beyond the stride
+        "for (int j = 0; j < n - 1; j++) s += p[3 * j] + p[3 * j + 2];",  # rows up to a bound that is not fixed
+        "n = n / 2; for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];",  # a bound the body changes
+        "for (int j = 0; j < n; j++) { if (p[3 * j] < 0) break; s += p[3 * j + 2]; }",  # a jump out
+        "for (int j = 0; j < n; j++) s += use(p) + p[3 * j] + p[3 * j + 2];",  # the pointer itself escapes
+        "for (int j = 0; j < n; j++) s += p[j] * p[3 * j + 2];",  # not strided everywhere
+    ],
+)
 def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads(tmp_path, clang, body):
-    text = ("double use(double *);\ndouble k(int n, double *p)\n{\n    double s = 0.0;\n    %s\n    return s;\n}\n"
-            % body)
+    text = (
+        "double use(double *);\ndouble k(int n, double *p)\n{\n    double s = 0.0;\n    %s\n    return s;\n}\n" % body
+    )
     assert "stage" not in rules_of(RulesMutator().propose(unit(tmp_path, text, "k"), Feedback()))
     fine = text.replace(body, "for (int j = 0; j < n; j++) s += p[3 * j] + p[3 * j + 2];")
     assert "stage" in rules_of(RulesMutator().propose(unit(tmp_path, fine, "k"), Feedback()))
@@ -628,15 +674,32 @@ def test_stage_is_refused_where_the_copy_could_differ_from_what_the_kernel_reads
 def test_children_also_try_the_best_settings_with_reassociation_and_without_polly():
     best = [{"opt": "3", "polly": True, "polly_tile": 16, "fast_math": "none"}, {"opt": "2", "fast_math": "contract"}]
     relaxed = {"opt": "3", "polly": True, "polly_tile": 16, "fast_math": "reassoc+contract+nsz+arcp"}
-    assert inherited_settings(best) == best + [relaxed, {"opt": "3", "polly": False,
-                                                         "fast_math": "reassoc+contract+nsz+arcp"}]
+    assert inherited_settings(best) == best + [
+        relaxed,
+        {"opt": "3", "polly": False, "fast_math": "reassoc+contract+nsz+arcp"},
+    ]
     reassociates = [{"opt": "3", "fast_math": "reassoc+contract"}]
     assert inherited_settings(reassociates) == reassociates  # it reassociates already, without Polly
     exact = [{"opt": "3", "noalias": True, "polly": True}]  # no tolerance: no fast-math setting at all
     assert inherited_settings(exact) == exact + [{"opt": "3", "noalias": True, "polly": False}]
     # Without Polly, the loop optimizations its code did without are back as the -O level does them.
-    polly_alone = [{"opt": "s", "vectorize": "off", "slp": "off", "unroll": "on", "polly": True,
-                    "polly_vec": "stripmine", "fast_math": "reassoc+contract"}]
-    assert inherited_settings(polly_alone)[-1] == {"opt": "s", "vectorize": "default", "slp": "default", "unroll": "on",
-                                                   "polly": False, "fast_math": "reassoc+contract"}
+    polly_alone = [
+        {
+            "opt": "s",
+            "vectorize": "off",
+            "slp": "off",
+            "unroll": "on",
+            "polly": True,
+            "polly_vec": "stripmine",
+            "fast_math": "reassoc+contract",
+        }
+    ]
+    assert inherited_settings(polly_alone)[-1] == {
+        "opt": "s",
+        "vectorize": "default",
+        "slp": "default",
+        "unroll": "on",
+        "polly": False,
+        "fast_math": "reassoc+contract",
+    }
     assert inherited_settings([]) == []

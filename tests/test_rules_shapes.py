@@ -26,8 +26,10 @@ from test_record_replay import capture_of, r3, source_tree
 from test_rules import one, replays, rules_of, source, unit
 
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "kernels46")
-MAKEFILE = ("prog: main.o shapes.o\n\t$(CC) -O2 -fopenmp -o $@ main.o shapes.o -lm\n"
-            "%.o: %.c\n\t$(CC) -O2 -fopenmp -DN=40 -DSTEPS=5 -c -o $@ $<\n")
+MAKEFILE = (
+    "prog: main.o shapes.o\n\t$(CC) -O2 -fopenmp -o $@ main.o shapes.o -lm\n"
+    "%.o: %.c\n\t$(CC) -O2 -fopenmp -DN=40 -DSTEPS=5 -c -o $@ $<\n"
+)
 SHAPES = ("jacobi2d", "heat3d", "fdtd2d", "seidel2d", "chain2", "syrk_lower", "frobenius")
 
 
@@ -184,8 +186,10 @@ def test_time_tiling_refuses_what_is_not_a_stencil_under_a_time_loop(tmp_path, c
 def test_distribution_refuses_a_backward_dependence(tmp_path, clang):
     """a[i] reads b[i-1], which the next statement writes one iteration earlier: with the
     statements in loops of their own, a would read b before it is written."""
-    assert refusal(tmp_path, "backward", stencils._distribute) == \
-        "statement 2 of the i loop touches what statement 1 touched in a later iteration"
+    assert (
+        refusal(tmp_path, "backward", stencils._distribute)
+        == "statement 2 of the i loop touches what statement 1 touched in a later iteration"
+    )
     props = RulesMutator().propose(unit(tmp_path, REFUSED, "backward"), Feedback())
     assert "distribute" not in rules_of(props)
     fwd = one(RulesMutator().propose(unit(tmp_path, REFUSED, "forward"), Feedback()), "distribute")
@@ -194,8 +198,9 @@ def test_distribution_refuses_a_backward_dependence(tmp_path, clang):
 
 
 def test_wavefront_needs_openmp(tmp_path, clang):
-    props = RulesMutator().propose(unit(tmp_path, open(os.path.join(KERNELS, "shapes.c")).read(), "seidel2d"),
-                                   Feedback())
+    props = RulesMutator().propose(
+        unit(tmp_path, open(os.path.join(KERNELS, "shapes.c")).read(), "seidel2d"), Feedback()
+    )
     assert "time-tile" in rules_of(props) and "wavefront" not in rules_of(props)
 
 
@@ -211,9 +216,11 @@ def test_polly_scheduler_options_round_trip_and_replay_verified(recorded, polly)
         parse("O3,polly_fusion=1")
     assert "need polly=1" in str(err.value)
     with ReplayServer() as server:
-        for kernel, spec in (("jacobi2d", "O3,polly=1,polly_parallel=1,polly_fusion=1"),
-                             ("chain2", "O3,polly=1,polly_matmul=0,polly_tile2=1,polly_regtile=1"),
-                             ("seidel2d", "O3,polly=1,polly_coincidence=1")):
+        for kernel, spec in (
+            ("jacobi2d", "O3,polly=1,polly_parallel=1,polly_fusion=1"),
+            ("chain2", "O3,polly=1,polly_matmul=0,polly_tile2=1,polly_regtile=1"),
+            ("seidel2d", "O3,polly=1,polly_coincidence=1"),
+        ):
             ev = server.submit(capture_of(recorded, kernel), Variant(pipeline=parse(spec)), repeat=1, verify_runs=2)
             assert ev.status == OK and ev.verified, (kernel, spec, ev.diagnostics)
 
@@ -221,14 +228,18 @@ def test_polly_scheduler_options_round_trip_and_replay_verified(recorded, polly)
 def test_rows_of_a_flat_index_and_counters_declared_at_the_top(tmp_path, clang):
     """``a[(i - 1) * n + j]`` names row i-1 as ``A[i - 1][j]`` does; PolyBench-style counters
     declared at the top become the wavefront's private ones (t and i are declared anew)."""
-    text = ("void flat(int steps, int n, double *restrict a, double *restrict b) {\n  int t, i, j;\n"
-            "  for (t = 0; t < steps; t++) {\n    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n"
-            "        b[i * n + j] = 0.25 * (a[(i - 1) * n + j] + a[(i + 1) * n + j] + a[i * n + j - 1]);\n"
-            "    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n        a[i * n + j] = b[i * n + j];\n"
-            "  }\n}\n")
+    text = (
+        "void flat(int steps, int n, double *restrict a, double *restrict b) {\n  int t, i, j;\n"
+        "  for (t = 0; t < steps; t++) {\n    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n"
+        "        b[i * n + j] = 0.25 * (a[(i - 1) * n + j] + a[(i + 1) * n + j] + a[i * n + j - 1]);\n"
+        "    for (i = 1; i < n - 1; i++)\n      for (j = 1; j < n - 1; j++)\n        a[i * n + j] = b[i * n + j];\n"
+        "  }\n}\n"
+    )
     props = RulesMutator().propose(unit(tmp_path, text, "flat", openmp=True), Feedback())
     w = one(props, "wavefront")
-    assert w.description == "wavefront of time tiles of t over 2 row loops in flat (skew 2, shifts 0,1; R3_TT_1, R3_TI_1)"
+    assert (
+        w.description == "wavefront of time tiles of t over 2 row loops in flat (skew 2, shifts 0,1; R3_TT_1, R3_TI_1)"
+    )
     assert "#pragma omp parallel for schedule(dynamic) private(j)\n" in w.text
     assert "for (int t = r3_t0 + r3_T * R3_TT_1;" in w.text and "int i = (r3_p - 2 * (long)t) - 1;" in w.text
     assert one(props, "fuse").description == "fuse the i loops at lines 4 and 7 in flat (the second shifted by 1)"

@@ -46,8 +46,9 @@ def clean_env(**kw):
 
 
 def run(exe, args=(), cwd=None, **env):
-    proc = subprocess.run([exe] + [str(a) for a in args], capture_output=True, text=True,
-                          env=clean_env(**env), cwd=cwd, timeout=120)
+    proc = subprocess.run(
+        [exe] + [str(a) for a in args], capture_output=True, text=True, env=clean_env(**env), cwd=cwd, timeout=120
+    )
     return proc
 
 
@@ -80,19 +81,33 @@ def test_runtime_object_cached(clang, tmp_path, monkeypatch):
     nm = subprocess.run([nm_tool, obj], capture_output=True, text=True) if nm_tool else None
     if nm and nm.returncode == 0:
         defined = {ln.split()[-1] for ln in nm.stdout.splitlines() if " T " in ln}
-        for sym in ("malloc", "free", "calloc", "realloc", "posix_memalign", "aligned_alloc",
-                    "memalign", "valloc", "pvalloc", "reallocarray", "malloc_usable_size",
-                    "__r3_enter", "__r3_exit"):
+        for sym in (
+            "malloc",
+            "free",
+            "calloc",
+            "realloc",
+            "posix_memalign",
+            "aligned_alloc",
+            "memalign",
+            "valloc",
+            "pvalloc",
+            "reallocarray",
+            "malloc_usable_size",
+            "__r3_enter",
+            "__r3_exit",
+        ):
             assert sym in defined, sym
 
 
 def test_runtime_build_failure_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     bad = tmp_path / "clang"
-    bad.write_text("#!/bin/sh\n"
-                   "if [ \"$1\" = --version ]; then echo 'clang version 19.1.0'; exit 0; fi\n"
-                   "echo 'r3rt.c:1:1: warning: meh' >&2\n"
-                   "echo 'r3rt.c:2:1: error: broken toolchain' >&2\nexit 1\n")
+    bad.write_text(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = --version ]; then echo 'clang version 19.1.0'; exit 0; fi\n"
+        "echo 'r3rt.c:1:1: warning: meh' >&2\n"
+        "echo 'r3rt.c:2:1: error: broken toolchain' >&2\nexit 1\n"
+    )
     bad.chmod(bad.stat().st_mode | stat.S_IXUSR)
     with pytest.raises(ToolchainError) as info:
         runtime.runtime_object(str(bad))
@@ -290,7 +305,9 @@ void __r3_enter(struct r3_kinfo *k, const uint64_t *slots);
 void __r3_exit(struct r3_kinfo *k, const void *ret);
 """
 
-KERNEL_PROG = R3_ABI + r"""
+KERNEL_PROG = (
+    R3_ABI
+    + r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +368,7 @@ int main(int argc, char **argv) {
   return 0;
 }
 """
+)
 
 
 def captures(rec):
@@ -445,8 +463,9 @@ def test_capture_whole_heap(kernel_exe, tmp_path):
     ob_pre, _ = region_at(outer_cap / "pre.bin", B)
     ob_post, _ = region_at(outer_cap / "post.bin", B)
     assert np.array_equal(doubles(outer_cap / "pre.bin", ob_pre, n), np.arange(n) * 0.25)
-    assert np.array_equal(doubles(outer_cap / "post.bin", ob_post, n),
-                          np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8])
+    assert np.array_equal(
+        doubles(outer_cap / "post.bin", ob_post, n), np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8]
+    )
 
     prof, ks = load_profile(rec, pid)
     assert prof["pid"] == pid and prof["app_ns"] > 0 and prof["arena_peak_bytes"] >= 2 * n * 8
@@ -466,12 +485,14 @@ def test_capture_whole_heap(kernel_exe, tmp_path):
 def bytes_at(path, addr, n, kind=memimage.KIND_HEAP):
     """``n`` bytes at ``addr`` from the regions of ``kind`` that hold them, one after another
     (a run of touched pages is split where copied pages meet pages that were zeros)."""
-    hits = sorted((r for r in memimage.read_regions(path) if r.kind == kind and r.end > addr and r.addr < addr + n),
-                  key=lambda r: r.addr)
+    hits = sorted(
+        (r for r in memimage.read_regions(path) if r.kind == kind and r.end > addr and r.addr < addr + n),
+        key=lambda r: r.addr,
+    )
     assert hits and hits[0].addr <= addr and hits[-1].end >= addr + n, (hex(addr), n, hits)
     assert all(a.end == b.addr for a, b in zip(hits, hits[1:])), (hex(addr), n, hits)
     whole = b"".join(memimage.region_bytes(path, r) for r in hits)
-    return whole[addr - hits[0].addr:addr - hits[0].addr + n]
+    return whole[addr - hits[0].addr : addr - hits[0].addr + n]
 
 
 def test_capture_touched_pages(kernel_exe, tmp_path):
@@ -509,11 +530,14 @@ def test_capture_touched_pages(kernel_exe, tmp_path):
     # outer's nested scale ran on B: outer's capture holds B, before and after
     ocap = rec / "captures" / ("outer-1-%d" % pid)
     assert np.array_equal(np.frombuffer(bytes_at(ocap / "pre.bin", B, n * 8), "<f8"), np.arange(n) * 0.25)
-    assert np.array_equal(np.frombuffer(bytes_at(ocap / "post.bin", B, n * 8), "<f8"),
-                          np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8])
+    assert np.array_equal(
+        np.frombuffer(bytes_at(ocap / "post.bin", B, n * 8), "<f8"), np.arange(n) * 0.25 * 0.5 + table[np.arange(n) % 8]
+    )
 
 
-STREAM_PROG = R3_ABI + r"""
+STREAM_PROG = (
+    R3_ABI
+    + r"""
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -544,6 +568,7 @@ int main(void) {
   return 0;
 }
 """
+)
 
 
 def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
@@ -566,12 +591,17 @@ def test_streaming_kernel_capture_is_cheap(clang, rt_link, tmp_path):
     assert os.path.getsize(pre) >= n * 8 and os.path.getsize(post) < 64 << 10
     # read back, post.bin has the array as it was (from pre.bin) and the sum written
     assert bytes_at(post, A, n * 8) == bytes_at(pre, A, n * 8)
-    assert struct.unpack("<d", bytes_at(post, OUT, 8))[0] == float.fromhex(out["S"]) == 499500.0 * (n // 1000) + \
-        sum(range(n % 1000))
+    assert (
+        struct.unpack("<d", bytes_at(post, OUT, 8))[0]
+        == float.fromhex(out["S"])
+        == 499500.0 * (n // 1000) + sum(range(n % 1000))
+    )
     assert struct.unpack("<d", bytes_at(pre, OUT, 8))[0] == -1.0
 
 
-FRESH_PROG = R3_ABI + r"""
+FRESH_PROG = (
+    R3_ABI
+    + r"""
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -600,6 +630,7 @@ int main(void) {
   return 0;
 }
 """
+)
 
 
 @pytest.mark.parametrize("direct", ["1", "0"])
@@ -627,7 +658,9 @@ def test_fresh_memory_a_kernel_fills_is_recorded_as_zeros(clang, rt_link, tmp_pa
     assert bytes_at(post, TABLE, 64) == bytes_at(pre, TABLE, 64)  # unchanged: kind 5 over pre.bin
 
 
-SLOW_START_PROG = R3_ABI + r"""
+SLOW_START_PROG = (
+    R3_ABI
+    + r"""
 #include <stdio.h>
 #include <time.h>
 
@@ -646,6 +679,7 @@ int main(void) {
   return 0;
 }
 """
+)
 
 
 def test_a_kernel_slow_only_at_first_is_sampled_later(clang, rt_link, tmp_path):
@@ -663,8 +697,12 @@ def test_memimage_unchanged_bytes_come_from_pre(tmp_path):
     data = bytes(range(256)) * 32
     memimage.write_regions(tmp_path / "pre.bin", [(ARENA, memimage.KIND_HEAP, data)])
     hdr = struct.Struct("<QQQ")
-    (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 4096, 4096, memimage.KIND_SAME)
-                                        + hdr.pack(ARENA, 8, memimage.KIND_HEAP) + b"changed!")
+    (tmp_path / "post.bin").write_bytes(
+        memimage.MAGIC
+        + hdr.pack(ARENA + 4096, 4096, memimage.KIND_SAME)
+        + hdr.pack(ARENA, 8, memimage.KIND_HEAP)
+        + b"changed!"
+    )
     regs = memimage.read_regions(tmp_path / "post.bin")
     assert [(r.addr, r.size, r.kind) for r in regs] == [(ARENA + 4096, 4096, 1), (ARENA, 8, 1)]
     assert memimage.region_bytes(tmp_path / "post.bin", regs[0]) == data[4096:]
@@ -680,8 +718,12 @@ def test_memimage_unchanged_bytes_may_span_copied_and_zero_pages(tmp_path):
     """A kind-5 range over pre.bin's run of copied pages and the run of zero pages after it."""
     data = bytes(range(256)) * 16
     hdr = struct.Struct("<QQQ")
-    (tmp_path / "pre.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA, 4096, memimage.KIND_HEAP) + data
-                                       + hdr.pack(ARENA + 4096, 8192, memimage.KIND_ZERO))
+    (tmp_path / "pre.bin").write_bytes(
+        memimage.MAGIC
+        + hdr.pack(ARENA, 4096, memimage.KIND_HEAP)
+        + data
+        + hdr.pack(ARENA + 4096, 8192, memimage.KIND_ZERO)
+    )
     (tmp_path / "post.bin").write_bytes(memimage.MAGIC + hdr.pack(ARENA + 4000, 4096, memimage.KIND_SAME))
     regs = memimage.read_regions(tmp_path / "post.bin")
     assert [(r.addr, r.size, r.zero) for r in regs] == [(ARENA + 4000, 96, False), (ARENA + 4096, 4000, True)]
@@ -798,8 +840,14 @@ def test_capture_threads_and_openmp(clang, rt_link, tmp_path):
     if not find_libomp(clang):
         pytest.skip("no LLVM OpenMP runtime (libomp)")
     libdir = os.path.dirname(find_libomp(clang))
-    exe = build(clang, rt_link, tmp_path, "omp", OMP_PROG,
-                ["-I" + runtime.RUNTIME_DIR, "-fopenmp", "-pthread", "-L" + libdir, "-Wl,-rpath," + libdir])
+    exe = build(
+        clang,
+        rt_link,
+        tmp_path,
+        "omp",
+        OMP_PROG,
+        ["-I" + runtime.RUNTIME_DIR, "-fopenmp", "-pthread", "-L" + libdir, "-Wl,-rpath," + libdir],
+    )
     rec = tmp_path / "rec"
     proc = run(exe, R3_RECORD_DIR=rec, OMP_NUM_THREADS=2, R3_INSTANCES=2)
     assert proc.returncode == 0, proc.stderr
@@ -839,8 +887,7 @@ def test_memimage_roundtrip_and_truncation(tmp_path):
     arr = np.arange(5, dtype="<f8")
     memimage.write_regions(path, [(ARENA + 16, 1, b"abc"), (0x601000, 2, arr), (ARENA + 64, 1, b"")])
     regs = memimage.read_regions(path)
-    assert [(r.addr, r.size, r.kind) for r in regs] == [
-        (ARENA + 16, 3, 1), (0x601000, 40, 2), (ARENA + 64, 0, 1)]
+    assert [(r.addr, r.size, r.kind) for r in regs] == [(ARENA + 16, 3, 1), (0x601000, 40, 2), (ARENA + 64, 0, 1)]
     assert memimage.region_bytes(path, regs[0]) == b"abc"
     assert bytes(memimage.region_view(path, regs[1])) == arr.tobytes()
     assert memimage.find_region(regs, 0x601000 + 39) == regs[1]

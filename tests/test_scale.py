@@ -42,8 +42,9 @@ def test_a_tune_on_a_local_dask_cluster_gives_confirmed_winners(recorded, tmp_pa
     """The same command as on the local pool, with --cluster local:2: the study holds its
     budget and the kernel gets a confirmed, verified result."""
     ws = fresh_copy(recorded, tmp_path)
-    run = subprocess.run(tune_argv(ws, "--budget", 6, "--cluster", "local:2"), capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        tune_argv(ws, "--budget", 6, "--cluster", "local:2"), capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr
     [kernel] = json.loads(run.stdout)["kernels"]
     assert kernel["evaluations"] == 6
@@ -55,8 +56,11 @@ def test_a_tune_on_a_local_dask_cluster_gives_confirmed_winners(recorded, tmp_pa
 
 def _target(ws):
     captures = os.path.join(ws, "captures")
-    return Target("scale", [os.path.join(captures, c) for c in sorted(os.listdir(captures))
-                            if not c.startswith(".")][:1], parallel=True)
+    return Target(
+        "scale",
+        [os.path.join(captures, c) for c in sorted(os.listdir(captures)) if not c.startswith(".")][:1],
+        parallel=True,
+    )
 
 
 def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp_path):
@@ -66,15 +70,21 @@ def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp
     ws = fresh_copy(recorded, tmp_path)
     client, cluster, pins = connect("local:2", Workspace(ws))
     lines = []
-    with DaskPool(client, timeout=60, cache_dir=Workspace(ws).cache_dir, pins=pins, say=lines.append,
-                  owned=cluster) as pool:
+    with DaskPool(
+        client, timeout=60, cache_dir=Workspace(ws).cache_dir, pins=pins, say=lines.append, owned=cluster
+    ) as pool:
         assert len(pool.servers) == 2 and "dashboard http" in pool.describe()
         victim = pool.servers[1].address
         pid = client.run(os.getpid)[victim]
         target = _target(ws)
-        study = Study(storage(Workspace(ws)), target, Space(KernelFacts("scale", parallel=True,
-                                                                        cores=pool.cores_per_worker)),
-                      sampler="random", seed=0, pairs=3)
+        study = Study(
+            storage(Workspace(ws)),
+            target,
+            Space(KernelFacts("scale", parallel=True, cores=pool.cores_per_worker)),
+            sampler="random",
+            seed=0,
+            pairs=3,
+        )
         before = []
 
         def kill_mid_evaluation():  # (waits on what the scheduler says, not on a clock)
@@ -99,23 +109,51 @@ def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp
     assert set(before) <= complete
 
 
-@pytest.mark.parametrize("kind, walltime, lines", [
-    ("slurm", "02:00:00", ["#SBATCH -J r3-tune", "#SBATCH -p regular", "#SBATCH -A m1234", "#SBATCH -t 02:00:00",
-                           "#SBATCH --cpus-per-task=32", "#SBATCH --mem=60G"]),
-    ("pbs", "02:00:00", ["#PBS -q regular", "#PBS -A m1234", "#PBS -l walltime=02:00:00",
-                         "#PBS -l select=1:ncpus=32:mem=60GB"]),
-    ("lsf", "02:00", ["#BSUB -q regular", '#BSUB -P "m1234"', "#BSUB -W 02:00", "#BSUB -n 32"]),
-])
+@pytest.mark.parametrize(
+    "kind, walltime, lines",
+    [
+        (
+            "slurm",
+            "02:00:00",
+            [
+                "#SBATCH -J r3-tune",
+                "#SBATCH -p regular",
+                "#SBATCH -A m1234",
+                "#SBATCH -t 02:00:00",
+                "#SBATCH --cpus-per-task=32",
+                "#SBATCH --mem=60G",
+            ],
+        ),
+        (
+            "pbs",
+            "02:00:00",
+            ["#PBS -q regular", "#PBS -A m1234", "#PBS -l walltime=02:00:00", "#PBS -l select=1:ncpus=32:mem=60GB"],
+        ),
+        ("lsf", "02:00", ["#BSUB -q regular", '#BSUB -P "m1234"', "#BSUB -W 02:00", "#BSUB -n 32"]),
+    ],
+)
 def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path, kind, walltime, lines):
     """The workspace's cluster.json for a batch system: each job is one Dask worker (one
     replay server on the job's cores) whose script carries the options given. No batch
     system is needed to see what would be submitted."""
     from spack_r3.scale.cluster import jobqueue_cluster, read_config
+
     ws = Workspace(str(tmp_path / "ws"))
     ws.ensure()
     with open(ws.cluster_config_file, "w") as f:
-        json.dump({"kind": kind, "queue": "regular", "account": "m1234", "walltime": walltime, "cores": 32,
-                   "memory": "64GB", "jobs": 4, "adapt": {"minimum_jobs": 1, "maximum_jobs": 16}}, f)
+        json.dump(
+            {
+                "kind": kind,
+                "queue": "regular",
+                "account": "m1234",
+                "walltime": walltime,
+                "cores": 32,
+                "memory": "64GB",
+                "jobs": 4,
+                "adapt": {"minimum_jobs": 1, "maximum_jobs": 16},
+            },
+            f,
+        )
     cluster, jobs, adapt = jobqueue_cluster(read_config("config", ws))
     try:
         script = cluster.job_script()
@@ -127,12 +165,18 @@ def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path
     assert "distributed.cli.dask_worker" in script and "--nthreads 32" in script
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--cluster", "local:0"], "--cluster local:0: local:N takes a number of workers, at least 1"),
-    (["--cluster", "yarn://x"], "--cluster yarn://x: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'"),
-    (["--cluster", "/nonexistent/cluster.json"], "--cluster /nonexistent/cluster.json: cannot read"),
-    (["--cluster", "local:1", "--workers", "2"], "--workers is for the local pool"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cluster", "local:0"], "--cluster local:0: local:N takes a number of workers, at least 1"),
+        (
+            ["--cluster", "yarn://x"],
+            "--cluster yarn://x: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'",
+        ),
+        (["--cluster", "/nonexistent/cluster.json"], "--cluster /nonexistent/cluster.json: cannot read"),
+        (["--cluster", "local:1", "--workers", "2"], "--workers is for the local pool"),
+    ],
+)
 def test_a_cluster_that_cannot_be_is_one_line(tmp_path, argv, message):
     proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)
     assert proc.returncode == 2
@@ -146,9 +190,11 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
     from spack_r3.scale.cluster import open_pool
     from spack_r3.data import OK
     from spack_r3.search.tune import _baseline_problem
+
     ws = Workspace(fresh_copy(recorded, tmp_path))
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address="127.0.0.1:0") as running:
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+    ) as running:
         with open_pool(running.scheduler_address, ws, timeout=60) as pool:
             assert len(pool.servers) == 1
             assert pool.cores_per_worker == len(os.sched_getaffinity(0))
@@ -203,10 +249,37 @@ def test_two_kernels_tuned_side_by_side_keep_their_budgets(program, tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("two kernels at once need two workers, and this process may use one CPU")
     ws = str(tmp_path / "ws")
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--kernel", "dot", "--budget", 4, "--workers", 2, "--kernels-at-once", 2, "--pairs", 3,
-                         "--confirm-pairs", 3, "--confirm-rounds", 1, "--seed", 1, "--mutator", "none", "--json",
-                         timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "matmul",
+        "--kernel",
+        "dot",
+        "--budget",
+        4,
+        "--workers",
+        2,
+        "--kernels-at-once",
+        2,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        3,
+        "--confirm-rounds",
+        1,
+        "--seed",
+        1,
+        "--mutator",
+        "none",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     kernels = {k["kernel"]: k for k in json.loads(proc.stdout)["kernels"]}
     assert set(kernels) == {"matmul", "dot"}

@@ -58,15 +58,32 @@ MAKEFILE = "prog: lookup.c\n\t$(CC) -O1 -o $@ lookup.c\n"
 def recorded(tmp_path_factory, clang):
     src = source_tree(tmp_path_factory, "sequence", {"lookup.c": LOOKUP_C, "Makefile": MAKEFILE})
     ws = str(tmp_path_factory.mktemp("sequence-ws"))
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "lookup",
-              "--kernel", "total", "--instances", "6") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--run",
+            "./prog",
+            "--kernel",
+            "lookup",
+            "--kernel",
+            "total",
+            "--instances",
+            "6",
+        )
+        == 0
+    )
     return src, ws
 
 
 def test_recorded_calls_replay_in_order_each_checked_against_its_own_recording(recorded):
     _, recorded = recorded
-    proc = r3_subprocess("--workspace", recorded, "replay", "lookup", "--sequence", "--pipeline", "O3",
-                         "--pairs", 3, "--json")
+    proc = r3_subprocess(
+        "--workspace", recorded, "replay", "lookup", "--sequence", "--pipeline", "O3", "--pairs", 3, "--json"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ev = json.loads(proc.stdout)
     assert ev["status"] == "ok" and ev["verified"] and ev["calls"] == 6
@@ -95,13 +112,29 @@ def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_p
     assert proc.returncode != 0
     assert "lookup has one recorded call in its run: record it with --instances N" in proc.stderr
     # Recorded again at 3 calls: the first call, recorded before, is now the new run's first.
-    assert r3("--workspace", once, "record", "--source", src, "--run", "./prog", "--kernel", "lookup",
-              "--instances", 3) == 0
+    assert (
+        r3("--workspace", once, "record", "--source", src, "--run", "./prog", "--kernel", "lookup", "--instances", 3)
+        == 0
+    )
     proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 3, proc.stderr
     # A run on other data: which run to replay is the user's to say, by its first call.
-    assert r3("--workspace", once, "record", "--source", src, "--run", "./prog 4096", "--kernel", "lookup",
-              "--instances", 2) == 0
+    assert (
+        r3(
+            "--workspace",
+            once,
+            "record",
+            "--source",
+            src,
+            "--run",
+            "./prog 4096",
+            "--kernel",
+            "lookup",
+            "--instances",
+            2,
+        )
+        == 0
+    )
     proc = r3_subprocess("--workspace", once, "replay", "lookup", "--sequence")
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
     assert "'lookup' was recorded in 2 runs; name the first call of the one to replay:" in proc.stderr
@@ -111,16 +144,59 @@ def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_p
 def test_tune_times_a_kernel_as_its_recorded_calls_when_they_form_a_sequence(recorded, tmp_path):
     src, _ = recorded
     ws = str(tmp_path / "ws")
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", src, "--run", "./prog", "--kernel", "lookup",
-                         "--kernel", "total", "--instances", 4, "--budget", 4, "--pairs", 3, "--confirm-pairs", 3,
-                         "--confirm-rounds", 1, "--seed", 1, "--mutator", "none", timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        src,
+        "--run",
+        "./prog",
+        "--kernel",
+        "lookup",
+        "--kernel",
+        "total",
+        "--instances",
+        4,
+        "--budget",
+        4,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        3,
+        "--confirm-rounds",
+        1,
+        "--seed",
+        1,
+        "--mutator",
+        "none",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "lookup: timed as the sequence of its 4 recorded calls, in warm caches" in proc.stdout
     # total's input changes between its calls: timed as its first call, repeated, and why
     assert "total: timed as its first recorded call, repeated: call 2 of total found memory" in proc.stdout
-    proc = r3_subprocess("--workspace", ws, "tune", "--kernel", "lookup", "--kernel", "total", "--budget", 4,
-                         "--pairs", 3, "--confirm-pairs", 3, "--confirm-rounds", 1, "--mutator", "none", "--json",
-                         timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--kernel",
+        "lookup",
+        "--kernel",
+        "total",
+        "--budget",
+        4,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        3,
+        "--confirm-rounds",
+        1,
+        "--mutator",
+        "none",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     calls = {k["kernel"]: k["calls"] for k in json.loads(proc.stdout)["kernels"]}
     assert calls == {"lookup": 4, "total": 1}
@@ -165,12 +241,29 @@ def test_instances_auto_records_calls_until_their_pages_outgrow_the_bytes_asked(
     R3_INSTANCE_BYTES (default: the last-level cache), or every page of the blocks they
     touch: pick reads four new pages a call (16 KB), so 512 KB take 32 calls; sweep reads
     its whole 256 KB array in each call, so one call is all there is to see."""
-    src = source_tree(tmp_path_factory, "pages", {"pages.c": PAGES_C,
-                                                  "Makefile": "prog: pages.c\n\t$(CC) -O1 -o $@ pages.c\n"})
+    src = source_tree(
+        tmp_path_factory, "pages", {"pages.c": PAGES_C, "Makefile": "prog: pages.c\n\t$(CC) -O1 -o $@ pages.c\n"}
+    )
     ws = str(tmp_path_factory.mktemp("pages-ws"))
     monkeypatch.setenv("R3_INSTANCE_BYTES", str(512 * 1024))
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "pick",
-              "--kernel", "sweep", "--instances", "auto") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            src,
+            "--run",
+            "./prog",
+            "--kernel",
+            "pick",
+            "--kernel",
+            "sweep",
+            "--instances",
+            "auto",
+        )
+        == 0
+    )
     proc = r3_subprocess("--workspace", ws, "kernels", "--json")
     assert proc.returncode == 0, proc.stderr
     calls = {}

@@ -15,8 +15,9 @@ HEAT = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat")
 
 
 def r3_subprocess(*argv):
-    return subprocess.run([sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
+    )
 
 
 def test_a_record_is_reused_only_for_the_same_content(tmp_path, clang):
@@ -51,12 +52,17 @@ def test_tune_records_again_after_the_source_changed(tmp_path, clang):
     src = tmp_path / "heat"
     shutil.copytree(HEAT, src)
     ws = tmp_path / "ws"
-    assert r3_subprocess("--workspace", ws, "record", "--source", src, "--run", "./heat 32 2",
-                         "--kernel", "jacobi_step").returncode == 0
+    assert (
+        r3_subprocess(
+            "--workspace", ws, "record", "--source", src, "--run", "./heat 32 2", "--kernel", "jacobi_step"
+        ).returncode
+        == 0
+    )
     with open(src / "jacobi.c", "a") as f:
         f.write("this line does not compile\n")
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", src, "--run", "./heat 32 2",
-                         "--kernel", "jacobi_step", "--budget", 1)
+    proc = r3_subprocess(
+        "--workspace", ws, "tune", "--source", src, "--run", "./heat 32 2", "--kernel", "jacobi_step", "--budget", 1
+    )
     assert proc.returncode == 2
     assert "reusing" not in proc.stdout  # the code that was recorded no longer exists
     assert "the record build failed" in proc.stderr and "jacobi.c" in proc.stderr  # the compiler's own error
@@ -77,9 +83,11 @@ def test_a_link_out_of_the_tree_is_copied_as_what_it_points_to(tmp_path, clang):
         '#include <stdio.h>\n#include "scale.h"\n'
         "void scale(double *a, int n) { for (int i = 0; i < n; i++) a[i] *= SCALE; }\n"
         "int main(void) { double a[64]; for (int i = 0; i < 64; i++) a[i] = i; scale(a, 64);"
-        ' printf("%g\\n", a[63]); return 0; }\n')
-    (src / "Makefile").write_text("app: obj/main.o\n\t$(CC) -o app obj/main.o\n"
-                                  "obj/main.o: main.c\n\t$(CC) -Iinclude -c -o obj/main.o main.c\n")
+        ' printf("%g\\n", a[63]); return 0; }\n'
+    )
+    (src / "Makefile").write_text(
+        "app: obj/main.o\n\t$(CC) -o app obj/main.o\nobj/main.o: main.c\n\t$(CC) -Iinclude -c -o obj/main.o main.c\n"
+    )
     before = sourcetree.digest(str(src))
 
     ws = Workspace(str(tmp_path / "ws"))

@@ -28,10 +28,12 @@ def test_repo_list_of_either_spack(tmp_path):
     b.mkdir()
     old = "r3         %s\nbuiltin    %s\n" % (a, b)  # 0.x
     assert parse_repo_list(old) == [("r3", str(a)), ("builtin", str(b))]
-    new = ("[+] r3         v1.0    %s\n"
-           "[+] builtin    v2.2    %s\n"
-           " -  remote            %s\n"
-           "[-] broken            %s: cannot read repo.yaml\n" % (a, b, a, b))  # 1.x
+    new = (
+        "[+] r3         v1.0    %s\n"
+        "[+] builtin    v2.2    %s\n"
+        " -  remote            %s\n"
+        "[-] broken            %s: cannot read repo.yaml\n" % (a, b, a, b)
+    )  # 1.x
     assert parse_repo_list(new) == [("r3", str(a)), ("builtin", str(b))]
     assert parse_repo_list("[+] gone   v2.0   /no/such/dir\n") == []
 
@@ -77,10 +79,19 @@ def test_variants_go_on_the_root_before_the_compiler():
 def test_compiler_of_a_concrete_spec():
     old = {"name": "r3-dense", "hash": "a", "compiler": {"name": "clang", "version": "19.1.7"}}
     assert spec_compiler(old, [old]) == "clang@19.1.7"
-    root = {"name": "r3-dense", "hash": "a", "dependencies": [
-        {"name": "glibc", "hash": "g", "parameters": {"deptypes": ["link"], "virtuals": ["libc"]}},
-        {"name": "llvm", "hash": "l", "parameters": {"deptypes": ["build"], "virtuals": ["c"]}}]}
-    nodes = [root, {"name": "glibc", "hash": "g", "version": "2.36"}, {"name": "llvm", "hash": "l", "version": "19.1.7"}]
+    root = {
+        "name": "r3-dense",
+        "hash": "a",
+        "dependencies": [
+            {"name": "glibc", "hash": "g", "parameters": {"deptypes": ["link"], "virtuals": ["libc"]}},
+            {"name": "llvm", "hash": "l", "parameters": {"deptypes": ["build"], "virtuals": ["c"]}},
+        ],
+    }
+    nodes = [
+        root,
+        {"name": "glibc", "hash": "g", "version": "2.36"},
+        {"name": "llvm", "hash": "l", "version": "19.1.7"},
+    ]
     assert spec_compiler(root, nodes) == "llvm@19.1.7"
     assert spec_compiler({"name": "x", "hash": "x"}, []) is None
 
@@ -93,8 +104,10 @@ def _wrapped_class(hooks="/hooks"):
     """A recipe (its ``compiler`` as 0.x and 1.x give it) and the subclass wrap writes,
     with the launchers where ``hooks`` says they were when the package was written."""
     ns = {"os": os, "R3_HOOKS_AT_EMIT": hooks, "InstallError": InstallError}
-    recipe = ("class Recipe:\n    given = None\n\n    @property\n    def compiler(self):\n"
-              "        return self.given\n\n\nclass Wrapped(Recipe):\n")
+    recipe = (
+        "class Recipe:\n    given = None\n\n    @property\n    def compiler(self):\n"
+        "        return self.given\n\n\nclass Wrapped(Recipe):\n"
+    )
     exec(wrap._HOOKS + wrap._COMPILER_PROXY + recipe + wrap._COMPILERS, ns)
     return ns["Wrapped"]
 
@@ -153,7 +166,10 @@ def test_wrapped_package_finds_its_compilers(hooks):
     try:
         os.environ.update(env)
         assert (p.compiler.cc, p.compiler.cxx, p.compiler.version) == (
-            hooks + "/r3-spack-cc", hooks + "/r3-spack-cxx", "19.1.7")
+            hooks + "/r3-spack-cc",
+            hooks + "/r3-spack-cxx",
+            "19.1.7",
+        )
         assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
     finally:
         os.environ.clear()

@@ -94,10 +94,15 @@ class {cls}({base}):
 
     depends_on("c", type="build")
 '''
-CMAKE_RECIPE = RECIPE.format(cls="R3tMxmcm", base="CMakePackage", name="r3t-mxmcm",
-                             doc="A dense matrix product, built with CMake (spack-r3's round-trip test).")
-BROKEN_RECIPE = RECIPE.format(cls="R3tBroken", base="MakefilePackage", name="r3t-broken",
-                              doc="A build that fails (spack-r3's bad-input test).")
+CMAKE_RECIPE = RECIPE.format(
+    cls="R3tMxmcm",
+    base="CMakePackage",
+    name="r3t-mxmcm",
+    doc="A dense matrix product, built with CMake (spack-r3's round-trip test).",
+)
+BROKEN_RECIPE = RECIPE.format(
+    cls="R3tBroken", base="MakefilePackage", name="r3t-broken", doc="A build that fails (spack-r3's bad-input test)."
+)
 
 
 def _package(repo, name, recipe, files, tmp):
@@ -121,17 +126,43 @@ def site(spack_root, clang, tmp_path_factory):
     repo = tmp / "testrepo"
     (repo / "packages").mkdir(parents=True)
     (repo / "repo.yaml").write_text("repo:\n  namespace: r3test\n")
-    _package(repo, "r3t-mxmcm", CMAKE_RECIPE, {"CMakeLists.txt": CMAKELISTS, "main.c": CMAKE_MAIN,
-                                               "mxm.c": CMAKE_KERNEL}, tmp)
+    _package(
+        repo,
+        "r3t-mxmcm",
+        CMAKE_RECIPE,
+        {"CMakeLists.txt": CMAKELISTS, "main.c": CMAKE_MAIN, "mxm.c": CMAKE_KERNEL},
+        tmp,
+    )
     _package(repo, "r3t-broken", BROKEN_RECIPE, {"Makefile": "all:\n\t$(CC) -c missing.c\n"}, tmp)
     scope = write_scope(str(tmp / "scope"), repos=[DEMO_REPO, str(repo)])
     return {"ws": str(tmp / "ws"), "scope": scope, "tmp": tmp}
 
 
 def tune(site, spec, run, *extra):
-    return r3("--workspace", site["ws"], "tune", spec, "--run", run, "--spack-config", site["scope"],
-              "--mutator", "none", "--budget", "6", "--confirm-rounds", "1", "--confirm-pairs", "3",
-              "--check-pairs", "2", "--check-kernel-pairs", "1", "--json", *extra)
+    return r3(
+        "--workspace",
+        site["ws"],
+        "tune",
+        spec,
+        "--run",
+        run,
+        "--spack-config",
+        site["scope"],
+        "--mutator",
+        "none",
+        "--budget",
+        "6",
+        "--confirm-rounds",
+        "1",
+        "--confirm-pairs",
+        "3",
+        "--check-pairs",
+        "2",
+        "--check-kernel-pairs",
+        "1",
+        "--json",
+        *extra,
+    )
 
 
 def _installed_run(prefix, command):
@@ -170,8 +201,7 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     # The prediction weighs replay's speedup by matmul's share of the untuned run (Amdahl), as
     # the outermost tuned kernel: matmul calls no other, so the same as its own code's share.
     assert 0 < timed["share"] <= timed["outer_share"] <= 1 and check["shares_from"] == "timed untuned build"
-    assert check["predicted_app_speedup"] == pytest.approx(
-        1 / (1 - timed["outer_share"] * (1 - 1 / kernel["speedup"])))
+    assert check["predicted_app_speedup"] == pytest.approx(1 / (1 - timed["outer_share"] * (1 - 1 / kernel["speedup"])))
     assert check["predicted_from_recorded_shares"] == pytest.approx(emitted["predicted_app_speedup"])
 
     # status: one current target, with the application's measured speedup.
@@ -193,15 +223,15 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     [unit] = plan["units"]
     original = open(os.path.join(plan["facts"]["source_root"], unit["source"])).read()
     marker = 'static const char r3_rewrite_marker[] __attribute__((used)) = "r3-rewritten-unit";\n'
-    result["variant"].update(source_patch=make_patch(original, original + marker, unit["source"]),
-                             source_rule="marker")
+    result["variant"].update(source_patch=make_patch(original, original + marker, unit["source"]), source_rule="marker")
     json.dump(result, open(result_json, "w"))
     done = spack_emit.emit(Workspace(site["ws"]), "r3-dense")
     patch_name = "r3-%s-0.patch" % done.target
     assert 'patch("%s", when="+r3 target=%s")' % (patch_name, done.target) in open(recipe).read()
     assert os.path.isfile(os.path.join(os.path.dirname(recipe), patch_name))
-    rewritten = check_app(Workspace(site["ws"]), done, "r3-dense", "dense 120 1", pairs=2,
-                          user_scopes=[site["scope"]], kernel_pairs=1)
+    rewritten = check_app(
+        Workspace(site["ws"]), done, "r3-dense", "dense 120 1", pairs=2, user_scopes=[site["scope"]], kernel_pairs=1
+    )
     spack_emit.record_check(done, rewritten)
     for prefix, built in ((rewritten.tuned_prefix, True), (rewritten.untuned_prefix, False)):
         proc = _installed_run(prefix, "dense 120 1")
@@ -232,8 +262,11 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     # Emitting for a second target adds to the package: the same record, as if made on
     # another microarchitecture, and the first target's plan (with its check) stays.
     first, other = emitted["target"], "x86_64_v2" if emitted["target"] != "x86_64_v2" else "x86_64_v3"
-    [record_json] = [p for p in glob.glob(os.path.join(site["ws"], "runs", "*", "record.json"))
-                     if json.load(open(p)).get("spack", {}).get("package") == "r3-dense"]
+    [record_json] = [
+        p
+        for p in glob.glob(os.path.join(site["ws"], "runs", "*", "record.json"))
+        if json.load(open(p)).get("spack", {}).get("package") == "r3-dense"
+    ]
     data = json.load(open(record_json))
     data["spack"]["target"] = other
     json.dump(data, open(record_json, "w"))
@@ -247,8 +280,10 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
 
     # Emit with nothing worth building: a winner within noise of the build, then none.
     [result_json] = glob.glob(os.path.join(site["ws"], "results", "*.json"))
-    for update, why in (({"speedup": 1.03}, "1.030x over the build is within noise (a variant needs above 1.057x)"),
-                        ({"winner": "baseline", "speedup": 1.0}, "nothing beat the baseline")):
+    for update, why in (
+        ({"speedup": 1.03}, "1.030x over the build is within noise (a variant needs above 1.057x)"),
+        ({"winner": "baseline", "speedup": 1.0}, "nothing beat the baseline"),
+    ):
         result = json.load(open(result_json))
         result.update(update)
         json.dump(result, open(result_json, "w"))
@@ -269,13 +304,16 @@ def test_cmake_package_round_trip(site):
         assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["record", "r3-no-such-package", "--run", "true"], r"unknown package r3-no-such-package"),
-    (["record", "r3-dense@9.9", "--run", "dense 8 1"], r"r3-dense@9\.9.* does not concretize: .*reasons: .*\S"),
-    (["record", "r3t-broken", "--run", "true"], r"the record build of r3t-broken.* failed: .*\(log: \S+\)"),
-    (["record", "r3-heat"], r"r3-heat declares no stand-alone test to run: give --run CMD"),
-    (["emit", "r3-cg"], r"nothing recorded for r3-cg"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["record", "r3-no-such-package", "--run", "true"], r"unknown package r3-no-such-package"),
+        (["record", "r3-dense@9.9", "--run", "dense 8 1"], r"r3-dense@9\.9.* does not concretize: .*reasons: .*\S"),
+        (["record", "r3t-broken", "--run", "true"], r"the record build of r3t-broken.* failed: .*\(log: \S+\)"),
+        (["record", "r3-heat"], r"r3-heat declares no stand-alone test to run: give --run CMD"),
+        (["emit", "r3-cg"], r"nothing recorded for r3-cg"),
+    ],
+)
 def test_bad_input_is_one_line_and_touches_nothing(site, spack_root, tmp_path, argv, message):
     ws = str(tmp_path / "ws")
     extra = ["--spack-config", site["scope"]] if argv[0] == "record" else []
@@ -292,8 +330,11 @@ def _user_spack_state(spack_root):
     """What a run must leave alone: the files of the user's Spack configuration and of
     Spack's own install tree and configuration, with their sizes and times."""
     state = {}
-    for top in (os.path.expanduser("~/.spack"), os.path.join(spack_root, "opt", "spack"),
-                os.path.join(spack_root, "etc", "spack")):
+    for top in (
+        os.path.expanduser("~/.spack"),
+        os.path.join(spack_root, "opt", "spack"),
+        os.path.join(spack_root, "etc", "spack"),
+    ):
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = [d for d in dirnames if d not in ("cache", "bootstrap")]  # Spack's own caches
             for name in filenames:
@@ -306,8 +347,13 @@ def _user_spack_state(spack_root):
 def test_spack_r3_help_lists_the_subcommands(site, spack_root, tmp_path):
     ext = write_scope(str(tmp_path / "ext"), config={"extensions": [EXTENSION_ROOT]})
     env = dict(os.environ, SPACK_PYTHON=os.environ.get("SPACK_PYTHON") or sys.executable)
-    proc = subprocess.run([os.path.join(spack_root, "bin", "spack"), "-C", ext, "r3", "-h"], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [os.path.join(spack_root, "bin", "spack"), "-C", ext, "r3", "-h"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     for sub in ("recipe", "record", "kernels", "replay", "tune", "emit", "status"):
         assert re.search(r"^\s+%s\s" % sub, proc.stdout, re.M), (sub, proc.stdout)
@@ -317,8 +363,19 @@ def test_package_without_a_recipe_gets_one_then_records(site, tmp_path):
     """The recipe stage first (rule-based generator, refined against real installs), then
     the same record path through Spack."""
     tree = os.path.join(ROOT, "tests", "trees", "r3tvec")
-    rc, out, err = r3("--workspace", site["ws"], "record", "r3tvec", "--source", tree, "--run", "r3tvec-demo",
-                      "--spack-config", site["scope"], "--json")
+    rc, out, err = r3(
+        "--workspace",
+        site["ws"],
+        "record",
+        "r3tvec",
+        "--source",
+        tree,
+        "--run",
+        "r3tvec-demo",
+        "--spack-config",
+        site["scope"],
+        "--json",
+    )
     assert rc == 0, err
     res = json.loads(out)
     assert res["captures"], res

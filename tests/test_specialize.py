@@ -78,8 +78,22 @@ def recorded(tmp_path_factory, clang):
     """Three recorded calls of kern (``--instances 3``): (workspace, capture directories)."""
     root = tmp_path_factory.mktemp("spec")
     ws = str(root / "ws")
-    assert r3("--workspace", ws, "record", "--source", _tree(root), "--run", "./app", "--kernel", "kern",
-              "--instances", "3") == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            "--source",
+            _tree(root),
+            "--run",
+            "./app",
+            "--kernel",
+            "kern",
+            "--instances",
+            "3",
+        )
+        == 0
+    )
     caps = sorted(os.path.join(ws, "captures", d) for d in os.listdir(os.path.join(ws, "captures")))
     assert len(caps) == 3
     return ws, caps
@@ -88,8 +102,12 @@ def recorded(tmp_path_factory, clang):
 def _kernel_ir(cap):
     capture = load_capture_dir(cap)
     with open(os.path.join(cap, "module.bc"), "rb") as f:
-        return KernelIR.from_bitcode(capture.kernel, f.read(), recorded_globals=[g["name"] for g in capture.globals],
-                                     clang=capture.compile_command[0])
+        return KernelIR.from_bitcode(
+            capture.kernel,
+            f.read(),
+            recorded_globals=[g["name"] for g in capture.globals],
+            clang=capture.compile_command[0],
+        )
 
 
 def test_the_arguments_that_shape_the_kernel_are_offered(recorded):
@@ -99,8 +117,7 @@ def test_the_arguments_that_shape_the_kernel_are_offered(recorded):
     args = specialize.constant_args(captures, _kernel_ir(caps[0]).ir, "kern")
     found = {a.name: (a.value, a.roles) for a in args}
     # rep changes between calls; a (a pointer) and s (a double) are not integers
-    assert found == {"n": (2000, ("bound",)), "stride": (3, ("stride",)), "flag": (1, ("branch",)),
-                     "unused": (7, ())}
+    assert found == {"n": (2000, ("bound",)), "stride": (3, ("stride",)), "flag": (1, ("branch",)), "unused": (7, ())}
     labels = [label for label, _ in specialize.choices(args)]
     assert labels == ["none", "n=2000", "stride=3", "flag=1", "n=2000,stride=3,flag=1"]
     # the search space offers them as one setting, and its variant carries the values
@@ -119,8 +136,11 @@ def test_a_specialized_candidate_replays_verified(recorded):
     folded = str(optimized_module(source, parse("O3,specialize=0:2000+1:3")))
     assert "@__r3_spec.hits.kern" in folded and "__r3_spec" not in plain
     with ReplayServer() as server:
-        for spec in ("O3,specialize=0:2000+1:3", "O2,noalias=1,specialize=2:1",
-                     "O3,specialize=0:999"):  # a value no call had: the guard runs the original
+        for spec in (
+            "O3,specialize=0:2000+1:3",
+            "O2,noalias=1,specialize=2:1",
+            "O3,specialize=0:999",
+        ):  # a value no call had: the guard runs the original
             for cap in caps:
                 ev = server.submit(cap, Variant(pipeline=parse(spec)), repeat=1)
                 assert ev.status == OK and ev.verified, (spec, ev.diagnostics)
@@ -136,8 +156,11 @@ def test_the_specialization_round_trips_through_spec_and_json():
     assert Pipeline.from_json(json.loads(json.dumps(p.to_json()))) == p
     assert Variant.from_json(Variant(pipeline=p).to_json()) == Variant(pipeline=p)
     assert "specialize" not in Pipeline().to_json()  # absent when unused: older plans read the same
-    for spec, needle in (("O3,specialize=n:3", "expected INDEX:VALUE"), ("O3,specialize=1:3+1:4", "named twice"),
-                         ("compiler=build,specialize=0:1", "takes none of")):
+    for spec, needle in (
+        ("O3,specialize=n:3", "expected INDEX:VALUE"),
+        ("O3,specialize=1:3+1:4", "named twice"),
+        ("compiler=build,specialize=0:1", "takes none of"),
+    ):
         with pytest.raises(PipelineError) as err:
             parse(spec)
         assert needle in str(err.value) and "\n" not in str(err.value)
@@ -150,8 +173,9 @@ def _make(src, clang, plan=None):
     for f in ("app", "main.o", "kernels.o"):
         if (src / f).exists():
             (src / f).unlink()
-    built = subprocess.run(["make", "-s", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env, capture_output=True,
-                           text=True)
+    built = subprocess.run(
+        ["make", "-s", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env, capture_output=True, text=True
+    )
     assert built.returncode == 0, built.stderr
 
 
@@ -200,8 +224,21 @@ def test_the_report_names_the_specialized_arguments(recorded):
     # what kernel_result gives a winner that specialized: its source's names and values
     names = specialize.named(capture, parse("O3,specialize=0:2000+1:3").specialize)
     assert names == ["n=2000", "stride=3"]
-    result = KernelResult("kern", [capture.id], 0.5, 1e-3, 5e-4, 2.0, 1.9, 2.1, 10, {}, False,
-                          "O3,specialize=0:2000+1:3", Variant(pipeline=parse("O3,specialize=0:2000+1:3")).to_json(),
-                          specialized=names)
+    result = KernelResult(
+        "kern",
+        [capture.id],
+        0.5,
+        1e-3,
+        5e-4,
+        2.0,
+        1.9,
+        2.1,
+        10,
+        {},
+        False,
+        "O3,specialize=0:2000+1:3",
+        Variant(pipeline=parse("O3,specialize=0:2000+1:3")).to_json(),
+        specialized=names,
+    )
     assert "kern: specialized on n=2000, stride=3" in results_table([result])
     assert KernelResult.from_json(json.loads(json.dumps(result.to_json()))).specialized == names

@@ -82,8 +82,7 @@ def recorded(tmp_path_factory, clang):
     """One workspace with the matrix product and the OpenMP kernels (a team of two)."""
     root = tmp_path_factory.mktemp("stages")
     ws = str(root / "ws")
-    for name, text, flags, kernels in (("mm", MATMUL_C, "", ["matmul"]),
-                                       ("omp", OMP_C, "-fopenmp", ["dot", "scale"])):
+    for name, text, flags, kernels in (("mm", MATMUL_C, "", ["matmul"]), ("omp", OMP_C, "-fopenmp", ["dot", "scale"])):
         src = root / name
         src.mkdir()
         (src / (name + ".c")).write_text(text)
@@ -102,8 +101,9 @@ def kernel_ir(cap):
     capture = load_capture_dir(cap)
     with open(os.path.join(cap, "module.bc"), "rb") as f:
         bitcode = f.read()
-    return KernelIR.from_bitcode(capture.kernel, bitcode, recorded_globals=[g["name"] for g in capture.globals],
-                                 clang=capture.compile_command[0])
+    return KernelIR.from_bitcode(
+        capture.kernel, bitcode, recorded_globals=[g["name"] for g in capture.globals], clang=capture.compile_command[0]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +113,12 @@ def native():
 
 
 def test_polly_pipeline_specs_round_trip_and_errors():
-    for spec in ("O3,polly=1", "O3,polly=1,polly_tile=64", "O3,polly=1,polly_tile=0,polly_matmul=0",
-                 "O2,vectorize=0,noalias=1,polly=1,polly_vec=stripmine"):
+    for spec in (
+        "O3,polly=1",
+        "O3,polly=1,polly_tile=64",
+        "O3,polly=1,polly_tile=0,polly_matmul=0",
+        "O2,vectorize=0,noalias=1,polly=1,polly_vec=stripmine",
+    ):
         p = parse(spec)
         assert p.polly and format_spec(p) == spec
         assert Pipeline.from_json(p.to_json()) == p
@@ -122,9 +126,13 @@ def test_polly_pipeline_specs_round_trip_and_errors():
     assert (p.polly_tile, p.polly_matmul, p.polly_vectorizer) == (32, False, "stripmine")
     assert parse("O3,polly=1").polly_tile is None  # Polly's own tile size
     assert not parse("O3").polly and not Pipeline().polly
-    for spec, needle in (("O3,polly_tile=64", "need polly=1"), ("O3,polly=0,polly_matmul=0", "need polly=1"),
-                         ("O3,polly=1,polly_vec=avx", "expected none or stripmine"),
-                         ("O3,polly=1,polly_tile=-8", "expected 0..4096"), ("O3,polly=maybe", "expected 0 or 1")):
+    for spec, needle in (
+        ("O3,polly_tile=64", "need polly=1"),
+        ("O3,polly=0,polly_matmul=0", "need polly=1"),
+        ("O3,polly=1,polly_vec=avx", "expected none or stripmine"),
+        ("O3,polly=1,polly_tile=-8", "expected 0..4096"),
+        ("O3,polly=maybe", "expected 0 or 1"),
+    ):
         with pytest.raises(PipelineError) as err:
             parse(spec)
         assert needle in str(err.value) and "\n" not in str(err.value)
@@ -194,8 +202,13 @@ def test_dynamic_schedule_loop_replays_under_other_schedules(recorded, native):
         optimized_module(unit, Pipeline(), Launch(schedule="fastest"))
     assert "schedule=fastest" in str(err.value)
     with ReplayServer() as server:
-        for launch in (Launch(schedule="guided", chunk=4), Launch(schedule="static", chunk=16),
-                       Launch(schedule="static"), Launch(chunk=64), Launch(schedule="dynamic", threads=1)):
+        for launch in (
+            Launch(schedule="guided", chunk=4),
+            Launch(schedule="static", chunk=16),
+            Launch(schedule="static"),
+            Launch(chunk=64),
+            Launch(schedule="dynamic", threads=1),
+        ):
             ev = server.submit(dot, Variant(launch=launch), repeat=1)
             assert ev.status == OK and ev.verified, (launch, ev.diagnostics)
         ev = server.submit(dot, Variant(launch=Launch(schedule="fastest")), repeat=1)  # the launch reached it

@@ -102,8 +102,12 @@ def test_a_trial_held_on_another_host_lives_while_its_heartbeat_does(pg):
     store = storage(None, pg.url)
     study = optuna.create_study(study_name="beats", storage=store)
     elsewhere = dict(owner(), host="node-elsewhere", pid=1)
-    trial_id = store.create_new_trial(study._study_id, template_trial=optuna.trial.create_trial(
-        state=TrialState.RUNNING, user_attrs={"owner": elsewhere, "beat": 1000.0}))
+    trial_id = store.create_new_trial(
+        study._study_id,
+        template_trial=optuna.trial.create_trial(
+            state=TrialState.RUNNING, user_attrs={"owner": elsewhere, "beat": 1000.0}
+        ),
+    )
     trial = store.get_trial(trial_id)
     assert held(trial, now=1000.0 + STALE_S / 2) and not held(trial, now=1000.0 + STALE_S + 1)
 

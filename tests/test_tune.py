@@ -36,8 +36,15 @@ from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import journal
-from spack_r3.search.tune import (MIN_SHARE, TuneOptions, confirm_searches, contenders, pipeline_search,
-                                  still_climbing, swept)
+from spack_r3.search.tune import (
+    MIN_SHARE,
+    TuneOptions,
+    confirm_searches,
+    contenders,
+    pipeline_search,
+    still_climbing,
+    swept,
+)
 from spack_r3.workspace import Workspace
 
 from test_record_replay import r3, r3_subprocess, source_tree
@@ -96,9 +103,33 @@ def program(tmp_path_factory, clang):
 def tuned(program, tmp_path_factory):
     """One whole `r3 tune` (recording first), as a user runs it, with --json."""
     ws = str(tmp_path_factory.mktemp("tune-ws"))
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--budget", 10, "--workers", W, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
-                         "--seed", 1, "--mutator", "none", "--json", timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "matmul",
+        "--budget",
+        10,
+        "--workers",
+        W,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        5,
+        "--confirm-rounds",
+        2,
+        "--seed",
+        1,
+        "--mutator",
+        "none",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return ws, json.loads(proc.stdout)
 
@@ -137,8 +168,9 @@ def test_space_follows_what_the_capture_knows():
     generic = Space(KernelFacts("k", tolerance=1e-9, built_target="x86-64", retarget=True, built_fma=False))
     params = {p.name: p for p in generic.params}
     assert params["target"].choices == ("host", "built") and params["fma"].choices == ("built", "on")
-    assert {"target": "built"} in [{k: v for k, v in s.items() if k == "target" and v == "built"}
-                                   for s in generic.seeds()]
+    assert {"target": "built"} in [
+        {k: v for k, v in s.items() if k == "target" and v == "built"} for s in generic.seeds()
+    ]
     built = generic.variant(dict(generic.defaults(), target="built")).pipeline
     assert (built.cpu, built.features, built.fma, built.relaxes_fp) == ("built", "built", "built", False)
 
@@ -182,8 +214,9 @@ def test_a_source_variant_search_starts_from_the_original_winners(tmp_path):
     """A source variant's space has the rewrite's knobs (and may lose FP relaxation): the
     original's best settings are adopted where they fit and tried before anything else."""
     original = Space(KernelFacts("k", tolerance=1e-9, polly=True, parallel=True, cores=4))
-    won = original.adopt({"opt": "2", "polly": True, "polly_tile": 64, "fast_math": "fast", "threads": 3,
-                          "no_such_setting": 1})
+    won = original.adopt(
+        {"opt": "2", "polly": True, "polly_tile": 64, "fast_math": "fast", "threads": 3, "no_such_setting": 1}
+    )
     child = Space(KernelFacts("k", polly=True, parallel=True, cores=2, knobs={"R3_TILE_1": (32, 64)}))
     values = child.adopt(won)
     variant = child.variant(values)
@@ -225,7 +258,7 @@ def test_the_bayesian_search_draws_every_fourth_trial_at_random():
     study = optuna.create_study(sampler=sampler)
     for _ in range(23):
         trial = study.ask()
-        study.tell(trial, trial.suggest_int("x", 0, 10 ** 6))
+        study.tell(trial, trial.suggest_int("x", 0, 10**6))
     random_picks = [t.number for t in study.trials if t.params["x"] != 0]
     assert random_picks == [6, 10, 14, 18, 22]
     assert random_picks == [n for n in range(23) if sampler.explores(n)]
@@ -307,10 +340,16 @@ def test_confirmation_races_the_contenders_within_noise_of_the_best(program, tmp
 
 
 def test_a_candidate_screened_out_of_the_race_is_never_picked():
-    fast_once = Confirmed(Variant(Pipeline(opt="2")), 1.1, ratios=[1.2, 1.2, 1.2], round_speedups=[1.2],
-                          round_ratios=[[1.2, 1.2, 1.2]])
-    steady = Confirmed(Variant(Pipeline(polly=True)), 1.1, ratios=[1.05] * 6, round_speedups=[1.05, 1.05],
-                       round_ratios=[[1.05] * 3] * 2)
+    fast_once = Confirmed(
+        Variant(Pipeline(opt="2")), 1.1, ratios=[1.2, 1.2, 1.2], round_speedups=[1.2], round_ratios=[[1.2, 1.2, 1.2]]
+    )
+    steady = Confirmed(
+        Variant(Pipeline(polly=True)),
+        1.1,
+        ratios=[1.05] * 6,
+        round_speedups=[1.05, 1.05],
+        round_ratios=[[1.05] * 3] * 2,
+    )
     screen([fast_once, steady], keep=1)
     assert not fast_once.screened_out and steady.screened_out  # by the first round alone
     fast_once.screened_out, steady.screened_out = True, False
@@ -320,8 +359,9 @@ def test_a_candidate_screened_out_of_the_race_is_never_picked():
 def test_a_winner_is_reported_without_settings_that_do_not_matter():
     # A search winner as the sampler picked it: Polly with a tile size, an inlining
     # threshold, an extra pass and 2 threads.
-    winner = Variant(Pipeline(opt="2", inline_threshold=500, passes=("sccp",), polly=True, polly_tile=64),
-                     Launch(threads=2))
+    winner = Variant(
+        Pipeline(opt="2", inline_threshold=500, passes=("sccp",), polly=True, polly_tile=64), Launch(threads=2)
+    )
     names = [name for name, _ in settings(winner)]
     assert names == ["opt", "inline_threshold", "passes", "polly", "polly_tile", "threads"]
     # Each setting can be put back to its default alone; Polly takes its knobs with it.
@@ -335,8 +375,12 @@ def test_a_winner_is_reported_without_settings_that_do_not_matter():
 
 def test_the_winner_is_the_best_candidate_faster_in_every_confirmation_round():
     def measured(variant, rounds):
-        return Confirmed(variant, ratios=[r for rnd in rounds for r in rnd], round_speedups=[rnd[1] for rnd in rounds],
-                         round_ratios=[list(rnd) for rnd in rounds])
+        return Confirmed(
+            variant,
+            ratios=[r for rnd in rounds for r in rnd],
+            round_speedups=[rnd[1] for rnd in rounds],
+            round_ratios=[list(rnd) for rnd in rounds],
+        )
 
     polly = Variant(Pipeline(polly=True))
     o2, o2_inline = Variant(Pipeline(opt="2")), Variant(Pipeline(opt="2", inline_threshold=500))
@@ -358,8 +402,18 @@ def test_the_winner_is_the_best_candidate_faster_in_every_confirmation_round():
 def test_tune_reports_confirmed_winners(tuned):
     ws, out = tuned
     [k] = out["kernels"]
-    for key in ("kernel", "baseline_s", "best_s", "speedup", "speedup_min", "speedup_max", "evaluations", "failed",
-                "relaxes_fp", "winner"):
+    for key in (
+        "kernel",
+        "baseline_s",
+        "best_s",
+        "speedup",
+        "speedup_min",
+        "speedup_max",
+        "evaluations",
+        "failed",
+        "relaxes_fp",
+        "winner",
+    ):
         assert key in k
     assert k["kernel"] == "matmul" and k["evaluations"] == 10
     assert k["baseline_s"] > 0 and k["best_s"] > 0
@@ -397,9 +451,32 @@ def test_tune_reports_confirmed_winners(tuned):
 
 def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     ws, out = tuned
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--budget", 10, "--workers", W, "--pairs", 3, "--confirm-pairs", 5, "--confirm-rounds", 2,
-                         "--seed", 1, "--mutator", "none", timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "matmul",
+        "--budget",
+        10,
+        "--workers",
+        W,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        5,
+        "--confirm-rounds",
+        2,
+        "--seed",
+        1,
+        "--mutator",
+        "none",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "reusing the captures" in proc.stdout  # recorded the same way before: not recorded again
     assert "covering" in proc.stdout
@@ -416,9 +493,33 @@ def test_a_tune_measured_with_cold_private_caches_is_a_study_of_its_own(tuned, p
     """--cache shared: every timed run starts with each thread's own caches emptied, as in an
     application where other kernels ran in between; its evaluations never mix with warm ones."""
     ws, out = tuned
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", program, "--run", "./prog", "--kernel", "matmul",
-                         "--budget", 4, "--pairs", 3, "--confirm-pairs", 3, "--confirm-rounds", 1, "--seed", 1,
-                         "--mutator", "none", "--cache", "shared", "--json", timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "matmul",
+        "--budget",
+        4,
+        "--pairs",
+        3,
+        "--confirm-pairs",
+        3,
+        "--confirm-rounds",
+        1,
+        "--seed",
+        1,
+        "--mutator",
+        "none",
+        "--cache",
+        "shared",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     [shared] = json.loads(proc.stdout)["kernels"]
     assert shared["cache"] == "shared" and shared["study"].endswith("/shared")
@@ -535,9 +636,11 @@ def swept_dot(program, tmp_path, monkeypatch, pays):
     def study():
         s = Study(storage(Workspace(ws)), target, space, sampler="tpe", seed=0, pairs=3, seeds=[first])
         # Random proposals; random draws at trial numbers 5, 7, 9, ...
-        s.live.sampler = Interleaved(optuna.samplers.RandomSampler(seed=0), optuna.samplers.RandomSampler(seed=1),
-                                     every=2, startup=4)
+        s.live.sampler = Interleaved(
+            optuna.samplers.RandomSampler(seed=0), optuna.samplers.RandomSampler(seed=1), every=2, startup=4
+        )
         return s
+
     return study, space, block, first
 
 
@@ -615,18 +718,35 @@ def test_a_kernel_whose_baseline_cannot_reproduce_its_recording_is_not_searched(
     """Every candidate is held to the recording: when the kernel's own code does not
     reproduce it, the search would only collect failures. The kernel is left out, with the
     baseline's own result as the reason."""
-    tree = source_tree(tmp_path_factory, "where", {"where.c": WHERE_C,
-                                                   "Makefile": "where: where.c\n\t$(CC) -O1 -o $@ $<\n"})
+    tree = source_tree(
+        tmp_path_factory, "where", {"where.c": WHERE_C, "Makefile": "where: where.c\n\t$(CC) -O1 -o $@ $<\n"}
+    )
     ws = str(tmp_path_factory.mktemp("where-ws"))
-    proc = r3_subprocess("--workspace", ws, "tune", "--source", tree, "--run", "./where", "--kernel", "where",
-                         "--budget", 4, "--mutator", "none", "--json", timeout=600)
+    proc = r3_subprocess(
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        tree,
+        "--run",
+        "./where",
+        "--kernel",
+        "where",
+        "--budget",
+        4,
+        "--mutator",
+        "none",
+        "--json",
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["kernels"] == []
     [line] = [s for s in out["skipped"] if s.startswith("where:")]
     # the baseline is the kernel as built: -O1, for the build's target
-    assert ("its baseline (O1,codegen=1,target=built,compiler=build, the kernel as built) does not reproduce "
-            "the recording") in line, line
+    assert (
+        "its baseline (O1,codegen=1,target=built,compiler=build, the kernel as built) does not reproduce the recording"
+    ) in line, line
 
 
 def _finished_trials(path):
@@ -635,15 +755,41 @@ def _finished_trials(path):
     if not os.path.exists(path):
         return 0
     store = journal(path)
-    return sum(t.state.is_finished() for s in store.get_all_studies()
-               for t in store.get_all_trials(s._study_id, deepcopy=False))
+    return sum(
+        t.state.is_finished()
+        for s in store.get_all_studies()
+        for t in store.get_all_trials(s._study_id, deepcopy=False)
+    )
 
 
 def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
     ws = str(tmp_path / "ws")
-    argv = [sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--source", program, "--run", "./prog",
-            "--kernel", "matmul", "--budget", "30", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1",
-            "--seed", "2", "--mutator", "none"]
+    argv = [
+        sys.executable,
+        "-m",
+        "spack_r3.cli",
+        "--workspace",
+        ws,
+        "tune",
+        "--source",
+        program,
+        "--run",
+        "./prog",
+        "--kernel",
+        "matmul",
+        "--budget",
+        "30",
+        "--pairs",
+        "3",
+        "--confirm-pairs",
+        "3",
+        "--confirm-rounds",
+        "1",
+        "--seed",
+        "2",
+        "--mutator",
+        "none",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / "stderr"), "w"))
     store = Workspace(ws).journal_file
     finished, deadline = 0, time.monotonic() + 300
@@ -676,12 +822,15 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
     assert all(json.dumps(t.params, sort_keys=True) in measured for t in interrupted)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--budget", "0"], "--budget must be at least 1"),
-    (["--source", "."], "--source and --run go together"),
-    ([], "no replayable kernel to tune"),
-    (["--kernel", "nope"], "no capture of kernel 'nope'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--budget", "0"], "--budget must be at least 1"),
+        (["--source", "."], "--source and --run go together"),
+        ([], "no replayable kernel to tune"),
+        (["--kernel", "nope"], "no capture of kernel 'nope'"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, argv, message):
     proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)
     assert proc.returncode != 0
@@ -691,6 +840,7 @@ def test_bad_input_is_one_line(tmp_path, argv, message):
 def test_the_search_runs_only_on_cpus_whose_worker_waits_for_it():
     """With a pinned worker on every CPU, the threads that drive the workers run SCHED_IDLE,
     so they never preempt a timed run; a worker they (re)start runs at normal priority."""
+
     def policies(server, seen):
         server._start()  # what a request does after a worker died
         child = server.proc.pid
@@ -711,8 +861,23 @@ def test_r3_tune_runs_with_the_searchs_own_defaults():
     written once, in the search, and the command line takes it from there."""
     args = cli.setup_parser(argparse.ArgumentParser(prog="r3")).parse_args(["tune"])
     options = TuneOptions()
-    for name in ("budget", "workers", "sampler", "seed", "pairs", "confirm_pairs", "confirm_rounds", "timeout",
-                 "remix_share", "stall_patience", "child_budget", "repairs", "fallback_rules", "storage", "cluster",
-                 "kernels_at_once"):
+    for name in (
+        "budget",
+        "workers",
+        "sampler",
+        "seed",
+        "pairs",
+        "confirm_pairs",
+        "confirm_rounds",
+        "timeout",
+        "remix_share",
+        "stall_patience",
+        "child_budget",
+        "repairs",
+        "fallback_rules",
+        "storage",
+        "cluster",
+        "kernels_at_once",
+    ):
         assert getattr(args, name) == getattr(options, name), name
     assert args.min_share == MIN_SHARE and args.instances == 1

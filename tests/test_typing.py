@@ -29,7 +29,11 @@ def mypy():
 def test_data_objects_and_plan_are_fully_typed(mypy):
     config = os.path.join(REPO_ROOT, "setup.cfg")
     # --cache-dir os.devnull: nothing written into the checkout
-    run = subprocess.run([mypy, "--config-file", config, "--cache-dir", os.devnull, *TYPED_MODULES],
-                         cwd=REPO_ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [mypy, "--config-file", config, "--cache-dir", os.devnull, *TYPED_MODULES],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found in %d source files" % len(TYPED_MODULES) in run.stdout

@@ -44,11 +44,11 @@ int main(void) {
 }
 """
 
-MAKEFILE = ("scale: main.o scale.o\n\t$(CC) -fopenmp -O2 -o $@ main.o scale.o\n"
-            "%.o: %.c\n\t$(CC) -fopenmp -O2 -c -o $@ $<\n")
+MAKEFILE = (
+    "scale: main.o scale.o\n\t$(CC) -fopenmp -O2 -o $@ main.o scale.o\n%.o: %.c\n\t$(CC) -fopenmp -O2 -c -o $@ $<\n"
+)
 # A small search: seconds per run.
-QUICK = ["--kernel", "scale", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1", "--seed", "3",
-         "--json"]
+QUICK = ["--kernel", "scale", "--pairs", "3", "--confirm-pairs", "3", "--confirm-rounds", "1", "--seed", "3", "--json"]
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,11 @@ def fresh_copy(recorded, tmp_path):
 
 
 def tune_argv(ws, *argv, mutator="none"):
-    return [sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--mutator", mutator] + QUICK + \
-        [str(a) for a in argv]
+    return (
+        [sys.executable, "-m", "spack_r3.cli", "--workspace", ws, "tune", "--mutator", mutator]
+        + QUICK
+        + [str(a) for a in argv]
+    )
 
 
 def stored_trials(ws, name):
@@ -145,8 +148,12 @@ def test_a_trial_whose_process_died_is_failed_and_asked_again(recorded, tmp_path
     held by a process that lives is left alone."""
     ws = fresh_copy(recorded, tmp_path)
     store = storage(Workspace(ws))
-    target = Target("scale", [os.path.join(ws, "captures", c) for c in os.listdir(os.path.join(ws, "captures"))
-                              if not c.startswith(".")][:1])
+    target = Target(
+        "scale",
+        [os.path.join(ws, "captures", c) for c in os.listdir(os.path.join(ws, "captures")) if not c.startswith(".")][
+            :1
+        ],
+    )
     space = Space(KernelFacts("scale"))
     study = Study(store, target, space, sampler="random", seed=0)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -157,8 +164,9 @@ def test_a_trial_whose_process_died_is_failed_and_asked_again(recorded, tmp_path
     asked = scratch.ask()
     space.suggest(asked)
     for who in (dict(owner(), pid=dead.pid), owner()):
-        frozen = create_trial(state=TrialState.RUNNING, params=asked.params, distributions=asked.distributions,
-                              user_attrs={"owner": who})
+        frozen = create_trial(
+            state=TrialState.RUNNING, params=asked.params, distributions=asked.distributions, user_attrs={"owner": who}
+        )
         store.create_new_trial(study.study._study_id, template_trial=frozen)
     left, alive = study.study.get_trials()
     assert not held(left) and held(alive)
@@ -179,26 +187,37 @@ def test_an_older_workspaces_sqlite_studies_are_carried_over(tmp_path):
     old.set_user_attr("confirmed", {"key": [2], "result": {"winner": "O3"}})
     old.enqueue_trial({"x": 1})
     for x in (1, 2):
-        old.add_trial(create_trial(value=1.0 + x, params={"x": x}, user_attrs={"status": "ok"},
-                                   distributions={"x": optuna.distributions.IntDistribution(0, 3)}))
+        old.add_trial(
+            create_trial(
+                value=1.0 + x,
+                params={"x": x},
+                user_attrs={"status": "ok"},
+                distributions={"x": optuna.distributions.IntDistribution(0, 3)},
+            )
+        )
     size = os.path.getsize(db)
     kept = optuna.load_study(study_name="k@cap/original/tpe/abc", storage=storage(ws))
     assert kept.user_attrs["confirmed"]["result"] == {"winner": "O3"}
-    assert [(t.params, t.value, t.state) for t in kept.get_trials() if t.state == TrialState.COMPLETE] == \
-        [({"x": 1}, 2.0, TrialState.COMPLETE), ({"x": 2}, 3.0, TrialState.COMPLETE)]
+    assert [(t.params, t.value, t.state) for t in kept.get_trials() if t.state == TrialState.COMPLETE] == [
+        ({"x": 1}, 2.0, TrialState.COMPLETE),
+        ({"x": 2}, 3.0, TrialState.COMPLETE),
+    ]
     assert os.path.getsize(db) == size and os.path.exists(ws.journal_file)
     # Once: a study added to the journal since is not lost to a second copy.
     optuna.create_study(study_name="new", storage=storage(ws))
     assert {s.study_name for s in storage(ws).get_all_studies()} == {"k@cap/original/tpe/abc", "new"}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--workers", "100000"], "--workers 100000: this process may use %d CPU(s)" % len(os.sched_getaffinity(0))),
-    (["--timeout", "-1"], "--timeout must be above 0 seconds"),
-    (["--tolerance", "-1"], "--tolerance must be at least 0"),
-    (["--min-share", "2"], "--min-share must be in [0, 1]"),
-    (["--storage", "/nonexistent/studies.journal"], "--storage /nonexistent/studies.journal: no directory"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--workers", "100000"], "--workers 100000: this process may use %d CPU(s)" % len(os.sched_getaffinity(0))),
+        (["--timeout", "-1"], "--timeout must be above 0 seconds"),
+        (["--tolerance", "-1"], "--tolerance must be at least 0"),
+        (["--min-share", "2"], "--min-share must be in [0, 1]"),
+        (["--storage", "/nonexistent/studies.journal"], "--storage /nonexistent/studies.journal: no directory"),
+    ],
+)
 def test_options_out_of_range_are_one_line(tmp_path, argv, message):
     proc = r3_subprocess("--workspace", str(tmp_path / "empty"), "tune", *argv)
     assert proc.returncode == 2

@@ -12,11 +12,20 @@ from ..record.session import parse_instances
 
 def add_spack_arguments(subparser):
     """Options of the subcommands that drive Spack."""
-    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
-                           help="extra Spack configuration scope to read (repeatable), e.g. one listing the "
-                                "repository of the package")
-    subparser.add_argument("--spack-repo", action="append", default=[], metavar="DIR",
-                           help="extra Spack package repository to read (repeatable)")
+    subparser.add_argument(
+        "--spack-config",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra Spack configuration scope to read (repeatable), e.g. one listing the repository of the package",
+    )
+    subparser.add_argument(
+        "--spack-repo",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra Spack package repository to read (repeatable)",
+    )
 
 
 def add_json(subparser, help="print the result as JSON"):

@@ -14,13 +14,20 @@ description = "write the tuned variant of a package into a Spack repository"
 
 def setup_parser(subparser):
     subparser.add_argument("package", help="package whose tuned kernels to emit (recorded with r3 record SPEC)")
-    subparser.add_argument("--repo", default=None, metavar="DIR",
-                           help="Spack repository to write (default: <workspace>/repos/r3tuned, namespace r3tuned; "
-                                "created if missing)")
-    subparser.add_argument("--gpu", default=None, metavar="TARGET",
-                           help="the GPU device kernels (OpenMP target regions) were tuned for (sm_90, gfx942): "
-                                "their variant is keyed to it beside the CPU target (cuda_arch=90, "
-                                "amdgpu_target=gfx942); default: the one the recorded spec names, if any")
+    subparser.add_argument(
+        "--repo",
+        default=None,
+        metavar="DIR",
+        help="Spack repository to write (default: <workspace>/repos/r3tuned, namespace r3tuned; created if missing)",
+    )
+    subparser.add_argument(
+        "--gpu",
+        default=None,
+        metavar="TARGET",
+        help="the GPU device kernels (OpenMP target regions) were tuned for (sm_90, gfx942): "
+        "their variant is keyed to it beside the CPU target (cuda_arch=90, "
+        "amdgpu_target=gfx942); default: the one the recorded spec names, if any",
+    )
     add_json(subparser)
 
 
@@ -30,20 +37,41 @@ def emit(args):
     ws = Workspace(args.workspace)
     done = emit_package(ws, args.package, args.repo, gpu=args.gpu, gpu_required=True)
     if args.json:
-        print(json.dumps({"package": done.package, "target": done.target, "gpu": done.plan.gpu,
-                          "keys": done.plan.spec_keys(), "recipe": done.recipe,
-                          "plan": done.plan_path, "targets": done.targets, "skipped": done.skipped,
-                          "predicted_app_speedup": done.plan.predicted_app_speedup(),
-                          "kernels": [k.__dict__ for u in done.plan.units for k in u.kernels]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "package": done.package,
+                    "target": done.target,
+                    "gpu": done.plan.gpu,
+                    "keys": done.plan.spec_keys(),
+                    "recipe": done.recipe,
+                    "plan": done.plan_path,
+                    "targets": done.targets,
+                    "skipped": done.skipped,
+                    "predicted_app_speedup": done.plan.predicted_app_speedup(),
+                    "kernels": [k.__dict__ for u in done.plan.units for k in u.kernels],
+                },
+                indent=1,
+            )
+        )
         return 0
     for line in done.skipped:
         say("==> not emitted: " + line)
     kernels = [k for u in done.plan.units for k in u.kernels]
-    print("%s: %d tuned kernel(s) for %s (targets now: %s), predicted application speedup %.2fx"
-          % (done.package, len(kernels), done.plan.spec_keys(), ", ".join(done.targets),
-             done.plan.predicted_app_speedup()))
+    print(
+        "%s: %d tuned kernel(s) for %s (targets now: %s), predicted application speedup %.2fx"
+        % (
+            done.package,
+            len(kernels),
+            done.plan.spec_keys(),
+            ", ".join(done.targets),
+            done.plan.predicted_app_speedup(),
+        )
+    )
     print("recipe: %s" % done.recipe)
     # fresh roots: Spack's reuse would take an earlier +r3 install, patches are not in its solve
-    print("build it: spack -C <a scope listing %s> install --fresh-roots %s+r3"
-          % (done.recipe.rsplit("/packages/", 1)[0], done.package))
+    print(
+        "build it: spack -C <a scope listing %s> install --fresh-roots %s+r3"
+        % (done.recipe.rsplit("/packages/", 1)[0], done.package)
+    )
     return 0

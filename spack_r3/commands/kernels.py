@@ -12,8 +12,22 @@ from .common import add_json
 
 description = "list captured kernels"
 
-FIELDS = ("id", "kernel", "kernel_demangled", "source", "run", "share", "calls", "instance", "instances",
-          "instance_s", "bytes", "tolerance", "unreplayable", "corrupt")
+FIELDS = (
+    "id",
+    "kernel",
+    "kernel_demangled",
+    "source",
+    "run",
+    "share",
+    "calls",
+    "instance",
+    "instances",
+    "instance_s",
+    "bytes",
+    "tolerance",
+    "unreplayable",
+    "corrupt",
+)
 
 
 def setup_parser(subparser):
@@ -28,22 +42,49 @@ def kernels(args):
     entries = []
     for c in caps:
         nbytes = sum(f.get("size", 0) for f in c.files.values() if isinstance(f, dict))
-        entries.append({"id": c.id, "kernel": c.kernel, "kernel_demangled": cxxnames.demangle(c.kernel),
-                        "source": os.path.basename(c.source_file), "run": run_name(c),
-                        "share": c.app.get("share"), "calls": c.app.get("calls"), "instance": c.instance,
-                        "instances": instances[(c.kernel, c.source_file, run_name(c))], "instance_s": c.instance_s,
-                        "bytes": nbytes, "tolerance": c.tolerance, "unreplayable": c.unreplayable, "corrupt": None})
+        entries.append(
+            {
+                "id": c.id,
+                "kernel": c.kernel,
+                "kernel_demangled": cxxnames.demangle(c.kernel),
+                "source": os.path.basename(c.source_file),
+                "run": run_name(c),
+                "share": c.app.get("share"),
+                "calls": c.app.get("calls"),
+                "instance": c.instance,
+                "instances": instances[(c.kernel, c.source_file, run_name(c))],
+                "instance_s": c.instance_s,
+                "bytes": nbytes,
+                "tolerance": c.tolerance,
+                "unreplayable": c.unreplayable,
+                "corrupt": None,
+            }
+        )
     if args.json:  # a corrupt capture: its id and why, every other field null
-        print(json.dumps(entries + [dict({k: None for k in FIELDS}, id=b.id, corrupt=b.reason) for b in corrupt],
-                         indent=1))
+        print(
+            json.dumps(
+                entries + [dict({k: None for k in FIELDS}, id=b.id, corrupt=b.reason) for b in corrupt], indent=1
+            )
+        )
         return 0
     if not entries and not corrupt:
         print("no captures in %s (record some with: r3 record --source DIR --run CMD)" % ws.root)
         return 0
     if entries:
-        rows = [[e["id"], cxxnames.display(e["kernel"]), e["source"], e["run"] or "-", percent(e["share"]),
-                 e["calls"], "%d/%d" % (e["instance"], e["instances"]), seconds(e["instance_s"]), size(e["bytes"])]
-                for e in entries]
+        rows = [
+            [
+                e["id"],
+                cxxnames.display(e["kernel"]),
+                e["source"],
+                e["run"] or "-",
+                percent(e["share"]),
+                e["calls"],
+                "%d/%d" % (e["instance"], e["instances"]),
+                seconds(e["instance_s"]),
+                size(e["bytes"]),
+            ]
+            for e in entries
+        ]
         print(table(["id", "kernel", "source", "run", "share", "calls", "instance", "in app", "size"], rows))
     for e in entries:  # recorded for their hotness, refused by replay
         if e["unreplayable"]:

@@ -18,10 +18,14 @@ description = "write a captured kernel as a standalone program (make check)"
 
 def setup_parser(subparser):
     subparser.add_argument("capture", help="capture id (or unique prefix, or kernel name, or directory)")
-    subparser.add_argument("-o", "--output", required=True, metavar="DIR",
-                           help="the directory to write (must not exist, or be empty)")
-    subparser.add_argument("--variant", action="store_true",
-                           help="the confirmed winner of r3 tune for this kernel (results/), not the kernel as built")
+    subparser.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="the directory to write (must not exist, or be empty)"
+    )
+    subparser.add_argument(
+        "--variant",
+        action="store_true",
+        help="the confirmed winner of r3 tune for this kernel (results/), not the kernel as built",
+    )
 
 
 def mep(args):
@@ -32,18 +36,30 @@ def mep(args):
     if args.variant:
         result = load_result(ws, capture.id)
         if result is None:
-            raise R3Error("%s has no tuning result in %s (run r3 tune first)" % (cxxnames.display(capture.kernel),
-                                                                                  ws.root))
+            raise R3Error(
+                "%s has no tuning result in %s (run r3 tune first)" % (cxxnames.display(capture.kernel), ws.root)
+            )
         if result.winner == "baseline":
-            raise R3Error("nothing beat %s as built in r3 tune: there is no winner to write"
-                          % cxxnames.display(capture.kernel))
+            raise R3Error(
+                "nothing beat %s as built in r3 tune: there is no winner to write" % cxxnames.display(capture.kernel)
+            )
         variant = Variant.from_json(result.variant)
         text = "%s, %.3fx over the kernel as built in r3 tune (confirmed, %d pairs)" % (
-            describe_variant(variant), result.speedup, result.pairs)
+            describe_variant(variant),
+            result.speedup,
+            result.pairs,
+        )
     info = write_mep(ws, directory, args.output, variant, text)
-    print("%s: MEP of %s in %s (%s%s)" % (capture.id, cxxnames.display(capture.kernel), args.output,
-                                          "kernel's IR: " + info.why_ir if info.mode == IR else "source slice",
-                                          ", variant: " + text if text else ""))
+    print(
+        "%s: MEP of %s in %s (%s%s)"
+        % (
+            capture.id,
+            cxxnames.display(capture.kernel),
+            args.output,
+            "kernel's IR: " + info.why_ir if info.mode == IR else "source slice",
+            ", variant: " + text if text else "",
+        )
+    )
     if info.unmapped:
         print("  pipeline settings with no compiler flag: " + "; ".join(info.unmapped))
     print("  cd %s && make check" % args.output)

@@ -22,25 +22,42 @@ description = "retrieve or generate the Spack recipe of a package"
 
 def setup_parser(subparser):
     subparser.add_argument("name", help="Spack package name")
-    subparser.add_argument("--source", default=None,
-                           help="source tree: a directory, a tarball (path or URL), or git+URL / *.git")
-    subparser.add_argument("--repo", default=None,
-                           help="repository for a generated recipe (default: <workspace>/repo; created "
-                                "in the layout of the Spack at hand)")
-    subparser.add_argument("--namespace", default=DEFAULT_NAMESPACE,
-                           help="namespace of a repository created here (default: %(default)s)")
-    subparser.add_argument("--regenerate", action="store_true",
-                           help="generate a recipe even when a repository already has one")
-    subparser.add_argument("--max-attempts", type=int, default=3, metavar="K",
-                           help="attempts of the refine loop (default: %(default)s)")
-    subparser.add_argument("--examples", type=int, default=3, metavar="K",
-                           help="similar recipes retrieved as examples (default: %(default)s)")
-    subparser.add_argument("--no-install", action="store_true",
-                           help="stop after `spack spec` succeeds (no build)")
-    subparser.add_argument("--no-check", action="store_true",
-                           help="do not run the installed package's stand-alone test")
-    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
-                           help="extra Spack configuration scope for every spack call (spack -C DIR); repeatable")
+    subparser.add_argument(
+        "--source", default=None, help="source tree: a directory, a tarball (path or URL), or git+URL / *.git"
+    )
+    subparser.add_argument(
+        "--repo",
+        default=None,
+        help="repository for a generated recipe (default: <workspace>/repo; created "
+        "in the layout of the Spack at hand)",
+    )
+    subparser.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help="namespace of a repository created here (default: %(default)s)"
+    )
+    subparser.add_argument(
+        "--regenerate", action="store_true", help="generate a recipe even when a repository already has one"
+    )
+    subparser.add_argument(
+        "--max-attempts", type=int, default=3, metavar="K", help="attempts of the refine loop (default: %(default)s)"
+    )
+    subparser.add_argument(
+        "--examples",
+        type=int,
+        default=3,
+        metavar="K",
+        help="similar recipes retrieved as examples (default: %(default)s)",
+    )
+    subparser.add_argument("--no-install", action="store_true", help="stop after `spack spec` succeeds (no build)")
+    subparser.add_argument(
+        "--no-check", action="store_true", help="do not run the installed package's stand-alone test"
+    )
+    subparser.add_argument(
+        "--spack-config",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra Spack configuration scope for every spack call (spack -C DIR); repeatable",
+    )
     add_json(subparser)
     model_client.add_arguments(subparser)
 
@@ -49,11 +66,17 @@ def _print_human(res, out):
     if res.status == "existing":
         e = res.existing
         print("%s: recipe exists in repository %s: %s" % (res.name, res.namespace, res.recipe), file=out)
-        print("  build system: %s; versions: %s; variants: %s" % (
-            res.build_system or "?", ", ".join(e["versions"][:8]) or "-", ", ".join(e["variants"]) or "-"), file=out)
+        print(
+            "  build system: %s; versions: %s; variants: %s"
+            % (res.build_system or "?", ", ".join(e["versions"][:8]) or "-", ", ".join(e["variants"]) or "-"),
+            file=out,
+        )
         return
-    print("%s: %s (%s project, %s, %d attempt(s))" % (res.name, res.status, res.build_system, res.generator,
-                                                     len(res.attempts)), file=out)
+    print(
+        "%s: %s (%s project, %s, %d attempt(s))"
+        % (res.name, res.status, res.build_system, res.generator, len(res.attempts)),
+        file=out,
+    )
     for a in res.attempts:
         extra = ""
         if a["fixes"]:
@@ -72,10 +95,18 @@ def _print_human(res, out):
 def recipe(args):
     model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key, args.llm_timeout)
     request = RecipeRequest(
-        name=args.name, source=args.source, repo=args.repo, namespace=args.namespace,
-        regenerate=args.regenerate, max_attempts=args.max_attempts, examples=args.examples,
-        install=not args.no_install, run_check=not args.no_check, model=model,
-        spack_scopes=args.spack_config)
+        name=args.name,
+        source=args.source,
+        repo=args.repo,
+        namespace=args.namespace,
+        regenerate=args.regenerate,
+        max_attempts=args.max_attempts,
+        examples=args.examples,
+        install=not args.no_install,
+        run_check=not args.no_check,
+        model=model,
+        spack_scopes=args.spack_config,
+    )
     ws = Workspace(args.workspace).ensure()
     progress = (lambda msg: None) if args.json else (lambda msg: print("==> " + msg, file=sys.stderr, flush=True))
     res = make_recipe(request, ws, progress)

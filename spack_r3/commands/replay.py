@@ -21,30 +21,59 @@ description = "replay a captured kernel in isolation"
 
 
 def setup_parser(subparser):
-    subparser.add_argument("capture", help="capture id (or unique prefix, or kernel name, or directory); a C++ "
-                                           "kernel by its mangled or demangled name, or its qualified name alone")
-    subparser.add_argument("--pipeline", action="append", default=[], metavar="SPEC",
-                           help="compiler pipeline, e.g. O2,vectorize=0,fast=reassoc+contract (default: O3, "
-                                "native CPU); repeat it to compare several in one table")
+    subparser.add_argument(
+        "capture",
+        help="capture id (or unique prefix, or kernel name, or directory); a C++ "
+        "kernel by its mangled or demangled name, or its qualified name alone",
+    )
+    subparser.add_argument(
+        "--pipeline",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="compiler pipeline, e.g. O2,vectorize=0,fast=reassoc+contract (default: O3, "
+        "native CPU); repeat it to compare several in one table",
+    )
     subparser.add_argument("--repeat", type=int, default=10, help="timed runs (after an untimed check run)")
-    subparser.add_argument("--pairs", type=int, default=0,
-                           help="also measure the speedup over the baseline (the kernel as built: the "
-                                "object the build's clang makes with the build's flags) with N alternating pairs")
+    subparser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="also measure the speedup over the baseline (the kernel as built: the "
+        "object the build's clang makes with the build's flags) with N alternating pairs",
+    )
     subparser.add_argument("--threads", type=int, default=None, help="OpenMP threads (default: as recorded)")
-    subparser.add_argument("--teams", type=int, default=None, metavar="N",
-                           help="an OpenMP target region's number of teams (num_teams; default: as compiled)")
-    subparser.add_argument("--thread-limit", type=int, default=None, metavar="N",
-                           help="an OpenMP target region's threads per team (thread_limit; default: as compiled)")
+    subparser.add_argument(
+        "--teams",
+        type=int,
+        default=None,
+        metavar="N",
+        help="an OpenMP target region's number of teams (num_teams; default: as compiled)",
+    )
+    subparser.add_argument(
+        "--thread-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="an OpenMP target region's threads per team (thread_limit; default: as compiled)",
+    )
     add_tolerance(subparser, help="relative tolerance for floating-point data (default: the capture's, else exact)")
     add_timeout(subparser, TIMEOUT_S, help="seconds before a run counts as hung")
-    subparser.add_argument("--cache", choices=CACHE_STATES, default=WARM,
-                           help="caches at the start of each timed run: warm (as the previous run left them), "
-                                "shared (each thread's own caches emptied: data in the last-level cache at most) "
-                                "or cold (all emptied: data in memory)")
-    subparser.add_argument("--sequence", action="store_true",
-                           help="replay every call of the kernel recorded in the capture's run (r3 record "
-                                "--instances N), in order, each timed run a pass over them all: the caches see "
-                                "the calls' different data, as in the application")
+    subparser.add_argument(
+        "--cache",
+        choices=CACHE_STATES,
+        default=WARM,
+        help="caches at the start of each timed run: warm (as the previous run left them), "
+        "shared (each thread's own caches emptied: data in the last-level cache at most) "
+        "or cold (all emptied: data in memory)",
+    )
+    subparser.add_argument(
+        "--sequence",
+        action="store_true",
+        help="replay every call of the kernel recorded in the capture's run (r3 record "
+        "--instances N), in order, each timed run a pass over them all: the caches see "
+        "the calls' different data, as in the application",
+    )
     add_json(subparser, help="print one JSON object (a list of them for several pipelines)")
 
 
@@ -75,8 +104,10 @@ def replay(args):
     sequence = recorded_calls(ws, capture) if args.sequence else None
     if sequence is not None:
         if len(sequence) < 2:
-            raise R3Error("%s has one recorded call in its run: record it with --instances N to replay a sequence"
-                          % cxxnames.display(capture.kernel))
+            raise R3Error(
+                "%s has one recorded call in its run: record it with --instances N to replay a sequence"
+                % cxxnames.display(capture.kernel)
+            )
         if args.cache != WARM:
             raise R3Error("--sequence is timed in warm caches: the calls' own data is their cache state")
         if directory != sequence[0]:  # a later call named by its id: the sequence starts at the first
@@ -86,8 +117,15 @@ def replay(args):
     with ReplayServer(timeout=args.timeout, cache_dir=ws.cache_dir) as server:
         for pipeline in pipelines:
             variant = Variant(pipeline=pipeline, launch=launch)
-            ev = server.submit(directory, variant, repeat=args.repeat, pairs=args.pairs, tolerance=args.tolerance,
-                               cache=args.cache, sequence=sequence)
+            ev = server.submit(
+                directory,
+                variant,
+                repeat=args.repeat,
+                pairs=args.pairs,
+                tolerance=args.tolerance,
+                cache=args.cache,
+                sequence=sequence,
+            )
             results.append(_result(capture, pipeline, ev, launch))
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=1))
@@ -105,8 +143,10 @@ def _launch(args, capture):
     asked = [name for name, value in geometry.items() if value is not None]
     backend = backends.of_capture(capture)
     if asked and not set(asked) <= set(backend.geometry):
-        raise R3Error("--teams and --thread-limit set an OpenMP target region's launch geometry: %s is a %s kernel"
-                      % (cxxnames.display(capture.kernel), backend.name))
+        raise R3Error(
+            "--teams and --thread-limit set an OpenMP target region's launch geometry: %s is a %s kernel"
+            % (cxxnames.display(capture.kernel), backend.name)
+        )
     return Launch(threads=args.threads, **{name: geometry[name] for name in asked})
 
 
@@ -120,34 +160,73 @@ def in_app_per_call(capture):
 
 
 def _result(capture, pipeline, ev, launch=None):
-    return {"capture": capture.id, "kernel": capture.kernel, "kernel_demangled": cxxnames.demangle(capture.kernel),
-            "pipeline": format_spec(pipeline), "launch": {k: v for k, v in (launch or Launch()).to_json().items()
-                                                          if v is not None},
-            "status": ev.status, "verified": ev.verified, "max_rel_error": ev.max_rel_error,
-            "mismatched_bytes": ev.mismatched_bytes, "time_median_s": ev.time_median_s,
-            "time_min_s": ev.time_min_s, "time_max_s": ev.time_max_s, "repeat": ev.repeat,
-            "compiled": ev.compiled, "compile_s": ev.compile_s, "speedup": ev.speedup,
-            "speedup_min": ev.speedup_min, "speedup_max": ev.speedup_max, "pairs": ev.pairs,
-            "relaxes_fp": pipeline.relaxes_fp, "in_app_s": in_app_per_call(capture), "cache": ev.cache,
-            "resampled": ev.resampled, "calls": ev.calls, "code": ev.code, "diagnostics": ev.diagnostics}
+    return {
+        "capture": capture.id,
+        "kernel": capture.kernel,
+        "kernel_demangled": cxxnames.demangle(capture.kernel),
+        "pipeline": format_spec(pipeline),
+        "launch": {k: v for k, v in (launch or Launch()).to_json().items() if v is not None},
+        "status": ev.status,
+        "verified": ev.verified,
+        "max_rel_error": ev.max_rel_error,
+        "mismatched_bytes": ev.mismatched_bytes,
+        "time_median_s": ev.time_median_s,
+        "time_min_s": ev.time_min_s,
+        "time_max_s": ev.time_max_s,
+        "repeat": ev.repeat,
+        "compiled": ev.compiled,
+        "compile_s": ev.compile_s,
+        "speedup": ev.speedup,
+        "speedup_min": ev.speedup_min,
+        "speedup_max": ev.speedup_max,
+        "pairs": ev.pairs,
+        "relaxes_fp": pipeline.relaxes_fp,
+        "in_app_s": in_app_per_call(capture),
+        "cache": ev.cache,
+        "resampled": ev.resampled,
+        "calls": ev.calls,
+        "code": ev.code,
+        "diagnostics": ev.diagnostics,
+    }
 
 
 def _print_one(r):
     launch = "".join(" %s=%s" % item for item in sorted(r["launch"].items()))
-    print("%s (%s) pipeline %s%s: %s" % (cxxnames.display(r["kernel"]), r["capture"], r["pipeline"],
-                                         " launch" + launch if launch else "", r["status"]))
+    print(
+        "%s (%s) pipeline %s%s: %s"
+        % (
+            cxxnames.display(r["kernel"]),
+            r["capture"],
+            r["pipeline"],
+            " launch" + launch if launch else "",
+            r["status"],
+        )
+    )
     if r["compiled"]:
         print("  compile   %s" % seconds(r["compile_s"]))
         print("  verified  %s (max relative error %.3g)" % ("yes" if r["verified"] else "NO", r["max_rel_error"]))
     if r["time_median_s"] is not None:
-        runs = ("%d runs" % r["repeat"]) if r["calls"] < 2 else ("%d passes over %d recorded calls, per call"
-                                                                 % (r["repeat"], r["calls"]))
-        print("  time      median %s  min %s  max %s  over %s, %s cache  (in the app: %s per call)" % (
-            seconds(r["time_median_s"]), seconds(r["time_min_s"]), seconds(r["time_max_s"]), runs,
-            r["cache"], seconds(r["in_app_s"])))
+        runs = (
+            ("%d runs" % r["repeat"])
+            if r["calls"] < 2
+            else ("%d passes over %d recorded calls, per call" % (r["repeat"], r["calls"]))
+        )
+        print(
+            "  time      median %s  min %s  max %s  over %s, %s cache  (in the app: %s per call)"
+            % (
+                seconds(r["time_median_s"]),
+                seconds(r["time_min_s"]),
+                seconds(r["time_max_s"]),
+                runs,
+                r["cache"],
+                seconds(r["in_app_s"]),
+            )
+        )
     if r["speedup"] is not None:
-        print("  speedup   %.3fx over the kernel as built (min %.3f, max %.3f, %d pairs)" % (
-            r["speedup"], r["speedup_min"], r["speedup_max"], r["pairs"]))
+        print(
+            "  speedup   %.3fx over the kernel as built (min %.3f, max %.3f, %d pairs)"
+            % (r["speedup"], r["speedup_min"], r["speedup_max"], r["pairs"])
+        )
     if r["relaxes_fp"]:
         print("  note      this pipeline relaxes floating-point semantics")
     if r["diagnostics"]:
@@ -156,18 +235,31 @@ def _print_one(r):
 
 def _print_table(capture, results):
     calls = results[0]["calls"] if results else 1
-    print("%s (%s%s), in the app %s per call" % (
-        cxxnames.display(capture.kernel), capture.id, ", a sequence of %d recorded calls" % calls if calls > 1 else "",
-        seconds(in_app_per_call(capture))))
+    print(
+        "%s (%s%s), in the app %s per call"
+        % (
+            cxxnames.display(capture.kernel),
+            capture.id,
+            ", a sequence of %d recorded calls" % calls if calls > 1 else "",
+            seconds(in_app_per_call(capture)),
+        )
+    )
     rows = []
     for r in results:
-        speedup = "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (
-            r["speedup"], r["speedup_min"], r["speedup_max"])
-        rows.append([r["pipeline"] + (" *" if r["relaxes_fp"] else ""), r["status"],
-                     "%.2g" % r["max_rel_error"] if r["compiled"] else "-", seconds(r["compile_s"]),
-                     seconds(r["time_median_s"]),
-                     "-" if r["time_min_s"] is None else "%s-%s" % (seconds(r["time_min_s"]), seconds(r["time_max_s"])),
-                     speedup])
+        speedup = (
+            "-" if r["speedup"] is None else "%.3fx [%.2f-%.2f]" % (r["speedup"], r["speedup_min"], r["speedup_max"])
+        )
+        rows.append(
+            [
+                r["pipeline"] + (" *" if r["relaxes_fp"] else ""),
+                r["status"],
+                "%.2g" % r["max_rel_error"] if r["compiled"] else "-",
+                seconds(r["compile_s"]),
+                seconds(r["time_median_s"]),
+                "-" if r["time_min_s"] is None else "%s-%s" % (seconds(r["time_min_s"]), seconds(r["time_max_s"])),
+                speedup,
+            ]
+        )
     print(table(["pipeline", "status", "max rel err", "compile", "median", "range", "speedup vs as built"], rows))
     if any(r["relaxes_fp"] for r in results):
         print("* relaxes floating-point semantics")

@@ -21,27 +21,58 @@ description = "report tuned device kernels' resources and occupancy on other GPU
 
 
 def setup_parser(subparser):
-    subparser.add_argument("--gpu", required=True, metavar="TARGETS",
-                           help="GPU targets, comma-separated: sm_70, sm_75, sm_80, sm_86, sm_89, sm_90, gfx90a, "
-                                "gfx942, gfx1100")
-    subparser.add_argument("--from", dest="from_gpu", default=None, metavar="TARGET",
-                           help="the GPU the workspace was tuned for: a kernel whose occupancy drops against it "
-                                "needs tuning again")
-    subparser.add_argument("--source", default=None, metavar="FILE",
-                           help="a source file with device code (OpenMP target regions, CUDA or HIP kernels) "
-                                "instead of the workspace's tuned kernels")
-    subparser.add_argument("--compile", default=None, metavar="COMMAND",
-                           help="with --source: the unit's compile command (flags such as -I, -D, -nocudainc; "
-                                "default: clang -O2)")
-    subparser.add_argument("--kernel", default=None, metavar="NAME",
-                           help="only this kernel (its symbol, C++ name, or the function an OpenMP region is in)")
-    subparser.add_argument("--pipeline", default=None, metavar="SPEC",
-                           help="with --source: the pipeline to generate code with (default O3)")
-    subparser.add_argument("--threads", type=int, default=None, metavar="N",
-                           help="threads a block (default: the recorded thread_limit, else the kernel's launch "
-                                "bounds up to 256)")
-    subparser.add_argument("--max-registers", type=int, default=None, metavar="N",
-                           help="cap registers a thread (ptxas -maxrregcount, AMDGPU amdgpu-num-vgpr)")
+    subparser.add_argument(
+        "--gpu",
+        required=True,
+        metavar="TARGETS",
+        help="GPU targets, comma-separated: sm_70, sm_75, sm_80, sm_86, sm_89, sm_90, gfx90a, gfx942, gfx1100",
+    )
+    subparser.add_argument(
+        "--from",
+        dest="from_gpu",
+        default=None,
+        metavar="TARGET",
+        help="the GPU the workspace was tuned for: a kernel whose occupancy drops against it needs tuning again",
+    )
+    subparser.add_argument(
+        "--source",
+        default=None,
+        metavar="FILE",
+        help="a source file with device code (OpenMP target regions, CUDA or HIP kernels) "
+        "instead of the workspace's tuned kernels",
+    )
+    subparser.add_argument(
+        "--compile",
+        default=None,
+        metavar="COMMAND",
+        help="with --source: the unit's compile command (flags such as -I, -D, -nocudainc; default: clang -O2)",
+    )
+    subparser.add_argument(
+        "--kernel",
+        default=None,
+        metavar="NAME",
+        help="only this kernel (its symbol, C++ name, or the function an OpenMP region is in)",
+    )
+    subparser.add_argument(
+        "--pipeline",
+        default=None,
+        metavar="SPEC",
+        help="with --source: the pipeline to generate code with (default O3)",
+    )
+    subparser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads a block (default: the recorded thread_limit, else the kernel's launch bounds up to 256)",
+    )
+    subparser.add_argument(
+        "--max-registers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cap registers a thread (ptxas -maxrregcount, AMDGPU amdgpu-num-vgpr)",
+    )
     add_json(subparser)
 
 
@@ -88,8 +119,11 @@ def _baseline(unit, pipeline, geometry, origin, kernel):
         return None
     from ..device.screen import screen
 
-    return {v.kernel: v.occupancy.fraction for v in screen(unit, pipeline, geometry, [origin], kernel)
-            if v.ok and v.occupancy}
+    return {
+        v.kernel: v.occupancy.fraction
+        for v in screen(unit, pipeline, geometry, [origin], kernel)
+        if v.ok and v.occupancy
+    }
 
 
 def _workspace_mode(args, targets, origin):
@@ -124,8 +158,9 @@ def _workspace_mode(args, targets, origin):
             baseline = _baseline(unit, variant.pipeline, geometry, origin, c.kernel)
         label = short(c.kernel) + ("" if result else " (untuned)")
         table_rows += rows(verdicts, label, baseline and {v.kernel: baseline.get(v.kernel) for v in verdicts})
-        out.append({"kernel": c.kernel, "capture": c.id, "tuned": bool(result),
-                    "verdicts": [v.to_json() for v in verdicts]})
+        out.append(
+            {"kernel": c.kernel, "capture": c.id, "tuned": bool(result), "verdicts": [v.to_json() for v in verdicts]}
+        )
     if args.json:
         print(json.dumps({"workspace": ws.root, "kernels": out, "host_kernels": host}, indent=1))
     elif table_rows:

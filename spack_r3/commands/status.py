@@ -14,10 +14,16 @@ description = "tuned packages, their targets and speedups, and which are stale"
 
 def setup_parser(subparser):
     subparser.add_argument("package", nargs="?", default=None, help="only this package")
-    subparser.add_argument("--repo", default=None, metavar="DIR",
-                           help="tuned Spack repository (default: <workspace>/repos/r3tuned)")
-    subparser.add_argument("--spack-config", action="append", default=[], metavar="DIR",
-                           help="extra Spack configuration scope (to find the original recipes)")
+    subparser.add_argument(
+        "--repo", default=None, metavar="DIR", help="tuned Spack repository (default: <workspace>/repos/r3tuned)"
+    )
+    subparser.add_argument(
+        "--spack-config",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra Spack configuration scope (to find the original recipes)",
+    )
     add_json(subparser)
 
 
@@ -37,13 +43,35 @@ def status(args):
     if not rows:
         print("no tuned packages in %s" % repo)
         return 0
-    print(table(["package", "target", "kernels", "predicted", "measured", "version", "compiler", "state"],
-                [[r.package, r.target, len(r.kernels), "%.2fx" % r.predicted_app_speedup,
-                  "-" if r.measured_app_speedup is None else "%.2fx" % r.measured_app_speedup,
-                  r.version or "-", r.compiler or "-", "stale" if r.stale else "current"] for r in rows]))
-    kernels = [[r.package, r.target, cxxnames.display(k.kernel), "%.2fx" % k.predicted,
-                "-" if k.measured is None else "%.2fx [%.2f-%.2f]" % (k.measured, k.measured_min, k.measured_max)]
-               for r in rows for k in r.kernel_speedups]
+    print(
+        table(
+            ["package", "target", "kernels", "predicted", "measured", "version", "compiler", "state"],
+            [
+                [
+                    r.package,
+                    r.target,
+                    len(r.kernels),
+                    "%.2fx" % r.predicted_app_speedup,
+                    "-" if r.measured_app_speedup is None else "%.2fx" % r.measured_app_speedup,
+                    r.version or "-",
+                    r.compiler or "-",
+                    "stale" if r.stale else "current",
+                ]
+                for r in rows
+            ],
+        )
+    )
+    kernels = [
+        [
+            r.package,
+            r.target,
+            cxxnames.display(k.kernel),
+            "%.2fx" % k.predicted,
+            "-" if k.measured is None else "%.2fx [%.2f-%.2f]" % (k.measured, k.measured_min, k.measured_max),
+        ]
+        for r in rows
+        for k in r.kernel_speedups
+    ]
     if kernels:
         print(table(["package", "target", "kernel", "replay", "in the application"], kernels))
     for r in rows:
@@ -68,4 +96,5 @@ def _recipe_texts(scopes):
             return info.text() if info else None
         except Exception:  # no Spack: the version is not checked
             return None
+
     return text_of

@@ -29,94 +29,195 @@ from ..search.samplers import SAMPLERS
 from ..search.store import exclusive, storage
 from ..search.tune import MIN_SHARE, TuneOptions, plan_targets, tune as tune_targets
 from ..workspace import Workspace
-from .common import (add_instances, add_json, add_kernels, add_spack_arguments, add_timeout, add_tolerance,
-                     check_timeout, check_tolerance)
+from .common import (
+    add_instances,
+    add_json,
+    add_kernels,
+    add_spack_arguments,
+    add_timeout,
+    add_tolerance,
+    check_timeout,
+    check_tolerance,
+)
 
 description = "search compiler pipelines and launch settings for the hot kernels"
 DEFAULTS = TuneOptions()  # the options' defaults are the search's own
 
 
 def setup_parser(subparser):
-    subparser.add_argument("spec", nargs="?", default=None,
-                           help="Spack spec: record it through Spack (or reuse its record), tune, emit the tuned "
-                                "variant (--repo) and check it in the application (+r3 against ~r3)")
+    subparser.add_argument(
+        "spec",
+        nargs="?",
+        default=None,
+        help="Spack spec: record it through Spack (or reuse its record), tune, emit the tuned "
+        "variant (--repo) and check it in the application (+r3 against ~r3)",
+    )
     subparser.add_argument("--source", default=None, help="source tree to record first (never modified)")
     subparser.add_argument("--run", default=None, help="command that runs the application (with --source)")
     subparser.add_argument("--build", default=None, help="build command for the record (see r3 record --help)")
-    add_kernels(subparser, help="tune this kernel (repeatable; default: every captured kernel with at least "
-                                "--min-share of the run)")
-    add_instances(subparser, help="record the first N calls of each kernel (default 1); a kernel's calls then "
-                                  "replay as one sequence in every timed run, so that data each call finds in its "
-                                  "own place (a lookup of a new key each call) is timed as in the application. "
-                                  "auto: as many calls as it takes for the pages they touch to fill half this "
-                                  "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS)
-    subparser.add_argument("--min-share", type=float, default=MIN_SHARE, metavar="F",
-                           help="smallest share of the application's time worth tuning (default %g)" % MIN_SHARE)
-    subparser.add_argument("--budget", type=int, default=DEFAULTS.budget, metavar="N",
-                           help="evaluations per kernel (default %d)" % DEFAULTS.budget)
-    subparser.add_argument("--workers", type=int, default=DEFAULTS.workers, metavar="N",
-                           help="replay workers evaluating in parallel, each pinned to its share of the CPUs")
-    subparser.add_argument("--cluster", default=None, metavar="SPEC",
-                           help="evaluate on a Dask cluster instead of local workers: local:N (N worker processes "
-                                "here), tcp://HOST:PORT (a running scheduler), or a batch cluster's JSON file "
-                                "('config': the workspace's cluster.json); the workspace must be on a file system "
-                                "the workers share")
-    subparser.add_argument("--kernels-at-once", type=int, default=None, metavar="N",
-                           help="kernels searched side by side, each on its own share of the workers (default: 1 "
-                                "with local workers; with --cluster, one per 2 of the cluster's workers)")
-    subparser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
-                           help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) "
-                                "or random")
+    add_kernels(
+        subparser,
+        help="tune this kernel (repeatable; default: every captured kernel with at least --min-share of the run)",
+    )
+    add_instances(
+        subparser,
+        help="record the first N calls of each kernel (default 1); a kernel's calls then "
+        "replay as one sequence in every timed run, so that data each call finds in its "
+        "own place (a lookup of a new key each call) is timed as in the application. "
+        "auto: as many calls as it takes for the pages they touch to fill half this "
+        "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS,
+    )
+    subparser.add_argument(
+        "--min-share",
+        type=float,
+        default=MIN_SHARE,
+        metavar="F",
+        help="smallest share of the application's time worth tuning (default %g)" % MIN_SHARE,
+    )
+    subparser.add_argument(
+        "--budget",
+        type=int,
+        default=DEFAULTS.budget,
+        metavar="N",
+        help="evaluations per kernel (default %d)" % DEFAULTS.budget,
+    )
+    subparser.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULTS.workers,
+        metavar="N",
+        help="replay workers evaluating in parallel, each pinned to its share of the CPUs",
+    )
+    subparser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="SPEC",
+        help="evaluate on a Dask cluster instead of local workers: local:N (N worker processes "
+        "here), tcp://HOST:PORT (a running scheduler), or a batch cluster's JSON file "
+        "('config': the workspace's cluster.json); the workspace must be on a file system "
+        "the workers share",
+    )
+    subparser.add_argument(
+        "--kernels-at-once",
+        type=int,
+        default=None,
+        metavar="N",
+        help="kernels searched side by side, each on its own share of the workers (default: 1 "
+        "with local workers; with --cluster, one per 2 of the cluster's workers)",
+    )
+    subparser.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=DEFAULTS.sampler,
+        help="tpe (default: Bayesian, multivariate TPE with every fourth trial drawn at random) or random",
+    )
     subparser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="sampler seed (for repeatable searches)")
-    add_tolerance(subparser, help="relative tolerance of floating-point results; fast-math and FMA changes are "
-                                  "searched only when it is above 0 (default: the captures', else exact)")
-    subparser.add_argument("--pairs", type=int, default=DEFAULTS.pairs,
-                           help="paired runs per evaluation (default %d)" % DEFAULTS.pairs)
-    subparser.add_argument("--confirm-pairs", type=int, default=DEFAULTS.confirm_pairs,
-                           help="paired runs per confirmation round of each winner candidate (default %d)"
-                                % DEFAULTS.confirm_pairs)
-    subparser.add_argument("--confirm-rounds", type=int, default=DEFAULTS.confirm_rounds,
-                           help="confirmation rounds (default %d)" % DEFAULTS.confirm_rounds)
+    add_tolerance(
+        subparser,
+        help="relative tolerance of floating-point results; fast-math and FMA changes are "
+        "searched only when it is above 0 (default: the captures', else exact)",
+    )
+    subparser.add_argument(
+        "--pairs", type=int, default=DEFAULTS.pairs, help="paired runs per evaluation (default %d)" % DEFAULTS.pairs
+    )
+    subparser.add_argument(
+        "--confirm-pairs",
+        type=int,
+        default=DEFAULTS.confirm_pairs,
+        help="paired runs per confirmation round of each winner candidate (default %d)" % DEFAULTS.confirm_pairs,
+    )
+    subparser.add_argument(
+        "--confirm-rounds",
+        type=int,
+        default=DEFAULTS.confirm_rounds,
+        help="confirmation rounds (default %d)" % DEFAULTS.confirm_rounds,
+    )
     add_timeout(subparser, DEFAULTS.timeout, help="seconds before a candidate counts as hung")
-    subparser.add_argument("--storage", default=None, metavar="PATH|URL",
-                           help="where the studies are kept: a journal file (several runs, on several hosts over "
-                                "NFS, may share it) or a database URL (its driver needed); default: the "
-                                "workspace's r3.journal")
-    subparser.add_argument("--cache", choices=CACHE_STATES + (AUTO,), default=AUTO,
-                           help="caches at the start of each timed run (see r3 replay --help); auto (default): "
-                                "per kernel, the state its application leaves them in between its calls, from "
-                                "what the recorded kernels touch (a kernel whose data the others push out of "
-                                "its cores' caches is measured with shared)")
-    subparser.add_argument("--mutator", choices=("rules", "llm", "none"), default="rules",
-                           help="who proposes source rewrites: rules (default, no model), llm (a model through "
-                                "--llm-url) or none (compiler pipelines and launch settings only)")
-    subparser.add_argument("--fallback-rules", action="store_true",
-                           help="with --mutator llm: go on with the rules when the model endpoint fails")
-    subparser.add_argument("--remix-share", type=float, default=DEFAULTS.remix_share, metavar="F",
-                           help="share of each kernel's budget held for source variants (default %g); "
-                                "the pipeline search takes back up to half of it while its best still improves"
-                                % DEFAULTS.remix_share)
-    subparser.add_argument("--stall-patience", type=int, default=DEFAULTS.stall_patience, metavar="N",
-                           help="evaluations without a new best (beyond 1%%%%) after which the pipeline search "
-                                "has stalled and hands the rest of the held budget to source variants "
-                                "(default %d; 0: --remix-share exactly)" % DEFAULTS.stall_patience)
-    subparser.add_argument("--child-budget", type=int, default=DEFAULTS.child_budget, metavar="N",
-                           help="Bayesian evaluations of each source variant that verifies (default %d)"
-                                % DEFAULTS.child_budget)
-    subparser.add_argument("--repairs", type=int, default=DEFAULTS.repairs, metavar="N",
-                           help="times a rewrite that fails to compile or verify goes back to its mutator "
-                                "with the diagnostic (default %d)" % DEFAULTS.repairs)
+    subparser.add_argument(
+        "--storage",
+        default=None,
+        metavar="PATH|URL",
+        help="where the studies are kept: a journal file (several runs, on several hosts over "
+        "NFS, may share it) or a database URL (its driver needed); default: the "
+        "workspace's r3.journal",
+    )
+    subparser.add_argument(
+        "--cache",
+        choices=CACHE_STATES + (AUTO,),
+        default=AUTO,
+        help="caches at the start of each timed run (see r3 replay --help); auto (default): "
+        "per kernel, the state its application leaves them in between its calls, from "
+        "what the recorded kernels touch (a kernel whose data the others push out of "
+        "its cores' caches is measured with shared)",
+    )
+    subparser.add_argument(
+        "--mutator",
+        choices=("rules", "llm", "none"),
+        default="rules",
+        help="who proposes source rewrites: rules (default, no model), llm (a model through "
+        "--llm-url) or none (compiler pipelines and launch settings only)",
+    )
+    subparser.add_argument(
+        "--fallback-rules",
+        action="store_true",
+        help="with --mutator llm: go on with the rules when the model endpoint fails",
+    )
+    subparser.add_argument(
+        "--remix-share",
+        type=float,
+        default=DEFAULTS.remix_share,
+        metavar="F",
+        help="share of each kernel's budget held for source variants (default %g); "
+        "the pipeline search takes back up to half of it while its best still improves" % DEFAULTS.remix_share,
+    )
+    subparser.add_argument(
+        "--stall-patience",
+        type=int,
+        default=DEFAULTS.stall_patience,
+        metavar="N",
+        help="evaluations without a new best (beyond 1%%%%) after which the pipeline search "
+        "has stalled and hands the rest of the held budget to source variants "
+        "(default %d; 0: --remix-share exactly)" % DEFAULTS.stall_patience,
+    )
+    subparser.add_argument(
+        "--child-budget",
+        type=int,
+        default=DEFAULTS.child_budget,
+        metavar="N",
+        help="Bayesian evaluations of each source variant that verifies (default %d)" % DEFAULTS.child_budget,
+    )
+    subparser.add_argument(
+        "--repairs",
+        type=int,
+        default=DEFAULTS.repairs,
+        metavar="N",
+        help="times a rewrite that fails to compile or verify goes back to its mutator "
+        "with the diagnostic (default %d)" % DEFAULTS.repairs,
+    )
     device_hook.add_arguments(subparser)
     model_client.add_arguments(subparser)
     add_spack_arguments(subparser)
-    subparser.add_argument("--repo", default=None, metavar="DIR",
-                           help="with a spec: the Spack repository the tuned variant goes to (default: "
-                                "<workspace>/repos/r3tuned)")
-    subparser.add_argument("--check-pairs", type=int, default=5, metavar="N",
-                           help="with a spec: paired application runs of +r3 against ~r3 (default 5; 0: no check)")
-    subparser.add_argument("--check-kernel-pairs", type=int, default=3, metavar="N",
-                           help="with a spec: paired runs of the timed builds (+r3probes) for each tuned kernel's "
-                                "time inside the application (default 3; 0: not measured)")
+    subparser.add_argument(
+        "--repo",
+        default=None,
+        metavar="DIR",
+        help="with a spec: the Spack repository the tuned variant goes to (default: <workspace>/repos/r3tuned)",
+    )
+    subparser.add_argument(
+        "--check-pairs",
+        type=int,
+        default=5,
+        metavar="N",
+        help="with a spec: paired application runs of +r3 against ~r3 (default 5; 0: no check)",
+    )
+    subparser.add_argument(
+        "--check-kernel-pairs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with a spec: paired runs of the timed builds (+r3probes) for each tuned kernel's "
+        "time inside the application (default 3; 0: not measured)",
+    )
     add_json(subparser, help="print the results as JSON")
 
 
@@ -132,11 +233,15 @@ def tune(args):
         raise R3Error("--remix-share must be in [0, 1)")
     cpus = len(os.sched_getaffinity(0))
     if args.workers > cpus:  # workers pinned to CPUs they share: their timings mean nothing
-        raise R3Error("--workers %d: this process may use %d CPU(s); at most %d worker(s)" % (
-            args.workers, cpus, cpus))
+        raise R3Error("--workers %d: this process may use %d CPU(s); at most %d worker(s)" % (args.workers, cpus, cpus))
     if args.cluster and args.workers != 1:
         raise R3Error("--workers is for the local pool: with --cluster the cluster's workers evaluate")
-    if args.cluster and args.cluster.startswith("local:") and args.cluster[6:].isdigit() and int(args.cluster[6:]) > cpus:
+    if (
+        args.cluster
+        and args.cluster.startswith("local:")
+        and args.cluster[6:].isdigit()
+        and int(args.cluster[6:]) > cpus
+    ):
         raise R3Error("--cluster %s: this process may use %d CPU(s); at most local:%d" % (args.cluster, cpus, cpus))
     check_timeout(args)
     check_tolerance(args)
@@ -149,6 +254,7 @@ def tune(args):
     ws = Workspace(args.workspace)
     if args.cluster:
         from ..scale.cluster import check  # Dask only where asked for
+
         check(args.cluster, ws)
     if args.storage:
         storage(ws, args.storage)  # a storage that cannot open says so before the record, not after
@@ -163,21 +269,40 @@ def tune(args):
         progress(line)
     if not plan.targets:
         raise R3Error("no replayable kernel to tune in %s (see: r3 kernels)" % ws.root)
-    progress("tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %s"
-             % (len(plan.targets), percent(plan.covered_share), args.budget,
-                "on the Dask cluster " + args.cluster if args.cluster else "%d worker(s)" % args.workers))
+    progress(
+        "tuning %d kernel(s) covering %s of the application's run time, %d evaluations each, %s"
+        % (
+            len(plan.targets),
+            percent(plan.covered_share),
+            args.budget,
+            "on the Dask cluster " + args.cluster if args.cluster else "%d worker(s)" % args.workers,
+        )
+    )
     bar = ProgressBar()
 
     def on_progress(p):
         best = "-" if p.best is None else "%.2fx" % p.best
         bar.update(cxxnames.display(p.kernel), p.done, p.budget, "best %s, %d failed" % (best, p.failed))
 
-    options = TuneOptions(budget=args.budget, workers=args.workers, sampler=args.sampler, seed=args.seed,
-                          pairs=args.pairs, confirm_pairs=args.confirm_pairs, confirm_rounds=args.confirm_rounds,
-                          timeout=args.timeout, mutator=mutator, remix_share=args.remix_share if mutator else 0.0,
-                          child_budget=args.child_budget, repairs=args.repairs, fallback_rules=args.fallback_rules,
-                          stall_patience=args.stall_patience, storage=args.storage,
-                          cluster=args.cluster, kernels_at_once=args.kernels_at_once)
+    options = TuneOptions(
+        budget=args.budget,
+        workers=args.workers,
+        sampler=args.sampler,
+        seed=args.seed,
+        pairs=args.pairs,
+        confirm_pairs=args.confirm_pairs,
+        confirm_rounds=args.confirm_rounds,
+        timeout=args.timeout,
+        mutator=mutator,
+        remix_share=args.remix_share if mutator else 0.0,
+        child_budget=args.child_budget,
+        repairs=args.repairs,
+        fallback_rules=args.fallback_rules,
+        stall_patience=args.stall_patience,
+        storage=args.storage,
+        cluster=args.cluster,
+        kernels_at_once=args.kernels_at_once,
+    )
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:
         progress("not tuned: " + line)
@@ -190,11 +315,17 @@ def tune(args):
     device = any(device_hook.is_device(c) for c in captures)
     spack_part = _emit_and_check(ws, args, progress, device) if args.spec and results else None
     if args.json:
-        out = {"kernels": [r.to_json() for r in results], "covered_share": plan.covered_share,
-               "skipped": plan.skipped + skipped, "report": paths}
+        out = {
+            "kernels": [r.to_json() for r in results],
+            "covered_share": plan.covered_share,
+            "skipped": plan.skipped + skipped,
+            "report": paths,
+        }
         if gpus:
-            out["gpus"] = {k: [v.to_json() for v in vs] if isinstance(vs, list) else str(vs)
-                           for k, vs in device_hook.winners(plan.targets, results)}
+            out["gpus"] = {
+                k: [v.to_json() for v in vs] if isinstance(vs, list) else str(vs)
+                for k, vs in device_hook.winners(plan.targets, results)
+            }
         if spack_part:
             out.update(spack_part)
         print(json.dumps(out, indent=1))
@@ -227,16 +358,33 @@ def _emit_and_check(ws, args, progress, device=False):
     for line in done.skipped:
         progress("not emitted: " + line)
     progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
-    out = {"emitted": {"recipe": done.recipe, "target": done.target, "targets": done.targets,
-                       "skipped": done.skipped, "predicted_app_speedup": done.plan.predicted_app_speedup()}}
+    out = {
+        "emitted": {
+            "recipe": done.recipe,
+            "target": done.target,
+            "targets": done.targets,
+            "skipped": done.skipped,
+            "predicted_app_speedup": done.plan.predicted_app_speedup(),
+        }
+    }
     if args.check_pairs < 1 or not args.run:
         if args.check_pairs >= 1:
             progress("no application check: the record ran the package's tests, give --run CMD to time a run")
         return out
     _, facts = latest_spack_record(ws, name)
     repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
-    check = check_app(ws, done, args.spec, args.run, pairs=args.check_pairs, user_scopes=args.spack_config,
-                      extra_repos=repos, repo_root=args.repo, say=progress, kernel_pairs=args.check_kernel_pairs)
+    check = check_app(
+        ws,
+        done,
+        args.spec,
+        args.run,
+        pairs=args.check_pairs,
+        user_scopes=args.spack_config,
+        extra_repos=repos,
+        repo_root=args.repo,
+        say=progress,
+        kernel_pairs=args.check_kernel_pairs,
+    )
     record_check(done, check)
     out["check"] = check.to_json()
     return out
@@ -249,21 +397,42 @@ def _print_spack_part(part):
     print("tuned variant: %s (target=%s)" % (emitted["recipe"], emitted["target"]))
     check = part.get("check")
     if check:
-        print("application: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
-              "(fidelity %.2f; kernel shares of the %s)" % (
-                  check["app_untuned_s"], check["app_tuned_s"], check["app_speedup"], check["app_speedup_min"],
-                  check["app_speedup_max"], check["pairs"], check["predicted_app_speedup"], check["fidelity"],
-                  check["shares_from"]))
+        print(
+            "application: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
+            "(fidelity %.2f; kernel shares of the %s)"
+            % (
+                check["app_untuned_s"],
+                check["app_tuned_s"],
+                check["app_speedup"],
+                check["app_speedup_min"],
+                check["app_speedup_max"],
+                check["pairs"],
+                check["predicted_app_speedup"],
+                check["fidelity"],
+                check["shares_from"],
+            )
+        )
     if check and check.get("kernels"):
         # the share the prediction weighs: the kernel as the outermost tuned one (check.py)
-        rows = [[cxxnames.display(k["kernel"]), k["calls"], "%.1f%%" % (100 * k.get("outer_share", k["share"])),
-                 "%.4fs" % k["untuned_s"],
-                 "%.4fs" % k["tuned_s"],
-                 "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
-                 "%.2fx" % k["replay_speedup"], "%.2f" % k["fidelity"]] for k in check["kernels"]]
-        print(table(["kernel in the application", "calls", "share", "untuned", "tuned", "speedup", "replay",
-                     "fidelity"],
-                    rows))
+        rows = [
+            [
+                cxxnames.display(k["kernel"]),
+                k["calls"],
+                "%.1f%%" % (100 * k.get("outer_share", k["share"])),
+                "%.4fs" % k["untuned_s"],
+                "%.4fs" % k["tuned_s"],
+                "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
+                "%.2fx" % k["replay_speedup"],
+                "%.2f" % k["fidelity"],
+            ]
+            for k in check["kernels"]
+        ]
+        print(
+            table(
+                ["kernel in the application", "calls", "share", "untuned", "tuned", "speedup", "replay", "fidelity"],
+                rows,
+            )
+        )
 
 
 def _mutator(args):
@@ -282,8 +451,15 @@ def _captures(ws, args, progress):
         return _workspace_captures(ws, args, progress)
     # Runs that start together with the same record to make: one records, the others wait
     # and reuse its captures (each recording its own, they tuned studies of their own).
-    key = ["record", args.spec, os.path.abspath(args.source) if args.source else None, args.run, args.build,
-           sorted(args.kernel), args.instances]
+    key = [
+        "record",
+        args.spec,
+        os.path.abspath(args.source) if args.source else None,
+        args.run,
+        args.build,
+        sorted(args.kernel),
+        args.instances,
+    ]
     with exclusive(ws, [json.dumps(key)]):
         return _record_or_reuse(ws, args, progress)
 
@@ -296,8 +472,10 @@ def _workspace_captures(ws, args, progress):
     for c in corrupt:
         warn("warning: capture %s is not tuned: it is corrupt: %s" % (c.id, c.reason))
     if captures and others:
-        progress("tuning the captures of the latest run, %s (%d other run(s) in the workspace: see r3 kernels)"
-                 % (run_name(captures[0]) or "recorded %s" % captures[0].created, others))
+        progress(
+            "tuning the captures of the latest run, %s (%d other run(s) in the workspace: see r3 kernels)"
+            % (run_name(captures[0]) or "recorded %s" % captures[0].created, others)
+        )
     return captures
 
 
@@ -309,9 +487,17 @@ def _record_or_reuse(ws, args, progress):
         if previous:
             progress("reusing the captures recorded in %s" % previous.run_dir)
             return previous.captures
-        return record_spec(ws, args.spec, run=args.run, kernels=args.kernel, instances=args.instances,
-                           user_scopes=args.spack_config, extra_repos=args.spack_repo, progress=progress,
-                           source=args.source).captures
+        return record_spec(
+            ws,
+            args.spec,
+            run=args.run,
+            kernels=args.kernel,
+            instances=args.instances,
+            user_scopes=args.spack_config,
+            extra_repos=args.spack_repo,
+            progress=progress,
+            source=args.source,
+        ).captures
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None, instances=args.instances)
     previous = previous_record(ws, args.source, args.run, **settings)
     if previous:

@@ -64,21 +64,34 @@ def generate_many(dev, pipelines, max_registers=None, thread_limit=None, timeout
     ext = ".ptx" if target.vendor == NVIDIA else ".o"
     with tempfile.TemporaryDirectory(prefix="r3-codegen-") as tmp:
         outs = [os.path.join(tmp, "device%d%s" % (i, ext)) for i in range(len(pipelines))]
-        job = {"bitcode": os.path.join(tmp, "device.bc"), "triple": target.triple, "arch": target.name,
-               "kernels": list(dev.kernels), "pipelines": [p.to_json() for p in pipelines], "clang": dev.clang,
-               "max_registers": max_registers if target.vendor != NVIDIA else None, "outs": outs,
-               "thread_limit": thread_limit if dev.kind == "openmp" else None}
+        job = {
+            "bitcode": os.path.join(tmp, "device.bc"),
+            "triple": target.triple,
+            "arch": target.name,
+            "kernels": list(dev.kernels),
+            "pipelines": [p.to_json() for p in pipelines],
+            "clang": dev.clang,
+            "max_registers": max_registers if target.vendor != NVIDIA else None,
+            "outs": outs,
+            "thread_limit": thread_limit if dev.kind == "openmp" else None,
+        }
         with open(job["bitcode"], "wb") as f:
             f.write(dev.bitcode)
         with open(os.path.join(tmp, "job.json"), "w") as f:
             json.dump(job, f)
         try:
-            proc = subprocess.run([sys.executable, "-m", "spack_r3.device.codegen", os.path.join(tmp, "job.json")],
-                                  capture_output=True, text=True, timeout=timeout * max(1, len(pipelines)))
+            proc = subprocess.run(
+                [sys.executable, "-m", "spack_r3.device.codegen", os.path.join(tmp, "job.json")],
+                capture_output=True,
+                text=True,
+                timeout=timeout * max(1, len(pipelines)),
+            )
         except subprocess.TimeoutExpired:
             raise CodegenError("code generation for %s took longer than %ds" % (target, timeout))
         if proc.returncode != 0:
-            raise CodegenError("code generation for %s failed: %s" % (target, _first_error(proc.stderr, proc.returncode)))
+            raise CodegenError(
+                "code generation for %s failed: %s" % (target, _first_error(proc.stderr, proc.returncode))
+            )
         results = []
         for out in outs:
             if not os.path.exists(out):
@@ -156,7 +169,7 @@ def ptx_launch_bounds(ptx):
     """{entry: threads} of the entries that declare ``.maxntid x, y, z``."""
     out = {}
     for m in re.finditer(r"\.entry\s+([\w$.]+)\s*\(", ptx):
-        head = ptx[m.end():ptx.find("{", m.end())]
+        head = ptx[m.end() : ptx.find("{", m.end())]
         b = re.search(r"\.maxntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", head)
         if b:
             out[m.group(1)] = int(b.group(1)) * int(b.group(2) or 1) * int(b.group(3) or 1)
@@ -168,8 +181,9 @@ def amdgpu_resources(obj_path, timeout=CODEGEN_TIMEOUT_S):
     argv = [tools.llvm_tool("llvm-readelf"), "--notes", obj_path]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise CodegenError("llvm-readelf --notes cannot read the code object: %s"
-                           % _first_error(proc.stderr, proc.returncode))
+        raise CodegenError(
+            "llvm-readelf --notes cannot read the code object: %s" % _first_error(proc.stderr, proc.returncode)
+        )
     kernels = parse_amdgpu_notes(proc.stdout)
     if not kernels and "NT_AMDGPU_METADATA" not in proc.stdout:
         raise CodegenError("the code object has no AMDGPU metadata note")
@@ -177,13 +191,17 @@ def amdgpu_resources(obj_path, timeout=CODEGEN_TIMEOUT_S):
     for k in kernels:
         name = str(k.get("name", ""))
         out[name] = Resources(
-            name, registers=int(k.get("vgpr_count", 0)), sgprs=int(k.get("sgpr_count", 0)),
+            name,
+            registers=int(k.get("vgpr_count", 0)),
+            sgprs=int(k.get("sgpr_count", 0)),
             agprs=int(k.get("agpr_count", 0)),
             spill_stores=int(k.get("vgpr_spill_count", 0)) + int(k.get("sgpr_spill_count", 0)),
-            stack=int(k.get("private_segment_fixed_size", 0)), shared=int(k.get("group_segment_fixed_size", 0)),
+            stack=int(k.get("private_segment_fixed_size", 0)),
+            shared=int(k.get("group_segment_fixed_size", 0)),
             max_threads=int(k["max_flat_workgroup_size"]) if "max_flat_workgroup_size" in k else None,
             wave_size=int(k["wavefront_size"]) if "wavefront_size" in k else None,
-            dynamic_stack=str(k.get("uses_dynamic_stack", "false")) == "true")
+            dynamic_stack=str(k.get("uses_dynamic_stack", "false")) == "true",
+        )
     return out
 
 
@@ -222,6 +240,7 @@ def _first_error(stderr, rc):
 
 # ---- the child process: LLVM only ------------------------------------------------------
 
+
 def _set_kernel_attribute(text, kernels, attribute):
     """``attribute`` (e.g. ``"amdgpu-num-vgpr"="32"``) added to the attribute groups of
     the kernels' definitions."""
@@ -239,10 +258,16 @@ def _set_thread_limit(text, n):
     ``thread_limit(n)``: the kernel attributes and the kernel environment's MaxThreads."""
     text = re.sub(r'"omp_target_thread_limit"="\d+"', '"omp_target_thread_limit"="%d"' % n, text)
     text = re.sub(r'"nvvm\.maxntid"="\d+"', '"nvvm.maxntid"="%d"' % n, text)
-    text = re.sub(r'"amdgpu-flat-work-group-size"="(\d+),\d+"', lambda m: '"amdgpu-flat-work-group-size"="%s,%d"'
-                  % (m.group(1), n), text)
-    return re.sub(r"(%struct\.ConfigurationEnvironmentTy \{ i8 \d+, i8 \d+, i8 \d+, i32 \d+, i32 )\d+",
-                  lambda m: m.group(1) + str(n), text)
+    text = re.sub(
+        r'"amdgpu-flat-work-group-size"="(\d+),\d+"',
+        lambda m: '"amdgpu-flat-work-group-size"="%s,%d"' % (m.group(1), n),
+        text,
+    )
+    return re.sub(
+        r"(%struct\.ConfigurationEnvironmentTy \{ i8 \d+, i8 \d+, i8 \d+, i32 \d+, i32 )\d+",
+        lambda m: m.group(1) + str(n),
+        text,
+    )
 
 
 def _noalias(text, kernels):
@@ -270,8 +295,18 @@ def _child(job):
         bitcode = f.read()
     for spec, out in zip(job["pipelines"], job["outs"]):
         try:
-            data = _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels, arch, amd,
-                        Pipeline.from_json(spec))
+            data = _one(
+                llvm,
+                stages,
+                apply_pipeline_edits,
+                built_target,
+                job,
+                bitcode,
+                kernels,
+                arch,
+                amd,
+                Pipeline.from_json(spec),
+            )
         except (RuntimeError, ValueError, OSError, subprocess.SubprocessError, stages.CompileError) as err:
             with open(out + ".error", "w") as f:
                 f.write(_first_error(str(err), 1) if str(err).strip() else type(err).__name__)
@@ -291,8 +326,9 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
     def edits(text):
         features = built_target(text, kernels[0])[1] if kernels else ""
         # noalias for every kernel of the module, not only the first
-        text = apply_pipeline_edits(text, kernels[0] if kernels else "", replace(p, noalias=False), arch, features,
-                                    True)
+        text = apply_pipeline_edits(
+            text, kernels[0] if kernels else "", replace(p, noalias=False), arch, features, True
+        )
         if p.noalias:
             text = _noalias(text, kernels)
         if job.get("thread_limit"):
@@ -303,11 +339,16 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
 
     if p.polly:
         ptools = stages.polly_tools(job.get("clang"))
-        text19 = subprocess.run([ptools.dis, job["bitcode"], "-o", "-"], capture_output=True, text=True,
-                                check=True).stdout
+        text19 = subprocess.run(
+            [ptools.dis, job["bitcode"], "-o", "-"], capture_output=True, text=True, check=True
+        ).stdout
         text19, features = edits(text19)
-        proc = subprocess.run([ptools.opt] + stages.polly_options(p) + ["-", "-o", "-"], input=text19.encode(),
-                              capture_output=True, timeout=stages.POLLY_TIMEOUT_S)
+        proc = subprocess.run(
+            [ptools.opt] + stages.polly_options(p) + ["-", "-o", "-"],
+            input=text19.encode(),
+            capture_output=True,
+            timeout=stages.POLLY_TIMEOUT_S,
+        )
         if proc.returncode != 0:
             raise RuntimeError("the polly stage failed: %s" % _first_error(proc.stderr.decode(), proc.returncode))
         mod = llvm.parse_assembly(fix(str(llvm.parse_bitcode(proc.stdout))))

@@ -67,10 +67,16 @@ class CudaDevice:
         self.context = _check(cu, cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         _check(cu, cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         attr = cu.CUdevice_attribute
-        major = _check(cu, cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device),
-                       "cuDeviceGetAttribute")
-        minor = _check(cu, cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device),
-                       "cuDeviceGetAttribute")
+        major = _check(
+            cu,
+            cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device),
+            "cuDeviceGetAttribute",
+        )
+        minor = _check(
+            cu,
+            cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device),
+            "cuDeviceGetAttribute",
+        )
         self.arch = "sm_%d%d" % (major, minor)
         self.mappings: List[Mapping] = []
 
@@ -84,9 +90,15 @@ class CudaDevice:
 
     def granularity(self):
         cu = self.cu
-        return int(_check(cu, cu.cuMemGetAllocationGranularity(
-            self._prop(), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-            "cuMemGetAllocationGranularity"))
+        return int(
+            _check(
+                cu,
+                cu.cuMemGetAllocationGranularity(
+                    self._prop(), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+                ),
+                "cuMemGetAllocationGranularity",
+            )
+        )
 
     def free_address(self, size):
         """A device virtual address where ``size`` bytes can be mapped now (reserved, then
@@ -138,8 +150,15 @@ class CudaDevice:
         module = _check(cu, cu.cuModuleLoadData(image), "cuModuleLoadData")
         return _check(cu, cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction %s" % name)
 
-    def launch(self, fn, grid: Tuple[int, int, int], block: Tuple[int, int, int], args: Sequence[Tuple[object, type]],
-               shared=0, stream=0):
+    def launch(
+        self,
+        fn,
+        grid: Tuple[int, int, int],
+        block: Tuple[int, int, int],
+        args: Sequence[Tuple[object, type]],
+        shared=0,
+        stream=0,
+    ):
         """One launch; ``args``: (value, ctypes type) per kernel parameter."""
         cu = self.cu
         values = tuple(a[0] for a in args)

@@ -32,12 +32,47 @@ OPENMP, CUDA, HIP = "openmp", "cuda", "hip"
 COMPILE_TIMEOUT_S = 120
 _GPU_EXTS = {".cu": CUDA, ".hip": HIP}
 _WITH_VALUE_KEEP = ("-I", "-D", "-U", "-include", "-isystem", "-iquote", "-idirafter")
-_WITH_VALUE_DROP = ("-o", "-MF", "-MT", "-MQ", "-x", "-Xopenmp-target", "-Xarch_host", "-Xarch_device", "-target",
-                    "-arch", "-Xlinker", "-L", "-l")
-_DROP_PREFIXES = ("-m", "-fopenmp-targets", "--offload-arch", "--cuda-gpu-arch", "-Xopenmp-target=", "--target",
-                  "-fsanitize", "-fprofile", "-fcoverage", "-flto", "-fno-lto", "-g", "-M", "-fdebug", "-c",
-                  "--offload", "--cuda-device-only", "--cuda-host-only", "-nogpulib", "-nocudalib", "-emit-llvm",
-                  "-S", "-E", "-Wl,")
+_WITH_VALUE_DROP = (
+    "-o",
+    "-MF",
+    "-MT",
+    "-MQ",
+    "-x",
+    "-Xopenmp-target",
+    "-Xarch_host",
+    "-Xarch_device",
+    "-target",
+    "-arch",
+    "-Xlinker",
+    "-L",
+    "-l",
+)
+_DROP_PREFIXES = (
+    "-m",
+    "-fopenmp-targets",
+    "--offload-arch",
+    "--cuda-gpu-arch",
+    "-Xopenmp-target=",
+    "--target",
+    "-fsanitize",
+    "-fprofile",
+    "-fcoverage",
+    "-flto",
+    "-fno-lto",
+    "-g",
+    "-M",
+    "-fdebug",
+    "-c",
+    "--offload",
+    "--cuda-device-only",
+    "--cuda-host-only",
+    "-nogpulib",
+    "-nocudalib",
+    "-emit-llvm",
+    "-S",
+    "-E",
+    "-Wl,",
+)
 _KERNEL_DEF = re.compile(r'^define [^@\n]*\b(?:ptx_kernel|amdgpu_kernel)\b[^@\n]*@("(?:[^"]+)"|[\w.$]+)\(', re.M)
 
 
@@ -114,11 +149,22 @@ def unit_flags(source, command):
 def _device_flags(kind, target, flags):
     arch = target.name
     if kind == OPENMP:
-        return ["-fopenmp", "-fopenmp-targets=%s" % target.triple, "--offload-arch=%s" % arch,
-                "--offload-device-only", "-nogpulib"]
+        return [
+            "-fopenmp",
+            "-fopenmp-targets=%s" % target.triple,
+            "--offload-arch=%s" % arch,
+            "--offload-device-only",
+            "-nogpulib",
+        ]
     if target.vendor == NVIDIA:
-        return ["-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=%s" % arch, "-nocudalib",
-                "-Wno-unknown-cuda-version"]
+        return [
+            "-x",
+            "cuda",
+            "--cuda-device-only",
+            "--cuda-gpu-arch=%s" % arch,
+            "-nocudalib",
+            "-Wno-unknown-cuda-version",
+        ]
     return ["-x", "hip", "--offload-device-only", "--offload-arch=%s" % arch, "-nogpulib"]
 
 
@@ -135,15 +181,21 @@ def device_ir(source, command, target, cwd=None, clang=None):
         flags.append("-nocudainc" if target.vendor == NVIDIA else "-nogpuinc")
     with tempfile.TemporaryDirectory(prefix="r3-device-") as tmp:
         out = os.path.join(tmp, "device.bc")
-        argv = ([clang] + flags + _device_flags(kind, target, flags) +
-                ["-emit-llvm", "-Xclang", "-disable-llvm-passes", "-c", os.path.abspath(source), "-o", out])
+        argv = (
+            [clang]
+            + flags
+            + _device_flags(kind, target, flags)
+            + ["-emit-llvm", "-Xclang", "-disable-llvm-passes", "-c", os.path.abspath(source), "-o", out]
+        )
         _run(argv, cwd or os.path.dirname(os.path.abspath(source)), "%s for %s" % (os.path.basename(source), target))
         libs = []
         if kind == OPENMP:
             rtl = tools.device_runtime(clang, target)
             if rtl is None:
-                raise DeviceIRError("LLVM's OpenMP device runtime for %s is not installed (libomp-19-dev ships "
-                                    "libomptarget-nvptx-sm_XX.bc and libomptarget-amdgpu-gfxNNN.bc)" % target)
+                raise DeviceIRError(
+                    "LLVM's OpenMP device runtime for %s is not installed (libomp-19-dev ships "
+                    "libomptarget-nvptx-sm_XX.bc and libomptarget-amdgpu-gfxNNN.bc)" % target
+                )
             libs.append(rtl)
         if target.vendor == NVIDIA:
             with open(out, "rb") as f:
@@ -153,8 +205,11 @@ def device_ir(source, command, target, cwd=None, clang=None):
                         libs.append(libdevice)
         if libs:
             linked = os.path.join(tmp, "linked.bc")
-            _run([tools.llvm_tool("llvm-link"), "--only-needed", "--internalize", out] + libs + ["-o", linked],
-                 tmp, "linking the device libraries for %s" % target)
+            _run(
+                [tools.llvm_tool("llvm-link"), "--only-needed", "--internalize", out] + libs + ["-o", linked],
+                tmp,
+                "linking the device libraries for %s" % target,
+            )
             out = linked
         with open(out, "rb") as f:
             bitcode = f.read()

@@ -14,10 +14,14 @@ DEVICE_BACKENDS = ("offload", "cuda", "hip")
 
 
 def add_arguments(subparser):
-    subparser.add_argument("--gpu", default=None, metavar="TARGETS",
-                           help="GPU targets a device kernel's candidates must compile for without spilling and "
-                                "launch on, checked before any run (comma-separated: sm_80,sm_90,gfx90a,gfx942; "
-                                "no GPU needed; see r3 retarget)")
+    subparser.add_argument(
+        "--gpu",
+        default=None,
+        metavar="TARGETS",
+        help="GPU targets a device kernel's candidates must compile for without spilling and "
+        "launch on, checked before any run (comma-separated: sm_80,sm_90,gfx90a,gfx942; "
+        "no GPU needed; see r3 retarget)",
+    )
 
 
 def targets(args):
@@ -37,8 +41,10 @@ def notes(captures, gpus):
     host = sorted({c.kernel for c in captures if not is_device(c)})
     if not host:
         return []
-    return ["--gpu %s: not for host kernels (%s); it screens device kernels' candidates"
-            % (",".join(t.name for t in gpus), ", ".join(host))]
+    return [
+        "--gpu %s: not for host kernels (%s); it screens device kernels' candidates"
+        % (",".join(t.name for t in gpus), ", ".join(host))
+    ]
 
 
 def attach(targets, captures, gpus, max_registers=None):

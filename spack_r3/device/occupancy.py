@@ -46,8 +46,11 @@ class Geometry:
         """The geometry of a data.Launch (an OpenMP region's ``thread_limit``) or its JSON."""
         get = launch.get if isinstance(launch, dict) else (lambda k: getattr(launch, k, None))
         threads = get("thread_limit") or get("block") or None
-        return cls(threads=int(threads) if threads else None, dynamic_shared=int(get("dynamic_shared") or 0),
-                   max_registers=max_registers or get("max_registers") or None)
+        return cls(
+            threads=int(threads) if threads else None,
+            dynamic_shared=int(get("dynamic_shared") or 0),
+            max_registers=max_registers or get("max_registers") or None,
+        )
 
 
 DEFAULT_THREADS = 256  # a block when nothing says: LLVM's OpenMP default on AMDGPU, a common CUDA choice
@@ -127,8 +130,11 @@ def _nvidia(res, lim, g):
     if res.registers:
         per_warp = _up(res.registers * lim.warp_size, lim.reg_alloc_unit)
         if per_warp * warps > lim.regs_per_sm:
-            return Occupancy(False, reason="%d registers x %d threads need more than the %d registers of an SM"
-                             % (res.registers, threads, lim.regs_per_sm))
+            return Occupancy(
+                False,
+                reason="%d registers x %d threads need more than the %d registers of an SM"
+                % (res.registers, threads, lim.regs_per_sm),
+            )
         limits["registers"] = (lim.regs_per_sm // per_warp) // warps
     shared = res.shared + g.dynamic_shared
     if shared > lim.smem_per_block:
@@ -137,8 +143,14 @@ def _nvidia(res, lim, g):
     if alloc:
         limits["shared"] = lim.smem_per_sm // alloc
     blocks, limiter = _pick(limits)
-    return Occupancy(blocks > 0, blocks, blocks * warps, lim.max_warps_per_sm, limiter,
-                     "" if blocks else "no SM can hold a block (%s)" % limiter)
+    return Occupancy(
+        blocks > 0,
+        blocks,
+        blocks * warps,
+        lim.max_warps_per_sm,
+        limiter,
+        "" if blocks else "no SM can hold a block (%s)" % limiter,
+    )
 
 
 def _amd(res, lim, g):
@@ -153,9 +165,11 @@ def _amd(res, lim, g):
         slots["sgprs"] = lim.sgprs_per_simd // _up(res.sgprs, lim.sgpr_alloc_unit)
     waves_per_simd, limiter = _pick(slots)
     # a workgroup's waves spread over the CU's SIMDs
-    limits = {limiter: waves_per_simd * lim.simds_per_cu // waves,
-              # LLVM getMaxWorkGroupsPerCU: 40 single-wave workgroups, else 16 (barriers)
-              "blocks": 40 if waves == 1 else min(40 // waves, 16)}
+    limits = {
+        limiter: waves_per_simd * lim.simds_per_cu // waves,
+        # LLVM getMaxWorkGroupsPerCU: 40 single-wave workgroups, else 16 (barriers)
+        "blocks": 40 if waves == 1 else min(40 // waves, 16),
+    }
     shared = res.shared + g.dynamic_shared
     if shared > lim.lds_per_workgroup:
         return Occupancy(False, reason="%d bytes of LDS a workgroup, at most %d" % (shared, lim.lds_per_workgroup))
@@ -163,5 +177,11 @@ def _amd(res, lim, g):
         limits["shared"] = lim.lds_per_cu // shared
     blocks, limiter = _pick(limits)
     max_waves = lim.max_waves_per_simd * lim.simds_per_cu
-    return Occupancy(blocks > 0, blocks, min(blocks * waves, max_waves), max_waves, limiter,
-                     "" if blocks else "no CU can hold a workgroup of %d waves (%s)" % (waves, limiter))
+    return Occupancy(
+        blocks > 0,
+        blocks,
+        min(blocks * waves, max_waves),
+        max_waves,
+        limiter,
+        "" if blocks else "no CU can hold a workgroup of %d waves (%s)" % (waves, limiter),
+    )

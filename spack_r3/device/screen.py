@@ -44,9 +44,14 @@ class Verdict:
     occupancy: Optional[Occupancy] = None
 
     def to_json(self):
-        return {"target": self.target, "kernel": self.kernel, "ok": self.ok, "reason": self.reason,
-                "resources": self.resources.to_json() if self.resources else None,
-                "occupancy": self.occupancy.to_json() if self.occupancy else None}
+        return {
+            "target": self.target,
+            "kernel": self.kernel,
+            "ok": self.ok,
+            "reason": self.reason,
+            "resources": self.resources.to_json() if self.resources else None,
+            "occupancy": self.occupancy.to_json() if self.occupancy else None,
+        }
 
 
 _REGION = re.compile(r"^__omp_offloading_[0-9a-f]+_[0-9a-f]+_(.*?)(?:_l\d+)?$")
@@ -87,8 +92,9 @@ def screen(unit, pipeline, geometry, targets, kernel=None):
             continue
         names = [k for k in sorted(code.resources) if matches(k, kernel)]
         if not names:
-            verdicts.append(Verdict(target.name, kernel or "*", False,
-                                    "no device kernel %s in %s" % (kernel or "", unit.source)))
+            verdicts.append(
+                Verdict(target.name, kernel or "*", False, "no device kernel %s in %s" % (kernel or "", unit.source))
+            )
         for name in names:
             verdicts.append(judge(name, target, code.resources[name], geometry))
     return verdicts
@@ -105,8 +111,14 @@ def judge(name, target, res, geometry):
             what = "%d registers spilled" % res.spill_stores
         return Verdict(target.name, name, False, "spills on %s%s: %s" % (target, cap, what), res, occ)
     if not occ.launchable:
-        return Verdict(target.name, name, False, "cannot launch on %s at %d threads: %s"
-                       % (target, geometry.threads_for(res), occ.reason), res, occ)
+        return Verdict(
+            target.name,
+            name,
+            False,
+            "cannot launch on %s at %d threads: %s" % (target, geometry.threads_for(res), occ.reason),
+            res,
+            occ,
+        )
     return Verdict(target.name, name, True, "", res, occ)
 
 

@@ -26,11 +26,19 @@ def rows(verdicts, label=None, baseline=None):
             verdict = "tune again: " + v.reason
         elif before is not None and o is not None and o.fraction + 1e-9 < before:
             verdict = "tune again: occupancy %.0f%% -> %.0f%%" % (100 * before, 100 * o.fraction)
-        out.append([label or short(v.kernel), v.target,
-                    r.registers if r else "-", ("%d/%d" % (r.spill_stores, r.spill_loads)) if r else "-",
-                    r.stack if r else "-", r.shared if r else "-",
-                    ("%.0f%%" % (100 * o.fraction)) if o and o.launchable else "-",
-                    (o.limiter if o and o.launchable else "-"), verdict])
+        out.append(
+            [
+                label or short(v.kernel),
+                v.target,
+                r.registers if r else "-",
+                ("%d/%d" % (r.spill_stores, r.spill_loads)) if r else "-",
+                r.stack if r else "-",
+                r.shared if r else "-",
+                ("%.0f%%" % (100 * o.fraction)) if o and o.launchable else "-",
+                (o.limiter if o and o.launchable else "-"),
+                verdict,
+            ]
+        )
     return out
 
 

@@ -53,24 +53,63 @@ class Limits:
 
 KIB = 1024
 LIMITS = {
-    "sm_70": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=96 * KIB, smem_per_block=96 * KIB,
-                    smem_alloc_unit=256),
-    "sm_75": Limits(32, max_warps_per_sm=32, max_blocks_per_sm=16, smem_per_sm=64 * KIB, smem_per_block=64 * KIB,
-                    smem_alloc_unit=256),
-    "sm_80": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=164 * KIB, smem_per_block=163 * KIB,
-                    smem_reserved_per_block=KIB),
-    "sm_86": Limits(32, max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=100 * KIB, smem_per_block=99 * KIB,
-                    smem_reserved_per_block=KIB),
-    "sm_89": Limits(32, max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=100 * KIB, smem_per_block=99 * KIB,
-                    smem_reserved_per_block=KIB),
-    "sm_90": Limits(32, max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=228 * KIB, smem_per_block=227 * KIB,
-                    smem_reserved_per_block=KIB),
-    "gfx90a": Limits(64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800,
-                     max_waves_per_simd=8),
-    "gfx942": Limits(64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800,
-                     max_waves_per_simd=8),
-    "gfx1100": Limits(32, simds_per_cu=2, vgprs_per_simd=1536, vgpr_alloc_unit=24, sgprs_per_simd=0,
-                      max_waves_per_simd=16),
+    "sm_70": Limits(
+        32,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        smem_per_sm=96 * KIB,
+        smem_per_block=96 * KIB,
+        smem_alloc_unit=256,
+    ),
+    "sm_75": Limits(
+        32,
+        max_warps_per_sm=32,
+        max_blocks_per_sm=16,
+        smem_per_sm=64 * KIB,
+        smem_per_block=64 * KIB,
+        smem_alloc_unit=256,
+    ),
+    "sm_80": Limits(
+        32,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        smem_per_sm=164 * KIB,
+        smem_per_block=163 * KIB,
+        smem_reserved_per_block=KIB,
+    ),
+    "sm_86": Limits(
+        32,
+        max_warps_per_sm=48,
+        max_blocks_per_sm=16,
+        smem_per_sm=100 * KIB,
+        smem_per_block=99 * KIB,
+        smem_reserved_per_block=KIB,
+    ),
+    "sm_89": Limits(
+        32,
+        max_warps_per_sm=48,
+        max_blocks_per_sm=24,
+        smem_per_sm=100 * KIB,
+        smem_per_block=99 * KIB,
+        smem_reserved_per_block=KIB,
+    ),
+    "sm_90": Limits(
+        32,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        smem_per_sm=228 * KIB,
+        smem_per_block=227 * KIB,
+        smem_reserved_per_block=KIB,
+    ),
+    "gfx90a": Limits(
+        64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800, max_waves_per_simd=8
+    ),
+    "gfx942": Limits(
+        64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800, max_waves_per_simd=8
+    ),
+    "gfx1100": Limits(
+        32, simds_per_cu=2, vgprs_per_simd=1536, vgpr_alloc_unit=24, sgprs_per_simd=0, max_waves_per_simd=16
+    ),
 }
 
 
@@ -96,7 +135,7 @@ class GpuTarget:
         microarchitecture (``target=``): Spack's CudaPackage ``cuda_arch=90``, ROCmPackage
         ``amdgpu_target=gfx942``."""
         if self.vendor == NVIDIA:
-            return "cuda_arch=%s" % self.name[len("sm_"):]
+            return "cuda_arch=%s" % self.name[len("sm_") :]
         return "amdgpu_target=%s" % self.name
 
     def __str__(self):
@@ -119,8 +158,9 @@ def parse_targets(text):
     """``sm_80,sm_90,gfx90a`` -> [GpuTarget]; R3Error with one line for an unknown or empty one."""
     names = [n for n in (text or "").split(",")]
     if not text or any(not n.strip() for n in names):
-        raise R3Error("--gpu %r: expected a comma-separated list of GPU targets (e.g. sm_80,sm_90,gfx942)"
-                      % (text or ""))
+        raise R3Error(
+            "--gpu %r: expected a comma-separated list of GPU targets (e.g. sm_80,sm_90,gfx942)" % (text or "")
+        )
     out = []
     for n in names:
         t = gpu_target(n)

@@ -34,13 +34,15 @@ def find_ptxas():
         return explicit
     wheel = _wheel_dir("nvidia.cuda_nvcc")
     candidates = [os.path.join(wheel, "bin", "ptxas")] if wheel else []
-    candidates += [os.path.join(os.path.dirname(sys.executable), "ptxas"), shutil.which("ptxas") or "",
-                   "/usr/local/cuda/bin/ptxas"]
+    candidates += [
+        os.path.join(os.path.dirname(sys.executable), "ptxas"),
+        shutil.which("ptxas") or "",
+        "/usr/local/cuda/bin/ptxas",
+    ]
     for path in candidates:
         if path and os.access(path, os.X_OK):
             return path
-    raise ToolchainError("ptxas not found: pip install nvidia-cuda-nvcc-cu12 (scripts/setup.sh does), "
-                         "or set R3_PTXAS")
+    raise ToolchainError("ptxas not found: pip install nvidia-cuda-nvcc-cu12 (scripts/setup.sh does), or set R3_PTXAS")
 
 
 def find_libdevice():
@@ -57,7 +59,8 @@ def llvm_tool(name):
     """``llvm-link``, ``llvm-readelf``, ``llvm-dis``: of LLVM 19 (the record clang's) or newer."""
     for v in LLVM_VERSIONS:
         path = shutil.which("%s-%d" % (name, v)) or (
-            "/usr/lib/llvm-%d/bin/%s" % (v, name) if os.path.exists("/usr/lib/llvm-%d/bin/%s" % (v, name)) else None)
+            "/usr/lib/llvm-%d/bin/%s" % (v, name) if os.path.exists("/usr/lib/llvm-%d/bin/%s" % (v, name)) else None
+        )
         if path:
             return path
     path = shutil.which(name)

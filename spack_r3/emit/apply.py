@@ -54,11 +54,20 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 
 # What shapes the objects r3-apply writes, beside the plan: replay's stages (the same
 # function replay measured with), the IR edits, the probes and runtime of timed builds.
-_BUILD_SOURCES = ("emit/apply.py", "replay/stages.py", "replay/module.py", "replay/pipeline.py",
-                  "replay/specialize.py", "irtext.py",
-                  "record/instrument.py",
-                  "emit/offload.py", "record/offload.py", "backends.py", "record/runtime/r3offload.c",
-                  *("record/runtime/" + f for f in RUNTIME_FILES))
+_BUILD_SOURCES = (
+    "emit/apply.py",
+    "replay/stages.py",
+    "replay/module.py",
+    "replay/pipeline.py",
+    "replay/specialize.py",
+    "irtext.py",
+    "record/instrument.py",
+    "emit/offload.py",
+    "record/offload.py",
+    "backends.py",
+    "record/runtime/r3offload.c",
+    *("record/runtime/" + f for f in RUNTIME_FILES),
+)
 
 
 def toolchain_digest():
@@ -85,14 +94,17 @@ def _run(argv, what, **kw):
     if proc.returncode != 0:
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
         # ld says where on one line and what on the next ("multiple definition of ...")
-        errors = ([l for l in lines if "error" in l.lower() or "multiple definition" in l or "undefined reference" in l]
-                  or lines or ["exit status %d" % proc.returncode])
+        errors = (
+            [l for l in lines if "error" in l.lower() or "multiple definition" in l or "undefined reference" in l]
+            or lines
+            or ["exit status %d" % proc.returncode]
+        )
         raise ApplyError("%s failed: %s" % (what, errors[0].strip()))
     return proc.stdout
 
 
 _GLOBAL_DEF = re.compile(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = ((?:[a-z_]+ )*?)(global|constant) ', re.M)
-_INTERNAL_FN = re.compile(r'^define ((?:[a-z_]+ )*?)(internal|private) ', re.M)
+_INTERNAL_FN = re.compile(r"^define ((?:[a-z_]+ )*?)(internal|private) ", re.M)
 
 
 def _defines(line, name):
@@ -148,8 +160,7 @@ def declare_only(text, kernels):
         d = FunctionDef(line, name)
         prefix = " ".join(w for w in d.prefix.split() if w not in LINKAGE_WORDS or w in ("hidden", "dso_local"))
         suffix = re.sub(r"\b(personality|prefix|prologue|section|comdat|align|gc)\b.*$", "", d.suffix).strip()
-        suffix = " ".join(w for w in suffix.split() if w.startswith("#") or w in ("unnamed_addr",
-                                                                                   "local_unnamed_addr"))
+        suffix = " ".join(w for w in suffix.split() if w.startswith("#") or w in ("unnamed_addr", "local_unnamed_addr"))
         out.append("declare %s %s(%s) %s" % (prefix, global_ref(name), ", ".join(_param_types(d)), suffix))
         while lines[i] != "}":
             i += 1
@@ -189,9 +200,14 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
     kernels = [k["symbol"] for k in unit["kernels"]]
     with tempfile.TemporaryDirectory(prefix="r3-apply-") as tmp:
         ll = os.path.join(tmp, "unit.ll")
-        _run([compiler] + line.without(drop_sources=True, drop_output=True, drop_deps=True)
-             + _unoptimized_args(line) + defines
-             + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll], "the unit's IR")
+        _run(
+            [compiler]
+            + line.without(drop_sources=True, drop_output=True, drop_deps=True)
+            + _unoptimized_args(line)
+            + defines
+            + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll],
+            "the unit's IR",
+        )
         with open(ll) as f:
             original = f.read()
         if tuned:
@@ -201,8 +217,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
         lines = text.split("\n")
         missing = [k for k in kernels if not any(_defines(l, names[k]) for l in lines)]
         if missing:
-            raise ApplyError("%s does not define %s (the source changed since tuning?)"
-                             % (source, ", ".join(missing)))
+            raise ApplyError("%s does not define %s (the source changed since tuning?)" % (source, ", ".join(missing)))
         bitcode = _bitcode(compiler, text, tmp)
         if probes:
             text = _with_probes(text, bitcode, [names[k] for k in kernels])
@@ -213,15 +228,19 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
             else:
                 f.write(text)
         parts = [os.path.join(tmp, "rest.o")]
-        _run([compiler] + codegen_args(line) + ["-Wno-unused-command-line-argument", "-Wno-override-module",
-                                                "-c", rest, "-o", parts[0]],
-             "the unit without its kernels" if tuned else "the unit with probes")
+        _run(
+            [compiler]
+            + codegen_args(line)
+            + ["-Wno-unused-command-line-argument", "-Wno-override-module", "-c", rest, "-o", parts[0]],
+            "the unit without its kernels" if tuned else "the unit with probes",
+        )
         for k in unit["kernels"] if tuned else []:
             pipeline = Pipeline.from_json(k["pipeline"])
             launch = Launch.from_json(k.get("launch") or {})
             try:
-                source_ir = KernelIR.from_bitcode(names[k["symbol"]], bitcode, recorded_globals=writable,
-                                                  clang=compiler, build=True)
+                source_ir = KernelIR.from_bitcode(
+                    names[k["symbol"]], bitcode, recorded_globals=writable, clang=compiler, build=True
+                )
                 mod = optimized_module(source_ir, pipeline, launch)
             except CompileError as err:
                 raise ApplyError("%s: %s" % (k["symbol"], err))
@@ -236,8 +255,9 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:
                 f.write(tm.emit_object(mod))
-        guarded = [names[k["symbol"]] for k in unit["kernels"]
-                   if tuned and Pipeline.from_json(k["pipeline"]).specialize]
+        guarded = [
+            names[k["symbol"]] for k in unit["kernels"] if tuned and Pipeline.from_json(k["pipeline"]).specialize
+        ]
         if guarded:  # specialized kernels' guards report how often they matched (specialize.reporter_c)
             parts.append(_guard_reporter(compiler, guarded, tmp))
         if len(parts) == 1:
@@ -273,8 +293,10 @@ def _bitcode(compiler, text, tmp):
     with open(path, "w") as f:
         f.write(text)
     bc = os.path.join(tmp, "shared.bc")
-    _run([compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module",
-          path, "-o", bc], "the unit's bitcode")
+    _run(
+        [compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module", path, "-o", bc],
+        "the unit's bitcode",
+    )
     with open(bc, "rb") as f:
         return f.read()
 
@@ -296,8 +318,11 @@ def _with_probes(text, bitcode, kernels):
 
 # A fork in optimized IR: ``tail call`` or not, its location argument with attributes
 # (``ptr nonnull @1``).
-_FORK = re.compile(r"^(\s*)(?:(?:tail|notail|musttail) )?call void \(ptr, i32, ptr, \.\.\.\) "
-                   r"@__kmpc_fork_call\((ptr(?: \w+)* @[-\w.$\"]+),", re.M)
+_FORK = re.compile(
+    r"^(\s*)(?:(?:tail|notail|musttail) )?call void \(ptr, i32, ptr, \.\.\.\) "
+    r"@__kmpc_fork_call\((ptr(?: \w+)* @[-\w.$\"]+),",
+    re.M,
+)
 
 
 def _with_threads(mod, threads):
@@ -311,8 +336,10 @@ def _with_threads(mod, threads):
     def push(m):
         count[0] += 1
         gtid = "%%r3.gtid.%d" % count[0]
-        return ("%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_threads(%s, i32 %s, "
-                "i32 %d)\n%s" % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, threads, m.group(0)))
+        return (
+            "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_threads(%s, i32 %s, "
+            "i32 %d)\n%s" % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, threads, m.group(0))
+        )
 
     text = _FORK.sub(push, text)
     if not count[0]:
@@ -351,13 +378,15 @@ def launch(argv):
     from ..record.runtime import link_args
 
     try:
-        extra = (link_args(_clang_for_runtime(line.compiler), offload=is_offload(line))
-                 if probes and not line.shared else [])
+        extra = (
+            link_args(_clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
+        )
     except ToolchainError as err:
         warn(str(err))
         return 1
-    return link_compiling(line, planned, lambda argv, src, obj: _compile(CompileLine(argv), argv, src, obj, plan,
-                                                                        probes, tuned), extra)
+    return link_compiling(
+        line, planned, lambda argv, src, obj: _compile(CompileLine(argv), argv, src, obj, plan, probes, tuned), extra
+    )
 
 
 def _compile(line, argv, source, obj, plan, probes, tuned):

@@ -47,9 +47,13 @@ def build_unit(line, source, obj, unit, run, apply_error):
     target = offload_targets(line.args)[0]
     with tempfile.TemporaryDirectory(prefix="r3-apply-offload-") as tmp:
         dev_ll = os.path.join(tmp, "device.ll")
-        run([compiler] + device_compile_args(line) + defines
+        run(
+            [compiler]
+            + device_compile_args(line)
+            + defines
             + ["--offload-device-only", "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", dev_ll],
-            "the unit's device IR")
+            "the unit's device IR",
+        )
         with open(dev_ll) as f:
             text = f.read()  # clang's own text: the rest is compiled by it (llvmlite prints a newer IR)
         bitcode = _bitcode(compiler, text, tmp)
@@ -57,16 +61,20 @@ def build_unit(line, source, obj, unit, run, apply_error):
         here = {region_key(n): n for n in re.findall(r'^@"?\.offloading\.entry\.([-\w.$]+)"? = ', text, re.M)}
         missing = [k for k in kernels if region_key(k) not in here]
         if missing:
-            raise apply_error("%s has no target region %s (the source changed since tuning?)"
-                              % (source, ", ".join(region_key(k) for k in missing)))
+            raise apply_error(
+                "%s has no target region %s (the source changed since tuning?)"
+                % (source, ", ".join(region_key(k) for k in missing))
+            )
         kernels = [here[region_key(k)] for k in kernels]
         parts = [os.path.join(tmp, "rest.o")]
         rest = os.path.join(tmp, "rest.ll")
         with open(rest, "w") as f:
             f.write(declare_only(text, kernels))
         level = [a for a in line.args if a.startswith("-O")][-1:] or ["-O0"]
-        run([compiler] + level + ["-fPIC", "-Wno-override-module", "-c", "-x", "ir", rest, "-o", parts[0]],
-            "the device module without its tuned regions")
+        run(
+            [compiler] + level + ["-fPIC", "-Wno-override-module", "-c", "-x", "ir", rest, "-o", parts[0]],
+            "the device module without its tuned regions",
+        )
         for k, name in zip(unit["kernels"], kernels):
             pipeline = Pipeline.from_json(k["pipeline"])
             launch = Launch.from_json(k.get("launch") or {})
@@ -76,8 +84,9 @@ def build_unit(line, source, obj, unit, run, apply_error):
             except CompileError as err:
                 raise apply_error("%s: %s" % (k["symbol"], err))
             except Exception as err:  # extraction: what replay would refuse
-                raise apply_error("%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else
-                                              type(err).__name__))
+                raise apply_error(
+                    "%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__)
+                )
             cpu, features = resolve_target(pipeline, source_ir)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "region-%d.o" % len(parts)))
@@ -86,8 +95,14 @@ def build_unit(line, source, obj, unit, run, apply_error):
         device = os.path.join(tmp, "device.o")
         run([shutil.which("ld") or "ld", "-r"] + parts + ["-o", device], "linking the tuned device object")
         package = os.path.join(tmp, "device.pkg")
-        run([packager(compiler), "-o", package, "--image=file=%s,triple=%s,kind=openmp" % (device, target)],
-            "packaging the device object")
-        run([compiler] + line.without(drop_sources=True, drop_output=True) + defines
+        run(
+            [packager(compiler), "-o", package, "--image=file=%s,triple=%s,kind=openmp" % (device, target)],
+            "packaging the device object",
+        )
+        run(
+            [compiler]
+            + line.without(drop_sources=True, drop_output=True)
+            + defines
             + ["--offload-host-only", "-Xclang", "-fembed-offload-object=" + package, "-c", source, "-o", obj],
-            "the unit's host side with the tuned device image")
+            "the unit's host side with the tuned device image",
+        )

@@ -72,8 +72,11 @@ class Plan:
         for unit in self.units:
             rel = os.path.normpath(unit.source)
             if norm == rel or norm.endswith(os.sep + rel):
-                return {"source": unit.source, "defines": dict(unit.defines),
-                        "kernels": [k.__dict__ for k in unit.kernels]}
+                return {
+                    "source": unit.source,
+                    "defines": dict(unit.defines),
+                    "kernels": [k.__dict__ for k in unit.kernels],
+                }
         return None
 
     def predicted_app_speedup(self) -> float:
@@ -84,9 +87,15 @@ class Plan:
         """What ``r3-apply`` builds from this plan, as a short hash: the emitted package
         carries it, so Spack's hash of the package changes with the plan (a ``+r3`` install
         from an earlier plan is not reused). Measurements and facts are left out."""
-        units = [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
-                  "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels]}
-                 for u in self.units]
+        units = [
+            {
+                "source": u.source,
+                "defines": dict(u.defines),
+                "patch": u.patch,
+                "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels],
+            }
+            for u in self.units
+        ]
         built: Json = {"format": self.format, "target": self.target, "units": units}
         if self.gpu:  # absent for host plans: their digests stay as they were
             built["gpu"] = self.gpu
@@ -94,19 +103,38 @@ class Plan:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_json(self) -> Json:
-        d: Json = {"format": self.format, "target": self.target, "facts": self.facts,
-             "units": [{"source": u.source, "defines": dict(u.defines), "patch": u.patch,
-                        "kernels": [dict(k.__dict__) for k in u.kernels]} for u in self.units]}
+        d: Json = {
+            "format": self.format,
+            "target": self.target,
+            "facts": self.facts,
+            "units": [
+                {
+                    "source": u.source,
+                    "defines": dict(u.defines),
+                    "patch": u.patch,
+                    "kernels": [dict(k.__dict__) for k in u.kernels],
+                }
+                for u in self.units
+            ],
+        }
         if self.gpu:
             d["gpu"] = self.gpu
         return d
 
     @classmethod
     def from_json(cls, data: Json) -> "Plan":
-        units = [PlannedUnit(u["source"], [PlannedKernel(**k) for k in u.get("kernels", [])],
-                             dict(u.get("defines") or {}), u.get("patch")) for u in data.get("units", [])]
-        return cls(data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}),
-                   data.get("gpu"))
+        units = [
+            PlannedUnit(
+                u["source"],
+                [PlannedKernel(**k) for k in u.get("kernels", [])],
+                dict(u.get("defines") or {}),
+                u.get("patch"),
+            )
+            for u in data.get("units", [])
+        ]
+        return cls(
+            data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}), data.get("gpu")
+        )
 
 
 def amdahl(shares_and_speedups: Iterable[Tuple[float, float]]) -> float:

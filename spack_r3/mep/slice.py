@@ -43,8 +43,7 @@ class Slice:
     kept: List[str] = field(default_factory=list)  # functions kept (the kernel first)
 
 
-FUNCTION_KINDS = ("FunctionDecl", "CXXMethodDecl", "CXXConstructorDecl", "CXXDestructorDecl",
-                  "FunctionTemplateDecl")
+FUNCTION_KINDS = ("FunctionDecl", "CXXMethodDecl", "CXXConstructorDecl", "CXXDestructorDecl", "FunctionTemplateDecl")
 
 
 def _names(node):
@@ -72,18 +71,24 @@ def _is_definition(node):
 
 def _top_level(tu):
     """(node, kind) of the unit's own top-level declarations, in order."""
-    return [n for n in tu.get("inner", []) if isinstance(n, dict) and cast.in_main_file(n)
-            and "range" in n and "offset" in n["range"].get("begin", {}).get("expansionLoc", n["range"]["begin"])]
+    return [
+        n
+        for n in tu.get("inner", [])
+        if isinstance(n, dict)
+        and cast.in_main_file(n)
+        and "range" in n
+        and "offset" in n["range"].get("begin", {}).get("expansionLoc", n["range"]["begin"])
+    ]
 
 
 def _statement_end(raw, end):
     """``end`` moved past the ``;`` that closes a declaration (and the line's end)."""
     i = end
-    while i < len(raw) and raw[i:i + 1] in (b" ", b"\t"):
+    while i < len(raw) and raw[i : i + 1] in (b" ", b"\t"):
         i += 1
-    if raw[i:i + 1] == b";":
+    if raw[i : i + 1] == b";":
         i += 1
-    if raw[i:i + 1] == b"\n":
+    if raw[i : i + 1] == b"\n":
         i += 1
     return i
 
@@ -126,8 +131,12 @@ def source_slice(source, globals_at=None):
     for n in top:
         kind, nm = n.get("kind"), n.get("name")
         begin, end = cast.extent(n)
-        if kind in FUNCTION_KINDS and _is_definition(n) and nm not in keep \
-                and kind not in ("CXXConstructorDecl", "CXXDestructorDecl"):  # reached by no name
+        if (
+            kind in FUNCTION_KINDS
+            and _is_definition(n)
+            and nm not in keep
+            and kind not in ("CXXConstructorDecl", "CXXDestructorDecl")
+        ):  # reached by no name
             edits.append((begin, _statement_end(raw, end), b""))
         elif kind == "VarDecl" and n.get("storageClass") != "extern" and nm not in keep:
             edits.append((begin, _statement_end(raw, end), b""))
@@ -161,10 +170,10 @@ def source_slice(source, globals_at=None):
     first_fn = min((cast.extent(n)[0] for nm in keep for n in defs.get(nm, [])), default=len(raw))
     if used_globals and macro_at == 0:
         macro_at = first_fn
-    elif macro_at > first_fn and any(g in _names(n) for nm in keep for n in defs.get(nm, [])
-                                     if cast.extent(n)[0] < macro_at for g in used_globals):
-        raise SliceError("a function %s needs comes before the last declaration of a global it uses"
-                         % source.function)
+    elif macro_at > first_fn and any(
+        g in _names(n) for nm in keep for n in defs.get(nm, []) if cast.extent(n)[0] < macro_at for g in used_globals
+    ):
+        raise SliceError("a function %s needs comes before the last declaration of a global it uses" % source.function)
     for g in [g for g in globals_at if g in keep and g not in variables]:
         used_globals.append(g)  # declared in a header the unit includes
     if used_globals:
@@ -207,9 +216,13 @@ def _search_dirs(source):
                 dirs.append((opt, os.path.normpath(os.path.join(base, args[i + 1]))))
                 i += 2
                 break
-            if a.startswith(opt) and len(a) > len(opt) and opt != "-I" or (opt == "-I" and a.startswith("-I")
-                                                                           and len(a) > 2):
-                dirs.append((opt, os.path.normpath(os.path.join(base, a[len(opt):]))))
+            if (
+                a.startswith(opt)
+                and len(a) > len(opt)
+                and opt != "-I"
+                or (opt == "-I" and a.startswith("-I") and len(a) > 2)
+            ):
+                dirs.append((opt, os.path.normpath(os.path.join(base, a[len(opt) :]))))
                 i += 1
                 break
         else:
@@ -224,17 +237,29 @@ def local_headers(source):
     dirs, rest = _search_dirs(source)
     own = [source.include_dir] if source.include_dir else []
     roots = [d for _, d in dirs] + own
-    cmd = [source.clang] + rest + ["-iquote", source.include_dir or "."] + \
-        ["%s%s" % ("-I", d) for _, d in dirs] + ["-MM", "-MF", "-", "-x", _lang(source), "-"]
+    cmd = (
+        [source.clang]
+        + rest
+        + ["-iquote", source.include_dir or "."]
+        + ["%s%s" % ("-I", d) for _, d in dirs]
+        + ["-MM", "-MF", "-", "-x", _lang(source), "-"]
+    )
     try:
-        proc = subprocess.run(cmd, input=source.text.encode("utf-8", "surrogateescape"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=TOOL_TIMEOUT_S,
-                              cwd=source.compile_dir if os.path.isdir(source.compile_dir or "") else None)
+        proc = subprocess.run(
+            cmd,
+            input=source.text.encode("utf-8", "surrogateescape"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=TOOL_TIMEOUT_S,
+            cwd=source.compile_dir if os.path.isdir(source.compile_dir or "") else None,
+        )
     except subprocess.TimeoutExpired:
         raise SliceError("clang -MM did not finish within %ss" % TOOL_TIMEOUT_S)
     if proc.returncode != 0:
-        raise SliceError("clang -MM failed on %s: %s" % (source.filename, proc.stderr.decode(errors="replace")
-                                                         .strip().splitlines()[:1]))
+        raise SliceError(
+            "clang -MM failed on %s: %s"
+            % (source.filename, proc.stderr.decode(errors="replace").strip().splitlines()[:1])
+        )
     deps = proc.stdout.decode(errors="surrogateescape").replace("\\\n", " ").split(":", 1)[-1].split()
     headers = {}
     system_dirs = []
@@ -252,8 +277,11 @@ def local_headers(source):
         if not placed:
             with open(path, errors="surrogateescape") as f:
                 headers[os.path.join("include", os.path.basename(path))] = f.read()
-    tree = os.path.commonpath([source.compile_dir, source.include_dir]) if source.include_dir and \
-        source.compile_dir else source.include_dir
+    tree = (
+        os.path.commonpath([source.compile_dir, source.include_dir])
+        if source.include_dir and source.compile_dir
+        else source.include_dir
+    )
     for opt, d in dirs:  # a directory outside the unit's tree (a dependency's prefix) stays as it is
         if tree and (d + os.sep).startswith(tree + os.sep):
             continue
@@ -261,8 +289,11 @@ def local_headers(source):
     # what means something to a compile of the slice alone (no link, no outputs, no deps)
     from ..replay.stages import _NOT_FOR_THE_OBJECT  # -flto would make an object of bitcode
 
-    kept = [a for a in rest if a.startswith(("-D", "-U", "-std", "-f", "-m", "-x"))
-            and not a.startswith(_NOT_FOR_THE_OBJECT)]
+    kept = [
+        a
+        for a in rest
+        if a.startswith(("-D", "-U", "-std", "-f", "-m", "-x")) and not a.startswith(_NOT_FOR_THE_OBJECT)
+    ]
     return headers, kept + system_dirs
 
 

@@ -47,9 +47,15 @@ class MEPInfo:
 
 # -- the pipeline as compiler flags ------------------------------------------------------
 
-FAST_MATH_FLAG = {"reassoc": "-fassociative-math", "nnan": "-fno-honor-nans", "ninf": "-fno-honor-infinities",
-                  "nsz": "-fno-signed-zeros", "arcp": "-freciprocal-math", "contract": "-ffp-contract=fast",
-                  "afn": "-fapprox-func"}
+FAST_MATH_FLAG = {
+    "reassoc": "-fassociative-math",
+    "nnan": "-fno-honor-nans",
+    "ninf": "-fno-honor-infinities",
+    "nsz": "-fno-signed-zeros",
+    "arcp": "-freciprocal-math",
+    "contract": "-ffp-contract=fast",
+    "afn": "-fapprox-func",
+}
 
 
 def pipeline_flags(pipeline, build_flags):
@@ -65,9 +71,11 @@ def pipeline_flags(pipeline, build_flags):
         flags.append("-march=%s" % pipeline.cpu)
     if pipeline.features not in ("host", "built", ""):
         unmapped.append("features=%s (target features beyond -march)" % pipeline.features)
-    for attr, on, off in (("loop_vectorize", "-fvectorize", "-fno-vectorize"),
-                          ("slp_vectorize", "-fslp-vectorize", "-fno-slp-vectorize"),
-                          ("unroll", "-funroll-loops", "-fno-unroll-loops")):
+    for attr, on, off in (
+        ("loop_vectorize", "-fvectorize", "-fno-vectorize"),
+        ("slp_vectorize", "-fslp-vectorize", "-fno-slp-vectorize"),
+        ("unroll", "-funroll-loops", "-fno-unroll-loops"),
+    ):
         value = getattr(pipeline, attr)
         if value is not None:
             flags.append(on if value else off)
@@ -107,6 +115,7 @@ def pipeline_flags(pipeline, build_flags):
 
 # -- data --------------------------------------------------------------------------------
 
+
 def _write_image(path, regions, zeros=True):
     """``[(addr, bytes)]`` as an r3 memory image; with ``zeros``, all-zero runs as kind 7
     (no bytes stored: the driver's check compares stored bytes only)."""
@@ -123,6 +132,7 @@ def _write_image(path, regions, zeros=True):
 
 # -- the driver's header -----------------------------------------------------------------
 
+
 def _c_bytes(data):
     return "{" + ", ".join(str(b) for b in data) + "}" if data else "{0}"
 
@@ -134,10 +144,14 @@ def _param(ty, attrs, slot):
     if ty == "double":
         return "double", "mep_f64(0x%xULL)" % slot
     if ty == "float":
-        return "float", "mep_f32(0x%xU)" % (slot & 0xffffffff)
-    ints = {"i1": ("unsigned char", "unsigned char", "unsigned char"), "i8": ("signed char", "unsigned char", "char"),
-            "i16": ("short", "unsigned short", "short"), "i32": ("int", "unsigned int", "int"),
-            "i64": ("long long", "unsigned long long", "long long")}
+        return "float", "mep_f32(0x%xU)" % (slot & 0xFFFFFFFF)
+    ints = {
+        "i1": ("unsigned char", "unsigned char", "unsigned char"),
+        "i8": ("signed char", "unsigned char", "char"),
+        "i16": ("short", "unsigned short", "short"),
+        "i32": ("int", "unsigned int", "int"),
+        "i64": ("long long", "unsigned long long", "long long"),
+    }
     if ty in ints:
         signed, unsigned, plain = ints[ty]
         ctype = signed if "signext" in attrs else unsigned if "zeroext" in attrs else plain
@@ -147,8 +161,17 @@ def _param(ty, attrs, slot):
     raise R3Error("the kernel takes a parameter of type %s, which the MEP driver cannot pass" % ty)
 
 
-RET_TYPES = {"void": None, "double": "double", "float": "float", "ptr": "void *", "i1": "unsigned char",
-             "i8": "signed char", "i16": "short", "i32": "int", "i64": "long long"}
+RET_TYPES = {
+    "void": None,
+    "double": "double",
+    "float": "float",
+    "ptr": "void *",
+    "i1": "unsigned char",
+    "i8": "signed char",
+    "i16": "short",
+    "i32": "int",
+    "i64": "long long",
+}
 
 
 def driver_header(prepared, params_attrs, threads, schedule=None, chunk=None, openmp=False):
@@ -157,38 +180,47 @@ def driver_header(prepared, params_attrs, threads, schedule=None, chunk=None, op
     ret = sig["ret"]
     if ret not in RET_TYPES:
         raise R3Error("the kernel returns %s, which the MEP driver cannot take" % ret)
-    lines = ["/* Written by r3 mep for %s (capture %s): what the driver maps, passes and compares. */"
-             % (cxxnames.display(capture.kernel), capture.id),
-             "#include <string.h>", "#include <stdint.h>",
-             '#define MEP_KERNEL "%s"' % cxxnames.display(capture.kernel).replace('"', "'"),
-             "#define MEP_THREADS %d" % (threads or 0),
-             "#define MEP_ARENA_BASE 0x%xULL" % int(capture.arena["base"], 16),
-             "#define MEP_ARENA_END 0x%xULL" % int(capture.arena["end"], 16)]
+    lines = [
+        "/* Written by r3 mep for %s (capture %s): what the driver maps, passes and compares. */"
+        % (cxxnames.display(capture.kernel), capture.id),
+        "#include <string.h>",
+        "#include <stdint.h>",
+        '#define MEP_KERNEL "%s"' % cxxnames.display(capture.kernel).replace('"', "'"),
+        "#define MEP_THREADS %d" % (threads or 0),
+        "#define MEP_ARENA_BASE 0x%xULL" % int(capture.arena["base"], 16),
+        "#define MEP_ARENA_END 0x%xULL" % int(capture.arena["end"], 16),
+    ]
     tol = capture.tolerance
     lines += ["#define MEP_HAS_TOLERANCE %d" % (1 if tol else 0), "#define MEP_TOLERANCE %r" % float(tol or 0)]
     import numpy as np
 
-    lines += ["#define MEP_FP_DOUBLE %d" % (np.float64 in prepared.fp_types),
-              "#define MEP_FP_FLOAT %d" % (np.float32 in prepared.fp_types)]
+    lines += [
+        "#define MEP_FP_DOUBLE %d" % (np.float64 in prepared.fp_types),
+        "#define MEP_FP_FLOAT %d" % (np.float32 in prepared.fp_types),
+    ]
     if openmp and schedule:
         kinds = {"static": 1, "dynamic": 2, "guided": 3}  # omp_sched_t
         lines += ["#define MEP_SCHEDULE ((omp_sched_t)%d)" % kinds[schedule], "#define MEP_CHUNK %d" % (chunk or 0)]
-    lines.append("static const uint64_t mep_ranges[][2] = {%s};" % ", ".join(
-        "{0x%xULL, 0x%xULL}" % (lo, hi) for lo, hi in prepared.ranges))
-    lines += ["__attribute__((unused)) static double mep_f64(uint64_t bits) { double d; memcpy(&d, &bits, 8); "
-              "return d; }",
-              "__attribute__((unused)) static float mep_f32(uint32_t bits) { float f; memcpy(&f, &bits, 4); "
-              "return f; }"]
+    lines.append(
+        "static const uint64_t mep_ranges[][2] = {%s};"
+        % ", ".join("{0x%xULL, 0x%xULL}" % (lo, hi) for lo, hi in prepared.ranges)
+    )
+    lines += [
+        "__attribute__((unused)) static double mep_f64(uint64_t bits) { double d; memcpy(&d, &bits, 8); return d; }",
+        "__attribute__((unused)) static float mep_f32(uint32_t bits) { float f; memcpy(&f, &bits, 4); return f; }",
+    ]
     ctypes_, values, extra = [], [], []
     for i, ty in enumerate(sig["params"]):
         byval = sig["byval"][i] if i < len(sig["byval"]) else 0
         if byval:
             data = prepared.byval[i]
-            decl = ("struct mep_byval_%d { unsigned char b[%d]; } __attribute__((aligned(8)));\n"
-                    "static const unsigned char mep_byval_%d_data[%d] = %s;\n"
-                    "static struct mep_byval_%d mep_byval_%d_value(void)\n{\n    struct mep_byval_%d v;\n"
-                    "    memcpy(&v, mep_byval_%d_data, sizeof v);\n    return v;\n}"
-                    % (i, byval, i, byval, _c_bytes(data), i, i, i, i))
+            decl = (
+                "struct mep_byval_%d { unsigned char b[%d]; } __attribute__((aligned(8)));\n"
+                "static const unsigned char mep_byval_%d_data[%d] = %s;\n"
+                "static struct mep_byval_%d mep_byval_%d_value(void)\n{\n    struct mep_byval_%d v;\n"
+                "    memcpy(&v, mep_byval_%d_data, sizeof v);\n    return v;\n}"
+                % (i, byval, i, byval, _c_bytes(data), i, i, i, i)
+            )
             ctypes_.append("struct mep_byval_%d" % i)
             values.append("mep_byval_%d_value()" % i)
             extra.append(decl)
@@ -198,14 +230,24 @@ def driver_header(prepared, params_attrs, threads, schedule=None, chunk=None, op
         values.append(value)
     lines += extra
     rtype = RET_TYPES[ret] or "void"
-    lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif",
-              "/* the kernel, by its symbol, as its recorded signature has it */",
-              '%s mep_kernel(%s) __asm__("%s");' % (rtype, ", ".join(ctypes_) or "void", capture.kernel),
-              "#ifdef __cplusplus", "}", "#endif"]
+    lines += [
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "/* the kernel, by its symbol, as its recorded signature has it */",
+        '%s mep_kernel(%s) __asm__("%s");' % (rtype, ", ".join(ctypes_) or "void", capture.kernel),
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+    ]
     ret_bytes = prepared.ret if RET_TYPES[ret] else b""
-    lines += ["#define MEP_RET_SIZE %d" % len(ret_bytes), "#define MEP_RET_FP %d" % (ret in ("double", "float")),
-              "static const unsigned char mep_ret[] = %s;" % _c_bytes(ret_bytes),
-              "static void mep_call(unsigned char *ret)", "{"]
+    lines += [
+        "#define MEP_RET_SIZE %d" % len(ret_bytes),
+        "#define MEP_RET_FP %d" % (ret in ("double", "float")),
+        "static const unsigned char mep_ret[] = %s;" % _c_bytes(ret_bytes),
+        "static void mep_call(unsigned char *ret)",
+        "{",
+    ]
     call = "mep_kernel(%s)" % ", ".join(values)
     if RET_TYPES[ret]:
         lines += ["    %s r = %s;" % (rtype, call), "    memcpy(ret, &r, sizeof r);"]
@@ -243,8 +285,11 @@ def kernel_ir(prepared, bitcode=None):
         tools = toolchain.find_llvm_tools(version, version)
     except ToolchainError as err:
         raise R3Error("the kernel's IR needs the LLVM %s tools: %s" % (version, err))
-    source = unit if bitcode is None else KernelIR.from_bitcode(
-        capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+    source = (
+        unit
+        if bitcode is None
+        else KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+    )
     try:
         text = source.tool_ir(tools)
     except CompileError as err:
@@ -266,8 +311,15 @@ def globals_at_addresses(text, recorded):
         m = re.match(r"^(%s) = " % _GLOBAL_REF, line)
         if m and name_of(m.group(1)) in at and " external " in line:
             continue
-        out.append(re.sub(_GLOBAL_REF, lambda r: "inttoptr (i64 %d to ptr)" % at[name_of(r.group(0))]
-                          if name_of(r.group(0)) in at else r.group(0), line))
+        out.append(
+            re.sub(
+                _GLOBAL_REF,
+                lambda r: (
+                    "inttoptr (i64 %d to ptr)" % at[name_of(r.group(0))] if name_of(r.group(0)) in at else r.group(0)
+                ),
+                line,
+            )
+        )
     return "\n".join(out)
 
 
@@ -275,14 +327,24 @@ def replay_object(prepared, variant, bitcode=None):
     """The object of the variant's kernel exactly as replay measured it and r3-apply builds
     it (``stages.optimized_module``, llvmlite's LLVM, this machine's target where the
     pipeline says host), recorded globals at their addresses."""
-    from ..replay.stages import CompileError, KernelIR, optimized_module, polly_tools, resolve_target, \
-        target_machine
+    from ..replay.stages import CompileError, KernelIR, optimized_module, polly_tools, resolve_target, target_machine
 
     capture, unit = prepared.capture, prepared.unit
-    source = unit if bitcode is None else KernelIR.from_bitcode(
-        capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
-    moved = KernelIR(source.kernel, globals_at_addresses(source.ir, capture.globals), source.bitcode,
-                     source.link_units, source.recorded_globals, source.clang, source.extract, source.build)
+    source = (
+        unit
+        if bitcode is None
+        else KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+    )
+    moved = KernelIR(
+        source.kernel,
+        globals_at_addresses(source.ir, capture.globals),
+        source.bitcode,
+        source.link_units,
+        source.recorded_globals,
+        source.clang,
+        source.extract,
+        source.build,
+    )
     try:
         if variant.pipeline.polly:  # the opt stage starts from its own LLVM's text: moved the same way
             tools = polly_tools(source.clang)
@@ -296,6 +358,7 @@ def replay_object(prepared, variant, bitcode=None):
 
 # -- the directory -------------------------------------------------------------------------
 
+
 def _unit_split(flags):
     """The build's flags as (code flags for CFLAGS, OpenMP flags)."""
     omp = [f for f in flags if f.startswith("-fopenmp")]
@@ -303,76 +366,133 @@ def _unit_split(flags):
 
 
 def _readme(info, capture, variant_text, record, made):
-    lines = ["# MEP: %s" % cxxnames.display(capture.kernel), "",
-             "A Minimal Executable Program written by `r3 mep` (spack-r3): the kernel %s alone, with "
-             "the memory it read and wrote in one recorded call, runnable anywhere without the application."
-             % cxxnames.display(capture.kernel), "",
-             "- capture: %s (%s, call %d of the run; recorded %s)" % (capture.id, capture.kernel, capture.instance,
-                                                                        capture.created or "?"),
-             "- source: %s (%s)" % (os.path.basename(capture.source_file),
-                                    "its slice: the kernel, its callees, their types and globals" if info.mode == SOURCE
-                                    else "none here: the kernel's IR, kernel.ll (%s)" % info.why_ir),
-             "- recorded by: %s" % record, "- written: %s" % made]
+    lines = [
+        "# MEP: %s" % cxxnames.display(capture.kernel),
+        "",
+        "A Minimal Executable Program written by `r3 mep` (spack-r3): the kernel %s alone, with "
+        "the memory it read and wrote in one recorded call, runnable anywhere without the application."
+        % cxxnames.display(capture.kernel),
+        "",
+        "- capture: %s (%s, call %d of the run; recorded %s)"
+        % (capture.id, capture.kernel, capture.instance, capture.created or "?"),
+        "- source: %s (%s)"
+        % (
+            os.path.basename(capture.source_file),
+            "its slice: the kernel, its callees, their types and globals"
+            if info.mode == SOURCE
+            else "none here: the kernel's IR, kernel.ll (%s)" % info.why_ir,
+        ),
+        "- recorded by: %s" % record,
+        "- written: %s" % made,
+    ]
     if variant_text:
         lines.append("- variant: %s" % variant_text)
-    lines += ["", "`make` builds `mep`; `make check` runs it: it maps the recorded memory at its addresses, calls the "
-              "kernel with the recorded arguments%s, compares what it wrote with the recording (tolerance: %s) and "
-              "prints the time (median and quartiles over timed runs, memory put back before each); it exits "
-              "non-zero on a mismatch. `make CC=gcc`, `make CC=clang CFLAGS=...` choose the compiler and flags "
-              "(C++: CXX). `./mep N` times N runs. A compiler that contracts a*b+c into fused multiply-adds where the recording's "
-              "did not (gcc: -ffp-contract=fast in its GNU modes) computes other last bits: `make check TOLERANCE=1e-9` "
-              "compares at that relative tolerance." % (
-                  " on the recorded OpenMP threads" if capture.launch.get("openmp") else "",
-                  "%g relative" % capture.tolerance if capture.tolerance else "exact")]
+    lines += [
+        "",
+        "`make` builds `mep`; `make check` runs it: it maps the recorded memory at its addresses, calls the "
+        "kernel with the recorded arguments%s, compares what it wrote with the recording (tolerance: %s) and "
+        "prints the time (median and quartiles over timed runs, memory put back before each); it exits "
+        "non-zero on a mismatch. `make CC=gcc`, `make CC=clang CFLAGS=...` choose the compiler and flags "
+        "(C++: CXX). `./mep N` times N runs. A compiler that contracts a*b+c into fused multiply-adds where the recording's "
+        "did not (gcc: -ffp-contract=fast in its GNU modes) computes other last bits: `make check TOLERANCE=1e-9` "
+        "compares at that relative tolerance."
+        % (
+            " on the recorded OpenMP threads" if capture.launch.get("openmp") else "",
+            "%g relative" % capture.tolerance if capture.tolerance else "exact",
+        ),
+    ]
     if info.mode == IR:
         lines += ["", "The kernel is LLVM IR: it is compiled by clang ($(CLANG)); the driver by $(CC)."]
     if info.replay_object:
-        lines += ["", "`make check-r3` runs the variant's kernel as `r3 replay` measured it and `r3-apply` builds it "
-                  "(r3/kernel.o: the pipeline through llvmlite's LLVM, for the recording's machine), beside `make "
-                  "check`'s build of the same variant by the compiler's flags: compilers differ, and where the two "
-                  "times differ, the flags do not reproduce what r3 measured."]
+        lines += [
+            "",
+            "`make check-r3` runs the variant's kernel as `r3 replay` measured it and `r3-apply` builds it "
+            "(r3/kernel.o: the pipeline through llvmlite's LLVM, for the recording's machine), beside `make "
+            "check`'s build of the same variant by the compiler's flags: compilers differ, and where the two "
+            "times differ, the flags do not reproduce what r3 measured.",
+        ]
     if info.unmapped:
-        lines += ["", "Pipeline settings of the variant with no compiler flag (left out of CFLAGS): "
-                  + "; ".join(info.unmapped) + "."]
-    lines += ["", "Data: data/pre.bin (memory before the call), data/post.bin (what the call left that is "
-              "compared); r3 memory images (magic R3MEM1, then {addr, size, kind, bytes} records; kind 7: zeros)."]
+        lines += [
+            "",
+            "Pipeline settings of the variant with no compiler flag (left out of CFLAGS): "
+            + "; ".join(info.unmapped)
+            + ".",
+        ]
+    lines += [
+        "",
+        "Data: data/pre.bin (memory before the call), data/post.bin (what the call left that is "
+        "compared); r3 memory images (magic R3MEM1, then {addr, size, kind, bytes} records; kind 7: zeros).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
     cxx = info.language == "C++"
     cc, ext = ("CXX", "cpp") if cxx else ("CC", "c")
-    lines = ["# r3 mep: %s from capture %s.  make [%s=...] [CFLAGS=...]; make check" % (
-        cxxnames.display(capture.kernel), capture.id, cc)]
-    if info.unmapped is not None and info.variant and capture.compile_command \
-            and "clang" in os.path.basename(capture.compile_command[0]):
+    lines = [
+        "# r3 mep: %s from capture %s.  make [%s=...] [CFLAGS=...]; make check"
+        % (cxxnames.display(capture.kernel), capture.id, cc)
+    ]
+    if (
+        info.unmapped is not None
+        and info.variant
+        and capture.compile_command
+        and "clang" in os.path.basename(capture.compile_command[0])
+    ):
         # the variant's pipeline is clang's flags (-mllvm ..., -fvectorize): clang unless told otherwise
         clang = os.path.basename(capture.compile_command[0])
         if cxx:
             clang = clang.replace("clang", "clang++")
         lines += ["ifeq ($(origin %s),default)" % cc, "%s = %s" % (cc, clang), "endif"]
-    lines += ["CFLAGS ?= %s" % " ".join(cflags), "KERNEL_FLAGS = %s" % " ".join(kernel_flags + ["-Iinclude"]),
-              "OMPFLAGS = %s" % " ".join(omp), "DRIVER_FLAGS ?= -O2", "RUNS ?= 25",
-              "TOLERANCE ?= %s" % ("%r" % capture.tolerance if capture.tolerance else ""), "LDLIBS = -lm"]
+    lines += [
+        "CFLAGS ?= %s" % " ".join(cflags),
+        "KERNEL_FLAGS = %s" % " ".join(kernel_flags + ["-Iinclude"]),
+        "OMPFLAGS = %s" % " ".join(omp),
+        "DRIVER_FLAGS ?= -O2",
+        "RUNS ?= 25",
+        "TOLERANCE ?= %s" % ("%r" % capture.tolerance if capture.tolerance else ""),
+        "LDLIBS = -lm",
+    ]
     if info.mode == IR:
         lines += ["CLANG ?= %s" % ir_clang, "LINK = $(CLANG)%s" % (" -lstdc++" if cxx else "")]
     else:
         lines.append("LINK = $(%s)" % cc)
     kernel_src = "kernel.ll" if info.mode == IR else "kernel." + ext
     kernel_cc = "$(CLANG) -Wno-override-module" if info.mode == IR else "$(%s)" % cc
-    lines += ["", "all: mep", "", "mep: kernel.o driver.o",
-              "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ kernel.o driver.o $(LDLIBS)", "",
-              "kernel.o: %s" % kernel_src,
-              "\t%s $(CFLAGS) $(OMPFLAGS) %s-c -o $@ %s" % (kernel_cc, "" if info.mode == IR else "$(KERNEL_FLAGS) ",
-                                                         kernel_src), "",
-              "driver.o: driver.%s mep.h" % ext, "\t$(%s) $(DRIVER_FLAGS) $(OMPFLAGS) -c -o $@ driver.%s" % (cc, ext), "",
-              "check: mep", "\t./mep $(RUNS) $(TOLERANCE)", ""]
+    lines += [
+        "",
+        "all: mep",
+        "",
+        "mep: kernel.o driver.o",
+        "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ kernel.o driver.o $(LDLIBS)",
+        "",
+        "kernel.o: %s" % kernel_src,
+        "\t%s $(CFLAGS) $(OMPFLAGS) %s-c -o $@ %s"
+        % (kernel_cc, "" if info.mode == IR else "$(KERNEL_FLAGS) ", kernel_src),
+        "",
+        "driver.o: driver.%s mep.h" % ext,
+        "\t$(%s) $(DRIVER_FLAGS) $(OMPFLAGS) -c -o $@ driver.%s" % (cc, ext),
+        "",
+        "check: mep",
+        "\t./mep $(RUNS) $(TOLERANCE)",
+        "",
+    ]
     if info.replay_object:
-        lines += ["# the kernel as r3 replay measured it and r3-apply builds it (r3/kernel.o, for this target)",
-                  "mep-r3: r3/kernel.o driver.o", "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ r3/kernel.o driver.o $(LDLIBS)", "",
-                  "check-r3: mep-r3", "\t./mep-r3 $(RUNS) $(TOLERANCE)", ""]
-    lines += ["clean:", "\trm -f mep mep-r3 kernel.o driver.o", "",
-              ".PHONY: all check %sclean" % ("check-r3 " if info.replay_object else "")]
+        lines += [
+            "# the kernel as r3 replay measured it and r3-apply builds it (r3/kernel.o, for this target)",
+            "mep-r3: r3/kernel.o driver.o",
+            "\t$(LINK) $(LDFLAGS) $(OMPFLAGS) -o $@ r3/kernel.o driver.o $(LDLIBS)",
+            "",
+            "check-r3: mep-r3",
+            "\t./mep-r3 $(RUNS) $(TOLERANCE)",
+            "",
+        ]
+    lines += [
+        "clean:",
+        "\trm -f mep mep-r3 kernel.o driver.o",
+        "",
+        ".PHONY: all check %sclean" % ("check-r3 " if info.replay_object else ""),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -412,10 +532,12 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         code, unmapped = pipeline_flags(variant.pipeline, flags)
         code, _ = _unit_split(code)
     tuned = variant is not None and not variant.pipeline.build_compiler
-    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped, variant=tuned,
-                   replay_object=tuned)
-    globals_at = {g["name"]: int(g["addr"], 16) for g in capture.globals
-                  if not g["name"].startswith((".gomp_critical_user_", "__kmp", ".kmp"))}
+    info = MEPInfo(out, capture.kernel, SOURCE, lang, flags=code, unmapped=unmapped, variant=tuned, replay_object=tuned)
+    globals_at = {
+        g["name"]: int(g["addr"], 16)
+        for g in capture.globals
+        if not g["name"].startswith((".gomp_critical_user_", "__kmp", ".kmp"))
+    }
     compiler = clang or find_clang()
     ext = "cpp" if lang == "C++" else "c"
     defined = ["-D%s=%s" % (k, v) for k, v in sorted(defines.items())]
@@ -423,8 +545,9 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     def write_source(tmp):
         """The slice and its headers; the kernel's flags (SliceError where no slice)."""
         sl = source_slice(source, globals_at)
-        kernel_flags = [f for f in sl.flags if not f.startswith(("-fopenmp", "-march", "-mcpu", "-mtune"))
-                        and f not in code] + defined
+        kernel_flags = [
+            f for f in sl.flags if not f.startswith(("-fopenmp", "-march", "-mcpu", "-mtune")) and f not in code
+        ] + defined
         if "@%s(" % REPLAY_FREE in prepared.ir:  # it frees recorded memory, which the driver mapped
             if lang == "C++":
                 raise SliceError("the kernel frees recorded memory (operator delete)")
@@ -434,8 +557,11 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
             with open(os.path.join(tmp, path), "w", errors="surrogateescape") as f:
                 f.write(body)
         with open(os.path.join(tmp, "kernel." + ext), "w", errors="surrogateescape") as f:
-            f.write("/* r3 mep: the slice of %s that %s needs (capture %s) */\n" % (
-                os.path.basename(capture.source_file), cxxnames.display(capture.kernel), capture.id) + sl.text)
+            f.write(
+                "/* r3 mep: the slice of %s that %s needs (capture %s) */\n"
+                % (os.path.basename(capture.source_file), cxxnames.display(capture.kernel), capture.id)
+                + sl.text
+            )
         return kernel_flags
 
     def write_ir(tmp):
@@ -446,18 +572,43 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
 
     def write_rest(tmp, kernel_flags):
         shutil.copyfile(DRIVER, os.path.join(tmp, "driver." + ext))
-        threads = (launch.threads if launch and launch.threads else capture.launch.get("threads")) \
-            if capture.launch.get("openmp") else None
+        threads = (
+            (launch.threads if launch and launch.threads else capture.launch.get("threads"))
+            if capture.launch.get("openmp")
+            else None
+        )
         with open(os.path.join(tmp, "mep.h"), "w") as f:
-            f.write(driver_header(prepared, param_attrs(prepared.ir, capture.kernel), threads,
-                                  launch.schedule if launch else None, launch.chunk if launch else None,
-                                  bool(omp)))
+            f.write(
+                driver_header(
+                    prepared,
+                    param_attrs(prepared.ir, capture.kernel),
+                    threads,
+                    launch.schedule if launch else None,
+                    launch.chunk if launch else None,
+                    bool(omp),
+                )
+            )
         with open(os.path.join(tmp, "Makefile"), "w") as f:
-            f.write(_makefile(info, capture, code, kernel_flags, omp,
-                              os.path.basename(capture.compile_command[0]) if capture.compile_command else "clang"))
+            f.write(
+                _makefile(
+                    info,
+                    capture,
+                    code,
+                    kernel_flags,
+                    omp,
+                    os.path.basename(capture.compile_command[0]) if capture.compile_command else "clang",
+                )
+            )
         with open(os.path.join(tmp, "README.md"), "w") as f:
-            f.write(_readme(info, capture, variant_text, _record_command(capture),
-                            datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")))
+            f.write(
+                _readme(
+                    info,
+                    capture,
+                    variant_text,
+                    _record_command(capture),
+                    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                )
+            )
 
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
@@ -513,8 +664,14 @@ def _trial_build(directory, clang):
     cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++"))
     cxx = cxx if os.path.exists(cxx) else clang
     try:
-        proc = subprocess.run(["make", "-s", "CC=" + clang, "CXX=" + cxx, "mep"], cwd=directory, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMPILE_TIMEOUT_S)
+        proc = subprocess.run(
+            ["make", "-s", "CC=" + clang, "CXX=" + cxx, "mep"],
+            cwd=directory,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=COMPILE_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return "it did not build within %ss" % COMPILE_TIMEOUT_S
     finally:

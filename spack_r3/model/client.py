@@ -46,13 +46,17 @@ def _seconds(text):
 
 def add_arguments(parser):
     """The ``--llm-*`` options every model-using command takes."""
-    parser.add_argument("--llm-url", default=None,
-                        help="OpenAI-compatible endpoint base URL (default: $R3_LLM_URL)")
+    parser.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint base URL (default: $R3_LLM_URL)")
     parser.add_argument("--llm-model", default=None, help="model name (default: $R3_LLM_MODEL)")
     parser.add_argument("--llm-key", default=None, help="API key (default: $OPENAI_API_KEY)")
-    parser.add_argument("--llm-timeout", type=_seconds, default=None, metavar="S",
-                        help="seconds a model request may take before it counts as failed "
-                             "(default: $R3_LLM_TIMEOUT, else %g)" % DEFAULT_TIMEOUT)
+    parser.add_argument(
+        "--llm-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="seconds a model request may take before it counts as failed "
+        "(default: $R3_LLM_TIMEOUT, else %g)" % DEFAULT_TIMEOUT,
+    )
 
 
 def resolve(url=None, model=None, key=None, timeout=None) -> Optional[ModelConfig]:
@@ -70,8 +74,9 @@ def resolve(url=None, model=None, key=None, timeout=None) -> Optional[ModelConfi
     if not url and not model:
         return None
     if not model:
-        raise ModelError("a model endpoint is configured (%s) but no model name: pass --llm-model "
-                         "or set R3_LLM_MODEL" % url)
+        raise ModelError(
+            "a model endpoint is configured (%s) but no model name: pass --llm-model or set R3_LLM_MODEL" % url
+        )
     key = key or os.environ.get("OPENAI_API_KEY") or "none"
     return ModelConfig(url, model, key, timeout)
 
@@ -87,8 +92,9 @@ class ChatModel:
         self._openai = openai
         self.config = config
         # The SDK's timeout bounds each phase (connect, each read); ``_bounded`` the whole call.
-        self.client = openai.OpenAI(base_url=config.url, api_key=config.key,
-                                    timeout=config.timeout, max_retries=SDK_RETRIES)
+        self.client = openai.OpenAI(
+            base_url=config.url, api_key=config.key, timeout=config.timeout, max_retries=SDK_RETRIES
+        )
 
     def _bounded(self, call):
         """``call()`` on a thread, given up after the timeout: an endpoint that trickles its
@@ -114,14 +120,19 @@ class ChatModel:
         oa = self._openai
         where = self.config.url or "the default OpenAI endpoint"
         try:
-            resp = self._bounded(lambda: self.client.chat.completions.create(
-                model=self.config.model, messages=messages, temperature=temperature,
-                max_tokens=max_tokens))
+            resp = self._bounded(
+                lambda: self.client.chat.completions.create(
+                    model=self.config.model, messages=messages, temperature=temperature, max_tokens=max_tokens
+                )
+            )
         except oa.APITimeoutError:
             raise ModelError("model endpoint %s timed out after %gs" % (where, self.config.timeout))
         except oa.APIConnectionError as err:
             cause = err.__cause__ or err
-            raise ModelError("model endpoint %s is unreachable: %s" % (where, str(cause).splitlines()[0] if str(cause) else type(cause).__name__))
+            raise ModelError(
+                "model endpoint %s is unreachable: %s"
+                % (where, str(cause).splitlines()[0] if str(cause) else type(cause).__name__)
+            )
         except oa.AuthenticationError:
             raise ModelError("model endpoint %s rejected the API key (set --llm-key or OPENAI_API_KEY)" % where)
         except oa.NotFoundError:
@@ -131,8 +142,10 @@ class ChatModel:
         except oa.OpenAIError as err:
             raise ModelError("model request to %s failed: %s" % (where, (str(err).splitlines() or ["?"])[0]))
         except Exception as err:  # an answer the SDK could not read (not JSON, cut short)
-            raise ModelError("model endpoint %s answered something unreadable: %s: %s" % (
-                where, type(err).__name__, (str(err).splitlines() or [""])[0][:200]))
+            raise ModelError(
+                "model endpoint %s answered something unreadable: %s: %s"
+                % (where, type(err).__name__, (str(err).splitlines() or [""])[0][:200])
+            )
         try:
             text = resp.choices[0].message.content
         except (AttributeError, IndexError, TypeError):

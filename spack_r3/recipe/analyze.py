@@ -20,23 +20,24 @@ BUILD_SYSTEMS = ("cmake", "meson", "autotools", "makefile", "python")
 @dataclass
 class RecipeVariant:
     """A variant of the recipe: one option of the build system (``data.Variant`` is a tuned one)."""
-    name: str                 # Spack variant name
+
+    name: str  # Spack variant name
     default: bool
     description: str
-    option: str               # the build system's own name (CMake var, meson option, feature)
-    kind: str                 # cmake | meson | enable | with
+    option: str  # the build system's own name (CMake var, meson option, feature)
+    kind: str  # cmake | meson | enable | with
 
 
 @dataclass
 class Dependency:
-    name: str                 # the project's name for it (ZLIB, r3tvec, m)
-    kind: str                 # cmake | pkgconfig | library | python | tool
-    source: str               # where it was found, e.g. "CMakeLists.txt: find_package(ZLIB REQUIRED)"
+    name: str  # the project's name for it (ZLIB, r3tvec, m)
+    kind: str  # cmake | pkgconfig | library | python | tool
+    source: str  # where it was found, e.g. "CMakeLists.txt: find_package(ZLIB REQUIRED)"
     type: List[str] = field(default_factory=lambda: ["build", "link"])
     when: Optional[str] = None  # a Spack condition, e.g. "+zlib"
     required: bool = True
     spack: Optional[str] = None  # resolved Spack package (or virtual) name
-    system: bool = False      # provided by libc / the compiler: no Spack dependency
+    system: bool = False  # provided by libc / the compiler: no Spack dependency
     # other names the project looks for it by (find_library(... NAMES siloh5 silo)): the
     # first of name + alternatives that maps to a Spack package is the dependency
     alternatives: List[str] = field(default_factory=list)
@@ -45,6 +46,7 @@ class Dependency:
 @dataclass
 class RecipeCheck:
     """A test command the build system declares (add_test, meson's test(), make check)."""
+
     exe: str
     args: List[str]
     source: str
@@ -104,6 +106,7 @@ class Analysis:
 
 # -- helpers ------------------------------------------------------------------------------
 
+
 def _read(path):
     try:
         with open(path, errors="replace") as f:
@@ -134,7 +137,7 @@ def variant_name(option, prefixes=()):
     name = option
     for p in prefixes:
         if p and name.upper().startswith(p.upper() + "_") and len(name) > len(p) + 1:
-            name = name[len(p) + 1:]
+            name = name[len(p) + 1 :]
             break
     name = re.sub(r"^(WITH|ENABLE|USE|BUILD|DO|HAVE)_", "", name, flags=re.I)
     name = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
@@ -157,8 +160,17 @@ def detect_build_system(root):
 
 
 LANG_EXT = {
-    ".c": "c", ".cc": "cxx", ".cpp": "cxx", ".cxx": "cxx", ".C": "cxx", ".hpp": "cxx",
-    ".f": "fortran", ".f90": "fortran", ".F90": "fortran", ".F": "fortran", ".f77": "fortran",
+    ".c": "c",
+    ".cc": "cxx",
+    ".cpp": "cxx",
+    ".cxx": "cxx",
+    ".C": "cxx",
+    ".hpp": "cxx",
+    ".f": "fortran",
+    ".f90": "fortran",
+    ".F90": "fortran",
+    ".F": "fortran",
+    ".f77": "fortran",
     ".cu": "cuda",
 }
 
@@ -292,7 +304,7 @@ def analyze_cmake(a: Analysis):
                 if "DESCRIPTION" in args:
                     a.description = args[args.index("DESCRIPTION") + 1]
                 if "LANGUAGES" in args:
-                    langs = [x for x in args[args.index("LANGUAGES") + 1:] if x.isupper()]
+                    langs = [x for x in args[args.index("LANGUAGES") + 1 :] if x.isupper()]
                 elif len(args) > 1 and all(x in ("C", "CXX", "Fortran", "CUDA") for x in args[1:]):
                     langs = args[1:]
             elif cmd == "cmake_minimum_required" and "VERSION" in args and "cmake_minimum" not in a.build:
@@ -327,9 +339,16 @@ def analyze_cmake(a: Analysis):
                 found = _cmake_find_names(args, cmd)
                 if found:
                     kind = "library" if cmd == "find_library" else "header"
-                    dep = Dependency(found[0], kind, "%s: %s" % (rel, " ".join(whole.split())), ["build", "link"],
-                                     _cmake_when(conds, options, project_prefix), "REQUIRED" in args,
-                                     system=kind == "library" and found[0] in SYSTEM_LIBS, alternatives=found[1:])
+                    dep = Dependency(
+                        found[0],
+                        kind,
+                        "%s: %s" % (rel, " ".join(whole.split())),
+                        ["build", "link"],
+                        _cmake_when(conds, options, project_prefix),
+                        "REQUIRED" in args,
+                        system=kind == "library" and found[0] in SYSTEM_LIBS,
+                        alternatives=found[1:],
+                    )
                     if module:
                         found_in_module.append((dep, module.group(1)))
                     else:
@@ -339,9 +358,15 @@ def analyze_cmake(a: Analysis):
                 when = _cmake_when(conds, options, project_prefix)
                 required = "REQUIRED" in args
                 kind = "tool" if args[0] in CMAKE_TOOLS else "cmake"
-                dep = Dependency(args[0], kind, "%s: %s" % (rel, " ".join(whole.split())),
-                                 ["build"] if kind == "tool" else ["build", "link"], when, required)
-                comps = args[args.index("COMPONENTS") + 1:] if "COMPONENTS" in args else []
+                dep = Dependency(
+                    args[0],
+                    kind,
+                    "%s: %s" % (rel, " ".join(whole.split())),
+                    ["build"] if kind == "tool" else ["build", "link"],
+                    when,
+                    required,
+                )
+                comps = args[args.index("COMPONENTS") + 1 :] if "COMPONENTS" in args else []
                 if comps:
                     dep.source += ""
                 a.dependencies.append(dep)
@@ -349,12 +374,26 @@ def analyze_cmake(a: Analysis):
                 when = _cmake_when(conds, options, project_prefix)
                 required = "REQUIRED" in args
                 for mod in args[1:]:
-                    if mod in ("REQUIRED", "QUIET", "IMPORTED_TARGET", "GLOBAL", "NO_CMAKE_PATH",
-                               "NO_CMAKE_ENVIRONMENT_PATH"):
+                    if mod in (
+                        "REQUIRED",
+                        "QUIET",
+                        "IMPORTED_TARGET",
+                        "GLOBAL",
+                        "NO_CMAKE_PATH",
+                        "NO_CMAKE_ENVIRONMENT_PATH",
+                    ):
                         continue
                     mod = re.split(r"[<>=]", mod)[0]
-                    a.dependencies.append(Dependency(mod, "pkgconfig", "%s: %s" % (rel, " ".join(whole.split())),
-                                                     ["build", "link"], when, required))
+                    a.dependencies.append(
+                        Dependency(
+                            mod,
+                            "pkgconfig",
+                            "%s: %s" % (rel, " ".join(whole.split())),
+                            ["build", "link"],
+                            when,
+                            required,
+                        )
+                    )
             elif cmd == "add_executable" and args and "IMPORTED" not in args and "ALIAS" not in args:
                 exes.append(_cmake_expand(args[0], cmake_vars))
                 lits = [x for cond, _neg in conds for x in cond]
@@ -363,8 +402,13 @@ def analyze_cmake(a: Analysis):
             elif cmd in ("set_target_properties", "set_property") and "OUTPUT_NAME" in args:
                 # the file a target makes: zfp's program target zfpcmd is installed as bin/zfp
                 i = args.index("OUTPUT_NAME")
-                targets = args[1:args.index("PROPERTY")] if cmd == "set_property" and "PROPERTY" in args \
-                    else args[:args.index("PROPERTIES")] if "PROPERTIES" in args else []
+                targets = (
+                    args[1 : args.index("PROPERTY")]
+                    if cmd == "set_property" and "PROPERTY" in args
+                    else args[: args.index("PROPERTIES")]
+                    if "PROPERTIES" in args
+                    else []
+                )
                 for t in targets:
                     if i + 1 < len(args):
                         output_names[_cmake_expand(t, cmake_vars)] = _cmake_expand(args[i + 1], cmake_vars)
@@ -385,19 +429,25 @@ def analyze_cmake(a: Analysis):
             elif cmd == "add_test" and args:
                 if args[0] == "NAME" and "COMMAND" in args:
                     i = args.index("COMMAND")
-                    cmdline = args[i + 1:]
+                    cmdline = args[i + 1 :]
                 else:
                     cmdline = args[1:]
                 if cmdline:
-                    tests.append(RecipeCheck(cmdline[0], [x for x in cmdline[1:] if not x.startswith("$<")],
-                                             "%s: %s" % (rel, " ".join(whole.split()))))
+                    tests.append(
+                        RecipeCheck(
+                            cmdline[0],
+                            [x for x in cmdline[1:] if not x.startswith("$<")],
+                            "%s: %s" % (rel, " ".join(whole.split())),
+                        )
+                    )
             elif cmd == "target_link_libraries" and len(args) >= 2:
                 for lib in args[1:]:
                     if lib in ("PUBLIC", "PRIVATE", "INTERFACE") or "::" in lib or "$" in lib:
                         continue
                     if lib in ("m", "dl", "pthread", "rt"):
-                        a.dependencies.append(Dependency(lib, "library", "%s: %s" % (rel, " ".join(whole.split())),
-                                                         system=True))
+                        a.dependencies.append(
+                            Dependency(lib, "library", "%s: %s" % (rel, " ".join(whole.split())), system=True)
+                        )
     _module_dependencies(a, found_in_module)
     if langs is None:
         langs = ["C", "CXX"]
@@ -409,7 +459,7 @@ def analyze_cmake(a: Analysis):
     if len(opt_names) >= 2:
         common = os.path.commonprefix(opt_names)
         if "_" in common:
-            prefixes.insert(0, common[:common.rindex("_")])
+            prefixes.insert(0, common[: common.rindex("_")])
     elif len(opt_names) == 1 and "_" in opt_names[0]:
         first = opt_names[0].split("_")[0]
         if project_prefix and (project_prefix.startswith(first) or first.startswith(project_prefix[:3])):
@@ -443,14 +493,17 @@ def analyze_cmake(a: Analysis):
         for v in a.variants:
             if on and v.name == on[-1] and v.default:
                 v.default = False
-                a.notes.append("%s is missing from the tree (a git submodule?): variant %s defaults off"
-                               % (sub, v.name))
+                a.notes.append(
+                    "%s is missing from the tree (a git submodule?): variant %s defaults off" % (sub, v.name)
+                )
     a.build.setdefault("has_install", False)
     installed = a.build.get("installed")
     # a program counts where it is installed and built with the options' defaults
     defaults = {v.option: v.default for v in a.variants}
-    built = lambda e: all(defaults.get(x.lstrip("~"), False) != x.startswith("~")  # noqa: E731
-                          for x in exe_conditional.get(e, []))
+
+    def built(e):
+        return all(defaults.get(x.lstrip("~"), False) != x.startswith("~") for x in exe_conditional.get(e, []))
+
     a.executables = [output_names.get(e, e) for e in exes if built(e) and (installed is None or e in installed)]
     a.build["own_names"] = [output_names.get(x, x) for x in a.build.get("own_names", [])]
     a.checks = [c for c in tests if c.exe in a.executables]
@@ -480,31 +533,68 @@ def _cmake_optional_packages(a):
             continue
         if d.name in FEATURE_PACKAGES and FEATURE_PACKAGES[d.name] is None:
             continue
-        name = FEATURE_PACKAGES.get(d.name) or ("docs" if d.name in DOC_TOOLS else
-                                                re.sub(r"\d+$", "", variant_name(d.name)) or variant_name(d.name))
+        name = FEATURE_PACKAGES.get(d.name) or (
+            "docs" if d.name in DOC_TOOLS else re.sub(r"\d+$", "", variant_name(d.name)) or variant_name(d.name)
+        )
         if name == "pythoninterp" or name == "pythonlibs":
             name = "python"
         if name not in names:
             names.add(name)
-            a.variants.append(RecipeVariant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name,
-                                            d.name, "cmake-find"))
+            a.variants.append(
+                RecipeVariant(name, d.name == "OpenMP", "Build with %s (optional)" % d.name, d.name, "cmake-find")
+            )
         d.when = "+" + name
 
 
-RESERVED_VARIANTS = {"build_type", "generator", "ipo", "build_system", "patches", "dev_path",
-                     "buildtype", "default_library", "arch", "os", "target", "platform",
-                     # compiler flag names: "+ldflags" is not a variant to Spack (mxml's --with-ldflags)
-                     "cflags", "cxxflags", "fflags", "cppflags", "ldflags", "ldlibs"}
-CMAKE_TOOLS = {"PkgConfig", "Git", "Doxygen", "Python", "Python3", "PythonInterp", "Perl", "BISON",
-               "FLEX", "SWIG"}
+RESERVED_VARIANTS = {
+    "build_type",
+    "generator",
+    "ipo",
+    "build_system",
+    "patches",
+    "dev_path",
+    "buildtype",
+    "default_library",
+    "arch",
+    "os",
+    "target",
+    "platform",
+    # compiler flag names: "+ldflags" is not a variant to Spack (mxml's --with-ldflags)
+    "cflags",
+    "cxxflags",
+    "fflags",
+    "cppflags",
+    "ldflags",
+    "ldlibs",
+}
+CMAKE_TOOLS = {"PkgConfig", "Git", "Doxygen", "Python", "Python3", "PythonInterp", "Perl", "BISON", "FLEX", "SWIG"}
 
 
 # the keywords of find_library / find_path after the result variable
-CMAKE_FIND_KEYWORDS = {"NAMES", "NAMES_PER_DIR", "HINTS", "PATHS", "PATH_SUFFIXES", "DOC", "REQUIRED",
-                       "OPTIONAL", "NO_CACHE", "VALIDATOR", "REGISTRY_VIEW", "ENV", "NO_DEFAULT_PATH",
-                       "NO_PACKAGE_ROOT_PATH", "NO_CMAKE_PATH", "NO_CMAKE_ENVIRONMENT_PATH",
-                       "NO_SYSTEM_ENVIRONMENT_PATH", "NO_CMAKE_SYSTEM_PATH", "NO_CMAKE_INSTALL_PREFIX",
-                       "CMAKE_FIND_ROOT_PATH_BOTH", "ONLY_CMAKE_FIND_ROOT_PATH", "NO_CMAKE_FIND_ROOT_PATH"}
+CMAKE_FIND_KEYWORDS = {
+    "NAMES",
+    "NAMES_PER_DIR",
+    "HINTS",
+    "PATHS",
+    "PATH_SUFFIXES",
+    "DOC",
+    "REQUIRED",
+    "OPTIONAL",
+    "NO_CACHE",
+    "VALIDATOR",
+    "REGISTRY_VIEW",
+    "ENV",
+    "NO_DEFAULT_PATH",
+    "NO_PACKAGE_ROOT_PATH",
+    "NO_CMAKE_PATH",
+    "NO_CMAKE_ENVIRONMENT_PATH",
+    "NO_SYSTEM_ENVIRONMENT_PATH",
+    "NO_CMAKE_SYSTEM_PATH",
+    "NO_CMAKE_INSTALL_PREFIX",
+    "CMAKE_FIND_ROOT_PATH_BOTH",
+    "ONLY_CMAKE_FIND_ROOT_PATH",
+    "NO_CMAKE_FIND_ROOT_PATH",
+}
 
 
 def _cmake_find_names(args, cmd):
@@ -512,7 +602,7 @@ def _cmake_find_names(args, cmd):
     in order (a library without ``lib`` prefix or file suffix); variables left out."""
     if "NAMES" in args:
         names = []
-        for x in args[args.index("NAMES") + 1:]:
+        for x in args[args.index("NAMES") + 1 :]:
             if x in CMAKE_FIND_KEYWORDS:
                 break
             names.append(x)
@@ -573,9 +663,18 @@ def _module_dependencies(a, found_in_module):
             whens = [None]
         for when in dict.fromkeys(whens):
             lits = ((when or "") + " " + (dep.when or "")).split()
-            a.dependencies.append(Dependency(dep.name, dep.kind, dep.source, list(dep.type),
-                                             " ".join(dict.fromkeys(lits)) or None, dep.required,
-                                             system=dep.system, alternatives=list(dep.alternatives)))
+            a.dependencies.append(
+                Dependency(
+                    dep.name,
+                    dep.kind,
+                    dep.source,
+                    list(dep.type),
+                    " ".join(dict.fromkeys(lits)) or None,
+                    dep.required,
+                    system=dep.system,
+                    alternatives=list(dep.alternatives),
+                )
+            )
 
 
 def _cmake_when(conds, options, prefix):
@@ -586,6 +685,7 @@ def _cmake_when(conds, options, prefix):
 
 
 # -- Meson --------------------------------------------------------------------------------
+
 
 def _meson_kwarg(text, key):
     m = re.search(r"\b%s\s*:\s*('([^']*)'|\[([^\]]*)\]|(true|false))" % key, text)
@@ -611,7 +711,7 @@ def _meson_calls(text, func):
                 j = text.find("'", i + 1)
                 i = j if j > 0 else i
             i += 1
-        yield text[m.end():i - 1], m.start()
+        yield text[m.end() : i - 1], m.start()
 
 
 def _meson_when(text, pos):
@@ -652,7 +752,9 @@ def analyze_meson(a: Analysis):
             head = re.split(r"\w+\s*:", args)[0]
             strs = re.findall(r"'([^']*)'", head)
             langs = strs[1:]
-            a.languages = [{"c": "c", "cpp": "cxx", "fortran": "fortran"}[x] for x in langs if x in ("c", "cpp", "fortran")]
+            a.languages = [
+                {"c": "c", "cpp": "cxx", "fortran": "fortran"}[x] for x in langs if x in ("c", "cpp", "fortran")
+            ]
             v = _meson_kwarg(args, "version")
             if isinstance(v, str):
                 a.version = v
@@ -673,18 +775,36 @@ def analyze_meson(a: Analysis):
             line = text[:start].count("\n") + 1
             when, other_platform = _meson_when(text, start)
             if name in ("threads", "openmp", "dl", "m") or other_platform:
-                a.dependencies.append(Dependency(name, "library", "%s:%d dependency('%s')" % (rel, line, name), system=True))
+                a.dependencies.append(
+                    Dependency(name, "library", "%s:%d dependency('%s')" % (rel, line, name), system=True)
+                )
             else:
-                a.dependencies.append(Dependency(name, "pkgconfig", "%s:%d dependency('%s')" % (rel, line, name),
-                                                 ["build", "link"], when, required))
+                a.dependencies.append(
+                    Dependency(
+                        name,
+                        "pkgconfig",
+                        "%s:%d dependency('%s')" % (rel, line, name),
+                        ["build", "link"],
+                        when,
+                        required,
+                    )
+                )
         for args, start in _meson_calls(text, "find_library"):
             names = re.findall(r"'([^']*)'", args)
             if names:
                 line = text[:start].count("\n") + 1
                 when, other_platform = _meson_when(text, start)
-                a.dependencies.append(Dependency(names[0], "library", "%s:%d find_library('%s')" % (rel, line, names[0]),
-                                                 ["build", "link"], when, _meson_kwarg(args, "required") is not False,
-                                                 system=names[0] in SYSTEM_LIBS or other_platform))
+                a.dependencies.append(
+                    Dependency(
+                        names[0],
+                        "library",
+                        "%s:%d find_library('%s')" % (rel, line, names[0]),
+                        ["build", "link"],
+                        when,
+                        _meson_kwarg(args, "required") is not False,
+                        system=names[0] in SYSTEM_LIBS or other_platform,
+                    )
+                )
         for m in re.finditer(r"(?m)^\s*(\w+)\s*=\s*executable\s*\(", text):
             exe_vars[m.group(1)] = None
         for args, start in _meson_calls(text, "executable"):
@@ -706,8 +826,14 @@ def analyze_meson(a: Analysis):
                 if isinstance(targs, str):
                     targs = [targs]
                 tests.append(RecipeCheck(exe, targs, "%s: test(%s)" % (rel, " ".join(args.split()))))
-    opt_file = next((os.path.join(a.root, n) for n in ("meson.options", "meson_options.txt")
-                     if os.path.isfile(os.path.join(a.root, n))), None)
+    opt_file = next(
+        (
+            os.path.join(a.root, n)
+            for n in ("meson.options", "meson_options.txt")
+            if os.path.isfile(os.path.join(a.root, n))
+        ),
+        None,
+    )
     if opt_file:
         text = _strip_comments(_read(opt_file))
         for args, _ in _meson_calls(text, "option"):
@@ -718,13 +844,21 @@ def analyze_meson(a: Analysis):
             val = _meson_kwarg(args, "value")
             default = (val is not False) if typ == "boolean" else (val == "enabled")
             name = variant_name(names[0])
-            a.variants.append(RecipeVariant(name, bool(default), _meson_kwarg(args, "description") or names[0],
-                                            names[0], "meson" if typ == "boolean" else "meson-feature"))
+            a.variants.append(
+                RecipeVariant(
+                    name,
+                    bool(default),
+                    _meson_kwarg(args, "description") or names[0],
+                    names[0],
+                    "meson" if typ == "boolean" else "meson-feature",
+                )
+            )
     a.executables = installed_exes
     a.checks = [c for c in tests if c.exe in installed_exes]
 
 
 # -- Autotools ----------------------------------------------------------------------------
+
 
 def _m4_args(argtext):
     """Top-level comma-separated arguments of an m4 macro call, brackets stripped."""
@@ -765,7 +899,7 @@ def _autotools_guards(text, options):
         if not name:
             continue
         depth, i = 1, m.end()
-        for t in re.finditer(r"\b(if|fi)\b", text[m.end():]):
+        for t in re.finditer(r"\b(if|fi)\b", text[m.end() :]):
             depth += 1 if t.group(1) == "if" else -1
             if depth == 0:
                 i = m.end() + t.end()
@@ -783,8 +917,10 @@ def _autotools_guards(text, options):
 
 
 def analyze_autotools(a: Analysis):
-    ac = next((os.path.join(a.root, n) for n in ("configure.ac", "configure.in")
-               if os.path.isfile(os.path.join(a.root, n))), None)
+    ac = next(
+        (os.path.join(a.root, n) for n in ("configure.ac", "configure.in") if os.path.isfile(os.path.join(a.root, n))),
+        None,
+    )
     a.build["configure_present"] = os.path.isfile(os.path.join(a.root, "configure"))
     langs = []
     if ac:
@@ -798,8 +934,12 @@ def analyze_autotools(a: Analysis):
                 a.build["tarname"] = parts[3]
             if len(parts) >= 5 and parts[4]:
                 a.homepage = parts[4]
-        for macro, lang in (("AC_PROG_CC", "c"), ("AC_PROG_CXX", "cxx"), ("AC_PROG_FC", "fortran"),
-                            ("AC_PROG_F77", "fortran")):
+        for macro, lang in (
+            ("AC_PROG_CC", "c"),
+            ("AC_PROG_CXX", "cxx"),
+            ("AC_PROG_FC", "fortran"),
+            ("AC_PROG_F77", "fortran"),
+        ):
             if re.search(r"\b%s\b" % macro, text) and lang not in langs:
                 langs.append(lang)
         for macro, kind in (("AC_ARG_ENABLE", "enable"), ("AC_ARG_WITH", "with")):
@@ -817,28 +957,46 @@ def analyze_autotools(a: Analysis):
                 # --with-ldflags=FLAGS takes a value: off is saying nothing (--without-ldflags
                 # would make "no" the flags: mxml's link failed on "cannot find no")
                 value = bool(re.search(r"--(?:with|enable)-[\w-]+\[?=(?!yes\b|no\b)", flag)) and not default
-                a.variants.append(RecipeVariant(variant_name(parts[0]), default, desc, parts[0],
-                                                kind + ("-value" if value else "")))
+                a.variants.append(
+                    RecipeVariant(variant_name(parts[0]), default, desc, parts[0], kind + ("-value" if value else ""))
+                )
         guards = _autotools_guards(text, {v.option: v.name for v in a.variants})
         when_at = lambda pos: next((w for lo, hi, w in guards if lo <= pos < hi), None)  # noqa: E731
         for args, pos in _meson_calls(text, "AC_CHECK_LIB"):
             parts = _m4_args(args)
             if parts and parts[0]:
-                a.dependencies.append(Dependency(parts[0], "library", "%s: AC_CHECK_LIB(%s)" % (rel, args.strip()),
-                                                 when=when_at(pos), system=parts[0] in SYSTEM_LIBS))
+                a.dependencies.append(
+                    Dependency(
+                        parts[0],
+                        "library",
+                        "%s: AC_CHECK_LIB(%s)" % (rel, args.strip()),
+                        when=when_at(pos),
+                        system=parts[0] in SYSTEM_LIBS,
+                    )
+                )
         for args, pos in _meson_calls(text, "AC_SEARCH_LIBS"):
             parts = _m4_args(args)
-            for lib in (parts[1].split() if len(parts) > 1 else []):
-                a.dependencies.append(Dependency(lib, "library", "%s: AC_SEARCH_LIBS(%s)" % (rel, args.strip()),
-                                                 when=when_at(pos), system=lib in SYSTEM_LIBS))
+            for lib in parts[1].split() if len(parts) > 1 else []:
+                a.dependencies.append(
+                    Dependency(
+                        lib,
+                        "library",
+                        "%s: AC_SEARCH_LIBS(%s)" % (rel, args.strip()),
+                        when=when_at(pos),
+                        system=lib in SYSTEM_LIBS,
+                    )
+                )
         for args, pos in _meson_calls(text, "PKG_CHECK_MODULES"):
             parts = _m4_args(args)
             if len(parts) >= 2:
                 for mod in re.split(r"\s+", parts[1]):
                     mod = re.split(r"[<>=]", mod)[0]
                     if mod:
-                        a.dependencies.append(Dependency(mod, "pkgconfig", "%s: PKG_CHECK_MODULES(%s)" % (rel, args.strip()),
-                                                         when=when_at(pos)))
+                        a.dependencies.append(
+                            Dependency(
+                                mod, "pkgconfig", "%s: PKG_CHECK_MODULES(%s)" % (rel, args.strip()), when=when_at(pos)
+                            )
+                        )
         if re.search(r"\bPKG_(CHECK_MODULES|PROG_PKG_CONFIG)\b", text):
             a.dependencies.append(Dependency("pkg-config", "tool", "%s: PKG_CHECK_MODULES" % rel, ["build"]))
         if re.search(r"\bLT_INIT|AC_PROG_LIBTOOL\b", text):
@@ -854,6 +1012,7 @@ SYSTEM_LIBS = {"m", "c", "dl", "pthread", "rt", "util", "stdc++", "gcc", "gomp",
 
 # -- Makefile -----------------------------------------------------------------------------
 
+
 def _makefile_checks(a: Analysis, paths):
     for path in paths:
         text = _read(path)
@@ -866,7 +1025,7 @@ def _makefile_checks(a: Analysis, paths):
             if not m:
                 continue
             a.build.setdefault("check_target", m.group(1))
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if not body.startswith("\t"):
                     break
                 cmd = body.strip().lstrip("@-").strip()
@@ -878,7 +1037,7 @@ def _makefile_checks(a: Analysis, paths):
         for i, line in enumerate(lines):
             if not re.match(r"^install(-exec)?\s*:", line):
                 continue
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if not body.startswith("\t"):
                     break
                 if "bin" not in body:
@@ -889,18 +1048,60 @@ def _makefile_checks(a: Analysis, paths):
 
 
 # Targets that make's default goal may be but that build no program.
-NOT_PROGRAM_TARGETS = {"clean", "distclean", "install", "check", "test", "tests", "help", "default", "debug",
-                       "release", "depend", "dep", "run"}
+NOT_PROGRAM_TARGETS = {
+    "clean",
+    "distclean",
+    "install",
+    "check",
+    "test",
+    "tests",
+    "help",
+    "default",
+    "debug",
+    "release",
+    "depend",
+    "dep",
+    "run",
+}
 
 
 MAKE_VAR_RE = re.compile(r"^(?:override\s+|export\s+)?([A-Za-z_][\w]*)\s*(?::{1,2}|\?|\+)?=\s*(.*?)\s*$")
-COMPILERS = {"gcc": "cc", "cc": "cc", "clang": "cc", "icc": "cc", "icx": "cc", "xlc": "cc", "pgcc": "cc",
-             "nvc": "cc", "g++": "cxx", "c++": "cxx", "clang++": "cxx", "icpc": "cxx", "icpx": "cxx",
-             "xlc++": "cxx", "pgc++": "cxx", "nvc++": "cxx", "gfortran": "fc", "ifort": "fc", "ifx": "fc",
-             "flang": "fc", "f77": "fc", "f90": "fc", "f95": "fc", "pgfortran": "fc", "nvfortran": "fc"}
+COMPILERS = {
+    "gcc": "cc",
+    "cc": "cc",
+    "clang": "cc",
+    "icc": "cc",
+    "icx": "cc",
+    "xlc": "cc",
+    "pgcc": "cc",
+    "nvc": "cc",
+    "g++": "cxx",
+    "c++": "cxx",
+    "clang++": "cxx",
+    "icpc": "cxx",
+    "icpx": "cxx",
+    "xlc++": "cxx",
+    "pgc++": "cxx",
+    "nvc++": "cxx",
+    "gfortran": "fc",
+    "ifort": "fc",
+    "ifx": "fc",
+    "flang": "fc",
+    "f77": "fc",
+    "f90": "fc",
+    "f95": "fc",
+    "pgfortran": "fc",
+    "nvfortran": "fc",
+}
 # yes/no switches of a Makefile that are about how, not what, it builds: not variants
-SWITCH_VALUES = {"yes": ("yes", "no"), "no": ("yes", "no"), "on": ("on", "off"), "off": ("on", "off"),
-                 "true": ("true", "false"), "false": ("true", "false")}
+SWITCH_VALUES = {
+    "yes": ("yes", "no"),
+    "no": ("yes", "no"),
+    "on": ("on", "off"),
+    "off": ("on", "off"),
+    "true": ("true", "false"),
+    "false": ("true", "false"),
+}
 MAKE_SWITCHES_NOT_VARIANTS = {"optimize", "debug", "profile", "verbose", "quiet", "static", "v"}
 
 
@@ -929,10 +1130,13 @@ def _make_lines(text):
 
 def _make_condition(line, switches):
     """The switch literal (``"MPI"``, ``"~MPI"``) an ``ifeq``/``ifneq``/``ifdef`` tests, or None."""
-    m = re.match(r"^\s*(ifeq|ifneq)\s*\(\s*\$[({](\w+)[)}]\s*,\s*(\w*)\s*\)", line) or \
-        re.match(r"^\s*(ifeq|ifneq)\s*\(\s*(\w*)\s*,\s*\$[({](\w+)[)}]\s*\)", line)
+    m = re.match(r"^\s*(ifeq|ifneq)\s*\(\s*\$[({](\w+)[)}]\s*,\s*(\w*)\s*\)", line) or re.match(
+        r"^\s*(ifeq|ifneq)\s*\(\s*(\w*)\s*,\s*\$[({](\w+)[)}]\s*\)", line
+    )
     if m:
-        var, val = (m.group(2), m.group(3)) if not m.group(2).islower() or m.group(3).islower() else (m.group(3), m.group(2))
+        var, val = (
+            (m.group(2), m.group(3)) if not m.group(2).islower() or m.group(3).islower() else (m.group(3), m.group(2))
+        )
         if m.group(2) in switches:
             var, val = m.group(2), m.group(3)
         elif m.group(3) in switches:
@@ -949,8 +1153,16 @@ def _make_condition(line, switches):
     return None
 
 
-MPI_WRAPPERS = {"mpicc": "mpicc", "mpicxx": "mpicxx", "mpic++": "mpicxx", "mpiCC": "mpicxx", "mpig++": "mpicxx",
-                "mpif90": "mpifc", "mpif77": "mpif77", "mpifort": "mpifc"}
+MPI_WRAPPERS = {
+    "mpicc": "mpicc",
+    "mpicxx": "mpicxx",
+    "mpic++": "mpicxx",
+    "mpiCC": "mpicxx",
+    "mpig++": "mpicxx",
+    "mpif90": "mpifc",
+    "mpif77": "mpif77",
+    "mpifort": "mpifc",
+}
 
 
 def _commented_settings(a, text, mvars, rel):
@@ -972,20 +1184,39 @@ def _commented_settings(a, text, mvars, rel):
                 settings[var] = ("@" + wrapper) if wrapper else val
         if name in names or not any(re.search(key, v) for v in settings):
             continue
-        a.variants.append(RecipeVariant(name, False, "Build with the Makefile's %s settings (%s)"
-                                        % ("MPI" if name == "mpi" else "OpenMP", ", ".join(sorted(settings))),
-                                        ",".join(sorted(settings)), "make-commented"))
+        a.variants.append(
+            RecipeVariant(
+                name,
+                False,
+                "Build with the Makefile's %s settings (%s)"
+                % ("MPI" if name == "mpi" else "OpenMP", ", ".join(sorted(settings))),
+                ",".join(sorted(settings)),
+                "make-commented",
+            )
+        )
         a.build.setdefault("commented_settings", {})[name] = settings
         if name == "mpi":
             a.dependencies.append(Dependency("MPI", "cmake", "%s: commented MPI settings" % rel, when="+mpi"))
 
 
 def analyze_makefile(a: Analysis):
-    mk = next((os.path.join(a.root, n) for n in ("GNUmakefile", "Makefile", "makefile")
-               if os.path.isfile(os.path.join(a.root, n))), None)
+    mk = next(
+        (
+            os.path.join(a.root, n)
+            for n in ("GNUmakefile", "Makefile", "makefile")
+            if os.path.isfile(os.path.join(a.root, n))
+        ),
+        None,
+    )
     if mk is None:  # only a template to copy (CoMD's Makefile.vanilla)
-        mk = next((os.path.join(a.root, n) for n in sorted(os.listdir(a.root)) if n.startswith("Makefile.")
-                   and not n.endswith((".in", ".am"))), None)
+        mk = next(
+            (
+                os.path.join(a.root, n)
+                for n in sorted(os.listdir(a.root))
+                if n.startswith("Makefile.") and not n.endswith((".in", ".am"))
+            ),
+            None,
+        )
         a.build["makefile_template"] = os.path.basename(mk)
     text = _read(mk)
     rel = os.path.relpath(mk, a.root)
@@ -1004,8 +1235,9 @@ def analyze_makefile(a: Analysis):
                 switches[m.group(1)] = m.group(2).lower() in ("yes", "on", "true")
                 # the spelling the Makefile compares with: yes/no, ON/OFF, true/false
                 on, off = SWITCH_VALUES[m.group(2).lower()]
-                a.build.setdefault("switch_values", {})[m.group(1)] = \
+                a.build.setdefault("switch_values", {})[m.group(1)] = (
                     [on.upper(), off.upper()] if m.group(2).isupper() else [on, off]
+                )
     m = re.search(r"(?m)^\s*VERSION\s*[:?]?=\s*([\w.+-]+)", text)
     if m:
         a.version = m.group(1)
@@ -1056,15 +1288,15 @@ def analyze_makefile(a: Analysis):
         for pc in re.findall(r"pkg-config\s+(?:--\S+\s+)+([\w.+-]+)", line):
             a.dependencies.append(Dependency(pc, "pkgconfig", "%s: pkg-config %s" % (rel, pc), when=when))
     for (lib, when), _line in sorted(libs.items(), key=lambda x: (x[0][0], x[0][1] or "")):
-        a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when,
-                                         system=lib in SYSTEM_LIBS))
+        a.dependencies.append(Dependency(lib, "library", "%s: -l%s" % (rel, lib), when=when, system=lib in SYSTEM_LIBS))
     if uses_mpi_wrapper is not None:
         if not uses_mpi_wrapper and any(v.name == "mpi" for v in a.variants):
             # CC = mpicc for every build, and a switch that says whether MPI is used (CoMD's
             # DO_MPI): the recipe gives the wrapper with +mpi, Spack's compiler without
             uses_mpi_wrapper = "+mpi"
-        a.dependencies.append(Dependency("MPI", "cmake", "%s: an MPI compiler wrapper" % rel,
-                                         when=uses_mpi_wrapper or None))
+        a.dependencies.append(
+            Dependency("MPI", "cmake", "%s: an MPI compiler wrapper" % rel, when=uses_mpi_wrapper or None)
+        )
         a.build["mpi_wrapper"] = uses_mpi_wrapper or "always"
     m = re.search(r"(?m)^all\s*:([^\n]*)", text)
     if m:
@@ -1078,14 +1310,36 @@ def analyze_makefile(a: Analysis):
     _makefile_checks(a, [mk])
     if not a.build["has_install"]:
         # (a program put elsewhere, ../bin/x-$(FLAVOR), is found after the build instead)
-        a.executables = [t for t in a.build.get("all_targets", []) if not t.startswith("lib")
-                         and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t]
+        a.executables = [
+            t
+            for t in a.build.get("all_targets", [])
+            if not t.startswith("lib") and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t
+        ]
     a.languages = _languages_from_files(a.root)
 
 
 # targets that name a goal, not a file a user runs
-PHONY_LIKE = {"all", "allmost", "lib", "libs", "examples", "manuals", "man", "docs", "doc", "build_tests",
-              "tests", "test", "check", "programs", "tools", "bin", "shared", "static", "default"}
+PHONY_LIKE = {
+    "all",
+    "allmost",
+    "lib",
+    "libs",
+    "examples",
+    "manuals",
+    "man",
+    "docs",
+    "doc",
+    "build_tests",
+    "tests",
+    "test",
+    "check",
+    "programs",
+    "tools",
+    "bin",
+    "shared",
+    "static",
+    "default",
+}
 
 
 def _phony(text):
@@ -1094,34 +1348,54 @@ def _phony(text):
 
 # -- Python -------------------------------------------------------------------------------
 
+
 def analyze_python(a: Analysis):
     text = _read(os.path.join(a.root, "pyproject.toml"))
     m = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
     if m:
         a.version = m.group(1)
-    m = re.search(r'(?ms)^dependencies\s*=\s*\[(.*?)\]', text)
+    m = re.search(r"(?ms)^dependencies\s*=\s*\[(.*?)\]", text)
     if m:
         for req in re.findall(r'"([^"]+)"', m.group(1)):
             name = re.split(r"[<>=!~; \[]", req)[0]
             a.dependencies.append(Dependency(name, "python", "pyproject.toml: %s" % req, ["build", "run"]))
-    m = re.search(r'(?ms)^\[build-system\].*?requires\s*=\s*\[(.*?)\]', text)
-    a.build["build_requires"] = [re.split(r"[<>=!~; \[]", r)[0] for r in re.findall(r'"([^"]+)"', m.group(1))] if m else ["setuptools"]
+    m = re.search(r"(?ms)^\[build-system\].*?requires\s*=\s*\[(.*?)\]", text)
+    a.build["build_requires"] = (
+        [re.split(r"[<>=!~; \[]", r)[0] for r in re.findall(r'"([^"]+)"', m.group(1))] if m else ["setuptools"]
+    )
     m = re.search(r'(?m)^license\s*=\s*(?:\{\s*text\s*=\s*)?"([^"]+)"', text)
     if m:
         a.license = m.group(1)
     a.languages = [x for x in _languages_from_files(a.root)]
 
 
-ANALYZERS = {"cmake": analyze_cmake, "meson": analyze_meson, "autotools": analyze_autotools,
-             "makefile": analyze_makefile, "python": analyze_python}
+ANALYZERS = {
+    "cmake": analyze_cmake,
+    "meson": analyze_meson,
+    "autotools": analyze_autotools,
+    "makefile": analyze_makefile,
+    "python": analyze_python,
+}
 
 
 VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z]*(?:[._-][0-9A-Za-z]+)*$")
 # subdirectories that hold an alternative build for hardware or a toolchain this machine may
 # lack: never the default of the choice
 ACCELERATOR_DIRS = re.compile(r"(cuda|hip|sycl|opencl|offload|gpu|kokkos|raja|acc|mic|phi|fpga|dpcpp|ocl)", re.I)
-PREFERRED_DIRS = ["openmp-threading", "openmp", "omp", "src-openmp", "serial", "src-serial", "ref", "src",
-                  "cpu", "seq", "mpi", "src-mpi"]
+PREFERRED_DIRS = [
+    "openmp-threading",
+    "openmp",
+    "omp",
+    "src-openmp",
+    "serial",
+    "src-serial",
+    "ref",
+    "src",
+    "cpu",
+    "seq",
+    "mpi",
+    "src-mpi",
+]
 
 
 def find_builds(root, max_depth=2):
@@ -1132,8 +1406,13 @@ def find_builds(root, max_depth=2):
     for d, dirs, files in os.walk(root):
         rel = os.path.relpath(d, root)
         depth = 0 if rel == "." else rel.count(os.sep) + 1
-        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.startswith(".")
-                         and not re.match(r"^(tests?|examples?|docs?|contrib|third.?party|extern(al)?)$", x, re.I))
+        dirs[:] = sorted(
+            x
+            for x in dirs
+            if x not in SKIP_DIRS
+            and not x.startswith(".")
+            and not re.match(r"^(tests?|examples?|docs?|contrib|third.?party|extern(al)?)$", x, re.I)
+        )
         if depth == 0:
             continue
         if depth >= max_depth:
@@ -1166,7 +1445,9 @@ def resolve_version(a: Analysis, raw):
         defines = {}
         for p in _walk(a.root, max_files=2000):
             if p.endswith((".h", ".hpp", ".hh")):
-                for k, v in re.findall(r"(?m)^\s*#\s*define\s+(\w*VERSION\w*)\s+\(?\"?([\w.]+)\"?\)?", _read(p)[:20000]):
+                for k, v in re.findall(
+                    r"(?m)^\s*#\s*define\s+(\w*VERSION\w*)\s+\(?\"?([\w.]+)\"?\)?", _read(p)[:20000]
+                ):
                     defines.setdefault(k, v)
         raw = re.sub(r"\$\{(\w+)\}", lambda m: defines.get(m.group(1), m.group(0)), raw)
     m = re.search(r"m4_(?:include|esyscmd)\s*\(\s*\[?(?:[^\]\)]*?\s)?([\w./-]*VERSION[\w./-]*)", raw, re.I)
@@ -1198,8 +1479,10 @@ def analyze(root, name, build_system=None, version=None, build_directory=None) -
     elif subdir:
         bs = build_system or detect_build_system(os.path.join(root, subdir)) or "makefile"
     if bs is None:
-        raise R3Error("no build system found in %s or its subdirectories (looked for CMakeLists.txt, meson.build, "
-                      "configure(.ac), Makefile, pyproject.toml/setup.py)" % root)
+        raise R3Error(
+            "no build system found in %s or its subdirectories (looked for CMakeLists.txt, meson.build, "
+            "configure(.ac), Makefile, pyproject.toml/setup.py)" % root
+        )
     if bs not in ANALYZERS:
         raise R3Error("unsupported build system %r (supported: %s)" % (bs, ", ".join(BUILD_SYSTEMS)))
     a = Analysis(name=name, root=os.path.join(root, subdir) if subdir else root, build_system=bs, version="")
@@ -1210,15 +1493,18 @@ def analyze(root, name, build_system=None, version=None, build_directory=None) -
         a.build["build_directory"] = subdir
         a.build["subdirs"] = [b[0] for b in same]
         if len(same) > 1:
-            a.notes.append("builds in %s: the variant 'implementation' chooses one (default %s)"
-                           % (", ".join(b[0] for b in same), subdir))
+            a.notes.append(
+                "builds in %s: the variant 'implementation' chooses one (default %s)"
+                % (", ".join(b[0] for b in same), subdir)
+            )
     raw = a.version
     a.version = version or resolve_version(a, a.version)
     if not a.version:
         m = re.search(r"-(\d+(?:\.\d+)+)$", os.path.basename(root))
         a.version = m.group(1) if m else "1.0.0"
-        a.notes.append("no version found in the build files%s: using %s"
-                       % (" (%r is not one)" % raw if raw else "", a.version))
+        a.notes.append(
+            "no version found in the build files%s: using %s" % (" (%r is not one)" % raw if raw else "", a.version)
+        )
     a.license = detect_license(root, a.license)
     if not a.description or a.description.endswith("by spack-r3."):
         a.description = detect_description(root, name)
@@ -1275,10 +1561,14 @@ def _test_facts(a, build_root):
     if not own:
         return
     lib = sorted(own, key=lambda x: (x.lower() not in a.name.lower(), "static" in x.lower(), len(x)))[0]
-    headers = [p for p in _walk(a.root, max_files=3000) if p.endswith(".h")
-               and not re.search(r"(^|/)(tests?|examples?|fuzz\w*|contrib|build|private)/", os.path.relpath(p, a.root))
-               and not re.search(r"(private|internal)", os.path.basename(p))
-               and not re.match(r"^(config|.*_config|.*-config)\.h$", os.path.basename(p))]
+    headers = [
+        p
+        for p in _walk(a.root, max_files=3000)
+        if p.endswith(".h")
+        and not re.search(r"(^|/)(tests?|examples?|fuzz\w*|contrib|build|private)/", os.path.relpath(p, a.root))
+        and not re.search(r"(private|internal)", os.path.basename(p))
+        and not re.match(r"^(config|.*_config|.*-config)\.h$", os.path.basename(p))
+    ]
     stem = lambda p: os.path.splitext(os.path.basename(p))[0].lower()  # noqa: E731
     want = re.sub(r"^lib", "", lib.lower())
     # the header named like the library first, then those in an include/ or api/ directory:
@@ -1286,10 +1576,13 @@ def _test_facts(a, build_root):
     wants = {want, "lib" + want}
     best = [p for p in headers if stem(p) in wants] + sorted(
         (p for p in headers if stem(p) not in wants and (want.startswith(stem(p)) or stem(p).startswith(want))),
-        key=lambda p: (not re.search(r"(^|/)(include|api)/", os.path.relpath(p, a.root)), p))
+        key=lambda p: (not re.search(r"(^|/)(include|api)/", os.path.relpath(p, a.root)), p),
+    )
     if not best:  # a header of the public API by another name (libmpdclient's mpd/client.h)
-        best = sorted((p for p in headers if re.search(r"(^|/)include/", os.path.relpath(p, a.root))),
-                      key=lambda p: (os.path.relpath(p, a.root).count("/"), p))
+        best = sorted(
+            (p for p in headers if re.search(r"(^|/)include/", os.path.relpath(p, a.root))),
+            key=lambda p: (os.path.relpath(p, a.root).count("/"), p),
+        )
     if best:
         a.build["test_headers"] = list(dict.fromkeys(os.path.basename(p) for p in best))[:6]
         a.build["test_header"] = a.build["test_headers"][0]

@@ -28,10 +28,10 @@ FIXES = "templates/fixes.py.tmpl"  # the recipe text the fixes insert, under rec
 
 @dataclass
 class Finding:
-    kind: str        # missing-dependency | missing-tool | unknown-package | checksum | unknown-option | no-install-target
-    subject: str     # the project's name for the thing (ZLIB, r3tvec, zlib.h, -lz) or the option
-    lookup: str      # cmake | pkgconfig | library | header | tool | spack | meson | cmake-option
-    evidence: str    # the diagnostic line
+    kind: str  # missing-dependency | missing-tool | unknown-package | checksum | unknown-option | no-install-target
+    subject: str  # the project's name for the thing (ZLIB, r3tvec, zlib.h, -lz) or the option
+    lookup: str  # cmake | pkgconfig | library | header | tool | spack | meson | cmake-option
+    evidence: str  # the diagnostic line
 
 
 PATTERNS = [
@@ -47,8 +47,12 @@ PATTERNS = [
     (r"fatal error: ([\w/.+-]+\.h(?:pp)?): No such file or directory", "missing-dependency", "header"),
     (r"cannot find -l([\w+.-]+)", "missing-dependency", "library"),
     (r"checking for \w+ in -l([\w+.-]+)\.\.\. no", "missing-dependency", "library"),
-    (r"(?:Could NOT find PkgConfig|pkg-config: (?:command )?not found|Pkg-config binary for machine \S+ not found"
-     r"|The pkg-config script could not be found|PKG_PROG_PKG_CONFIG: command not found)", "missing-tool", "tool"),
+    (
+        r"(?:Could NOT find PkgConfig|pkg-config: (?:command )?not found|Pkg-config binary for machine \S+ not found"
+        r"|The pkg-config script could not be found|PKG_PROG_PKG_CONFIG: command not found)",
+        "missing-tool",
+        "tool",
+    ),
     (r"Package '(?:spack\.pkg\.\w+\.|spack_repo\.\w+\.packages\.)?([\w.-]+)' not found", "unknown-package", "spack"),
     (r"sha256 checksum failed for (\S+)", "checksum", "spack"),
     (r"ERROR: Unknown options?: \"?([\w.,:-]+)", "unknown-option", "meson"),
@@ -58,20 +62,30 @@ PATTERNS = [
     # USE_MPI=1 on the compile line") -> a variant that sets it
     (r"#\s*error\b[^\n]*?\b(?:specify|define|set)\s+-?D?([A-Z][A-Z0-9_]{2,})\b", "required-macro", "make"),
     # a compiler the Makefile names by path or by a name this machine lacks -> Spack's compiler
-    (r"(?:make(?:\[\d+\])?: |/bin/sh: (?:\d+: )?)((?:/[\w.+-]+)*/?(?:mpi)?[\w.-]*(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|"
-     r"icc|icpc|icx|icpx|gfortran|ifort|f90|f95|mpicxx|mpig\+\+|mpic\+\+)): (?:No such file or directory|not found|"
-     r"Command not found)", "missing-compiler", "make"),
+    (
+        r"(?:make(?:\[\d+\])?: |/bin/sh: (?:\d+: )?)((?:/[\w.+-]+)*/?(?:mpi)?[\w.-]*(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|"
+        r"icc|icpc|icx|icpx|gfortran|ifort|f90|f95|mpicxx|mpig\+\+|mpic\+\+)): (?:No such file or directory|not found|"
+        r"Command not found)",
+        "missing-compiler",
+        "make",
+    ),
     # a goal the recipe asked for that the Makefile does not have
     (r"No rule to make target '([^']+)'\.\s+Stop", "unknown-target", "make"),
     # a subdirectory the tarball lacks (a git submodule) -> the option that adds it off
     (r"add_subdirectory given source\s+\"([^\"]+)\"\s+which is not an\s+existing", "missing-subdirectory", "cmake"),
     # a Fortran compiler the build wants and the machine lacks -> the option that wants it off
-    (r"(No CMAKE_Fortran_COMPILER could be found|Could not find compiler set in environment variable FC|"
-     r"Fortran compiler (?:not found|cannot create executables)|f(?:77|95|ortran): (?:Command )?not found)",
-     "missing-fortran", "cmake"),
+    (
+        r"(No CMAKE_Fortran_COMPILER could be found|Could not find compiler set in environment variable FC|"
+        r"Fortran compiler (?:not found|cannot create executables)|f(?:77|95|ortran): (?:Command )?not found)",
+        "missing-fortran",
+        "cmake",
+    ),
     # offline, a dependency whose source cannot be fetched (optional ones go behind a variant)
-    (r"(?:All fetchers failed for|Failed to fetch|Error: No (?:valid )?URL)[^\n]*?spack-stage-([a-z0-9][\w.-]*?)-\d[\w.]*-[a-z0-9]{32}",
-     "unfetchable", "spack"),
+    (
+        r"(?:All fetchers failed for|Failed to fetch|Error: No (?:valid )?URL)[^\n]*?spack-stage-([a-z0-9][\w.-]*?)-\d[\w.]*-[a-z0-9]{32}",
+        "unfetchable",
+        "spack",
+    ),
 ]
 
 
@@ -85,7 +99,7 @@ def diagnose(text) -> List[Finding]:
                 subject = "pkg-config"
             line_start = text.rfind("\n", 0, m.start()) + 1
             line_end = text.find("\n", m.end())
-            evidence = text[line_start:line_end if line_end > 0 else len(text)].strip()[:300]
+            evidence = text[line_start : line_end if line_end > 0 else len(text)].strip()[:300]
             key = (kind, subject)
             if key in seen:
                 continue
@@ -96,10 +110,12 @@ def diagnose(text) -> List[Finding]:
 
 # -- recipe text edits --------------------------------------------------------------------
 
+
 def _package_class(tree):
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and not any(
-                (getattr(b, "id", None) or getattr(b, "attr", "")).endswith("Builder") for b in node.bases):
+            (getattr(b, "id", None) or getattr(b, "attr", "")).endswith("Builder") for b in node.bases
+        ):
             return node
     return None
 
@@ -123,11 +139,14 @@ def declared_dependencies(text):
         for s in stmts:
             if _call_name(s) == "depends_on" and s.value.args and isinstance(s.value.args[0], ast.Constant):
                 name = re.split(r"[@+~%^ ]", str(s.value.args[0].value))[0]
-                w = next((k.value.value for k in s.value.keywords
-                          if k.arg == "when" and isinstance(k.value, ast.Constant)), None)
+                w = next(
+                    (k.value.value for k in s.value.keywords if k.arg == "when" and isinstance(k.value, ast.Constant)),
+                    None,
+                )
                 out.append((name, w or when))
             elif isinstance(s, ast.With):
                 visit(s.body, "with")
+
     visit(cls.body, None)
     return out
 
@@ -150,6 +169,7 @@ def add_dependency(text, spack_name, types=("build", "link")) -> Optional[str]:
                 anchor = s
     lines = text.splitlines(True)
     from .generate import dependency_line
+
     new = dependency_line(spack_name, types)
     if anchor is None:
         first = cls.body[0]
@@ -171,17 +191,22 @@ def remove_dependency(text, spack_name) -> Optional[str]:
 
     def visit(stmts):
         for s in stmts:
-            if _call_name(s) == "depends_on" and s.value.args and isinstance(s.value.args[0], ast.Constant) \
-                    and re.split(r"[@+~%^ ]", str(s.value.args[0].value))[0] == spack_name:
+            if (
+                _call_name(s) == "depends_on"
+                and s.value.args
+                and isinstance(s.value.args[0], ast.Constant)
+                and re.split(r"[@+~%^ ]", str(s.value.args[0].value))[0] == spack_name
+            ):
                 drop.append((s.lineno, s.end_lineno))
             elif isinstance(s, ast.With):
                 visit(s.body)
+
     visit(cls.body)
     if not drop:
         return None
     lines = text.splitlines(True)
     for start, end in sorted(drop, reverse=True):
-        del lines[start - 1:end]
+        del lines[start - 1 : end]
     out = "".join(lines)
     try:
         ast.parse(out)
@@ -191,7 +216,7 @@ def remove_dependency(text, spack_name) -> Optional[str]:
 
 
 def set_checksum(text, sha256) -> Optional[str]:
-    new = re.sub(r"sha256\s*=\s*[\"'][0-9a-fA-F]*[\"']", "sha256=\"%s\"" % sha256, text)
+    new = re.sub(r"sha256\s*=\s*[\"'][0-9a-fA-F]*[\"']", 'sha256="%s"' % sha256, text)
     return new if new != text else None
 
 
@@ -235,9 +260,16 @@ def make_optional(text, spack_name) -> Optional[str]:
         if _call_name(st) in ("version", "variant"):
             anchor = st
     lines = new.splitlines(True)
-    lines.insert((anchor or cls.body[0]).end_lineno, templates.render(
-        FIXES, "macro_variant", name='"%s"' % name,
-        description='"Build with %s (optional; cannot be fetched here)"' % spack_name) + "\n")
+    lines.insert(
+        (anchor or cls.body[0]).end_lineno,
+        templates.render(
+            FIXES,
+            "macro_variant",
+            name='"%s"' % name,
+            description='"Build with %s (optional; cannot be fetched here)"' % spack_name,
+        )
+        + "\n",
+    )
     out = "".join(lines)
     try:
         ast.parse(out)
@@ -249,6 +281,7 @@ def make_optional(text, spack_name) -> Optional[str]:
 def add_macro_variant(text, macro) -> Optional[str]:
     """A variant that puts ``-D<macro>=1|0`` on the compile line (off by default: 0)."""
     from .analyze import variant_name
+
     name = variant_name(macro)
     if re.search(r"def flag_handler\(", text) or ("-D%s=" % macro) in text:
         return None
@@ -263,13 +296,22 @@ def add_macro_variant(text, macro) -> Optional[str]:
             if _call_name(st) in ("version", "variant"):
                 anchor = st
         at = (anchor or cls.body[0]).end_lineno
-        lines.insert(at, templates.render(FIXES, "macro_variant", name='"%s"' % name,
-                                          description='"Build with -D%s=1 (else 0)"' % macro) + "\n")
+        lines.insert(
+            at,
+            templates.render(
+                FIXES, "macro_variant", name='"%s"' % name, description='"Build with -D%s=1 (else 0)"' % macro
+            )
+            + "\n",
+        )
     else:
         text2 = set_variant_default(text, name, False)
         lines = (text2 or text).splitlines(True)
-    out = "".join(lines).rstrip("\n") + "\n\n" + templates.render(FIXES, "flag_handler", macro=macro,
-                                                                    when='"+%s"' % name) + "\n"
+    out = (
+        "".join(lines).rstrip("\n")
+        + "\n\n"
+        + templates.render(FIXES, "flag_handler", macro=macro, when='"+%s"' % name)
+        + "\n"
+    )
     try:
         ast.parse(out)
     except SyntaxError:
@@ -299,6 +341,7 @@ def remove_target(text, target) -> Optional[str]:
 def _makefile_var_for(analysis, command):
     """The Makefile variable whose value names ``command`` (``CXX=/usr/local/bin/g++``)."""
     from .analyze import COMPILERS, _read, _walk
+
     found = []
     for p in _walk(analysis.root, max_files=2000):
         if re.match(r"^(GNUmakefile|[Mm]akefile(\.\w+)?)$", os.path.basename(p)):
@@ -317,6 +360,7 @@ def _makefile_var_for(analysis, command):
 def _guarding_option(analysis, subdir):
     """The variant whose option guards ``add_subdirectory(subdir)`` in the CMake files."""
     from .analyze import _read, _walk
+
     options = {v.option: v.name for v in analysis.variants}
     base = os.path.basename(subdir.rstrip("/"))
     for p in _walk(analysis.root, max_files=2000):
@@ -326,7 +370,7 @@ def _guarding_option(analysis, subdir):
         m = re.search(r"add_subdirectory\s*\(\s*[\"']?[^)\s]*%s\b" % re.escape(base), text)
         if not m:
             continue
-        for opt in reversed(re.findall(r"\bif\s*\(\s*(?:\$\{)?(\w+)\}?\s*\)", text[:m.start()])):
+        for opt in reversed(re.findall(r"\bif\s*\(\s*(?:\$\{)?(\w+)\}?\s*\)", text[: m.start()])):
             if opt in options:
                 return options[opt]
     return None
@@ -349,6 +393,7 @@ def unfetchable_roots(spec_file, subject):
         if node.get("name") == subject:
             return True
         return any(reaches(by_hash.get(e.get("hash")), seen) for e in node.get("dependencies", []))
+
     out = []
     for e in nodes[0].get("dependencies", []):
         if reaches(by_hash.get(e.get("hash")), set()):
@@ -388,8 +433,9 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
             if analysis.build_system in ("cmake", "meson") and exes:
                 new = _install_found(current, exes)  # built out of the source tree
             else:
-                new = _install_method(current, exes,
-                                      "self.build_directory" if analysis.build.get("build_directory") else '"."')
+                new = _install_method(
+                    current, exes, "self.build_directory" if analysis.build.get("build_directory") else '"."'
+                )
             what = "replaced `make install` by an install() of %s" % (", ".join(exes) or "the build tree")
         elif f.kind == "required-macro":
             new = add_macro_variant(current, f.subject)
@@ -397,8 +443,9 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
         elif f.kind == "missing-compiler" and analysis is not None:
             var, kind = _makefile_var_for(analysis, f.subject)
             if var:
-                new = add_make_argument(current, '"%s={0}".format(%s)' % (
-                    var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc")))
+                new = add_make_argument(
+                    current, '"%s={0}".format(%s)' % (var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc"))
+                )
                 what = "passed %s= from Spack's compiler for %s (%s)" % (var, f.subject, f.evidence)
         elif f.kind == "unknown-target":
             new = remove_target(current, f.subject)
@@ -407,8 +454,11 @@ def apply(text, findings, index, analysis=None, source=None, spec_file=None) -> 
             if f.kind == "missing-subdirectory":
                 names_off = [_guarding_option(analysis, f.subject)]
             else:
-                names_off = [v.name for v in analysis.variants if re.search(r"fortran|zforp|\bf(77|90)\b",
-                                                                            v.name + " " + v.option + " " + v.description, re.I)]
+                names_off = [
+                    v.name
+                    for v in analysis.variants
+                    if re.search(r"fortran|zforp|\bf(77|90)\b", v.name + " " + v.option + " " + v.description, re.I)
+                ]
             for name in filter(None, names_off):
                 cand = set_variant_default(new or current, name, False)
                 if cand:
@@ -453,7 +503,7 @@ def _install_found(text, exes) -> Optional[str]:
     for st in sorted(cls.body, key=lambda n: -n.lineno):
         if isinstance(st, ast.FunctionDef) and st.name in ("install_targets", "install"):
             start = min([d.lineno for d in st.decorator_list] + [st.lineno])
-            del lines[start - 1:st.end_lineno]
+            del lines[start - 1 : st.end_lineno]
     body = templates.render("templates/package.py.tmpl", "install_found", exes=", ".join(repr(e) for e in exes))
     out = "".join(lines).rstrip("\n") + "\n\n" + body + "\n"
     try:
@@ -472,10 +522,11 @@ def _install_method(text, exes, where='"."') -> Optional[str]:
     for s in sorted(cls.body, key=lambda n: -n.lineno):
         if isinstance(s, ast.FunctionDef) and s.name in ("install_targets", "install"):
             start = min([d.lineno for d in s.decorator_list] + [s.lineno])
-            del lines[start - 1:s.end_lineno]
+            del lines[start - 1 : s.end_lineno]
     body = [templates.render(FIXES, "install", where=where)]
     body += [templates.render(FIXES, "install_program", exe=repr(e)) for e in exes] or [
-        templates.render(FIXES, "install_tree")]
+        templates.render(FIXES, "install_tree")
+    ]
     out = "".join(lines).rstrip("\n") + "\n\n" + "".join(b + "\n" for b in body)
     try:
         ast.parse(out)

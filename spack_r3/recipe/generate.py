@@ -22,10 +22,22 @@ from typing import List, Optional
 from ..spack.repos import class_name
 from . import templates
 
-BASES = {"cmake": "CMakePackage", "autotools": "AutotoolsPackage", "makefile": "MakefilePackage",
-         "meson": "MesonPackage", "python": "PythonPackage", "generic": "Package"}
-V2_MODULES = {"cmake": "cmake", "autotools": "autotools", "makefile": "makefile", "meson": "meson",
-              "python": "python", "generic": "generic"}
+BASES = {
+    "cmake": "CMakePackage",
+    "autotools": "AutotoolsPackage",
+    "makefile": "MakefilePackage",
+    "meson": "MesonPackage",
+    "python": "PythonPackage",
+    "generic": "Package",
+}
+V2_MODULES = {
+    "cmake": "cmake",
+    "autotools": "autotools",
+    "makefile": "makefile",
+    "meson": "meson",
+    "python": "python",
+    "generic": "generic",
+}
 
 PACKAGE = "templates/package.py.tmpl"
 
@@ -33,12 +45,30 @@ PACKAGE = "templates/package.py.tmpl"
 # build_systems.<module>``); Spack 0.2x has them all in ``spack.package``.
 V2_BASE_MODULES = dict(
     {BASES[k]: m for k, m in V2_MODULES.items()},
-    AspellDictPackage="aspell_dict", BundlePackage="bundle", CachedCMakePackage="cached_cmake",
-    CargoPackage="cargo", CudaPackage="cuda", GNUMirrorPackage="gnu", GoPackage="go", LuaPackage="lua",
-    MavenPackage="maven", NMakePackage="nmake", OctavePackage="octave", PerlPackage="perl", QMakePackage="qmake",
-    ROCmPackage="rocm", RPackage="r", RacketPackage="racket", RubyPackage="ruby", SConsPackage="scons",
-    SIPPackage="sip", SourceforgePackage="sourceforge", SourcewarePackage="sourceware", WafPackage="waf",
-    XorgPackage="xorg")
+    AspellDictPackage="aspell_dict",
+    BundlePackage="bundle",
+    CachedCMakePackage="cached_cmake",
+    CargoPackage="cargo",
+    CudaPackage="cuda",
+    GNUMirrorPackage="gnu",
+    GoPackage="go",
+    LuaPackage="lua",
+    MavenPackage="maven",
+    NMakePackage="nmake",
+    OctavePackage="octave",
+    PerlPackage="perl",
+    QMakePackage="qmake",
+    ROCmPackage="rocm",
+    RPackage="r",
+    RacketPackage="racket",
+    RubyPackage="ruby",
+    SConsPackage="scons",
+    SIPPackage="sip",
+    SourceforgePackage="sourceforge",
+    SourcewarePackage="sourceware",
+    WafPackage="waf",
+    XorgPackage="xorg",
+)
 V2_BUILD_SYSTEMS = "spack_repo.builtin.build_systems."
 
 
@@ -79,8 +109,12 @@ def fit_layout(text, layout):
     lines = text.splitlines(keepends=True)
     imports = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
     if layout != "v2":
-        drop = {i for n in imports if (n.module or "").startswith(V2_BUILD_SYSTEMS)
-                for i in range(n.lineno - 1, n.end_lineno)}
+        drop = {
+            i
+            for n in imports
+            if (n.module or "").startswith(V2_BUILD_SYSTEMS)
+            for i in range(n.lineno - 1, n.end_lineno)
+        }
         return "".join(l for i, l in enumerate(lines) if i not in drop)
     imported = {a.asname or a.name for n in imports for a in n.names}
     bases = [b.id for n in tree.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)]
@@ -107,6 +141,7 @@ def _from_examples(a, examples):
     """Tags and variant descriptions of the retrieved recipes, for what this tree shares with
     them (a proxy app's tag; the description of an ``mpi``/``openmp`` variant)."""
     from .retrieve import tree_features
+
     descriptions, tags = {}, []
     feats = tree_features(a)
     for ex in examples:
@@ -161,13 +196,21 @@ class RuleGenerator:
         out.append("")
         subdirs = a.build.get("subdirs") or []
         if len(subdirs) > 1:
-            out += t("variant_values", name=_q("implementation"), default=_q(a.build["build_directory"]),
-                     values=", ".join(_q(x) for x in subdirs),
-                     description=_q("which of the project's builds (one directory each) to build"))
+            out += t(
+                "variant_values",
+                name=_q("implementation"),
+                default=_q(a.build["build_directory"]),
+                values=", ".join(_q(x) for x in subdirs),
+                description=_q("which of the project's builds (one directory each) to build"),
+            )
         if a.variants:
             for v in a.variants:
-                out += t("variant", name=_q(v.name), default=v.default,
-                         description=_q(said["descriptions"].get(v.name, v.description)))
+                out += t(
+                    "variant",
+                    name=_q(v.name),
+                    default=v.default,
+                    description=_q(said["descriptions"].get(v.name, v.description)),
+                )
         if a.variants or len(subdirs) > 1:
             out.append("")
         langs = [x for x in a.languages if x in ("c", "cxx", "fortran")]
@@ -209,8 +252,9 @@ class RuleGenerator:
         sub = a.build.get("build_directory")
         if not sub:
             return []
-        prop = {"cmake": "root_cmakelists_dir", "autotools": "configure_directory"}.get(a.build_system,
-                                                                                        "build_directory")
+        prop = {"cmake": "root_cmakelists_dir", "autotools": "configure_directory"}.get(
+            a.build_system, "build_directory"
+        )
         if len(a.build.get("subdirs") or []) > 1:
             return templates.lines(PACKAGE, "build_directory", prop=prop) + [""]
         return templates.lines(PACKAGE, "build_directory_fixed", prop=prop, dir=_q(sub)) + [""]
@@ -228,7 +272,8 @@ class RuleGenerator:
         lines = _arg_list(tmpl, "cmake_args", args) if args else []
         if a.build.get("has_install") is False and a.executables:
             lines += ([""] if lines else []) + templates.lines(
-                PACKAGE, "install_found", exes=", ".join(_q(e) for e in a.executables))
+                PACKAGE, "install_found", exes=", ".join(_q(e) for e in a.executables)
+            )
         return lines
 
     def _meson(self, a):
@@ -236,8 +281,9 @@ class RuleGenerator:
         args = []
         for v in a.variants:
             on, off = ("true", "false") if v.kind == "meson" else ("enabled", "disabled")
-            args.append(templates.render(tmpl, "variant_arg", option=v.option, on=_q(on), off=_q(off),
-                                         when=_q("+" + v.name)))
+            args.append(
+                templates.render(tmpl, "variant_arg", option=v.option, on=_q(on), off=_q(off), when=_q("+" + v.name))
+            )
         for extra in a.build.get("extra_args", []):
             args.append(_q(extra))
         if not args:
@@ -255,11 +301,17 @@ class RuleGenerator:
         for v in a.variants:
             yes, no = ("enable", "disable") if v.kind.startswith("enable") else ("with", "without")
             if v.kind.endswith("-value"):
-                lines += templates.lines(tmpl, "variant_on_only", when=_q("+" + v.name),
-                                         on=_q("--%s-%s" % (yes, v.option)))
+                lines += templates.lines(
+                    tmpl, "variant_on_only", when=_q("+" + v.name), on=_q("--%s-%s" % (yes, v.option))
+                )
                 continue
-            lines += templates.lines(tmpl, "variant", when=_q("+" + v.name), on=_q("--%s-%s" % (yes, v.option)),
-                                     off=_q("--%s-%s" % (no, v.option)))
+            lines += templates.lines(
+                tmpl,
+                "variant",
+                when=_q("+" + v.name),
+                on=_q("--%s-%s" % (yes, v.option)),
+                off=_q("--%s-%s" % (no, v.option)),
+            )
         for extra in a.build.get("extra_args", []):
             lines += templates.lines(tmpl, "extra_arg", arg=_q(extra))
         lines += templates.lines(tmpl, "return")
@@ -280,8 +332,14 @@ class RuleGenerator:
         if var and var != "DESTDIR":
             prefix_arg = templates.render(tmpl, "prefix_arg", var=var)
         for var, kind in sorted(a.build.get("compiler_vars", {}).items()):
-            make_args.append(templates.render(tmpl, "compiler_var", var=var,
-                                              compiler={"cc": "spack_cc", "cxx": "spack_cxx", "fc": "spack_fc"}[kind]))
+            make_args.append(
+                templates.render(
+                    tmpl,
+                    "compiler_var",
+                    var=var,
+                    compiler={"cc": "spack_cc", "cxx": "spack_cxx", "fc": "spack_fc"}[kind],
+                )
+            )
         for name, settings in sorted(a.build.get("commented_settings", {}).items()):
             items = []
             for var, val in sorted(settings.items()):
@@ -295,16 +353,20 @@ class RuleGenerator:
         for v in a.variants:
             if v.kind == "make":
                 on, off = a.build.get("switch_values", {}).get(v.option, ["yes", "no"])
-                make_args.append(templates.render(tmpl, "switch_arg", option=v.option, when=_q("+" + v.name),
-                                                  on=_q(on), off=_q(off)))
+                make_args.append(
+                    templates.render(tmpl, "switch_arg", option=v.option, when=_q("+" + v.name), on=_q(on), off=_q(off))
+                )
         for extra in a.build.get("extra_args", []):
             make_args.append(_q(extra))
         make_args = list(dict.fromkeys(make_args))
         lines = []
         if a.build.get("makefile_template"):
-            lines += templates.lines(tmpl, "edit_template", template=_q(a.build["makefile_template"]),
-                                     where=where) + [""]
-        lines += templates.lines(tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else [])))
+            lines += templates.lines(tmpl, "edit_template", template=_q(a.build["makefile_template"]), where=where) + [
+                ""
+            ]
+        lines += templates.lines(
+            tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else []))
+        )
         lines.append("")
         if a.build.get("has_install") and prefix_arg:
             lines += templates.lines(tmpl, "install_targets", args=", ".join(make_args + [prefix_arg]))
@@ -346,29 +408,43 @@ class RuleGenerator:
                 continue
             checked.add(c.exe)
             argtext = ", ".join(_q(x) for x in c.args)
-            lines += templates.lines(PACKAGE, "test", method=method(c.exe), exe=c.exe, exe_literal=_q(c.exe),
-                                     args=argtext)
+            lines += templates.lines(
+                PACKAGE, "test", method=method(c.exe), exe=c.exe, exe_literal=_q(c.exe), args=argtext
+            )
             lines.append("")
-        if not checked and not a.executables and a.build_system == "makefile" and not a.build.get("own_names") \
-                and not a.build.get("has_install"):
+        if (
+            not checked
+            and not a.executables
+            and a.build_system == "makefile"
+            and not a.build.get("own_names")
+            and not a.build.get("has_install")
+        ):
             lines += templates.lines(PACKAGE, "test_programs_run", args=_q(a.build.get("cli_flag", "-h")))
             lines.append("")
         if not checked:
             for exe in a.executables[:2]:
                 flag = a.build.get("cli_flag", "-h")
-                lines += templates.lines(PACKAGE, "test_runs", method=method(exe + "_" + flag.strip("-")), exe=exe,
-                                         exe_literal=_q(exe), args=_q(flag))
+                lines += templates.lines(
+                    PACKAGE,
+                    "test_runs",
+                    method=method(exe + "_" + flag.strip("-")),
+                    exe=exe,
+                    exe_literal=_q(exe),
+                    args=_q(flag),
+                )
                 lines.append("")
         lib, header = a.build.get("test_library"), a.build.get("test_header")
         if lib and header and not checked:
             names = a.build.get("test_headers") or [header.rsplit("/", 1)[-1]]
-            lines += templates.lines(PACKAGE, "test_link", lib=lib, header=names[0],
-                                     headers=", ".join(_q(h) for h in names))
+            lines += templates.lines(
+                PACKAGE, "test_link", lib=lib, header=names[0], headers=", ".join(_q(h) for h in names)
+            )
             lines.append("")
         return lines
 
 
 # -- the model path: recipes/prompts/ -----------------------------------------------------
+
 
 def system_prompt():
     """The system message: ``recipes/prompts/system.md``, ending with a newline."""
@@ -389,9 +465,15 @@ def build_messages(analysis, source, layout, spack_version, examples=(), feedbac
     (``prompts/previous.md``) and the diagnostics of its failure (``prompts/feedback.md``)."""
     a = analysis
     facts = {
-        "package name": a.name, "class name": class_name(a.name), "base class": BASES[a.build_system],
-        "spack version": spack_version, "repository layout": layout,
-        "url": source.url, "sha256": source.sha256, "git": source.git, "commit": source.commit,
+        "package name": a.name,
+        "class name": class_name(a.name),
+        "base class": BASES[a.build_system],
+        "spack version": spack_version,
+        "repository layout": layout,
+        "url": source.url,
+        "sha256": source.sha256,
+        "git": source.git,
+        "commit": source.commit,
         "analysis": {k: v for k, v in a.to_dict().items() if k not in ("root", "notes")},
     }
     user = [templates.render("prompts/request.md", facts=json.dumps(facts, indent=1, default=str))]

@@ -26,18 +26,18 @@ DEFAULT_NAMESPACE = "r3local"
 class RecipeRequest:
     name: str
     source: Optional[str] = None
-    repo: Optional[str] = None           # where a generated recipe goes (default <workspace>/repo)
-    namespace: str = DEFAULT_NAMESPACE   # for a repository created here
+    repo: Optional[str] = None  # where a generated recipe goes (default <workspace>/repo)
+    namespace: str = DEFAULT_NAMESPACE  # for a repository created here
     regenerate: bool = False
     max_attempts: int = 3
     examples: int = 3
-    install: bool = True                 # False: generate + validate + concretize only
+    install: bool = True  # False: generate + validate + concretize only
     run_check: bool = True
-    model: Optional[object] = None       # a spack_r3.model.client.ModelConfig, or None for rules
+    model: Optional[object] = None  # a spack_r3.model.client.ModelConfig, or None for rules
     spack_scopes: List[str] = field(default_factory=list)
     spack_root: Optional[str] = None
-    initial_text: Optional[str] = None   # start refining from this recipe instead of generating
-    layout: Optional[str] = None         # force v1/v2 (default: detected)
+    initial_text: Optional[str] = None  # start refining from this recipe instead of generating
+    layout: Optional[str] = None  # force v1/v2 (default: detected)
     # recipes retrieval must not show as examples (a benchmark leaves out the package's own)
     exclude_examples: List[str] = field(default_factory=list)
 
@@ -45,7 +45,7 @@ class RecipeRequest:
 @dataclass
 class RecipeResult:
     name: str
-    status: str                  # existing | installed | concretized | generated | failed
+    status: str  # existing | installed | concretized | generated | failed
     recipe: Optional[str] = None
     repo: Optional[str] = None
     namespace: Optional[str] = None
@@ -69,6 +69,7 @@ class RecipeResult:
 
 def _validate_name(name):
     import re
+
     if not re.match(r"^[a-z0-9][a-z0-9_-]*$", name or ""):
         raise R3Error("invalid package name %r (lower-case letters, digits, '-' and '_')" % name)
 
@@ -104,8 +105,9 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     repo_objs = [r for r in (spack_repos.open_repo(p) for _ns, p in run_spack.repo_list()) if r]
     index = spack_repos.PackageIndex(repo_objs)
     layout = repo.layout
-    result = RecipeResult(request.name, "failed", repo=repo.path, namespace=repo.namespace, layout=layout,
-                          directory=recipe_dir)
+    result = RecipeResult(
+        request.name, "failed", repo=repo.path, namespace=repo.namespace, layout=layout, directory=recipe_dir
+    )
 
     # 1. retrieve
     found = find_existing(index, request.name)
@@ -120,8 +122,10 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
         return result
     if not request.source:
         where = ", ".join(r.namespace for r in repo_objs)
-        raise R3Error("no recipe for %r in the configured repositories (%s); pass --source PATH|URL|GIT "
-                      "to generate one" % (request.name, where))
+        raise R3Error(
+            "no recipe for %r in the configured repositories (%s); pass --source PATH|URL|GIT "
+            "to generate one" % (request.name, where)
+        )
 
     # 2. analyze
     os.makedirs(recipe_dir, exist_ok=True)
@@ -133,13 +137,23 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     result.unresolved = ["%s (%s)" % (d.name, d.source) for d in analysis.unresolved()]
     with open(os.path.join(recipe_dir, "analysis.json"), "w") as f:
         f.write(analysis.to_json() + "\n")
-    progress("%s: %s project, version %s, %d variant(s), dependencies: %s" % (
-        request.name, analysis.build_system, analysis.version, len(analysis.variants),
-        ", ".join(sorted({d.spack for d in analysis.spack_dependencies()})) or "none"))
+    progress(
+        "%s: %s project, version %s, %d variant(s), dependencies: %s"
+        % (
+            request.name,
+            analysis.build_system,
+            analysis.version,
+            len(analysis.variants),
+            ", ".join(sorted({d.spack for d in analysis.spack_dependencies()})) or "none",
+        )
+    )
 
     # 3. similar recipes
-    examples = similar(index, analysis, request.examples, exclude=set(request.exclude_examples)) \
-        if request.examples > 0 else []
+    examples = (
+        similar(index, analysis, request.examples, exclude=set(request.exclude_examples))
+        if request.examples > 0
+        else []
+    )
     result.examples = [e.summary() for e in examples]
     with open(os.path.join(recipe_dir, "examples.json"), "w") as f:
         json.dump(result.examples, f, indent=1)
@@ -147,13 +161,21 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     # 4. generate (+ 5. validate and 6. refine, attempt by attempt)
     if request.model is not None:
         from ..model.client import ChatModel
+
         generator = ModelGenerator(ChatModel(request.model), spack.version())
     else:
         generator = RuleGenerator()
     result.generator = generator.how
-    refiner = Refiner(run_spack, repo, index, recipe_dir, request.max_attempts,
-                      run_check=request.run_check and request.install, progress=progress,
-                      install=request.install)
+    refiner = Refiner(
+        run_spack,
+        repo,
+        index,
+        recipe_dir,
+        request.max_attempts,
+        run_check=request.run_check and request.install,
+        progress=progress,
+        install=request.install,
+    )
     recipe_path = repo.recipe_path(request.name)
     before = open(recipe_path).read() if os.path.isfile(recipe_path) else None
     attempts = refiner.run(request.name, generator, analysis, src, layout, examples, request.initial_text)
@@ -177,4 +199,3 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     with open(os.path.join(recipe_dir, "summary.json"), "w") as f:
         json.dump(result.to_dict(), f, indent=1, default=str)
     return result
-

@@ -28,14 +28,14 @@ class Attempt:
     number: int
     directory: str
     generator: str
-    outcome: str = "pending"   # rejected | concretize-failed | install-failed | install-empty | installed | concretized
+    outcome: str = "pending"  # rejected | concretize-failed | install-failed | install-empty | installed | concretized
     valid: bool = False
     concretized: bool = False
     installed: bool = False
     check_passed: Optional[bool] = None
-    reasons: List[str] = field(default_factory=list)    # validation
+    reasons: List[str] = field(default_factory=list)  # validation
     findings: List[dict] = field(default_factory=list)
-    fixes: List[str] = field(default_factory=list)      # applied to make the next attempt
+    fixes: List[str] = field(default_factory=list)  # applied to make the next attempt
     diagnostics: str = ""
     spec_hash: Optional[str] = None
     prefix: Optional[str] = None
@@ -87,8 +87,7 @@ def installed_nothing(prefix):
 class Refiner:
     """Runs attempts for one package until it installs or ``max_attempts`` are spent."""
 
-    def __init__(self, spack, repo, index, recipe_dir, max_attempts=3, run_check=True, progress=None,
-                 install=True):
+    def __init__(self, spack, repo, index, recipe_dir, max_attempts=3, run_check=True, progress=None, install=True):
         self.install = install
         self.spack = spack
         self.repo = repo
@@ -125,11 +124,13 @@ class Refiner:
             att.findings = [asdict(f) for f in findings]
             new_text = None
             if generator.how.startswith("rule"):
-                new_text, att.fixes = fixes.apply(text, findings, self.index, analysis, source,
-                                                  os.path.join(att.directory, "spec.json"))
+                new_text, att.fixes = fixes.apply(
+                    text, findings, self.index, analysis, source, os.path.join(att.directory, "spec.json")
+                )
             self._save(att)
-            self.progress("attempt %d: %s%s" % (number, att.outcome,
-                          (" -> " + "; ".join(att.fixes)) if att.fixes else ""))
+            self.progress(
+                "attempt %d: %s%s" % (number, att.outcome, (" -> " + "; ".join(att.fixes)) if att.fixes else "")
+            )
             if generator.how.startswith("rule"):
                 if not new_text:
                     break  # no rule applies: further attempts would repeat this one
@@ -139,20 +140,27 @@ class Refiner:
         return attempts
 
     def _save(self, att):
-        write_atomic(os.path.join(att.directory, "outcome.json"),
-                     json.dumps(att.to_dict(), indent=1, sort_keys=True) + "\n")
+        write_atomic(
+            os.path.join(att.directory, "outcome.json"), json.dumps(att.to_dict(), indent=1, sort_keys=True) + "\n"
+        )
 
     def _attempt(self, att, name, text, analysis):
         write_atomic(os.path.join(att.directory, "package.py"), text)
         v = validate(text)
         att.valid = v.ok
         att.reasons = v.reasons
-        write_atomic(os.path.join(att.directory, "validation.json"), json.dumps(
-            {"ok": v.ok, "reasons": v.reasons, "class": v.package_class, "bases": v.base_classes}, indent=1) + "\n")
+        write_atomic(
+            os.path.join(att.directory, "validation.json"),
+            json.dumps({"ok": v.ok, "reasons": v.reasons, "class": v.package_class, "bases": v.base_classes}, indent=1)
+            + "\n",
+        )
         if not v.ok:
             att.outcome = "rejected"
-            att.diagnostics = templates.render(DIAGNOSTICS, "rejected") + "\n" + "\n".join(
-                templates.render(DIAGNOSTICS, "rejected_reason", reason=r) for r in v.reasons)
+            att.diagnostics = (
+                templates.render(DIAGNOSTICS, "rejected")
+                + "\n"
+                + "\n".join(templates.render(DIAGNOSTICS, "rejected_reason", reason=r) for r in v.reasons)
+            )
             return
         self.repo.write_recipe(name, text)
         specfile = os.path.join(att.directory, "spec.json")
@@ -161,8 +169,9 @@ class Refiner:
         if not conc.ok:
             att.outcome = "concretize-failed"
             errs = conc.result.error_lines() or [conc.result.output.strip()[-2000:]]
-            att.diagnostics = templates.render(DIAGNOSTICS, "spec_failed", name=name,
-                                               errors=_tail("\n".join(errs) + "\n" + conc.result.stderr))
+            att.diagnostics = templates.render(
+                DIAGNOSTICS, "spec_failed", name=name, errors=_tail("\n".join(errs) + "\n" + conc.result.stderr)
+            )
             return
         att.concretized = True
         att.spec_hash = conc.hash
@@ -204,8 +213,11 @@ class Refiner:
             if events:
                 parts.append(templates.render(DIAGNOSTICS, "build_log", log=os.path.basename(log)))
                 for e in events[:10]:
-                    parts.append(templates.render(DIAGNOSTICS, "build_log_error", line=e.get("line"),
-                                                  text=e.get("text", "").rstrip()))
+                    parts.append(
+                        templates.render(
+                            DIAGNOSTICS, "build_log_error", line=e.get("line"), text=e.get("text", "").rstrip()
+                        )
+                    )
                     for c in e.get("after", [])[:3]:
                         parts.append(templates.render(DIAGNOSTICS, "build_log_context", text=c.rstrip()))
             with open(log, errors="replace") as f:
@@ -217,4 +229,3 @@ class Refiner:
             parts.append(_tail(inst.result.output, 3000))
         text = "\n".join(dict.fromkeys(parts))  # keep order, drop repeated lines
         return _tail(text)
-

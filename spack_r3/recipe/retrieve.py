@@ -45,8 +45,15 @@ def find_existing(index, name) -> Optional[Existing]:
         return None
     text = info.text()
     versions = re.findall(r"version\(\s*[\"']([^\"']+)[\"']", text)
-    return Existing(info.name, info.namespace, info.path, info.build_systems, versions,
-                    sorted(info.variants), sorted(info.dependencies))
+    return Existing(
+        info.name,
+        info.namespace,
+        info.path,
+        info.build_systems,
+        versions,
+        sorted(info.variants),
+        sorted(info.dependencies),
+    )
 
 
 def _tokens(text):
@@ -77,8 +84,9 @@ def tree_features(analysis):
     out = set(x for x in analysis.languages if x in FEATURES)
     names = {v.name for v in analysis.variants} | {d.spack or "" for d in analysis.dependencies}
     out |= names & FEATURES
-    if re.search(r"\b(proxy|mini)[- ]?app", analysis.description, re.I) or \
-            re.search(r"(openmp|cuda|mpi)", " ".join(analysis.build.get("subdirs") or []), re.I):
+    if re.search(r"\b(proxy|mini)[- ]?app", analysis.description, re.I) or re.search(
+        r"(openmp|cuda|mpi)", " ".join(analysis.build.get("subdirs") or []), re.I
+    ):
         out.add("proxy-app")
     return out
 
@@ -93,8 +101,9 @@ def similar(index, analysis, k=3, exclude=()) -> List[Example]:
     deps = {d.spack for d in analysis.spack_dependencies()}
     variants = {v.name for v in analysis.variants}
     feats = tree_features(analysis)
-    query = _tokens(" ".join([analysis.name, analysis.description, analysis.build_system]
-                             + sorted(deps) + sorted(variants)))
+    query = _tokens(
+        " ".join([analysis.name, analysis.description, analysis.build_system] + sorted(deps) + sorted(variants))
+    )
     scored = []
     for name, info in index.recipes.items():
         if name == analysis.name or name in exclude:
@@ -106,7 +115,7 @@ def similar(index, analysis, k=3, exclude=()) -> List[Example]:
         scored.append([2.0 * bs + dj + 0.5 * vj + fj, bs, dj, vj, name, info])
     scored.sort(key=lambda x: -x[0])
     # text similarity breaks ties among the structurally best candidates
-    head = scored[:max(50, k * 10)]
+    head = scored[: max(50, k * 10)]
     for row in head:
         text = row[5].text()
         row.append(_cosine(query, _tokens(text)))

@@ -26,12 +26,12 @@ from .analyze import SKIP_DIRS
 
 @dataclass
 class Source:
-    tree: str                    # unpacked source tree to analyze
-    url: Optional[str] = None    # what the recipe fetches (tarball)
+    tree: str  # unpacked source tree to analyze
+    url: Optional[str] = None  # what the recipe fetches (tarball)
     sha256: Optional[str] = None
-    git: Optional[str] = None    # or a git repository ...
+    git: Optional[str] = None  # or a git repository ...
     commit: Optional[str] = None  # ... at this commit
-    origin: str = ""             # what the user gave
+    origin: str = ""  # what the user gave
 
 
 def pack_tree(tree, dest_dir, name, version):
@@ -76,8 +76,11 @@ def _unpack(tarball, dest):
     os.makedirs(dest)
     try:
         with tarfile.open(tarball) as tar:
-            members = [m for m in tar.getmembers()
-                       if not (m.name.startswith("/") or ".." in m.name.split("/")) and (m.isfile() or m.isdir())]
+            members = [
+                m
+                for m in tar.getmembers()
+                if not (m.name.startswith("/") or ".." in m.name.split("/")) and (m.isfile() or m.isdir())
+            ]
             tar.extractall(dest, members=members)
     except (tarfile.TarError, OSError) as err:
         raise R3Error("cannot unpack %s: %s" % (tarball, err))
@@ -100,10 +103,16 @@ def acquire(spec, work_dir):
         if os.path.isdir(dest):
             shutil.rmtree(dest)
         try:
-            subprocess.run(["git", "clone", "--quiet", "--depth", "1", url, dest], check=True,
-                           capture_output=True, text=True, timeout=600)
-            commit = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], check=True,
-                                    capture_output=True, text=True).stdout.strip()
+            subprocess.run(
+                ["git", "clone", "--quiet", "--depth", "1", url, dest],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            commit = subprocess.run(
+                ["git", "-C", dest, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+            ).stdout.strip()
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
             msg = getattr(err, "stderr", "") or str(err)
             raise R3Error("cannot clone %s: %s" % (url, msg.strip().splitlines()[-1] if msg.strip() else err))

@@ -53,14 +53,17 @@ def recipes_dir():
     env = os.environ.get(ENV_VAR)
     if env:
         if not os.path.isdir(env):
-            raise R3Error("%s=%s is not a directory (it should hold the recipe stage's prompts/ and "
-                          "templates/)" % (ENV_VAR, env))
+            raise R3Error(
+                "%s=%s is not a directory (it should hold the recipe stage's prompts/ and templates/)" % (ENV_VAR, env)
+            )
         return os.path.abspath(env)
     for c in candidates():
         if os.path.isfile(os.path.join(c, MARKER)):
             return c
-    raise R3Error("the recipe stage's templates (recipes/) were not found; looked in %s; set %s to the "
-                  "recipes/ directory of a spack-r3 checkout" % (", ".join(candidates()), ENV_VAR))
+    raise R3Error(
+        "the recipe stage's templates (recipes/) were not found; looked in %s; set %s to the "
+        "recipes/ directory of a spack-r3 checkout" % (", ".join(candidates()), ENV_VAR)
+    )
 
 
 def _trim(lines):
@@ -90,7 +93,7 @@ def _parse(path):
                 if line.startswith(SECTION_MARK):
                     if name is not None:
                         sections[name] = _trim(cur)
-                    name, cur = line[len(SECTION_MARK):].strip(), []
+                    name, cur = line[len(SECTION_MARK) :].strip(), []
                 elif name is not None:
                     cur.append(line)
             if name is not None:
@@ -106,14 +109,19 @@ def text(path, section=None):
     full = os.path.join(root, *path.split("/"))
     sections = _parse(full)
     if sections is None:
-        how = ("the directory %s names" % ENV_VAR) if os.environ.get(ENV_VAR) else \
-            ("set %s to use another recipes/ directory" % ENV_VAR)
+        how = (
+            ("the directory %s names" % ENV_VAR)
+            if os.environ.get(ENV_VAR)
+            else ("set %s to use another recipes/ directory" % ENV_VAR)
+        )
         raise R3Error("recipe template %s not found in %s (%s)" % (path, root, how))
     if section not in sections:
         if section is None:
             raise R3Error("recipe template %s has sections (%s): name one" % (full, ", ".join(sorted(sections))))
-        raise R3Error("recipe template %s has no section %r (it has: %s)"
-                      % (full, section, ", ".join(sorted(s for s in sections if s)) or "none"))
+        raise R3Error(
+            "recipe template %s has no section %r (it has: %s)"
+            % (full, section, ", ".join(sorted(s for s in sections if s)) or "none")
+        )
     return sections[section]
 
 
@@ -123,15 +131,16 @@ def render(path, section=None, **values):
     try:
         return string.Template(tmpl).substitute(values)
     except KeyError as err:
-        raise R3Error("recipe template %s%s uses the placeholder $%s, which is not given here (given: %s)"
-                      % (path, "#" + section if section else "", err.args[0],
-                         ", ".join(sorted(values)) or "none")) from None
+        raise R3Error(
+            "recipe template %s%s uses the placeholder $%s, which is not given here (given: %s)"
+            % (path, "#" + section if section else "", err.args[0], ", ".join(sorted(values)) or "none")
+        ) from None
     except ValueError as err:
-        raise R3Error("recipe template %s%s: %s (write $$ for a literal $)"
-                      % (path, "#" + section if section else "", err)) from None
+        raise R3Error(
+            "recipe template %s%s: %s (write $$ for a literal $)" % (path, "#" + section if section else "", err)
+        ) from None
 
 
 def lines(path, section=None, **values):
     """``render`` split into lines."""
     return render(path, section, **values).split("\n")
-

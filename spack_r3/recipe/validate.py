@@ -23,63 +23,284 @@ from dataclasses import dataclass, field
 from typing import List
 
 KNOWN_BASES = {
-    "Package", "CMakePackage", "CachedCMakePackage", "AutotoolsPackage", "MakefilePackage",
-    "MesonPackage", "PythonPackage", "BundlePackage", "SConsPackage", "WafPackage", "QMakePackage",
-    "NMakePackage", "MSBuildPackage", "CargoPackage", "GoPackage", "PerlPackage", "RPackage",
-    "RubyPackage", "OctavePackage", "LuaPackage", "MavenPackage", "SIPPackage", "RacketPackage",
-    "CudaPackage", "ROCmPackage", "SourceforgePackage", "SourcewarePackage", "XorgPackage",
-    "GNUMirrorPackage", "PythonExtension", "CompilerPackage",
+    "Package",
+    "CMakePackage",
+    "CachedCMakePackage",
+    "AutotoolsPackage",
+    "MakefilePackage",
+    "MesonPackage",
+    "PythonPackage",
+    "BundlePackage",
+    "SConsPackage",
+    "WafPackage",
+    "QMakePackage",
+    "NMakePackage",
+    "MSBuildPackage",
+    "CargoPackage",
+    "GoPackage",
+    "PerlPackage",
+    "RPackage",
+    "RubyPackage",
+    "OctavePackage",
+    "LuaPackage",
+    "MavenPackage",
+    "SIPPackage",
+    "RacketPackage",
+    "CudaPackage",
+    "ROCmPackage",
+    "SourceforgePackage",
+    "SourcewarePackage",
+    "XorgPackage",
+    "GNUMirrorPackage",
+    "PythonExtension",
+    "CompilerPackage",
 }
 KNOWN_BUILDERS = {
-    "GenericBuilder", "CMakeBuilder", "AutotoolsBuilder", "MakefileBuilder", "MesonBuilder",
-    "PythonPipBuilder", "SConsBuilder", "WafBuilder", "QMakeBuilder", "NMakeBuilder", "MSBuildBuilder",
+    "GenericBuilder",
+    "CMakeBuilder",
+    "AutotoolsBuilder",
+    "MakefileBuilder",
+    "MesonBuilder",
+    "PythonPipBuilder",
+    "SConsBuilder",
+    "WafBuilder",
+    "QMakeBuilder",
+    "NMakeBuilder",
+    "MSBuildBuilder",
 }
 DIRECTIVES = {
-    "version", "variant", "depends_on", "conflicts", "provides", "patch", "resource", "license",
-    "maintainers", "extends", "requires", "build_system", "can_splice", "redistribute",
-    "language", "depends_on_python", "generator",
+    "version",
+    "variant",
+    "depends_on",
+    "conflicts",
+    "provides",
+    "patch",
+    "resource",
+    "license",
+    "maintainers",
+    "extends",
+    "requires",
+    "build_system",
+    "can_splice",
+    "redistribute",
+    "language",
+    "depends_on_python",
+    "generator",
 }
-CLASS_CALLS_OK = DIRECTIVES | {"when", "default_args", "join_path", "Version", "Prefix", "any_combination_of",
-                               "disjoint_sets", "auto_or_any_combination_of", "conditional", "range",
-                               "sorted", "list", "tuple", "dict", "set", "str", "int", "len", "enumerate",
-                               "zip", "format"}
+CLASS_CALLS_OK = DIRECTIVES | {
+    "when",
+    "default_args",
+    "join_path",
+    "Version",
+    "Prefix",
+    "any_combination_of",
+    "disjoint_sets",
+    "auto_or_any_combination_of",
+    "conditional",
+    "range",
+    "sorted",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "str",
+    "int",
+    "len",
+    "enumerate",
+    "zip",
+    "format",
+}
 # Methods Spack calls while loading a recipe or solving (no file or process calls there).
-LOAD_TIME_METHODS = {"url_for_version", "determine_version", "determine_variants", "libs", "headers",
-                     "command", "home", "fetcher", "list_url", "flag_handler", "__init__", "determine_spec_details",
-                     "filter_detected_exes", "validate_detected_spec"}
-USUAL_METHODS = LOAD_TIME_METHODS | {
-    "cmake_args", "configure_args", "meson_args", "build_targets", "install_targets", "edit", "build",
-    "install", "autoreconf", "configure", "cmake", "meson", "check", "installcheck", "patch",
-    "setup_build_environment", "setup_run_environment", "setup_dependent_build_environment",
-    "setup_dependent_run_environment", "setup_dependent_package", "build_directory",
-    "root_cmakelists_dir", "configure_directory", "build_args", "install_args", "global_options",
-    "install_options", "config_settings", "std_cmake_args", "std_meson_args", "build_system_flags",
-    "install_time_test_callbacks", "build_time_test_callbacks", "force_autoreconf", "autoreconf_extra_args",
-    "generator", "url", "import_modules", "skip_modules", "build_env", "test", "check_install",
-    "post_install", "pre_install", "cmake_args_for_tests", "configure_abs_path", "archive_files",
-    "parallel", "build_jobs", "build_type", "compile", "configure_flag_args",
+LOAD_TIME_METHODS = {
+    "url_for_version",
+    "determine_version",
+    "determine_variants",
+    "libs",
+    "headers",
+    "command",
+    "home",
+    "fetcher",
+    "list_url",
+    "flag_handler",
+    "__init__",
+    "determine_spec_details",
+    "filter_detected_exes",
+    "validate_detected_spec",
 }
-DECORATORS = {"property", "run_before", "run_after", "on_package_attributes", "when", "staticmethod",
-              "classmethod"}
-FORBIDDEN_NAMES = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint",
-                   "input", "getattr", "setattr", "delattr", "memoryview", "__builtins__", "help",
-                   "importlib", "subprocess", "socket", "urllib", "requests", "http", "ctypes", "pickle",
-                   "marshal", "builtins", "shutil", "tempfile", "pty", "signal", "multiprocessing",
-                   "threading", "asyncio"}
-FILE_OR_PROCESS_CALLS = {"open", "Executable", "which", "make", "ninja", "cmake", "meson", "configure",
-                         "autoreconf", "filter_file", "install", "install_tree", "copy", "copy_tree",
-                         "mkdirp", "mkdir", "remove", "force_remove", "touch", "symlink", "working_dir",
-                         "chmod", "rename", "rmtree", "unlink", "makedirs", "removedirs", "rmdir",
-                         "python", "pip", "scons", "bash", "sh"}
-OS_FORBIDDEN = {"system", "popen", "fork", "forkpty", "kill", "killpg", "spawnl", "spawnle", "spawnlp",
-                "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp",
-                "execl", "execle", "execlp", "execlpe", "execv", "execve", "execvp", "execvpe", "putenv",
-                "setuid", "setgid", "chroot", "startfile", "_exit", "abort", "plock", "open", "fdopen",
-                "write", "truncate"}
+USUAL_METHODS = LOAD_TIME_METHODS | {
+    "cmake_args",
+    "configure_args",
+    "meson_args",
+    "build_targets",
+    "install_targets",
+    "edit",
+    "build",
+    "install",
+    "autoreconf",
+    "configure",
+    "cmake",
+    "meson",
+    "check",
+    "installcheck",
+    "patch",
+    "setup_build_environment",
+    "setup_run_environment",
+    "setup_dependent_build_environment",
+    "setup_dependent_run_environment",
+    "setup_dependent_package",
+    "build_directory",
+    "root_cmakelists_dir",
+    "configure_directory",
+    "build_args",
+    "install_args",
+    "global_options",
+    "install_options",
+    "config_settings",
+    "std_cmake_args",
+    "std_meson_args",
+    "build_system_flags",
+    "install_time_test_callbacks",
+    "build_time_test_callbacks",
+    "force_autoreconf",
+    "autoreconf_extra_args",
+    "generator",
+    "url",
+    "import_modules",
+    "skip_modules",
+    "build_env",
+    "test",
+    "check_install",
+    "post_install",
+    "pre_install",
+    "cmake_args_for_tests",
+    "configure_abs_path",
+    "archive_files",
+    "parallel",
+    "build_jobs",
+    "build_type",
+    "compile",
+    "configure_flag_args",
+}
+DECORATORS = {"property", "run_before", "run_after", "on_package_attributes", "when", "staticmethod", "classmethod"}
+FORBIDDEN_NAMES = {
+    "exec",
+    "eval",
+    "compile",
+    "__import__",
+    "globals",
+    "locals",
+    "vars",
+    "breakpoint",
+    "input",
+    "getattr",
+    "setattr",
+    "delattr",
+    "memoryview",
+    "__builtins__",
+    "help",
+    "importlib",
+    "subprocess",
+    "socket",
+    "urllib",
+    "requests",
+    "http",
+    "ctypes",
+    "pickle",
+    "marshal",
+    "builtins",
+    "shutil",
+    "tempfile",
+    "pty",
+    "signal",
+    "multiprocessing",
+    "threading",
+    "asyncio",
+}
+FILE_OR_PROCESS_CALLS = {
+    "open",
+    "Executable",
+    "which",
+    "make",
+    "ninja",
+    "cmake",
+    "meson",
+    "configure",
+    "autoreconf",
+    "filter_file",
+    "install",
+    "install_tree",
+    "copy",
+    "copy_tree",
+    "mkdirp",
+    "mkdir",
+    "remove",
+    "force_remove",
+    "touch",
+    "symlink",
+    "working_dir",
+    "chmod",
+    "rename",
+    "rmtree",
+    "unlink",
+    "makedirs",
+    "removedirs",
+    "rmdir",
+    "python",
+    "pip",
+    "scons",
+    "bash",
+    "sh",
+}
+OS_FORBIDDEN = {
+    "system",
+    "popen",
+    "fork",
+    "forkpty",
+    "kill",
+    "killpg",
+    "spawnl",
+    "spawnle",
+    "spawnlp",
+    "spawnlpe",
+    "spawnv",
+    "spawnve",
+    "spawnvp",
+    "spawnvpe",
+    "posix_spawn",
+    "posix_spawnp",
+    "execl",
+    "execle",
+    "execlp",
+    "execlpe",
+    "execv",
+    "execve",
+    "execvp",
+    "execvpe",
+    "putenv",
+    "setuid",
+    "setgid",
+    "chroot",
+    "startfile",
+    "_exit",
+    "abort",
+    "plock",
+    "open",
+    "fdopen",
+    "write",
+    "truncate",
+}
 ALLOWED_IMPORTS = {"os", "os.path", "re", "glob", "sys", "platform"}
 SAFE_SYS = {"platform", "version_info", "byteorder", "maxsize"}  # the only sys.* a recipe may read
-ALLOWED_IMPORT_PREFIXES = ("spack.package", "spack.pkg.", "spack_repo.", "llnl.util.", "spack.llnl.util.",
-                           "spack.build_systems.", "spack.util.prefix", "spack.variant")
+ALLOWED_IMPORT_PREFIXES = (
+    "spack.package",
+    "spack.pkg.",
+    "spack_repo.",
+    "llnl.util.",
+    "spack.llnl.util.",
+    "spack.build_systems.",
+    "spack.util.prefix",
+    "spack.variant",
+)
 
 
 @dataclass
@@ -104,9 +325,29 @@ def _name_of(node):
     return ""
 
 
-PURE_CALLS = CLASS_CALLS_OK | {"with_default", "with_non_feature_values", "prohibit_empty_set", "with_error",
-                               "join", "split", "replace", "lower", "upper", "strip", "ver", "up_to",
-                               "satisfies", "keys", "values", "items", "min", "max", "abs", "bool", "float"}
+PURE_CALLS = CLASS_CALLS_OK | {
+    "with_default",
+    "with_non_feature_values",
+    "prohibit_empty_set",
+    "with_error",
+    "join",
+    "split",
+    "replace",
+    "lower",
+    "upper",
+    "strip",
+    "ver",
+    "up_to",
+    "satisfies",
+    "keys",
+    "values",
+    "items",
+    "min",
+    "max",
+    "abs",
+    "bool",
+    "float",
+}
 
 
 def _is_constant_expr(node):
@@ -132,8 +373,14 @@ class _Checker:
     # -- everywhere ------------------------------------------------------------------------
 
     def check_expr_tree(self, node, where, build_time):
-        safe_sys = {id(sub.value) for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
-                    and isinstance(sub.value, ast.Name) and sub.value.id == "sys" and sub.attr in SAFE_SYS}
+        safe_sys = {
+            id(sub.value)
+            for sub in ast.walk(node)
+            if isinstance(sub, ast.Attribute)
+            and isinstance(sub.value, ast.Name)
+            and sub.value.id == "sys"
+            and sub.attr in SAFE_SYS
+        }
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and sub.id == "sys" and id(sub) not in safe_sys:
                 self.bad(sub, "%s uses sys beyond sys.%s" % (where, "/".join(sorted(SAFE_SYS))))
@@ -144,8 +391,11 @@ class _Checker:
                     self.bad(sub, "%s accesses dunder attribute %r" % (where, sub.attr))
                 base = _name_of(sub.value)
                 if base in ("os", "os.path") and sub.attr in OS_FORBIDDEN:
-                    self.bad(sub, "%s calls os.%s (process/file access is not allowed in a recipe; "
-                                  "use Spack's Executable/which and filesystem helpers in a build phase)" % (where, sub.attr))
+                    self.bad(
+                        sub,
+                        "%s calls os.%s (process/file access is not allowed in a recipe; "
+                        "use Spack's Executable/which and filesystem helpers in a build phase)" % (where, sub.attr),
+                    )
             elif isinstance(sub, (ast.Global, ast.Nonlocal)):
                 self.bad(sub, "%s uses %s" % (where, type(sub).__name__.lower()))
             elif isinstance(sub, (ast.Import, ast.ImportFrom)):
@@ -168,8 +418,11 @@ class _Checker:
             mod = node.module or ""
             if node.level:
                 self.bad(node, "relative import")
-            elif mod not in ALLOWED_IMPORTS and not (mod + ".").startswith(ALLOWED_IMPORT_PREFIXES) \
-                    and not mod.startswith(ALLOWED_IMPORT_PREFIXES):
+            elif (
+                mod not in ALLOWED_IMPORTS
+                and not (mod + ".").startswith(ALLOWED_IMPORT_PREFIXES)
+                and not mod.startswith(ALLOWED_IMPORT_PREFIXES)
+            ):
                 self.bad(node, "imports from %r (only Spack's recipe API may be imported)" % mod)
             elif mod in ALLOWED_IMPORTS:
                 for alias in node.names:
@@ -186,13 +439,20 @@ class _Checker:
         is_builder = any(b in KNOWN_BUILDERS for b in short)
         is_package = any(b in KNOWN_BASES or b in imported for b in short)
         if not bases or not (is_builder or is_package):
-            self.bad(node, "class %s does not derive from a known build-system base (%s)"
-                     % (node.name, ", ".join(bases) or "no base"))
+            self.bad(
+                node,
+                "class %s does not derive from a known build-system base (%s)"
+                % (node.name, ", ".join(bases) or "no base"),
+            )
         self.in_builder = is_builder and not is_package
         for i, stmt in enumerate(node.body):
             where = "class %s" % node.name
-            if i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
-                    and isinstance(stmt.value.value, str):
+            if (
+                i == 0
+                and isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+            ):
                 continue
             self.check_class_stmt(stmt, where, node.name)
         return is_package and not is_builder, bases
@@ -201,7 +461,9 @@ class _Checker:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             fname = _name_of(stmt.value.func)
             if fname not in DIRECTIVES:
-                self.bad(stmt, "%s calls %s() at class level (only directives are allowed there)" % (where, fname or "?"))
+                self.bad(
+                    stmt, "%s calls %s() at class level (only directives are allowed there)" % (where, fname or "?")
+                )
             else:
                 for arg in list(stmt.value.args) + [k.value for k in stmt.value.keywords]:
                     if not _is_constant_expr(arg):
@@ -229,9 +491,15 @@ class _Checker:
 
     def check_method(self, fn, cls):
         where = "%s.%s()" % (cls, fn.name)
-        hook = getattr(self, "in_builder", False) or any(_name_of(d).split(".")[-1] in ("run_before", "run_after") for d in fn.decorator_list)
-        if not (hook or fn.name in USUAL_METHODS or fn.name.startswith("test_") or
-                (fn.name.startswith("_") and not fn.name.startswith("__"))):
+        hook = getattr(self, "in_builder", False) or any(
+            _name_of(d).split(".")[-1] in ("run_before", "run_after") for d in fn.decorator_list
+        )
+        if not (
+            hook
+            or fn.name in USUAL_METHODS
+            or fn.name.startswith("test_")
+            or (fn.name.startswith("_") and not fn.name.startswith("__"))
+        ):
             self.bad(fn, "%s is not a recipe method (known methods, test_* or _helpers)" % where)
         for d in fn.decorator_list:
             dname = _name_of(d).split(".")[-1]
@@ -256,8 +524,11 @@ def validate(text) -> Validation:
     for i, node in enumerate(tree.body):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             c.check_import(node)
-            if isinstance(node, ast.ImportFrom) and node.module and \
-                    node.module.startswith(("spack.pkg.", "spack_repo.")):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith(("spack.pkg.", "spack_repo."))
+            ):
                 imported.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.ClassDef):
             is_pkg, bases = c.check_class(node, imported)
@@ -268,14 +539,19 @@ def validate(text) -> Validation:
         elif isinstance(node, ast.Assign) and _is_constant_expr(node.value):
             c.check_expr_tree(node, "module level", build_time=False)
         else:
-            c.bad(node, "module level contains a %s (only imports, constants and the package class are allowed)"
-                  % type(node).__name__)
+            c.bad(
+                node,
+                "module level contains a %s (only imports, constants and the package class are allowed)"
+                % type(node).__name__,
+            )
     if not packages:
         c.reasons.append("no package class on a known build-system base")
     elif len(packages) > 1:
         c.reasons.append("more than one package class: %s" % ", ".join(p[0] for p in packages))
-    if not any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith(("spack.package", "spack_repo."))
-               for n in tree.body):
+    if not any(
+        isinstance(n, ast.ImportFrom) and (n.module or "").startswith(("spack.package", "spack_repo."))
+        for n in tree.body
+    ):
         c.reasons.append("does not import Spack's recipe API (from spack.package import *)")
     name, bases = packages[0] if packages else ("", [])
     return Validation(not c.reasons, c.reasons, name, bases)

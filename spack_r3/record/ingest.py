@@ -47,8 +47,11 @@ def ingest(record_dir, workspace, tolerance=None):
     """
     failed = write_failures(record_dir)
     if failed:
-        raise CaptureError(failed[0] + (" (and %d more)" % (len(failed) - 1) if len(failed) > 1 else "")
-                           + "; the run's captures stay in %s" % record_dir)
+        raise CaptureError(
+            failed[0]
+            + (" (and %d more)" % (len(failed) - 1) if len(failed) > 1 else "")
+            + "; the run's captures stay in %s" % record_dir
+        )
     stats, app_s = load_profiles(record_dir)
     target = _host_target()
     exporters = _exporters(record_dir)
@@ -69,8 +72,21 @@ def ingest(record_dir, workspace, tolerance=None):
             continue
         units = _link_units(kinfo, meta["tu_dir"], exporters)
         kinfo = dict(kinfo, unreplayable=kinfo.get("unreplayable") or _unreplayable_through(kinfo, exporters))
-        written.append(_write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance,
-                                      run=os.path.abspath(record_dir)))
+        written.append(
+            _write_capture(
+                workspace,
+                cdir,
+                meta,
+                tu,
+                kinfo,
+                units,
+                stats,
+                app_s,
+                target,
+                tolerance,
+                run=os.path.abspath(record_dir),
+            )
+        )
     return written
 
 
@@ -86,7 +102,7 @@ def write_failures(record_dir):
     out = []
     marks = glob.glob(os.path.join(record_dir, "captures", ERROR_MARK + "*"))
     for path in sorted(marks, key=lambda p: (".profile-" in os.path.basename(p), p)):  # kernels first
-        name = os.path.basename(path)[len(ERROR_MARK):]
+        name = os.path.basename(path)[len(ERROR_MARK) :]
         code, _, rest = name.partition("-")
         kernel = rest.rsplit("-", 2)[0] or "a kernel"
         info = {}
@@ -101,8 +117,9 @@ def write_failures(record_dir):
         reason = os.strerror(errno_) if errno_ else "unknown error"
         where = info.get("path") or "errno %s" % errno_
         if kernel == ".profile":  # the counts of one process
-            out.append("the profile of process %s could not be written: %s (%s)" % (rest.rsplit("-", 1)[-1], reason,
-                                                                                   where))
+            out.append(
+                "the profile of process %s could not be written: %s (%s)" % (rest.rsplit("-", 1)[-1], reason, where)
+            )
         else:
             out.append("capture of %s could not be written: %s (%s)" % (info.get("kernel") or kernel, reason, where))
     return out
@@ -161,8 +178,9 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
     link_units = {"units/%s.bc" % os.path.basename(u): os.path.join(u, "module.bc") for u in units}
     for name, path in link_units.items():
         digests[name] = sha256_file(path)
-    ident = hashlib.sha256(json.dumps(
-        [meta["kernel"], digests, meta["args"], meta.get("byval")], sort_keys=True).encode()).hexdigest()[:12]
+    ident = hashlib.sha256(
+        json.dumps([meta["kernel"], digests, meta["args"], meta.get("byval")], sort_keys=True).encode()
+    ).hexdigest()[:12]
     final = workspace.capture_dir(ident)
     s = stats.get((meta["tu_dir"], meta["kernel"]), {})
     capture = Capture(
@@ -171,35 +189,53 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         source_file=tu["source_file"],
         compile_command=tu["compile_command"],
         compile_dir=tu["compile_dir"],
-        signature={"ret": kinfo["ret_type"], "ret_size": kinfo["ret_size"],
-                   "params": kinfo["param_types"], "byval": kinfo["byval_sizes"]},
+        signature={
+            "ret": kinfo["ret_type"],
+            "ret_size": kinfo["ret_size"],
+            "params": kinfo["param_types"],
+            "byval": kinfo["byval_sizes"],
+        },
         args=meta["args"],
         byval_data=meta.get("byval") or [None] * len(meta["args"]),
         ret=meta.get("ret"),
         # (an offload launch adds its backend and geometry: record/runtime/r3offload.c)
-        launch=dict({"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)},
-                    **meta.get("launch", {})),
+        launch=dict(
+            {"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)}, **meta.get("launch", {})
+        ),
         target=dict(target, triple=tu.get("triple")),
-        app={"app_s": app_s, "calls": s.get("calls", 0), "total_s": s.get("total_ns", 0) / 1e9,
-             "self_s": s.get("self_ns", 0) / 1e9,
-             "share": share_of(s, app_s),
-             # calls with no recorded kernel below them on the main thread's stack
-             "top_calls": s.get("main_top_calls", 0),
-             "run": run},  # which captures ran beside it (replay.cachestate)
+        app={
+            "app_s": app_s,
+            "calls": s.get("calls", 0),
+            "total_s": s.get("total_ns", 0) / 1e9,
+            "self_s": s.get("self_ns", 0) / 1e9,
+            "share": share_of(s, app_s),
+            # calls with no recorded kernel below them on the main thread's stack
+            "top_calls": s.get("main_top_calls", 0),
+            "run": run,
+        },  # which captures ran beside it (replay.cachestate)
         instance=meta["instance"],
         instance_s=meta.get("instance_ns", 0) / 1e9,
-        arena=dict({"base": meta["arena_base"], "end": meta["arena_end"]},
-                   **({"runtime_base": meta["runtime_base"], "runtime_end": meta["runtime_end"]}
-                      if "runtime_base" in meta else {})),
+        arena=dict(
+            {"base": meta["arena_base"], "end": meta["arena_end"]},
+            **(
+                {"runtime_base": meta["runtime_base"], "runtime_end": meta["runtime_end"]}
+                if "runtime_base" in meta
+                else {}
+            ),
+        ),
         memory=meta.get("memory", {}),
         globals=meta.get("globals", []),
         files={},
         tolerance=tolerance,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         link_units=sorted(link_units),
-        unreplayable=(kinfo.get("unreplayable") or meta.get("unreplayable") or _foreign_memory(meta, kinfo)
-                      or _holds_system_pointers(os.path.join(cdir, "pre.bin"), meta)
-                      or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)),
+        unreplayable=(
+            kinfo.get("unreplayable")
+            or meta.get("unreplayable")
+            or _foreign_memory(meta, kinfo)
+            or _holds_system_pointers(os.path.join(cdir, "pre.bin"), meta)
+            or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)
+        ),
         bitcode_args=tu.get("bitcode_args", []),
     )
     if os.path.exists(os.path.join(final, "capture.json")):
@@ -238,9 +274,11 @@ def _foreign_memory(meta, kinfo):
         if 0 <= f["arg"] < len(params) and params[f["arg"]] != "ptr":
             continue  # an integer that looks like an address
         how = "its argument %d points into" % (f["arg"] + 1) if f["arg"] >= 0 else "it reaches"
-        return ("%s %s-%s (%s %s), memory the capture does not hold (mapped outside the record runtime's "
-                "heap: shared or at a fixed address, or by a library); replay would not find it"
-                % (how, f["lo"], f["hi"], f.get("perms", "?"), f.get("name") or "anonymous"))
+        return (
+            "%s %s-%s (%s %s), memory the capture does not hold (mapped outside the record runtime's "
+            "heap: shared or at a fixed address, or by a library); replay would not find it"
+            % (how, f["lo"], f["hi"], f.get("perms", "?"), f.get("name") or "anonymous")
+        )
     return None
 
 
@@ -271,7 +309,7 @@ def _image_pointers_into(path, ranges, skip=()):
                 continue  # unchanged bytes (held by pre.bin), or never compared
             if r.kind == KIND_HEAP and any(lo <= r.addr < hi for lo, hi in skip):
                 continue
-            found += _pointers_into(view[r.offset:r.offset + r.size], r.addr, ranges)
+            found += _pointers_into(view[r.offset : r.offset + r.size], r.addr, ranges)
         view.release()
     return found
 
@@ -290,9 +328,11 @@ def _holds_system_pointers(pre_path, meta):
     found += sum(_pointers_into(int(a, 16).to_bytes(8, "little"), 0, ranges) for a in meta.get("args", []))
     if not found:
         return None
-    return ("its memory holds %d pointer(s) into memory the capture does not hold (%s: mapped outside the record "
-            "runtime's heap, shared or at a fixed address); replay would not find it"
-            % (found, ", ".join("0x%x-0x%x (%s)" % m for m in maps)))
+    return (
+        "its memory holds %d pointer(s) into memory the capture does not hold (%s: mapped outside the record "
+        "runtime's heap, shared or at a fixed address); replay would not find it"
+        % (found, ", ".join("0x%x-0x%x (%s)" % m for m in maps))
+    )
 
 
 def _leaves_allocations(post_path, meta):
@@ -306,8 +346,10 @@ def _leaves_allocations(post_path, meta):
     replays as any other."""
     memory = meta.get("memory", {})
     if memory.get("left_listed") is False and memory.get("left_blocks"):
-        return ("it leaves %d block(s) it allocated live after the call, and the recording could not list them "
-                "all to check the caller's pointers into them" % memory["left_blocks"])
+        return (
+            "it leaves %d block(s) it allocated live after the call, and the recording could not list them "
+            "all to check the caller's pointers into them" % memory["left_blocks"]
+        )
     left = sorted((lo, lo + size) for lo, size in memory.get("left", []))
     if not left:
         return None
@@ -315,7 +357,8 @@ def _leaves_allocations(post_path, meta):
     found += _image_pointers_into(post_path, left, skip=left)
     if not found:
         return None
-    return ("it leaves %d pointer(s) to memory it allocated (%d block(s), %d bytes, still live after the call) "
-            "where its caller reads them; replay allocates those blocks elsewhere, so the pointers cannot match "
-            "the recording" % (found, meta["memory"].get("left_blocks", len(left)),
-                               meta["memory"].get("left_bytes", 0)))
+    return (
+        "it leaves %d pointer(s) to memory it allocated (%d block(s), %d bytes, still live after the call) "
+        "where its caller reads them; replay allocates those blocks elsewhere, so the pointers cannot match "
+        "the recording" % (found, meta["memory"].get("left_blocks", len(left)), meta["memory"].get("left_bytes", 0))
+    )

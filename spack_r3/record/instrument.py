@@ -50,8 +50,7 @@ class KernelInfo:
 
     @property
     def signature(self):
-        return {"ret": self.ret_type, "ret_size": self.ret_size, "params": self.param_types,
-                "byval": self.byval_sizes}
+        return {"ret": self.ret_type, "ret_size": self.ret_size, "params": self.param_types, "byval": self.byval_sizes}
 
     def to_json(self):
         d = asdict(self)
@@ -156,8 +155,9 @@ class ModuleAnalysis:
     def exports(self):
         """Each externally visible function with what it calls in other units: lets
         replay find the units a kernel's callees live in."""
-        return {name: self.external_calls(name) for name, f in self.defined.items()
-                if f.linkage == llvm.Linkage.external}
+        return {
+            name: self.external_calls(name) for name, f in self.defined.items() if f.linkage == llvm.Linkage.external
+        }
 
     def referenced_globals(self, name):
         """Writable, sized, non-thread-local globals the kernel may touch."""
@@ -222,8 +222,18 @@ class ModuleAnalysis:
         loop = self.loops[name] or (openmp and any(self.loops[f] for f in reach if f != name))
         calls = self.external_calls(name)
         # Still recorded (its hotness counts); replay refuses it with this reason.
-        return KernelInfo(name, ret_type, ret_size, types, byvals, self.referenced_globals(name),
-                          openmp, loop, calls, unreplayable_reason(calls))
+        return KernelInfo(
+            name,
+            ret_type,
+            ret_size,
+            types,
+            byvals,
+            self.referenced_globals(name),
+            openmp,
+            loop,
+            calls,
+            unreplayable_reason(calls),
+        )
 
     def select(self, wanted=None):
         """Kernels of this unit: the ``wanted`` names, or every function holding a loop.
@@ -255,9 +265,24 @@ _ODR_LINKAGES = (llvm.Linkage.linkonce_odr, llvm.Linkage.weak_odr, llvm.Linkage.
 # Globals of the C and C++ libraries a kernel may name (stdout for printf, std::cout):
 # replay binds them to its own process's, never to recorded copies, whose pointers lead
 # into the recording process's library data.
-LIBRARY_GLOBALS = {"stdout", "stderr", "stdin", "environ", "__environ", "optarg", "optind", "opterr", "optopt",
-                   "errno", "program_invocation_name", "program_invocation_short_name", "timezone", "daylight",
-                   "tzname", "signgam"}
+LIBRARY_GLOBALS = {
+    "stdout",
+    "stderr",
+    "stdin",
+    "environ",
+    "__environ",
+    "optarg",
+    "optind",
+    "opterr",
+    "optopt",
+    "errno",
+    "program_invocation_name",
+    "program_invocation_short_name",
+    "timezone",
+    "daylight",
+    "tzname",
+    "signgam",
+}
 
 
 def is_library_global(name):
@@ -315,8 +340,9 @@ def instrument_text(ll_text, kernels, tu_dir, orig_prefix="__r3_orig."):
         d = FunctionDef(lines[line_no], k.name)
         orig = orig_prefix + k.name
         # The original becomes internal so it may be inlined into its wrapper.
-        lines[line_no] = d.render(orig, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
-                                  suffix=d.suffix.replace("comdat", ""))
+        lines[line_no] = d.render(
+            orig, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(), suffix=d.suffix.replace("comdat", "")
+        )
         extra += _kinfo_globals(idx, k)
         extra += _wrapper(idx, k, d, orig)
     return "\n".join(lines + extra) + "\n"
@@ -327,8 +353,9 @@ def uses_omp_state(name):
     heap: locks, OpenMP allocators, threadprivate copies. A parallel region alone
     (__kmpc_fork_call, worksharing, reductions) and queries (omp_get_thread_num) run on the
     replay process's own runtime and need none of the recorded state."""
-    return (name.startswith("omp_") and ("lock" in name or "alloc" in name or name == "omp_free")) \
-        or name.startswith("__kmpc_threadprivate")
+    return (name.startswith("omp_") and ("lock" in name or "alloc" in name or name == "omp_free")) or name.startswith(
+        "__kmpc_threadprivate"
+    )
 
 
 def kernel_flags(k):
@@ -356,8 +383,9 @@ def _kinfo_globals(idx, k):
         ginit.append("{ ptr, ptr, i64 } { ptr @__r3.gname.%d.%d, ptr %s, i64 %d }" % (idx, gi, global_ref(gname), size))
     ng = len(ginit)
     if ng:
-        out.append("@__r3.globals.%d = private constant [%d x { ptr, ptr, i64 }] [%s], align 8"
-                   % (idx, ng, ", ".join(ginit)))
+        out.append(
+            "@__r3.globals.%d = private constant [%d x { ptr, ptr, i64 }] [%s], align 8" % (idx, ng, ", ".join(ginit))
+        )
         gptr = "@__r3.globals.%d" % idx
     else:
         gptr = "null"
@@ -379,7 +407,7 @@ def _noinline(suffix):
         return suffix
     m = re.search(r"#\d+", suffix)
     if m:
-        return suffix[:m.end()] + " noinline" + suffix[m.end():]
+        return suffix[: m.end()] + " noinline" + suffix[m.end() :]
     words = suffix.split()
     i = 0
     while i < len(words) and (words[i] in ("unnamed_addr", "local_unnamed_addr") or words[i].startswith("addrspace(")):
@@ -410,8 +438,11 @@ def _wrapper(idx, k, d, orig):
     def call_and_return(callee, value, after=()):
         if void:
             return ["  call void %s(%s)" % (callee, args), *after, "  ret void"]
-        return ["  %s = call %s %s(%s)" % (value, k.ret_type, callee, args), *after,
-                "  ret %s %s" % (k.ret_type, value)]
+        return [
+            "  %s = call %s %s(%s)" % (value, k.ret_type, callee, args),
+            *after,
+            "  ret %s %s" % (k.ret_type, value),
+        ]
 
     fast = [
         "",
@@ -446,8 +477,11 @@ def _probed(idx, k, d, orig, probed, tc):
     kinfo = "@__r3.kinfo.%d" % idx
     body = [
         "",
-        d.render(probed, prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
-                 suffix=_noinline(strip_dbg(d.suffix)).replace("comdat", "")),
+        d.render(
+            probed,
+            prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
+            suffix=_noinline(strip_dbg(d.suffix)).replace("comdat", ""),
+        ),
         "  %%r3.slots = alloca [%d x i64], align 8" % max(n, 1),
         "  store [%d x i64] zeroinitializer, ptr %%r3.slots, align 8" % max(n, 1),
     ]

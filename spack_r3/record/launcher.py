@@ -24,12 +24,47 @@ from ..data import opt_level
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
 # Options whose value is the next argument.
 TAKES_VALUE = {
-    "-o", "-MF", "-MT", "-MQ", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote",
-    "-idirafter", "-isysroot", "-x", "-Xclang", "-Xlinker", "-Xpreprocessor", "-Xassembler",
-    "-L", "-target", "-arch", "-mllvm", "-T", "-u", "-e", "-z", "-aux-info",
+    "-o",
+    "-MF",
+    "-MT",
+    "-MQ",
+    "-I",
+    "-D",
+    "-U",
+    "-include",
+    "-imacros",
+    "-isystem",
+    "-iquote",
+    "-idirafter",
+    "-isysroot",
+    "-x",
+    "-Xclang",
+    "-Xlinker",
+    "-Xpreprocessor",
+    "-Xassembler",
+    "-L",
+    "-target",
+    "-arch",
+    "-mllvm",
+    "-T",
+    "-u",
+    "-e",
+    "-z",
+    "-aux-info",
 }
-PASSTHROUGH_FLAGS = {"-E", "-S", "-M", "-MM", "-fsyntax-only", "-emit-llvm", "-###", "--version",
-                     "-dumpversion", "-dumpmachine", "-print-search-dirs"}
+PASSTHROUGH_FLAGS = {
+    "-E",
+    "-S",
+    "-M",
+    "-MM",
+    "-fsyntax-only",
+    "-emit-llvm",
+    "-###",
+    "--version",
+    "-dumpversion",
+    "-dumpmachine",
+    "-print-search-dirs",
+}
 DEP_FLAGS = {"-MD", "-MMD", "-MP"}
 DEP_FLAGS_WITH_VALUE = {"-MF", "-MT", "-MQ"}
 PREPROCESSOR_WITH_VALUE = {"-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote", "-idirafter"}
@@ -65,8 +100,9 @@ class CompileLine:
                 self.sources.append(a)
             i += 1
 
-    def without(self, drop_sources=True, drop_output=True, drop_deps=False, drop_preprocessor=False,
-                drop_compile_only=True):
+    def without(
+        self, drop_sources=True, drop_output=True, drop_deps=False, drop_preprocessor=False, drop_compile_only=True
+    ):
         """The arguments with the named groups removed."""
         out, i = [], 0
         while i < len(self.args):
@@ -78,8 +114,7 @@ class CompileLine:
             if drop_deps and (a in DEP_FLAGS or a in DEP_FLAGS_WITH_VALUE):
                 i += 2 if a in DEP_FLAGS_WITH_VALUE else 1
                 continue
-            if drop_preprocessor and (a in PREPROCESSOR_WITH_VALUE or
-                                      (a[:2] in ("-I", "-D", "-U") and len(a) > 2)):
+            if drop_preprocessor and (a in PREPROCESSOR_WITH_VALUE or (a[:2] in ("-I", "-D", "-U") and len(a) > 2)):
                 i += 2 if a in PREPROCESSOR_WITH_VALUE else 1
                 continue
             if a == "-c" and drop_compile_only:
@@ -126,8 +161,7 @@ def _unoptimized_args(line):
 def bitcode_args(line):
     """The flags (no source, output or dependency files) that compile the unit's bitcode
     before optimization: a source variant of the unit is compiled with the same ones."""
-    return (line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags()
-            + _unoptimized_args(line))
+    return line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags() + _unoptimized_args(line)
 
 
 def target_flags():
@@ -151,8 +185,14 @@ def record_unit(line, source, obj, record_dir, wanted):
         deps_target = []
         if any(a in ("-MD", "-MMD") for a in base) and not any(a in ("-MT", "-MQ") for a in base):
             deps_target = ["-MT", obj]
-        cmd_bc = [line.compiler] + base + target_flags() + deps_target + _unoptimized_args(line) + [
-            "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+        cmd_bc = (
+            [line.compiler]
+            + base
+            + target_flags()
+            + deps_target
+            + _unoptimized_args(line)
+            + ["-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+        )
         if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
             return "the compiler could not emit LLVM bitcode (is it clang?)"
         bitcode = open(bc, "rb").read()
@@ -164,16 +204,26 @@ def record_unit(line, source, obj, record_dir, wanted):
         tu_dir = os.path.join(record_dir, "tus", digest)
         _store_unit(tu_dir, bitcode, line, source, kernels, analysis)
         ll = os.path.join(tmp, "module.ll")
-        if run([line.compiler, "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", bc, "-o", ll],
-               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
+        if (
+            run(
+                [line.compiler, "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", bc, "-o", ll],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            != 0
+        ):
             return "the compiler could not print its IR"
         instrumented = os.path.join(tmp, "instrumented.ll")
         with open(ll) as f:
             text = f.read()
         with open(instrumented, "w") as f:
             f.write(instrument_text(text, kernels, tu_dir))
-        cmd_obj = [line.compiler] + codegen_args(line) + target_flags() + [
-            "-Wno-unused-command-line-argument", "-Wno-override-module", "-c", instrumented, "-o", obj]
+        cmd_obj = (
+            [line.compiler]
+            + codegen_args(line)
+            + target_flags()
+            + ["-Wno-unused-command-line-argument", "-Wno-override-module", "-c", instrumented, "-o", obj]
+        )
         proc = subprocess.run(cmd_obj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             return "instrumented IR did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[0]
@@ -226,8 +276,9 @@ def launch(argv):
             return _compile(line, argv, cxx_sources[0], obj, record_dir, wanted)
         for src in cxx_sources:
             obj = os.path.splitext(os.path.basename(src))[0] + ".o"
-            rc = _compile(line, [line.compiler] + line.without(drop_sources=True) + ["-c", src], src, obj,
-                          record_dir, wanted)
+            rc = _compile(
+                line, [line.compiler] + line.without(drop_sources=True) + ["-c", src], src, obj, record_dir, wanted
+            )
             if rc:
                 return rc
         return 0
@@ -237,8 +288,9 @@ def launch(argv):
     from .offload import is_offload
 
     extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler), offload=is_offload(line))
-    return link_compiling(line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir,
-                                                                            wanted), extra)
+    return link_compiling(
+        line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra
+    )
 
 
 def link_compiling(line, sources, compile_one, extra=()):

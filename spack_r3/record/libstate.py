@@ -18,28 +18,87 @@ object). Output (``printf``, ``fwrite``) changes nothing the kernel computes.
 # and the mangled names of libstdc++'s entry points).
 STATEFUL = {
     "the random-number generator": (
-        "rand", "random", "srand", "srandom", "initstate", "setstate",
-        "drand48", "lrand48", "mrand48", "srand48", "seed48", "lcong48",
-        "arc4random", "arc4random_uniform", "arc4random_buf", "getrandom", "getentropy",
+        "rand",
+        "random",
+        "srand",
+        "srandom",
+        "initstate",
+        "setstate",
+        "drand48",
+        "lrand48",
+        "mrand48",
+        "srand48",
+        "seed48",
+        "lcong48",
+        "arc4random",
+        "arc4random_uniform",
+        "arc4random_buf",
+        "getrandom",
+        "getentropy",
         "_ZNSt13random_device9_M_getvalEv",  # std::random_device::operator()
     ),
     "the clock": (
-        "time", "clock", "gettimeofday", "clock_gettime", "timespec_get", "ftime", "times", "getrusage",
+        "time",
+        "clock",
+        "gettimeofday",
+        "clock_gettime",
+        "timespec_get",
+        "ftime",
+        "times",
+        "getrusage",
         "omp_get_wtime",
-        "_ZNSt6chrono3_V212system_clock3nowEv", "_ZNSt6chrono3_V212steady_clock3nowEv",
+        "_ZNSt6chrono3_V212system_clock3nowEv",
+        "_ZNSt6chrono3_V212steady_clock3nowEv",
     ),
     "the process's identity and environment": ("getpid", "getppid", "gettid", "getenv", "secure_getenv"),
     "the input it reads": (
-        "fopen", "fopen64", "freopen", "fdopen", "open", "open64", "openat",
-        "read", "pread", "pread64", "readv",
-        "fread", "fread_unlocked", "fgets", "fgets_unlocked", "fgetc", "fgetc_unlocked", "getc", "getc_unlocked",
-        "_IO_getc", "getchar", "getchar_unlocked", "ungetc",
+        "fopen",
+        "fopen64",
+        "freopen",
+        "fdopen",
+        "open",
+        "open64",
+        "openat",
+        "read",
+        "pread",
+        "pread64",
+        "readv",
+        "fread",
+        "fread_unlocked",
+        "fgets",
+        "fgets_unlocked",
+        "fgetc",
+        "fgetc_unlocked",
+        "getc",
+        "getc_unlocked",
+        "_IO_getc",
+        "getchar",
+        "getchar_unlocked",
+        "ungetc",
         # what -D_FORTIFY_SOURCE turns them into
-        "__open_2", "__open64_2", "__read_chk", "__pread_chk", "__pread64_chk",
-        "__fread_chk", "__fread_unlocked_chk", "__fgets_chk", "__fgets_unlocked_chk",
-        "getline", "getdelim", "scanf", "fscanf", "vscanf", "vfscanf",
-        "__isoc99_scanf", "__isoc99_fscanf", "__isoc99_vscanf", "__isoc99_vfscanf",
-        "__isoc23_scanf", "__isoc23_fscanf", "__isoc23_vscanf", "__isoc23_vfscanf",
+        "__open_2",
+        "__open64_2",
+        "__read_chk",
+        "__pread_chk",
+        "__pread64_chk",
+        "__fread_chk",
+        "__fread_unlocked_chk",
+        "__fgets_chk",
+        "__fgets_unlocked_chk",
+        "getline",
+        "getdelim",
+        "scanf",
+        "fscanf",
+        "vscanf",
+        "vfscanf",
+        "__isoc99_scanf",
+        "__isoc99_fscanf",
+        "__isoc99_vscanf",
+        "__isoc99_vfscanf",
+        "__isoc23_scanf",
+        "__isoc23_fscanf",
+        "__isoc23_vscanf",
+        "__isoc23_vfscanf",
     ),
 }
 _STATE_OF = {fn: state for state, fns in STATEFUL.items() for fn in fns}
@@ -48,12 +107,51 @@ _STATE_OF = {fn: state for state, fns in STATEFUL.items() for fn in fns}
 # input, output that bypasses stdio's buffer, communication. A system call meeting a
 # protected page answers EFAULT instead of faulting, so record never page-tracks a kernel
 # that calls one (see ``instrument.kernel_flags``).
-SYSTEM_MEMORY_CALLS = frozenset(STATEFUL["the input it reads"]) | {
-    "write", "pwrite", "writev", "send", "sendto", "sendmsg", "recv", "recvfrom", "recvmsg", "fwrite",
-    "sscanf", "mmap", "mmap64", "ioctl", "poll", "select", "epoll_wait",
-} | {"MPI_" + op for op in ("Send", "Recv", "Isend", "Irecv", "Sendrecv", "Allreduce", "Reduce", "Bcast",
-                            "Alltoall", "Allgather", "Gather", "Scatter", "Wait", "Waitall", "File_read",
-                            "File_write", "Put", "Get")}
+SYSTEM_MEMORY_CALLS = (
+    frozenset(STATEFUL["the input it reads"])
+    | {
+        "write",
+        "pwrite",
+        "writev",
+        "send",
+        "sendto",
+        "sendmsg",
+        "recv",
+        "recvfrom",
+        "recvmsg",
+        "fwrite",
+        "sscanf",
+        "mmap",
+        "mmap64",
+        "ioctl",
+        "poll",
+        "select",
+        "epoll_wait",
+    }
+    | {
+        "MPI_" + op
+        for op in (
+            "Send",
+            "Recv",
+            "Isend",
+            "Irecv",
+            "Sendrecv",
+            "Allreduce",
+            "Reduce",
+            "Bcast",
+            "Alltoall",
+            "Allgather",
+            "Gather",
+            "Scatter",
+            "Wait",
+            "Waitall",
+            "File_read",
+            "File_write",
+            "Put",
+            "Get",
+        )
+    }
+)
 
 
 def unreplayable_reason(calls):
@@ -66,5 +164,4 @@ def unreplayable_reason(calls):
     if not found:
         return None
     states = sorted({_STATE_OF[fn] for fn in found}, key=list(STATEFUL).index)
-    return "it calls %s, whose library state (%s) the recording does not keep" % (
-        ", ".join(found), ", ".join(states))
+    return "it calls %s, whose library state (%s) the recording does not keep" % (", ".join(found), ", ".join(states))

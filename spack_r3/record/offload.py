@@ -55,8 +55,10 @@ def device_compile_args(line):
     from .launcher import _unoptimized_args, target_flags
 
     first = offload_targets(line.args)[0]
-    args = [("-fopenmp-targets=" + first) if a.startswith("-fopenmp-targets=") else a
-            for a in line.without(drop_sources=True, drop_output=True, drop_deps=True)]
+    args = [
+        ("-fopenmp-targets=" + first) if a.startswith("-fopenmp-targets=") else a
+        for a in line.without(drop_sources=True, drop_output=True, drop_deps=True)
+    ]
     return args + target_flags() + _unoptimized_args(line)
 
 
@@ -66,8 +68,11 @@ def kernel_infos(bitcode):
     from .libstate import unreplayable_reason
 
     analysis = ModuleAnalysis(bitcode)
-    entries = {g.name[len(".offloading.entry."):] for g in analysis.module.global_variables
-               if g.name.startswith(".offloading.entry.")}
+    entries = {
+        g.name[len(".offloading.entry.") :]
+        for g in analysis.module.global_variables
+        if g.name.startswith(".offloading.entry.")
+    }
     out = []
     for name, fn in analysis.defined.items():
         if name not in entries:
@@ -78,8 +83,7 @@ def kernel_infos(bitcode):
         globals_ = [g for g in analysis.referenced_globals(name) if not g[0].startswith(RUNTIME_GLOBALS)]
         why = unreplayable_reason(calls)
         if globals_ and not why:  # `declare target` variables live in the loaded device image
-            why = ("it uses device globals (%s) the capture does not hold"
-                   % ", ".join(g for g, _ in globals_[:3]))
+            why = "it uses device globals (%s) the capture does not hold" % ", ".join(g for g, _ in globals_[:3])
         out.append(KernelInfo(name, "void", 0, params, [0] * len(params), [], True, True, calls, why))
     return out
 
@@ -88,8 +92,11 @@ def record_device_unit(line, source, record_dir):
     """Keep ``source``'s device IR and name its kernels; a reason string on failure."""
     with tempfile.TemporaryDirectory(prefix="r3-offload-") as tmp:
         bc = os.path.join(tmp, "device.bc")
-        cmd = [line.compiler] + device_compile_args(line) + [
-            "--offload-device-only", "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+        cmd = (
+            [line.compiler]
+            + device_compile_args(line)
+            + ["--offload-device-only", "-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+        )
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             return "the device side did not compile to IR: " + (proc.stderr.strip().splitlines() or ["?"])[-1]

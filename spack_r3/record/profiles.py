@@ -33,9 +33,21 @@ def load_profiles(record_dir, min_events=MIN_SAMPLE_EVENTS):
         ticked = prof.get("main_sample_events", 0) >= min_events  # (none from older runtimes: timed)
         for k in prof.get("kernels", []):
             key = (k["tu_dir"], k["name"])
-            s = stats.setdefault(key, {"calls": 0, "total_ns": 0, "self_ns": 0, "main_self_ns": 0, "captured": 0,
-                                       "main_top_calls": 0, "top_ns": 0, "main_ns": 0, "main_outer_ns": 0,
-                                       "on_main": False})
+            s = stats.setdefault(
+                key,
+                {
+                    "calls": 0,
+                    "total_ns": 0,
+                    "self_ns": 0,
+                    "main_self_ns": 0,
+                    "captured": 0,
+                    "main_top_calls": 0,
+                    "top_ns": 0,
+                    "main_ns": 0,
+                    "main_outer_ns": 0,
+                    "on_main": False,
+                },
+            )
             for field in ("calls", "total_ns", "self_ns", "main_self_ns", "captured", "main_top_calls", "top_ns"):
                 s[field] += k.get(field, 0)
             on_main = k.get("main_self_ns", 0) > 0 or k.get("main_samples", 0) > 0
@@ -69,8 +81,9 @@ def tuned_shares(record_dir, kernels, min_events=MIN_SAMPLE_EVENTS):
         for i in range(1, len(nodes)):
             parent, name = nodes[i][0], names.get(nodes[i][1])
             if name in wanted:  # (0 where always called by another of the set)
-                totals[name] = totals.get(name, 0) + (0 if below[parent] else
-                                                      samples[i] * tick_ns if tick_ns else nodes[i][2])
+                totals[name] = totals.get(name, 0) + (
+                    0 if below[parent] else samples[i] * tick_ns if tick_ns else nodes[i][2]
+                )
             below[i] = below[parent] or name in wanted
     if not app_ns:
         return {}

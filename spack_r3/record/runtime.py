@@ -24,8 +24,21 @@ from ..errors import ToolchainError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
 # the record runtime's files, linked into one r3rt.o (SOURCE names it)
-RUNTIME_FILES = ("r3rt.c", "util.c", "arena.c", "output.c", "config.c", "probes.c", "profiler.c",
-                 "capture.c", "pages.c", "regions.c", "mappings.c", "r3rt.h", "r3rt_internal.h")
+RUNTIME_FILES = (
+    "r3rt.c",
+    "util.c",
+    "arena.c",
+    "output.c",
+    "config.c",
+    "probes.c",
+    "profiler.c",
+    "capture.c",
+    "pages.c",
+    "regions.c",
+    "mappings.c",
+    "r3rt.h",
+    "r3rt_internal.h",
+)
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
 SOURCES = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".c"))
 HEADERS = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".h"))
@@ -35,8 +48,13 @@ OFFLOAD_SOURCE = os.path.join(RUNTIME_DIR, "r3offload.c")
 # -fno-builtin-*: the runtime *is* the allocator; keep clang from rewriting its code into
 # calls of the functions it defines (e.g. malloc+memset into calloc).
 CFLAGS = [
-    "-O2", "-fPIC", "-pthread",
-    "-fno-builtin-malloc", "-fno-builtin-calloc", "-fno-builtin-realloc", "-fno-builtin-free",
+    "-O2",
+    "-fPIC",
+    "-pthread",
+    "-fno-builtin-malloc",
+    "-fno-builtin-calloc",
+    "-fno-builtin-realloc",
+    "-fno-builtin-free",
 ]
 LINK_LIBS = ["-lpthread", "-ldl", "-lrt"]  # -ldl: dlsym, -lrt: timer_create (both in libc since glibc 2.34)
 
@@ -52,8 +70,9 @@ def _clang_version_text(clang):
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ToolchainError("cannot run %s --version to build the record runtime: %s" % (clang, err))
     if proc.returncode != 0:
-        raise ToolchainError("%s --version failed (exit %d); cannot build the record runtime"
-                             % (clang, proc.returncode))
+        raise ToolchainError(
+            "%s --version failed (exit %d); cannot build the record runtime" % (clang, proc.returncode)
+        )
     return proc.stdout
 
 
@@ -124,8 +143,9 @@ def _run(clang, cmd):
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ToolchainError("cannot build the record runtime with %s: %s" % (clang, err))
     if proc.returncode != 0:
-        raise ToolchainError("building the record runtime with %s failed: %s"
-                             % (clang, _first_error(proc.stderr or proc.stdout)))
+        raise ToolchainError(
+            "building the record runtime with %s failed: %s" % (clang, _first_error(proc.stderr or proc.stdout))
+        )
 
 
 def _objcopy(clang):

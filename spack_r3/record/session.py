@@ -61,9 +61,11 @@ def instances_environment(instances):
     """R3_INSTANCES (and with ``auto``, R3_INSTANCE_BYTES) for the record runtime."""
     if instances == AUTO:  # R3_INSTANCE_BYTES set by the user: the bytes to reach instead
         llc = cache_bytes()
-        return {"R3_INSTANCES": str(AUTO_MOST_CALLS),
-                "R3_INSTANCE_BYTES": os.environ.get("R3_INSTANCE_BYTES")
-                or str(int(llc * AUTO_LLC_SHARE) if llc else AUTO_BYTES_UNKNOWN_LLC)}
+        return {
+            "R3_INSTANCES": str(AUTO_MOST_CALLS),
+            "R3_INSTANCE_BYTES": os.environ.get("R3_INSTANCE_BYTES")
+            or str(int(llc * AUTO_LLC_SHARE) if llc else AUTO_BYTES_UNKNOWN_LLC),
+        }
     return {"R3_INSTANCES": str(parse_instances(instances)), "R3_INSTANCE_BYTES": ""}
 
 
@@ -97,8 +99,17 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
     """Run a shell command, its output into ``log_path`` (and, with ``echo``, shown as it
     comes). A timeout kills the command's whole process group, not just the shell."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            shell=True,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         reader = threading.Thread(target=_pump, args=(proc.stdout, log, echo), daemon=True)
         reader.start()
         try:
@@ -113,14 +124,19 @@ def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
         with open(log_path, errors="replace") as f:
             text = f.read()
         if "undefined reference to `__r3_" in text:
-            raise R3Error("%s linked without the record runtime: links must go through r3-record too "
-                          "(CMake: -DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER, likewise CXX) (log: %s)" % (what, log_path))
-        raise R3Error("%s failed with exit code %d: %s (log: %s)"
-                      % (what, proc.returncode, first_errors(text), log_path))
+            raise R3Error(
+                "%s linked without the record runtime: links must go through r3-record too "
+                "(CMake: -DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER, likewise CXX) (log: %s)" % (what, log_path)
+            )
+        raise R3Error(
+            "%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, first_errors(text), log_path)
+        )
 
 
-_DIAGNOSTIC = re.compile(r"^\S+:\d+(:\d+)?: (fatal )?error: |^(clang|gcc|cc|ld|ld\.lld)(-\d+)?: error: |"
-                         r"^\S*\bld: .*undefined reference")
+_DIAGNOSTIC = re.compile(
+    r"^\S+:\d+(:\d+)?: (fatal )?error: |^(clang|gcc|cc|ld|ld\.lld)(-\d+)?: error: |"
+    r"^\S*\bld: .*undefined reference"
+)
 
 
 def first_errors(text, most=2):
@@ -154,14 +170,15 @@ def _check_requested(kernels, record_dir, say, build_log):
         if not matched:
             matched = [n for n in found if region_key(n) == ref != n]
         if len(matched) > 1:
-            raise R3Error("--kernel %s is ambiguous: %s (give the parameter list or the mangled name)"
-                          % (ref, "; ".join("%s = %s" % (cxxnames.tidy(m), m) for m in matched)))
+            raise R3Error(
+                "--kernel %s is ambiguous: %s (give the parameter list or the mangled name)"
+                % (ref, "; ".join("%s = %s" % (cxxnames.tidy(m), m) for m in matched))
+            )
         symbols |= set(matched)
         if not matched:
             missing.append(ref)
     if missing and len(missing) == len(kernels):
-        raise R3Error("no function named %s was compiled through r3-record (see %s)"
-                      % (", ".join(missing), build_log))
+        raise R3Error("no function named %s was compiled through r3-record (see %s)" % (", ".join(missing), build_log))
     if missing:
         say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
     return symbols, found
@@ -171,16 +188,34 @@ def _hottest(run, tree, env, run_dir, timeout, top, say, output):
     """A first run with probes only (no captures): the ``top`` kernels by self time."""
     say("profiling run (no captures) to find the %d hottest kernels: %s" % (top, run))
     profile_dir = os.path.join(run_dir, "profile")
-    _run_logged(run, tree, dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
-                os.path.join(run_dir, "profile.log"), "the profiling run", timeout, echo=output)
+    _run_logged(
+        run,
+        tree,
+        dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
+        os.path.join(run_dir, "profile.log"),
+        "the profiling run",
+        timeout,
+        echo=output,
+    )
     stats, app_s = profiles.load_profiles(profile_dir)
-    ranked = sorted(stats.items(), key=lambda item: (-(profiles.share_of(item[1], app_s) or 0),
-                                                     -item[1]["self_ns"]))
+    ranked = sorted(stats.items(), key=lambda item: (-(profiles.share_of(item[1], app_s) or 0), -item[1]["self_ns"]))
     return [name for (_, name), _ in ranked[:top]]
 
 
-def record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, timeout=None,
-           target="native", top=None, progress=None, output=None):
+def record(
+    workspace,
+    source,
+    run,
+    build=None,
+    kernels=(),
+    instances=1,
+    tolerance=None,
+    timeout=None,
+    target="native",
+    top=None,
+    progress=None,
+    output=None,
+):
     """Build ``source`` with probes, run ``run`` in it, ingest captures. Returns RecordResult.
 
     ``progress`` receives one line per step, ``output`` each line the application prints.
@@ -208,8 +243,21 @@ def record(workspace, source, run, build=None, kernels=(), instances=1, toleranc
     build = build or "make CC=%s" % shlex.quote(env["R3_CC"])
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
-    return run_and_ingest(workspace, request, run_dir, record_dir, env, run, tree, kernels=kernels, top=top,
-                          tolerance=tolerance, timeout=timeout, say=say, output=output)
+    return run_and_ingest(
+        workspace,
+        request,
+        run_dir,
+        record_dir,
+        env,
+        run,
+        tree,
+        kernels=kernels,
+        top=top,
+        tolerance=tolerance,
+        timeout=timeout,
+        say=say,
+        output=output,
+    )
 
 
 def new_run_dir(workspace, label):
@@ -227,14 +275,37 @@ def record_environment(record_dir, clang, kernels=(), instances=1, target="nativ
     launcher = launcher_command()
     cc = "%s %s" % (launcher, shlex.quote(clang))
     clangxx = clangxx_beside(clang) or clang
-    return dict(os.environ, R3_RECORD_DIR=record_dir, R3_CC=cc, R3_CLANG=clang, R3_CLANGXX=clangxx,
-                R3_LAUNCHER=launcher, R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
-                R3_KERNELS="\n".join(kernels), R3_CAPTURE="*", R3_TARGET_FLAGS=TARGETS[target],
-                **instances_environment(instances))
+    return dict(
+        os.environ,
+        R3_RECORD_DIR=record_dir,
+        R3_CC=cc,
+        R3_CLANG=clang,
+        R3_CLANGXX=clangxx,
+        R3_LAUNCHER=launcher,
+        R3_CXX="%s %s" % (launcher, shlex.quote(clangxx)),
+        R3_KERNELS="\n".join(kernels),
+        R3_CAPTURE="*",
+        R3_TARGET_FLAGS=TARGETS[target],
+        **instances_environment(instances),
+    )
 
 
-def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kernels=(), top=None, tolerance=None,
-                   timeout=None, say=None, output=None, build_log=None):
+def run_and_ingest(
+    workspace,
+    request,
+    run_dir,
+    record_dir,
+    env,
+    run,
+    cwd,
+    kernels=(),
+    top=None,
+    tolerance=None,
+    timeout=None,
+    say=None,
+    output=None,
+    build_log=None,
+):
     """After a build with probes: run ``run`` in ``cwd``, ingest the captures, write
     record.json. Returns RecordResult."""
     say = say or (lambda msg: None)
@@ -258,28 +329,40 @@ def run_and_ingest(workspace, request, run_dir, record_dir, env, run, cwd, kerne
         raise R3Error("%s; its captures are not used (kept for diagnosis in %s)" % (err, record_dir))
     captures = ingest(record_dir, workspace, tolerance)
     if not glob.glob(os.path.join(record_dir, "profile.*.json")):
-        raise R3Error("the application ran without the record runtime: its build did not compile and link "
-                      "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log)
+        raise R3Error(
+            "the application ran without the record runtime: its build did not compile and link "
+            "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log
+        )
     stats, app_s = profiles.load_profiles(record_dir)
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
     units = {}
     for (tu_dir, name), s in stats.items():
         unit = units.setdefault(tu_dir, _read_unit(tu_dir))
-        hotness.append({
-            "kernel": name, "kernel_demangled": cxxnames.demangle(name),
-            "source": os.path.basename(unit.get("source_file", "?")), "calls": s["calls"],
-            "total_s": s["total_ns"] / 1e9,
-            "self_s": s["self_ns"] / 1e9, "share": profiles.share_of(s, app_s),
-            "capture": by_kernel[name].id if name in by_kernel else None,
-            "not_captured": None if name in by_kernel else next(
-                (k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
-        })
+        hotness.append(
+            {
+                "kernel": name,
+                "kernel_demangled": cxxnames.demangle(name),
+                "source": os.path.basename(unit.get("source_file", "?")),
+                "calls": s["calls"],
+                "total_s": s["total_ns"] / 1e9,
+                "self_s": s["self_ns"] / 1e9,
+                "share": profiles.share_of(s, app_s),
+                "capture": by_kernel[name].id if name in by_kernel else None,
+                "not_captured": None
+                if name in by_kernel
+                else next((k.get("unreplayable") for k in unit.get("kernels", []) if k["name"] == name), None),
+            }
+        )
     hotness.sort(key=lambda h: (-(h["share"] or 0), -h["self_s"]))
     result = RecordResult(run_dir, captures, hotness, app_s)
     # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way.
-    write_atomic(os.path.join(run_dir, RECORD_JSON), json.dumps(
-        {"request": request, "app_s": app_s, "hotness": hotness, "captures": [c.id for c in captures]}, indent=1))
+    write_atomic(
+        os.path.join(run_dir, RECORD_JSON),
+        json.dumps(
+            {"request": request, "app_s": app_s, "hotness": hotness, "captures": [c.id for c in captures]}, indent=1
+        ),
+    )
     return result
 
 
@@ -295,10 +378,18 @@ def compiler_identity(clang):
 def _request(workspace, source, run, build, kernels, instances, tolerance, target):
     """How a run was recorded, as record.json keeps it (``build`` as the user gave it):
     the tree by its content, the commands, the compiler and the flags the environment gives."""
-    return {"source": os.path.abspath(source), "tree": sourcetree.digest(source, _copy_filter(workspace.root)),
-            "run": run, "build": build, "kernels": sorted(kernels), "instances": instances, "tolerance": tolerance,
-            "target": target, "compiler": compiler_identity(find_clang()),
-            "environment": {k: os.environ[k] for k in FLAG_VARIABLES if k in os.environ}}
+    return {
+        "source": os.path.abspath(source),
+        "tree": sourcetree.digest(source, _copy_filter(workspace.root)),
+        "run": run,
+        "build": build,
+        "kernels": sorted(kernels),
+        "instances": instances,
+        "tolerance": tolerance,
+        "target": target,
+        "compiler": compiler_identity(find_clang()),
+        "environment": {k: os.environ[k] for k in FLAG_VARIABLES if k in os.environ},
+    }
 
 
 def previous_record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native"):

@@ -104,13 +104,20 @@ def choose(capture, captures, l2=None, llc=None, cpus=None):
     traffic = traffic_between_calls(capture, same_run(capture, captures))
     between = "between two calls the rest of the run touches %s" % _mb(traffic)
     if footprint <= llc and traffic >= llc:
-        return CacheChoice(COLD, "touches %s; %s, more than the %s last-level cache"
-                           % (_mb(footprint), between, _mb(llc)))
+        return CacheChoice(
+            COLD, "touches %s; %s, more than the %s last-level cache" % (_mb(footprint), between, _mb(llc))
+        )
     if footprint <= private and traffic >= private:
-        return CacheChoice(SHARED, "touches %s, which fits in %d thread(s)' %s of L2; %s"
-                           % (_mb(footprint), threads, _mb(private), between))
+        return CacheChoice(
+            SHARED,
+            "touches %s, which fits in %d thread(s)' %s of L2; %s" % (_mb(footprint), threads, _mb(private), between),
+        )
     if footprint > private:
-        return CacheChoice(WARM, "touches %s, more than %d thread(s)' %s of L2 hold: it streams "
-                           "from the last-level cache in the application too" % (_mb(footprint), threads, _mb(private)))
-    return CacheChoice(WARM, "touches %s; %s, which its threads' L2 (%s) holds beside it"
-                       % (_mb(footprint), between, _mb(private)))
+        return CacheChoice(
+            WARM,
+            "touches %s, more than %d thread(s)' %s of L2 hold: it streams "
+            "from the last-level cache in the application too" % (_mb(footprint), threads, _mb(private)),
+        )
+    return CacheChoice(
+        WARM, "touches %s; %s, which its threads' L2 (%s) holds beside it" % (_mb(footprint), between, _mb(private))
+    )

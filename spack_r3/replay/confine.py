@@ -72,24 +72,122 @@ CLONE_THREAD = 0x00010000
 # name -> number, per architecture (AUDIT_ARCH_*). aarch64 has no fork, open, creat...:
 # glibc makes them of clone and openat, which the filter checks.
 _ARCHES = {
-    "x86_64": (0xC000003E, dict(
-        fork=57, vfork=58, execve=59, execveat=322, clone=56, clone3=435, open=2, openat=257, creat=85,
-        openat2=437, truncate=76, unlink=87, unlinkat=263, rename=82, renameat=264, renameat2=316, mkdir=83,
-        mkdirat=258, rmdir=84, link=86, linkat=265, symlink=88, symlinkat=266, mknod=133, mknodat=259,
-        chmod=90, fchmodat=268, open_by_handle_at=304, io_uring_setup=425, io_uring_enter=426,
-        io_uring_register=427, ptrace=101, process_vm_writev=311, kill=62, tkill=200, tgkill=234,
-        rt_sigaction=13, setsid=112, setpgid=109, socket=41, seccomp=317)),
-    "aarch64": (0xC00000B7, dict(
-        execve=221, execveat=281, clone=220, clone3=435, openat=56, openat2=437, truncate=45, unlinkat=35,
-        renameat=38, renameat2=276, mkdirat=34, linkat=37, symlinkat=36, mknodat=33, fchmodat=53,
-        open_by_handle_at=265, io_uring_setup=425, io_uring_enter=426, io_uring_register=427, ptrace=117,
-        process_vm_writev=271, kill=129, tkill=130, tgkill=131, rt_sigaction=134, setsid=157, setpgid=154,
-        socket=198, seccomp=277)),
+    "x86_64": (
+        0xC000003E,
+        dict(
+            fork=57,
+            vfork=58,
+            execve=59,
+            execveat=322,
+            clone=56,
+            clone3=435,
+            open=2,
+            openat=257,
+            creat=85,
+            openat2=437,
+            truncate=76,
+            unlink=87,
+            unlinkat=263,
+            rename=82,
+            renameat=264,
+            renameat2=316,
+            mkdir=83,
+            mkdirat=258,
+            rmdir=84,
+            link=86,
+            linkat=265,
+            symlink=88,
+            symlinkat=266,
+            mknod=133,
+            mknodat=259,
+            chmod=90,
+            fchmodat=268,
+            open_by_handle_at=304,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            ptrace=101,
+            process_vm_writev=311,
+            kill=62,
+            tkill=200,
+            tgkill=234,
+            rt_sigaction=13,
+            setsid=112,
+            setpgid=109,
+            socket=41,
+            seccomp=317,
+        ),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        dict(
+            execve=221,
+            execveat=281,
+            clone=220,
+            clone3=435,
+            openat=56,
+            openat2=437,
+            truncate=45,
+            unlinkat=35,
+            renameat=38,
+            renameat2=276,
+            mkdirat=34,
+            linkat=37,
+            symlinkat=36,
+            mknodat=33,
+            fchmodat=53,
+            open_by_handle_at=265,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            ptrace=117,
+            process_vm_writev=271,
+            kill=129,
+            tkill=130,
+            tgkill=131,
+            rt_sigaction=134,
+            setsid=157,
+            setpgid=154,
+            socket=198,
+            seccomp=277,
+        ),
+    ),
 }
-_DENIED = ("fork", "vfork", "execve", "execveat", "creat", "openat2", "truncate", "unlink", "unlinkat", "rename",
-           "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link", "linkat", "symlink", "symlinkat", "mknod",
-           "mknodat", "chmod", "fchmodat", "open_by_handle_at", "io_uring_setup", "io_uring_enter",
-           "io_uring_register", "ptrace", "process_vm_writev", "tkill", "setsid", "setpgid", "socket")
+_DENIED = (
+    "fork",
+    "vfork",
+    "execve",
+    "execveat",
+    "creat",
+    "openat2",
+    "truncate",
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "mknod",
+    "mknodat",
+    "chmod",
+    "fchmodat",
+    "open_by_handle_at",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "ptrace",
+    "process_vm_writev",
+    "tkill",
+    "setsid",
+    "setpgid",
+    "socket",
+)
 
 
 def _program(arch, nrs, pid):
@@ -109,8 +207,11 @@ def _program(arch, nrs, pid):
 
     def one_of(i, values):  # allowed when argument i is one of ``values``
         n = len(values)
-        return ([(_LD_ABS, 0, 0, _arg(i))] + [(_JEQ, n - j, 0, v & 0xFFFFFFFF) for j, v in enumerate(values)]
-                + [(_RET, 0, 0, _TRAP), (_RET, 0, 0, _ALLOW)])
+        return (
+            [(_LD_ABS, 0, 0, _arg(i))]
+            + [(_JEQ, n - j, 0, v & 0xFFFFFFFF) for j, v in enumerate(values)]
+            + [(_RET, 0, 0, _TRAP), (_RET, 0, 0, _ALLOW)]
+        )
 
     for name in _DENIED:
         rule(name, [(_RET, 0, 0, _TRAP)])
@@ -120,8 +221,15 @@ def _program(arch, nrs, pid):
     rule("openat", when_set(2, O_WRITE, _TRAP, _ALLOW))
     rule("kill", one_of(0, [pid, 0, -pid]))  # itself or its own group (abort, raise)
     rule("tgkill", one_of(0, [pid]))
-    rule("rt_sigaction", [(_LD_ABS, 0, 0, _arg(0)), (_JEQ, 0, 1, signal.SIGSYS),  # SIGSYS stays ours
-                          (_RET, 0, 0, _TRAP), (_RET, 0, 0, _ALLOW)])
+    rule(
+        "rt_sigaction",
+        [
+            (_LD_ABS, 0, 0, _arg(0)),
+            (_JEQ, 0, 1, signal.SIGSYS),  # SIGSYS stays ours
+            (_RET, 0, 0, _TRAP),
+            (_RET, 0, 0, _ALLOW),
+        ],
+    )
     prog.append((_RET, 0, 0, _ALLOW))
     assert all(jt < 256 and jf < 256 for _, jt, jf, _ in prog)
     return prog
@@ -148,8 +256,15 @@ def _seccomp():
     prog = _SockFprog(len(rows), ctypes.addressof(buf))
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return "prctl(PR_SET_NO_NEW_PRIVS): %s" % os.strerror(ctypes.get_errno())
-    if _libc.syscall(ctypes.c_long(nrs["seccomp"]), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
-                     ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
+    if (
+        _libc.syscall(
+            ctypes.c_long(nrs["seccomp"]),
+            ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+            ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC),
+            ctypes.byref(prog),
+        )
+        != 0
+    ):
         return "seccomp: %s" % os.strerror(ctypes.get_errno())
     return None
 
@@ -171,8 +286,10 @@ def _landlock():
     if fd < 0:
         return "Landlock ruleset: %s" % os.strerror(ctypes.get_errno())
     try:
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
-                _libc.syscall(ctypes.c_long(_LANDLOCK_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0:
+        if (
+            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or _libc.syscall(ctypes.c_long(_LANDLOCK_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0
+        ):
             return "Landlock: %s" % os.strerror(ctypes.get_errno())
     finally:
         os.close(fd)
@@ -189,8 +306,10 @@ def _on_sigsys(signum, frame):
     # Python; only the first raises, so that the candidate's failure can be reported.
     _denied.append(signum)
     if len(_denied) == 1:
-        raise Denied("a denied system call: candidates may not start processes, write files, signal other "
-                 "processes or open sockets")
+        raise Denied(
+            "a denied system call: candidates may not start processes, write files, signal other "
+            "processes or open sockets"
+        )
 
 
 def apply(memory_limit):

@@ -31,8 +31,16 @@ from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
 from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
-from .stages import (CompileError, KernelIR, build_flags, build_object, module_triple, optimized_module,
-                     resolve_target, target_machine)
+from .stages import (
+    CompileError,
+    KernelIR,
+    build_flags,
+    build_object,
+    module_triple,
+    optimized_module,
+    resolve_target,
+    target_machine,
+)
 
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_POPULATE = 0x8000
@@ -110,9 +118,16 @@ def prepare(capture, directory):
     unloaded = load_cxx_runtime(capture.compile_command, capture.source_file)
     missing = [f for f in declared_functions(ir) if llvm.address_of_symbol(f) is None]
     if missing:  # MCJIT would abort the process on them: say what is wrong instead
-        raise CaptureError("capture %s: %s calls %s, defined in another translation unit or library that "
-                           "replay does not load%s" % (capture.id, capture.kernel, ", ".join(sorted(missing)),
-                                                       " (%s not found)" % ", ".join(unloaded) if unloaded else ""))
+        raise CaptureError(
+            "capture %s: %s calls %s, defined in another translation unit or library that "
+            "replay does not load%s"
+            % (
+                capture.id,
+                capture.kernel,
+                ", ".join(sorted(missing)),
+                " (%s not found)" % ", ".join(unloaded) if unloaded else "",
+            )
+        )
     pre_path, post_path = os.path.join(directory, "pre.bin"), os.path.join(directory, "post.bin")
     pre_regions = read_regions(pre_path)
     joined = _joined([(r.addr, r.kind, bytes(region_bytes(pre_path, r))) for r in pre_regions])
@@ -122,8 +137,11 @@ def prepare(capture, directory):
     post = [(r.addr, bytes(region_bytes(post_path, r))) for r in _compared(heap, post_regions)]
     # OpenMP's critical-section words hold the recording process's lock handles:
     # replay starts them from zero (no lock) and never compares them.
-    runtime = [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals
-               if g["name"].startswith(RUNTIME_GLOBAL_PREFIXES)]
+    runtime = [
+        (int(g["addr"], 16), int(g["addr"], 16) + g["size"])
+        for g in capture.globals
+        if g["name"].startswith(RUNTIME_GLOBAL_PREFIXES)
+    ]
     inside = lambda addr: any(lo <= addr < hi for lo, hi in runtime)  # noqa: E731
     pre = [(a, bytes(len(d)) if inside(a) else d) for a, d in pre]
     post = [(a, d) for a, d in post if not inside(a)]
@@ -132,16 +150,39 @@ def prepare(capture, directory):
     arena = [(int(capture.arena["base"], 16), int(capture.arena["end"], 16))]
     if capture.arena.get("runtime_base"):  # the runtimes' pool at the arena's top
         arena.append((int(capture.arena["runtime_base"], 16), int(capture.arena["runtime_end"], 16)))
-    ranges = page_ranges(arena + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
-                          + [(r.addr, r.end) for r in pre_regions if r.kind == KIND_STACK]
-                          + [(r.addr, r.end) for r in pre_regions if not any(lo <= r.addr < hi for lo, hi in arena)])
+    ranges = page_ranges(
+        arena
+        + [(int(g["addr"], 16), int(g["addr"], 16) + g["size"]) for g in capture.globals]
+        + [(r.addr, r.end) for r in pre_regions if r.kind == KIND_STACK]
+        + [(r.addr, r.end) for r in pre_regions if not any(lo <= r.addr < hi for lo, hi in arena)]
+    )
     # An opt stage (Polly) starts again from the bitcode, in the text of its own LLVM.
-    unit = KernelIR(capture.kernel, ir, bitcode, link_units, recorded_globals,
-                    capture.compile_command[0] if capture.compile_command else None)
+    unit = KernelIR(
+        capture.kernel,
+        ir,
+        bitcode,
+        link_units,
+        recorded_globals,
+        capture.compile_command[0] if capture.compile_command else None,
+    )
     scratch = [(addr, addr + len(data)) for addr, kind, data in joined if kind in (KIND_STACK, KIND_RUNTIME)]
     touched = page_ranges([(r.addr, r.end) for r in list(pre_regions) + list(post_regions)])
-    return Prepared(capture, ir, pre, post, slots, byval, bytes.fromhex(capture.ret) if capture.ret else b"",
-                    ranges, fp_types(ir), _outputs(pre, post), unit, directory, scratch, _minus(ranges, touched))
+    return Prepared(
+        capture,
+        ir,
+        pre,
+        post,
+        slots,
+        byval,
+        bytes.fromhex(capture.ret) if capture.ret else b"",
+        ranges,
+        fp_types(ir),
+        _outputs(pre, post),
+        unit,
+        directory,
+        scratch,
+        _minus(ranges, touched),
+    )
 
 
 def _minus(ranges, holes):
@@ -185,8 +226,7 @@ def _compared(heap, post_regions):
         i = bisect.bisect_right(starts, r.addr) - 1
         return i >= 0 and r.end <= heap[i][1]
 
-    return [r for r in post_regions
-            if r.kind in (KIND_GLOBAL, KIND_STACK) or (r.kind == KIND_HEAP and held(r))]
+    return [r for r in post_regions if r.kind in (KIND_GLOBAL, KIND_STACK) or (r.kind == KIND_HEAP and held(r))]
 
 
 def _outputs(pre, post):
@@ -200,7 +240,7 @@ def _outputs(pre, post):
         if i < 0:
             continue
         base, whole = starts[i]
-        before = whole[addr - base:addr - base + len(data)]
+        before = whole[addr - base : addr - base + len(data)]
         if len(before) == len(data) and before != data:
             out.append((addr, before))
     return out
@@ -226,8 +266,10 @@ def map_recorded_memory(prepared):
         got = _libc.mmap(lo, hi - lo, prot, flags, -1, 0)
         if got != lo:
             err = ctypes.get_errno()
-            raise RuntimeError("cannot map recorded memory at 0x%x-0x%x in the replay worker: %s"
-                               % (lo, hi, os.strerror(err) if err else "placed elsewhere"))
+            raise RuntimeError(
+                "cannot map recorded memory at 0x%x-0x%x in the replay worker: %s"
+                % (lo, hi, os.strerror(err) if err else "placed elsewhere")
+            )
     bind_globals(prepared)
 
 
@@ -241,9 +283,8 @@ def bind_globals(prepared):
 def restore(prepared, outputs_only=False):
     """Put recorded memory back: everything, or (between timed runs, after the check
     run proved the kernel writes nothing else) only what the kernel writes."""
-    for addr, data in (prepared.outputs if outputs_only else prepared.pre):
+    for addr, data in prepared.outputs if outputs_only else prepared.pre:
         ctypes.memmove(addr, data, len(data))
-
 
 
 def with_source_variant(prepared, patch, defines):
@@ -261,8 +302,10 @@ def with_source_variant(prepared, patch, defines):
         raise CompileError("the source variant no longer defines %s" % capture.kernel)
     params = [str(a.type) for a in fn.arguments]
     if params != list(capture.signature["params"]):
-        raise CompileError("the source variant changed %s's signature (%s, recorded %s)"
-                           % (capture.kernel, ", ".join(params), ", ".join(capture.signature["params"])))
+        raise CompileError(
+            "the source variant changed %s's signature (%s, recorded %s)"
+            % (capture.kernel, ", ".join(params), ", ".join(capture.signature["params"]))
+        )
     try:
         variant = KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
     except (UnreplayableError, KeyError, ValueError, RuntimeError) as err:
@@ -296,8 +339,9 @@ class Compiled:
         if pipeline.build_compiler:
             obj = build_object(unit, build_flags(prepared.capture.compile_command))
             # the trampoline only: this machine's target, as any other caller of the object
-            tm = target_machine(module_triple(unit.ir), llvm.get_host_cpu_name(),
-                                llvm.get_host_cpu_features().flatten(), 3, jit=True)
+            tm = target_machine(
+                module_triple(unit.ir), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), 3, jit=True
+            )
             mod = None
             self.code = hashlib.sha256(obj).hexdigest()[:16]
         else:
@@ -322,9 +366,11 @@ class Compiled:
             raise CompileError("kernel entry not found after compilation")
         self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addr)
         self.timed = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address("__r3_timed"))
+            self.engine.get_function_address("__r3_timed")
+        )
         self.sequence = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address("__r3_sequence"))
+            self.engine.get_function_address("__r3_sequence")
+        )
         # what two clock readings cost, taken off every timed span
         self.clock_ns = min(self.timed(None, None, 0) for _ in range(32))
         self.compile_s = time.perf_counter() - t0
@@ -421,11 +467,12 @@ def check(prepared, frame, tolerance):
         if page.any():
             bad += int(np.count_nonzero(page))
             stray = where = "memory at 0x%x, which the recorded call never touched, was written" % (
-                lo + int(np.argmax(page != 0)))
+                lo + int(np.argmax(page != 0))
+            )
             break
     if prepared.ret:
         ret_type = {"double": [np.float64], "float": [np.float32]}.get(prepared.capture.signature["ret"], [])
-        err, nbytes = compare(frame.ret.raw[:len(prepared.ret)], prepared.ret, ret_type)
+        err, nbytes = compare(frame.ret.raw[: len(prepared.ret)], prepared.ret, ret_type)
         if nbytes:
             bad += nbytes
             worst = max(worst, err)
@@ -462,8 +509,13 @@ def flush_ir():
     before it forks a candidate, so that no candidate runs clang again."""
     from ..toolchain import find_clang
 
-    return subprocess.run([find_clang(), "-x", "c", "-fopenmp", "-O2", "-S", "-emit-llvm", "-o", "-", "-"],
-                          input=_FLUSH_C, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [find_clang(), "-x", "c", "-fopenmp", "-O2", "-S", "-emit-llvm", "-o", "-", "-"],
+        input=_FLUSH_C,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 class CacheFlush:
@@ -491,7 +543,8 @@ class CacheFlush:
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
         self._flush = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long)(
-            self.engine.get_function_address("r3_flush_private"))
+            self.engine.get_function_address("r3_flush_private")
+        )
 
     def __call__(self):
         self._flush(self.buffer.ctypes.data, self.per_thread, self.tlb_addr, TLB_PAGES)
@@ -541,8 +594,13 @@ MOST_FLUSHED_RUNS_PER_SAMPLE = 8  # each run after a flush costs the flush too (
 def runs_per_sample(prepared, frame, compiled, min_s=MIN_SAMPLE_S, flush=None):
     """How many runs one timing sample sums so that it lasts ``min_s`` (from one run of
     ``compiled``, the faster side of a pair as a rule); fewer when each run follows a ``flush``."""
-    most = (MOST_FLUSHED_RUNS_PER_SAMPLE if flush else
-            MOST_BATCHED_RUNS_PER_SAMPLE if batchable(prepared) else MOST_RUNS_PER_SAMPLE)
+    most = (
+        MOST_FLUSHED_RUNS_PER_SAMPLE
+        if flush
+        else MOST_BATCHED_RUNS_PER_SAMPLE
+        if batchable(prepared)
+        else MOST_RUNS_PER_SAMPLE
+    )
     return runs_to_last(time_runs(prepared, frame, compiled, 1, flush)[0], min_s, most)
 
 
@@ -566,8 +624,9 @@ class Pairs:
     resampled: int = 0  # pairs measured again because the worker was preempted during them
 
 
-def paired_ratios(prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None), runs=1,
-                  flush=None, sequence=None):
+def paired_ratios(
+    prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None), runs=1, flush=None, sequence=None
+):
     """The paired protocol: alternate baseline and candidate; ratios baseline/candidate,
     each side's sample the sum of ``runs`` runs (memory restored before each, untimed).
     ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: caches
@@ -604,6 +663,7 @@ def thread_counts(recorded, requested, cpus):
     application did (``recorded``), the candidate with its own launch setting if it has one,
     so that a thread count is measured against the application's; neither above ``cpus``,
     the CPUs this worker may use (threads beyond them would time the scheduler)."""
+
     def clamp(n):
         return min(int(n), cpus) if n else None
 

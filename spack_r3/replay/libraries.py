@@ -53,8 +53,9 @@ def _locate(compiler, stdlib_flags, soname, short):
     exe = shutil.which(compiler)
     if exe:
         try:
-            out = subprocess.run([exe] + list(stdlib_flags) + ["-print-file-name=" + soname],
-                                 capture_output=True, text=True, timeout=60).stdout.strip()
+            out = subprocess.run(
+                [exe] + list(stdlib_flags) + ["-print-file-name=" + soname], capture_output=True, text=True, timeout=60
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             out = ""
         if os.path.isabs(out) and os.path.exists(out):  # a bare name means "not found"

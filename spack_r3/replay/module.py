@@ -18,8 +18,13 @@ REPLAY_FREE = "__r3_replay_free"
 REPLAY_FREE_SIZED = "__r3_replay_free_sized"
 # Deallocation functions a kernel may call on recorded (arena) memory, which replay must
 # not hand to its own allocator: free, and C++'s operator delete (plain and sized).
-DEALLOCATORS = {"free": REPLAY_FREE, "_ZdlPv": REPLAY_FREE, "_ZdaPv": REPLAY_FREE,
-                "_ZdlPvm": REPLAY_FREE_SIZED, "_ZdaPvm": REPLAY_FREE_SIZED}
+DEALLOCATORS = {
+    "free": REPLAY_FREE,
+    "_ZdlPv": REPLAY_FREE,
+    "_ZdaPv": REPLAY_FREE,
+    "_ZdlPvm": REPLAY_FREE_SIZED,
+    "_ZdaPvm": REPLAY_FREE_SIZED,
+}
 
 
 def _ref_name(ref):
@@ -39,7 +44,7 @@ def split_module(text):
             while lines[j] != "}":
                 j += 1
             # (return attributes such as dereferenceable(8) may stand before the name)
-            out.append(("function", _ref_name(_DEF_NAME.search(line).group(1)), "\n".join(lines[i:j + 1])))
+            out.append(("function", _ref_name(_DEF_NAME.search(line).group(1)), "\n".join(lines[i : j + 1])))
             i = j + 1
             continue
         if line.startswith("@"):
@@ -54,8 +59,11 @@ def split_module(text):
 
 def declared_functions(text):
     """Functions the module calls but does not define (intrinsics and our own aside)."""
-    return [name for kind, name, _ in split_module(text)
-            if kind == "declare" and not name.startswith("llvm.") and name not in (REPLAY_FREE, REPLAY_FREE_SIZED)]
+    return [
+        name
+        for kind, name, _ in split_module(text)
+        if kind == "declare" and not name.startswith("llvm.") and name not in (REPLAY_FREE, REPLAY_FREE_SIZED)
+    ]
 
 
 def _external_global(line):
@@ -67,7 +75,7 @@ def _external_global(line):
     while words[k] not in ("global", "constant"):
         k += 1
     kept = [w for w in words[:k] if w not in LINKAGE_WORDS and w not in ("unnamed_addr", "local_unnamed_addr")]
-    tail = " ".join(words[k + 1:])
+    tail = " ".join(words[k + 1 :])
     if tail[0] in "[{<":  # arrays, structs, packed structs, vectors
         end = matching(tail, 0)
         ty, rest2 = tail[:end], tail[end:]
@@ -75,8 +83,12 @@ def _external_global(line):
         m2 = re.match(r"([^\s,]+)(.*)$", tail)
         ty, rest2 = m2.group(1), m2.group(2)
     align = re.search(r", align (\d+)", rest2)
-    return "%s = %s global %s%s" % (name, " ".join(["external"] + kept), ty,
-                                   (", align " + align.group(1)) if align else "")
+    return "%s = %s global %s%s" % (
+        name,
+        " ".join(["external"] + kept),
+        ty,
+        (", align " + align.group(1)) if align else "",
+    )
 
 
 class UnreplayableError(Exception):
@@ -158,10 +170,12 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
                 continue
             if name in recorded:
                 text = _external_global(text)
-            elif (own_globals is not None and name not in own_globals
-                  and not re.match(r"^@\S+ = [^=]*\bconstant\b", text)):
-                raise UnreplayableError("it reaches %s, a global of another translation unit that the "
-                                        "recording did not keep" % name)
+            elif (
+                own_globals is not None and name not in own_globals and not re.match(r"^@\S+ = [^=]*\bconstant\b", text)
+            ):
+                raise UnreplayableError(
+                    "it reaches %s, a global of another translation unit that the recording did not keep" % name
+                )
         elif kind == "declare" and name not in reached:
             continue
         out.append(text)
@@ -172,15 +186,21 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
     return "\n".join(out) + "\n"
 
 
-_FP_OPS = re.compile(r"(= )(fadd|fsub|fmul|fdiv|frem|fneg)( (?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
-                     r"((?:float|double|half|<\d+ x (?:float|double|half)>) )")
-_FP_CALL = re.compile(r"(= (?:tail |notail |musttail )?call )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
-                      r"((?:float|double|half|<\d+ x (?:float|double|half)>) @llvm\.)")
+_FP_OPS = re.compile(
+    r"(= )(fadd|fsub|fmul|fdiv|frem|fneg)( (?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+    r"((?:float|double|half|<\d+ x (?:float|double|half)>) )"
+)
+_FP_CALL = re.compile(
+    r"(= (?:tail |notail |musttail )?call )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+    r"((?:float|double|half|<\d+ x (?:float|double|half)>) @llvm\.)"
+)
 _FCMP = re.compile(r"(= fcmp )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)")
 _FMULADD = re.compile(
     r"^(\s*)(%[-\w.]+) = (?:tail )?call ((?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*"
     r"(float|double|<\d+ x (?:float|double)>) @llvm\.fmuladd\.[\w.]+\("
-    r"\4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+)\)(.*)$", re.M)
+    r"\4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+)\)(.*)$",
+    re.M,
+)
 
 
 def _merge_flags(existing, flags):
@@ -216,8 +236,20 @@ def contracts_fma(features):
 
 
 # What a generic build leaves on the table: vector widths and fused multiply-add.
-VECTOR_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq",
-                   "neon", "sve", "sve2")
+VECTOR_FEATURES = (
+    "sse4.1",
+    "sse4.2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512vl",
+    "avx512bw",
+    "avx512dq",
+    "neon",
+    "sve",
+    "sve2",
+)
 
 
 def behind_host(features):
@@ -243,11 +275,22 @@ def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
     text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
     text = re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)
     if split_fma:
+
         def split(m):
             product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name
             return "%s%s = fmul %s %s, %s\n%s%s = fadd %s %s, %s%s" % (
-                m.group(1), product, m.group(4), m.group(5), m.group(6),
-                m.group(1), m.group(2), m.group(4), product, m.group(7), m.group(8))
+                m.group(1),
+                product,
+                m.group(4),
+                m.group(5),
+                m.group(6),
+                m.group(1),
+                m.group(2),
+                m.group(4),
+                product,
+                m.group(7),
+                m.group(8),
+            )
 
         text = _FMULADD.sub(split, text)
     if pipeline.fast_math:
@@ -300,7 +343,7 @@ def apply_launch_edits(text, schedule=None, chunk=None):
     for m in _DISPATCH_INIT.finditer(text):
         open_paren = m.end() - 1
         close = matching(text, open_paren)
-        args = split_top(text[open_paren + 1:close - 1])
+        args = split_top(text[open_paren + 1 : close - 1])
         words = args[2].split()
         value = int(words[-1])
         mods = value & _MODIFIERS
@@ -313,7 +356,7 @@ def apply_launch_edits(text, schedule=None, chunk=None):
         args[2] = " ".join(words[:-1] + [str(kind | mods)])
         if chunk is not None:
             args[6] = " ".join(args[6].split()[:-1] + [str(chunk)])
-        out += [text[last:open_paren + 1], ", ".join(args), ")"]
+        out += [text[last : open_paren + 1], ", ".join(args), ")"]
         last = close
     out.append(text[last:])
     return "".join(out)
@@ -334,19 +377,27 @@ def trampoline(kernel, signature, arena_base, arena_end):
             params.append(ty)
             args.append("%s %%a%d" % (ty, i))
     ret = signature["ret"]
-    lines = ["declare %s %s(%s)" % (ret, global_ref(kernel), ", ".join(params)),
-             "declare void @free(ptr)",
-             "define void @%s(ptr %%p) {" % REPLAY_FREE,
-             "  %i = ptrtoint ptr %p to i64",
-             "  %%lo = icmp uge i64 %%i, %d" % arena_base,
-             "  %%hi = icmp ult i64 %%i, %d" % arena_end,
-             "  %in = and i1 %lo, %hi",
-             "  br i1 %in, label %skip, label %real",
-             "real:", "  call void @free(ptr %p)", "  ret void",
-             "skip:", "  ret void", "}",
-             "define void @%s(ptr %%p, i64 %%n) {" % REPLAY_FREE_SIZED,
-             "  call void @%s(ptr %%p)" % REPLAY_FREE, "  ret void", "}",
-             "define void @__r3_call(ptr %slots, ptr %ret) {"]
+    lines = [
+        "declare %s %s(%s)" % (ret, global_ref(kernel), ", ".join(params)),
+        "declare void @free(ptr)",
+        "define void @%s(ptr %%p) {" % REPLAY_FREE,
+        "  %i = ptrtoint ptr %p to i64",
+        "  %%lo = icmp uge i64 %%i, %d" % arena_base,
+        "  %%hi = icmp ult i64 %%i, %d" % arena_end,
+        "  %in = and i1 %lo, %hi",
+        "  br i1 %in, label %skip, label %real",
+        "real:",
+        "  call void @free(ptr %p)",
+        "  ret void",
+        "skip:",
+        "  ret void",
+        "}",
+        "define void @%s(ptr %%p, i64 %%n) {" % REPLAY_FREE_SIZED,
+        "  call void @%s(ptr %%p)" % REPLAY_FREE,
+        "  ret void",
+        "}",
+        "define void @__r3_call(ptr %slots, ptr %ret) {",
+    ]
     lines += loads
     call = "call %s %s(%s)" % (ret, global_ref(kernel), ", ".join(args))
     if ret == "void":
@@ -356,71 +407,94 @@ def trampoline(kernel, signature, arena_base, arena_end):
     lines += ["  ret void", "}"]
     # __r3_timed(slots, ret, n): n calls back to back, timed here rather than around a
     # ctypes call, whose few hundred nanoseconds would hide a short kernel's own time.
-    lines += ["declare i32 @clock_gettime(i32, ptr)",
-              "define i64 @__r3_timed(ptr %slots, ptr %ret, i64 %n) {",
-              "entry:",
-              "  %t0 = alloca [2 x i64], align 8", "  %t1 = alloca [2 x i64], align 8",
-              "  call i32 @clock_gettime(i32 1, ptr %t0)",
-              "  %none = icmp eq i64 %n, 0",
-              "  br i1 %none, label %done, label %loop",
-              "loop:",
-              "  %i = phi i64 [ 0, %entry ], [ %next, %loop ]",
-              "  call void @__r3_call(ptr %slots, ptr %ret)",
-              "  %next = add i64 %i, 1",
-              "  %more = icmp ult i64 %next, %n",
-              "  br i1 %more, label %loop, label %done",
-              "done:",
-              "  call i32 @clock_gettime(i32 1, ptr %t1)",
-              "  %s0 = load i64, ptr %t0, align 8", "  %s1 = load i64, ptr %t1, align 8",
-              "  %q0 = getelementptr i64, ptr %t0, i64 1", "  %q1 = getelementptr i64, ptr %t1, i64 1",
-              "  %n0 = load i64, ptr %q0, align 8", "  %n1 = load i64, ptr %q1, align 8",
-              "  %ds = sub i64 %s1, %s0", "  %dsns = mul i64 %ds, 1000000000",
-              "  %dn = sub i64 %n1, %n0", "  %ns = add i64 %dsns, %dn",
-              "  ret i64 %ns", "}"]
+    lines += [
+        "declare i32 @clock_gettime(i32, ptr)",
+        "define i64 @__r3_timed(ptr %slots, ptr %ret, i64 %n) {",
+        "entry:",
+        "  %t0 = alloca [2 x i64], align 8",
+        "  %t1 = alloca [2 x i64], align 8",
+        "  call i32 @clock_gettime(i32 1, ptr %t0)",
+        "  %none = icmp eq i64 %n, 0",
+        "  br i1 %none, label %done, label %loop",
+        "loop:",
+        "  %i = phi i64 [ 0, %entry ], [ %next, %loop ]",
+        "  call void @__r3_call(ptr %slots, ptr %ret)",
+        "  %next = add i64 %i, 1",
+        "  %more = icmp ult i64 %next, %n",
+        "  br i1 %more, label %loop, label %done",
+        "done:",
+        "  call i32 @clock_gettime(i32 1, ptr %t1)",
+        "  %s0 = load i64, ptr %t0, align 8",
+        "  %s1 = load i64, ptr %t1, align 8",
+        "  %q0 = getelementptr i64, ptr %t0, i64 1",
+        "  %q1 = getelementptr i64, ptr %t1, i64 1",
+        "  %n0 = load i64, ptr %q0, align 8",
+        "  %n1 = load i64, ptr %q1, align 8",
+        "  %ds = sub i64 %s1, %s0",
+        "  %dsns = mul i64 %ds, 1000000000",
+        "  %dn = sub i64 %n1, %n0",
+        "  %ns = add i64 %dsns, %dn",
+        "  ret i64 %ns",
+        "}",
+    ]
     # __r3_sequence(calls, n): for each of n recorded calls {slots, ret, copies, ncopies},
     # its copies {dst, src, len} put back, then the call timed alone; the timed spans' sum.
     # In native code: Python between two calls would evict what the kernel left in cache.
-    lines += ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-              "define i64 @__r3_sequence(ptr %calls, i64 %n) {",
-              "entry:",
-              "  %u0 = alloca [2 x i64], align 8", "  %u1 = alloca [2 x i64], align 8",
-              "  br label %head",
-              "head:",
-              "  %i = phi i64 [ 0, %entry ], [ %inext, %timed ]",
-              "  %acc = phi i64 [ 0, %entry ], [ %acc2, %timed ]",
-              "  %more = icmp ult i64 %i, %n",
-              "  br i1 %more, label %body, label %done",
-              "body:",
-              "  %c = getelementptr [4 x i64], ptr %calls, i64 %i",
-              "  %cpsp = getelementptr i64, ptr %c, i64 2", "  %cps = load ptr, ptr %cpsp, align 8",
-              "  %ncp = getelementptr i64, ptr %c, i64 3", "  %nc = load i64, ptr %ncp, align 8",
-              "  br label %chead",
-              "chead:",
-              "  %j = phi i64 [ 0, %body ], [ %jnext, %cbody ]",
-              "  %cmore = icmp ult i64 %j, %nc",
-              "  br i1 %cmore, label %cbody, label %timed",
-              "cbody:",
-              "  %cp = getelementptr [3 x i64], ptr %cps, i64 %j",
-              "  %dst = load ptr, ptr %cp, align 8",
-              "  %srcp = getelementptr i64, ptr %cp, i64 1", "  %src = load ptr, ptr %srcp, align 8",
-              "  %lenp = getelementptr i64, ptr %cp, i64 2", "  %len = load i64, ptr %lenp, align 8",
-              "  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %len, i1 false)",
-              "  %jnext = add i64 %j, 1",
-              "  br label %chead",
-              "timed:",
-              "  %slots = load ptr, ptr %c, align 8",
-              "  %retp = getelementptr i64, ptr %c, i64 1", "  %ret = load ptr, ptr %retp, align 8",
-              "  call i32 @clock_gettime(i32 1, ptr %u0)",
-              "  call void @__r3_call(ptr %slots, ptr %ret)",
-              "  call i32 @clock_gettime(i32 1, ptr %u1)",
-              "  %a0 = load i64, ptr %u0, align 8", "  %a1 = load i64, ptr %u1, align 8",
-              "  %b0p = getelementptr i64, ptr %u0, i64 1", "  %b1p = getelementptr i64, ptr %u1, i64 1",
-              "  %b0 = load i64, ptr %b0p, align 8", "  %b1 = load i64, ptr %b1p, align 8",
-              "  %da = sub i64 %a1, %a0", "  %dans = mul i64 %da, 1000000000",
-              "  %db = sub i64 %b1, %b0", "  %d = add i64 %dans, %db",
-              "  %acc2 = add i64 %acc, %d",
-              "  %inext = add i64 %i, 1",
-              "  br label %head",
-              "done:",
-              "  ret i64 %acc", "}"]
+    lines += [
+        "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+        "define i64 @__r3_sequence(ptr %calls, i64 %n) {",
+        "entry:",
+        "  %u0 = alloca [2 x i64], align 8",
+        "  %u1 = alloca [2 x i64], align 8",
+        "  br label %head",
+        "head:",
+        "  %i = phi i64 [ 0, %entry ], [ %inext, %timed ]",
+        "  %acc = phi i64 [ 0, %entry ], [ %acc2, %timed ]",
+        "  %more = icmp ult i64 %i, %n",
+        "  br i1 %more, label %body, label %done",
+        "body:",
+        "  %c = getelementptr [4 x i64], ptr %calls, i64 %i",
+        "  %cpsp = getelementptr i64, ptr %c, i64 2",
+        "  %cps = load ptr, ptr %cpsp, align 8",
+        "  %ncp = getelementptr i64, ptr %c, i64 3",
+        "  %nc = load i64, ptr %ncp, align 8",
+        "  br label %chead",
+        "chead:",
+        "  %j = phi i64 [ 0, %body ], [ %jnext, %cbody ]",
+        "  %cmore = icmp ult i64 %j, %nc",
+        "  br i1 %cmore, label %cbody, label %timed",
+        "cbody:",
+        "  %cp = getelementptr [3 x i64], ptr %cps, i64 %j",
+        "  %dst = load ptr, ptr %cp, align 8",
+        "  %srcp = getelementptr i64, ptr %cp, i64 1",
+        "  %src = load ptr, ptr %srcp, align 8",
+        "  %lenp = getelementptr i64, ptr %cp, i64 2",
+        "  %len = load i64, ptr %lenp, align 8",
+        "  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %len, i1 false)",
+        "  %jnext = add i64 %j, 1",
+        "  br label %chead",
+        "timed:",
+        "  %slots = load ptr, ptr %c, align 8",
+        "  %retp = getelementptr i64, ptr %c, i64 1",
+        "  %ret = load ptr, ptr %retp, align 8",
+        "  call i32 @clock_gettime(i32 1, ptr %u0)",
+        "  call void @__r3_call(ptr %slots, ptr %ret)",
+        "  call i32 @clock_gettime(i32 1, ptr %u1)",
+        "  %a0 = load i64, ptr %u0, align 8",
+        "  %a1 = load i64, ptr %u1, align 8",
+        "  %b0p = getelementptr i64, ptr %u0, i64 1",
+        "  %b1p = getelementptr i64, ptr %u1, i64 1",
+        "  %b0 = load i64, ptr %b0p, align 8",
+        "  %b1 = load i64, ptr %b1p, align 8",
+        "  %da = sub i64 %a1, %a0",
+        "  %dans = mul i64 %da, 1000000000",
+        "  %db = sub i64 %b1, %b0",
+        "  %d = add i64 %dans, %db",
+        "  %acc2 = add i64 %acc, %d",
+        "  %inext = add i64 %i, 1",
+        "  br label %head",
+        "done:",
+        "  ret i64 %acc",
+        "}",
+    ]
     return "\n".join(lines) + "\n"

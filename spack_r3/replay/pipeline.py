@@ -125,8 +125,9 @@ def parse(spec):
             p.cpu = value
             known = target_names(llvm.get_process_triple())
             if value not in ("host", "built") and known and value not in known[0]:
-                raise PipelineError("cpu=%s: LLVM knows no such CPU (cpu=host, or a name "
-                                    "`llc -mcpu=help` lists)" % value)
+                raise PipelineError(
+                    "cpu=%s: LLVM knows no such CPU (cpu=host, or a name `llc -mcpu=help` lists)" % value
+                )
         elif key == "features":
             p.features = value if value == "host" else ",".join(re.findall(r"[+-][\w.]+", value))
             if value != "host" and (not p.features or re.sub(r"[+-][\w.]+|,", "", value)):
@@ -134,8 +135,10 @@ def parse(spec):
             known = target_names(llvm.get_process_triple())
             unknown = [f for f in p.features.split(",") if known and value != "host" and f[1:] not in known[1]]
             if unknown:
-                raise PipelineError("features=%s: LLVM knows no feature %s (see `llc -mattr=help`)"
-                                    % (value, ", ".join(f[1:] for f in unknown)))
+                raise PipelineError(
+                    "features=%s: LLVM knows no feature %s (see `llc -mattr=help`)"
+                    % (value, ", ".join(f[1:] for f in unknown))
+                )
         elif key in ("fast", "fast_math"):
             if value in ("all", "fast", "1"):
                 p.fast_math = FAST_MATH_FLAGS
@@ -182,8 +185,9 @@ def parse(spec):
         else:
             raise PipelineError("unknown pipeline key '%s'" % key)
     if p.build_compiler and (own_keys or p.fast_math):
-        raise PipelineError("compiler=build compiles with the build's own flags and takes none of %s"
-                            % ",".join(own_keys or ["fast"]))
+        raise PipelineError(
+            "compiler=build compiles with the build's own flags and takes none of %s" % ",".join(own_keys or ["fast"])
+        )
     if polly_keys and not p.polly:
         raise PipelineError("%s: Polly's settings need polly=1" % ",".join(polly_keys))
     return p
@@ -194,15 +198,20 @@ def as_built(capture):
     against: compiled by the build's compiler with the build's flags (its O-level, its
     target), which the other fields describe."""
     level = capture.opt_level
-    return Pipeline(opt=level, codegen={"0": 0, "1": 1, "3": 3}.get(level, 2), cpu="built", features="built",
-                    build_compiler=True)
+    return Pipeline(
+        opt=level, codegen={"0": 0, "1": 1, "3": 3}.get(level, 2), cpu="built", features="built", build_compiler=True
+    )
 
 
 def format_spec(p):
     """The canonical SPEC of a Pipeline (parse(format_spec(p)) == p)."""
     items = ["O" + p.opt]
-    for key, value in (("vectorize", p.loop_vectorize), ("slp", p.slp_vectorize), ("unroll", p.unroll),
-                       ("interleave", p.interleave)):
+    for key, value in (
+        ("vectorize", p.loop_vectorize),
+        ("slp", p.slp_vectorize),
+        ("unroll", p.unroll),
+        ("interleave", p.interleave),
+    ):
         if value is not None:
             items.append("%s=%d" % (key, value))
     if p.inline_threshold is not None:

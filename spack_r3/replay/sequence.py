@@ -64,7 +64,7 @@ class _Pages:
 
     def mark(self, addr, length):
         for page, off, _, n in self.chunks(addr, length):
-            self.known.setdefault(page, np.zeros(PAGE, bool))[off:off + n] = True
+            self.known.setdefault(page, np.zeros(PAGE, bool))[off : off + n] = True
 
     def covers(self, page):
         return self.known.get(page)
@@ -92,8 +92,9 @@ def merge(prepared):
         if c.kernel != first.kernel:
             raise SequenceError("captures %s and %s are of different kernels" % (first.id, c.id))
         if placed(c) != placed(first):
-            raise SequenceError("captures %s and %s come from different runs (their memory lies elsewhere)"
-                                % (first.id, c.id))
+            raise SequenceError(
+                "captures %s and %s come from different runs (their memory lies elsewhere)" % (first.id, c.id)
+            )
     # Put back before each call: what any call writes, and the bytes of what the calls
     # found around them (the caller's stack, the runtimes' state) that differ between calls.
     # Only those: the runtimes' pool alone is 1.1 MB in XSBench, against 14-18 KB a call
@@ -105,33 +106,36 @@ def merge(prepared):
         for addr, data in p.pre:
             buf = np.frombuffer(data, np.uint8)
             for page, off, pos, n in merged.chunks(addr, len(data)):
-                mine = buf[pos:pos + n]
+                mine = buf[pos : pos + n]
                 have = merged.data.setdefault(page, np.zeros(PAGE, np.uint8))
                 known = merged.known.setdefault(page, np.zeros(PAGE, bool))
-                if not known[off:off + n].any():  # first seen: nothing to compare with
-                    have[off:off + n] = mine
-                    known[off:off + n] = True
+                if not known[off : off + n].any():  # first seen: nothing to compare with
+                    have[off : off + n] = mine
+                    known[off : off + n] = True
                     continue
                 w = written.covers(page)
-                free = ~w[off:off + n] if w is not None else np.ones(n, bool)
-                clash = known[off:off + n] & free & (have[off:off + n] != mine)
+                free = ~w[off : off + n] if w is not None else np.ones(n, bool)
+                clash = known[off : off + n] & free & (have[off : off + n] != mine)
                 s = scratch.covers(page)
                 if s is not None and clash.any():  # differs around the call: put back each time
-                    varies = clash & s[off:off + n]
-                    written.known.setdefault(page, np.zeros(PAGE, bool))[off:off + n] |= varies
+                    varies = clash & s[off : off + n]
+                    written.known.setdefault(page, np.zeros(PAGE, bool))[off : off + n] |= varies
                     clash &= ~varies
                 if clash.any():
                     where = page * PAGE + off + int(np.argmax(clash))
-                    raise SequenceError("call %d of %s found memory at 0x%x other than an earlier call did, "
-                                        "and no call writes it: the application changed the kernel's input "
-                                        "between its calls" % (i + 1, first.kernel, where))
-                have[off:off + n][~known[off:off + n]] = mine[~known[off:off + n]]
-                known[off:off + n] = True
+                    raise SequenceError(
+                        "call %d of %s found memory at 0x%x other than an earlier call did, "
+                        "and no call writes it: the application changed the kernel's input "
+                        "between its calls" % (i + 1, first.kernel, where)
+                    )
+                have[off : off + n][~known[off : off + n]] = mine[~known[off : off + n]]
+                known[off : off + n] = True
     # (a page one call never touched may be another's: a call's untouched pages are not checked)
     calls = [Call(replace(p, untouched=[]), _own_state(p, written)) for p in prepared]
     arena = dict(first.arena, end=hex(max(int(p.capture.arena["end"], 16) for p in prepared)))
-    return Sequence(calls, _regions(merged),
-                    engine.page_ranges([(lo, hi) for p in prepared for lo, hi in p.ranges]), arena)
+    return Sequence(
+        calls, _regions(merged), engine.page_ranges([(lo, hi) for p in prepared for lo, hi in p.ranges]), arena
+    )
 
 
 # Runs of bytes to put back that lie this close in one recorded region go back as one
@@ -147,7 +151,7 @@ def _own_state(p, written):
         spans = []
         for page, off, pos, n in written.chunks(addr, len(data)):
             w = written.covers(page)
-            for lo, hi in _runs(w[off:off + n]) if w is not None else ():
+            for lo, hi in _runs(w[off : off + n]) if w is not None else ():
                 if spans and pos + lo - spans[-1][1] <= JOIN_GAP:
                     spans[-1][1] = pos + hi
                 else:
@@ -208,11 +212,15 @@ class Sequence:
         for i, (call, frame) in enumerate(zip(self.calls, frames)):
             copies = (ctypes.c_uint64 * max(3 * len(call.restore), 1))()
             for j, (addr, d) in enumerate(call.restore):
-                copies[3 * j:3 * j + 3] = [addr, base + pos, len(d)]
+                copies[3 * j : 3 * j + 3] = [addr, base + pos, len(d)]
                 pos += len(d)
             self._copies.append(copies)
-            table[4 * i:4 * i + 4] = [ctypes.addressof(frame.slots), ctypes.addressof(frame.ret),
-                                      ctypes.addressof(copies), len(call.restore)]
+            table[4 * i : 4 * i + 4] = [
+                ctypes.addressof(frame.slots),
+                ctypes.addressof(frame.ret),
+                ctypes.addressof(copies),
+                len(call.restore),
+            ]
         return table
 
     def _put_back(self, call):
@@ -229,8 +237,11 @@ class Sequence:
             checked = engine.check(call.prepared, frame, tolerance)
             if not checked.verified:
                 return replace(checked, detail="call %d of %d: %s" % (i + 1, len(self.calls), checked.detail))
-            worst = replace(worst, max_rel_error=max(worst.max_rel_error, checked.max_rel_error),
-                            mismatched_bytes=worst.mismatched_bytes + checked.mismatched_bytes)
+            worst = replace(
+                worst,
+                max_rel_error=max(worst.max_rel_error, checked.max_rel_error),
+                mismatched_bytes=worst.mismatched_bytes + checked.mismatched_bytes,
+            )
         return worst
 
     def timed(self, compiled, preempted=None):

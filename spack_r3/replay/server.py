@@ -21,11 +21,12 @@ from .stages import STAGE_CACHE_ENV
 
 TIMEOUT_S = 60.0  # seconds before a candidate's run counts as hung (r3 replay's and r3 tune's --timeout)
 
+
 class ReplayServer:
     """Usage::
 
-        with ReplayServer() as server:
-            ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
+    with ReplayServer() as server:
+        ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
     """
 
     def __init__(self, timeout=TIMEOUT_S, load_timeout=300.0, cpus=None, cache_dir=None):
@@ -48,8 +49,13 @@ class ReplayServer:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         if self.cache_dir:
             env[STAGE_CACHE_ENV] = self.cache_dir
-        self.proc = _popen([sys.executable, "-m", "spack_r3.replay.worker"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.proc = _popen(
+            [sys.executable, "-m", "spack_r3.replay.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         if self.cpus:
             os.sched_setaffinity(self.proc.pid, self.cpus)
         self._buf = b""
@@ -105,8 +111,18 @@ class ReplayServer:
         if err or not reply.get("ok"):
             raise R3Error(err or reply.get("error"))
 
-    def submit(self, capture_dir, variant=None, repeat=5, pairs=0, tolerance=None, timeout=None, verify_runs=1,
-               cache=WARM, sequence=None):
+    def submit(
+        self,
+        capture_dir,
+        variant=None,
+        repeat=5,
+        pairs=0,
+        tolerance=None,
+        timeout=None,
+        verify_runs=1,
+        cache=WARM,
+        sequence=None,
+    ):
         """Replay one variant; never raises for a bad candidate, only for a bad capture.
         ``cache``: WARM, each timed run finding the caches as the previous run left them,
         SHARED or COLD, emptied before each (see ``engine.CacheFlush``). ``sequence``:
@@ -114,8 +130,16 @@ class ReplayServer:
         each timed run a pass over them all (``replay.sequence``)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
-        req = {"op": "evaluate", "dir": os.path.abspath(capture_dir), "variant": variant.to_json(),
-               "repeat": repeat, "pairs": pairs, "timeout": timeout, "verify_runs": verify_runs, "cache": cache}
+        req = {
+            "op": "evaluate",
+            "dir": os.path.abspath(capture_dir),
+            "variant": variant.to_json(),
+            "repeat": repeat,
+            "pairs": pairs,
+            "timeout": timeout,
+            "verify_runs": verify_runs,
+            "cache": cache,
+        }
         if sequence:
             req["sequence"] = [os.path.abspath(d) for d in sequence]
         if tolerance is not None:
@@ -123,8 +147,9 @@ class ReplayServer:
         reply, err = self._request(req, self.load_timeout + timeout + 10)
         if err:
             status = TIMEOUT if "answer" in err else CRASH
-            return Evaluation(capture=os.path.basename(capture_dir), variant=variant.to_json(), status=status,
-                              diagnostics=err)
+            return Evaluation(
+                capture=os.path.basename(capture_dir), variant=variant.to_json(), status=status, diagnostics=err
+            )
         if not reply.get("ok"):
             raise R3Error(reply.get("error"))
         return Evaluation.from_json(reply["evaluation"])
@@ -141,9 +166,11 @@ def _say_unconfined(missing):
         return
     _said.add("seccomp")
     landlock = not any(m.startswith(("no Landlock", "Landlock")) for m in missing)
-    sys.stderr.write("r3: warning: candidates run without a seccomp filter here (%s): a candidate's "
-                     "process group is killed when it ends and its memory is limited, but it may start "
-                     "processes while it runs%s\n" % ("; ".join(missing), "" if landlock else " and write files"))
+    sys.stderr.write(
+        "r3: warning: candidates run without a seccomp filter here (%s): a candidate's "
+        "process group is killed when it ends and its memory is limited, but it may start "
+        "processes while it runs%s\n" % ("; ".join(missing), "" if landlock else " and write files")
+    )
     sys.stderr.flush()
 
 
@@ -204,8 +231,10 @@ class ReplayPool:
         share = len(cpus) // workers
         pinned = pin and share >= 1
         self.cores_per_worker = max(1, share)
-        self.servers = [ReplayServer(timeout, cpus=cpus[i * share:(i + 1) * share] if pinned else None,
-                                     cache_dir=cache_dir) for i in range(workers)]
+        self.servers = [
+            ReplayServer(timeout, cpus=cpus[i * share : (i + 1) * share] if pinned else None, cache_dir=cache_dir)
+            for i in range(workers)
+        ]
 
     def __enter__(self):
         return self

@@ -41,15 +41,29 @@ def unit_flags(capture):
 
     line = CompileLine(capture.compile_command)
     return line.without(drop_sources=True, drop_output=True, drop_deps=True) + (
-        ["-O2"] if line.opt_level == "0" else [])
+        ["-O2"] if line.opt_level == "0" else []
+    )
 
 
 def compile_command(capture, source_path, output, defines=None):
     """The clang command that compiles ``source_path`` (a variant of the unit) to bitcode."""
     flags = ["-D%s=%s" % (k, v) for k, v in sorted((defines or {}).items())]
-    return ([capture.compile_command[0]] + unit_flags(capture) + flags
-            + ["-iquote", os.path.dirname(capture.source_file), "-emit-llvm", "-c",
-               "-Xclang", "-disable-llvm-passes", source_path, "-o", output])
+    return (
+        [capture.compile_command[0]]
+        + unit_flags(capture)
+        + flags
+        + [
+            "-iquote",
+            os.path.dirname(capture.source_file),
+            "-emit-llvm",
+            "-c",
+            "-Xclang",
+            "-disable-llvm-passes",
+            source_path,
+            "-o",
+            output,
+        ]
+    )
 
 
 def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPILE_TIMEOUT_S):
@@ -64,8 +78,9 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
     name = os.path.basename(capture.source_file)
     cache = os.environ.get("R3_STAGE_CACHE")
     probe = compile_command(capture, name, "out.bc", defines)
-    key = hashlib.sha256(json.dumps([probe, capture.compile_dir]).encode() + b"\0" + text.encode(
-        errors="surrogateescape")).hexdigest()
+    key = hashlib.sha256(
+        json.dumps([probe, capture.compile_dir]).encode() + b"\0" + text.encode(errors="surrogateescape")
+    ).hexdigest()
     cached = os.path.join(cache, "source-" + key + ".bc") if cache else None
     if cached and os.path.isfile(cached):
         with open(cached, "rb") as f:
@@ -76,8 +91,14 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
             f.write(text)
         cwd = capture.compile_dir if os.path.isdir(capture.compile_dir) else tmp
         try:
-            proc = subprocess.run(compile_command(capture, src, out, defines), cwd=cwd, timeout=timeout,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.run(
+                compile_command(capture, src, out, defines),
+                cwd=cwd,
+                timeout=timeout,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         except subprocess.TimeoutExpired:
             raise CompileError("the source variant did not compile within %ss" % timeout)
         if proc.returncode != 0:
@@ -97,5 +118,5 @@ def compiler_errors(stderr, path, name, limit=6):
     errors = [i for i, l in enumerate(lines) if " error: " in l or l.startswith("error:")]
     keep = []
     for i in errors[:limit]:
-        keep.extend(lines[i:i + 3])  # the error, its source line and the caret
+        keep.extend(lines[i : i + 3])  # the error, its source line and the caret
     return "\n".join(keep) or (lines[-1] if lines else "no diagnostic")

@@ -35,13 +35,33 @@ HITS_PREFIX = "__r3_spec.hits."
 ROLES = ("bound", "stride", "branch")
 _INT = re.compile(r"^i(1|8|16|32|64)$")
 # Instructions an integer's value flows through (the forward slice of an argument).
-_FLOWS = {"add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "sext", "zext", "trunc", "phi",
-          "select", "freeze", "sdiv", "udiv", "srem", "urem"}
+_FLOWS = {
+    "add",
+    "sub",
+    "mul",
+    "shl",
+    "lshr",
+    "ashr",
+    "and",
+    "or",
+    "xor",
+    "sext",
+    "zext",
+    "trunc",
+    "phi",
+    "select",
+    "freeze",
+    "sdiv",
+    "udiv",
+    "srem",
+    "urem",
+}
 
 
 @dataclass
 class ConstantArg:
     """An integer argument with one value in every recorded call, and what it does there."""
+
     index: int
     type: str  # i8, i16, i32, i64 (i1: a bool)
     value: int  # signed, in the type's width
@@ -49,8 +69,13 @@ class ConstantArg:
     roles: Tuple[str, ...]  # of ROLES; empty: it shapes nothing the optimizer could use
 
     def to_json(self):
-        return {"index": self.index, "type": self.type, "value": self.value, "name": self.name,
-                "roles": list(self.roles)}
+        return {
+            "index": self.index,
+            "type": self.type,
+            "value": self.value,
+            "name": self.name,
+            "roles": list(self.roles),
+        }
 
 
 def _signed(slot, ty):
@@ -117,8 +142,9 @@ def roles(ir, kernel):
         return inst.opcode == "phi" or (inst.opcode in _FLOWS and any(from_phi(o, depth - 1) for o in inst.operands))
 
     def indexes_memory(v):
-        return any(inst.opcode == "getelementptr" and pos > 0
-                   for w in forward(v) for inst, pos in users.get(_key(w), []))
+        return any(
+            inst.opcode == "getelementptr" and pos > 0 for w in forward(v) for inst, pos in users.get(_key(w), [])
+        )
 
     out = {}
     for i, arg in enumerate(fn.arguments):
@@ -167,9 +193,12 @@ def constant_args(captures, ir, kernel):
         return []
     found = roles(ir, kernel)
     names = source_names(captures[0].source_file, kernel, len(captures[0].signature.get("params", []))) or []
-    return [ConstantArg(i, ty, value, names[i] if i < len(names) else "arg%d" % i,
-                        tuple(r for r in ROLES if r in found.get(i, ())))
-            for i, (ty, value) in sorted(constants.items())]
+    return [
+        ConstantArg(
+            i, ty, value, names[i] if i < len(names) else "arg%d" % i, tuple(r for r in ROLES if r in found.get(i, ()))
+        )
+        for i, (ty, value) in sorted(constants.items())
+    ]
 
 
 def named(capture, pairs):
@@ -248,7 +277,7 @@ def specialize_text(text, kernel, pairs, ret_type):
         types[index] = ty
     internal = " ".join(["internal", d.linkage_free_prefix]).strip()
     suffix = re.sub(r"\bcomdat(\s*\([^)]*\))?", "", d.suffix).strip()
-    body = lines[i + 1:j + 1]
+    body = lines[i + 1 : j + 1]
     spec = _without_debug(body)
     for index, value in pairs:
         pat = re.compile(r"(?<![-\w$.%%])%s(?![-\w$.])" % re.escape(d.param_name(index)))
@@ -260,26 +289,39 @@ def specialize_text(text, kernel, pairs, ret_type):
     def call(callee, value):
         if void:
             return ["  call void %s(%s)" % (global_ref(callee), args), "  ret void"]
-        return ["  %s = call %s %s(%s)" % (value, ret_type, global_ref(callee), args),
-                "  ret %s %s" % (ret_type, value)]
+        return [
+            "  %s = call %s %s(%s)" % (value, ret_type, global_ref(callee), args),
+            "  ret %s %s" % (ret_type, value),
+        ]
 
-    conds = ["  %%r3.eq%d = icmp eq %s %s, %s" % (n, types[index], d.param_name(index),
-                                                   _constant(types[index], value))
-             for n, (index, value) in enumerate(pairs)]
+    conds = [
+        "  %%r3.eq%d = icmp eq %s %s, %s" % (n, types[index], d.param_name(index), _constant(types[index], value))
+        for n, (index, value) in enumerate(pairs)
+    ]
     match = "%r3.eq0"
     for n in range(1, len(pairs)):
         conds.append("  %%r3.all%d = and i1 %s, %%r3.eq%d" % (n, match, n))
         match = "%%r3.all%d" % n
-    guard = ([re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel)),
-              "  %%r3.calls = atomicrmw add ptr %s, i64 1 monotonic, align 8" % calls]
-             + conds + ["  br i1 %s, label %%r3.spec, label %%r3.orig" % match, "r3.spec:",
-                        "  %%r3.hits = atomicrmw add ptr %s, i64 1 monotonic, align 8" % hits]
-             + call(kernel + SPEC_SUFFIX, "%r3.ret.spec") + ["r3.orig:"]
-             + call(kernel + ORIG_SUFFIX, "%r3.ret.orig") + ["}"])
+    guard = (
+        [
+            re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel)),
+            "  %%r3.calls = atomicrmw add ptr %s, i64 1 monotonic, align 8" % calls,
+        ]
+        + conds
+        + [
+            "  br i1 %s, label %%r3.spec, label %%r3.orig" % match,
+            "r3.spec:",
+            "  %%r3.hits = atomicrmw add ptr %s, i64 1 monotonic, align 8" % hits,
+        ]
+        + call(kernel + SPEC_SUFFIX, "%r3.ret.spec")
+        + ["r3.orig:"]
+        + call(kernel + ORIG_SUFFIX, "%r3.ret.orig")
+        + ["}"]
+    )
     orig = [d.render(kernel + ORIG_SUFFIX, prefix=internal, suffix=suffix)] + body
     clone = [re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel + SPEC_SUFFIX, prefix=internal, suffix=suffix))] + spec
     counters = ["%s = hidden global i64 0, align 8" % calls, "%s = hidden global i64 0, align 8" % hits]
-    return "\n".join(lines[:i] + orig + [""] + clone + [""] + guard + lines[j + 1:] + counters) + "\n"
+    return "\n".join(lines[:i] + orig + [""] + clone + [""] + guard + lines[j + 1 :] + counters) + "\n"
 
 
 def read_counts(path):
@@ -308,15 +350,23 @@ def reporter_c(kernels):
     decls, prints = [], []
     for n, k in enumerate(kernels):
         calls, hits = counter_names(k)
-        decls.append('extern unsigned long long r3_calls_%d __asm__("%s"), r3_hits_%d __asm__("%s");'
-                     % (n, calls, n, hits))
+        decls.append(
+            'extern unsigned long long r3_calls_%d __asm__("%s"), r3_hits_%d __asm__("%s");' % (n, calls, n, hits)
+        )
         prints.append('  fprintf(f, "%%s %%llu %%llu\\n", "%s", r3_calls_%d, r3_hits_%d);' % (k, n, n))
-    return "\n".join(["#include <stdio.h>", "#include <stdlib.h>"] + decls + [
-        "__attribute__((destructor)) static void r3_spec_report(void) {",
-        '  const char *path = getenv("%s");' % LOG_ENV,
-        "  if (!path || !*path) return;",
-        '  FILE *f = fopen(path, "a");',
-        "  if (!f) return;"] + prints + ["  fclose(f);", "}", ""])
+    return "\n".join(
+        ["#include <stdio.h>", "#include <stdlib.h>"]
+        + decls
+        + [
+            "__attribute__((destructor)) static void r3_spec_report(void) {",
+            '  const char *path = getenv("%s");' % LOG_ENV,
+            "  if (!path || !*path) return;",
+            '  FILE *f = fopen(path, "a");',
+            "  if (!f) return;",
+        ]
+        + prints
+        + ["  fclose(f);", "}", ""]
+    )
 
 
 def specialized(pipeline_json):

@@ -43,13 +43,33 @@ from ..errors import ToolchainError
 from .. import toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
-from .module import (apply_launch_edits, apply_pipeline_edits, built_target, contracts_fma, dispatch_loops,
-                     extract_kernel, extract_kernel_text)
+from .module import (
+    apply_launch_edits,
+    apply_pipeline_edits,
+    built_target,
+    contracts_fma,
+    dispatch_loops,
+    extract_kernel,
+    extract_kernel_text,
+)
 from .specialize import return_type, specialize_text
 
-__all__ = ["CompileError", "KernelIR", "optimized_module", "build_object", "build_flags", "resolve_target",
-           "target_machine", "run_pipeline", "polly_tools", "polly_available", "polly_options", "dispatch_loops",
-           "module_triple", "POLLY_TIMEOUT_S"]
+__all__ = [
+    "CompileError",
+    "KernelIR",
+    "optimized_module",
+    "build_object",
+    "build_flags",
+    "resolve_target",
+    "target_machine",
+    "run_pipeline",
+    "polly_tools",
+    "polly_available",
+    "polly_options",
+    "dispatch_loops",
+    "module_triple",
+    "POLLY_TIMEOUT_S",
+]
 
 # Bounds the opt stage: Polly's analysis of one dense loop nest with run-time sizes can take
 # 20 s; below the replay server's default candidate timeout (60 s), so a run-away stage is a
@@ -84,8 +104,7 @@ class KernelIR:
     _tool_ir: Dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True,
-                     build=False):
+    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True, build=False):
         """The kernel of a unit's bitcode, in llvmlite's text (raises what ``extract_kernel`` raises)."""
         if extract:
             ir = extract_kernel(bitcode, kernel, list(recorded_globals), list(link_units), build)
@@ -132,14 +151,19 @@ def resolve_target(pipeline, source, cpu=None, features=None):
     else ``cpu``/``features`` (the machine a build targets), else this host's."""
     if "built" in (pipeline.cpu, pipeline.features):
         built_cpu, built_features = source.built
-        pipeline = replace(pipeline, cpu=built_cpu if pipeline.cpu == "built" else pipeline.cpu,
-                           features=built_features if pipeline.features == "built" else pipeline.features)
+        pipeline = replace(
+            pipeline,
+            cpu=built_cpu if pipeline.cpu == "built" else pipeline.cpu,
+            features=built_features if pipeline.features == "built" else pipeline.features,
+        )
     if pipeline.cpu == "host" and cpu is None:
         cpu = llvm.get_host_cpu_name()
     if pipeline.features == "host" and features is None:
         features = llvm.get_host_cpu_features().flatten()
-    return (cpu if pipeline.cpu == "host" else pipeline.cpu,
-            features if pipeline.features == "host" else pipeline.features)
+    return (
+        cpu if pipeline.cpu == "host" else pipeline.cpu,
+        features if pipeline.features == "host" else pipeline.features,
+    )
 
 
 def module_triple(ir):
@@ -151,8 +175,7 @@ def target_machine(triple, cpu, features, codegen=3, jit=False):
     """A fresh target machine (an MCJIT engine owns the one it is given)."""
     target = llvm.Target.from_triple(triple)
     if jit:
-        return target.create_target_machine(cpu=cpu, features=features, opt=codegen, codemodel="jitdefault",
-                                            jit=True)
+        return target.create_target_machine(cpu=cpu, features=features, opt=codegen, codemodel="jitdefault", jit=True)
     return target.create_target_machine(cpu=cpu, features=features, opt=codegen, reloc="pic", codemodel="default")
 
 
@@ -178,8 +201,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
                 raise CompileError(str(err))
         if pipeline.specialize:  # last: the clone and the original carry every edit above
             try:
-                text = specialize_text(text, source.kernel, pipeline.specialize,
-                                       return_type(source.ir, source.kernel))
+                text = specialize_text(text, source.kernel, pipeline.specialize, return_type(source.ir, source.kernel))
             except ValueError as err:
                 raise CompileError(str(err))
         return text
@@ -209,8 +231,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
 # Flags of a compile line that do not belong in an object of the kernel alone: LTO would
 # write bitcode, profiling, coverage and sanitizers call runtimes replay does not load,
 # and debug information changes no code.
-_NOT_FOR_THE_OBJECT = ("-flto", "-fno-lto", "-ffat-lto", "-fprofile", "-fcoverage", "-fsanitize", "-g", "-fdebug",
-                       "-W")
+_NOT_FOR_THE_OBJECT = ("-flto", "-fno-lto", "-ffat-lto", "-fprofile", "-fcoverage", "-fsanitize", "-g", "-fdebug", "-W")
 
 
 def build_flags(compile_command):
@@ -238,8 +259,11 @@ def build_object(source, flags, timeout=None):
     except ToolchainError as err:
         raise CompileError("the build's code needs the LLVM %d tools: %s" % (version, err))
     text = source.tool_ir(tools, limit)
-    argv = [clang] + list(flags) + ["-Wno-override-module", "-Wno-unused-command-line-argument", "-c", "-x", "ir",
-                                    "-", "-o", "-"]
+    argv = (
+        [clang]
+        + list(flags)
+        + ["-Wno-override-module", "-Wno-unused-command-line-argument", "-c", "-x", "ir", "-", "-o", "-"]
+    )
     return _cached_stage(argv, limit, text.encode(), stage="build", suffix=".o")
 
 
@@ -280,9 +304,13 @@ def run_pipeline(mod, tm, p):
         pto.loop_unrolling = False
         if p.opt == "z":
             pto.loop_vectorization = pto.slp_vectorization = False
-    for attr, value in (("loop_vectorization", p.loop_vectorize), ("slp_vectorization", p.slp_vectorize),
-                        ("loop_unrolling", p.unroll), ("loop_interleaving", p.interleave),
-                        ("inlining_threshold", p.inline_threshold)):
+    for attr, value in (
+        ("loop_vectorization", p.loop_vectorize),
+        ("slp_vectorization", p.slp_vectorize),
+        ("loop_unrolling", p.unroll),
+        ("loop_interleaving", p.interleave),
+        ("inlining_threshold", p.inline_threshold),
+    ):
         if value is not None:
             setattr(pto, attr, value)
     pb = llvm.create_pass_builder(tm, pto)
@@ -305,8 +333,10 @@ def polly_tools(clang=None):
     except ToolchainError:
         version = None
     if version is None:
-        raise CompileError("polly needs opt, llvm-link and llvm-dis of the record clang's LLVM, and no clang "
-                           "was found to tell its version")
+        raise CompileError(
+            "polly needs opt, llvm-link and llvm-dis of the record clang's LLVM, and no clang "
+            "was found to tell its version"
+        )
     try:
         return toolchain.find_llvm_tools(version, newest)
     except ToolchainError as err:
@@ -338,9 +368,13 @@ def polly_options(p):
     if p.polly_vectorizer != "none":
         args.append("-polly-vectorizer=%s" % p.polly_vectorizer)
     # LLVM 19 has no -polly-opt-fusion (isl fuses by default); greedy fusion is its knob now.
-    flags = {"polly_parallel": "-polly-parallel", "polly_fusion": "-polly-loopfusion-greedy",
-             "polly_coincidence": "-polly-opt-outer-coincidence=yes", "polly_tile2": "-polly-2nd-level-tiling",
-             "polly_regtile": "-polly-register-tiling"}
+    flags = {
+        "polly_parallel": "-polly-parallel",
+        "polly_fusion": "-polly-loopfusion-greedy",
+        "polly_coincidence": "-polly-opt-outer-coincidence=yes",
+        "polly_tile2": "-polly-2nd-level-tiling",
+        "polly_regtile": "-polly-register-tiling",
+    }
     args += [flag for name, flag in flags.items() if getattr(p, name, False)]
     return args
 
@@ -364,8 +398,14 @@ def _run_tool(argv, timeout, data=None, stage=None):
     name = os.path.basename(argv[0])
     what = "%s -%s" % (name, stage) if stage else name
     try:
-        proc = subprocess.run(argv, input=data, stdin=None if data is not None else subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout, preexec_fn=_die_with_parent)
+        proc = subprocess.run(
+            argv,
+            input=data,
+            stdin=None if data is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            preexec_fn=_die_with_parent,
+        )
     except subprocess.TimeoutExpired:
         raise CompileError("%s took longer than %.0fs (R3_POLLY_TIMEOUT)" % (what, timeout))
     except OSError as err:
@@ -374,8 +414,7 @@ def _run_tool(argv, timeout, data=None, stage=None):
         lines = [l.strip() for l in proc.stderr.decode(errors="replace").splitlines() if not _WARNING.search(l)]
         errors = [l for l in lines if "error" in l.lower()] or lines
         if stage == "polly" and any("Unknown command line argument" in l and "polly" in l for l in lines):
-            raise CompileError("polly needs an opt with Polly built in (Debian's opt-19 has it); %s has not"
-                               % argv[0])
+            raise CompileError("polly needs an opt with Polly built in (Debian's opt-19 has it); %s has not" % argv[0])
         raise CompileError("%s failed: %s" % (what, errors[0] if errors else "exit status %d" % proc.returncode))
     return proc.stdout
 

@@ -58,6 +58,7 @@ class Worker:
 
     def _evict(self, keep):
         """Forget least recently used captures while their memory images exceed the cache."""
+
         def size(p):
             return sum(len(d) for _, d in p.pre) + sum(len(d) for _, d in p.post)
 
@@ -122,11 +123,18 @@ class Worker:
                 os.closerange(3, wfd)
                 os.closerange(wfd + 1, MAX_FD)
                 try:
-                    result = run_candidate(prepared, variant, req, self.libomp, base, baseline, sequence,
-                                           confinement=confine.apply)
+                    result = run_candidate(
+                        prepared, variant, req, self.libomp, base, baseline, sequence, confinement=confine.apply
+                    )
                 except confine.Denied as err:
-                    result = Evaluation(capture=base.capture, variant=base.variant, status=CRASH,
-                                        compiled=base.compiled, code=base.code, diagnostics="denied: %s" % err)
+                    result = Evaluation(
+                        capture=base.capture,
+                        variant=base.variant,
+                        status=CRASH,
+                        compiled=base.compiled,
+                        code=base.code,
+                        diagnostics="denied: %s" % err,
+                    )
                 os.write(wfd, json.dumps(result.to_json()).encode())
             except BaseException:
                 traceback.print_exc()
@@ -242,8 +250,9 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
         ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
         return ev
     ev.compiled, ev.compile_s, ev.code = True, candidate.compile_s, candidate.code
-    threads = engine.thread_counts(prepared.capture.launch.get("threads"), variant.launch.threads,
-                                   len(os.sched_getaffinity(0)))
+    threads = engine.thread_counts(
+        prepared.capture.launch.get("threads"), variant.launch.threads, len(os.sched_getaffinity(0))
+    )
     ev.baseline_threads, ev.threads = threads
     engine.set_threads(libomp, threads[1])
     if libomp:  # libomp starts here, not under the filter: starting, it creates a file (/dev/shm)
@@ -282,12 +291,17 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
     ev.cache = cache
     repeat = max(1, int(req.get("repeat") or 5))
     if pairs:
-        ev.runs_per_sample = (sequence.passes_per_sample(candidate) if sequence else
-                              engine.runs_per_sample(prepared, frame, candidate, flush=flush))
+        ev.runs_per_sample = (
+            sequence.passes_per_sample(candidate)
+            if sequence
+            else engine.runs_per_sample(prepared, frame, candidate, flush=flush)
+        )
 
         def measure(n):
-            return engine.paired_ratios(prepared, frame, baseline, candidate, n, libomp, threads,
-                                        ev.runs_per_sample, flush, sequence)
+            return engine.paired_ratios(
+                prepared, frame, baseline, candidate, n, libomp, threads, ev.runs_per_sample, flush, sequence
+            )
+
         measured, wrong = _checked_in_parts(measure, pairs, timed_check, _join_pairs)
         if wrong:
             return _wrong_in_timing(ev, wrong, "pair")
@@ -296,10 +310,12 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
         ev.pairs, ev.ratios, ev.resampled = pairs, ratios, measured.resampled
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]
     else:
+
         def measure(n):
             if sequence:
                 return [sequence.timed(candidate) for _ in range(n)]
             return engine.time_runs(prepared, frame, candidate, n, flush)
+
         times, wrong = _checked_in_parts(measure, repeat, timed_check, lambda a, b: a + b)
         if wrong:
             return _wrong_in_timing(ev, wrong, "run")
@@ -321,7 +337,7 @@ def _checked_in_parts(measure, n, check, join):
     Returns (the joined measurements, None) or (None, (the check, after which run of n))."""
     cut = random.SystemRandom().randrange(1, n) if n > 1 else n
     done, out = 0, None
-    for part in ((cut, n - cut) if cut < n else (n,)):
+    for part in (cut, n - cut) if cut < n else (n,):
         got = measure(part)
         out = got if out is None else join(out, got)
         done += part

@@ -1,20 +1,20 @@
 """Which Dask cluster ``r3 tune --cluster SPEC`` runs on.
 
-    local:N            a LocalCluster of N worker processes on this machine, one thread each,
-                       each worker's replay server pinned to its share of this process's CPUs
-    tcp://HOST:PORT    the workers of a Dask scheduler that runs already (``dask scheduler``;
-                       start ``dask worker tcp://HOST:PORT --nthreads 1`` on each node with
-                       spack-r3 installed and the workspace's file system mounted)
-    PATH.json | config a batch system's cluster (dask-jobqueue) described in a JSON file;
-                       ``config`` is the workspace's own ``cluster.json``:
+local:N            a LocalCluster of N worker processes on this machine, one thread each,
+                   each worker's replay server pinned to its share of this process's CPUs
+tcp://HOST:PORT    the workers of a Dask scheduler that runs already (``dask scheduler``;
+                   start ``dask worker tcp://HOST:PORT --nthreads 1`` on each node with
+                   spack-r3 installed and the workspace's file system mounted)
+PATH.json | config a batch system's cluster (dask-jobqueue) described in a JSON file;
+                   ``config`` is the workspace's own ``cluster.json``:
 
-        {"kind": "slurm", "queue": "regular", "account": "m1234", "walltime": "02:00:00",
-         "cores": 32, "memory": "64GB", "jobs": 4, "adapt": {"minimum": 1, "maximum": 16}}
+    {"kind": "slurm", "queue": "regular", "account": "m1234", "walltime": "02:00:00",
+     "cores": 32, "memory": "64GB", "jobs": 4, "adapt": {"minimum": 1, "maximum": 16}}
 
-    ``kind``: slurm, pbs or lsf; every batch job is one Dask worker (one replay server
-    pinned to the job's cores); ``jobs`` are started at once, ``adapt`` lets the count
-    follow the work between its limits; other keys go to the jobqueue class as they are
-    (``job_extra_directives``, ``interface``, ``local_directory``...).
+``kind``: slurm, pbs or lsf; every batch job is one Dask worker (one replay server
+pinned to the job's cores); ``jobs`` are started at once, ``adapt`` lets the count
+follow the work between its limits; other keys go to the jobqueue class as they are
+(``job_extra_directives``, ``interface``, ``local_directory``...).
 """
 
 import json
@@ -40,7 +40,7 @@ def local_pins(n):
     local pool's), none when there are fewer CPUs than workers."""
     cpus = sorted(os.sched_getaffinity(0))
     share = len(cpus) // n
-    return {i: cpus[i * share:(i + 1) * share] for i in range(n)} if share else {}
+    return {i: cpus[i * share : (i + 1) * share] for i in range(n)} if share else {}
 
 
 def read_config(spec, workspace):
@@ -52,7 +52,7 @@ def read_config(spec, workspace):
     except (OSError, ValueError) as err:
         raise R3Error("--cluster %s: cannot read %s: %s" % (spec, path, err))
     if not isinstance(config, dict) or config.get("kind") not in KINDS:
-        raise R3Error("--cluster %s: %s needs \"kind\": one of %s" % (spec, path, ", ".join(KINDS)))
+        raise R3Error('--cluster %s: %s needs "kind": one of %s' % (spec, path, ", ".join(KINDS)))
     return config
 
 
@@ -67,8 +67,7 @@ def jobqueue_cluster(config):
     kind = config.pop("kind")
     jobs = int(config.pop("jobs", 1))
     adapt = config.pop("adapt", None)
-    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster,
-           "lsf": dask_jobqueue.LSFCluster}[kind]
+    cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster, "lsf": dask_jobqueue.LSFCluster}[kind]
     if kind == "lsf" and "account" in config:  # LSF calls it a project
         config["project"] = config.pop("account")
     config.setdefault("processes", 1)  # one worker, one replay server, per job: its cores
@@ -83,7 +82,7 @@ def jobqueue_cluster(config):
 def local_workers(spec):
     """N of ``local:N``; R3Error unless a number of workers, at least 1."""
     try:
-        n = int(spec[len("local:"):])
+        n = int(spec[len("local:") :])
     except ValueError:
         n = 0
     if n < 1:
@@ -109,9 +108,15 @@ def connect(spec, workspace):
     check(spec, workspace)
     if spec.startswith("local:"):
         n = local_workers(spec)
-        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
-                                           dashboard_address="127.0.0.1:0", host="127.0.0.1",
-                                           silence_logs=logging.ERROR)
+        cluster = distributed.LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=0,
+            dashboard_address="127.0.0.1:0",
+            host="127.0.0.1",
+            silence_logs=logging.ERROR,
+        )
         return distributed.Client(cluster), cluster, local_pins(n)
     if spec.startswith("tcp://"):
         try:  # (a scheduler that refuses is asked again until the timeout)
@@ -122,8 +127,10 @@ def connect(spec, workspace):
             client.wait_for_workers(1, timeout=START_TIMEOUT_S)
         except TimeoutError:
             client.close()
-            raise R3Error("--cluster %s: no worker joined its scheduler within %ds (start them with: dask worker "
-                          "%s --nthreads 1)" % (spec, START_TIMEOUT_S, spec))
+            raise R3Error(
+                "--cluster %s: no worker joined its scheduler within %ds (start them with: dask worker "
+                "%s --nthreads 1)" % (spec, START_TIMEOUT_S, spec)
+            )
         return client, None, None
     if spec == "config" or spec.endswith(".json"):
         cluster, jobs, adapt = jobqueue_cluster(read_config(spec, workspace))
@@ -139,6 +146,7 @@ def connect(spec, workspace):
 def open_pool(spec, workspace, timeout, say=None):
     """The DaskPool over the cluster ``spec`` names."""
     from .pool import DaskPool
+
     client, cluster, pins = connect(spec, workspace)
     try:
         return DaskPool(client, timeout=timeout, cache_dir=workspace.cache_dir, pins=pins, say=say, owned=cluster)

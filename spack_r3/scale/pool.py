@@ -124,8 +124,12 @@ class RemoteServer:
         try:
             return self.pool.call(self, evaluate, os.path.abspath(capture_dir), variant, kw)
         except KilledWorker as err:
-            return Evaluation(capture=os.path.basename(capture_dir), variant=variant.to_json(), status=CRASH,
-                              diagnostics="every Dask worker that ran it died (%s)" % err)
+            return Evaluation(
+                capture=os.path.basename(capture_dir),
+                variant=variant.to_json(),
+                status=CRASH,
+                diagnostics="every Dask worker that ran it died (%s)" % err,
+            )
 
     def load(self, capture_dir, sequence=None):
         self.pool.call(self, load, os.path.abspath(capture_dir), _absolute(sequence))
@@ -193,7 +197,11 @@ class DaskPool:
         the workers alive (printed every ``REPORT_S`` and when the pool closes)."""
         minutes = max(time.monotonic() - self._started, 1e-6) / 60.0
         return "dask: %d evaluation(s) in %.1f min, %.1f per minute, %d worker(s) alive" % (
-            self._evaluated, minutes, self._evaluated / minutes, len(self.alive()))
+            self._evaluated,
+            minutes,
+            self._evaluated / minutes,
+            len(self.alive()),
+        )
 
     def _rebind(self, server):
         """Bind ``server`` to another worker if its own is gone."""
@@ -202,8 +210,10 @@ class DaskPool:
             if server.address not in alive:
                 lost = server.address
                 self._bind(server, alive)
-                self.say("dask: worker %s is gone, its evaluation ran again elsewhere; %d worker(s) alive"
-                         % (lost, len(alive)))
+                self.say(
+                    "dask: worker %s is gone, its evaluation ran again elsewhere; %d worker(s) alive"
+                    % (lost, len(alive))
+                )
 
     def _bind(self, server, alive):
         """Bind ``server`` to the live worker with the fewest servers (the caller holds the lock)."""
@@ -213,7 +223,11 @@ class DaskPool:
 
     def describe(self):
         return "dask: %d worker(s) alive, %d core(s) each, scheduler %s, dashboard %s" % (
-            len(self.alive()), self.cores_per_worker, self.client.scheduler.address, self.client.dashboard_link)
+            len(self.alive()),
+            self.cores_per_worker,
+            self.client.scheduler.address,
+            self.client.dashboard_link,
+        )
 
     def __enter__(self):
         return self

@@ -107,11 +107,20 @@ class Target:
         A variant its screen rejects is a compile error, and nothing runs."""
         reason = self.screen(variant) if self.screen is not None else None
         if reason:
-            return Evaluation(capture=self.capture_id, variant=variant.to_json(), status=COMPILE_ERROR,
-                              diagnostics="rejected before any run: " + reason)
-        return server.submit(self.captures[0], variant, tolerance=self.tolerance,
-                             cache=WARM if self.sequence else self.cache,
-                             sequence=self.captures if self.sequence else None, **kw)
+            return Evaluation(
+                capture=self.capture_id,
+                variant=variant.to_json(),
+                status=COMPILE_ERROR,
+                diagnostics="rejected before any run: " + reason,
+            )
+        return server.submit(
+            self.captures[0],
+            variant,
+            tolerance=self.tolerance,
+            cache=WARM if self.sequence else self.cache,
+            sequence=self.captures if self.sequence else None,
+            **kw,
+        )
 
 
 @dataclass
@@ -128,7 +137,8 @@ class Progress:
 def counted(trial):
     """Trials that count as evaluations: finished, and not left behind by a kill."""
     return trial.state == TrialState.COMPLETE or (
-        trial.state == TrialState.FAIL and trial.user_attrs.get("status") not in (INTERRUPTED, DUPLICATE, WITHDRAWN))
+        trial.state == TrialState.FAIL and trial.user_attrs.get("status") not in (INTERRUPTED, DUPLICATE, WITHDRAWN)
+    )
 
 
 def point(values):
@@ -176,13 +186,14 @@ def pooled_ratios(trials):
 class Study:
     """The search of one (kernel, source variant) with one sampler, resumable.
 
-        study = Study(storage(ws), target, space, sampler="tpe")
-        study.run(pool.servers, budget=60)
-        study.best(3)   # the top finished trials, best first
+    study = Study(storage(ws), target, space, sampler="tpe")
+    study.run(pool.servers, budget=60)
+    study.best(3)   # the top finished trials, best first
     """
 
-    def __init__(self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=(),
-                 noise=(), sweeps=True):
+    def __init__(
+        self, store, target, space, sampler="tpe", seed=None, pairs=5, timeout=60.0, seeds=(), noise=(), sweeps=True
+    ):
         self.target, self.space = target, space
         self.timeout = timeout
         self._rng = random.Random(seed)  # picks neighbours of points proposed again
@@ -193,8 +204,13 @@ class Study:
         # ``pairs`` per evaluation at first, more where this kernel's pairs prove noisy
         # (``noise``: one pair's noise in evaluations of the kernel's other studies).
         self.pair_budget = PairBudget(pairs, prior=noise)
-        self.name = "%s@%s/%s/%s/%s" % (target.kernel, target.capture_id, target.source_variant, sampler,
-                                       space.fingerprint())
+        self.name = "%s@%s/%s/%s/%s" % (
+            target.kernel,
+            target.capture_id,
+            target.source_variant,
+            sampler,
+            space.fingerprint(),
+        )
         if target.sequence:  # measured otherwise: a study of its own
             self.name += "/sequence"
         elif target.cache != WARM:
@@ -203,14 +219,19 @@ class Study:
         # attributes and its trials, running and finished. ``live`` is what the sampler works
         # on (memory): the same trials, brought up to date before each ask, and the ones
         # enqueued here.
-        self.study = optuna.create_study(study_name=self.name, storage=store, direction="maximize",
-                                         load_if_exists=True)
+        self.study = optuna.create_study(study_name=self.name, storage=store, direction="maximize", load_if_exists=True)
         self._store, self._study_id = store, self.study._study_id
         self.study.set_user_attr("kernel", target.kernel)
         self.study.set_user_attr("captures", [os.path.basename(c) for c in target.captures])
         self.study.set_user_attr("space", space.describe())
-        self.live = optuna.create_study(direction="maximize", sampler=make_sampler(sampler, seed, values=lambda: [
-            t.value for t in self.live.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]))
+        self.live = optuna.create_study(
+            direction="maximize",
+            sampler=make_sampler(
+                sampler,
+                seed,
+                values=lambda: [t.value for t in self.live.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))],
+            ),
+        )
         self._lock = threading.Lock()
         self._owner = owner()
         # Stored trials ``live`` has: {stored id: live id while another process runs it, else
@@ -242,8 +263,9 @@ class Study:
 
     def pending(self):
         """Parameter values enqueued and not yet asked, in order."""
-        return [t.system_attrs["fixed_params"]
-                for t in self.live.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+        return [
+            t.system_attrs["fixed_params"] for t in self.live.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        ]
 
     def trials(self):
         return [t for t in self.live.get_trials(deepcopy=False) if counted(t)]
@@ -328,9 +350,15 @@ class Study:
             if progress:
                 finished = self.trials()
                 best = self.best(1)
-                progress(Progress(self.target.kernel, len(finished), max(budget, len(finished)),
-                                  best[0].value if best else None,
-                                  sum(t.state == TrialState.FAIL for t in finished)))
+                progress(
+                    Progress(
+                        self.target.kernel,
+                        len(finished),
+                        max(budget, len(finished)),
+                        best[0].value if best else None,
+                        sum(t.state == TrialState.FAIL for t in finished),
+                    )
+                )
 
         def drive(server):
             while not errors:
@@ -397,16 +425,21 @@ class Study:
         storage's order (finished and counted, or held by a process that lives). A process
         that asked at the same time as this one sees the same order: of two claims of the
         budget's last trial, the later gives way. The caller holds the lock."""
-        frozen = create_trial(state=TrialState.RUNNING, params=trial.params, distributions=trial.distributions,
-                              user_attrs=dict(trial.user_attrs, owner=self._owner, beat=time.time()))
+        frozen = create_trial(
+            state=TrialState.RUNNING,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs=dict(trial.user_attrs, owner=self._owner, beat=time.time()),
+        )
         stored_id = self._store.create_new_trial(self._study_id, template_trial=frozen)
         self._copies[stored_id] = None
         self._own[trial._trial_id] = stored_id
         HEARTBEAT.hold(self._store, stored_id)  # (another host's runs see it live by its beats)
         stored = self._store.get_all_trials(self._study_id, deepcopy=False)
         number = next(t.number for t in stored if t._trial_id == stored_id)
-        ahead = sum(1 for t in stored if t.number < number and (
-            counted(t) or (t.state == TrialState.RUNNING and held(t))))
+        ahead = sum(
+            1 for t in stored if t.number < number and (counted(t) or (t.state == TrialState.RUNNING and held(t)))
+        )
         if ahead < budget:
             return True
         self._drop(trial, WITHDRAWN)
@@ -468,8 +501,10 @@ class Study:
         whose switch no longer pays is dropped: on PolyBench's 2mm (budget 60) code without
         Polly took the lead early in the first sweep, and the two sweeps took 40 evaluations."""
         trials = self.live.get_trials(deepcopy=False)
-        if self._draws(len(trials)) or sum(bool(t.user_attrs.get("sweep")) for t in trials) >= \
-                SWEEP_SHARE * self._budget:
+        if (
+            self._draws(len(trials))
+            or sum(bool(t.user_attrs.get("sweep")) for t in trials) >= SWEEP_SHARE * self._budget
+        ):
             return False
         seen = self._points(but=None)
         ranked = self.best(len(self._code_groups()))
@@ -524,8 +559,11 @@ class Study:
 
     def _points(self, but):
         """The points measured or being measured, except trial number ``but``'s."""
-        return {point(t.params) for t in self.live.get_trials(deepcopy=False)
-                if t.number != but and (t.state == TrialState.RUNNING or counted(t))}
+        return {
+            point(t.params)
+            for t in self.live.get_trials(deepcopy=False)
+            if t.number != but and (t.state == TrialState.RUNNING or counted(t))
+        }
 
     def _pooled(self, ev):
         """The median of ``ev``'s pairs and those of every finished trial that ran its code
@@ -555,8 +593,11 @@ class Study:
                 self._store.set_trial_user_attr(stored_id, key, attrs[key])
             self._store.set_trial_state_values(stored_id, state, None if value is None else [value])
         except UpdateFinishedTrialError:  # another process took this one for dead: kept anew
-            self._keep(create_trial(state=state, value=value, params=trial.params,
-                                    distributions=trial.distributions, user_attrs=attrs))
+            self._keep(
+                create_trial(
+                    state=state, value=value, params=trial.params, distributions=trial.distributions, user_attrs=attrs
+                )
+            )
         if state == TrialState.COMPLETE:
             self._plan_sweep()
 
@@ -572,8 +613,9 @@ class Study:
         with self._lock:
             attrs = {"check": True, "status": ev.status, "evaluation": _evaluation_attrs(variant, ev, seconds, None)}
             state, value = (TrialState.COMPLETE, self._pooled(ev)) if ev.status == OK else (TrialState.FAIL, None)
-            trial = create_trial(state=state, value=value, params=asked.params, distributions=asked.distributions,
-                                 user_attrs=attrs)
+            trial = create_trial(
+                state=state, value=value, params=asked.params, distributions=asked.distributions, user_attrs=attrs
+            )
             self.live.add_trial(trial)
             self._keep(trial)
 
@@ -584,8 +626,9 @@ class Study:
     def best(self, n=1):
         """The ``n`` best codes, best first: for each, its simplest trial, with the value,
         spread and pairs of all the trials that ran that code."""
-        ranked = sorted(self._code_groups().values(),
-                        key=lambda ts: (-median(pooled_ratios(ts)), min(t.number for t in ts)))
+        ranked = sorted(
+            self._code_groups().values(), key=lambda ts: (-median(pooled_ratios(ts)), min(t.number for t in ts))
+        )
         return [pooled_trial(ts) for ts in ranked[:n]]
 
     def curve(self):
@@ -603,11 +646,24 @@ class Study:
 
 
 def _evaluation_attrs(variant, ev, seconds, noise):
-    return {"variant": variant.to_json(), "relaxes_fp": variant.pipeline.relaxes_fp, "time_s": ev.time_median_s,
-            "baseline_s": ev.baseline_median_s, "speedup": ev.speedup, "speedup_min": ev.speedup_min,
-            "speedup_max": ev.speedup_max, "max_rel_error": ev.max_rel_error, "eval_s": seconds,
-            "diagnostics": (ev.diagnostics or "")[:500], "cache": ev.cache, "resampled": ev.resampled,
-            "pairs": ev.pairs, "pair_noise": noise, "code": ev.code, "ratios": ev.ratios}
+    return {
+        "variant": variant.to_json(),
+        "relaxes_fp": variant.pipeline.relaxes_fp,
+        "time_s": ev.time_median_s,
+        "baseline_s": ev.baseline_median_s,
+        "speedup": ev.speedup,
+        "speedup_min": ev.speedup_min,
+        "speedup_max": ev.speedup_max,
+        "max_rel_error": ev.max_rel_error,
+        "eval_s": seconds,
+        "diagnostics": (ev.diagnostics or "")[:500],
+        "cache": ev.cache,
+        "resampled": ev.resampled,
+        "pairs": ev.pairs,
+        "pair_noise": noise,
+        "code": ev.code,
+        "ratios": ev.ratios,
+    }
 
 
 def pooled_trial(trials):
@@ -617,9 +673,16 @@ def pooled_trial(trials):
     ratios = pooled_ratios(trials)
     out = copy.copy(simplest)
     out.value = median(ratios)
-    out.user_attrs = dict(simplest.user_attrs, evaluation=dict(
-        simplest.user_attrs["evaluation"], speedup_min=min(ratios), speedup_max=max(ratios), pairs=len(ratios),
-        trials=len(trials)))
+    out.user_attrs = dict(
+        simplest.user_attrs,
+        evaluation=dict(
+            simplest.user_attrs["evaluation"],
+            speedup_min=min(ratios),
+            speedup_max=max(ratios),
+            pairs=len(ratios),
+            trials=len(trials),
+        ),
+    )
     return out
 
 
@@ -630,8 +693,16 @@ def remeasured(first, again):
         return again
     ratios = first.ratios + again.ratios
     speedup, low, high = spread(ratios)
-    return replace(first, speedup=speedup, speedup_min=low, speedup_max=high, pairs=len(ratios), ratios=ratios,
-                   resampled=first.resampled + again.resampled, verify_runs=first.verify_runs + again.verify_runs)
+    return replace(
+        first,
+        speedup=speedup,
+        speedup_min=low,
+        speedup_max=high,
+        pairs=len(ratios),
+        ratios=ratios,
+        resampled=first.resampled + again.resampled,
+        verify_runs=first.verify_runs + again.verify_runs,
+    )
 
 
 def best_curve(trials):

@@ -46,6 +46,7 @@ class Confirmed:
 
 def each_server(servers, drive):
     """Run ``drive(server)`` on a thread of its own for every server; wait for all."""
+
     def run(server):
         defer_to_workers(servers)
         drive(server)
@@ -82,8 +83,7 @@ def run_jobs(servers, jobs):
     return results
 
 
-def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60.0,
-            progress=None, keep=None):
+def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60.0, progress=None, keep=None):
     """``candidates``: list of (Target, [(Variant, search_speedup), ...]).
 
     ``keep``: a race. Every candidate is measured in the first round; only each target's
@@ -102,16 +102,23 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
         runs = parallel_runs if target.parallel else 1
         for ci, c in enumerate(confirmed[ti]):
             for k, capture in enumerate(target.captures):
-                jobs.append(lambda server, capture=capture, c=c, runs=runs, target=target: server.submit(
-                    capture, c.variant, repeat=1, tolerance=target.tolerance, timeout=timeout, verify_runs=runs))
+                jobs.append(
+                    lambda server, capture=capture, c=c, runs=runs, target=target: server.submit(
+                        capture, c.variant, repeat=1, tolerance=target.tolerance, timeout=timeout, verify_runs=runs
+                    )
+                )
                 where.append((ti, ci, k))
     if progress:
         progress("re-verifying %d candidate(s) on every recorded instance" % sum(map(len, confirmed)))
     for (ti, ci, k), ev in zip(where, run_jobs(servers, jobs)):
         c = confirmed[ti][ci]
         if ev.status != OK and not c.rejected:
-            c.rejected = "instance %d of %d: %s%s" % (k + 1, len(candidates[ti][0].captures), ev.status,
-                                                    (" (%s)" % ev.diagnostics) if ev.diagnostics else "")
+            c.rejected = "instance %d of %d: %s%s" % (
+                k + 1,
+                len(candidates[ti][0].captures),
+                ev.status,
+                (" (%s)" % ev.diagnostics) if ev.diagnostics else "",
+            )
 
     # 2. Rounds of paired measurements, interleaved across kernels and candidates.
     items = [(target, c) for (target, _), cs in zip(candidates, confirmed) for c in cs]
@@ -128,8 +135,9 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
 def screen(confirmed, keep):
     """Mark all but the ``keep`` best of a target's candidates after a first round (by its
     median) as screened out; candidates without a search speedup are never screened."""
-    racing = sorted((c for c in confirmed if not c.rejected and c.ratios and c.search_speedup is not None),
-                    key=lambda c: -c.speedup)
+    racing = sorted(
+        (c for c in confirmed if not c.rejected and c.ratios and c.search_speedup is not None), key=lambda c: -c.speedup
+    )
     for c in racing[keep:]:
         c.screened_out = True
 
@@ -152,10 +160,13 @@ def _rounds(servers, items, which, rounds, pairs, timeout, progress, what):
     for r in which:
         todo = [(target, c) for target, c in items if not c.rejected and not c.screened_out]
         if progress:
-            progress("%s: round %d of %d, %d pairs for each of %d candidate(s)" % (what, r + 1, rounds, pairs,
-                                                                                len(todo)))
-        jobs = [lambda server, target=target, c=c: target.submit(server, c.variant, pairs=pairs, timeout=timeout)
-                for target, c in todo]
+            progress(
+                "%s: round %d of %d, %d pairs for each of %d candidate(s)" % (what, r + 1, rounds, pairs, len(todo))
+            )
+        jobs = [
+            lambda server, target=target, c=c: target.submit(server, c.variant, pairs=pairs, timeout=timeout)
+            for target, c in todo
+        ]
         for (_, c), ev in zip(todo, run_jobs(servers, jobs)):
             if ev.status != OK:
                 c.rejected = "%s, round %d: %s %s" % (what, r + 1, ev.status, ev.diagnostics)

@@ -29,7 +29,7 @@ class Lane:
     @property
     def servers(self):
         servers = self.pool.servers
-        return servers[self.index::self.count] or servers[:1]
+        return servers[self.index :: self.count] or servers[:1]
 
     @property
     def cores_per_worker(self):

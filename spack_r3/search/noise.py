@@ -20,7 +20,7 @@ from statistics import median
 TARGET_SE = 0.02  # relative standard error of an evaluation's median ratio
 # Two evaluations closer than this (relative) are not told apart: their difference has
 # sqrt(2) times an evaluation's standard error; two standard errors of it.
-INDISTINCT = 2 * 2 ** 0.5 * TARGET_SE
+INDISTINCT = 2 * 2**0.5 * TARGET_SE
 MIN_GAIN = 1.01  # re-measured speedups at or below this are noise here (DESIGN.md: 0.98-1.02x)
 MOST_FACTOR = 6  # at most this many times the base pairs
 RECENT = 25  # evaluations the estimate is taken over: the noise of a busy machine drifts

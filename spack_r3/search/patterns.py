@@ -47,10 +47,17 @@ class Patterns:
         whether it was kept."""
         if not clearly_above(gain, 1.0):
             return False
-        entry = {"kernel": kernel, "id": child.id, "rule": child.rule, "rules": list(child.rules),
-                 "description": child.description, "speedup": round(child.speedup, 4), "gain": round(gain, 4),
-                 "patch": child.patch,
-                 "features": {"parallel": bool(facts.parallel), "relax_fp": bool(facts.relax_fp)}}
+        entry = {
+            "kernel": kernel,
+            "id": child.id,
+            "rule": child.rule,
+            "rules": list(child.rules),
+            "description": child.description,
+            "speedup": round(child.speedup, 4),
+            "gain": round(gain, 4),
+            "patch": child.patch,
+            "features": {"parallel": bool(facts.parallel), "relax_fp": bool(facts.relax_fp)},
+        }
         with self._lock:
             entries = [e for e in self.entries() if (e["kernel"], e["id"]) != (kernel, child.id)]
             write_atomic(self.path, json.dumps({"patterns": entries + [entry]}, indent=1))

@@ -71,10 +71,20 @@ from .mutators.cast import ASTError
 from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 
 REWRITE_CLASSES = {
-    "restrict": "aliasing", "scalar-replace": "aliasing",
-    "omp-parallel": "parallel", "omp-simd": "vector", "vectorize-pragma": "vector", "unroll-pragma": "vector",
-    "interchange": "loop-order", "tile": "loop-order", "unroll-and-jam": "loop-order", "stage": "layout",
-    "fuse": "loop-order", "distribute": "loop-order", "time-tile": "time-tiling", "wavefront": "time-tiling",
+    "restrict": "aliasing",
+    "scalar-replace": "aliasing",
+    "omp-parallel": "parallel",
+    "omp-simd": "vector",
+    "vectorize-pragma": "vector",
+    "unroll-pragma": "vector",
+    "interchange": "loop-order",
+    "tile": "loop-order",
+    "unroll-and-jam": "loop-order",
+    "stage": "layout",
+    "fuse": "loop-order",
+    "distribute": "loop-order",
+    "time-tile": "time-tiling",
+    "wavefront": "time-tiling",
     "llm": "model",
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
@@ -133,8 +143,7 @@ class Child:
 
     def cell(self):
         classes = sorted({REWRITE_CLASSES.get(r, "other") for r in self.rules})
-        changed = sum(1 for line in self.patch.splitlines()
-                      if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        changed = sum(1 for line in self.patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---")))
         size = next((name for limit, name in SIZE_BUCKETS if changed <= limit), "large")
         return ("+".join(classes) or ORIGINAL, size if self.rules else "-")
 
@@ -158,12 +167,18 @@ def kernel_source(capture, directory, text=None, rules=()):
     if function.startswith("_Z"):
         function = cxxnames.qualified(function).split("(")[0].split("::")[-1]
     return KernelSource(
-        kernel=capture.kernel, function=function, filename=os.path.basename(capture.source_file),
-        text=unit_text(capture, directory) if text is None else text, parse_args=parse,
-        compile_dir=capture.compile_dir, clang=capture.compile_command[0],
+        kernel=capture.kernel,
+        function=function,
+        filename=os.path.basename(capture.source_file),
+        text=unit_text(capture, directory) if text is None else text,
+        parse_args=parse,
+        compile_dir=capture.compile_dir,
+        clang=capture.compile_command[0],
         include_dir=os.path.dirname(capture.source_file),
         openmp=any(a.startswith("-fopenmp") and "simd" not in a for a in flags),
-        tolerance=capture.tolerance, rules=tuple(rules))
+        tolerance=capture.tolerance,
+        rules=tuple(rules),
+    )
 
 
 def region_function(kernel):
@@ -234,8 +249,7 @@ class Remix:
         self.name = "%s@%s/%s" % (target.kernel, target.capture_id, mutator.name)
         if target.source_variant != ORIGINAL:  # a search of its own (a benchmark's, a test's)
             self.name += "/" + target.source_variant
-        self.path = os.path.join(workspace.remix_dir, hashlib.sha256(self.name.encode()).hexdigest()[:16]
-                                 + ".json")
+        self.path = os.path.join(workspace.remix_dir, hashlib.sha256(self.name.encode()).hexdigest()[:16] + ".json")
         # Evaluations of the original's own search that this loop's budget paid for: run
         # while a model answered, and what the mutator left when it had nothing more to try.
         self.extended = 0
@@ -259,8 +273,10 @@ class Remix:
             # Written atomically, so only other hands break it; kept aside, not read again.
             aside = self.path + ".corrupt"
             os.replace(self.path, aside)
-            warn("warning: %s does not read (%s: %s); moved to %s, the source variants of %s start afresh"
-                 % (self.path, type(err).__name__, (str(err).splitlines() or [""])[0][:120], aside, self.name))
+            warn(
+                "warning: %s does not read (%s: %s); moved to %s, the source variants of %s start afresh"
+                % (self.path, type(err).__name__, (str(err).splitlines() or [""])[0][:120], aside, self.name)
+            )
             return []
         self.extended, self.model = extended, model
         return children
@@ -306,16 +322,18 @@ class Remix:
     # -- proposals ---------------------------------------------------------------------
 
     def _source(self, parent):
-        return kernel_source(self.capture, self.capture_dir, self.text_of(parent),
-                             parent.rules if parent else ())
+        return kernel_source(self.capture, self.capture_dir, self.text_of(parent), parent.rules if parent else ())
 
     def _feedback(self, parent, base_speedup):
         ok = sorted((c for c in self.children if c.status == OK), key=lambda c: -c.speedup)
         failed = [c for c in self.children if c.status not in (OK, "pending")][-3:]
         examples = self.patterns.examples(self.target.kernel) if self.patterns else []
-        return Feedback(parent_speedup=parent.speedup if parent else base_speedup,
-                        best=[(c.description, c.speedup) for c in ok[:3]],
-                        failures=[(c.description, c.diagnostic) for c in failed], examples=examples)
+        return Feedback(
+            parent_speedup=parent.speedup if parent else base_speedup,
+            best=[(c.description, c.speedup) for c in ok[:3]],
+            failures=[(c.description, c.diagnostic) for c in failed],
+            examples=examples,
+        )
 
     def _child(self, parent, proposal, repairs=0):
         """A Child for ``proposal`` (a rewrite of ``parent``'s text), or None if it is a
@@ -330,8 +348,15 @@ class Remix:
         ident = child_id(patch, knobs)
         if any(c.id == ident for c in self.children):
             return None
-        return Child(ident, parent.id if parent else ORIGINAL, (parent.rules if parent else ()) + (proposal.rule,),
-                     proposal.description, patch, knobs, repairs=repairs)
+        return Child(
+            ident,
+            parent.id if parent else ORIGINAL,
+            (parent.rules if parent else ()) + (proposal.rule,),
+            proposal.description,
+            patch,
+            knobs,
+            repairs=repairs,
+        )
 
     def _rewrites(self, parent, base_speedup):
         """The mutator's rewrites of ``parent`` in its order, inherited winning rules first."""
@@ -377,8 +402,11 @@ class Remix:
     # -- evaluation --------------------------------------------------------------------
 
     def _variant(self, child):
-        return Variant(source_patch=child.patch, source_rule="+".join(child.rules),
-                       source_defines={k: v[0] for k, v in child.knobs.items()})
+        return Variant(
+            source_patch=child.patch,
+            source_rule="+".join(child.rules),
+            source_defines={k: v[0] for k, v in child.knobs.items()},
+        )
 
     def _check(self, server, child):
         """Compile and verify the child at the baseline pipeline (one evaluation)."""
@@ -387,8 +415,9 @@ class Remix:
         if self.target.parallel or set(child.rules) & set(PARALLEL_RULES):
             # A data race can verify once by luck: several runs, with every core the worker has.
             runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
-        ev = self.target.submit(server, variant, pairs=self.pair_budget.pairs(), timeout=self.options.timeout,
-                                verify_runs=runs)
+        ev = self.target.submit(
+            server, variant, pairs=self.pair_budget.pairs(), timeout=self.options.timeout, verify_runs=runs
+        )
         child.evaluations += 1
         child.status, child.diagnostic = ev.status, (ev.diagnostics or "")
         child.check_speedup = ev.speedup if ev.status == OK else 0.0
@@ -399,15 +428,28 @@ class Remix:
         # A rewrite that adds OpenMP threads makes the kernel parallel: threads become a setting.
         if set(THREADED_RULES) & set(child.rules):
             facts = replace(facts, parallel=True)
-        variant_name = child.id if self.target.source_variant == ORIGINAL else \
-            "%s/%s" % (self.target.source_variant, child.id)  # the studies of a search of its own
-        target = replace(self.target, base=self._variant(child), source_variant=variant_name,
-                         parallel=self.target.parallel or bool(set(THREADED_RULES) & set(child.rules)))
+        variant_name = (
+            child.id if self.target.source_variant == ORIGINAL else "%s/%s" % (self.target.source_variant, child.id)
+        )  # the studies of a search of its own
+        target = replace(
+            self.target,
+            base=self._variant(child),
+            source_variant=variant_name,
+            parallel=self.target.parallel or bool(set(THREADED_RULES) & set(child.rules)),
+        )
         space = Space(facts)
-        return Study(self.store, target, space, sampler=self.options.sampler, seed=self.options.seed,
-                     pairs=self.options.pairs, timeout=self.options.timeout,
-                     seeds=[space.adopt(values) for values in self.inherit], noise=self.pair_budget.noises,
-                     sweeps=False)  # a short study: its inherited settings come out of the original's sweeps
+        return Study(
+            self.store,
+            target,
+            space,
+            sampler=self.options.sampler,
+            seed=self.options.seed,
+            pairs=self.options.pairs,
+            timeout=self.options.timeout,
+            seeds=[space.adopt(values) for values in self.inherit],
+            noise=self.pair_budget.noises,
+            sweeps=False,
+        )  # a short study: its inherited settings come out of the original's sweeps
 
     def _measure(self, servers, child, progress, base_speedup, check=None):
         """The child's inner study (resumed if a killed run started it): the inherited
@@ -416,8 +458,11 @@ class Remix:
         those are what it measured (not for a check run with more threads)."""
         study = self.child_study(child)
         baseline = study.space.defaults()
-        if check is not None and check.status == OK and \
-                study.space.variant(baseline, study.target.base).to_json() == check.variant:
+        if (
+            check is not None
+            and check.status == OK
+            and study.space.variant(baseline, study.target.base).to_json() == check.variant
+        ):
             study.add_evaluated(baseline, Variant.from_json(check.variant), check)
         checks = sum(1 for t in study.trials() if t.user_attrs.get("check"))  # (paid for as the check)
         before = len(study.trials())
@@ -468,13 +513,16 @@ class Remix:
                         item = feed.next(block=True)
                     if item is None and not feed.busy():
                         if feed.errors:
-                            warn("warning: the model stopped answering (%s): no more source variants of %s"
-                                 % (feed.errors[0], cxxnames.display(self.target.kernel)))
+                            warn(
+                                "warning: the model stopped answering (%s): no more source variants of %s"
+                                % (feed.errors[0], cxxnames.display(self.target.kernel))
+                            )
                         break
                 else:
                     while not todo:
-                        parents = [p for p in self._parents(base_speedup)
-                                   if (p.id if p else ORIGINAL) not in tried_parents]
+                        parents = [
+                            p for p in self._parents(base_speedup) if (p.id if p else ORIGINAL) not in tried_parents
+                        ]
                         if not parents:
                             break
                         tried_parents.add(parents[0].id if parents[0] else ORIGINAL)
@@ -523,12 +571,16 @@ class Remix:
             if self.mutator.uses_model:
                 self._save()
         if self.mutator.uses_model and self.model.asked and not self.model.rewrites:
-            warn("warning: the model gave %s no usable rewrite: %s" % (
-                cxxnames.display(self.target.kernel), self.model.summary()))
+            warn(
+                "warning: the model gave %s no usable rewrite: %s"
+                % (cxxnames.display(self.target.kernel), self.model.summary())
+            )
         left = self.options.budget - self.spent()
         if extend and left > 0:
-            say("  %s: no more source variants to try; %d evaluations back to the pipeline search"
-                % (cxxnames.display(self.target.kernel), left))
+            say(
+                "  %s: no more source variants to try; %d evaluations back to the pipeline search"
+                % (cxxnames.display(self.target.kernel), left)
+            )
             self._extend(extend, left)
 
     def _extend(self, extend, n):
@@ -631,8 +683,7 @@ def clearly_below(best, check_speedup, base_speedup):
         return "cut after the original's best settings: at most %.2fx against %.2fx" % (top, base_speedup)
     reached = max(best[0].value, check_speedup)
     if clearly_above(base_speedup, reached):
-        return "cut after the original's best settings: %.2fx at best (median) against %.2fx" % (
-            reached, base_speedup)
+        return "cut after the original's best settings: %.2fx at best (median) against %.2fx" % (reached, base_speedup)
     return ""
 
 

@@ -85,13 +85,18 @@ def pick(confirmed):
     not clearly faster than (``noise.clearly_faster``), the variant with fewest settings wins:
     less to build, less to break. (A fixed 2% there could pick a variant 2% slower than
     one that confirmation's pairs told apart by 1%.)"""
-    holding = [c for c in confirmed if not c.rejected and not c.screened_out and c.ratios
-               and c.speedup > MIN_GAIN and min(c.round_speedups) > 1.0]
+    holding = [
+        c
+        for c in confirmed
+        if not c.rejected and not c.screened_out and c.ratios and c.speedup > MIN_GAIN and min(c.round_speedups) > 1.0
+    ]
     best = max(holding, key=lambda c: c.speedup, default=None)
     if best is None:
         return None
-    return min((c for c in holding if not clearly_faster(best.round_ratios, c.round_ratios)),
-               key=lambda c: (len(settings(c.variant)), -c.speedup))
+    return min(
+        (c for c in holding if not clearly_faster(best.round_ratios, c.round_ratios)),
+        key=lambda c: (len(settings(c.variant)), -c.speedup),
+    )
 
 
 def kernel_result(target, study, confirmed, again=None):
@@ -107,25 +112,50 @@ def kernel_result(target, study, confirmed, again=None):
     baseline_s = median(any_measured.baseline_times) if any_measured else None
     trials = study.trials()
     rejected = [c for c in confirmed if c.rejected] + ([again] if again is not None and again.rejected else [])
-    common = dict(kernel=target.kernel, captures=[os.path.basename(c) for c in target.captures], share=target.share,
-                  evaluations=len(trials), failed=study.failures(), study=study.name, curve=study.curve(),
-                  rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
-                  tolerance=target.tolerance, cache=WARM if target.sequence else target.cache,
-                  calls=len(target.captures) if target.sequence else 1,
-                  picked_speedup=best.speedup if best and again is not None else None,
-                  model=getattr(target, "model", None))
+    common = dict(
+        kernel=target.kernel,
+        captures=[os.path.basename(c) for c in target.captures],
+        share=target.share,
+        evaluations=len(trials),
+        failed=study.failures(),
+        study=study.name,
+        curve=study.curve(),
+        rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
+        tolerance=target.tolerance,
+        cache=WARM if target.sequence else target.cache,
+        calls=len(target.captures) if target.sequence else 1,
+        picked_speedup=best.speedup if best and again is not None else None,
+        model=getattr(target, "model", None),
+    )
     if measured is None:
-        return KernelResult(baseline_s=baseline_s, best_s=baseline_s, speedup=1.0, speedup_min=1.0,
-                            speedup_max=1.0, relaxes_fp=False, winner="baseline",
-                            variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))).to_json(),
-                            pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
-                            search_speedup=best.search_speedup if best else None, **common)
+        return KernelResult(
+            baseline_s=baseline_s,
+            best_s=baseline_s,
+            speedup=1.0,
+            speedup_min=1.0,
+            speedup_max=1.0,
+            relaxes_fp=False,
+            winner="baseline",
+            variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))).to_json(),
+            pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
+            search_speedup=best.search_speedup if best else None,
+            **common,
+        )
     specialized = specialize.named(load_capture_dir(target.captures[0], False), best.variant.pipeline.specialize)
-    return KernelResult(baseline_s=baseline_s, best_s=median(measured.times), speedup=measured.speedup,
-                        speedup_min=min(measured.round_speedups), speedup_max=max(measured.round_speedups),
-                        relaxes_fp=best.variant.pipeline.relaxes_fp, winner=describe_variant(best.variant),
-                        variant=best.variant.to_json(), search_speedup=best.search_speedup,
-                        pairs=len(measured.ratios), specialized=specialized, **common)
+    return KernelResult(
+        baseline_s=baseline_s,
+        best_s=median(measured.times),
+        speedup=measured.speedup,
+        speedup_min=min(measured.round_speedups),
+        speedup_max=max(measured.round_speedups),
+        relaxes_fp=best.variant.pipeline.relaxes_fp,
+        winner=describe_variant(best.variant),
+        variant=best.variant.to_json(),
+        search_speedup=best.search_speedup,
+        pairs=len(measured.ratios),
+        specialized=specialized,
+        **common,
+    )
 
 
 def failures_text(failed):
@@ -135,16 +165,27 @@ def failures_text(failed):
 def results_table(results):
     rows = []
     for r in results:
-        rows.append([cxxnames.display(r.kernel), percent(r.share), seconds(r.baseline_s), seconds(r.best_s),
-                     "%.2fx [%.2f-%.2f]" % (r.speedup, r.speedup_min, r.speedup_max), r.evaluations,
-                     failures_text(r.failed), r.winner + (" *" if r.relaxes_fp else "")])
+        rows.append(
+            [
+                cxxnames.display(r.kernel),
+                percent(r.share),
+                seconds(r.baseline_s),
+                seconds(r.best_s),
+                "%.2fx [%.2f-%.2f]" % (r.speedup, r.speedup_min, r.speedup_max),
+                r.evaluations,
+                failures_text(r.failed),
+                r.winner + (" *" if r.relaxes_fp else ""),
+            ]
+        )
     text = table(["kernel", "share", "baseline", "best", "speedup", "evals", "failed", "winner"], rows)
     if any(r.relaxes_fp for r in results):
         text += "\n* relaxes floating-point semantics (within the kernel's tolerance)"
     for r in results:
         if r.specialized:
             text += "\n%s: specialized on %s (a guard runs the original for other values)" % (
-                cxxnames.display(r.kernel), ", ".join(r.specialized))
+                cxxnames.display(r.kernel),
+                ", ".join(r.specialized),
+            )
     for r in results:
         if r.model is not None:
             text += "\n%s" % model_line(r)
@@ -155,7 +196,11 @@ def model_line(result):
     """What the model gave a kernel, in words."""
     m = result.model
     line = "model, %s: %d request(s), %d answered, %d usable rewrite(s)" % (
-        cxxnames.display(result.kernel), m.get("asked", 0), m.get("answered", 0), m.get("rewrites", 0))
+        cxxnames.display(result.kernel),
+        m.get("asked", 0),
+        m.get("answered", 0),
+        m.get("rewrites", 0),
+    )
     if not m.get("rewrites"):
         line += ": the model gave nothing"
     return line + ("; last error: %s" % m["error"] if m.get("error") else "")
@@ -182,14 +227,19 @@ def write_report(workspace, results, header=""):
     """The report files in the workspace; returns their paths."""
     out = workspace.reports_dir
     os.makedirs(out, exist_ok=True)
-    paths = {"text": os.path.join(out, "tune.txt"), "json": os.path.join(out, "tune.json"),
-             "plot": os.path.join(out, "tune.png")}
+    paths = {
+        "text": os.path.join(out, "tune.txt"),
+        "json": os.path.join(out, "tune.json"),
+        "plot": os.path.join(out, "tune.png"),
+    }
     lines = [header, results_table(results), ""] if header else [results_table(results), ""]
     for r in results:
         lines.append("%s: %s" % (cxxnames.display(r.kernel), r.winner))
         lines.append("  variant %s" % json.dumps(r.variant, sort_keys=True))
-        lines.append("  search found %s, re-measured %.3fx over %d pairs; study %s" % (
-            "-" if r.search_speedup is None else "%.3fx" % r.search_speedup, r.speedup, r.pairs, r.study))
+        lines.append(
+            "  search found %s, re-measured %.3fx over %d pairs; study %s"
+            % ("-" if r.search_speedup is None else "%.3fx" % r.search_speedup, r.speedup, r.pairs, r.study)
+        )
         for why in r.rejected:
             lines.append("  rejected %s" % why)
     write_atomic(paths["text"], "\n".join(lines) + "\n")
@@ -210,8 +260,9 @@ def plot_curves(results, path):
         xs = [i + 1 for i, v in enumerate(r.curve) if v is not None]
         ys = [v for v in r.curve if v is not None]
         if xs:
-            line, = ax.step(xs, ys, where="post", label="%s (confirmed %.2fx)" % (cxxnames.display(r.kernel, 30),
-                                                                                  r.speedup))
+            (line,) = ax.step(
+                xs, ys, where="post", label="%s (confirmed %.2fx)" % (cxxnames.display(r.kernel, 30), r.speedup)
+            )
             ax.plot([xs[-1]], [r.speedup], "o", color=line.get_color())
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("evaluations")

@@ -74,6 +74,7 @@ def plateau_gamma(values):
     whole plateau as its good group it samples the plateau broadly while still avoiding
     what is clearly worse (30 codes below 0.6x: the stencil without its loop vectorizer).
     A kernel with a peak keeps the default."""
+
     def gamma(n):
         default = min(math.ceil(0.1 * n), 25)
         done = [v for v in values() if v is not None]
@@ -82,6 +83,7 @@ def plateau_gamma(values):
         best = max(done)
         plateau = sum(not clearly_above(best, v) for v in done)
         return max(default, min(plateau, n // 2))
+
     return gamma
 
 
@@ -92,12 +94,18 @@ def make_sampler(name, seed=None, startup_trials=10, values=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             warnings.simplefilter("ignore", FutureWarning)
-            tpe = optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
-                                             n_startup_trials=startup_trials,
-                                             gamma=plateau_gamma(values) if values else None)
+            tpe = optuna.samplers.TPESampler(
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+                seed=seed,
+                n_startup_trials=startup_trials,
+                gamma=plateau_gamma(values) if values else None,
+            )
         # (a seed of its own: the random draws are not random search's first ones again)
-        return Interleaved(tpe, optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1),
-                           startup=startup_trials)
+        return Interleaved(
+            tpe, optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1), startup=startup_trials
+        )
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise R3Error("unknown sampler '%s' (choose: %s)" % (name, ", ".join(SAMPLERS)))

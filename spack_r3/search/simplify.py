@@ -23,9 +23,11 @@ SOURCE = "source"  # the setting that is a variant's source rewrite (patch and m
 def settings(variant):
     """The non-default settings of a variant, each as (name, the variant without it)."""
     p = variant.pipeline
-    names = [name for name, default in _PIPELINE_DEFAULTS.items()
-             if name not in ("cpu", "features") and getattr(p, name) != default
-             and (p.polly or name not in _POLLY_KNOBS)]
+    names = [
+        name
+        for name, default in _PIPELINE_DEFAULTS.items()
+        if name not in ("cpu", "features") and getattr(p, name) != default and (p.polly or name not in _POLLY_KNOBS)
+    ]
     names += [name for name in ("threads", "schedule", "chunk") if getattr(variant.launch, name) is not None]
     if variant.source_patch:  # a rewrite is a setting too: one that does not pay is not emitted
         names.append(SOURCE)
@@ -38,8 +40,9 @@ def without(variant, names):
     reset = {n: _PIPELINE_DEFAULTS[n] for n in names if n in _PIPELINE_DEFAULTS}
     if "polly" in names:  # without Polly its knobs mean nothing
         reset.update({k: _PIPELINE_DEFAULTS[k] for k in _POLLY_KNOBS})
-    out = replace(variant, pipeline=replace(p, **reset),
-                  launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)}))
+    out = replace(
+        variant, pipeline=replace(p, **reset), launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)})
+    )
     if SOURCE in names:
         out = replace(out, source_patch=None, source_defines={}, source_rule=None)
     return out
@@ -50,7 +53,8 @@ def simplify(servers, target, variant, speedup, pairs=5, keep=0.97, timeout=60.0
     trials = settings(variant)
     if not trials:
         return variant
-    evs = run_jobs(servers, [lambda server, v=v: target.submit(server, v, pairs=pairs, timeout=timeout)
-                             for _, v in trials])
+    evs = run_jobs(
+        servers, [lambda server, v=v: target.submit(server, v, pairs=pairs, timeout=timeout) for _, v in trials]
+    )
     passengers = [name for (name, _), ev in zip(trials, evs) if ev.status == OK and ev.speedup >= keep * speedup]
     return without(variant, passengers) if passengers else variant

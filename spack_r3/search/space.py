@@ -19,22 +19,41 @@ from ..data import FAST_MATH_FLAGS, Launch, Pipeline, Variant
 
 # Extra passes worth trying after the standard pipeline (llvmlite's names): loop and
 # scalar clean-ups that can expose more vectorization or remove redundant work.
-EXTRA_PASSES = ("loop_unroll_and_jam", "loop_unroll", "loop_strength_reduce", "new_gvn", "reassociate",
-                "instruction_combine", "aggressive_instcombine", "sccp", "jump_threading",
-                "dead_store_elimination", "mem_copy_opt", "simplify_cfg", "sinking", "loop_rotate")
+EXTRA_PASSES = (
+    "loop_unroll_and_jam",
+    "loop_unroll",
+    "loop_strength_reduce",
+    "new_gvn",
+    "reassociate",
+    "instruction_combine",
+    "aggressive_instcombine",
+    "sccp",
+    "jump_threading",
+    "dead_store_elimination",
+    "mem_copy_opt",
+    "simplify_cfg",
+    "sinking",
+    "loop_rotate",
+)
 MAX_EXTRA_PASSES = 3
 KNOB_PREFIX = "knob:"  # parameters that are a source variant's macro knobs
 # Floating-point relaxations, weakest first; offered only within the kernel's tolerance.
-FAST_MATH_CHOICES = {"none": (), "contract": ("contract",), "reassoc+contract": ("reassoc", "contract"),
-                     "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
-                     "fast": FAST_MATH_FLAGS}
+FAST_MATH_CHOICES = {
+    "none": (),
+    "contract": ("contract",),
+    "reassoc+contract": ("reassoc", "contract"),
+    "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
+    "fast": FAST_MATH_FLAGS,
+}
 POLLY_BLOCK = ("polly_tile", "polly_matmul", "polly_vec")
 # Polly's scheduler options, outside the block (its sweep would take 32 times as long).
-POLLY_SCHEDULER_PARAMS = (("polly_parallel", "Polly's OpenMP code for parallel outer loops"),
-                          ("polly_fusion", "Polly's greedy loop fusion"),
-                          ("polly_coincidence", "Polly: outer band members parallel (outer coincidence)"),
-                          ("polly_tile2", "Polly's 2nd-level tiling"),
-                          ("polly_regtile", "Polly's register tiling"))
+POLLY_SCHEDULER_PARAMS = (
+    ("polly_parallel", "Polly's OpenMP code for parallel outer loops"),
+    ("polly_fusion", "Polly's greedy loop fusion"),
+    ("polly_coincidence", "Polly: outer band members parallel (outer coincidence)"),
+    ("polly_tile2", "Polly's 2nd-level tiling"),
+    ("polly_regtile", "Polly's register tiling"),
+)
 TRISTATE = ("default", "on", "off")  # pipeline tuning options: what the O-level does, or forced
 LOOP_SWITCHES = ("vectorize", "slp", "unroll", "interleave")  # the TRISTATE ones: loop optimizations
 
@@ -119,7 +138,7 @@ class KernelFacts:
 
 def _powers(most):
     """1, 2, 4, ... up to ``most``."""
-    return tuple(2 ** i for i in range(most.bit_length()) if 2 ** i <= most)
+    return tuple(2**i for i in range(most.bit_length()) if 2**i <= most)
 
 
 class Space:
@@ -139,49 +158,123 @@ class Space:
             Param("codegen", "categorical", "code generation level", choices=(1, 2, 3)),
         ]
         if f.retarget:
-            p.append(Param("target", "categorical", "this machine, or the target the build compiled for (%s)"
-                           % (f.built_target or "generic"), choices=("host", "built")))
+            p.append(
+                Param(
+                    "target",
+                    "categorical",
+                    "this machine, or the target the build compiled for (%s)" % (f.built_target or "generic"),
+                    choices=("host", "built"),
+                )
+            )
         p += [
             Param("noalias", "bool", "pointer parameters do not alias (verified on every instance)"),
             Param("passes", "int", "extra passes after the standard pipeline", low=0, high=MAX_EXTRA_PASSES),
         ]
         for i in range(MAX_EXTRA_PASSES):
-            p.append(Param("pass%d" % i, "categorical", "extra pass %d" % (i + 1), choices=EXTRA_PASSES,
-                           active=lambda v, i=i: v.get("passes", 0) > i, condition="passes > %d" % i))
+            p.append(
+                Param(
+                    "pass%d" % i,
+                    "categorical",
+                    "extra pass %d" % (i + 1),
+                    choices=EXTRA_PASSES,
+                    active=lambda v, i=i: v.get("passes", 0) > i,
+                    condition="passes > %d" % i,
+                )
+            )
         if f.polly:
             p.append(Param("polly", "bool", "Polly polyhedral loop optimizer (opt stage before the pipeline)"))
             on = lambda v: v.get("polly", False)  # noqa: E731
-            p += [Param("polly_tile", "categorical", "Polly tile size (0: no tiling)",
-                        choices=(None, 0, 16, 32, 64, 128, 256), active=on, condition="polly"),
-                  Param("polly_matmul", "bool", "Polly's matrix-multiplication pattern optimization",
-                        active=on, condition="polly"),
-                  Param("polly_vec", "categorical", "Polly vectorizer", choices=("none", "stripmine"),
-                        active=on, condition="polly")]
+            p += [
+                Param(
+                    "polly_tile",
+                    "categorical",
+                    "Polly tile size (0: no tiling)",
+                    choices=(None, 0, 16, 32, 64, 128, 256),
+                    active=on,
+                    condition="polly",
+                ),
+                Param(
+                    "polly_matmul",
+                    "bool",
+                    "Polly's matrix-multiplication pattern optimization",
+                    active=on,
+                    condition="polly",
+                ),
+                Param(
+                    "polly_vec",
+                    "categorical",
+                    "Polly vectorizer",
+                    choices=("none", "stripmine"),
+                    active=on,
+                    condition="polly",
+                ),
+            ]
             # Its scheduler's options (issue 46): stencils and chains of products.
-            p += [Param(name, "bool", what, active=on, condition="polly") for name, what in POLLY_SCHEDULER_PARAMS
-                  if name != "polly_parallel" or f.cores > 1]
+            p += [
+                Param(name, "bool", what, active=on, condition="polly")
+                for name, what in POLLY_SCHEDULER_PARAMS
+                if name != "polly_parallel" or f.cores > 1
+            ]
         if f.relax_fp:
-            p += [Param("fast_math", "categorical", "fast-math flags (within tolerance %g)" % f.tolerance,
-                        choices=tuple(FAST_MATH_CHOICES)),
-                  Param("fma", "categorical", "FMA contraction (within tolerance %g): as built, or changed"
-                        % f.tolerance, choices=("built", "off" if f.built_fma else "on"))]
+            p += [
+                Param(
+                    "fast_math",
+                    "categorical",
+                    "fast-math flags (within tolerance %g)" % f.tolerance,
+                    choices=tuple(FAST_MATH_CHOICES),
+                ),
+                Param(
+                    "fma",
+                    "categorical",
+                    "FMA contraction (within tolerance %g): as built, or changed" % f.tolerance,
+                    choices=("built", "off" if f.built_fma else "on"),
+                ),
+            ]
         if f.parallel and f.cores > 1:
             p.append(Param("threads", "int", "OpenMP threads", low=1, high=f.cores))
         if f.teams:  # on the host plugin a team is CPU threads: many more than the worker's CPUs time the scheduler
-            p += [Param("num_teams", "categorical", "teams of the target region (default: the runtime's)",
-                        choices=(None,) + _powers(2 * max(f.cores, 1))),
-                  Param("thread_limit", "categorical", "threads per team (default: the runtime's)",
-                        choices=(None,) + _powers(max(f.cores, 1)))]
+            p += [
+                Param(
+                    "num_teams",
+                    "categorical",
+                    "teams of the target region (default: the runtime's)",
+                    choices=(None,) + _powers(2 * max(f.cores, 1)),
+                ),
+                Param(
+                    "thread_limit",
+                    "categorical",
+                    "threads per team (default: the runtime's)",
+                    choices=(None,) + _powers(max(f.cores, 1)),
+                ),
+            ]
         if f.dispatch_loops:
-            p += [Param("schedule", "categorical", "OpenMP schedule of run-time scheduled loops",
-                        choices=("static", "dynamic", "guided")),
-                  Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256))]
+            p += [
+                Param(
+                    "schedule",
+                    "categorical",
+                    "OpenMP schedule of run-time scheduled loops",
+                    choices=("static", "dynamic", "guided"),
+                ),
+                Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256)),
+            ]
         if f.specialize:
-            p.append(Param("specialize", "categorical", "recorded-constant arguments folded into a guarded clone",
-                           choices=tuple(label for label, _ in f.specialize)))
+            p.append(
+                Param(
+                    "specialize",
+                    "categorical",
+                    "recorded-constant arguments folded into a guarded clone",
+                    choices=tuple(label for label, _ in f.specialize),
+                )
+            )
         for name, choices in sorted(f.knobs.items()):
-            p.append(Param(KNOB_PREFIX + name, "categorical", "source knob %s (-D%s=...)" % (name, name),
-                           choices=tuple(choices)))
+            p.append(
+                Param(
+                    KNOB_PREFIX + name,
+                    "categorical",
+                    "source knob %s (-D%s=...)" % (name, name),
+                    choices=tuple(choices),
+                )
+            )
         return p
 
     def suggest(self, trial):
@@ -195,15 +288,22 @@ class Space:
     def variant(self, values, base=None):
         """The Variant that parameter values describe (``base`` brings the source patch)."""
         tri = {"default": None, "on": True, "off": False}
-        pipe = Pipeline(opt=values.get("opt", "3"), loop_vectorize=tri[values.get("vectorize", "default")],
-                        slp_vectorize=tri[values.get("slp", "default")], unroll=tri[values.get("unroll", "default")],
-                        interleave=tri[values.get("interleave", "default")],
-                        inline_threshold=values.get("inline"), codegen=values.get("codegen", 3),
-                        noalias=values.get("noalias", False),
-                        passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
-                        fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")], fma=values.get("fma", "built"),
-                        cpu=values.get("target", "host"), features=values.get("target", "host"),
-                        specialize=dict(self.facts.specialize).get(values.get("specialize", "none"), ()))
+        pipe = Pipeline(
+            opt=values.get("opt", "3"),
+            loop_vectorize=tri[values.get("vectorize", "default")],
+            slp_vectorize=tri[values.get("slp", "default")],
+            unroll=tri[values.get("unroll", "default")],
+            interleave=tri[values.get("interleave", "default")],
+            inline_threshold=values.get("inline"),
+            codegen=values.get("codegen", 3),
+            noalias=values.get("noalias", False),
+            passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
+            fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")],
+            fma=values.get("fma", "built"),
+            cpu=values.get("target", "host"),
+            features=values.get("target", "host"),
+            specialize=dict(self.facts.specialize).get(values.get("specialize", "none"), ()),
+        )
         if values.get("polly"):
             pipe.polly = True
             pipe.polly_tile = values.get("polly_tile")
@@ -211,9 +311,14 @@ class Space:
             pipe.polly_vectorizer = values.get("polly_vec", "none")
             for name, _ in POLLY_SCHEDULER_PARAMS:
                 setattr(pipe, name, values.get(name, False))
-        launch = Launch(threads=values.get("threads"), schedule=values.get("schedule"), chunk=values.get("chunk"),
-                        num_teams=values.get("num_teams"), thread_limit=values.get("thread_limit"))
-        defines = {k[len(KNOB_PREFIX):]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
+        launch = Launch(
+            threads=values.get("threads"),
+            schedule=values.get("schedule"),
+            chunk=values.get("chunk"),
+            num_teams=values.get("num_teams"),
+            thread_limit=values.get("thread_limit"),
+        )
+        defines = {k[len(KNOB_PREFIX) :]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
         if base is None:
             return Variant(pipeline=pipe, launch=launch, source_defines=defines)
         return replace(base, pipeline=pipe, launch=launch, source_defines=dict(base.source_defines, **defines))
@@ -221,14 +326,35 @@ class Space:
     def _baseline_values(self):
         """Every parameter's value that describes the first candidate: -O3 for this
         machine, as compiled, as recorded; Polly's knobs at Polly's own defaults."""
-        return {"opt": "3", "vectorize": "default", "slp": "default", "unroll": "default",
-                "interleave": "default", "inline": None, "codegen": 3, "noalias": False, "passes": 0,
-                "polly": False, "polly_tile": None, "polly_matmul": True, "polly_vec": "none",
-                "polly_parallel": False, "polly_fusion": False, "polly_coincidence": False, "polly_tile2": False,
-                "polly_regtile": False,
-                "fast_math": "none", "fma": "built", "threads": self.facts.cores, "schedule": "static", "chunk": None,
-                "num_teams": None, "thread_limit": None,
-                "target": "host", "specialize": "none"}
+        return {
+            "opt": "3",
+            "vectorize": "default",
+            "slp": "default",
+            "unroll": "default",
+            "interleave": "default",
+            "inline": None,
+            "codegen": 3,
+            "noalias": False,
+            "passes": 0,
+            "polly": False,
+            "polly_tile": None,
+            "polly_matmul": True,
+            "polly_vec": "none",
+            "polly_parallel": False,
+            "polly_fusion": False,
+            "polly_coincidence": False,
+            "polly_tile2": False,
+            "polly_regtile": False,
+            "fast_math": "none",
+            "fma": "built",
+            "threads": self.facts.cores,
+            "schedule": "static",
+            "chunk": None,
+            "num_teams": None,
+            "thread_limit": None,
+            "target": "host",
+            "specialize": "none",
+        }
 
     def _values(self, change):
         """The active parameters' values: the baseline's, with ``change`` applied."""
@@ -247,8 +373,9 @@ class Space:
     def adopt(self, values):
         """``values`` from another space's trial (the original's, for a source variant) as
         values of this one: what this space cannot take falls back to the baseline's."""
-        return self._values({p.name: values[p.name] for p in self.params
-                             if p.name in values and p.accepts(values[p.name])})
+        return self._values(
+            {p.name: values[p.name] for p in self.params if p.name in values and p.accepts(values[p.name])}
+        )
 
     def defaults(self):
         """Values that describe the first candidate (-O3 for this machine)."""
@@ -288,8 +415,10 @@ class Space:
         if any(name not in values for name in block):
             return []
         params = {p.name: p for p in self.params}
-        return [dict(values, **dict(zip(block, combo)))
-                for combo in itertools.product(*(params[name].values() for name in block))]
+        return [
+            dict(values, **dict(zip(block, combo)))
+            for combo in itertools.product(*(params[name].values() for name in block))
+        ]
 
     def seeds(self):
         """Where the Bayesian search starts: the baseline, then each setting measured to
@@ -316,14 +445,19 @@ class Space:
         geometry, Polly's parallel code, offered with more than one): ``--workers`` decides
         those, and the number of workers is no part of the search (a run resumed with other
         ``--workers`` goes on with the same study)."""
-        desc = [(p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition) for p in self.params
-                if p.name not in ("threads", "num_teams", "thread_limit", "polly_parallel")]
+        desc = [
+            (p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition)
+            for p in self.params
+            if p.name not in ("threads", "num_teams", "thread_limit", "polly_parallel")
+        ]
         return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
 
     def describe(self):
         """One line per parameter: name, values, condition."""
         lines = []
         for p in self.params:
-            lines.append("  %-13s %-32s %s%s" % (p.name, p.values_text(), p.doc,
-                                                 (" [if %s]" % p.condition) if p.condition else ""))
+            lines.append(
+                "  %-13s %-32s %s%s"
+                % (p.name, p.values_text(), p.doc, (" [if %s]" % p.condition) if p.condition else "")
+            )
         return "\n".join(lines)

@@ -80,8 +80,11 @@ def database(url, attempts=5):
 def _lost_race(err):
     """Whether ``err`` is another process's creation of the same tables or rows."""
     name = type(getattr(err, "orig", None) or err).__name__
-    return name in ("UniqueViolation", "DuplicateTable", "DuplicateObject", "IntegrityError") or \
-        "already exists" in str(err) or "duplicate key" in str(err)
+    return (
+        name in ("UniqueViolation", "DuplicateTable", "DuplicateObject", "IntegrityError")
+        or "already exists" in str(err)
+        or "duplicate key" in str(err)
+    )
 
 
 def _driver(url):
@@ -91,7 +94,7 @@ def _driver(url):
         try:
             import psycopg  # noqa: F401
         except ImportError:
-            return "postgresql+psycopg2://" + url[len("postgresql://"):]
+            return "postgresql+psycopg2://" + url[len("postgresql://") :]
     return url
 
 
@@ -108,8 +111,10 @@ def journal(path):
                 except ValueError as err:
                     entry = err
                 if not isinstance(entry, dict) or "op_code" not in entry:
-                    raise R3Error("the study journal %s does not read at line %d: move it aside to start its "
-                                  "studies afresh (the captures stay)" % (path, number))
+                    raise R3Error(
+                        "the study journal %s does not read at line %d: move it aside to start its "
+                        "studies afresh (the captures stay)" % (path, number)
+                    )
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
 
@@ -130,8 +135,10 @@ def migrate(legacy, path):
             source = optuna.storages.RDBStorage("sqlite:///" + legacy)
             studies = source.get_all_studies()
         except Exception as err:  # sqlalchemy's DatabaseError: a truncated or garbage file
-            raise R3Error("the study database %s of an older r3 does not read (%s): move it aside to start "
-                          "afresh (the captures stay)" % (legacy, str(err).splitlines()[0][:200]))
+            raise R3Error(
+                "the study database %s of an older r3 does not read (%s): move it aside to start "
+                "afresh (the captures stay)" % (legacy, str(err).splitlines()[0][:200])
+            )
         target = journal(tmp)
         for study in studies:
             optuna.copy_study(from_study_name=study.study_name, from_storage=source, to_storage=target)

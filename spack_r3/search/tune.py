@@ -64,12 +64,15 @@ class TuneOptions:
     fallback_rules: bool = False  # a failing model endpoint: go on with the rules mutator
     storage: Optional[str] = None  # where the studies are kept (``store.storage``): the workspace's journal
     cluster: Optional[str] = None  # a Dask cluster to evaluate on (``scale.cluster``); None: the local pool
-    kernels_at_once: Optional[int] = None  # kernels searched side by side (``lanes``); None: 1 locally, more on a cluster
+    kernels_at_once: Optional[int] = (
+        None  # kernels searched side by side (``lanes``); None: 1 locally, more on a cluster
+    )
 
 
 @dataclass
 class TunePlan:
     """What ``plan_targets`` chose: the kernels to tune, and why the others are not."""
+
     targets: List[Target] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not tuned"
     caches: List[str] = field(default_factory=list)  # "kernel: the cache state it is measured in, and why"
@@ -112,15 +115,28 @@ def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance
             if cache == AUTO:
                 choice = cachestate.choose(caps[0], captures)
                 state = choice.state
-                plan.caches.append("%s: %stimed with %s caches: %s" % (
-                    name, "unless its recorded calls replay as a sequence, " if len(caps) > 1 else "",
-                    choice.state, choice.reason))
+                plan.caches.append(
+                    "%s: %stimed with %s caches: %s"
+                    % (
+                        name,
+                        "unless its recorded calls replay as a sequence, " if len(caps) > 1 else "",
+                        choice.state,
+                        choice.reason,
+                    )
+                )
             # Several calls recorded in one run are timed as their sequence (replay.sequence).
             sequence = len(caps) > 1 and len({run_key(c) for c in caps}) == 1
-            plan.targets.append(Target(kernel, [workspace.capture_dir(c.id) for c in caps], share,
-                                       bool(caps[0].launch.get("openmp")),
-                                       tolerance=caps[0].tolerance if tolerance is None else tolerance, cache=state,
-                                       sequence=sequence))
+            plan.targets.append(
+                Target(
+                    kernel,
+                    [workspace.capture_dir(c.id) for c in caps],
+                    share,
+                    bool(caps[0].launch.get("openmp")),
+                    tolerance=caps[0].tolerance if tolerance is None else tolerance,
+                    cache=state,
+                    sequence=sequence,
+                )
+            )
     _weigh_as_tuned(plan, captures, named=bool(kernels))
     return plan
 
@@ -141,8 +157,10 @@ def _weigh_as_tuned(plan, captures, named=False):
         t.share = weights[t.kernel]
         if not t.share and not named:
             plan.targets.remove(t)
-            plan.skipped.append("%s: called only by other kernels tuned here, whose builds run it as their own "
-                                "copy" % cxxnames.display(t.kernel))
+            plan.skipped.append(
+                "%s: called only by other kernels tuned here, whose builds run it as their own "
+                "copy" % cxxnames.display(t.kernel)
+            )
 
 
 def kernel_facts(target, cores):
@@ -154,12 +172,19 @@ def kernel_facts(target, cores):
         except Exception:  # replay itself will say what is wrong with this capture
             ir = ""
     built_cpu, built_features = replay_module.built_target(ir, capture.kernel) if ir else ("", "")
-    return KernelFacts(kernel=capture.kernel, parallel=target.parallel, dispatch_loops=replay_module.dispatch_loops(ir),
-                       tolerance=target.tolerance, cores=cores, polly=polly_available(_record_clang(capture)),
-                       teams=backends.of_capture(capture) is backends.OFFLOAD and "@__kmpc_fork_teams(" in ir,
-                       built_target=built_cpu, retarget=bool(ir) and replay_module.behind_host(built_features),
-                       built_fma=replay_module.contracts_fma(built_features),
-                       specialize=tuple(specialize.choices(_constant_args(target, ir))))
+    return KernelFacts(
+        kernel=capture.kernel,
+        parallel=target.parallel,
+        dispatch_loops=replay_module.dispatch_loops(ir),
+        tolerance=target.tolerance,
+        cores=cores,
+        polly=polly_available(_record_clang(capture)),
+        teams=backends.of_capture(capture) is backends.OFFLOAD and "@__kmpc_fork_teams(" in ir,
+        built_target=built_cpu,
+        retarget=bool(ir) and replay_module.behind_host(built_features),
+        built_fma=replay_module.contracts_fma(built_features),
+        specialize=tuple(specialize.choices(_constant_args(target, ir))),
+    )
 
 
 def _constant_args(target, ir):
@@ -168,8 +193,11 @@ def _constant_args(target, ir):
     if not ir:
         return []
     try:
-        return specialize.constant_args([load_capture_dir(c, verify_digests=False) for c in target.captures], ir,
-                                        load_capture_dir(target.captures[0], verify_digests=False).kernel)
+        return specialize.constant_args(
+            [load_capture_dir(c, verify_digests=False) for c in target.captures],
+            ir,
+            load_capture_dir(target.captures[0], verify_digests=False).kernel,
+        )
     except Exception:  # (llvmlite refusing the IR: replay will say what is wrong with it)
         return []
 
@@ -247,11 +275,25 @@ def still_climbing(curve, patience):
 
 def _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn):
     """The outer loop over source variants; returns the kernel's studies as one search."""
-    remix = Remix(workspace, store, target, facts, options.mutator,
-                  RemixOptions(budget=budget, child_budget=options.child_budget, repairs=options.repairs,
-                               sampler=options.sampler, seed=options.seed, pairs=options.pairs,
-                               timeout=options.timeout), patterns,
-                  inherit=[t.params for t in study.best(2)], noise=study.pair_noises())
+    remix = Remix(
+        workspace,
+        store,
+        target,
+        facts,
+        options.mutator,
+        RemixOptions(
+            budget=budget,
+            child_budget=options.child_budget,
+            repairs=options.repairs,
+            sampler=options.sampler,
+            seed=options.seed,
+            pairs=options.pairs,
+            timeout=options.timeout,
+        ),
+        patterns,
+        inherit=[t.params for t in study.best(2)],
+        noise=study.pair_noises(),
+    )
     base_best = max([t.value for t in study.best(1)] + [1.0])
     try:
         # More of the original's own search: while a model answers, or when rewrites run out.
@@ -290,8 +332,13 @@ def confirm_searches(servers, searches, n, **kw):
 
 
 def _confirm_key(study, options):
-    return [len(study.trials()), options.candidates, options.confirm_rounds, options.confirm_pairs,
-            options.mutator.name if options.mutator else "none"]
+    return [
+        len(study.trials()),
+        options.candidates,
+        options.confirm_rounds,
+        options.confirm_pairs,
+        options.mutator.name if options.mutator else "none",
+    ]
 
 
 def _saved_result(study, options):
@@ -313,7 +360,9 @@ def _baseline_problem(pool, target, timeout):
         return None
     if ev.status == COMPILE_ERROR:  # e.g. the record clang is gone: nothing to measure against
         return "its baseline (%s, the kernel as built) does not build: %s" % (
-            format_spec(baseline), (ev.diagnostics.strip().splitlines() or ["?"])[-1])
+            format_spec(baseline),
+            (ev.diagnostics.strip().splitlines() or ["?"])[-1],
+        )
     what = "max relative error %.2g" % ev.max_rel_error if ev.status == WRONG_OUTPUT else ev.status
     return "its baseline (%s, the kernel as built) does not reproduce the recording: %s" % (format_spec(baseline), what)
 
@@ -351,8 +400,10 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
         patterns = Patterns(workspace) if options.mutator else None
         lanes = lane_count(options.kernels_at_once, len(pool.servers), len(targets), options.cluster)
         if lanes > 1:
-            say("searching %d kernels at once, %d of the %d workers each"
-                % (lanes, len(pool.servers) // lanes, len(pool.servers)))
+            say(
+                "searching %d kernels at once, %d of the %d workers each"
+                % (lanes, len(pool.servers) // lanes, len(pool.servers))
+            )
 
         def search(lane, target):
             return _search(workspace, store, lane, target, options, patterns, progress, say, warn)
@@ -374,8 +425,15 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
     # A sequence is kept only when its baseline reproduced every call: checked already.
     checked = target.sequence and _sequence_or_not(pool, target, options.timeout, say)
     facts = kernel_facts(target, pool.cores_per_worker)
-    study = Study(store, target, Space(facts), sampler=options.sampler, seed=options.seed,
-                  pairs=options.pairs, timeout=options.timeout)
+    study = Study(
+        store,
+        target,
+        Space(facts),
+        sampler=options.sampler,
+        seed=options.seed,
+        pairs=options.pairs,
+        timeout=options.timeout,
+    )
     try:
         if not study.trials() and not checked:  # a resumed study had its baseline checked
             problem = _baseline_problem(pool, target, options.timeout)
@@ -387,8 +445,9 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
             # a time runs it; one that waited resumes what the other left, spent.
             with exclusive(workspace, ["remix " + study.name]):
                 study.refresh()
-                study = _remix(workspace, store, target, facts, study, pool, options, remix_budget,
-                               patterns, progress, say, warn)
+                study = _remix(
+                    workspace, store, target, facts, study, pool, options, remix_budget, patterns, progress, say, warn
+                )
     except R3Error as err:
         if isinstance(err, ModelError):
             raise
@@ -402,6 +461,7 @@ def open_pool(workspace, options, say):
     if not options.cluster:
         return ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir)
     from ..scale.cluster import open_pool as open_dask_pool  # Dask only where asked for
+
     pool = open_dask_pool(options.cluster, workspace, options.timeout, say)
     say(pool.describe())
     return pool
@@ -418,17 +478,39 @@ def _confirmed_results(pool, studied, options, say):
     # On a cluster every winner is confirmed on one worker: its rounds' ratios pool only
     # times from one node (``scale.pool.DaskPool.confirm_servers``).
     confirmers = getattr(pool, "confirm_servers", pool.servers)
-    confirmed = dict(zip((s.name for _, s in todo),
-                         confirm_searches(confirmers, candidates, options.candidates,
-                                          rounds=options.confirm_rounds, pairs=options.confirm_pairs,
-                                          timeout=options.timeout, progress=say)
-                         if todo else []))
+    confirmed = dict(
+        zip(
+            (s.name for _, s in todo),
+            confirm_searches(
+                confirmers,
+                candidates,
+                options.candidates,
+                rounds=options.confirm_rounds,
+                pairs=options.confirm_pairs,
+                timeout=options.timeout,
+                progress=say,
+            )
+            if todo
+            else [],
+        )
+    )
     picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
     picked = [(t, s, best) for t, s, best in picked if best]
-    again = dict(zip((s.name for _, s, _ in picked),
-                     measure_again(confirmers, [(t, best.variant) for t, _, best in picked],
-                                   rounds=options.confirm_rounds, pairs=options.confirm_pairs,
-                                   timeout=options.timeout, progress=say) if picked else []))
+    again = dict(
+        zip(
+            (s.name for _, s, _ in picked),
+            measure_again(
+                confirmers,
+                [(t, best.variant) for t, _, best in picked],
+                rounds=options.confirm_rounds,
+                pairs=options.confirm_pairs,
+                timeout=options.timeout,
+                progress=say,
+            )
+            if picked
+            else [],
+        )
+    )
     results = []
     for target, study in studied:
         if study.name in confirmed:

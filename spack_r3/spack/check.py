@@ -46,6 +46,7 @@ from .record import install, open_site, with_clang
 @dataclass
 class KernelCheck:
     """One tuned kernel's time inside the application, untuned against tuned."""
+
     kernel: str
     calls: int
     untuned_s: float  # medians of the timed runs (inclusive time, summed over threads)
@@ -93,8 +94,17 @@ def fidelity(measured, predicted):
 
 def _timed(command, cwd, env, timeout):
     start = time.perf_counter()
-    proc = subprocess.run(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", timeout=timeout)
+    proc = subprocess.run(
+        command,
+        shell=True,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+    )
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         tail = [l for l in proc.stdout.splitlines() if l.strip()][-1:] or ["(no output)"]
@@ -102,8 +112,19 @@ def _timed(command, cwd, env, timeout):
     return seconds
 
 
-def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repos=(), repo_root=None,
-              timeout=600, say=None, kernel_pairs=3):
+def check_app(
+    workspace,
+    emitted,
+    spec,
+    run,
+    pairs=5,
+    user_scopes=(),
+    extra_repos=(),
+    repo_root=None,
+    timeout=600,
+    say=None,
+    kernel_pairs=3,
+):
     """Build ``spec`` +r3 and ~r3 from the tuned repository and time ``run`` in both; then,
     with ``kernel_pairs``, the timed builds for each tuned kernel's time in the run."""
     say = say or (lambda line: None)
@@ -122,8 +143,10 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
         for flag in order:
             runs[flag].append(_timed(run, builds[flag].cwd, builds[flag].env, timeout))
         ratios.append(runs["~r3"][-1] / runs["+r3"][-1])
-        say("pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)" % (i + 1, pairs, runs["~r3"][-1], runs["+r3"][-1],
-                                                                ratios[-1]))
+        say(
+            "pair %d/%d: untuned %.3fs, tuned %.3fs (%.2fx)"
+            % (i + 1, pairs, runs["~r3"][-1], runs["+r3"][-1], ratios[-1])
+        )
     kernels, kernels_error = [], None
     if kernel_pairs > 0:
         try:
@@ -140,10 +163,26 @@ def check_app(workspace, emitted, spec, run, pairs=5, user_scopes=(), extra_repo
     guards = guard_counts(emitted.plan, guard_log)
     for g in guards:
         say("%s: its guard matched the recorded arguments in %d of %d calls" % (g["kernel"], g["hits"], g["calls"]))
-    return AppCheck(emitted.package, emitted.target, pairs, statistics.median(runs["~r3"]),
-                    statistics.median(runs["+r3"]), measured, min(ratios), max(ratios), predicted,
-                    fidelity(measured, predicted), builds["+r3"].prefix, builds["~r3"].prefix, run, kernels,
-                    kernels_error, shares_from, recorded, guards)
+    return AppCheck(
+        emitted.package,
+        emitted.target,
+        pairs,
+        statistics.median(runs["~r3"]),
+        statistics.median(runs["+r3"]),
+        measured,
+        min(ratios),
+        max(ratios),
+        predicted,
+        fidelity(measured, predicted),
+        builds["+r3"].prefix,
+        builds["~r3"].prefix,
+        run,
+        kernels,
+        kernels_error,
+        shares_from,
+        recorded,
+        guards,
+    )
 
 
 def guard_counts(plan, log):
@@ -155,8 +194,12 @@ def guard_counts(plan, log):
         c = counts.setdefault(planned_symbol(name), [0, 0])
         c[0] += calls
         c[1] += hits
-    return [{"kernel": k.symbol, "calls": counts.get(k.symbol, [0, 0])[0], "hits": counts.get(k.symbol, [0, 0])[1]}
-            for u in plan.units for k in u.kernels if specialized(k.pipeline)]
+    return [
+        {"kernel": k.symbol, "calls": counts.get(k.symbol, [0, 0])[0], "hits": counts.get(k.symbol, [0, 0])[1]}
+        for u in plan.units
+        for k in u.kernels
+        if specialized(k.pipeline)
+    ]
 
 
 @dataclass
@@ -175,8 +218,9 @@ def _builds(site, spec, base, flags, say):
         prefix = install(site, with_clang(spec, flag), os.path.join(base, name), "the %s build" % flag).prefix
         cwd = os.path.join(base, "run-" + name)
         os.makedirs(cwd, exist_ok=True)
-        out[flag] = _Build(prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep
-                                        + os.environ.get("PATH", "")), cwd)
+        out[flag] = _Build(
+            prefix, dict(os.environ, PATH=os.path.join(prefix, "bin") + os.pathsep + os.environ.get("PATH", "")), cwd
+        )
     return out
 
 
@@ -200,27 +244,47 @@ def check_kernels(site, emitted, spec, run, base, pairs, timeout, say):
     for unit in emitted.plan.units:
         for k in unit.kernels:
             key = planned_symbol(k.symbol)  # (an offload region: its function and line)
-            pairs_seen = [(u[key], t[key]) for u, t in zip(times["~r3+r3probes"], times["+r3+r3probes"])
-                          if key in u and key in t and t[key].seconds > 0]
+            pairs_seen = [
+                (u[key], t[key])
+                for u, t in zip(times["~r3+r3probes"], times["+r3+r3probes"])
+                if key in u and key in t and t[key].seconds > 0
+            ]
             if not pairs_seen:
                 called = any(key in u for u in times["~r3+r3probes"])
-                say("%s: %s" % (k.symbol, "called only by other tuned kernels (as their own copies)" if called
-                                else "not called in the timed runs"))
+                say(
+                    "%s: %s"
+                    % (
+                        k.symbol,
+                        "called only by other tuned kernels (as their own copies)"
+                        if called
+                        else "not called in the timed runs",
+                    )
+                )
                 continue
             ratios = [u.seconds / t.seconds for u, t in pairs_seen]
             measured = statistics.median(ratios)
-            out.append(KernelCheck(k.symbol, pairs_seen[0][1].calls,
-                                   statistics.median(u.seconds for u, _ in pairs_seen),
-                                   statistics.median(t.seconds for _, t in pairs_seen), measured, min(ratios),
-                                   max(ratios), k.speedup, fidelity(measured, k.speedup),
-                                   statistics.median(u.share for u, _ in pairs_seen),
-                                   statistics.median(u.outer_share for u, _ in pairs_seen)))
+            out.append(
+                KernelCheck(
+                    k.symbol,
+                    pairs_seen[0][1].calls,
+                    statistics.median(u.seconds for u, _ in pairs_seen),
+                    statistics.median(t.seconds for _, t in pairs_seen),
+                    measured,
+                    min(ratios),
+                    max(ratios),
+                    k.speedup,
+                    fidelity(measured, k.speedup),
+                    statistics.median(u.share for u, _ in pairs_seen),
+                    statistics.median(u.outer_share for u, _ in pairs_seen),
+                )
+            )
     return out
 
 
 @dataclass
 class _KernelTime:
     """One kernel in one timed run."""
+
     seconds: float = 0.0  # inclusive, summed over threads
     calls: int = 0
     share: float = 0.0  # of the run: its own code (record.profiles.share_of)

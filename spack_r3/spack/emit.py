@@ -60,8 +60,9 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
     (``gpu_required``: a ``gpu`` for a plan of host kernels is an error, not ignored)."""
     record, facts = latest_spack_record(workspace, package)
     if record is None:
-        raise R3Error("nothing recorded for %s: run spack r3 record %s (or spack r3 tune %s) first"
-                      % (package, package, package))
+        raise R3Error(
+            "nothing recorded for %s: run spack r3 record %s (or spack r3 tune %s) first" % (package, package, package)
+        )
     target = facts.get("target") or "unknown"
     plan = Plan(target, facts=dict(facts, emitted=datetime.datetime.now().isoformat(timespec="seconds")))
     asked = gpu_target(gpu) if gpu else None
@@ -77,8 +78,10 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
         if not clearly_above(result.speedup, 1.0):
             # A few percent in replay does not survive into the application (heat's stencil:
             # 1.013x confirmed, 0.99x in the app), and is no reason to relax its FP semantics.
-            skipped.append("%s: %.3fx over the build is within noise (a variant needs above %.3fx)"
-                           % (result.kernel, result.speedup, 1 + INDISTINCT))
+            skipped.append(
+                "%s: %.3fx over the build is within noise (a variant needs above %.3fx)"
+                % (result.kernel, result.speedup, 1 + INDISTINCT)
+            )
             continue
         variant = Variant.from_json(result.variant)
         rel = _relative(capture.source_file, facts.get("source_root"))
@@ -91,7 +94,9 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
         if variant.source_patch:
             clash = {k for k, v in variant.source_defines.items() if unit.defines.get(k, v) != v}
             if clash:
-                skipped.append("%s: its knobs clash with another kernel's: %s" % (result.kernel, ", ".join(sorted(clash))))
+                skipped.append(
+                    "%s: its knobs clash with another kernel's: %s" % (result.kernel, ", ".join(sorted(clash)))
+                )
                 continue
             try:  # rewrites of different kernels of one unit must compose
                 texts[rel].add(variant.source_patch)
@@ -99,12 +104,23 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
                 skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
                 continue
             unit.defines.update(variant.source_defines)
-        unit.kernels.append(PlannedKernel(result.kernel, variant.pipeline.to_json(), variant.launch.to_json(),
-                                          result.relaxes_fp, result.speedup, result.share, variant.source_rule))
+        unit.kernels.append(
+            PlannedKernel(
+                result.kernel,
+                variant.pipeline.to_json(),
+                variant.launch.to_json(),
+                result.relaxes_fp,
+                result.speedup,
+                result.share,
+                variant.source_rule,
+            )
+        )
         device = device or backends.of_capture(capture) is not backends.HOST
     if asked and gpu_required and units and not device:
-        raise R3Error("--gpu %s: the tuned kernels of %s are host kernels; a GPU target keys device kernels only"
-                      % (asked, package))
+        raise R3Error(
+            "--gpu %s: the tuned kernels of %s are host kernels; a GPU target keys device kernels only"
+            % (asked, package)
+        )
     key = asked or (recorded_gpu(facts.get("spec")) if device else None)
     plan.gpu = key.name if key else None  # host plans: no GPU, their files and digests as before
     for n, (rel, unit) in enumerate(sorted(units.items())):
@@ -154,7 +170,8 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
         # spec with the GPU would get both plans' patches of the same sources.
         if other.target == plan.target and bool(other.gpu) != bool(plan.gpu):
             for path in [os.path.join(directory, "r3-%s.json" % other.name())] + glob.glob(
-                    os.path.join(directory, "r3-%s-[0-9]*.patch" % other.name())):
+                os.path.join(directory, "r3-%s-[0-9]*.patch" % other.name())
+            ):
                 os.remove(path)
             skipped.append("the plan for %s is replaced by this one for %s" % (other.spec_keys(), plan.spec_keys()))
     for name, text in patches.items():

@@ -14,8 +14,10 @@ import sys
 def _launch(real_var):
     real = os.environ.get(real_var)
     if not real:
-        print("r3-spack: %s is not set (this launcher runs inside a Spack build of an r3 package)" % real_var,
-              file=sys.stderr)
+        print(
+            "r3-spack: %s is not set (this launcher runs inside a Spack build of an r3 package)" % real_var,
+            file=sys.stderr,
+        )
         return 2
     argv = [real] + sys.argv[1:]
     which = os.environ.get("R3_SPACK_LAUNCHER", "")

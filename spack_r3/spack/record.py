@@ -64,8 +64,9 @@ def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
     record_repo = create_repo(os.path.join(root, "r3record"), "r3record", layout)
     first = front_repo or record_repo.path
     repos = [first] + [os.path.abspath(r) for r in extra_repos]
-    sandbox = make_sandbox(os.path.join(root, "sandbox"), repos=repos,
-                           scope_name="scope" if front_repo is None else "scope-check")
+    sandbox = make_sandbox(
+        os.path.join(root, "sandbox"), repos=repos, scope_name="scope" if front_repo is None else "scope-check"
+    )
     _write_compilers(spack, sandbox.scope)
     return SpackSite(spack.with_scopes(sandbox.scope), sandbox, layout, record_repo)
 
@@ -88,9 +89,20 @@ def _write_compilers(spack, scope):
     if not res.ok:
         raise R3Error("spack arch failed: %s" % (res.error_lines() or [res.output.strip()])[-1])
     import platform
-    data = {"compilers": [{"compiler": {
-        "spec": "clang@=%s" % version, "paths": {"cc": clang, "cxx": cxx, "f77": None, "fc": None},
-        "operating_system": res.stdout.strip(), "target": platform.machine(), "modules": []}}]}
+
+    data = {
+        "compilers": [
+            {
+                "compiler": {
+                    "spec": "clang@=%s" % version,
+                    "paths": {"cc": clang, "cxx": cxx, "f77": None, "fc": None},
+                    "operating_system": res.stdout.strip(),
+                    "target": platform.machine(),
+                    "modules": [],
+                }
+            }
+        ]
+    }
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
 
@@ -111,9 +123,11 @@ def _write_llvm_external(scope):
     compilers = {"c": clang}
     if clangxx_beside(clang):
         compilers["cxx"] = clangxx_beside(clang)
-    external = {"spec": "llvm@%s+clang~flang~lld~lldb" % version,
-                "prefix": os.path.dirname(os.path.dirname(clang)),
-                "extra_attributes": {"compilers": compilers}}
+    external = {
+        "spec": "llvm@%s+clang~flang~lld~lldb" % version,
+        "prefix": os.path.dirname(os.path.dirname(clang)),
+        "extra_attributes": {"compilers": compilers},
+    }
     data.setdefault("packages", {}).setdefault("llvm", {})["externals"] = [external]
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
@@ -132,7 +146,7 @@ def with_clang(spec, variants=""):
     if not variants:
         return spec
     m = re.search(r"\s*[%^]", spec)
-    return spec[:m.start()] + " " + variants + " " + spec[m.start():].lstrip()
+    return spec[: m.start()] + " " + variants + " " + spec[m.start() :].lstrip()
 
 
 @dataclass
@@ -215,8 +229,20 @@ def run_command(site, installed, run):
     return " ".join(shlex.quote(a) for a in site.spack.argv("test", "run", "/" + installed.hash))
 
 
-def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=None, timeout=None, user_scopes=(),
-                extra_repos=(), progress=None, output=None, source=None):
+def record_spec(
+    workspace,
+    spec,
+    run=None,
+    kernels=(),
+    instances=1,
+    tolerance=None,
+    timeout=None,
+    user_scopes=(),
+    extra_repos=(),
+    progress=None,
+    output=None,
+    source=None,
+):
     """Build ``spec`` with probes through Spack, run it, ingest captures (a RecordResult).
     A package without a recipe gets one from the recipe stage first, from ``source`` (a
     source directory, tarball or URL)."""
@@ -231,8 +257,9 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
         site = open_site(workspace, user_scopes, extra_repos)
         recipe = site.find_recipe(name)
     if recipe is None:
-        raise R3Error("unknown package %s: no recipe in Spack's repositories (give --source DIR or URL to "
-                      "generate one)" % name)
+        raise R3Error(
+            "unknown package %s: no recipe in Spack's repositories (give --source DIR or URL to generate one)" % name
+        )
     namespace, recipe_path, parent_layout = recipe
     if not run and not has_tests(recipe_path):
         raise R3Error("%s declares no stand-alone test to run: give --run CMD" % name)
@@ -244,8 +271,10 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     # The subclass imports the recipe the way its own repository's layout says (Spack 1.x
     # reads v1 repositories too, as ``spack.pkg.<ns>``), whatever the record repository's is.
     site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, {k: env[k] for k in keys}))
-    say("building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
-        % (with_clang(spec), namespace))
+    say(
+        "building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
+        % (with_clang(spec), namespace)
+    )
     request = spack_request(spec, run, kernels, instances, tolerance)  # the tree as the build copies it
     # A rebuild every time: the build writes into this record's directory.
     installed = install(site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True)
@@ -254,15 +283,38 @@ def record_spec(workspace, spec, run=None, kernels=(), instances=1, tolerance=No
     os.makedirs(cwd, exist_ok=True)
     env.update({k: v for k, v in site.spack.environment().items() if k.startswith("SPACK")})
     env["PATH"] = os.path.join(installed.prefix, "bin") + os.pathsep + env.get("PATH", "")
-    result = session.run_and_ingest(workspace, request, run_dir, record_dir, env, command, cwd, kernels=kernels,
-                                    tolerance=tolerance, timeout=timeout, say=say, output=output,
-                                    build_log=os.path.join(run_dir, "spack", "install.log"))
-    _add_spack_facts(run_dir, {"package": name, "namespace": namespace, "spec": spec, "hash": installed.hash,
-                               "version": installed.version, "target": installed.target,
-                               "compiler": installed.compiler, "prefix": installed.prefix, "layout": site.layout,
-                               "parent_layout": parent_layout,
-                               "repos": [os.path.abspath(r) for r in extra_repos],
-                               "source_root": installed.source_dir or _source_root(result.captures)})
+    result = session.run_and_ingest(
+        workspace,
+        request,
+        run_dir,
+        record_dir,
+        env,
+        command,
+        cwd,
+        kernels=kernels,
+        tolerance=tolerance,
+        timeout=timeout,
+        say=say,
+        output=output,
+        build_log=os.path.join(run_dir, "spack", "install.log"),
+    )
+    _add_spack_facts(
+        run_dir,
+        {
+            "package": name,
+            "namespace": namespace,
+            "spec": spec,
+            "hash": installed.hash,
+            "version": installed.version,
+            "target": installed.target,
+            "compiler": installed.compiler,
+            "prefix": installed.prefix,
+            "layout": site.layout,
+            "parent_layout": parent_layout,
+            "repos": [os.path.abspath(r) for r in extra_repos],
+            "source_root": installed.source_dir or _source_root(result.captures),
+        },
+    )
     return result
 
 
@@ -273,12 +325,17 @@ def generate_recipe(workspace, site, name, source, user_scopes, say):
     from ..recipe.pipeline import RecipeRequest, make_recipe
 
     say("%s has no recipe: generating one from %s" % (name, source))
-    request = RecipeRequest(name=name, source=source, model=model_client.resolve(None, None, None),
-                            spack_scopes=list(user_scopes) + [site.sandbox.scope])
+    request = RecipeRequest(
+        name=name,
+        source=source,
+        model=model_client.resolve(None, None, None),
+        spack_scopes=list(user_scopes) + [site.sandbox.scope],
+    )
     result = make_recipe(request, workspace, say)
     if not result.ok or not result.repo:
-        raise R3Error("no recipe for %s: the recipe stage ended %s (attempts in %s)"
-                      % (name, result.status, result.directory))
+        raise R3Error(
+            "no recipe for %s: the recipe stage ended %s (attempts in %s)" % (name, result.status, result.directory)
+        )
     say("recipe for %s: %s" % (name, result.recipe))
     return result.repo
 
@@ -288,7 +345,7 @@ def _source_root(captures):
     for c in captures:
         parts = c.source_file.split(os.sep)
         if "spack-src" in parts:
-            return os.sep.join(parts[:parts.index("spack-src") + 1])
+            return os.sep.join(parts[: parts.index("spack-src") + 1])
     return None
 
 
@@ -309,15 +366,23 @@ def previous_spack_record(workspace, spec, run=None, kernels=(), instances=1, to
 def spack_request(spec, run, kernels, instances, tolerance):
     """How a spec was recorded, as record.json keeps it: a ``dev_path`` tree by its content
     (Spack keys other sources on their checksum, in the spec's version)."""
-    return {"spec": spec, "package": package_name(spec), "run": run, "kernels": sorted(kernels),
-            "instances": instances, "tolerance": tolerance, "dev_tree": devpath.tree_digest(spec),
-            "compiler": session.compiler_identity(find_clang())}
+    return {
+        "spec": spec,
+        "package": package_name(spec),
+        "run": run,
+        "kernels": sorted(kernels),
+        "instances": instances,
+        "tolerance": tolerance,
+        "dev_tree": devpath.tree_digest(spec),
+        "compiler": session.compiler_identity(find_clang()),
+    }
 
 
 def latest_spack_record(workspace, package):
     """(RecordResult, its spack facts) of the package's latest record, or (None, None)."""
-    found = session.find_record(workspace, lambda data: (data.get("spack") or {}).get("package") == package,
-                                with_data=True)
+    found = session.find_record(
+        workspace, lambda data: (data.get("spack") or {}).get("package") == package, with_data=True
+    )
     if not found:
         return None, None
     result, data = found

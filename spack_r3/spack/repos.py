@@ -93,7 +93,9 @@ def open_repo(path):
     path = os.path.abspath(path)
     if os.path.isfile(os.path.join(path, "repo.yaml")):
         ns, api = _read_namespace(os.path.join(path, "repo.yaml"))
-        layout = "v2" if (api and api.startswith("v2")) or os.path.basename(os.path.dirname(path)) == "spack_repo" else "v1"
+        layout = (
+            "v2" if (api and api.startswith("v2")) or os.path.basename(os.path.dirname(path)) == "spack_repo" else "v1"
+        )
         return Repo(ns or os.path.basename(path), path, layout)
     sr = os.path.join(path, "spack_repo")
     if os.path.isdir(sr):
@@ -163,9 +165,14 @@ VARIANT_RE = re.compile(r"variant\(\s*[\"']([\w-]+)[\"']")
 PROVIDES_RE = re.compile(r"provides\(\s*((?:[\"'][^\"']+[\"']\s*,?\s*)+)")
 
 BUILD_SYSTEM_BASES = {
-    "CMakePackage": "cmake", "CachedCMakePackage": "cmake", "AutotoolsPackage": "autotools",
-    "MakefilePackage": "makefile", "MesonPackage": "meson", "PythonPackage": "python",
-    "Package": "generic", "BundlePackage": "bundle",
+    "CMakePackage": "cmake",
+    "CachedCMakePackage": "cmake",
+    "AutotoolsPackage": "autotools",
+    "MakefilePackage": "makefile",
+    "MesonPackage": "meson",
+    "PythonPackage": "python",
+    "Package": "generic",
+    "BundlePackage": "bundle",
 }
 
 
@@ -203,8 +210,9 @@ def recipe_info(name, namespace, path, text=None, layout="v1"):
     for m in PROVIDES_RE.finditer(text):
         for v in re.findall(r"[\"']([^\"']+)[\"']", m.group(1)):
             provides.add(re.split(r"[@+~ ]", v)[0])
-    return RecipeInfo(name, namespace, path, systems, set(DEP_RE.findall(text)),
-                      set(VARIANT_RE.findall(text)), provides, layout)
+    return RecipeInfo(
+        name, namespace, path, systems, set(DEP_RE.findall(text)), set(VARIANT_RE.findall(text)), provides, layout
+    )
 
 
 class PackageIndex:

@@ -50,8 +50,8 @@ class SpackResult:
             elif line.lstrip().startswith("==>"):
                 going_on = False
             elif going_on and line.strip():
-                out[-1] = (out[-1] + " " + " ".join(line.split()))
-        return [e if len(e) <= MAX_ERROR else e[:MAX_ERROR - 3] + "..." for e in out]
+                out[-1] = out[-1] + " " + " ".join(line.split())
+        return [e if len(e) <= MAX_ERROR else e[: MAX_ERROR - 3] + "..." for e in out]
 
 
 @dataclass
@@ -115,6 +115,7 @@ class Spack:
         if not env.get("SPACK_PYTHON"):
             try:  # our interpreter has clingo: let Spack use it (no bootstrap offline)
                 import clingo  # noqa: F401
+
                 env["SPACK_PYTHON"] = sys.executable
             except ImportError:
                 pass
@@ -134,12 +135,20 @@ class Spack:
         full_env = self.environment()
         full_env.update(env or {})
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                                  timeout=timeout or self.timeout, cwd=cwd, env=full_env)
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout or self.timeout,
+                cwd=cwd,
+                env=full_env,
+            )
         except subprocess.TimeoutExpired as err:
             out = err.stdout if isinstance(err.stdout, str) else ""
-            return SpackResult(argv, 124, out, "spack timed out after %ss" % (timeout or self.timeout),
-                               time.monotonic() - start)
+            return SpackResult(
+                argv, 124, out, "spack timed out after %ss" % (timeout or self.timeout), time.monotonic() - start
+            )
         except OSError as err:
             raise R3Error("cannot run %s: %s" % (self.exe, err))
         return SpackResult(argv, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)

@@ -22,7 +22,7 @@ class Sandbox:
     root: str
     scope: str
     install_root: str
-    externals: Dict[str, str] = field(default_factory=dict)   # name -> "spec@version prefix"
+    externals: Dict[str, str] = field(default_factory=dict)  # name -> "spec@version prefix"
 
 
 def _version(cmd, pattern=r"(\d+\.\d+(?:\.\d+)?)"):
@@ -43,9 +43,13 @@ def find_externals(extra_bin_dirs=()) -> Dict[str, dict]:
         p = shutil.which(exe, path=path)
         return (os.path.dirname(os.path.dirname(p)), p) if p else (None, None)
 
-    for pkg, exe, args in (("cmake", "cmake", ["--version"]), ("gmake", "make", ["--version"]),
-                           ("ninja", "ninja", ["--version"]), ("meson", "meson", ["--version"]),
-                           ("pkgconf", "pkgconf", ["--version"])):
+    for pkg, exe, args in (
+        ("cmake", "cmake", ["--version"]),
+        ("gmake", "make", ["--version"]),
+        ("ninja", "ninja", ["--version"]),
+        ("meson", "meson", ["--version"]),
+        ("pkgconf", "pkgconf", ["--version"]),
+    ):
         prefix, p = which(exe)
         if not p and pkg == "pkgconf":
             prefix, p = which("pkg-config")
@@ -76,8 +80,9 @@ def make_sandbox(root, repos=(), extra_bin_dirs=(), seed_cache=True, scope_name=
     root = os.path.abspath(root)
     scope = os.path.join(root, scope_name)
     misc = os.path.join(root, "misc-cache")
-    user_cache = os.path.join(os.environ.get("SPACK_USER_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".spack"),
-                              "cache")
+    user_cache = os.path.join(
+        os.environ.get("SPACK_USER_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".spack"), "cache"
+    )
     if seed_cache and not os.path.isdir(misc) and os.path.isdir(user_cache):
         shutil.copytree(user_cache, misc, ignore=shutil.ignore_patterns("*.lock"))
     externals = find_externals(extra_bin_dirs)
@@ -98,5 +103,9 @@ def make_sandbox(root, repos=(), extra_bin_dirs=(), seed_cache=True, scope_name=
     }
     extra = {"mirrors.yaml": {"mirrors:": {}}}
     write_scope(scope, repos=repos, config=config, packages=packages, extra=extra)
-    return Sandbox(root, scope, config["install_tree"]["root"],
-                   {k: "%s %s" % (v["spec"], v["prefix"]) for k, v in externals.items()})
+    return Sandbox(
+        root,
+        scope,
+        config["install_tree"]["root"],
+        {k: "%s %s" % (v["spec"], v["prefix"]) for k, v in externals.items()},
+    )

@@ -24,6 +24,7 @@ from .emit import tuned_plans
 @dataclass
 class KernelStatus:
     """One tuned kernel: replay's speedup and, after a check, its speedup inside the application."""
+
     kernel: str
     predicted: float
     measured: Optional[float] = None
@@ -86,9 +87,15 @@ def status(repo_root, recipe_text_of=None, package=None):
             check = facts.get("check") or {}
             # After a check, its prediction: from the timed build's shares, where a tuned kernel
             # called by another counts once (the recorded shares count it in both).
-            st = TargetStatus(name, target, [k.symbol for u in plan.units for k in u.kernels],
-                              check.get("predicted_app_speedup") or plan.predicted_app_speedup(),
-                              check.get("app_speedup"), facts.get("version"), facts.get("compiler"))
+            st = TargetStatus(
+                name,
+                target,
+                [k.symbol for u in plan.units for k in u.kernels],
+                check.get("predicted_app_speedup") or plan.predicted_app_speedup(),
+                check.get("app_speedup"),
+                facts.get("version"),
+                facts.get("compiler"),
+            )
             st.kernel_speedups = kernel_speedups(plan)
             text = recipe_text_of(name) if recipe_text_of else None
             now = preferred_version(text) if text else None
@@ -98,9 +105,10 @@ def status(repo_root, recipe_text_of=None, package=None):
             if clang and tuned_clang and clang != tuned_clang:
                 st.stale.append("compiler: tuned with clang %s, this machine's is %s" % (tuned_clang, clang))
             if emitted_by and emitted_by != current:
-                st.stale.append("r3: emitted by an r3 that builds tuned units differently (toolchain %s, this "
-                                "one's %s); a build now uses this one's stages, not the measured ones"
-                                % (emitted_by, current))
+                st.stale.append(
+                    "r3: emitted by an r3 that builds tuned units differently (toolchain %s, this "
+                    "one's %s); a build now uses this one's stages, not the measured ones" % (emitted_by, current)
+                )
             st.stale += _source_changes(plan, repo_root, name)
             st.stale += unmatched_guards(plan)
             out.append(st)
@@ -128,8 +136,11 @@ def kernel_speedups(plan):
     for unit in plan.units:
         for k in unit.kernels:
             t = timed.get(k.symbol)
-            out.append(KernelStatus(k.symbol, k.speedup, *((t["app_speedup"], t["app_speedup_min"],
-                                                              t["app_speedup_max"]) if t else ())))
+            out.append(
+                KernelStatus(
+                    k.symbol, k.speedup, *((t["app_speedup"], t["app_speedup_min"], t["app_speedup_max"]) if t else ())
+                )
+            )
     return out
 
 
@@ -140,9 +151,10 @@ def unmatched_guards(plan):
     out = []
     for g in (plan.facts.get("check") or {}).get("guards") or []:
         if g["calls"] and not g["hits"]:
-            out.append("guard: %s is specialized on recorded arguments that none of its %d calls in the check "
-                       "run had (the run used other sizes than the recording): its original ran"
-                       % (g["kernel"], g["calls"]))
+            out.append(
+                "guard: %s is specialized on recorded arguments that none of its %d calls in the check "
+                "run had (the run used other sizes than the recording): its original ran" % (g["kernel"], g["calls"])
+            )
     return out
 
 

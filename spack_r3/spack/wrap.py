@@ -46,7 +46,7 @@ def parent_module(namespace, name, layout):
 # languages (``self.compiler`` is only a deprecated adaptor there, which raises for a
 # language the package does not use: a C-only package has no ``cxx``); 0.x has
 # ``self.compiler``.
-_COMPILERS = '''
+_COMPILERS = """
     def _r3_compilers(self):
         found = []
         for lang, attr in (("c", "cc"), ("cxx", "cxx")):
@@ -79,7 +79,7 @@ _COMPILERS = '''
         if cxx:
             env.set("R3_REAL_CXX", cxx)
             env.set("SPACK_CXX", os.path.join(_r3_hooks(), "r3-spack-cxx"))
-'''
+"""
 
 
 _COMPILER_PROXY = '''
@@ -105,16 +105,20 @@ class _R3Compiler:
 def _header(namespace, name, layout, what):
     module = parent_module(namespace, name, layout)
     cls = class_name(name)
-    return ["# %s" % what,
-            "import os",
-            "",
-            "from spack.package import *",
-            "from %s import *  # the recipe, and the builder classes it defines" % module,
-            "from %s import %s as _R3Original" % (module, cls),
-            "",
-            "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper) were here",
-            "R3_HOOKS_AT_EMIT = %r" % HOOK_DIR,
-            "", _HOOKS, _COMPILER_PROXY]
+    return [
+        "# %s" % what,
+        "import os",
+        "",
+        "from spack.package import *",
+        "from %s import *  # the recipe, and the builder classes it defines" % module,
+        "from %s import %s as _R3Original" % (module, cls),
+        "",
+        "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper) were here",
+        "R3_HOOKS_AT_EMIT = %r" % HOOK_DIR,
+        "",
+        _HOOKS,
+        _COMPILER_PROXY,
+    ]
 
 
 def record_package(namespace, name, layout, env):
@@ -123,19 +127,22 @@ def record_package(namespace, name, layout, env):
     ``env``, so each record is a new hash: Spack builds it again instead of reusing."""
     cls = class_name(name)
     lines = _header(namespace, name, layout, "Written by spack-r3 (r3 record): %s built with probes." % name)
-    lines += ["", "class %s(_R3Original):" % cls,
-              "    r3_record_env = %s" % _literal(env).replace("\n", "\n    "),
-              "",
-              "    def setup_build_environment(self, env):",
-              "        super().setup_build_environment(env)",
-              "        for key, value in self.r3_record_env.items():",
-              "            env.set(key, value)",
-              '        self._r3_launch(env, "record")',
-              "",
-              "    def setup_run_environment(self, env):",
-              "        super().setup_run_environment(env)",
-              "        for key, value in self.r3_record_env.items():",
-              "            env.set(key, value)"]
+    lines += [
+        "",
+        "class %s(_R3Original):" % cls,
+        "    r3_record_env = %s" % _literal(env).replace("\n", "\n    "),
+        "",
+        "    def setup_build_environment(self, env):",
+        "        super().setup_build_environment(env)",
+        "        for key, value in self.r3_record_env.items():",
+        "            env.set(key, value)",
+        '        self._r3_launch(env, "record")',
+        "",
+        "    def setup_run_environment(self, env):",
+        "        super().setup_run_environment(env)",
+        "        for key, value in self.r3_record_env.items():",
+        "            env.set(key, value)",
+    ]
     return "\n".join(lines) + "\n" + _COMPILERS
 
 
@@ -145,18 +152,26 @@ def tuned_package(namespace, name, layout, targets):
     ``r3-<name>.json`` beside the recipe) and patches; each is built for its spec keys
     (``target=zen3``; ``target=zen3 cuda_arch=90`` for device kernels tuned for sm_90)."""
     cls = class_name(name)
-    lines = _header(namespace, name, layout,
-                    "Written by spack-r3 (spack r3 emit): %s with the kernels r3 tune measured, per target. "
-                    "Emit rewrites this file from the r3-<target>.json plans beside it." % name)
+    lines = _header(
+        namespace,
+        name,
+        layout,
+        "Written by spack-r3 (spack r3 emit): %s with the kernels r3 tune measured, per target. "
+        "Emit rewrites this file from the r3-<target>.json plans beside it." % name,
+    )
     # The digests are in the package's text so that Spack's hash of the package follows
     # them: a new plan, or an r3 that builds differently, is a new install, never the old one.
-    lines += ["# target -> (the plan r3-apply builds: kernels, pipelines, launch settings, FP labels; its digest)",
-              "R3_PLANS = %s" % _literal({t: ("r3-%s.json" % t, targets[t].build_digest()) for t in sorted(targets)}),
-              "# what builds the planned units (spack-r3's r3-apply, replay's stages, the timed builds' runtime)",
-              "R3_TOOLCHAIN = %r" % toolchain_digest(), "",
-              "", "class %s(_R3Original):" % cls,
-              '    variant("r3", default=True, description="build the kernels spack-r3 tuned for this '
-              'target (%s)")' % ", ".join(sorted(targets))]
+    lines += [
+        "# target -> (the plan r3-apply builds: kernels, pipelines, launch settings, FP labels; its digest)",
+        "R3_PLANS = %s" % _literal({t: ("r3-%s.json" % t, targets[t].build_digest()) for t in sorted(targets)}),
+        "# what builds the planned units (spack-r3's r3-apply, replay's stages, the timed builds' runtime)",
+        "R3_TOOLCHAIN = %r" % toolchain_digest(),
+        "",
+        "",
+        "class %s(_R3Original):" % cls,
+        '    variant("r3", default=True, description="build the kernels spack-r3 tuned for this '
+        'target (%s)")' % ", ".join(sorted(targets)),
+    ]
     for target in sorted(targets):
         plan = targets[target]
         for unit in plan.units:
@@ -165,31 +180,37 @@ def tuned_package(namespace, name, layout, targets):
         relaxed = sorted(k.symbol for u in plan.units for k in u.kernels if k.relaxes_fp)
         if relaxed:
             lines.append("    # target=%s relaxes floating-point semantics in: %s" % (target, ", ".join(relaxed)))
-    lines += ['    variant("r3probes", default=False, description="time the planned kernels inside the application '
-              '(tuned with +r3, untuned with ~r3): a run with R3_RECORD_DIR=<dir> R3_CAPTURE=none writes '
-              '<dir>/profile.<pid>.json")',
-              "",
-              "    def _r3_plan(self):"]
+    lines += [
+        '    variant("r3probes", default=False, description="time the planned kernels inside the application '
+        "(tuned with +r3, untuned with ~r3): a run with R3_RECORD_DIR=<dir> R3_CAPTURE=none writes "
+        '<dir>/profile.<pid>.json")',
+        "",
+        "    def _r3_plan(self):",
+    ]
     keyed = {t: targets[t].spec_keys() for t in sorted(targets) if targets[t].gpu}
     if keyed:  # device plans first: the one whose target and GPU this spec has
-        lines += ["        for name, keys in %s:" % _literal(sorted(keyed.items())).replace("\n", "\n        "),
-                  "            if self.spec.satisfies(keys):",
-                  "                return os.path.join(os.path.dirname(os.path.abspath(__file__)), R3_PLANS[name][0])"]
-    lines += ["        name, _ = R3_PLANS.get(str(self.spec.target), (None, None))",
-              "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
-              "",
-              "    def setup_build_environment(self, env):",
-              "        super().setup_build_environment(env)",
-              "        plan = self._r3_plan()",
-              '        tuned, probes = self.spec.satisfies("+r3"), self.spec.satisfies("+r3probes")',
-              "        if plan and (tuned or probes):",
-              '            env.set("R3_APPLY_PLAN", plan)',
-              "            if not tuned:",
-              '                env.set("R3_APPLY_UNTUNED", "1")',
-              "            if probes:",
-              '                env.set("R3_APPLY_PROBES", "1")',
-              '            self._r3_launch(env, "apply")',
-              ""]
+        lines += [
+            "        for name, keys in %s:" % _literal(sorted(keyed.items())).replace("\n", "\n        "),
+            "            if self.spec.satisfies(keys):",
+            "                return os.path.join(os.path.dirname(os.path.abspath(__file__)), R3_PLANS[name][0])",
+        ]
+    lines += [
+        "        name, _ = R3_PLANS.get(str(self.spec.target), (None, None))",
+        "        return os.path.join(os.path.dirname(os.path.abspath(__file__)), name) if name else None",
+        "",
+        "    def setup_build_environment(self, env):",
+        "        super().setup_build_environment(env)",
+        "        plan = self._r3_plan()",
+        '        tuned, probes = self.spec.satisfies("+r3"), self.spec.satisfies("+r3probes")',
+        "        if plan and (tuned or probes):",
+        '            env.set("R3_APPLY_PLAN", plan)',
+        "            if not tuned:",
+        '                env.set("R3_APPLY_UNTUNED", "1")',
+        "            if probes:",
+        '                env.set("R3_APPLY_PROBES", "1")',
+        '            self._r3_launch(env, "apply")',
+        "",
+    ]
     return "\n".join(lines) + "\n" + _COMPILERS
 
 

@@ -39,8 +39,9 @@ def dump(source, text=None, function=None):
             cmd += ["-iquote", source.include_dir]
         cwd = source.compile_dir if os.path.isdir(source.compile_dir or "") else tmp
         try:
-            proc = subprocess.run(cmd + [path], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=AST_TIMEOUT_S)
+            proc = subprocess.run(
+                cmd + [path], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=AST_TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             raise ASTError("clang did not parse %s within %ss" % (source.filename, AST_TIMEOUT_S))
         err = proc.stderr.decode(errors="replace").replace(path, source.filename)
@@ -73,8 +74,11 @@ def _resolve(node, state, main):
             if "file" in node:
                 state["file"] = node["file"]
             node["_file"] = state["file"]
-            node["_main"] = state["file"] is not None and os.path.basename(state["file"]) == os.path.basename(main) \
+            node["_main"] = (
+                state["file"] is not None
+                and os.path.basename(state["file"]) == os.path.basename(main)
                 and "includedFrom" not in node
+            )
             if "includedFrom" in node:
                 state["included"] = True
             return
@@ -111,8 +115,12 @@ def function_definition(source, text=None, name=None):
     """The definition (with a body) of the kernel's function in the unit."""
     name = name or source.function
     for node in dump(source, text, function=name):
-        if node.get("kind") in ("FunctionDecl", "CXXMethodDecl") and node.get("name") == name.split("::")[-1] \
-                and in_main_file(node) and any(c.get("kind") == "CompoundStmt" for c in node.get("inner", [])):
+        if (
+            node.get("kind") in ("FunctionDecl", "CXXMethodDecl")
+            and node.get("name") == name.split("::")[-1]
+            and in_main_file(node)
+            and any(c.get("kind") == "CompoundStmt" for c in node.get("inner", []))
+        ):
             return node
     raise ASTError("%s defines no function %s" % (source.filename, name))
 
@@ -135,5 +143,8 @@ def replace_function(source, new_definition, text=None, name=None):
     text = source.text if text is None else text
     begin, end = extent(function_definition(source, text, name))
     raw = text.encode("utf-8", "surrogateescape")  # clang's offsets count bytes, not characters
-    return (raw[:begin].decode("utf-8", "surrogateescape") + new_definition.strip("\n")
-            + raw[end:].decode("utf-8", "surrogateescape"))
+    return (
+        raw[:begin].decode("utf-8", "surrogateescape")
+        + new_definition.strip("\n")
+        + raw[end:].decode("utf-8", "surrogateescape")
+    )

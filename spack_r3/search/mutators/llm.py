@@ -73,8 +73,9 @@ before it in the same block). The first line inside each block is a comment with
 
 # -- the kernel, as the prompt describes it ----------------------------------------------
 
+
 def language(source):
-    """"C" or "C++" (the unit's file name, unless its flags say otherwise)."""
+    """ "C" or "C++" (the unit's file name, unless its flags say otherwise)."""
     args = list(source.parse_args)
     for i, a in enumerate(args):
         if a == "-x" and i + 1 < len(args):
@@ -92,7 +93,7 @@ class _Kernel:
         fn = cast.function_definition(source)
         self.begin, self.end = cast.extent(fn)
         body_begin = cast.extent(cast.body(fn))[0]
-        self.signature = " ".join(source.text[self.begin:body_begin].split())
+        self.signature = " ".join(source.text[self.begin : body_begin].split())
         self.mangled = fn.get("mangledName")
         self.first_line = source.text.count("\n", 0, self.begin) + 1
         self.last_line = source.text.count("\n", 0, self.end) + 1
@@ -103,8 +104,15 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def _key(source):
-    return (source.clang, source.filename, source.text, tuple(source.parse_args), source.compile_dir,
-            source.include_dir, source.function)
+    return (
+        source.clang,
+        source.filename,
+        source.text,
+        tuple(source.parse_args),
+        source.compile_dir,
+        source.include_dir,
+        source.function,
+    )
 
 
 def kernel_info(source) -> "_Kernel":
@@ -178,7 +186,7 @@ def reintegrate(source, kernel, definition):
     """The unit with ``definition`` (a model's block: the kernel's new definition, maybe
     after rewritten callees or new helpers) in place of the kernel's, and each callee the
     block defines again taken out of the rest of the unit, so the block's stands."""
-    head, tail = source.text[:kernel.begin], source.text[kernel.end:]
+    head, tail = source.text[: kernel.begin], source.text[kernel.end :]
     text = head + definition.strip("\n") + tail
     removed = []  # (begin, end) in the parent's text
     for _ in range(MOST_REINTEGRATED):
@@ -190,16 +198,19 @@ def reintegrate(source, kernel, definition):
             if not m:
                 return text  # the worker's compile reports it, and repair gets the diagnostic
             try:
-                spans = [sp for sp in unit_definitions(source).get(m.group(1), [])
-                         if (sp[1] <= kernel.begin or sp[0] >= kernel.end) and sp[0] not in {b for b, _ in removed}]
+                spans = [
+                    sp
+                    for sp in unit_definitions(source).get(m.group(1), [])
+                    if (sp[1] <= kernel.begin or sp[0] >= kernel.end) and sp[0] not in {b for b, _ in removed}
+                ]
             except cast.ASTError:
                 return text
             if not spans:
                 return text
             begin, end = spans[0]
-            if source.text[end:end + 1] == "\n":  # its line, and a blank line after it
+            if source.text[end : end + 1] == "\n":  # its line, and a blank line after it
                 end += 1
-                if source.text[end:end + 1] == "\n" and source.text[begin - 1:begin] in ("\n", ""):
+                if source.text[end : end + 1] == "\n" and source.text[begin - 1 : begin] in ("\n", ""):
                     end += 1
             removed.append((begin, end))
         head = _without(source.text, 0, kernel.begin, removed)
@@ -238,39 +249,63 @@ def stable_prefix(source: KernelSource) -> str:
         "Signature, which must not change: %s" % signature,
     ]
     if source.tolerance:
-        lines.append("Floating point: results may differ from the original by a relative error of at "
-                     "most %g, so reassociating floating-point operations (split or vectorized "
-                     "reductions, reordered sums) is allowed; say so in the description when you do." %
-                     source.tolerance)
+        lines.append(
+            "Floating point: results may differ from the original by a relative error of at "
+            "most %g, so reassociating floating-point operations (split or vectorized "
+            "reductions, reordered sums) is allowed; say so in the description when you do." % source.tolerance
+        )
     else:
-        lines.append("Floating point: results must be bit-for-bit identical. Do not reorder "
-                     "floating-point operations: no reassociation, no change to the order of any "
-                     "sum or reduction, no fused multiply-add the original does not have. Reordering "
-                     "loops is fine when each value is still computed by the same operations in the "
-                     "same order.")
+        lines.append(
+            "Floating point: results must be bit-for-bit identical. Do not reorder "
+            "floating-point operations: no reassociation, no change to the order of any "
+            "sum or reduction, no fused multiply-add the original does not have. Reordering "
+            "loops is fine when each value is still computed by the same operations in the "
+            "same order."
+        )
     if source.openmp:
-        lines.append("OpenMP: the file is compiled with -fopenmp; OpenMP pragmas (parallel for, simd) "
-                     "are allowed where iterations are independent, with no data race.")
+        lines.append(
+            "OpenMP: the file is compiled with -fopenmp; OpenMP pragmas (parallel for, simd) "
+            "are allowed where iterations are independent, with no data race."
+        )
     else:
         lines.append("OpenMP: the file is compiled without OpenMP; do not use OpenMP pragmas or calls.")
     if source.scalars:
-        lines.append("Recorded integer arguments (typical values, not guaranteed): " +
-                     ", ".join("%s=%d" % (n, v) for n, v in sorted(source.scalars.items())) + ".")
+        lines.append(
+            "Recorded integer arguments (typical values, not guaranteed): "
+            + ", ".join("%s=%d" % (n, v) for n, v in sorted(source.scalars.items()))
+            + "."
+        )
     args = " ".join(source.parse_args)
     if args:
         lines.append("Parse flags: %s" % args)
     if shown is None:
-        lines += ["", "## The file `%s`" % source.filename, "```%s" % _fence(source),
-                  source.text.rstrip("\n"), "```", ""]
+        lines += [
+            "",
+            "## The file `%s`" % source.filename,
+            "```%s" % _fence(source),
+            source.text.rstrip("\n"),
+            "```",
+            "",
+        ]
         return "\n".join(lines) + "\n"
-    lines += ["", "## The kernel's program",
-              "The part of `%s` that `%s` needs: the kernel, the functions it calls, the types and globals they "
-              "use, and the headers of its own tree (the rest of the file is left out). It compiles alone, and "
-              "`r3 mep` runs it on the recorded inputs. Your definitions go back into `%s` in place of the ones "
-              "they redefine." % (source.filename, source.function, source.filename)]
+    lines += [
+        "",
+        "## The kernel's program",
+        "The part of `%s` that `%s` needs: the kernel, the functions it calls, the types and globals they "
+        "use, and the headers of its own tree (the rest of the file is left out). It compiles alone, and "
+        "`r3 mep` runs it on the recorded inputs. Your definitions go back into `%s` in place of the ones "
+        "they redefine." % (source.filename, source.function, source.filename),
+    ]
     for path, text in sorted(shown.headers.items()):
         lines += ["", "### `%s`" % path, "```%s" % _fence(source), text.rstrip("\n"), "```"]
-    lines += ["", "### `%s` (the slice)" % source.filename, "```%s" % _fence(source), shown.text.rstrip("\n"), "```", ""]
+    lines += [
+        "",
+        "### `%s` (the slice)" % source.filename,
+        "```%s" % _fence(source),
+        shown.text.rstrip("\n"),
+        "```",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -320,15 +355,20 @@ def render_feedback(source: KernelSource, feedback: Optional[Feedback]) -> str:
                 lines += ["```diff", patch, "```"]
     if not (fb.best or fb.failures or fb.examples):
         lines.append("Nothing else has been tried on this kernel yet.")
-    lines += ["", "Propose up to %d different rewrites of `%s` likely to be faster than the file above, "
-              "in the answer format." % (ALTERNATIVES, source.function)]
+    lines += [
+        "",
+        "Propose up to %d different rewrites of `%s` likely to be faster than the file above, "
+        "in the answer format." % (ALTERNATIVES, source.function),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def build_messages(source: KernelSource, feedback: Optional[Feedback]) -> List[dict]:
     """[system, user] for a proposal request: stable prefix first, feedback last."""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": stable_prefix(source) + render_feedback(source, feedback)}]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": stable_prefix(source) + render_feedback(source, feedback)},
+    ]
 
 
 def failed_definition(source: KernelSource, proposal: Proposal):
@@ -336,14 +376,15 @@ def failed_definition(source: KernelSource, proposal: Proposal):
     kernel when the rest of the unit is the parent's, a unified diff otherwise."""
     try:
         k = kernel_info(source)
-        head, tail = source.text[:k.begin], source.text[k.end:]
+        head, tail = source.text[: k.begin], source.text[k.end :]
         text = proposal.text
         if text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail):
-            return _fence(source), text[len(head):len(text) - len(tail)].strip("\n")
+            return _fence(source), text[len(head) : len(text) - len(tail)].strip("\n")
     except cast.ASTError:
         pass
-    diff = difflib.unified_diff(source.text.splitlines(True), proposal.text.splitlines(True),
-                                "a/" + source.filename, "b/" + source.filename)
+    diff = difflib.unified_diff(
+        source.text.splitlines(True), proposal.text.splitlines(True), "a/" + source.filename, "b/" + source.filename
+    )
     return "diff", "".join(diff).rstrip("\n")
 
 
@@ -351,21 +392,33 @@ def build_repair_messages(source: KernelSource, proposal: Proposal, diagnostic: 
     """[system, user] for a repair request: the same stable prefix, then the failure."""
     tag, shown = failed_definition(source, proposal)
     what = "its new definition of `%s`" % source.function if tag != "diff" else "its change to the file"
-    tail = [REPAIR_HEADING,
-            "The rewrite \"%s\" (%s below) failed:" % (proposal.description, what),
-            "```%s" % tag, shown, "```", "", "The failure:", "```", _clip(diagnostic), "```", "",
-            "Answer with one corrected rewrite of `%s` in the answer format (one code block with the "
-            "complete definition), keeping what made the rewrite worth trying where you can." % source.function]
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": stable_prefix(source) + "\n".join(tail) + "\n"}]
+    tail = [
+        REPAIR_HEADING,
+        'The rewrite "%s" (%s below) failed:' % (proposal.description, what),
+        "```%s" % tag,
+        shown,
+        "```",
+        "",
+        "The failure:",
+        "```",
+        _clip(diagnostic),
+        "```",
+        "",
+        "Answer with one corrected rewrite of `%s` in the answer format (one code block with the "
+        "complete definition), keeping what made the rewrite worth trying where you can." % source.function,
+    ]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": stable_prefix(source) + "\n".join(tail) + "\n"},
+    ]
 
 
 # -- the answer --------------------------------------------------------------------------
 
+
 def code_blocks(answer: str) -> List[str]:
     """The C/C++ fenced blocks of a markdown answer, in order (other languages skipped)."""
-    return [m.group(2) for m in _FENCE.finditer(answer or "") if m.group(1).lower() in CODE_TAGS
-            and m.group(2).strip()]
+    return [m.group(2) for m in _FENCE.finditer(answer or "") if m.group(1).lower() in CODE_TAGS and m.group(2).strip()]
 
 
 def split_description(block: str, fallback: str):
@@ -375,8 +428,8 @@ def split_description(block: str, fallback: str):
         if not line.strip():
             continue
         if line.strip().startswith(MARKER):
-            desc = line.strip()[len(MARKER):].strip() or fallback
-            return desc[:DESCRIPTION_CHARS], "\n".join(lines[:i] + lines[i + 1:]).strip("\n") + "\n"
+            desc = line.strip()[len(MARKER) :].strip() or fallback
+            return desc[:DESCRIPTION_CHARS], "\n".join(lines[:i] + lines[i + 1 :]).strip("\n") + "\n"
         break
     return fallback[:DESCRIPTION_CHARS], "\n".join(lines).strip("\n") + "\n"
 
@@ -400,7 +453,10 @@ def check(source: KernelSource, kernel: _Kernel, text: str) -> Optional[str]:
         return None
     if kernel.mangled and fn.get("mangledName") and fn.get("mangledName") != kernel.mangled:
         return "the rewrite changes the signature of %s (%s, was %s)" % (
-            source.function, fn.get("mangledName"), kernel.mangled)
+            source.function,
+            fn.get("mangledName"),
+            kernel.mangled,
+        )
     return None
 
 
@@ -411,11 +467,17 @@ class LLMMutator(Mutator):
     concurrent = True
     uses_model = True
 
-    def __init__(self, config: ModelConfig, alternatives: int = ALTERNATIVES, temperature: float = 0.6,
-                 repair_temperature: float = 0.2):
+    def __init__(
+        self,
+        config: ModelConfig,
+        alternatives: int = ALTERNATIVES,
+        temperature: float = 0.6,
+        repair_temperature: float = 0.2,
+    ):
         if config is None:
-            raise ModelError("the llm mutator needs a model: pass --llm-url and --llm-model "
-                             "(or set R3_LLM_URL and R3_LLM_MODEL)")
+            raise ModelError(
+                "the llm mutator needs a model: pass --llm-url and --llm-model (or set R3_LLM_URL and R3_LLM_MODEL)"
+            )
         self.config = config
         self.timeout = config.timeout
         self.alternatives = alternatives
@@ -438,8 +500,7 @@ class LLMMutator(Mutator):
             self.requests += 1
         return self.model.complete(messages, temperature=temperature)
 
-    def proposals(self, source: KernelSource, answer: str, limit: int, fallback: str,
-                  exclude=()) -> List[Proposal]:
+    def proposals(self, source: KernelSource, answer: str, limit: int, fallback: str, exclude=()) -> List[Proposal]:
         """The usable rewrites in a model answer, spliced into the unit (no-ops, repeats and
         the texts in ``exclude`` skipped)."""
         kernel = kernel_info(source)

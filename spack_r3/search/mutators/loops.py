@@ -23,18 +23,79 @@ from . import cast
 LOOPS = ("ForStmt", "WhileStmt", "DoStmt", "CXXForRangeStmt")
 # Pure functions of their arguments: calling them cannot write memory the loop sees.
 MATH = {
-    "sqrt", "cbrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "pow", "fabs", "abs", "labs",
-    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "floor", "ceil", "round",
-    "trunc", "fmin", "fmax", "fma", "fmod", "hypot", "copysign", "erf", "erfc",
+    "sqrt",
+    "cbrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "pow",
+    "fabs",
+    "abs",
+    "labs",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "fmin",
+    "fmax",
+    "fma",
+    "fmod",
+    "hypot",
+    "copysign",
+    "erf",
+    "erfc",
 }
 MATH = MATH | {f + "f" for f in MATH} | {f + "l" for f in MATH}
 # Statements and expressions the analysis cannot see through: they refuse a region outright.
-OPAQUE = ("GotoStmt", "IndirectGotoStmt", "LabelStmt", "ReturnStmt", "GCCAsmStmt", "MSAsmStmt", "CXXThrowExpr",
-          "CXXTryStmt", "StmtExpr", "AtomicExpr", "BlockExpr", "LambdaExpr", "CXXNewExpr", "CXXDeleteExpr",
-          "VAArgExpr", "CapturedStmt")
-INTEGER_TYPES = {"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
-                 "long", "unsigned long", "long long", "unsigned long long", "__int128", "unsigned __int128",
-                 "_Bool", "bool"}
+OPAQUE = (
+    "GotoStmt",
+    "IndirectGotoStmt",
+    "LabelStmt",
+    "ReturnStmt",
+    "GCCAsmStmt",
+    "MSAsmStmt",
+    "CXXThrowExpr",
+    "CXXTryStmt",
+    "StmtExpr",
+    "AtomicExpr",
+    "BlockExpr",
+    "LambdaExpr",
+    "CXXNewExpr",
+    "CXXDeleteExpr",
+    "VAArgExpr",
+    "CapturedStmt",
+)
+INTEGER_TYPES = {
+    "char",
+    "signed char",
+    "unsigned char",
+    "short",
+    "unsigned short",
+    "int",
+    "unsigned int",
+    "long",
+    "unsigned long",
+    "long long",
+    "unsigned long long",
+    "__int128",
+    "unsigned __int128",
+    "_Bool",
+    "bool",
+}
 FLOAT_TYPES = {"float", "double", "long double", "_Float16", "__fp16"}
 
 
@@ -71,10 +132,10 @@ class Text:
         """The whitespace that starts the line holding ``offset``."""
         start = self.line_start(offset)
         line = self.raw[start:offset]
-        return line[:len(line) - len(line.lstrip(b" \t"))].decode()
+        return line[: len(line) - len(line.lstrip(b" \t"))].decode()
 
     def starts_line(self, offset):
-        return not self.raw[self.line_start(offset):offset].strip()
+        return not self.raw[self.line_start(offset) : offset].strip()
 
     def next_char(self, offset):
         """The first character at or after ``offset`` that is not white space ('' at the end)."""
@@ -210,8 +271,10 @@ def key(node, ids=True):
     if kind == "CStyleCastExpr":
         return "((%s)%s)" % (type_of(node), key(inner[0], ids))
     if kind == "UnaryExprOrTypeTraitExpr":
-        return "%s(%s)" % (node.get("name"), (node.get("argType") or {}).get("qualType") or
-                           ",".join(key(c, ids) for c in inner))
+        return "%s(%s)" % (
+            node.get("name"),
+            (node.get("argType") or {}).get("qualType") or ",".join(key(c, ids) for c in inner),
+        )
     return "%s(%s)" % (kind, ",".join(key(c, ids) for c in inner))
 
 
@@ -288,8 +351,11 @@ class Access:
 def _named_base(node):
     """(decl stub, key) of a subscript's base: a named pointer or array, else its key."""
     node = strip(node, casts=False)
-    if node.get("kind") == "ImplicitCastExpr" and node.get("castKind") in ("LValueToRValue", "ArrayToPointerDecay",
-                                                                           "NoOp"):
+    if node.get("kind") == "ImplicitCastExpr" and node.get("castKind") in (
+        "LValueToRValue",
+        "ArrayToPointerDecay",
+        "NoOp",
+    ):
         inner = strip(kids(node)[0], casts=False)
         decl = ref_decl(inner) if inner.get("kind") == "DeclRefExpr" else None
         if decl:
@@ -379,8 +445,9 @@ def is_math_call(node):
     """A direct call of a math function (``sqrt``, ``__builtin_fabs``), or of one of the
     unit's own wrappers of one (marked by ``Function``): it writes nothing."""
     name = callee_of(node).get("name", "")
-    return bool(node.get("_math")) or name in MATH or (
-        name.startswith("__builtin_") and name[len("__builtin_"):] in MATH)
+    return (
+        bool(node.get("_math")) or name in MATH or (name.startswith("__builtin_") and name[len("__builtin_") :] in MATH)
+    )
 
 
 MAX_WRAPPER_LOOKUPS = 8  # callee names looked up per kernel: each is a parse of the unit
@@ -406,8 +473,12 @@ def math_wrappers(source, names):
 def _pure_math(fn):
     params = [c for c in kids(fn) if c.get("kind") == "ParmVarDecl"]
     bodies = [c for c in kids(fn) if c.get("kind") == "CompoundStmt"]
-    if not bodies or len(kids(bodies[0])) != 1 or kids(bodies[0])[0].get("kind") != "ReturnStmt" \
-            or not all(is_arithmetic(p) for p in params):
+    if (
+        not bodies
+        or len(kids(bodies[0])) != 1
+        or kids(bodies[0])[0].get("kind") != "ReturnStmt"
+        or not all(is_arithmetic(p) for p in params)
+    ):
         return False
     ret = kids(kids(bodies[0])[0])
     if len(ret) != 1 or not is_arithmetic(ret[0]):
@@ -531,8 +602,12 @@ class Function:
             elif n.get("kind") == "DeclRefExpr":
                 d = n.get("referencedDecl") or {}
                 self.uses.setdefault(d.get("id"), []).append((n, parents))
-            elif n.get("kind") == "CallExpr" and callee_of(n) and not is_math_call(n) \
-                    and any(p.get("kind") in LOOPS for p in parents):
+            elif (
+                n.get("kind") == "CallExpr"
+                and callee_of(n)
+                and not is_math_call(n)
+                and any(p.get("kind") in LOOPS for p in parents)
+            ):
                 calls.append(n)  # (only a loop's calls matter to the rules)
         # The unit's own wrappers of math functions count as math (their calls are marked).
         wrappers = math_wrappers(source, {callee_of(c)["name"] for c in calls}) if calls else set()
@@ -583,9 +658,11 @@ class Function:
             return None
         loop = Loop(node, parents, var, declared, lo, hi, cond["opcode"], inc, body)
         fx = effects(body)
-        if var["id"] in fx.scalar_writes or any((ref_decl(kids(n)[0]) or {}).get("id") == var["id"]
-                                                for n, _ in cast.walk(body)
-                                                if n.get("kind") == "UnaryOperator" and n.get("opcode") == "&"):
+        if var["id"] in fx.scalar_writes or any(
+            (ref_decl(kids(n)[0]) or {}).get("id") == var["id"]
+            for n, _ in cast.walk(body)
+            if n.get("kind") == "UnaryOperator" and n.get("opcode") == "&"
+        ):
             return None  # the body moves the induction variable itself
         if not self.invariant(lo, fx) or not self.invariant(hi, fx) or var["id"] in refs(hi) | refs(lo):
             return None
@@ -615,8 +692,11 @@ class Function:
         if kind == "CompoundAssignOperator" and inc.get("opcode") == "+=":
             target, step = kids(inc)
             step = strip(step)
-            return (ref_decl(target) or {}).get("id") == var and step.get("kind") == "IntegerLiteral" \
+            return (
+                (ref_decl(target) or {}).get("id") == var
+                and step.get("kind") == "IntegerLiteral"
                 and step.get("value") == "1"
+            )
         return False
 
     def invariant(self, expr, fx):
@@ -625,12 +705,14 @@ class Function:
         if expr is None:
             return True
         if has_kind(expr, ("CallExpr", "CompoundAssignOperator", "StmtExpr")) or any(
-                write_target(n) is not None for n, _ in cast.walk(expr) if n.get("kind")):
+            write_target(n) is not None for n, _ in cast.walk(expr) if n.get("kind")
+        ):
             return False
         if refs(expr) & (set(fx.scalar_writes) | fx.locals):
             return False
         if has_kind(expr, ("ArraySubscriptExpr", "MemberExpr")) or any(
-                n.get("kind") == "UnaryOperator" and n.get("opcode") == "*" for n, _ in cast.walk(expr)):
+            n.get("kind") == "UnaryOperator" and n.get("opcode") == "*" for n, _ in cast.walk(expr)
+        ):
             return not any(a.write for a in fx.accesses)
         return True
 
@@ -657,5 +739,4 @@ class Function:
 
     def is_local_pointer(self, decl_id):
         decl = self.decls.get(decl_id)
-        return decl is not None and decl.get("kind") == "VarDecl" and "*" in type_of(decl) \
-            and "[" not in type_of(decl)
+        return decl is not None and decl.get("kind") == "VarDecl" and "*" in type_of(decl) and "[" not in type_of(decl)

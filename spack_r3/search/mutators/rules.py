@@ -55,16 +55,41 @@ from dataclasses import dataclass, replace
 from typing import List, Optional
 
 from . import Feedback, KernelSource, Mutator, Proposal, cast
-from .loops import (FLOAT_TYPES, INTEGER_TYPES, LOOPS, QUALIFIERS, Function, Refused, additive_terms, effects,
-                    has_kind, injective_in, is_arithmetic, is_float, is_integer, key, kids, ref_decl, refs, source_of,
-                    span, stmt_end, strip, type_of, unqualified, write_target)
+from .loops import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    LOOPS,
+    QUALIFIERS,
+    Function,
+    Refused,
+    additive_terms,
+    effects,
+    has_kind,
+    injective_in,
+    is_arithmetic,
+    is_float,
+    is_integer,
+    key,
+    kids,
+    ref_decl,
+    refs,
+    source_of,
+    span,
+    stmt_end,
+    strip,
+    type_of,
+    unqualified,
+    write_target,
+)
 
 INTERLEAVE = (4, 1, 2, 8)
 UNROLL = (4, 2, 8)
 TILE = (32, 8, 16, 64, 128)
 JAM = (4, 2, 8, 16)
-PRAGMA_HELPER = ("#ifndef R3_LOOP\n#define R3_PRAGMA(x) _Pragma(#x)\n"
-                 "#define R3_LOOP(x) R3_PRAGMA(x) /* expands x's macros first */\n#endif\n")
+PRAGMA_HELPER = (
+    "#ifndef R3_LOOP\n#define R3_PRAGMA(x) _Pragma(#x)\n"
+    "#define R3_LOOP(x) R3_PRAGMA(x) /* expands x's macros first */\n#endif\n"
+)
 
 
 class RulesMutator(Mutator):
@@ -81,9 +106,24 @@ class RulesMutator(Mutator):
         from . import stencils  # (it builds on this module's pieces)
 
         # Time tiling first: on a stencil it is what no other rule or pipeline setting reaches.
-        for rule in (stencils.wavefront, stencils.time_tile, stage, unroll_and_jam, interchange, stencils.fuse, tile,
-                     restrict, omp_parallel, omp_collapse, omp_simd, omp_for_simd, vectorize_pragma, unroll_pragma,
-                     scalar_replace, stencils.distribute):
+        for rule in (
+            stencils.wavefront,
+            stencils.time_tile,
+            stage,
+            unroll_and_jam,
+            interchange,
+            stencils.fuse,
+            tile,
+            restrict,
+            omp_parallel,
+            omp_collapse,
+            omp_simd,
+            omp_for_simd,
+            vectorize_pragma,
+            unroll_pragma,
+            scalar_replace,
+            stencils.distribute,
+        ):
             out.extend(rule(fn))
         # A target region's AST holds its loops once for each construct it combines (target,
         # teams, distribute, parallel for: clang's captured statements): one proposal each.
@@ -109,8 +149,7 @@ def is_cxx(source):
     if "-x" in args[:-1]:
         return "c++" in args[args.index("-x") + 1]
     ext = os.path.splitext(source.filename)[1]
-    return ext in (".cc", ".cpp", ".cxx", ".C", ".c++", ".cp", ".CPP", ".hpp") or "++" in os.path.basename(
-        source.clang)
+    return ext in (".cc", ".cpp", ".cxx", ".C", ".c++", ".cp", ".CPP", ".hpp") or "++" in os.path.basename(source.clang)
 
 
 def fresh(source, base):
@@ -139,8 +178,7 @@ def omp_bound(parents):
     a region that collapses loops or vectorizes with OpenMP already."""
     for p in reversed(parents):
         kind = p.get("kind", "")
-        if kind.startswith("OMP") and ("Simd" in kind or any(
-                c.get("kind") == "OMPCollapseClause" for c in kids(p))):
+        if kind.startswith("OMP") and ("Simd" in kind or any(c.get("kind") == "OMPCollapseClause" for c in kids(p))):
             return True
     for p in reversed(parents):
         kind = p.get("kind", "")
@@ -226,8 +264,10 @@ def reductions(fn, fx, region, tolerance):
         if is_float(decl) and not tolerance:
             continue
         uses = [(n, p) for n, p in fn.uses.get(var, []) if any(x is region for x in p)]
-        if all(p and p[-1].get("kind") == "CompoundAssignOperator" and p[-1].get("opcode") == "+="
-               and kids(p[-1])[0] is n for n, p in uses):
+        if all(
+            p and p[-1].get("kind") == "CompoundAssignOperator" and p[-1].get("opcode") == "+=" and kids(p[-1])[0] is n
+            for n, p in uses
+        ):
             out.append(var)
     return out
 
@@ -261,8 +301,11 @@ def restrict(fn):
     edits = []
     for p in lacking:
         loc = p.get("loc") or {}
-        if "spellingLoc" in loc or not loc.get("_main") or text[loc["offset"]:loc["offset"] + len(p["name"])] \
-                != p["name"]:
+        if (
+            "spellingLoc" in loc
+            or not loc.get("_main")
+            or text[loc["offset"] : loc["offset"] + len(p["name"])] != p["name"]
+        ):
             return []  # written by a macro: leave the signature alone
         edits.append((loc["offset"], loc["offset"], word + " "))
     names = ", ".join(p["name"] for p in lacking)
@@ -276,9 +319,14 @@ def _pointer_param(param):
     while words and words[-1] in QUALIFIERS:
         words.pop()
     name, loc = param.get("name"), param.get("loc") or {}
-    end = ((param.get("range") or {}).get("end") or {})
-    return bool(name) and bool(words) and words[-1].endswith("*") and "(" not in " ".join(words) \
+    end = (param.get("range") or {}).get("end") or {}
+    return (
+        bool(name)
+        and bool(words)
+        and words[-1].endswith("*")
+        and "(" not in " ".join(words)
         and end.get("offset") == loc.get("offset")
+    )
 
 
 def _aliases(fn, pointers):
@@ -307,11 +355,15 @@ def omp_parallel(fn):
         return []
     out = []
     for loop in fn.loops():
-        if loop.enclosing() or any(p.get("kind", "").startswith("OMP") for p in loop.parents) \
-                or hinted(loop.parents):
+        if loop.enclosing() or any(p.get("kind", "").startswith("OMP") for p in loop.parents) or hinted(loop.parents):
             continue
-        out += _omp_pragma(fn, loop, "#pragma omp parallel for", "omp-parallel",
-                           "omp parallel for over %s in %s" % (loop.name, fn.name))
+        out += _omp_pragma(
+            fn,
+            loop,
+            "#pragma omp parallel for",
+            "omp-parallel",
+            "omp parallel for over %s in %s" % (loop.name, fn.name),
+        )
     return out
 
 
@@ -335,8 +387,9 @@ def omp_simd(fn):
         return []
     out = []
     for loop in _innermost(fn):
-        out += _omp_pragma(fn, loop, "#pragma omp simd", "omp-simd",
-                           "omp simd on the %s loop in %s" % (loop.name, fn.name))
+        out += _omp_pragma(
+            fn, loop, "#pragma omp simd", "omp-simd", "omp simd on the %s loop in %s" % (loop.name, fn.name)
+        )
     return out
 
 
@@ -358,7 +411,7 @@ def omp_for_simd(fn):
         begin, end = (directive.get("range") or {}).get("begin", {}), (directive.get("range") or {}).get("end", {})
         if "spellingLoc" in begin or "offset" not in begin or "offset" not in end:
             continue  # a _Pragma written by a macro
-        line = fn.text[begin["offset"]:end["offset"]]
+        line = fn.text[begin["offset"] : end["offset"]]
         head = OMP_FOR.match(line)
         if not head:
             continue
@@ -366,18 +419,28 @@ def omp_for_simd(fn):
             private, sums = independent(fn, loop, fn.source.tolerance)
         except Refused:
             continue
-        clauses = set(re.findall(r"\w+", line[head.end():]))
+        clauses = set(re.findall(r"\w+", line[head.end() :]))
         if any(v not in clauses for v in private + sums):
             continue
         at = begin["offset"] + head.end()
         line_no = fn.text.raw.count(b"\n", 0, at) + 1  # LULESH's loops are all ``i``
-        out.append(Proposal(fn.text.edit([(at, at, " simd")]), "omp-simd", "omp %s simd on the %s loop at line %d in %s"
-                            % (" ".join(head.group(1).split()), loop.name, line_no, fn.name)))
+        out.append(
+            Proposal(
+                fn.text.edit([(at, at, " simd")]),
+                "omp-simd",
+                "omp %s simd on the %s loop at line %d in %s"
+                % (" ".join(head.group(1).split()), loop.name, line_no, fn.name),
+            )
+        )
         edits.append((at, at, " simd"))
     if len(edits) > 1:
         # One loop of many rarely shows in the kernel's time (CalcEnergyForElems has ten): all at once first.
-        out.insert(0, Proposal(fn.text.edit(edits), "omp-simd", "omp ... for simd on all %d such loops in %s"
-                               % (len(edits), fn.name)))
+        out.insert(
+            0,
+            Proposal(
+                fn.text.edit(edits), "omp-simd", "omp ... for simd on all %d such loops in %s" % (len(edits), fn.name)
+            ),
+        )
     return out
 
 
@@ -391,18 +454,22 @@ def omp_collapse(fn):
         return []
     out = []
     for outer in fn.loops():
-        directive = next((p for p in reversed(outer.parents) if p.get("kind") not in ("CapturedStmt", "CapturedDecl")),
-                         None)
+        directive = next(
+            (p for p in reversed(outer.parents) if p.get("kind") not in ("CapturedStmt", "CapturedDecl")), None
+        )
         kind = (directive or {}).get("kind", "")
-        if not (kind.startswith("OMP") and kind.endswith("ForDirective")) or "Simd" in kind \
-                or any(c.get("kind") == "OMPCollapseClause" for c in kids(directive)):
+        if (
+            not (kind.startswith("OMP") and kind.endswith("ForDirective"))
+            or "Simd" in kind
+            or any(c.get("kind") == "OMPCollapseClause" for c in kids(directive))
+        ):
             continue
         body = outer.body
         stmts = kids(body) if body.get("kind") == "CompoundStmt" else [body]
         if len(stmts) != 1 or stmts[0].get("kind") != "ForStmt":
             continue
         inner = fn.canonical(stmts[0], outer.parents + (outer.node,) + ((body,) if body is not stmts[0] else ()))
-        begin = ((directive.get("range") or {}).get("begin") or {})
+        begin = (directive.get("range") or {}).get("begin") or {}
         if inner is None or "spellingLoc" in begin or "offset" not in begin:
             continue  # not canonical, or a _Pragma written by a macro
         if outer.id in refs(inner.lo) | refs(inner.hi) or not _bounds_fixed(fn, inner, effects(outer.body)):
@@ -413,11 +480,16 @@ def omp_collapse(fn):
         except Refused:
             continue
         end = fn.text.raw.find(b"\n", begin["offset"])
-        if end < 0 or fn.text.raw[begin["offset"]:end].rstrip().endswith(b"\\"):
+        if end < 0 or fn.text.raw[begin["offset"] : end].rstrip().endswith(b"\\"):
             continue  # a directive continued on the next line
-        at = begin["offset"] + len(fn.text.raw[begin["offset"]:end].rstrip())
-        out.append(Proposal(fn.text.edit([(at, at, " collapse(2)")]), "omp-collapse",
-                            "omp collapse(2) over the %s,%s loops in %s" % (outer.name, inner.name, fn.name)))
+        at = begin["offset"] + len(fn.text.raw[begin["offset"] : end].rstrip())
+        out.append(
+            Proposal(
+                fn.text.edit([(at, at, " collapse(2)")]),
+                "omp-collapse",
+                "omp collapse(2) over the %s,%s loops in %s" % (outer.name, inner.name, fn.name),
+            )
+        )
     return out
 
 
@@ -428,7 +500,8 @@ def _owning_directive(loop):
         if kind in ("CapturedStmt", "CapturedDecl"):
             continue
         if kind in ("OMPParallelForDirective", "OMPForDirective") and not any(
-                c.get("kind") == "OMPCollapseClause" for c in kids(p)):
+            c.get("kind") == "OMPCollapseClause" for c in kids(p)
+        ):
             return p
         return None
     return None
@@ -445,8 +518,12 @@ def _innermost(fn):
 def _hint(fn, loop, rule, words, prefix, values, what):
     knob = fresh(fn.source, prefix)
     begin = span(fn.text, loop.node)[0]
-    text = fn.text.edit([(0, 0, knob_header(knob, values[0]) + PRAGMA_HELPER),
-                         line_before(fn.text, begin, "R3_LOOP(clang loop %s(%s))" % (words, knob))])
+    text = fn.text.edit(
+        [
+            (0, 0, knob_header(knob, values[0]) + PRAGMA_HELPER),
+            line_before(fn.text, begin, "R3_LOOP(clang loop %s(%s))" % (words, knob)),
+        ]
+    )
     return Proposal(text, rule, "%s the %s loop in %s (%s)" % (what, loop.name, fn.name, knob), {knob: values})
 
 
@@ -456,8 +533,17 @@ def vectorize_pragma(fn):
         if not fn.source.tolerance and _may_reassociate(fn, loop):
             continue  # a hinted vectorizer reorders reductions: only within a tolerance
         try:
-            out.append(_hint(fn, loop, "vectorize-pragma", "vectorize(enable) interleave_count", "R3_IC_",
-                             INTERLEAVE, "vectorize"))
+            out.append(
+                _hint(
+                    fn,
+                    loop,
+                    "vectorize-pragma",
+                    "vectorize(enable) interleave_count",
+                    "R3_IC_",
+                    INTERLEAVE,
+                    "vectorize",
+                )
+            )
         except Refused:
             continue
     return out
@@ -483,8 +569,7 @@ def _may_reassociate(fn, loop):
         if var not in fx.locals and is_float(fn.decls.get(var) or {}):
             return True
     invariant = _invariant_in(fx, loop)
-    return any(a.write and is_float(a.node) and not injective_in(a.indices, loop.id, invariant)
-               for a in fx.accesses)
+    return any(a.write and is_float(a.node) and not injective_in(a.indices, loop.id, invariant) for a in fx.accesses)
 
 
 # ---------------------------------------------------------------- interchange and tiling
@@ -505,7 +590,7 @@ def _nests(fn):
         inner = fn.canonical(stmts[k], outer.parents + (outer.node,) + ((body,) if body is not stmts[k] else ()))
         if inner is None:
             continue
-        yield outer, inner, stmts[:k], stmts[k + 1:]
+        yield outer, inner, stmts[:k], stmts[k + 1 :]
 
 
 def pair_legal(fn, outer, inner):
@@ -528,8 +613,11 @@ def pair_legal(fn, outer, inner):
 
 def _bounds_fixed(fn, inner, outer_fx):
     """The inner loop's bounds read nothing the outer body changes (its own counter aside)."""
-    fx = type(outer_fx)(accesses=outer_fx.accesses, locals=outer_fx.locals,
-                        scalar_writes={k: v for k, v in outer_fx.scalar_writes.items() if k != inner.id})
+    fx = type(outer_fx)(
+        accesses=outer_fx.accesses,
+        locals=outer_fx.locals,
+        scalar_writes={k: v for k, v in outer_fx.scalar_writes.items() if k != inner.id},
+    )
     return fn.invariant(inner.lo, fx) and fn.invariant(inner.hi, fx)
 
 
@@ -556,8 +644,12 @@ def interchange(fn):
         if inner.is_innermost():
             fx = effects(inner.body)
             gain = unit_stride(fx, outer.id) - unit_stride(fx, inner.id)
-        out.append((-gain, Proposal(text, "interchange", "interchange %s,%s in %s%s" % (
-            outer.name, inner.name, fn.name, note))))
+        out.append(
+            (
+                -gain,
+                Proposal(text, "interchange", "interchange %s,%s in %s%s" % (outer.name, inner.name, fn.name, note)),
+            )
+        )
     # The one that makes the innermost loop walk memory contiguously first (matmul: j,k,
     # which gives i,k,j; i,j only moves the dot product to another row, 1.4-1.9x slower).
     return [p for _, p in sorted(out, key=lambda gp: gp[0])]
@@ -566,8 +658,13 @@ def interchange(fn):
 def unit_stride(fx, var):
     """How many of a region's accesses step through memory one element at a time with
     ``var``: their last subscript has ``var`` itself as a term (``c[i * n + j]``, ``C[i][j]``)."""
-    return sum(1 for a in fx.accesses if a.indices and a.indices[-1] is not None and any(
-        (ref_decl(strip(t)) or {}).get("id") == var for t in additive_terms(a.indices[-1])))
+    return sum(
+        1
+        for a in fx.accesses
+        if a.indices
+        and a.indices[-1] is not None
+        and any((ref_decl(strip(t)) or {}).get("id") == var for t in additive_terms(a.indices[-1]))
+    )
 
 
 def _distribute(fn, outer, inner, prefix, suffix):
@@ -586,8 +683,8 @@ def _distribute(fn, outer, inner, prefix, suffix):
     inner_head = text[ib:ie]
     body_begin, inner_end = span(text, inner.body)[0], stmt_end(text, inner.node)
     open_, close = span(text, outer.body)
-    before = text[open_ + 1:ib].strip()
-    after = text[inner_end:close - 1].strip()
+    before = text[open_ + 1 : ib].strip()
+    after = text[inner_end : close - 1].strip()
     pad = text.indent(span(text, outer.node)[0])
     parts = []
     if before:
@@ -622,8 +719,9 @@ def tile(fn):
             text, knob = _tile(fn, outer, inner)
         except Refused:
             continue
-        out.append(Proposal(text, "tile", "tile %s,%s in %s (%s)" % (outer.name, inner.name, fn.name, knob),
-                            {knob: TILE}))
+        out.append(
+            Proposal(text, "tile", "tile %s,%s in %s (%s)" % (outer.name, inner.name, fn.name, knob), {knob: TILE})
+        )
     return out
 
 
@@ -637,17 +735,33 @@ def _tile(fn, outer, inner):
     def tile_loop(l):
         t = tiles[l.id]
         return "for (%s %s = %s; %s %s %s; %s += %s)" % (
-            _var_type(fn, l), t, source_of(text, l.lo), t, l.op, source_of(text, l.hi), t, size)
+            _var_type(fn, l),
+            t,
+            source_of(text, l.lo),
+            t,
+            l.op,
+            source_of(text, l.hi),
+            t,
+            size,
+        )
 
     def point_loop(l):
         t, hi = tiles[l.id], "(%s)" % source_of(text, l.hi)
         last = "%s + %s" % (t, size) if l.op == "<" else "%s + %s - 1" % (t, size)
         init = ("%s %s = %s" % (_var_type(fn, l), l.name, t)) if l.declared else "%s = %s" % (l.name, t)
-        return "for (%s; %s %s (%s < %s ? %s : %s); %s)" % (init, l.name, l.op, last, hi, last, hi,
-                                                          source_of(text, l.inc))
+        return "for (%s; %s %s (%s < %s ? %s : %s); %s)" % (
+            init,
+            l.name,
+            l.op,
+            last,
+            hi,
+            last,
+            hi,
+            source_of(text, l.inc),
+        )
 
     pad = text.indent(span(text, outer.node)[0])
-    body = text[span(text, inner.body)[0]:stmt_end(text, inner.node)]
+    body = text[span(text, inner.body)[0] : stmt_end(text, inner.node)]
     lines = [tile_loop(outer), tile_loop(inner), point_loop(outer), point_loop(inner), body]
     nest = ("\n" + pad).join("  " * i + line for i, line in enumerate(lines))
     begin, end = span(text, outer.node)[0], stmt_end(text, outer.node)
@@ -681,17 +795,19 @@ def _unroll_and_jam(fn, outer, inner):
 
     pad = text.indent(span(text, outer.node)[0])
     inner_head = text[slice(*_header(fn, inner))]
-    body = text[span(text, inner.body)[0]:stmt_end(text, inner.node)]
-    lines = ["{",
-             "  %s %s = %s;" % (_var_type(fn, outer), start, source_of(text, outer.lo)),
-             "  for (; %s + (%s - 1) %s %s; %s += %s)" % (start, size, outer.op, hi, start, size),
-             "    " + inner_head,
-             "      " + from_start("<", "%s + %s" % (start, size)),
-             "        " + body,
-             "  " + from_start(outer.op, hi),  # the last iterations, fewer than a block
-             "    " + inner_head,
-             "      " + body,
-             "}"]
+    body = text[span(text, inner.body)[0] : stmt_end(text, inner.node)]
+    lines = [
+        "{",
+        "  %s %s = %s;" % (_var_type(fn, outer), start, source_of(text, outer.lo)),
+        "  for (; %s + (%s - 1) %s %s; %s += %s)" % (start, size, outer.op, hi, start, size),
+        "    " + inner_head,
+        "      " + from_start("<", "%s + %s" % (start, size)),
+        "        " + body,
+        "  " + from_start(outer.op, hi),  # the last iterations, fewer than a block
+        "    " + inner_head,
+        "      " + body,
+        "}",
+    ]
     begin, end = span(text, outer.node)[0], stmt_end(text, outer.node)
     jammed = text.edit([(0, 0, knob_header(size, JAM[0])), (begin, end, ("\n" + pad).join(lines))])
     what = "unroll-and-jam %s into the %s loop in %s (%s)" % (name, inner.name, fn.name, size)
@@ -729,8 +845,9 @@ def scalar_replace(fn):
 
 def _scalar_replace(fn, loop):
     text, element = _scalar_replaced(fn, loop)
-    return Proposal(text, "scalar-replace", "scalar-replace %s across the %s loop in %s" % (element, loop.name,
-                                                                                            fn.name))
+    return Proposal(
+        text, "scalar-replace", "scalar-replace %s across the %s loop in %s" % (element, loop.name, fn.name)
+    )
 
 
 def _scalar_replaced(fn, loop):
@@ -756,8 +873,11 @@ def _scalar_replaced(fn, loop):
     for index in first.indices:
         if index is None:
             continue
-        if refs(index) & varying or has_kind(index, ("CallExpr",)) or any(
-                a.base == first.base for a in effects(index).accesses):
+        if (
+            refs(index) & varying
+            or has_kind(index, ("CallExpr",))
+            or any(a.base == first.base for a in effects(index).accesses)
+        ):
             raise Refused("the index changes in the loop")
     if not loop.declared and not fn.pure_counter(loop.id):
         raise Refused("%s is used after the loop" % loop.name)
@@ -811,8 +931,15 @@ def stage(fn):
         if not (_pointer_param(param) or _row_array(param)):
             continue
         try:
-            out.append(_stage(fn, param, [a for a in accesses if a.decl and a.decl["id"] == param["id"]], where,
-                              returns[0] if returns else None))
+            out.append(
+                _stage(
+                    fn,
+                    param,
+                    [a for a in accesses if a.decl and a.decl["id"] == param["id"]],
+                    where,
+                    returns[0] if returns else None,
+                )
+            )
         except Refused:
             continue
     return out
@@ -830,8 +957,11 @@ def _stage(fn, param, accesses, where, ret):
     for a in accesses:
         first.setdefault(a.node["id"], a)
     accesses = list(first.values())
-    uses = {u["id"] for u, parents in fn.uses.get(param["id"], [])
-            if not (parents and parents[-1].get("kind") == "CapturedStmt")}
+    uses = {
+        u["id"]
+        for u, parents in fn.uses.get(param["id"], [])
+        if not (parents and parents[-1].get("kind") == "CapturedStmt")
+    }
     if not accesses or len(accesses) != len(uses):
         raise Refused("%s is used other than by subscripts" % param["name"])
     if any(a.write or a.address or None in a.indices for a in accesses):
@@ -864,23 +994,32 @@ def _stage(fn, param, accesses, where, ret):
     body_open, body_close = span(text, fn.body)
     pad = text.indent(span(text, kids(fn.body)[0])[0]) if kids(fn.body) else text.indent(begin) + "    "
     base = param["name"] if width is None else "%s[0]" % param["name"]
-    edits = [(begin, begin, STAGE_HELPER.format(helper=helper, t=element, restrict=word)),
-             (body_open + 1, body_open + 1, "\n%s%s *%s %s = %s(%s, %s, %s);" % (
-                 pad, element, word, copy, helper, base, rows_arg, forms[0].cols_text))]
+    edits = [
+        (begin, begin, STAGE_HELPER.format(helper=helper, t=element, restrict=word)),
+        (
+            body_open + 1,
+            body_open + 1,
+            "\n%s%s *%s %s = %s(%s, %s, %s);" % (pad, element, word, copy, helper, base, rows_arg, forms[0].cols_text),
+        ),
+    ]
     free = "__builtin_free(%s);" % copy
     if ret is not None:
         edits.append((span(text, ret)[0], span(text, ret)[0], free + "\n" + pad))
     else:
         close = body_close - 1
-        edits.append((text.line_start(close), text.line_start(close), pad + free + "\n") if text.starts_line(close)
-                     else (close, close, "\n%s%s\n" % (pad, free)))
+        edits.append(
+            (text.line_start(close), text.line_start(close), pad + free + "\n")
+            if text.starts_line(close)
+            else (close, close, "\n%s%s\n" % (pad, free))
+        )
     for f in strided:
         y = f.y_text
         row = "%sL" % y if y.isdigit() else "(long)%s" % y
         index = f.x_text if y == "0" else "%s * %s + %s" % (row, rows, f.x_text)
         edits.append(span(text, f.access.node) + ("%s[%s]" % (copy, index),))
-    return Proposal(text.edit(edits), "stage", "stage %s with %s contiguous in %s" % (
-        param["name"], strided[0].x_text, fn.name))
+    return Proposal(
+        text.edit(edits), "stage", "stage %s with %s contiguous in %s" % (param["name"], strided[0].x_text, fn.name)
+    )
 
 
 STAGE_HELPER = """/* r3 stage: a copy of a rows x cols array, transposed (cols x rows) */
@@ -920,8 +1059,12 @@ class Strided:
 def _strided(fn, access, parents, width=None):
     """The Strided an access is (``width``: the row length of a 2-D parameter), Refused when
     it is not one within its array's bounds."""
-    if any(p.get("kind") in ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt",
-                             "WhileStmt", "DoStmt") or p.get("opcode") in ("&&", "||", ",") for p in parents):
+    if any(
+        p.get("kind")
+        in ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt", "WhileStmt", "DoStmt")
+        or p.get("opcode") in ("&&", "||", ",")
+        for p in parents
+    ):
         raise Refused("a conditional read")
     loops = {}  # var id -> its loop, nearest first
     nearest = None
@@ -966,9 +1109,18 @@ def _strided(fn, access, parents, width=None):
             guards.add("%s %s %s" % (lo["value"], loop.op, source_of(fn.text, loop.hi)))
         else:
             covering = False
-    return Strided(access, source_of(fn.text, x), y_text, x_loop.hi, cols_key, cols_text,
-                   covering and y_first, covering and y_last, frozenset(guards),
-                   nearest is x_loop and x_loop.is_innermost())
+    return Strided(
+        access,
+        source_of(fn.text, x),
+        y_text,
+        x_loop.hi,
+        cols_key,
+        cols_text,
+        covering and y_first,
+        covering and y_last,
+        frozenset(guards),
+        nearest is x_loop and x_loop.is_innermost(),
+    )
 
 
 def _row_and_column(fn, access, loops, width):
@@ -1007,8 +1159,13 @@ def _fixed(fn, node):
     if decl is None or decl.get("kind") != "ParmVarDecl" or not is_integer(fn.decls.get(decl["id"], {})):
         return None
     for use, parents in fn.uses.get(decl["id"], []):
-        if parents and write_target(parents[-1]) is use or parents and parents[-1].get("opcode") == "&" \
-                and parents[-1].get("kind") == "UnaryOperator":
+        if (
+            parents
+            and write_target(parents[-1]) is use
+            or parents
+            and parents[-1].get("opcode") == "&"
+            and parents[-1].get("kind") == "UnaryOperator"
+        ):
             return None
     return key(node)
 
@@ -1029,10 +1186,10 @@ def _row_array(param):
     t = type_of(param)
     if not t.endswith("]") or "[" not in t:
         return None
-    head, width = t[:t.rindex("[")].strip(), t[t.rindex("[") + 1:-1]
+    head, width = t[: t.rindex("[")].strip(), t[t.rindex("[") + 1 : -1]
     if not width.isdigit() or int(width) < 2 or not head.endswith(")") or "(*" not in head:
         return None
-    element, pointer = head[:head.index("(*")].strip(), head[head.index("(*") + 2:-1].split()
+    element, pointer = head[: head.index("(*")].strip(), head[head.index("(*") + 2 : -1].split()
     if any(w not in QUALIFIERS for w in pointer):
         return None
     return " ".join(w for w in element.split() if w not in ("const", "volatile")), int(width)

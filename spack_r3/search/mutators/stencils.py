@@ -22,8 +22,7 @@ row i: shift 1); ``skew`` makes every dependence between time steps point forwar
 """
 
 from . import Proposal
-from .loops import (Refused, cast, effects, has_kind, key, kids, ref_decl, refs, source_of, span, stmt_end,
-                    strip)
+from .loops import Refused, cast, effects, has_kind, key, kids, ref_decl, refs, source_of, span, stmt_end, strip
 from .rules import fresh, hinted, knob_header, no_hidden_alias, omp_bound, private_writes
 
 TIME_TILE = (8, 4, 16, 32)  # time steps per tile
@@ -80,8 +79,12 @@ def offsets(access, var):
             continue
         for row, n in (kids(term), kids(term)[::-1]):
             lin = _linear(row, var)
-            if lin is not None and lin[0] == 1 and not refs(n) & {var} and not has_kind(
-                    n, ("CallExpr", "ArraySubscriptExpr")):
+            if (
+                lin is not None
+                and lin[0] == 1
+                and not refs(n) & {var}
+                and not has_kind(n, ("CallExpr", "ArraySubscriptExpr"))
+            ):
                 out[("flat", key(n))] = lin[1]
     return out
 
@@ -186,32 +189,58 @@ def _instances(fn, stmts, shift, at, pad):
     text, out = fn.text, []
     for s, sh in zip(stmts, shift):
         l = s.loop
-        body = text[span(text, l.body)[0]:stmt_end(text, l.node)]
+        body = text[span(text, l.body)[0] : stmt_end(text, l.node)]
         i = "%s - %d" % (at, sh) if sh else at
-        out.append("%s{\n%s  %s %s = %s;\n%s  if (%s >= %s && %s < %s)\n%s    %s\n%s}" % (
-            pad, pad, _var_type(fn, l), l.name, i, pad, l.name, "(%s)" % source_of(text, l.lo), l.name,
-            _excl(text, l), pad, body, pad))
+        out.append(
+            "%s{\n%s  %s %s = %s;\n%s  if (%s >= %s && %s < %s)\n%s    %s\n%s}"
+            % (
+                pad,
+                pad,
+                _var_type(fn, l),
+                l.name,
+                i,
+                pad,
+                l.name,
+                "(%s)" % source_of(text, l.lo),
+                l.name,
+                _excl(text, l),
+                pad,
+                body,
+                pad,
+            )
+        )
     return "\n".join(out)
 
 
 def _bounds(text, stmts, shift):
-    lo = _extreme("min", ["(%s) + %d" % (source_of(text, s.loop.lo), sh) if sh else "(%s)" % source_of(
-        text, s.loop.lo) for s, sh in zip(stmts, shift)])
-    hi = _extreme("max", ["%s + %d" % (_excl(text, s.loop), sh) if sh else _excl(text, s.loop)
-                          for s, sh in zip(stmts, shift)])
+    lo = _extreme(
+        "min",
+        [
+            "(%s) + %d" % (source_of(text, s.loop.lo), sh) if sh else "(%s)" % source_of(text, s.loop.lo)
+            for s, sh in zip(stmts, shift)
+        ],
+    )
+    hi = _extreme(
+        "max", ["%s + %d" % (_excl(text, s.loop), sh) if sh else _excl(text, s.loop) for s, sh in zip(stmts, shift)]
+    )
     return lo, hi
 
 
 def _invariant_bound(node, varying):
     """A loop bound with one value all through the loops being reordered: it names no
     variable they write, reads no memory, calls nothing, changes nothing."""
-    if refs(node) & varying or has_kind(node, ("CallExpr", "ArraySubscriptExpr", "MemberExpr",
-                                                "CompoundAssignOperator")):
+    if refs(node) & varying or has_kind(
+        node, ("CallExpr", "ArraySubscriptExpr", "MemberExpr", "CompoundAssignOperator")
+    ):
         return False
     for n, _ in cast.walk(node):
         op = n.get("opcode")
-        if n.get("kind") == "UnaryOperator" and op in ("*", "++", "--") or n.get("kind") == "BinaryOperator" \
-                and op == "=":
+        if (
+            n.get("kind") == "UnaryOperator"
+            and op in ("*", "++", "--")
+            or n.get("kind") == "BinaryOperator"
+            and op == "="
+        ):
             return False
     return True
 
@@ -266,12 +295,23 @@ def _fuse(fn, first, second):
     p = fresh(fn.source, "r3_p")
     pad = text.indent(span(text, first.node)[0])
     lo, hi = _bounds(text, stmts, shift)
-    nest = "for (long %s = %s; %s < %s; %s++) {\n%s\n%s}" % (p, lo, p, hi, p,
-                                                              _instances(fn, stmts, shift, p, pad + "  "), pad)
+    nest = "for (long %s = %s; %s < %s; %s++) {\n%s\n%s}" % (
+        p,
+        lo,
+        p,
+        hi,
+        p,
+        _instances(fn, stmts, shift, p, pad + "  "),
+        pad,
+    )
     begin, end = span(text, first.node)[0], stmt_end(text, second.node)
     lag = " (the second shifted by %d)" % shift[1] if shift[1] else ""
-    return Proposal(text.edit([(begin, end, nest)]), "fuse", "fuse the %s loops at lines %d and %d in %s%s" % (
-        first.name, _where(fn, first.node), _where(fn, second.node), fn.name, lag))
+    return Proposal(
+        text.edit([(begin, end, nest)]),
+        "fuse",
+        "fuse the %s loops at lines %d and %d in %s%s"
+        % (first.name, _where(fn, first.node), _where(fn, second.node), fn.name, lag),
+    )
 
 
 # ---------------------------------------------------------------- distribution
@@ -303,18 +343,24 @@ def _distribute(fn, loop):
     rows = row_offsets(stmts)
     for k, ck, l, cl in pairs(rows):
         if k < l and cl > ck:
-            raise Refused("statement %d of the %s loop touches what statement %d touched in a later iteration"
-                          % (l + 1, loop.name, k + 1))
+            raise Refused(
+                "statement %d of the %s loop touches what statement %d touched in a later iteration"
+                % (l + 1, loop.name, k + 1)
+            )
     text = fn.text
-    head = text[span(text, loop.node)[0]:span(text, loop.body)[0]].rstrip()
+    head = text[span(text, loop.node)[0] : span(text, loop.body)[0]].rstrip()
     pad = text.indent(span(text, loop.node)[0])
-    new = ("\n" + pad).join("%s {\n%s  %s\n%s}" % (head, pad, text[span(text, s)[0]:stmt_end(text, s)], pad)
-                            for s in parts)
+    new = ("\n" + pad).join(
+        "%s {\n%s  %s\n%s}" % (head, pad, text[span(text, s)[0] : stmt_end(text, s)], pad) for s in parts
+    )
     if not loop.parents or loop.parents[-1].get("kind") != "CompoundStmt":
         new = "{\n%s%s\n%s}" % (pad, new, pad)
     begin, end = span(text, loop.node)[0], stmt_end(text, loop.node)
-    return Proposal(text.edit([(begin, end, new)]), "distribute", "distribute the %s loop at line %d in %s into %d"
-                    % (loop.name, _where(fn, loop.node), fn.name, len(parts)))
+    return Proposal(
+        text.edit([(begin, end, new)]),
+        "distribute",
+        "distribute the %s loop at line %d in %s into %d" % (loop.name, _where(fn, loop.node), fn.name, len(parts)),
+    )
 
 
 # ---------------------------------------------------------------- time tiling
@@ -350,8 +396,11 @@ def time_steps(fn, loop):
         raise Refused("an empty body")
     spaces = []
     for s in parts:
-        inner = fn.canonical(s, loop.parents + (loop.node,) + ((loop.body,) if loop.body is not s else ())) \
-            if s.get("kind") == "ForStmt" else None
+        inner = (
+            fn.canonical(s, loop.parents + (loop.node,) + ((loop.body,) if loop.body is not s else ()))
+            if s.get("kind") == "ForStmt"
+            else None
+        )
         if inner is None:
             raise Refused("the %s loop's body holds a statement that is not a loop over rows" % loop.name)
         if inner.is_innermost():
@@ -361,7 +410,8 @@ def time_steps(fn, loop):
     for s in stmts:
         for a in s.accesses:
             if a.base in set().union(*(x.written for x in stmts)) and any(
-                    loop.id in refs(i) for i in a.indices if i is not None):
+                loop.id in refs(i) for i in a.indices if i is not None
+            ):
                 raise Refused("%s moves with %s: not a time loop" % (a.decl["name"], loop.name))
     if not loop.declared and not fn.pure_counter(loop.id):
         raise Refused("%s is used after the loop" % loop.name)
@@ -399,26 +449,36 @@ def tiled(fn, loop, parallel):
     lines = [
         "{",
         "  const long %s = %s, %s = %s;" % (v["t0"], t_lo, v["t1"], t_hi),
-        "  const long %s = %s%s, %s = %s%s;" % (v["p0"], lo, (" + %d * %s" % (k, v["t0"])) if k else "",
-                                                v["p1"], hi, (" + %d * (%s - 1)" % (k, v["t1"])) if k else ""),
+        "  const long %s = %s%s, %s = %s%s;"
+        % (
+            v["p0"],
+            lo,
+            (" + %d * %s" % (k, v["t0"])) if k else "",
+            v["p1"],
+            hi,
+            (" + %d * (%s - 1)" % (k, v["t1"])) if k else "",
+        ),
         "  if (%s < %s && %s < %s) {" % (v["t0"], v["t1"], v["p0"], v["p1"]),
-        "    const long %s = (%s - %s + %s - 1) / %s, %s = (%s - %s + %s - 1) / %s;" % (
-            v["nT"], v["t1"], v["t0"], tt, tt, v["nI"], v["p1"], v["p0"], ti, ti),
+        "    const long %s = (%s - %s + %s - 1) / %s, %s = (%s - %s + %s - 1) / %s;"
+        % (v["nT"], v["t1"], v["t0"], tt, tt, v["nI"], v["p1"], v["p0"], ti, ti),
     ]
     if parallel:
         # tiles with T + I = w depend only on tiles of earlier wavefronts
-        lines += ["    for (long %s = 0; %s < %s + %s - 1; %s++) {" % (v["w"], v["w"], v["nT"], v["nI"], v["w"]),
-                  "#pragma omp parallel for schedule(dynamic)%s" % (" private(%s)" % ", ".join(private)
-                                                                    if private else ""),
-                  "      for (long %s = %s - %s + 1 > 0 ? %s - %s + 1 : 0; %s <= (%s < %s - 1 ? %s : %s - 1); %s++) {"
-                  % (v["T"], v["w"], v["nI"], v["w"], v["nI"], v["T"], v["w"], v["nT"], v["w"], v["nT"], v["T"]),
-                  "        const long %s = %s - %s;" % (v["I"], v["w"], v["T"])]
+        lines += [
+            "    for (long %s = 0; %s < %s + %s - 1; %s++) {" % (v["w"], v["w"], v["nT"], v["nI"], v["w"]),
+            "#pragma omp parallel for schedule(dynamic)%s" % (" private(%s)" % ", ".join(private) if private else ""),
+            "      for (long %s = %s - %s + 1 > 0 ? %s - %s + 1 : 0; %s <= (%s < %s - 1 ? %s : %s - 1); %s++) {"
+            % (v["T"], v["w"], v["nI"], v["w"], v["nI"], v["T"], v["w"], v["nT"], v["w"], v["nT"], v["T"]),
+            "        const long %s = %s - %s;" % (v["I"], v["w"], v["T"]),
+        ]
     else:
-        lines += ["    for (long %s = 0; %s < %s; %s++) {" % (v["T"], v["T"], v["nT"], v["T"]),
-                  "      for (long %s = 0; %s < %s; %s++) {" % (v["I"], v["I"], v["nI"], v["I"])]
+        lines += [
+            "    for (long %s = 0; %s < %s; %s++) {" % (v["T"], v["T"], v["nT"], v["T"]),
+            "      for (long %s = 0; %s < %s; %s++) {" % (v["I"], v["I"], v["nI"], v["I"]),
+        ]
     lines += [
-        "        for (%s %s = %s + %s * %s; %s < %s + (%s + 1) * %s && %s < %s; %s++) {" % (
-            ttype, tname, v["t0"], v["T"], tt, tname, v["t0"], v["T"], tt, tname, v["t1"], tname),
+        "        for (%s %s = %s + %s * %s; %s < %s + (%s + 1) * %s && %s < %s; %s++) {"
+        % (ttype, tname, v["t0"], v["T"], tt, tname, v["t0"], v["T"], tt, tname, v["t1"], tname),
         "          long %s = %s + %s * %s, %s = %s + %s;" % (v["pb"], v["p0"], v["I"], ti, v["pe"], v["pb"], ti),
         "          if (%s < %s%s)" % (v["pb"], lo, sk),
         "            %s = %s%s;" % (v["pb"], lo, sk),
@@ -429,13 +489,25 @@ def tiled(fn, loop, parallel):
     at = "%s - %d * (long)%s" % (v["p"], k, tname) if k else v["p"]
     body = _instances(fn, stmts, shift, "(%s)" % at if k else at, pad + "            ")
     lines = [(pad + l if not l.startswith("#") else l) for l in lines]
-    lines[0] = lines[0][len(pad):]  # the first line takes the loop's place
+    lines[0] = lines[0][len(pad) :]  # the first line takes the loop's place
     close = [pad + "          }", pad + "        }", pad + "      }", pad + "    }", pad + "  }", pad + "}"]
     new = "\n".join(lines) + "\n" + body + "\n" + "\n".join(close)
     begin, end = span(text, loop.node)[0], stmt_end(text, loop.node)
     header = knob_header(tt, TIME_TILE[0]) + knob_header(ti, SPACE_TILE[0])
     what = "%s %s over %d row loop%s in %s (skew %d%s; %s, %s)" % (
-        "wavefront of time tiles of" if parallel else "time-tile", tname, len(stmts), "s" if len(stmts) > 1 else "",
-        fn.name, k, ", shifts %s" % ",".join(map(str, shift)) if any(shift) else "", tt, ti)
-    return Proposal(text.edit([(0, 0, header), (begin, end, new)]), "wavefront" if parallel else "time-tile", what,
-                    {tt: TIME_TILE, ti: SPACE_TILE})
+        "wavefront of time tiles of" if parallel else "time-tile",
+        tname,
+        len(stmts),
+        "s" if len(stmts) > 1 else "",
+        fn.name,
+        k,
+        ", shifts %s" % ",".join(map(str, shift)) if any(shift) else "",
+        tt,
+        ti,
+    )
+    return Proposal(
+        text.edit([(0, 0, header), (begin, end, new)]),
+        "wavefront" if parallel else "time-tile",
+        what,
+        {tt: TIME_TILE, ti: SPACE_TILE},
+    )
