@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from spack_r3.emit.apply import declare_only, planned_symbol, shared_names
+from spack_r3.emit.apply import planned_symbol, shared_names
+from spack_r3.iredit import declare_only
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")

@@ -42,7 +42,15 @@ import sys
 import tempfile
 
 from ..errors import ToolchainError
-from ..irtext import FunctionDef, LINKAGE_WORDS, global_ref, name_pattern
+from ..iredit import (
+    declare_only,
+    defines_function,
+    function_prefix,
+    global_variables,
+    make_hidden,
+    push_num_threads,
+    rename_globals,
+)
 from ..record.runtime import RUNTIME_FILES
 from .plan import load_plan
 
@@ -60,7 +68,7 @@ _BUILD_SOURCES = (
     "replay/module.py",
     "replay/pipeline.py",
     "replay/specialize.py",
-    "irtext.py",
+    "iredit.py",
     "record/instrument.py",
     "emit/offload.py",
     "record/offload.py",
@@ -103,78 +111,24 @@ def _run(argv, what, **kw):
     return proc.stdout
 
 
-_GLOBAL_DEF = re.compile(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = ((?:[a-z_]+ )*?)(global|constant) ', re.M)
-_INTERNAL_FN = re.compile(r"^define ((?:[a-z_]+ )*?)(internal|private) ", re.M)
-
-
-def _defines(line, name):
-    """True when ``line`` is the ``define`` of function ``name``."""
-    return line.startswith("define") and re.match(r"^define\s.*?%s\(" % name_pattern(name), line) is not None
-
-
 def shared_names(text, kernels, tag):
     """The unit's text with its writable internal globals, and the ``kernels`` that are
     internal, renamed ``<name>.r3.<tag>`` with hidden visibility; returns (text, {old: new}
     for the kernels, [every writable global]). The kernel module and the rest of the unit
-    then name one copy of each."""
-    from ..replay.module import _REF, _ref_name  # (llvmlite: not loaded for units outside the plan)
-
+    then name one copy of each. (Text: clang-19 compiles the result.)"""
     renames, writable = {}, []
-    for m in _GLOBAL_DEF.finditer(text):
-        words = m.group(2).split()
-        if m.group(3) != "global" or _ref_name(m.group(1)).startswith("llvm."):
+    for name, words, is_writable in global_variables(text):
+        if not is_writable or name.startswith("llvm."):
             continue
         if "internal" in words or "private" in words:
-            renames[m.group(1)] = global_ref("%s.r3.%s" % (_ref_name(m.group(1)), tag))
-        writable.append(m.group(1))
-    for line in text.split("\n"):
-        if line.startswith("define ") and re.search(r"\b(internal|private)\b", line.split("(", 1)[0]):
-            for k in kernels:
-                if _defines(line, k):
-                    renames[global_ref(k)] = global_ref("%s.r3.%s" % (k, tag))
+            renames[name] = "%s.r3.%s" % (name, tag)
+        writable.append(name)
+    for k in kernels:
+        if {"internal", "private"} & set(function_prefix(text, k) or ()):
+            renames[k] = "%s.r3.%s" % (k, tag)
     if renames:
-        text = _REF.sub(lambda m: renames.get(m.group(0), m.group(0)), text)
-        lines = text.split("\n")
-        new_names = set(renames.values())
-        for i, line in enumerate(lines):
-            ref = _REF.match(line)
-            if ref and ref.group(0) in new_names:
-                lines[i] = re.sub(r" = ((?:[a-z_]+ )*?)(?:internal|private) ", r" = \1hidden ", line, count=1)
-            elif line.startswith("define ") and any(n + "(" in line for n in new_names):
-                lines[i] = _INTERNAL_FN.sub(r"define \1hidden ", line, count=1)
-        text = "\n".join(lines)
-    kernel_names = {k: _ref_name(renames.get(global_ref(k), global_ref(k))) for k in kernels}
-    return text, kernel_names, [_ref_name(renames.get(w, w)) for w in writable]
-
-
-def declare_only(text, kernels):
-    """The unit with the ``define`` of each of ``kernels`` replaced by a declaration."""
-    lines, out, i = text.split("\n"), [], 0
-    while i < len(lines):
-        line = lines[i]
-        name = next((k for k in kernels if _defines(line, k)), None)
-        if name is None:
-            out.append(line)
-            i += 1
-            continue
-        d = FunctionDef(line, name)
-        prefix = " ".join(w for w in d.prefix.split() if w not in LINKAGE_WORDS or w in ("hidden", "dso_local"))
-        suffix = re.sub(r"\b(personality|prefix|prologue|section|comdat|align|gc)\b.*$", "", d.suffix).strip()
-        suffix = " ".join(w for w in suffix.split() if w.startswith("#") or w in ("unnamed_addr", "local_unnamed_addr"))
-        out.append("declare %s %s(%s) %s" % (prefix, global_ref(name), ", ".join(_param_types(d)), suffix))
-        while lines[i] != "}":
-            i += 1
-        i += 1
-    return "\n".join(out)
-
-
-def _param_types(d):
-    """Parameter types with attributes, the names dropped (a declaration needs no names)."""
-    out = []
-    for p in d.params:
-        words = p.split()
-        out.append(" ".join(words[:-1]) if len(words) > 1 and words[-1].startswith("%") else p)
-    return out
+        text = make_hidden(rename_globals(text, renames), renames.values())
+    return text, {k: renames.get(k, k) for k in kernels}, [renames.get(w, w) for w in writable]
 
 
 def build_unit(line, source, obj, unit, probes=False, tuned=True):
@@ -215,7 +169,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
         else:  # one part: nothing to share
             text, names, writable = original, {k: k for k in kernels}, []
         lines = text.split("\n")
-        missing = [k for k in kernels if not any(_defines(l, names[k]) for l in lines)]
+        missing = [k for k in kernels if not any(defines_function(l, names[k]) for l in lines)]
         if missing:
             raise ApplyError("%s does not define %s (the source changed since tuning?)" % (source, ", ".join(missing)))
         bitcode = _bitcode(compiler, text, tmp)
@@ -316,38 +270,14 @@ def _with_probes(text, bitcode, kernels):
     return instrument_text(text, infos, "", orig_prefix=TIMED_PREFIX)
 
 
-# A fork in optimized IR: ``tail call`` or not, its location argument with attributes
-# (``ptr nonnull @1``).
-_FORK = re.compile(
-    r"^(\s*)(?:(?:tail|notail|musttail) )?call void \(ptr, i32, ptr, \.\.\.\) "
-    r"@__kmpc_fork_call\((ptr(?: \w+)* @[-\w.$\"]+),",
-    re.M,
-)
-
-
 def _with_threads(mod, threads):
     """The kernel's parallel regions run on ``threads`` threads (what ``num_threads(N)``
     compiles to), so one kernel's thread count does not leak into the rest of the run."""
     import llvmlite.binding as llvm
 
-    text = str(mod)
-    count = [0]
-
-    def push(m):
-        count[0] += 1
-        gtid = "%%r3.gtid.%d" % count[0]
-        return (
-            "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_threads(%s, i32 %s, "
-            "i32 %d)\n%s" % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, threads, m.group(0))
-        )
-
-    text = _FORK.sub(push, text)
-    if not count[0]:
+    text, forks = push_num_threads(str(mod), threads)
+    if not forks:
         return mod
-    for decl in ("declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_threads(ptr, i32, i32)"):
-        name = decl.split("@")[1].split("(")[0]
-        if not re.search(r"^declare [^\n]*@%s\(" % name, text, re.M):
-            text += "\n" + decl + "\n"
     out = llvm.parse_assembly(text)
     out.verify()
     return out

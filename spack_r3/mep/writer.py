@@ -21,7 +21,7 @@ from typing import List
 
 from .. import cxxnames
 from ..errors import R3Error
-from ..irtext import FunctionDef, find_define
+from ..iredit import GLOBAL_NAME, FunctionDef, find_define, ref_name
 from ..memimage import _HDR, MAGIC, KIND_HEAP
 from ..replay.module import REPLAY_FREE
 from ..sourcepatch import PatchError, apply_patch
@@ -268,8 +268,6 @@ def param_attrs(ir, kernel):
 
 # -- the kernel's IR, where no slice can be made -------------------------------------------
 
-_GLOBAL_REF = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
-
 
 def kernel_ir(prepared, bitcode=None):
     """The kernel cut out of its unit in the record clang's own LLVM text, each recorded
@@ -302,20 +300,16 @@ def globals_at_addresses(text, recorded):
     address, and its external declaration dropped."""
     at = {g["name"]: int(g["addr"], 16) for g in recorded}
 
-    def name_of(ref):
-        n = ref[1:]
-        return n[1:-1] if n.startswith('"') else n
-
     out = []
     for line in text.split("\n"):
-        m = re.match(r"^(%s) = " % _GLOBAL_REF, line)
-        if m and name_of(m.group(1)) in at and " external " in line:
+        m = re.match(r"^(%s) = " % GLOBAL_NAME, line)
+        if m and ref_name(m.group(1)) in at and " external " in line:
             continue
         out.append(
             re.sub(
-                _GLOBAL_REF,
+                GLOBAL_NAME,
                 lambda r: (
-                    "inttoptr (i64 %d to ptr)" % at[name_of(r.group(0))] if name_of(r.group(0)) in at else r.group(0)
+                    "inttoptr (i64 %d to ptr)" % at[ref_name(r.group(0))] if ref_name(r.group(0)) in at else r.group(0)
                 ),
                 line,
             )

@@ -20,6 +20,7 @@ from ..capture import CAPTURE_FILES, load_capture, run_key
 from ..data import Capture
 from ..errors import CaptureError
 from ..fileutil import sha256_file, write_atomic
+from ..iredit import init_native
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
 from .libstate import unreplayable_reason
 from .profiles import load_profiles, share_of
@@ -28,7 +29,7 @@ from .profiles import load_profiles, share_of
 def _host_target():
     import llvmlite.binding as llvm
 
-    llvm.initialize_native_target()
+    init_native()
     target = {"cpu": llvm.get_host_cpu_name(), "features": llvm.get_host_cpu_features().flatten()}
     try:
         import archspec.cpu

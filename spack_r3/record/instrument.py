@@ -16,23 +16,13 @@ from typing import List, Optional, Tuple
 import llvmlite.binding as llvm
 
 from .. import cxxnames
-from ..irtext import FunctionDef, c_string, find_define, global_ref, strip_dbg
+from ..iredit import GLOBAL_REF, FunctionDef, c_string, find_define, global_ref, init_native, ref_name, strip_dbg
 from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
 NOT_KERNELS = {"main"}
-
-_llvm_ready = False
-
-
-def _init_llvm():
-    global _llvm_ready
-    if not _llvm_ready:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        _llvm_ready = True
 
 
 @dataclass
@@ -87,9 +77,6 @@ def has_loop(fn):
     return False
 
 
-_IR_NAME = re.compile(r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
-
-
 def _references(fn, functions, variables):
     """Functions and global variables that ``fn``'s instructions refer to. A constant
     expression (``getelementptr (i8, ptr @table, i64 800)``, a global's element at a fixed
@@ -106,9 +93,7 @@ def _references(fn, functions, variables):
             k = _key(v)
             if k not in seen:
                 seen.add(k)
-                for name in _IR_NAME.findall(str(v)):
-                    if name.startswith('"'):  # quoted, with \\xx escapes
-                        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
+                for name in map(ref_name, GLOBAL_REF.findall(str(v))):
                     if name in functions:
                         fns.add(name)
                     elif name in variables:
@@ -125,7 +110,7 @@ class ModuleAnalysis:
     """Loops, call graph and global references of every function of one module."""
 
     def __init__(self, bitcode):
-        _init_llvm()
+        init_native()
         self.module = llvm.parse_bitcode(bitcode)
         self.target_data = llvm.create_target_data(self.module.data_layout)
         self.defined = {f.name: f for f in self.module.functions if not f.is_declaration}

@@ -10,10 +10,19 @@ import re
 
 import llvmlite.binding as llvm
 
-from ..irtext import FunctionDef, LINKAGE_WORDS, find_define, global_ref, matching, split_top
+from ..iredit import (
+    FunctionDef,
+    GLOBAL_REF,
+    external_global,
+    find_define,
+    global_ref,
+    is_constant_global,
+    matching,
+    ref_name,
+    split_module,
+    split_top,
+)
 
-_REF = re.compile(r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)')
-_DEF_NAME = re.compile(r'(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+))\(')  # the name a parameter list follows
 REPLAY_FREE = "__r3_replay_free"
 REPLAY_FREE_SIZED = "__r3_replay_free_sized"
 # Deallocation functions a kernel may call on recorded (arena) memory, which replay must
@@ -27,36 +36,6 @@ DEALLOCATORS = {
 }
 
 
-def _ref_name(ref):
-    name = ref[1:]
-    if name.startswith('"'):
-        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
-    return name
-
-
-def split_module(text):
-    """Top-level entities of textual IR: list of (kind, name, text)."""
-    out, lines, i = [], text.split("\n"), 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("define "):
-            j = i
-            while lines[j] != "}":
-                j += 1
-            # (return attributes such as dereferenceable(8) may stand before the name)
-            out.append(("function", _ref_name(_DEF_NAME.search(line).group(1)), "\n".join(lines[i : j + 1])))
-            i = j + 1
-            continue
-        if line.startswith("@"):
-            out.append(("global", _ref_name(_REF.match(line).group(0)), line))
-        elif line.startswith("declare "):
-            out.append(("declare", _ref_name(_DEF_NAME.search(line).group(1)), line))
-        else:
-            out.append(("other", None, line))
-        i += 1
-    return out
-
-
 def declared_functions(text):
     """Functions the module calls but does not define (intrinsics and our own aside)."""
     return [
@@ -64,31 +43,6 @@ def declared_functions(text):
         for kind, name, _ in split_module(text)
         if kind == "declare" and not name.startswith("llvm.") and name not in (REPLAY_FREE, REPLAY_FREE_SIZED)
     ]
-
-
-def _external_global(line):
-    """``@g = <linkage> global T init, align N`` -> ``@g = external global T, align N``."""
-    m = re.match(r'^(@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)) = (.*)$', line)
-    name, rest = m.group(1), m.group(2)
-    words = rest.split(" ")
-    k = 0
-    while words[k] not in ("global", "constant"):
-        k += 1
-    kept = [w for w in words[:k] if w not in LINKAGE_WORDS and w not in ("unnamed_addr", "local_unnamed_addr")]
-    tail = " ".join(words[k + 1 :])
-    if tail[0] in "[{<":  # arrays, structs, packed structs, vectors
-        end = matching(tail, 0)
-        ty, rest2 = tail[:end], tail[end:]
-    else:  # a scalar type, followed by the initializer, or (a declaration) by ", align N"
-        m2 = re.match(r"([^\s,]+)(.*)$", tail)
-        ty, rest2 = m2.group(1), m2.group(2)
-    align = re.search(r", align (\d+)", rest2)
-    return "%s = %s global %s%s" % (
-        name,
-        " ".join(["external"] + kept),
-        ty,
-        (", align " + align.group(1)) if align else "",
-    )
 
 
 class UnreplayableError(Exception):
@@ -144,7 +98,7 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
             if n in recorded:
                 continue  # becomes an external declaration: its initializer is not kept
             body = body.split("=", 1)[1]  # the initializer of a global
-        todo.extend(_ref_name(r) for r in _REF.findall(body))
+        todo.extend(ref_name(r) for r in GLOBAL_REF.findall(body))
     out, frees = [], set()
     for kind, name, text in entities:
         if kind == "function":
@@ -169,10 +123,8 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
             if name.startswith("llvm.") or name not in keep:
                 continue
             if name in recorded:
-                text = _external_global(text)
-            elif (
-                own_globals is not None and name not in own_globals and not re.match(r"^@\S+ = [^=]*\bconstant\b", text)
-            ):
+                text = external_global(text)
+            elif own_globals is not None and name not in own_globals and not is_constant_global(text):
                 raise UnreplayableError(
                     "it reaches %s, a global of another translation unit that the recording did not keep" % name
                 )

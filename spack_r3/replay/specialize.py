@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Tuple
 
-from ..irtext import FunctionDef, find_define, global_ref
+from ..iredit import FunctionDef, find_define, global_ref, init_native
 
 ORIG_SUFFIX = ".r3.orig"
 SPEC_SUFFIX = ".r3.spec"
@@ -111,7 +111,7 @@ def roles(ir, kernel):
     # The record clang's target attributes name features this LLVM may not know (it warns on
     # stderr, once per function); a def-use walk after sroa needs none of them.
     text = re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", text)
-    llvm.initialize_native_target()
+    init_native()
     mod = llvm.parse_assembly(text)
     tm = llvm.Target.from_triple(mod.triple or llvm.get_process_triple()).create_target_machine()
     pm = llvm.create_new_module_pass_manager()

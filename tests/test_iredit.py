@@ -1,0 +1,118 @@
+"""LLVM IR editing (spack_r3.iredit): the names, lines and entities record, replay and r3-apply edit."""
+
+from spack_r3.iredit import (
+    GLOBAL_REF,
+    FunctionDef,
+    c_string,
+    declare_only,
+    defines_function,
+    ensure_declared,
+    external_global,
+    find_define,
+    global_ref,
+    make_hidden,
+    matching,
+    push_num_threads,
+    ref_name,
+    rename_globals,
+    split_module,
+    split_top,
+)
+
+
+def test_split_top_keeps_aggregates_and_strings_whole():
+    params = 'ptr noundef byval(%struct.big_t) align 8 %0, { double, double } %1, ptr @"a,b"'
+    assert split_top(params) == ["ptr noundef byval(%struct.big_t) align 8 %0", "{ double, double } %1", 'ptr @"a,b"']
+    assert split_top("") == [] and split_top("i32 %0") == ["i32 %0"]
+
+
+def test_matching_skips_nested_brackets_and_strings():
+    text = "[4 x { i32, [2 x i8] }] zeroinitializer"
+    assert text[: matching(text, 0)] == "[4 x { i32, [2 x i8] }]"
+    assert matching('(a, ")", b) rest', 0) == len('(a, ")", b)')
+
+
+def test_function_definitions_split_and_render():
+    line = "define dso_local noundef nonnull align 8 dereferenceable(8) ptr @_Z1fRi(ptr noundef %0) #0 !dbg !7 {"
+    d = FunctionDef(line, "_Z1fRi")
+    assert d.prefix == "dso_local noundef nonnull align 8 dereferenceable(8) ptr"
+    assert d.params == ["ptr noundef %0"] and d.param_name(0) == "%0"
+    assert d.linkage_free_prefix == "noundef nonnull align 8 dereferenceable(8) ptr"
+    assert d.render("g", prefix="internal " + d.linkage_free_prefix) == (
+        "define internal noundef nonnull align 8 dereferenceable(8) ptr @g(ptr noundef %0) #0 !dbg !7 {"
+    )
+    assert find_define(["; x", line], "_Z1fRi") == 1
+
+
+def test_names_and_strings_are_quoted_for_llvm():
+    assert global_ref("kernel.omp_outlined") == "@kernel.omp_outlined"
+    assert global_ref("a b") == '@"a b"'
+    assert c_string('say "hi"\n') == ('c"say \\22hi\\22\\0A\\00"', 10)
+
+
+def test_references_read_back_to_the_names_they_quote():
+    for name in ("kernel.omp_outlined", "a b", 'say "hi"', "_ZN1a1bEv"):
+        assert ref_name(global_ref(name)) == name
+    text = 'call void @"a b"(ptr @g, ptr @"x\\22y")'
+    assert [ref_name(r) for r in GLOBAL_REF.findall(text)] == ["a b", "g", 'x"y']
+
+
+def test_a_module_splits_into_its_top_level_entities():
+    text = "\n".join(
+        [
+            "@g = internal global [4 x i32] zeroinitializer, align 16",
+            'define dso_local noundef ptr @"k 1"(ptr %0) #0 {',
+            "  ret ptr @g",
+            "}",
+            "declare void @free(ptr)",
+            "attributes #0 = { nounwind }",
+        ]
+    )
+    kinds = [(kind, name) for kind, name, _ in split_module(text)]
+    assert kinds == [("global", "g"), ("function", "k 1"), ("declare", "free"), ("other", None)]
+    assert defines_function(text.split("\n")[1], "k 1") and not defines_function("declare void @free(ptr)", "free")
+
+
+def test_a_recorded_global_becomes_an_external_declaration():
+    line = "@tab = internal unnamed_addr global [2 x { i32, i8 }] [{ i32, i8 } { i32 1, i8 2 }, { i32, i8 } zeroinitializer], align 8"
+    assert external_global(line) == "@tab = external global [2 x { i32, i8 }], align 8"
+    assert external_global("@n = dso_local global i64 7, align 8") == "@n = external global i64, align 8"
+
+
+def test_renamed_and_hidden_definitions_keep_every_reference():
+    text = "\n".join(
+        [
+            "@n = internal global i32 0, align 4",
+            'define internal void @"k 1"(ptr %p) {',
+            "  %v = load i32, ptr @n, align 4",
+            "  ret void",
+            "}",
+            'define i32 @main() {\n  call void @"k 1"(ptr @n)\n  ret i32 0\n}',
+        ]
+    )
+    out = make_hidden(rename_globals(text, {"n": "n.r3", "k 1": "k.r3"}), ["n.r3", "k.r3"])
+    assert "@n.r3 = hidden global i32 0" in out and "define hidden void @k.r3(ptr %p) {" in out
+    assert "load i32, ptr @n.r3" in out and "call void @k.r3(ptr @n.r3)" in out
+    assert "@n " not in out and "k 1" not in out
+    declared = declare_only(out, ["k.r3"])
+    assert "declare hidden void @k.r3(ptr) " in declared and "load i32" not in declared
+
+
+def test_forks_get_their_thread_count_and_declarations_once():
+    text = "\n".join(
+        [
+            "define void @k(ptr %p) {",
+            "  tail call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr nonnull @1, i32 1, ptr @k.omp_outlined, ptr %p)",
+            "  ret void",
+            "}",
+            "declare i32 @__kmpc_global_thread_num(ptr)",
+        ]
+    )
+    out, forks = push_num_threads(text, 4)
+    assert forks == 1
+    assert "%r3.gtid.1 = call i32 @__kmpc_global_thread_num(ptr nonnull @1)" in out
+    assert "call void @__kmpc_push_num_threads(ptr nonnull @1, i32 %r3.gtid.1, i32 4)" in out
+    assert out.count("declare i32 @__kmpc_global_thread_num") == 1
+    assert out.count("declare void @__kmpc_push_num_threads(ptr, i32, i32)") == 1
+    assert push_num_threads("define void @f() {\n  ret void\n}", 4)[1] == 0
+    assert ensure_declared(out, ["declare i32 @__kmpc_global_thread_num(ptr)"]) == out
