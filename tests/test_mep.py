@@ -4,25 +4,14 @@ with gcc and with clang (the recording's architecture is this machine's)."""
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from spack_r3 import cli
 from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
+from r3cli import flags, r3, r3_subprocess
 
 DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "repos", "r3", "sources")
-
-
-def r3(*argv):
-    return cli.main([str(a) for a in argv])
-
-
-def r3_subprocess(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
-    )
 
 
 def capture_id(ws, kernel):
@@ -61,14 +50,7 @@ def demos(tmp_path_factory):
             "--workspace",
             ws,
             "record",
-            "--source",
-            os.path.join(DEMOS, "dense"),
-            "--run",
-            "./dense 64 1",
-            "--kernel",
-            "matmul",
-            "--tolerance",
-            "1e-9",
+            *flags(source=os.path.join(DEMOS, "dense"), run="./dense 64 1", kernel="matmul", tolerance="1e-9"),
         )
         == 0
     )
@@ -138,12 +120,7 @@ def test_an_unreplayable_capture_is_one_line_and_exit_2(tmp_path):
             "--workspace",
             ws,
             "record",
-            "--source",
-            os.path.join(DEMOS, "cg"),
-            "--run",
-            "./cg 16 50 1e-8",
-            "--kernel",
-            "poisson2d",
+            *flags(source=os.path.join(DEMOS, "cg"), run="./cg 16 50 1e-8", kernel="poisson2d"),
         )
         == 0
     )
@@ -216,16 +193,7 @@ def test_a_cpp_kernel_gets_a_cpp_driver_and_its_global_at_its_address(tmp_path, 
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--build",
-            'make CXX="$R3_CXX"',
-            "--run",
-            "./grid",
-            "--kernel",
-            "Grid::relax",
-            "--tolerance",
-            "1e-9",
+            *flags(source=src, build='make CXX="$R3_CXX"', run="./grid", kernel="Grid::relax", tolerance="1e-9"),
         )
         == 0
     )
@@ -250,14 +218,7 @@ def test_a_kernel_with_no_slice_carries_its_ir(tmp_path, compilers):
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--build",
-            'make CC="$R3_CC"',
-            "--run",
-            "./count",
-            "--kernel",
-            "scaled_sum",
+            *flags(source=src, build='make CC="$R3_CC"', run="./count", kernel="scaled_sum"),
         )
         == 0
     )
@@ -482,14 +443,7 @@ def test_globals_of_the_unit_are_read_and_written_at_their_recorded_addresses(tm
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--build",
-            'make CC="$R3_CC"',
-            "--run",
-            "./w",
-            "--kernel",
-            "weighted",
+            *flags(source=src, build='make CC="$R3_CC"', run="./w", kernel="weighted"),
         )
         == 0
     )

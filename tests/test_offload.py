@@ -10,12 +10,13 @@ import subprocess
 import pytest
 
 from conftest import REPO_ROOT
-from spack_r3 import backends, cli
+from spack_r3 import backends
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Launch, Variant
 from spack_r3.memimage import read_regions
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
+from r3cli import flags, r3
 
 DEMO = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
 
@@ -35,10 +36,6 @@ def offload_run(clang):
     if libdir is None:
         pytest.skip("libomptarget (its host plugin) is not installed: llvm-config-19 --libdir has no libomptarget.so")
     return "LD_LIBRARY_PATH=%s " % libdir
-
-
-def r3(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def captures(ws):
@@ -177,29 +174,8 @@ def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
 
     step = next(k for k in captures(recorded) if "jacobi_step" in k)
     # a region named by its function and line: its full name holds its source file's ids
-    assert (
-        r3(
-            "--workspace",
-            recorded,
-            "tune",
-            "--kernel",
-            "jacobi_step_l8",
-            "--budget",
-            8,
-            "--pairs",
-            2,
-            "--confirm-pairs",
-            3,
-            "--confirm-rounds",
-            1,
-            "--mutator",
-            "none",
-            "--seed",
-            1,
-            "--json",
-        )
-        == 0
-    )
+    quick = flags(budget=8, pairs=2, confirm_pairs=3, confirm_rounds=1, mutator="none", seed=1)
+    assert r3("--workspace", recorded, "tune", "--kernel", "jacobi_step_l8", *quick, "--json") == 0
     out = json.loads(capsys.readouterr().out)
     [k] = out["kernels"]
     assert k["kernel"] == step and k["evaluations"] == 8
@@ -538,12 +514,7 @@ def test_record_kernel_names_a_region_by_its_function_and_line(tmp_path, offload
             "--workspace",
             ws,
             "record",
-            "--source",
-            DEMO,
-            "--run",
-            offload_run + "./heat 64 4",
-            "--kernel",
-            "jacobi_step_l8",
+            *flags(source=DEMO, run=offload_run + "./heat 64 4", kernel="jacobi_step_l8"),
         )
         == 0
     )
@@ -555,12 +526,7 @@ def test_record_kernel_names_a_region_by_its_function_and_line(tmp_path, offload
             "--workspace",
             ws,
             "record",
-            "--source",
-            DEMO,
-            "--run",
-            offload_run + "./heat 64 4",
-            "--kernel",
-            "jacobi_step_l99",
+            *flags(source=DEMO, run=offload_run + "./heat 64 4", kernel="jacobi_step_l99"),
         )
         == 2
     )

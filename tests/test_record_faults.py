@@ -7,26 +7,14 @@ import glob
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from spack_r3 import cli
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Variant
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
-
-
-def r3(*argv):
-    return cli.main([str(a) for a in argv])
-
-
-def r3_subprocess(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
-    )
+from r3cli import flags, r3, r3_subprocess
 
 
 def tree(tmp_path, name, source, flags=""):
@@ -81,12 +69,7 @@ def test_a_forked_process_adds_nothing_to_the_record(tmp_path, clang, capsys):
             "--workspace",
             ws,
             "record",
-            "--source",
-            tree(tmp_path, "fork", FORKING_APP),
-            "--run",
-            "./app",
-            "--instances",
-            2,
+            *flags(source=tree(tmp_path, "fork", FORKING_APP), run="./app", instances=2),
         )
         == 0
     )
@@ -217,12 +200,7 @@ def mapped(tmp_path_factory, clang):
             "--workspace",
             ws,
             "record",
-            "--source",
-            tree(tmp, "mmap", MMAP_APP, "-pthread"),
-            "--run",
-            "./app",
-            "--instances",
-            2,
+            *flags(source=tree(tmp, "mmap", MMAP_APP, "-pthread"), run="./app", instances=2),
         )
         == 0
     )

@@ -15,7 +15,6 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
-from spack_r3 import cli
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
@@ -25,6 +24,7 @@ from spack_r3.replay.pipeline import PipelineError, as_built, format_spec, parse
 from spack_r3.replay.stages import build_flags
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
+from r3cli import flags, r3, r3_subprocess
 
 DEMOS = os.path.join(REPO_ROOT, "repos", "r3", "sources")
 # (demo, run command at a small size, its hottest kernel, relative tolerance)
@@ -33,17 +33,6 @@ APPS = [
     ("cg", "./cg 64 200", "spmv", None),
     ("nbody", "./nbody 256 5", "compute_forces", 1e-9),
 ]
-
-
-def r3(*argv):
-    return cli.main([str(a) for a in argv])
-
-
-def r3_subprocess(*argv, **kw):
-    """The CLI as a user runs it: a separate process, so we see exit code and stderr."""
-    return subprocess.run(
-        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True, **kw
-    )
 
 
 @pytest.fixture(scope="module")
@@ -325,14 +314,7 @@ def test_instances_capture_successive_calls(tmp_path, clang, capsys):
             "--workspace",
             ws,
             "record",
-            "--source",
-            os.path.join(DEMOS, "heat"),
-            "--run",
-            "./heat 64 10",
-            "--kernel",
-            "jacobi_step",
-            "--instances",
-            3,
+            *flags(source=os.path.join(DEMOS, "heat"), run="./heat 64 10", kernel="jacobi_step", instances=3),
         )
         == 0
     )
@@ -432,13 +414,7 @@ def test_top_captures_only_the_hottest_kernels(tmp_path, clang, capsys):
             "--workspace",
             ws,
             "record",
-            "--source",
-            os.path.join(DEMOS, "cg"),
-            "--run",
-            "./cg 64 200",
-            "--top",
-            2,
-            "--json",
+            *flags(source=os.path.join(DEMOS, "cg"), run="./cg 64 200", top=2, json=True),
         )
         == 0
     )
@@ -468,14 +444,7 @@ def test_several_pipelines_compare_in_one_table(recorded, capsys):
         recorded,
         "replay",
         "spmv",
-        "--pipeline",
-        "O3",
-        "--pipeline",
-        "O1,unroll=0",
-        "--pipeline",
-        "O3,fast",
-        "--repeat",
-        2,
+        *flags(pipeline=["O3", "O1,unroll=0", "O3,fast"], repeat=2),
     )
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[:3] == ["pipeline", "status", "max"]
@@ -526,12 +495,7 @@ def test_a_build_that_ignores_the_launcher_is_one_clear_error(tmp_path, clang):
         "--workspace",
         tmp_path / "ws",
         "record",
-        "--source",
-        src,
-        "--build",
-        "make CC=%s" % clang,
-        "--run",
-        "./heat 32 2",
+        *flags(source=src, build="make CC=%s" % clang, run="./heat 32 2"),
     )
     assert proc.returncode == 2 and "without the record runtime" in proc.stderr
     assert proc.stderr.count("\n") == 1
@@ -560,12 +524,7 @@ def test_a_kernel_name_that_does_not_exist_is_one_clear_error(tmp_path, clang):
         "--workspace",
         tmp_path / "ws",
         "record",
-        "--source",
-        os.path.join(DEMOS, "heat"),
-        "--run",
-        "./heat 32 2",
-        "--kernel",
-        "jacobi_stpe",
+        *flags(source=os.path.join(DEMOS, "heat"), run="./heat 32 2", kernel="jacobi_stpe"),
     )
     assert proc.returncode == 2 and "jacobi_stpe" in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -576,14 +535,7 @@ def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path, clang):
         "--workspace",
         tmp_path / "ws",
         "record",
-        "--source",
-        os.path.join(DEMOS, "heat"),
-        "--kernel",
-        "jacobi_step",
-        "--run",
-        "./" + marker,
-        "--timeout",
-        2,
+        *flags(source=os.path.join(DEMOS, "heat"), kernel="jacobi_step", run="./" + marker, timeout=2),
     )
     assert proc.returncode == 2 and "timed out after 2" in proc.stderr
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -596,12 +548,7 @@ def test_the_application_output_is_shown_as_it_runs(tmp_path, clang, capsys):
             "--workspace",
             tmp_path / "ws",
             "record",
-            "--source",
-            os.path.join(DEMOS, "heat"),
-            "--kernel",
-            "jacobi_step",
-            "--run",
-            "./heat 32 3",
+            *flags(source=os.path.join(DEMOS, "heat"), kernel="jacobi_step", run="./heat 32 3"),
         )
         == 0
     )
@@ -651,17 +598,7 @@ def test_the_baseline_is_the_kernel_as_built(tmp_path_factory, capsys):
             ws,
             "replay",
             "axpy_like",
-            "--pipeline",
-            "O3",
-            "--pipeline",
-            "O3,target=built",
-            "--pipeline",
-            format_spec(as_built(cap)),
-            "--pairs",
-            3,
-            "--tolerance",
-            0,
-            "--json",
+            *flags(pipeline=["O3", "O3,target=built", format_spec(as_built(cap))], pairs=3, tolerance=0, json=True),
         )
         == 0
     )

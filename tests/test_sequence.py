@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from test_record_replay import r3, r3_subprocess, source_tree
+from test_record_replay import source_tree
+from r3cli import flags, r3, r3_subprocess
 
 LOOKUP_C = r"""
 #include <stdio.h>
@@ -63,16 +64,7 @@ def recorded(tmp_path_factory, clang):
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--run",
-            "./prog",
-            "--kernel",
-            "lookup",
-            "--kernel",
-            "total",
-            "--instances",
-            "6",
+            *flags(source=src, run="./prog", kernel=["lookup", "total"], instances="6"),
         )
         == 0
     )
@@ -124,14 +116,7 @@ def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_p
             "--workspace",
             once,
             "record",
-            "--source",
-            src,
-            "--run",
-            "./prog 4096",
-            "--kernel",
-            "lookup",
-            "--instances",
-            2,
+            *flags(source=src, run="./prog 4096", kernel="lookup", instances=2),
         )
         == 0
     )
@@ -144,59 +129,15 @@ def test_a_sequence_needs_several_recorded_calls_and_warm_caches(recorded, tmp_p
 def test_tune_times_a_kernel_as_its_recorded_calls_when_they_form_a_sequence(recorded, tmp_path):
     src, _ = recorded
     ws = str(tmp_path / "ws")
-    proc = r3_subprocess(
-        "--workspace",
-        ws,
-        "tune",
-        "--source",
-        src,
-        "--run",
-        "./prog",
-        "--kernel",
-        "lookup",
-        "--kernel",
-        "total",
-        "--instances",
-        4,
-        "--budget",
-        4,
-        "--pairs",
-        3,
-        "--confirm-pairs",
-        3,
-        "--confirm-rounds",
-        1,
-        "--seed",
-        1,
-        "--mutator",
-        "none",
-        timeout=600,
-    )
+    quick = flags(budget=4, pairs=3, confirm_pairs=3, confirm_rounds=1, mutator="none")
+    kernels = flags(kernel=["lookup", "total"])
+    tune = ["--workspace", ws, "tune", *kernels, *quick]
+    proc = r3_subprocess(*tune, *flags(source=src, run="./prog", instances=4, seed=1), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "lookup: timed as the sequence of its 4 recorded calls, in warm caches" in proc.stdout
     # total's input changes between its calls: timed as its first call, repeated, and why
     assert "total: timed as its first recorded call, repeated: call 2 of total found memory" in proc.stdout
-    proc = r3_subprocess(
-        "--workspace",
-        ws,
-        "tune",
-        "--kernel",
-        "lookup",
-        "--kernel",
-        "total",
-        "--budget",
-        4,
-        "--pairs",
-        3,
-        "--confirm-pairs",
-        3,
-        "--confirm-rounds",
-        1,
-        "--mutator",
-        "none",
-        "--json",
-        timeout=600,
-    )
+    proc = r3_subprocess(*tune, "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     calls = {k["kernel"]: k["calls"] for k in json.loads(proc.stdout)["kernels"]}
     assert calls == {"lookup": 4, "total": 1}
@@ -251,16 +192,7 @@ def test_instances_auto_records_calls_until_their_pages_outgrow_the_bytes_asked(
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--run",
-            "./prog",
-            "--kernel",
-            "pick",
-            "--kernel",
-            "sweep",
-            "--instances",
-            "auto",
+            *flags(source=src, run="./prog", kernel=["pick", "sweep"], instances="auto"),
         )
         == 0
     )

@@ -2,22 +2,15 @@
 
 import os
 import shutil
-import subprocess
-import sys
 
 from conftest import REPO_ROOT
 from spack_r3 import sourcetree
 from spack_r3.record.session import previous_record, record
 from spack_r3.spack.devpath import tree_digest
 from spack_r3.workspace import Workspace
+from r3cli import r3_subprocess
 
 HEAT = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat")
-
-
-def r3_subprocess(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "spack_r3.cli"] + [str(a) for a in argv], capture_output=True, text=True
-    )
 
 
 def test_a_record_is_reused_only_for_the_same_content(tmp_path, clang):
