@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -57,6 +58,11 @@ def main(argv=None):
     )
     p.add_argument("--real-dir", help="every subdirectory a public source tree named like its builtin recipe")
     p.add_argument("--real-only", action="store_true", help="only the public trees")
+    p.add_argument(
+        "--no-facility",
+        action="store_true",
+        help="do not register the system's MPI, autotools and Fortran compiler in the sandbox",
+    )
     p.add_argument("--keep-own", action="store_true", help="let retrieval show the package's own recipe")
     p.add_argument(
         "--collect",
@@ -84,6 +90,8 @@ def main(argv=None):
     names = [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
     work = args.work or tempfile.mkdtemp(prefix="r3-bench-recipes-")
     sb = make_sandbox(os.path.join(work, "sandbox"), extra_bin_dirs=[os.path.dirname(sys.executable)])
+    if not args.no_facility:
+        facility_externals(sb)
     ws = Workspace(os.path.join(work, "ws")).ensure()
     rows = []
     for name in names:
@@ -231,6 +239,64 @@ def main(argv=None):
     return 0 if (summary["install_rate"] == 1.0 or not rows) else 1
 
 
+# what a facility has installed and a user registers (`spack external find`): MPI and the
+# autotools; Spack cannot fetch them offline
+FACILITY_PACKAGES = ["openmpi", "mpich", "autoconf", "automake", "libtool", "m4"]
+
+
+def facility_externals(sb):
+    """Register the system's MPI, autotools and compilers (with Fortran where installed) in the
+    sandbox's scope as a user would, by `spack external find` and `spack compiler find`, run
+    against a throwaway user configuration whose findings are copied into the scope."""
+    import subprocess
+
+    import yaml
+
+    spack = Spack(None, [])
+    tmp = tempfile.mkdtemp(prefix="r3-facility-")
+    env = dict(os.environ, SPACK_USER_CONFIG_PATH=tmp)
+    exe = spack.exe
+    for cmd in (
+        ["external", "find", "--not-buildable", "--scope", "user"] + FACILITY_PACKAGES,
+        ["compiler", "find", "--scope", "user"],
+    ):
+        subprocess.run([exe] + cmd, env=env, capture_output=True, text=True, timeout=300)
+    found = {"packages": {}, "compilers": []}
+    for d, _s, files in os.walk(tmp):  # Spack writes per-platform files too (linux/compilers.yaml)
+        for name in ("packages", "compilers"):
+            if name + ".yaml" in files:
+                with open(os.path.join(d, name + ".yaml")) as f:
+                    data = (yaml.safe_load(f) or {}).get(name) or type(found[name])()
+                if name == "packages":
+                    found[name].update(data)
+                else:
+                    found[name] += data
+    shutil.rmtree(tmp, ignore_errors=True)
+    packages_path = os.path.join(sb.scope, "packages.yaml")
+    with open(packages_path) as f:
+        packages = json.load(f)
+    for pkg, conf in found["packages"].items():
+        if pkg in packages["packages"]:
+            continue
+        packages["packages"][pkg] = conf
+        for ext in conf.get("externals", []):
+            sb.externals[pkg] = "%s %s" % (ext["spec"].split("%")[0].split("~")[0].split("+")[0], ext["prefix"])
+    with open(packages_path, "w") as f:
+        json.dump(packages, f, indent=1)
+    compilers = found["compilers"]
+    if any((c["compiler"]["paths"].get("fc")) for c in compilers):
+        # the scope's compilers come first: the same compiler, with its Fortran
+        with open(os.path.join(sb.scope, "compilers.yaml"), "w") as f:
+            json.dump({"compilers": compilers}, f, indent=1)
+        for c in compilers:
+            if c["compiler"]["paths"].get("fc"):
+                sb.externals["fortran"] = "%s %s" % (
+                    c["compiler"]["spec"].replace("=", ""),
+                    c["compiler"]["paths"]["fc"],
+                )
+    return sb
+
+
 def real_summary(real, own_excluded):
     nr = len(real) or 1
     total = lambda key, i: sum(r["agreement"].get(key, [0, 0])[i] for r in real)  # noqa: E731
@@ -278,7 +344,9 @@ def _declared(text):
     except SyntaxError:
         deps = []
     # the variant() directives only (not define_from_variant(...) calls)
-    variants = set(re.findall(r"(?m)^\s*variant\(\s*[\"']([\w-]+)[\"']", text)) - {"implementation"}
+    # tight-error and tight_error are the same variant to a reader (Spack takes both spellings)
+    variants = {v.replace("-", "_") for v in re.findall(r"(?m)^\s*variant\(\s*[\"']([\w-]+)[\"']", text)}
+    variants -= {"implementation"}
     return deps, variants
 
 

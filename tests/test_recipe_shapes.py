@@ -577,3 +577,140 @@ def test_a_with_option_that_takes_a_value_says_nothing_when_off(tmp_path):
     )
     text = _recipe(analyze(root, "wvx"))
     assert '"--with-dsoflags"' in text and "--without-dsoflags" not in text
+
+
+def test_a_submodule_missing_from_makefile_am_subdirs_is_made_and_its_option_off(tmp_path):
+    """jq's shape: SUBDIRS = vendor/onig (a git submodule the tarball lacks), no configure."""
+    root = _write(
+        tmp_path / "sm",
+        {
+            "configure.ac": "AC_INIT([smx], [1.0])\nAC_PROG_CC\n"
+            "AC_ARG_WITH([onig], [AS_HELP_STRING([--with-onig=prefix], [onig prefix])], , [with_onig=yes])\n",
+            "Makefile.am": "if BUILD_ONIG\nSUBDIRS = vendor/onig\nendif\nbin_PROGRAMS = smx\n",
+            "vendor/onig/.keep": "",
+            "smx.c": "int main(void) { return 0; }\n",
+        },
+    )
+    os.remove(os.path.join(root, "vendor", "onig", ".keep"))  # the empty directory a submodule leaves
+    a = analyze(root, "smx")
+    assert a.build["missing_subdirs"] == ["vendor/onig"]
+    assert [(v.name, v.default, v.kind) for v in a.variants] == [("onig", False, "with")]
+    text = _recipe(a)
+    # automake needs the directory; off passes --without-onig (configure would build the submodule)
+    assert '@run_before("autoreconf")' in text and 'for d in ["vendor/onig"]:' in text
+    assert '"--without-onig"' in text
+
+
+def test_a_makefile_whose_default_goal_prints_help_builds_a_machine_target(tmp_path, index):
+    """miniMD's shape: `help` first, `make openmpi` copies Makefile.openmpi (CC = mpicxx)."""
+    root = _write(
+        tmp_path / "hg",
+        {
+            "Makefile": "help:\n\t@echo 'make openmpi|intel'\n\nopenmpi:\n\t$(MAKE) -f Makefile.$@\n\n"
+            "intel:\n\t$(MAKE) -f Makefile.$@\n",
+            "Makefile.openmpi": "CC = mpicxx\nall:\n\t$(CC) -o md md.cpp\n",
+            "Makefile.intel": "CC = mpiicpc\nall:\n\t$(CC) -o md md.cpp\n",
+            "md.cpp": "#include <mpi.h>\nint main() { return 0; }\n",
+        },
+    )
+    a = analyze(root, "hgx")
+    names.resolve(a, index)
+    assert a.build["goal"] == "openmpi" and a.build["mpi_wrapper"] == "always"
+    assert [d.spack for d in a.spack_dependencies()] == ["mpi"]
+    text = _recipe(a)
+    assert '"openmpi"]' in text and 'self.spec["mpi"].mpicc' in text
+
+
+def test_an_mpi_program_that_aborts_after_its_help_passes_its_test_with_255(tmp_path):
+    root = _write(
+        tmp_path / "ab",
+        {
+            "Makefile": "amr: amr.c\n\tmpicc -o amr amr.c\n",
+            "amr.c": "#include <mpi.h>\n#include <string.h>\nint main(int c, char **v) {\n  MPI_Init(&c, &v);\n"
+            '  if (c > 1 && !strcmp(v[1], "--help")) {\n    MPI_Abort(MPI_COMM_WORLD, -1);\n  }\n'
+            "  MPI_Finalize();\n}\n",
+        },
+    )
+    a = analyze(root, "abx")
+    assert a.executables == ["amr"] and a.build["cli_status"] == 255
+    assert "(0 <= exe.returncode < 126 or exe.returncode == 255)" in _recipe(a)
+
+
+def test_a_fortran_library_is_tested_by_using_its_module(tmp_path):
+    """test-drive's shape: a Fortran library with a module, a tester program not installed."""
+    root = _write(
+        tmp_path / "fm",
+        {
+            "CMakeLists.txt": "project(fmx LANGUAGES Fortran)\nadd_library(${PROJECT_NAME} src/fm.f90)\n"
+            "add_executable(${PROJECT_NAME}-tester test/t.f90)\n"
+            'install(TARGETS "${PROJECT_NAME}" EXPORT fmx-targets)\n',
+            "src/fm.f90": "module fmx_mod\ncontains\nend module fmx_mod\n",
+            "test/t.f90": "module helper\nend module helper\nprogram t\nuse fmx_mod\nend program t\n",
+        },
+    )
+    a = analyze(root, "fmx")
+    # install(TARGETS "${PROJECT_NAME}" ...) installs the library; the tester is not installed
+    assert a.build["installed"] == ["fmx"] and a.executables == []
+    assert (a.build["test_fortran_module"], a.build["test_library"]) == ("fmx_mod", "fmx")
+    text = _recipe(a)
+    assert 'depends_on("fortran", type="build")' in text
+    assert 'find(self.prefix, "fmx_mod.mod", recursive=True)' in text and "Executable(self.compiler.fc)" in text
+
+
+def test_the_install_step_takes_what_a_similar_recipe_installs_that_the_tree_has(tmp_path):
+    """A proxy app without `make install`: a retrieved recipe (CoMD's shape) installs its input
+    decks and README; this tree has both, not the built program the example names."""
+    from spack_r3.recipe.retrieve import Example
+
+    root = _write(
+        tmp_path / "px",
+        {
+            "Makefile": "pxa: pxa.c\n\t$(CC) -o pxa pxa.c\n",
+            "pxa.c": "int main(void) { return 0; }\n",
+            "README.md": "pxa\n",
+            "examples/in.deck": "steps 10\n",
+        },
+    )
+    example = Example(
+        "comdlike",
+        "builtin",
+        "/x/package.py",
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        0.5,
+        "class Comdlike(MakefilePackage):\n"
+        "    def install(self, spec, prefix):\n"
+        '        install_tree("bin", prefix.bin)\n'
+        '        install_tree("examples", prefix.examples)\n'
+        "        mkdirp(prefix.doc)\n"
+        '        install("README.md", prefix.doc)\n'
+        '        install("src/comd", prefix.bin)\n',
+    )
+    a = analyze(root, "pxa")
+    src = Source(tree=root, url="file:///tmp/pxa-1.0.tar.gz", sha256="a" * 64, origin=root)
+    text = RuleGenerator().generate(a, src, examples=[example])
+    assert validate(text).ok
+    assert 'install_tree(join_path(self.stage.source_path, "examples"), prefix.examples)' in text
+    assert 'install(join_path(self.stage.source_path, "README.md"), prefix.doc)' in text
+    assert '"bin"' not in text and "src/comd" not in text  # not in the tree (built, or another project's)
+
+
+def test_a_test_option_builds_the_tests_when_spack_runs_them(tmp_path):
+    """jansson's and utf8proc's shape: the tests behind an option are built when Spack runs them
+    (``spack install --test=root`` runs ctest), not a variant; X_BUILD_SHARED_LIBS is 'shared'."""
+    root = _write(
+        tmp_path / "to",
+        {
+            "CMakeLists.txt": 'project(tox C)\noption(TOX_BUILD_SHARED_LIBS "shared" OFF)\n'
+            'option(TOX_WITHOUT_TESTS "no tests" OFF)\noption(TOX_ENABLE_TESTING "tests" OFF)\n'
+            "add_library(tox t.c)\ninstall(TARGETS tox)\n",
+            "t.c": "int t;\n",
+        },
+    )
+    a = analyze(root, "tox")
+    assert [v.name for v in a.variants] == ["shared"]
+    text = _recipe(a)
+    assert 'self.define("TOX_WITHOUT_TESTS", not self.run_tests)' in text
+    assert 'self.define("TOX_ENABLE_TESTING", self.run_tests)' in text

@@ -141,6 +141,8 @@ def variant_name(option, prefixes=()):
             break
     name = re.sub(r"^(WITH|ENABLE|USE|BUILD|DO|HAVE)_", "", name, flags=re.I)
     name = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
+    if name in ("shared_libs", "shared_lib", "shared_libraries"):  # JANSSON_BUILD_SHARED_LIBS: Spack says shared
+        return "shared"
     return name or option.lower()
 
 
@@ -423,7 +425,7 @@ def analyze_cmake(a: Analysis):
                 a.build["has_install"] = True
                 if args and args[0] == "TARGETS":
                     for t in args[1:]:
-                        if t.isupper():
+                        if re.fullmatch(r"[A-Z_]+", t):  # EXPORT, RUNTIME... ("${PROJECT_NAME}" is a target)
                             break
                         a.build.setdefault("installed", []).append(_cmake_expand(t, cmake_vars))
             elif cmd == "add_test" and args:
@@ -469,6 +471,11 @@ def analyze_cmake(a: Analysis):
     for opt, (desc, default) in options.items():
         if opt == "BUILD_TESTING":
             continue
+        if TEST_OPTION_RE.search(opt):
+            # the project's own tests: built when Spack runs them (`spack install --test=root`
+            # runs ctest), as Spack's recipes write it, not a variant
+            a.build.setdefault("test_options", []).append([opt, bool(re.search(r"WITHOUT|NO_|DISABLE", opt))])
+            continue
         name = variant_name(opt, prefixes)
         while name in used or name in RESERVED_VARIANTS:
             name = name + "_opt"
@@ -485,7 +492,11 @@ def analyze_cmake(a: Analysis):
                     parts.append(("~" if lit.startswith("~") else "+") + vmap[opt])
             d.when = "".join(dict.fromkeys(parts)) or None
     _cmake_optional_packages(a)
-    if a.build.get("shared_by_default") and "BUILD_SHARED_LIBS" not in options:
+    if (
+        a.build.get("shared_by_default")
+        and "BUILD_SHARED_LIBS" not in options
+        and not any(v.name == "shared" for v in a.variants)  # JANSSON_BUILD_SHARED_LIBS says it
+    ):
         # a library whose kind BUILD_SHARED_LIBS decides: the variant Spack's recipes give it
         a.variants.append(RecipeVariant("shared", True, "Build shared libraries", "BUILD_SHARED_LIBS", "cmake"))
     for sub, lits in a.build.get("missing_subdirs", []):
@@ -545,6 +556,9 @@ def _cmake_optional_packages(a):
             )
         d.when = "+" + name
 
+
+# an option that builds the project's tests (UTF8PROC_ENABLE_TESTING, JANSSON_WITHOUT_TESTS)
+TEST_OPTION_RE = re.compile(r"(^|_)(BUILD_|ENABLE_|WITH_|WITHOUT_|DO_)?(TESTS?|TESTING|UNIT_?TESTS?)$")
 
 RESERVED_VARIANTS = {
     "build_type",
@@ -1002,9 +1016,34 @@ def analyze_autotools(a: Analysis):
         if re.search(r"\bLT_INIT|AC_PROG_LIBTOOL\b", text):
             a.build["libtool"] = True
     a.languages = langs or _languages_from_files(a.root)
+    _autotools_missing_subdirs(a)
     _makefile_checks(a, [os.path.join(a.root, n) for n in ("Makefile.in", "Makefile.am")])
     if not a.build["configure_present"]:
         a.notes.append("no configure script: the recipe regenerates it (autoconf, automake, libtool)")
+
+
+def _autotools_missing_subdirs(a: Analysis):
+    """A SUBDIRS entry of Makefile.am missing from the tree (a git submodule the tarball lacks:
+    jq's vendor/oniguruma): automake refuses to run without its directory, so the recipe makes
+    it empty, and the option named like it is off (--without-oniguruma), never built."""
+    text = _read(os.path.join(a.root, "Makefile.am"))
+    missing = []
+    for val in re.findall(r"(?m)^\s*(?:DIST_)?SUBDIRS\s*\+?=\s*(.*)$", text):
+        for d in val.split():
+            full = os.path.join(a.root, d)
+            if "$" not in d and "@" not in d and d != "." and (not os.path.isdir(full) or not os.listdir(full)):
+                missing.append(d)
+    if not missing:
+        return
+    a.build["missing_subdirs"] = list(dict.fromkeys(missing))
+    for v in a.variants:
+        if any(v.option.lower() in os.path.basename(d).lower() for d in missing):
+            v.default = False
+            v.kind = v.kind.replace("-value", "")  # off says so: the configure default would build it
+            a.notes.append(
+                "%s is missing from the tree (a git submodule?): variant %s off passes --%s-%s"
+                % (", ".join(missing), v.name, "disable" if v.kind == "enable" else "without", v.option)
+            )
 
 
 SYSTEM_LIBS = {"m", "c", "dl", "pthread", "rt", "util", "stdc++", "gcc", "gomp", "omp"}
@@ -1306,6 +1345,8 @@ def analyze_makefile(a: Analysis):
                 a.build.setdefault("all_targets", []).append(t)
     elif targets and targets[0] not in NOT_PROGRAM_TARGETS and not re.search(r"\.(o|a|so|pc|h)$", targets[0]):
         a.build["all_targets"] = [targets[0]]  # no `all`: make builds the first target
+    elif targets and targets[0] == "help":
+        _goal_from_help(a, targets, rel)
     a.build["own_names"] = [re.sub(r"^lib|\.(a|so)$", "", t) for t in targets if t.startswith("lib")]
     _makefile_checks(a, [mk])
     if not a.build["has_install"]:
@@ -1316,6 +1357,26 @@ def analyze_makefile(a: Analysis):
             if not t.startswith("lib") and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t
         ]
     a.languages = _languages_from_files(a.root)
+
+
+# machine targets a Makefile whose default goal prints help offers, the portable ones first
+GENERIC_GOALS = ["default", "gnu", "gcc", "linux", "serial", "mpi", "openmpi", "mpich", "omp", "openmp"]
+
+
+def _goal_from_help(a: Analysis, targets, rel):
+    """A Makefile whose default goal only prints help (miniMD's ``make openmpi``): the recipe
+    asks for a machine target that has its ``Makefile.<target>``, a portable one first; what
+    that file compiles with (an MPI wrapper) decides the MPI dependency."""
+    with_file = [t for t in targets if os.path.isfile(os.path.join(a.root, "Makefile." + t))]
+    if not with_file:
+        return
+    goal = sorted(with_file, key=lambda t: GENERIC_GOALS.index(t) if t in GENERIC_GOALS else len(GENERIC_GOALS))[0]
+    a.build["goal"] = goal
+    a.notes.append("the default goal prints help: the recipe builds `make %s`" % goal)
+    text = _read(os.path.join(a.root, "Makefile." + goal))
+    if re.search(r"\bmpi(cc|cxx|c\+\+|CC|f90|fort|icc|icpc)\b", text) and not a.build.get("mpi_wrapper"):
+        a.dependencies.append(Dependency("MPI", "cmake", "%s: Makefile.%s's MPI compiler wrapper" % (rel, goal)))
+        a.build["mpi_wrapper"] = "always"
 
 
 # targets that name a goal, not a file a user runs
@@ -1554,13 +1615,18 @@ def _test_facts(a, build_root):
     sources = [p for p in _walk(build_root, max_files=1500) if os.path.splitext(p)[1] in LANG_EXT]
     text = "".join(_read(p)[:200000] for p in sources[:200])
     for flag in ("--version", "--help", "-help", "-h"):
-        if re.search(r"[\"']%s[\"']" % re.escape(flag), text):
+        m = re.search(r"[\"']%s[\"']" % re.escape(flag), text)
+        if m:
             a.build["cli_flag"] = flag
+            # an MPI program that answers its help flag with MPI_Abort(..., -1) exits 255 (miniAMR)
+            if re.search(r"MPI_Abort\s*\(\s*\w+\s*,\s*-1\s*\)", text[m.end() : m.end() + 300]):
+                a.build["cli_status"] = 255
             break
     own = [x for x in a.build.get("own_names", []) if re.match(r"^[\w+-]+$", x)]
     if not own:
         return
     lib = sorted(own, key=lambda x: (x.lower() not in a.name.lower(), "static" in x.lower(), len(x)))[0]
+    _fortran_module(a, lib)
     headers = [
         p
         for p in _walk(a.root, max_files=3000)
@@ -1586,6 +1652,22 @@ def _test_facts(a, build_root):
     if best:
         a.build["test_headers"] = list(dict.fromkeys(os.path.basename(p) for p in best))[:6]
         a.build["test_header"] = a.build["test_headers"][0]
+        a.build["test_library"] = re.sub(r"^lib", "", lib)
+
+
+def _fortran_module(a, lib):
+    """A Fortran library (no C header): the module a program ``use``s, for the link test
+    (test-drive's testdrive.mod); the one named like the library first."""
+    mods = []
+    for p in _walk(a.root, max_files=3000):
+        if os.path.splitext(p)[1].lower() not in (".f90", ".f", ".f95", ".f03", ".f08"):
+            continue
+        if re.search(r"(^|/)(tests?|examples?|apps?)/", os.path.relpath(p, a.root)):
+            continue
+        mods += [m.lower() for m in re.findall(r"(?mi)^\s*module\s+(?!procedure\b)(\w+)\s*$", _read(p))]
+    if mods:
+        want = re.sub(r"\W", "", re.sub(r"^lib", "", lib.lower()))
+        a.build["test_fortran_module"] = sorted(set(mods), key=lambda m: (m != want, want not in m, len(m)))[0]
         a.build["test_library"] = re.sub(r"^lib", "", lib)
 
 

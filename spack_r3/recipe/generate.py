@@ -150,7 +150,32 @@ def _from_examples(a, examples):
         m = re.search(r"tags\s*=\s*\[([^\]]*)\]", ex.text or "")
         if m and "proxy-app" in feats and "proxy-app" in m.group(1) and "proxy-app" not in tags:
             tags.append("proxy-app")
-    return {"descriptions": descriptions, "tags": tags}
+    return {"descriptions": descriptions, "tags": tags, "install": _install_from_examples(a, examples)}
+
+
+INSTALL_STMT_RE = re.compile(r"^\s*(install_tree|install)\(\s*\"([\w./-]+?)/?\"\s*,\s*prefix((?:\.\w+)*)\s*\)\s*$")
+
+
+def _install_from_examples(a, examples):
+    """What the retrieved recipes' own install() puts in the prefix that this tree has too (the
+    input decks, examples and README of a proxy app: CoMD's ``install_tree("examples",
+    prefix.examples)``), as (call, path, prefix attribute, example) rows; what a build makes
+    (``src/gsnap``) is not in the tree yet and never fits."""
+    import os
+
+    rows, seen = [], set()
+    for ex in examples:
+        m = re.search(r"(?ms)^    def install\(self, spec, prefix\):\n(.*?)(?=^    \S|\Z)", ex.text or "")
+        for line in (m.group(1) if m else "").splitlines():
+            st = INSTALL_STMT_RE.match(line)
+            if not st or st.group(2) in seen or st.group(2).startswith((".", "/")) or ".." in st.group(2):
+                continue
+            call, path, attr = st.groups()
+            full = os.path.join(a.root, path)
+            if (os.path.isdir(full) if call == "install_tree" else os.path.isfile(full)) and not os.path.islink(full):
+                seen.add(path)
+                rows.append((call, path, attr, ex.name))
+    return rows
 
 
 class RuleGenerator:
@@ -237,6 +262,7 @@ class RuleGenerator:
             for d in unresolved:
                 out += t("unresolved", name=d.name, source=d.source)
             out.append("")
+        self._said = said
         body = self._build_directory(a) + getattr(self, "_" + a.build_system)(a)
         if body:
             out.extend(body)
@@ -267,6 +293,8 @@ class RuleGenerator:
                 args.append(templates.render(tmpl, "disable_find_arg", package=v.option, off=_q("~" + v.name)))
             else:
                 args.append(templates.render(tmpl, "variant_arg", option=_q(v.option), variant=_q(v.name)))
+        for opt, negated in a.build.get("test_options", []):  # the tests build when Spack runs them
+            args.append(templates.render(tmpl, "run_tests_arg", option=_q(opt), negate="not " if negated else ""))
         for extra in a.build.get("extra_args", []):
             args.append(_q(extra))
         lines = _arg_list(tmpl, "cmake_args", args) if args else []
@@ -295,6 +323,9 @@ class RuleGenerator:
         lines = []
         if not a.build.get("configure_present"):
             lines += templates.lines(tmpl, "force_autoreconf") + [""]
+            if a.build.get("missing_subdirs"):
+                dirs = ", ".join(_q(d) for d in a.build["missing_subdirs"])
+                lines += templates.lines(tmpl, "missing_subdirs", dirs=dirs) + [""]
         if not a.variants and not a.build.get("extra_args"):
             return lines
         lines += templates.lines(tmpl, "configure_args")
@@ -359,13 +390,14 @@ class RuleGenerator:
         for extra in a.build.get("extra_args", []):
             make_args.append(_q(extra))
         make_args = list(dict.fromkeys(make_args))
+        goal = [_q(a.build["goal"])] if a.build.get("goal") else []  # the default goal only prints help
         lines = []
         if a.build.get("makefile_template"):
             lines += templates.lines(tmpl, "edit_template", template=_q(a.build["makefile_template"]), where=where) + [
                 ""
             ]
         lines += templates.lines(
-            tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else []))
+            tmpl, "build_targets", args=", ".join(make_args + ([prefix_arg] if prefix_arg else []) + goal)
         )
         lines.append("")
         if a.build.get("has_install") and prefix_arg:
@@ -383,6 +415,17 @@ class RuleGenerator:
                 lines += templates.lines(tmpl, "install_built_programs_in")
             if a.build.get("own_names"):
                 lines += templates.lines(tmpl, "install_libraries_in", include_dir=_q(a.build.get("include_dir", ".")))
+            said = getattr(self, "_said", None) or {}
+            if said.get("install"):
+                lines += templates.lines(
+                    tmpl, "install_as_examples", examples=", ".join(sorted({r[3] for r in said["install"]}))
+                )
+                made = set()
+                for call, path, attr, _ex in said["install"]:
+                    if call == "install" and attr not in made:
+                        made.add(attr)
+                        lines += templates.lines(tmpl, "install_example_mkdirp", attr=attr)
+                    lines += templates.lines(tmpl, "install_example_" + call, file=_q(path), attr=attr)
         return lines
 
     def _python(self, a):
@@ -431,6 +474,9 @@ class RuleGenerator:
                     exe=exe,
                     exe_literal=_q(exe),
                     args=_q(flag),
+                    status_ok="(0 <= exe.returncode < 126 or exe.returncode == %d)" % a.build["cli_status"]
+                    if a.build.get("cli_status")
+                    else "0 <= exe.returncode < 126",
                 )
                 lines.append("")
         lib, header = a.build.get("test_library"), a.build.get("test_header")
@@ -439,6 +485,9 @@ class RuleGenerator:
             lines += templates.lines(
                 PACKAGE, "test_link", lib=lib, header=names[0], headers=", ".join(_q(h) for h in names)
             )
+            lines.append("")
+        elif lib and a.build.get("test_fortran_module") and not checked:
+            lines += templates.lines(PACKAGE, "test_link_fortran", lib=lib, module=a.build["test_fortran_module"])
             lines.append("")
         return lines
 
