@@ -177,6 +177,27 @@ def strip_dbg(text):
     return re.sub(r"\s*!dbg\s+!\d+", "", text)
 
 
+def string_attributes(text, name):
+    """The ``"key"="value"`` attributes of function ``name``'s definition (its attribute
+    groups): {key: value}; {} where ``text`` does not define it."""
+    lines = text.split("\n")
+    try:
+        tail = lines[find_define(lines, name)].rsplit(")", 1)[-1]
+    except (KeyError, ValueError):
+        return {}
+    out = {}
+    for group in re.findall(r"#(\d+)", tail):
+        m = re.search(r"^attributes #%s = \{(.*)\}\s*$" % group, text, re.M)
+        out.update(re.findall(r'"([^"]*)"="([^"]*)"', m.group(1)) if m else ())
+    return out
+
+
+def target_triple(text):
+    """The module's target triple ("" where it names none)."""
+    m = re.search(r'^target triple = "([^"]*)"', text, re.M)
+    return m.group(1) if m else ""
+
+
 def split_module(text):
     """Top-level entities of textual IR: list of (kind, name, text), kind one of
     ``function`` (a whole definition), ``global``, ``declare`` or ``other``."""
@@ -251,6 +272,22 @@ def function_prefix(text, name):
         return FunctionDef(lines[find_define(lines, name)], name).prefix.split()
     except KeyError:
         return None
+
+
+def set_linkage(text, name, linkage):
+    """``text`` (a function's definition first) with ``linkage`` (``internal``, ...; ""
+    for external) in place of its own."""
+    lines = text.split("\n")
+    i = find_define(lines, name)
+    d = FunctionDef(lines[i], name)
+    lines[i] = d.render(name, prefix=("%s %s" % (linkage, d.linkage_free_prefix)).strip())
+    return "\n".join(lines)
+
+
+def redirect_calls(text, callee, other):
+    """(text, calls): each ``call void @callee(`` made a call of ``other``."""
+    old, new = "call void %s(" % global_ref(callee), "call void %s(" % global_ref(other)
+    return text.replace(old, new), text.count(old)
 
 
 def rename_globals(text, renames):
@@ -348,3 +385,97 @@ def push_num_threads(text, threads):
             ["declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_threads(ptr, i32, i32)"],
         )
     return text, count[0]
+
+
+def set_target(text, cpu, features):
+    """Every function's ``target-cpu``, ``tune-cpu`` and ``target-features`` attributes set:
+    they override the target machine's, so a variant for another target must change them."""
+    text = re.sub(r'"target-cpu"="[^"]*"', '"target-cpu"="%s"' % cpu, text)
+    text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
+    return re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)
+
+
+_FP_OPS = re.compile(
+    r"(= )(fadd|fsub|fmul|fdiv|frem|fneg)( (?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+    r"((?:float|double|half|<\d+ x (?:float|double|half)>) )"
+)
+_FP_CALL = re.compile(
+    r"(= (?:tail |notail |musttail )?call )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
+    r"((?:float|double|half|<\d+ x (?:float|double|half)>) @llvm\.)"
+)
+_FCMP = re.compile(r"(= fcmp )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)")
+_FMULADD = re.compile(
+    r"^(\s*)(%[-\w.]+) = (?:tail )?call ((?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*"
+    r"(float|double|<\d+ x (?:float|double)>) @llvm\.fmuladd\.[\w.]+\("
+    r"\4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+)\)(.*)$",
+    re.M,
+)
+
+
+def _merge_flags(existing, flags):
+    have = set(existing.split())
+    if "fast" in have:
+        return existing
+    return " " + " ".join(sorted(have | set(flags))) + " " if (have | set(flags)) else " "
+
+
+def split_fmuladd(text):
+    """Each ``llvm.fmuladd`` call split into an ``fmul`` and an ``fadd`` (never fused)."""
+
+    def split(m):
+        product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name
+        return "%s%s = fmul %s %s, %s\n%s%s = fadd %s %s, %s%s" % (
+            m.group(1),
+            product,
+            m.group(4),
+            m.group(5),
+            m.group(6),
+            m.group(1),
+            m.group(2),
+            m.group(4),
+            product,
+            m.group(7),
+            m.group(8),
+        )
+
+    return _FMULADD.sub(split, text)
+
+
+def add_fp_flags(text, flags):
+    """The fast-math ``flags`` on every floating-point operation and intrinsic call, and
+    those that apply to a comparison (nnan, ninf, nsz) on every ``fcmp``."""
+    text = _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _merge_flags(m.group(3), flags) + m.group(4), text)
+    text = _FP_CALL.sub(lambda m: m.group(1) + _merge_flags(m.group(2), flags).lstrip() + m.group(3), text)
+    cmp_flags = [f for f in flags if f in ("nnan", "ninf", "nsz")]
+    if cmp_flags:
+        text = _FCMP.sub(lambda m: m.group(1) + _merge_flags(m.group(2), cmp_flags).lstrip(), text)
+    return text
+
+
+# A pointer parameter's type, its address space included (attributes follow the whole type:
+# ``ptr addrspace(1) noalias %x``, never ``ptr noalias addrspace(1)``).
+_PTR_TYPE = re.compile(r"^(ptr(?: addrspace\(\d+\))?) ")
+
+
+def mark_noalias(text, kernel):
+    """``kernel``'s pointer parameters marked ``noalias`` (in any address space)."""
+    lines = text.split("\n")
+    i = find_define(lines, kernel)
+    d = FunctionDef(lines[i], kernel)
+    params = [_PTR_TYPE.sub(r"\1 noalias ", p, count=1) if "noalias" not in p else p for p in d.params]
+    lines[i] = d.render(kernel, params=params)
+    return "\n".join(lines)
+
+
+def edit_call_args(text, call, edit):
+    """``text`` with the argument list of each call ``call`` (a compiled regex ending at the
+    call's opening parenthesis) replaced by ``edit(args)``, args the argument texts."""
+    out, last = [], 0
+    for m in call.finditer(text):
+        open_paren = m.end() - 1
+        close = matching(text, open_paren)
+        args = edit(split_top(text[open_paren + 1 : close - 1]))
+        out += [text[last : open_paren + 1], ", ".join(args), ")"]
+        last = close
+    out.append(text[last:])
+    return "".join(out)

@@ -1,11 +1,15 @@
 """LLVM IR editing (spack_r3.iredit): the names, lines and entities record, replay and r3-apply edit."""
 
+import re
+
 from spack_r3.iredit import (
     GLOBAL_REF,
     FunctionDef,
     c_string,
     declare_only,
+    add_fp_flags,
     defines_function,
+    edit_call_args,
     ensure_declared,
     external_global,
     find_define,
@@ -13,10 +17,16 @@ from spack_r3.iredit import (
     make_hidden,
     matching,
     push_num_threads,
+    redirect_calls,
     ref_name,
     rename_globals,
+    set_linkage,
+    set_target,
+    split_fmuladd,
     split_module,
     split_top,
+    string_attributes,
+    target_triple,
 )
 
 
@@ -116,3 +126,47 @@ def test_forks_get_their_thread_count_and_declarations_once():
     assert out.count("declare void @__kmpc_push_num_threads(ptr, i32, i32)") == 1
     assert push_num_threads("define void @f() {\n  ret void\n}", 4)[1] == 0
     assert ensure_declared(out, ["declare i32 @__kmpc_global_thread_num(ptr)"]) == out
+
+
+FUNCTION = "\n".join(
+    [
+        'target triple = "x86_64-pc-linux-gnu"',
+        "define internal double @f(ptr %p, double %a, double %b) #0 {",
+        "  %m = call double @llvm.fmuladd.f64(double %a, double %b, double 1.0)",
+        "  %s = fadd double %m, %a",
+        "  %c = fcmp olt double %s, %b",
+        "  call void @free(ptr %p)",
+        "  ret double %s",
+        "}",
+        'attributes #0 = { nounwind "target-cpu"="x86-64" "target-features"="+sse2" "tune-cpu"="generic" }',
+    ]
+)
+
+
+def test_a_functions_linkage_calls_and_attributes_are_edited_in_place():
+    assert "define double @f(" in set_linkage(FUNCTION, "f", "")
+    assert "define hidden double @f(" in set_linkage(FUNCTION, "f", "hidden")
+    text, calls = redirect_calls(FUNCTION, "free", "__r3_replay_free")
+    assert calls == 1 and "call void @__r3_replay_free(ptr %p)" in text
+    assert string_attributes(FUNCTION, "f") == {
+        "target-cpu": "x86-64",
+        "target-features": "+sse2",
+        "tune-cpu": "generic",
+    }
+    assert string_attributes(FUNCTION, "g") == {} and target_triple(FUNCTION) == "x86_64-pc-linux-gnu"
+    retargeted = string_attributes(set_target(FUNCTION, "znver4", "+avx2,+fma"), "f")
+    assert retargeted == {"target-cpu": "znver4", "target-features": "+avx2,+fma", "tune-cpu": "znver4"}
+
+
+def test_fp_edits_split_fmuladd_and_add_flags():
+    split = split_fmuladd(FUNCTION)
+    assert "%r3.fmul.m = fmul double %a, %b\n  %m = fadd double %r3.fmul.m, 1.0" in split
+    fast = add_fp_flags(split, ["nnan", "contract"])
+    assert "= fadd contract nnan double %r3.fmul.m" in fast and "= fcmp nnan olt double" in fast
+    assert add_fp_flags(fast, ["nnan"]) == fast
+
+
+def test_call_arguments_are_edited_by_position():
+    text = "  call void @g(ptr @0, i32 %t, { i32, i32 } { i32 1, i32 2 }, i64 7)\n  call void @h(i32 1)"
+    out = edit_call_args(text, re.compile(r"call void @g\("), lambda args: args[:3] + ["i64 8"])
+    assert out == "  call void @g(ptr @0, i32 %t, { i32, i32 } { i32 1, i32 2 }, i64 8)\n  call void @h(i32 1)"

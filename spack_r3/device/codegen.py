@@ -272,7 +272,7 @@ def _set_thread_limit(text, n):
 
 def _noalias(text, kernels):
     """The kernels' pointer parameters marked ``noalias`` (``ptr`` and ``ptr addrspace(N)``)."""
-    from ..replay.module import mark_noalias
+    from ..iredit import mark_noalias
 
     for k in kernels:
         try:

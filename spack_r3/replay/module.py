@@ -4,23 +4,33 @@ The replay module holds the kernel and what it reaches (functions, globals),
 nothing else, so that functions of the application it never calls need not
 resolve. Globals the record runtime snapshotted become external declarations:
 replay maps them at their recorded addresses and points the JIT's symbols there.
+This module says what to edit; how IR text is read and changed is ``iredit``'s.
 """
 
+import functools
+import os
 import re
+import string
 
 import llvmlite.binding as llvm
 
 from ..iredit import (
-    FunctionDef,
     GLOBAL_REF,
+    add_fp_flags,
+    edit_call_args,
     external_global,
-    find_define,
+    function_prefix,
     global_ref,
     is_constant_global,
-    matching,
+    mark_noalias,
+    redirect_calls,
     ref_name,
+    set_linkage,
+    set_target,
+    string_attributes,
+    split_fmuladd,
     split_module,
-    split_top,
+    target_triple,
 )
 
 REPLAY_FREE = "__r3_replay_free"
@@ -105,20 +115,13 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
             if name not in keep:
                 continue
             for dealloc, replacement in ({} if build else DEALLOCATORS).items():
-                if "call void @%s(" % dealloc in text:
-                    text = text.replace("call void @%s(" % dealloc, "call void @%s(" % replacement)
+                text, calls = redirect_calls(text, dealloc, replacement)
+                if calls:
                     frees.add(replacement)
             if name == kernel:  # the trampoline in another module must see it
-                lines = text.split("\n")
-                d = FunctionDef(lines[0], kernel)
-                lines[0] = d.render(kernel, prefix=d.linkage_free_prefix)
-                text = "\n".join(lines)
-            elif build:  # a callee the rest of the unit still defines: the kernel's own copy
-                lines = text.split("\n")
-                d = FunctionDef(lines[0], name)
-                if not set(d.prefix.split()) & _NOT_STRONG:
-                    lines[0] = d.render(name, prefix=("internal " + d.linkage_free_prefix).strip())
-                    text = "\n".join(lines)
+                text = set_linkage(text, kernel, "")
+            elif build and not set(function_prefix(text, name)) & _NOT_STRONG:
+                text = set_linkage(text, name, "internal")  # the kernel's own copy of a callee the unit keeps
         elif kind == "global":
             if name.startswith("llvm.") or name not in keep:
                 continue
@@ -138,48 +141,13 @@ def extract_kernel_text(text, kernel, recorded_globals, own_globals=None, build=
     return "\n".join(out) + "\n"
 
 
-_FP_OPS = re.compile(
-    r"(= )(fadd|fsub|fmul|fdiv|frem|fneg)( (?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
-    r"((?:float|double|half|<\d+ x (?:float|double|half)>) )"
-)
-_FP_CALL = re.compile(
-    r"(= (?:tail |notail |musttail )?call )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)"
-    r"((?:float|double|half|<\d+ x (?:float|double|half)>) @llvm\.)"
-)
-_FCMP = re.compile(r"(= fcmp )((?:(?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*)")
-_FMULADD = re.compile(
-    r"^(\s*)(%[-\w.]+) = (?:tail )?call ((?:fast|reassoc|nnan|ninf|nsz|arcp|contract|afn) )*"
-    r"(float|double|<\d+ x (?:float|double)>) @llvm\.fmuladd\.[\w.]+\("
-    r"\4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+), \4 (?:noundef )?([^,()]+)\)(.*)$",
-    re.M,
-)
-
-
-def _merge_flags(existing, flags):
-    have = set(existing.split())
-    if "fast" in have:
-        return existing
-    return " " + " ".join(sorted(have | set(flags))) + " " if (have | set(flags)) else " "
-
-
 def built_target(text, kernel):
     """(cpu, features) the build compiled ``kernel`` for: the target attributes clang
     wrote on its definition from the compile line's -march (none: the generic CPU of the
     module's triple, as clang's default)."""
-    lines = text.split("\n")
-    attrs = ""
-    try:
-        tail = lines[find_define(lines, kernel)].rsplit(")", 1)[-1]
-    except (KeyError, ValueError):
-        tail = ""
-    for group in re.findall(r"#(\d+)", tail):
-        m = re.search(r"^attributes #%s = \{(.*)\}\s*$" % group, text, re.M)
-        attrs += m.group(1) if m else ""
-    cpu = re.search(r'"target-cpu"="([^"]*)"', attrs)
-    features = re.search(r'"target-features"="([^"]*)"', attrs)
-    triple = re.search(r'^target triple = "([^"-]*)', text, re.M)
-    generic = "x86-64" if triple and triple.group(1) == "x86_64" else "generic"
-    return (cpu.group(1) if cpu else generic), (features.group(1) if features else "")
+    attrs = string_attributes(text, kernel)
+    generic = "x86-64" if target_triple(text).split("-")[0] == "x86_64" else "generic"
+    return attrs.get("target-cpu", generic), attrs.get("target-features", "")
 
 
 def contracts_fma(features):
@@ -212,59 +180,19 @@ def behind_host(features):
     return any(host.get(f) and f not in built for f in VECTOR_FEATURES if f in host)
 
 
-# A pointer parameter's type, its address space included (attributes follow the whole type:
-# ``ptr addrspace(1) noalias %x``, never ``ptr noalias addrspace(1)``).
-_PTR_TYPE = re.compile(r"^(ptr(?: addrspace\(\d+\))?) ")
-
-
 def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
     """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias.
     ``fma=built`` splits llvm.fmuladd exactly where the build's own target could not fuse
     it (``built_fma`` false), so a variant for another target computes what the
-    application computed."""
-    split_fma = pipeline.fma == "off" or (pipeline.fma == "built" and not built_fma)
-    text = re.sub(r'"target-cpu"="[^"]*"', '"target-cpu"="%s"' % cpu, text)
-    text = re.sub(r'"target-features"="[^"]*"', '"target-features"="%s"' % features, text)
-    text = re.sub(r'"tune-cpu"="[^"]*"', '"tune-cpu"="%s"' % cpu, text)
-    if split_fma:
-
-        def split(m):
-            product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name
-            return "%s%s = fmul %s %s, %s\n%s%s = fadd %s %s, %s%s" % (
-                m.group(1),
-                product,
-                m.group(4),
-                m.group(5),
-                m.group(6),
-                m.group(1),
-                m.group(2),
-                m.group(4),
-                product,
-                m.group(7),
-                m.group(8),
-            )
-
-        text = _FMULADD.sub(split, text)
+    application computed. (Text: the same edits feed an opt-19 stage, see iredit.)"""
+    text = set_target(text, cpu, features)
+    if pipeline.fma == "off" or (pipeline.fma == "built" and not built_fma):
+        text = split_fmuladd(text)
     if pipeline.fast_math:
-        flags = pipeline.fast_math
-        text = _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _merge_flags(m.group(3), flags) + m.group(4), text)
-        text = _FP_CALL.sub(lambda m: m.group(1) + _merge_flags(m.group(2), flags).lstrip() + m.group(3), text)
-        cmp_flags = [f for f in flags if f in ("nnan", "ninf", "nsz")]
-        if cmp_flags:
-            text = _FCMP.sub(lambda m: m.group(1) + _merge_flags(m.group(2), cmp_flags).lstrip(), text)
+        text = add_fp_flags(text, pipeline.fast_math)
     if pipeline.noalias:
         text = mark_noalias(text, kernel)
     return text
-
-
-def mark_noalias(text, kernel):
-    """``kernel``'s pointer parameters marked ``noalias`` (in any address space)."""
-    lines = text.split("\n")
-    i = find_define(lines, kernel)
-    d = FunctionDef(lines[i], kernel)
-    params = [_PTR_TYPE.sub(r"\1 noalias ", p, count=1) if "noalias" not in p else p for p in d.params]
-    lines[i] = d.render(kernel, params=params)
-    return "\n".join(lines)
 
 
 # OpenMP loops whose schedule is chosen at run time: clang calls __kmpc_dispatch_init_{4,4u,8,8u}
@@ -291,11 +219,8 @@ def apply_launch_edits(text, schedule=None, chunk=None):
         raise ValueError("schedule=%s: expected %s" % (schedule, ", ".join(SCHEDULE_KINDS)))
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError("chunk=%s: expected a positive integer" % (chunk,))
-    out, last = [], 0
-    for m in _DISPATCH_INIT.finditer(text):
-        open_paren = m.end() - 1
-        close = matching(text, open_paren)
-        args = split_top(text[open_paren + 1 : close - 1])
+
+    def edit(args):
         words = args[2].split()
         value = int(words[-1])
         mods = value & _MODIFIERS
@@ -308,145 +233,45 @@ def apply_launch_edits(text, schedule=None, chunk=None):
         args[2] = " ".join(words[:-1] + [str(kind | mods)])
         if chunk is not None:
             args[6] = " ".join(args[6].split()[:-1] + [str(chunk)])
-        out += [text[last : open_paren + 1], ", ".join(args), ")"]
-        last = close
-    out.append(text[last:])
-    return "".join(out)
+        return args
+
+    return edit_call_args(text, _DISPATCH_INIT, edit)
+
+
+@functools.lru_cache(maxsize=None)
+def _trampoline_template():
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "trampoline.ll")) as f:
+        return string.Template(f.read())
 
 
 def trampoline(kernel, signature, arena_base, arena_end):
     """A separate module: ``__r3_call(slots, ret)`` loads the arguments and calls the kernel,
     ``__r3_timed(slots, ret, n)`` makes n such calls and returns the nanoseconds they took,
-    and ``__r3_replay_free`` ignores frees of recorded (arena) memory."""
-    params, loads, args = [], [], []
+    ``__r3_sequence`` replays a sequence of calls, and ``__r3_replay_free`` ignores frees of
+    recorded (arena) memory. The fixed functions are the template ``trampoline.ll``; only
+    ``__r3_call`` follows the kernel's signature (its types as the record's LLVM printed
+    them, text that ``llvmlite.ir`` has no parser for)."""
+    params, body, args = [], [], []
     for i, (ty, byval) in enumerate(zip(signature["params"], signature["byval"])):
-        loads.append("  %%p%d = getelementptr i64, ptr %%slots, i64 %d" % (i, i))
-        loads.append("  %%a%d = load %s, ptr %%p%d, align 8" % (i, ty, i))
-        if byval:
-            params.append("ptr byval([%d x i8]) align 8" % byval)
-            args.append("ptr byval([%d x i8]) align 8 %%a%d" % (byval, i))
-        else:
-            params.append(ty)
-            args.append("%s %%a%d" % (ty, i))
+        body.append("  %%p%d = getelementptr i64, ptr %%slots, i64 %d" % (i, i))
+        body.append("  %%a%d = load %s, ptr %%p%d, align 8" % (i, ty, i))
+        ty = "ptr byval([%d x i8]) align 8" % byval if byval else ty
+        params.append(ty)
+        args.append("%s %%a%d" % (ty, i))
     ret = signature["ret"]
-    lines = [
-        "declare %s %s(%s)" % (ret, global_ref(kernel), ", ".join(params)),
-        "declare void @free(ptr)",
-        "define void @%s(ptr %%p) {" % REPLAY_FREE,
-        "  %i = ptrtoint ptr %p to i64",
-        "  %%lo = icmp uge i64 %%i, %d" % arena_base,
-        "  %%hi = icmp ult i64 %%i, %d" % arena_end,
-        "  %in = and i1 %lo, %hi",
-        "  br i1 %in, label %skip, label %real",
-        "real:",
-        "  call void @free(ptr %p)",
-        "  ret void",
-        "skip:",
-        "  ret void",
-        "}",
-        "define void @%s(ptr %%p, i64 %%n) {" % REPLAY_FREE_SIZED,
-        "  call void @%s(ptr %%p)" % REPLAY_FREE,
-        "  ret void",
-        "}",
-        "define void @__r3_call(ptr %slots, ptr %ret) {",
-    ]
-    lines += loads
     call = "call %s %s(%s)" % (ret, global_ref(kernel), ", ".join(args))
     if ret == "void":
-        lines.append("  " + call)
+        body.append("  " + call)
     else:
-        lines += ["  %r = " + call, "  store %s %%r, ptr %%ret, align 8" % ret]
-    lines += ["  ret void", "}"]
-    # __r3_timed(slots, ret, n): n calls back to back, timed here rather than around a
-    # ctypes call, whose few hundred nanoseconds would hide a short kernel's own time.
-    lines += [
-        "declare i32 @clock_gettime(i32, ptr)",
-        "define i64 @__r3_timed(ptr %slots, ptr %ret, i64 %n) {",
-        "entry:",
-        "  %t0 = alloca [2 x i64], align 8",
-        "  %t1 = alloca [2 x i64], align 8",
-        "  call i32 @clock_gettime(i32 1, ptr %t0)",
-        "  %none = icmp eq i64 %n, 0",
-        "  br i1 %none, label %done, label %loop",
-        "loop:",
-        "  %i = phi i64 [ 0, %entry ], [ %next, %loop ]",
-        "  call void @__r3_call(ptr %slots, ptr %ret)",
-        "  %next = add i64 %i, 1",
-        "  %more = icmp ult i64 %next, %n",
-        "  br i1 %more, label %loop, label %done",
-        "done:",
-        "  call i32 @clock_gettime(i32 1, ptr %t1)",
-        "  %s0 = load i64, ptr %t0, align 8",
-        "  %s1 = load i64, ptr %t1, align 8",
-        "  %q0 = getelementptr i64, ptr %t0, i64 1",
-        "  %q1 = getelementptr i64, ptr %t1, i64 1",
-        "  %n0 = load i64, ptr %q0, align 8",
-        "  %n1 = load i64, ptr %q1, align 8",
-        "  %ds = sub i64 %s1, %s0",
-        "  %dsns = mul i64 %ds, 1000000000",
-        "  %dn = sub i64 %n1, %n0",
-        "  %ns = add i64 %dsns, %dn",
-        "  ret i64 %ns",
+        body += ["  %r = " + call, "  store %s %%r, ptr %%ret, align 8" % ret]
+    lines = [
+        "declare %s %s(%s)" % (ret, global_ref(kernel), ", ".join(params)),
+        "define void @__r3_call(ptr %slots, ptr %ret) {",
+        *body,
+        "  ret void",
         "}",
     ]
-    # __r3_sequence(calls, n): for each of n recorded calls {slots, ret, copies, ncopies},
-    # its copies {dst, src, len} put back, then the call timed alone; the timed spans' sum.
-    # In native code: Python between two calls would evict what the kernel left in cache.
-    lines += [
-        "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-        "define i64 @__r3_sequence(ptr %calls, i64 %n) {",
-        "entry:",
-        "  %u0 = alloca [2 x i64], align 8",
-        "  %u1 = alloca [2 x i64], align 8",
-        "  br label %head",
-        "head:",
-        "  %i = phi i64 [ 0, %entry ], [ %inext, %timed ]",
-        "  %acc = phi i64 [ 0, %entry ], [ %acc2, %timed ]",
-        "  %more = icmp ult i64 %i, %n",
-        "  br i1 %more, label %body, label %done",
-        "body:",
-        "  %c = getelementptr [4 x i64], ptr %calls, i64 %i",
-        "  %cpsp = getelementptr i64, ptr %c, i64 2",
-        "  %cps = load ptr, ptr %cpsp, align 8",
-        "  %ncp = getelementptr i64, ptr %c, i64 3",
-        "  %nc = load i64, ptr %ncp, align 8",
-        "  br label %chead",
-        "chead:",
-        "  %j = phi i64 [ 0, %body ], [ %jnext, %cbody ]",
-        "  %cmore = icmp ult i64 %j, %nc",
-        "  br i1 %cmore, label %cbody, label %timed",
-        "cbody:",
-        "  %cp = getelementptr [3 x i64], ptr %cps, i64 %j",
-        "  %dst = load ptr, ptr %cp, align 8",
-        "  %srcp = getelementptr i64, ptr %cp, i64 1",
-        "  %src = load ptr, ptr %srcp, align 8",
-        "  %lenp = getelementptr i64, ptr %cp, i64 2",
-        "  %len = load i64, ptr %lenp, align 8",
-        "  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 %len, i1 false)",
-        "  %jnext = add i64 %j, 1",
-        "  br label %chead",
-        "timed:",
-        "  %slots = load ptr, ptr %c, align 8",
-        "  %retp = getelementptr i64, ptr %c, i64 1",
-        "  %ret = load ptr, ptr %retp, align 8",
-        "  call i32 @clock_gettime(i32 1, ptr %u0)",
-        "  call void @__r3_call(ptr %slots, ptr %ret)",
-        "  call i32 @clock_gettime(i32 1, ptr %u1)",
-        "  %a0 = load i64, ptr %u0, align 8",
-        "  %a1 = load i64, ptr %u1, align 8",
-        "  %b0p = getelementptr i64, ptr %u0, i64 1",
-        "  %b1p = getelementptr i64, ptr %u1, i64 1",
-        "  %b0 = load i64, ptr %b0p, align 8",
-        "  %b1 = load i64, ptr %b1p, align 8",
-        "  %da = sub i64 %a1, %a0",
-        "  %dans = mul i64 %da, 1000000000",
-        "  %db = sub i64 %b1, %b0",
-        "  %d = add i64 %dans, %db",
-        "  %acc2 = add i64 %acc, %d",
-        "  %inext = add i64 %i, 1",
-        "  br label %head",
-        "done:",
-        "  ret i64 %acc",
-        "}",
-    ]
-    return "\n".join(lines) + "\n"
+    fixed = _trampoline_template().substitute(
+        arena_base=arena_base, arena_end=arena_end, replay_free=REPLAY_FREE, replay_free_sized=REPLAY_FREE_SIZED
+    )
+    return "\n".join(lines) + "\n" + fixed
