@@ -29,7 +29,7 @@ from spack_r3.search.space import KernelFacts, Space
 from spack_r3.spack.check import guard_counts
 from spack_r3.spack.status import status
 
-from test_record_replay import r3
+from r3cli import flags, r3
 
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
 
@@ -191,7 +191,7 @@ def test_a_tuned_build_runs_the_clone_only_for_the_recorded_arguments(clang, tmp
     _make(src, clang)
     untuned = {args: _run(src, tmp_path / "untuned.log", *args) for args in ((), (500, 2), (2000, 4))}
     assert not (tmp_path / "untuned.log").exists()  # no guard in the untuned build
-    plan = Plan("any", [PlannedUnit("kernels.c", [PlannedKernel("kern", Pipeline(specialize=RECORDED).to_json())])])
+    plan = Plan("any", [PlannedUnit("kernels.c", [PlannedKernel("kern", Pipeline(specialize=RECORDED))])])
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
     _make(src, clang, str(tmp_path / "plan.json"))
     # the recorded sizes: the clone runs every call
@@ -236,9 +236,115 @@ def test_the_report_names_the_specialized_arguments(recorded):
         10,
         {},
         False,
-        "O3,specialize=0:2000+1:3",
-        Variant(pipeline=parse("O3,specialize=0:2000+1:3")).to_json(),
+        True,
+        Variant(pipeline=parse("O3,specialize=0:2000+1:3")),
         specialized=names,
     )
     assert "kern: specialized on n=2000, stride=3" in results_table([result])
     assert KernelResult.from_json(json.loads(json.dumps(result.to_json()))).specialized == names
+
+
+# OpenMP kernels: okern's parallel loop reads n and m through the pointers its fork call
+# hands the outlined function; wkern's region writes its n (it halves it), so folding n
+# there would be wrong.
+OMP_KERNELS_C = r"""
+void okern(int n, int m, double *a, const double *b, double s) {
+#pragma omp parallel for
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) a[i * m + j] = a[i * m + j] * s + b[j];
+}
+
+void wkern(int n, double *a) {
+#pragma omp parallel
+  {
+#pragma omp single
+    n = n / 2;
+#pragma omp for
+    for (int i = 0; i < n; i++) a[i] += 1.0;
+  }
+}
+"""
+
+OMP_MAIN_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void okern(int n, int m, double *a, const double *b, double s);
+void wkern(int n, double *a);
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 300, m = argc > 2 ? atoi(argv[2]) : 40;
+  double *a = malloc(sizeof(double) * n * m), *b = malloc(sizeof(double) * m), t = 0.0;
+  for (int i = 0; i < n * m; i++) a[i] = i % 7;
+  for (int j = 0; j < m; j++) b[j] = j % 3;
+  for (int r = 0; r < 2; r++) okern(n, m, a, b, 0.5);
+  for (int r = 0; r < 2; r++) wkern(n, a);
+  for (int i = 0; i < n * m; i++) t += a[i] * (i % 5 + 1);
+  printf("%.17g\n", t);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def omp_recorded(tmp_path_factory, clang):
+    root = tmp_path_factory.mktemp("omp-spec")
+    src = root / "src"
+    src.mkdir()
+    (src / "kernels.c").write_text(OMP_KERNELS_C)
+    (src / "main.c").write_text(OMP_MAIN_C)
+    (src / "Makefile").write_text(MAKEFILE.replace("-O2", "-O2 -fopenmp"))
+    ws = str(root / "ws")
+    assert r3("--workspace", ws, "record", *flags(source=src, run="./app", kernel=["okern", "wkern"], instances=2)) == 0
+    caps = {}
+    for d in sorted(os.listdir(os.path.join(ws, "captures"))):
+        path = os.path.join(ws, "captures", d)
+        caps.setdefault(load_capture_dir(path).kernel, []).append(path)
+    return src, caps
+
+
+def test_an_openmp_kernel_is_specialized_inside_its_parallel_region(omp_recorded):
+    _, caps = omp_recorded
+    init_llvm()
+    captures = [load_capture_dir(c) for c in caps["okern"]]
+    ir = _kernel_ir(caps["okern"][0]).ir
+    # n and m reach the loops only through the outlined function: they are still offered
+    args = {a.name: a for a in specialize.constant_args(captures, ir, "okern")}
+    assert (args["n"].value, args["m"].value) == (300, 40)
+    assert args["n"].roles and "stride" in args["m"].roles
+    # the clone's region reads them from constants, in a clone of the outlined function
+    text = specialize.specialize_text(ir, "okern", ((0, 300), (1, 40)), "void")
+    assert "@okern.r3.c1 = private unnamed_addr constant i32 40" in text
+    outlined = [line for line in text.splitlines() if "__kmpc_fork_call(" in line]
+    assert any(".r3.spec" in line for line in outlined) and any(".r3.spec" not in line for line in outlined)
+    # wkern writes its n inside the region: the region keeps reading the kernel's copy
+    wtext = specialize.specialize_text(_kernel_ir(caps["wkern"][0]).ir, "wkern", ((0, 300),), "void")
+    assert "wkern.r3.c0" not in wtext and "r3.spec" in wtext
+    with ReplayServer() as server:
+        for kernel, spec in (
+            ("okern", "O3,specialize=0:300+1:40"),
+            ("okern", "O2,specialize=1:40"),
+            ("wkern", "O3,specialize=0:300"),
+        ):
+            for cap in caps[kernel]:
+                ev = server.submit(cap, Variant(pipeline=parse(spec)), repeat=1)
+                assert ev.status == OK and ev.verified, (kernel, spec, ev.diagnostics)
+
+
+def test_a_tuned_openmp_build_folds_only_for_the_recorded_arguments(omp_recorded, clang, tmp_path):
+    src, _ = omp_recorded
+    _make(src, clang)
+    untuned = {args: _run(src, tmp_path / "untuned.log", *args) for args in ((), (100, 40), (300, 8))}
+    folded = Pipeline(specialize=((0, 300), (1, 40)))
+    plan = Plan(
+        "any",
+        [
+            PlannedUnit(
+                "kernels.c", [PlannedKernel("okern", folded), PlannedKernel("wkern", Pipeline(specialize=((0, 300),)))]
+            )
+        ],
+    )
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    _make(src, clang, str(tmp_path / "plan.json"))
+    assert _run(src, tmp_path / "recorded.log") == untuned[()]
+    assert specialize.read_counts(tmp_path / "recorded.log") == {"okern": [2, 2], "wkern": [2, 2]}
+    for args in ((100, 40), (300, 8)):  # other sizes: the original regions, the right answer
+        assert _run(src, tmp_path / "other.log", *args) == untuned[args]

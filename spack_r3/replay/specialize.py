@@ -17,8 +17,14 @@ for replay and for ``r3-apply`` alike) keeps the kernel's name for a guard:
 so a call with other arguments runs the original. ``calls`` and ``hits`` are hidden globals
 (``counter_names``); a tuned build reports them at exit (``emit/apply.py``), so the check
 sees a guard that never matched. Floating-point arguments are not specialized (a guard on
-an FP equality is fragile, and they rarely shape loops). OpenMP kernels gain little: their
-loops live in outlined functions, which receive the arguments through memory.
+an FP equality is fragile, and they rarely shape loops).
+
+OpenMP kernels: their loops live in outlined functions, which receive a shared argument
+as a pointer to the kernel's copy (``__kmpc_fork_call``), so folding the argument in the
+kernel alone changes nothing there, and LLVM does not carry the constant through the
+runtime call. The clone's parallel regions call clones of their outlined functions that
+read the folded value from a constant global instead, where LLVM's own analysis finds the
+outlined function only reads that argument (``readonly``), and the kernel stores it once.
 """
 
 import functools
@@ -26,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Tuple
 
-from ..iredit import FunctionDef, find_define, global_ref, init_native
+from ..iredit import FunctionDef, find_define, global_ref, init_native, matching, ref_name, split_top
 
 ORIG_SUFFIX = ".r3.orig"
 SPEC_SUFFIX = ".r3.spec"
@@ -117,15 +123,38 @@ def roles(ir, kernel):
     pm = llvm.create_new_module_pass_manager()
     pm.add_sroa_pass()
     pm.run(mod, llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options()))
-    fn = mod.get_function(kernel)
-    users, defs = {}, {}
-    for block in fn.blocks:
-        for inst in block.instructions:
-            defs[_key(inst)] = inst
-            for pos, op in enumerate(inst.operands):
-                users.setdefault(_key(op), []).append((inst, pos))
+    return _Roles(mod).of_arguments(kernel)
 
-    def forward(start):
+
+FORK_CALL = "__kmpc_fork_call"
+# A fork call's operands: ident, argument count, the outlined function, then the shared
+# arguments; the outlined function's parameters: global and bound thread ids, then those.
+_FORK_SHARED, _OUTLINED_SHARED = 3, 2
+
+
+class _Roles:
+    """The def-use walk of ``roles`` on a module after ``sroa``, reaching through OpenMP's
+    fork calls into outlined functions (and the calls they make to internal functions).
+    Values are keyed by their text, which is unique within a function only: each function
+    has its own index."""
+
+    def __init__(self, mod):
+        self.mod = mod
+        self.index = {}  # function name: (users, defs)
+
+    def _of(self, fn):
+        if fn.name not in self.index:
+            users, defs = {}, {}
+            for block in fn.blocks:
+                for inst in block.instructions:
+                    defs[_key(inst)] = inst
+                    for pos, op in enumerate(inst.operands):
+                        users.setdefault(_key(op), []).append((inst, pos))
+            self.index[fn.name] = (users, defs)
+        return self.index[fn.name]
+
+    def forward(self, fn, start):
+        users, _ = self._of(fn)
         seen, todo = {_key(start): start}, [start]
         while todo:
             for inst, _ in users.get(_key(todo.pop()), []):
@@ -134,34 +163,88 @@ def roles(ir, kernel):
                     todo.append(inst)
         return seen.values()
 
-    def from_phi(v, depth=6):
+    def from_phi(self, fn, v, depth=6):
         """Whether ``v`` derives from a phi (an induction variable)."""
-        inst = defs.get(_key(v))
+        inst = self._of(fn)[1].get(_key(v))
         if inst is None or depth == 0:
             return False
-        return inst.opcode == "phi" or (inst.opcode in _FLOWS and any(from_phi(o, depth - 1) for o in inst.operands))
-
-    def indexes_memory(v):
-        return any(
-            inst.opcode == "getelementptr" and pos > 0 for w in forward(v) for inst, pos in users.get(_key(w), [])
+        return inst.opcode == "phi" or (
+            inst.opcode in _FLOWS and any(self.from_phi(fn, o, depth - 1) for o in inst.operands)
         )
 
-    out = {}
-    for i, arg in enumerate(fn.arguments):
+    def indexes_memory(self, fn, v):
+        users, _ = self._of(fn)
+        return any(
+            inst.opcode == "getelementptr" and pos > 0
+            for w in self.forward(fn, v)
+            for inst, pos in users.get(_key(w), [])
+        )
+
+    def of_value(self, fn, value):
+        users, _ = self._of(fn)
         found = set()
-        for v in forward(arg):
+        for v in self.forward(fn, value):
             for inst, pos in users.get(_key(v), []):
                 op = inst.opcode
                 if op == "icmp":
                     other = list(inst.operands)[1 - pos]
-                    found.add("bound" if from_phi(other) else "branch")
+                    found.add("bound" if self.from_phi(fn, other) else "branch")
                 elif op in ("br", "switch") or (op == "select" and pos == 0):
                     found.add("branch")
-                elif op in ("mul", "shl") and indexes_memory(inst):
+                elif op in ("mul", "shl") and self.indexes_memory(fn, inst):
                     found.add("stride")
-        if found:
-            out[i] = found
-    return out
+        return found
+
+    def of_pointer(self, fn, ptr, depth=3):
+        """Roles of the values loaded through ``ptr``, a parameter of ``fn`` pointing at a
+        shared argument: in ``fn``, and in the internal functions it passes ``ptr`` to."""
+        users, _ = self._of(fn)
+        found = set()
+        for inst, pos in users.get(_key(ptr), []):
+            if inst.opcode == "load":
+                found |= self.of_value(fn, inst)
+            elif inst.opcode == "call" and depth:
+                callee = self.defined(list(inst.operands)[-1].name)
+                params = list(callee.arguments) if callee is not None else []
+                if pos < len(params):
+                    found |= self.of_pointer(callee, params[pos], depth - 1)
+        return found
+
+    def defined(self, name):
+        """The function ``name`` where this module defines it, else None."""
+        try:
+            fn = self.mod.get_function(name) if name else None
+        except NameError:
+            return None
+        return fn if fn is not None and not fn.is_declaration else None
+
+    def through_forks(self, fn, arg):
+        """Roles of an argument the kernel stores for its parallel regions: each fork call
+        that passes the store's address hands it to an outlined function's parameter."""
+        users, _ = self._of(fn)
+        found = set()
+        for store, pos in users.get(_key(arg), []):
+            if store.opcode != "store" or pos != 0:
+                continue
+            for call, at in users.get(_key(list(store.operands)[1]), []):
+                ops = list(call.operands)
+                if call.opcode != "call" or ops[-1].name != FORK_CALL or at < _FORK_SHARED:
+                    continue
+                outlined = self.defined(ops[2].name)
+                params = list(outlined.arguments) if outlined is not None else []
+                index = at - _FORK_SHARED + _OUTLINED_SHARED
+                if index < len(params):
+                    found |= self.of_pointer(outlined, params[index])
+        return found
+
+    def of_arguments(self, kernel):
+        fn = self.mod.get_function(kernel)
+        out = {}
+        for i, arg in enumerate(fn.arguments):
+            found = self.of_value(fn, arg) | self.through_forks(fn, arg)
+            if found:
+                out[i] = found
+        return out
 
 
 def source_names(path, kernel, count):
@@ -280,8 +363,8 @@ def specialize_text(text, kernel, pairs, ret_type):
     body = lines[i + 1 : j + 1]
     spec = _without_debug(body)
     for index, value in pairs:
-        pat = re.compile(r"(?<![-\w$.%%])%s(?![-\w$.])" % re.escape(d.param_name(index)))
-        spec = [pat.sub(_constant(types[index], value), line) for line in spec]
+        spec = [_name(d.param_name(index)).sub(_constant(types[index], value), line) for line in spec]
+    spec, outlined = _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types)
     calls, hits = (global_ref(n) for n in counter_names(kernel))
     args = ", ".join("%s %s" % (d.param_without_name(k), d.param_name(k)) for k in range(len(d.params)))
     void = ret_type == "void"
@@ -321,7 +404,108 @@ def specialize_text(text, kernel, pairs, ret_type):
     orig = [d.render(kernel + ORIG_SUFFIX, prefix=internal, suffix=suffix)] + body
     clone = [re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel + SPEC_SUFFIX, prefix=internal, suffix=suffix))] + spec
     counters = ["%s = hidden global i64 0, align 8" % calls, "%s = hidden global i64 0, align 8" % hits]
-    return "\n".join(lines[:i] + orig + [""] + clone + [""] + guard + lines[j + 1 :] + counters) + "\n"
+    return "\n".join(lines[:i] + orig + [""] + clone + [""] + guard + outlined + lines[j + 1 :] + counters) + "\n"
+
+
+def _name(local):
+    """A pattern matching the local value ``local`` (``%n``, ``%3``) as a whole name."""
+    return re.compile(r"(?<![-\w$.%%])%s(?![-\w$.])" % re.escape(local))
+
+
+def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types):
+    """The clone's parallel regions given the folded values: (the clone's body, the lines
+    of the outlined functions' clones and of the constants they read).
+
+    A fork call hands an outlined function the address of the kernel's copy of each shared
+    argument. Where the kernel stores a folded argument there once, and LLVM finds that
+    the outlined function only reads through that parameter, the fork calls a clone of the
+    outlined function that reads a constant global in its place."""
+    folded = {}  # the kernel's slot for a folded argument: (type, value, constant's name)
+    for index, value in pairs:
+        param = _name(d.param_name(index))
+        for line in body:
+            m = re.match(r"^\s*store (\S+) (\S+), ptr (%[-\w$.]+)", line)
+            if m and m.group(1) == types[index] and param.fullmatch(m.group(2)):
+                slot = m.group(3)
+                stores = sum(1 for x in body if re.search(r"\bstore .*, ptr %s(?![-\w$.])" % re.escape(slot), x))
+                if stores == 1:
+                    folded[slot] = (types[index], value, "%s.r3.c%d" % (kernel, index))
+    if not folded:
+        return spec, []
+    wanted = {}  # outlined function: {parameter index: folded slot}, or None where forks disagree
+    forks = []
+    for n, line in enumerate(spec):
+        at = line.find("@%s(" % FORK_CALL)
+        if at < 0:
+            continue
+        open_paren = line.index("(", at)
+        args = split_top(line[open_paren + 1 : matching(line, open_paren) - 1])
+        if len(args) <= _FORK_SHARED or not args[2].startswith("ptr @"):
+            continue
+        outlined = ref_name(args[2].split(None, 1)[1])
+        shared = {
+            _OUTLINED_SHARED + k: a.split()[-1] for k, a in enumerate(args[_FORK_SHARED:]) if a.split()[-1] in folded
+        }
+        if outlined in wanted and wanted[outlined] != shared:
+            shared = {}  # forked twice with other arguments: left as it is
+        wanted[outlined] = shared
+        forks.append((n, outlined))
+    readonly = _readonly_params(text)
+    out, constants = [], {}
+    for outlined, shared in wanted.items():
+        shared = {k: slot for k, slot in shared.items() if k in readonly.get(outlined, ())}
+        if not shared:
+            continue
+        start = find_define(lines, outlined)
+        end = start
+        while lines[end] != "}":
+            end += 1
+        od = FunctionDef(lines[start], outlined)
+        clone_body = _without_debug(lines[start + 1 : end + 1])
+        for k, slot in shared.items():
+            ty, value, const = folded[slot]
+            constants[const] = "%s = private unnamed_addr constant %s %s" % (
+                global_ref(const),
+                ty,
+                _constant(ty, value),
+            )
+            clone_body = [_name(od.param_name(k)).sub(lambda _, c=const: global_ref(c), x) for x in clone_body]
+        head = re.sub(
+            r"\s*!dbg\s+!\d+", "", od.render(outlined + SPEC_SUFFIX, prefix="internal " + od.linkage_free_prefix)
+        )
+        out += [""] + [head] + clone_body
+        for n, name in forks:
+            if name == outlined:
+                spec[n] = spec[n].replace("ptr %s," % global_ref(name), "ptr %s," % global_ref(name + SPEC_SUFFIX), 1)
+    return spec, out + [""] + sorted(constants.values())
+
+
+@functools.lru_cache(maxsize=8)
+def _readonly_params(text):
+    """{function: indexes of the pointer parameters it only reads through}, as LLVM's
+    function attribute inference finds them on ``text`` (an -O2 pipeline on a copy)."""
+    import llvmlite.binding as llvm
+
+    init_native()
+    prepared = re.sub(r"\boptnone\b", "", text)
+    prepared = re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", prepared)
+    try:
+        mod = llvm.parse_assembly(prepared)
+    except RuntimeError:
+        return {}
+    tm = llvm.Target.from_triple(mod.triple or llvm.get_process_triple()).create_target_machine()
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
+    pb.getModulePassManager().run(mod, pb)
+    out = {}
+    for fn in mod.functions:
+        if fn.is_declaration:
+            continue
+        out[fn.name] = {
+            k
+            for k, arg in enumerate(fn.arguments)
+            if {b"readonly", b"readnone"} & {a.split()[0] for a in arg.attributes}
+        }
+    return out
 
 
 def read_counts(path):
