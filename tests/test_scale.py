@@ -2,14 +2,17 @@
 processes, each hosting one persistent replay server.
 
 Examples of use: a tune over ``--cluster local:2`` gives confirmed winners as the local
-pool does; a worker process killed mid-study costs nothing finished and the study
-completes; a batch cluster's description becomes the job script it would submit.
+pool does; workers that do not see the workspace are sent each capture once; a worker
+process killed mid-study costs nothing finished and the study completes; an adaptive
+cluster grows and shrinks under a study; a batch cluster's description becomes the job
+script it would submit.
 """
 
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -34,18 +37,27 @@ except ImportError:
         raise
     pytest.skip("the scale-out needs Dask's distributed (scripts/setup.sh installs it)", allow_module_level=True)
 
-from spack_r3.scale.cluster import connect  # noqa: E402
-from spack_r3.scale.pool import DaskPool  # noqa: E402
+from spack_r3.scale import ship  # noqa: E402
+from spack_r3.scale.cluster import connect, open_pool  # noqa: E402
+from spack_r3.scale.pool import DaskPool, received  # noqa: E402
 
 
 def test_a_tune_on_a_local_dask_cluster_gives_confirmed_winners(recorded, tmp_path):
     """The same command as on the local pool, with --cluster local:2: the study holds its
-    budget and the kernel gets a confirmed, verified result."""
+    budget and the kernel gets a confirmed, verified result. With R3_SHIP_CAPTURES=1 the
+    workers replay their own copy of the capture, sent to each once (as to workers that do
+    not see the workspace), kept by content in R3_WORKER_CAPTURES."""
     ws = fresh_copy(recorded, tmp_path)
+    store = str(tmp_path / "worker-captures")
+    env = dict(os.environ, R3_SHIP_CAPTURES="1", R3_WORKER_CAPTURES=store)
     run = subprocess.run(
-        tune_argv(ws, "--budget", 6, "--cluster", "local:2"), capture_output=True, text=True, timeout=600
+        tune_argv(ws, "--budget", 6, "--cluster", "local:2"), capture_output=True, text=True, timeout=600, env=env
     )
     assert run.returncode == 0, run.stderr
+    # One copy on the node's disk (the workers' stage cache beside it), named by its content.
+    [key] = [k for k in os.listdir(store) if k != "stages"]
+    capture = os.path.join(ws, "captures", os.listdir(os.path.join(ws, "captures"))[0])
+    assert ship.manifest_of(capture)[0] == key
     [kernel] = json.loads(run.stdout)["kernels"]
     assert kernel["evaluations"] == 6
     assert kernel["speedup"] > 0 and kernel["speedup_min"] <= kernel["speedup"] <= kernel["speedup_max"]
@@ -187,7 +199,6 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
     """--cluster tcp://HOST:PORT: the workers of a scheduler started elsewhere (here, a
     LocalCluster this test runs) each get a replay server, on every CPU the worker may use,
     and evaluate the kernel as recorded; closing the pool leaves that cluster running."""
-    from spack_r3.scale.cluster import open_pool
     from spack_r3.data import OK
     from spack_r3.search.tune import _baseline_problem
 
@@ -201,6 +212,8 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
             target = _target(ws.root)
             assert _baseline_problem(pool, target, 60) is None  # the baseline verifies there
             assert target.submit(pool.servers[0], None, pairs=2).status == OK
+            # It sees the workspace (the pool's marker there): nothing was sent.
+            assert list(pool.client.run(received).values()) == [None] and not pool.sent
         with distributed.Client(running) as client:
             assert len(client.scheduler_info(n_workers=-1)["workers"]) == 1
 
@@ -225,7 +238,29 @@ def test_kernels_searched_at_once_each_have_workers_of_their_own():
     assert lane_count(None, 8, 32, cluster=None) == 1
     assert lane_count(None, 8, 32, cluster="local:8") == 4
     assert lane_count(None, 64, 3, cluster="tcp://h:8786") == 3
-    assert lane_count(5, 2, 3, cluster=None) == 2
+    lines = []
+    assert lane_count(5, 2, 3, cluster=None, say=lines.append) == 2
+    assert lines == [
+        "--kernels-at-once 5: 2 kernel(s) at once, as there are 2 worker(s) and each kernel searched at once "
+        "needs one of its own"
+    ]
+    assert lane_count(5, 8, 3, cluster=None, say=lines.append) == 3 and len(lines) == 1  # (3 kernels: no shortage)
+
+
+def test_a_lane_left_without_a_worker_of_its_own_takes_no_kernel():
+    """Lanes dealt over two servers, and the pool has one left: the second lane has none,
+    so it takes no kernel (it never borrows the first lane's worker); the first searches
+    them all."""
+    pool = SimpleNamespace(servers=["w0"], cores_per_worker=1)
+    assert Lane(pool, 1, 2).servers == []
+    seen = []
+
+    def search(lane, kernel):
+        seen.append(tuple(lane.servers))
+        return kernel
+
+    assert search_in_lanes(pool, ["a", "b", "c"], 2, search) == ["a", "b", "c"]
+    assert seen == [("w0",)] * 3
 
 
 def test_a_failing_kernel_stops_the_other_lanes_from_taking_more():
@@ -288,3 +323,124 @@ def test_two_kernels_tuned_side_by_side_keep_their_budgets(program, tmp_path):
         assert sum(counted(t) for t in trials) == 4
         assert not [t for t in trials if t.state == TrialState.RUNNING]
         assert k["speedup_min"] <= k["speedup"] <= k["speedup_max"]
+
+
+def _can_hide():
+    """Whether this machine lets an unprivileged process mount over a folder for itself
+    alone (user and mount namespaces): how a test hides the workspace from workers."""
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_workers_that_do_not_see_the_workspace_are_sent_each_capture_once(recorded, tmp_path, tmp_path_factory):
+    """Two Dask workers started where the workspace's folder is an empty one of their own
+    (as on a node that does not mount it): the pool finds they do not read its marker,
+    sends the capture's files once to the node's disk, and both replay it. A second
+    evaluation sends nothing; a later run finds the copy on the node's disk, checks it and
+    sends nothing; a copy that no longer matches its digests is sent again."""
+    from spack_r3.data import OK
+
+    if not _can_hide():
+        pytest.skip("hiding the workspace from the workers needs user and mount namespaces (unshare -Urm)")
+    ws = Workspace(fresh_copy(recorded, tmp_path))
+    store = str(tmp_path_factory.mktemp("node-disk"))
+    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
+        hidden = subprocess.Popen(
+            ["unshare", "-Urm", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(tmp_path)]
+            + [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address]
+            + ["--nworkers", "2", "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+            env=dict(os.environ, R3_WORKER_CAPTURES=store),
+            cwd=store,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            with distributed.Client(cluster) as client:
+                client.wait_for_workers(2, timeout=120)
+            target = _target(ws.root)
+            lines = []
+            with open_pool(cluster.scheduler_address, ws, timeout=60, say=lines.append) as pool:
+                assert len(pool.servers) == 2
+                for server in pool.servers:
+                    assert target.submit(server, None, pairs=2).status == OK
+                files = len(os.listdir(target.captures[0]))
+                # To the node once: the worker first asked got the files, its neighbour found them there.
+                assert sorted(pool.client.run(received).values()) == [0, files]
+                assert len(pool.sent) == 1 and len(lines) == 1, lines
+                for server in pool.servers:
+                    assert target.submit(server, None, pairs=2).status == OK
+                assert len(pool.sent) == 1 and sorted(pool.client.run(received).values()) == [0, files]
+            [key] = [k for k in os.listdir(store) if not k.startswith((".", "stages"))]
+            with open_pool(cluster.scheduler_address, ws, timeout=60) as again:
+                assert target.submit(again.servers[0], None, pairs=2).status == OK
+                assert not again.sent  # (the copy on the node's disk, checked)
+            with open(os.path.join(store, key, "pre.bin"), "r+b") as f:
+                f.write(b"\xff")
+            with open_pool(cluster.scheduler_address, ws, timeout=60) as fixed:
+                assert target.submit(fixed.servers[0], None, pairs=2).status == OK
+                assert len(fixed.sent) == 1
+            assert ship.manifest_of(os.path.join(store, key))[0] == key
+        finally:
+            os.killpg(hidden.pid, signal.SIGTERM)
+            hidden.wait(timeout=60)
+
+
+def test_an_adaptive_cluster_grows_and_shrinks_under_a_study(recorded, tmp_path):
+    """A cluster.json of kind local with Dask's adapt: it starts with one worker, and the
+    pool offers the study as many servers as the cluster's most workers; their tasks wait
+    on that worker, Dask's Adaptive starts another, the pool binds a server to it. Its
+    limit lowered in the middle of a study, the cluster shrinks back to one worker; the
+    study holds its budget and nothing finished is lost."""
+    ws = Workspace(fresh_copy(recorded, tmp_path))
+    config = str(tmp_path / "cluster.json")
+    adapt = {"minimum": 1, "maximum": 2, "interval": "50ms", "target_duration": "1ms", "wait_count": 10**6}
+    with open(config, "w") as f:
+        json.dump({"kind": "local", "adapt": adapt}, f)
+    lines = []
+    with open_pool(config, ws, timeout=60, say=lines.append) as pool:
+        cluster = pool.owned
+        # Two servers (its most workers) on its one worker: the second's tasks wait there.
+        assert len(pool.alive()) == 1 and len({s.address for s in pool.servers}) == 1
+        target = _target(ws.root)
+        study = Study(
+            storage(ws),
+            target,
+            Space(KernelFacts("scale", parallel=True, cores=pool.cores_per_worker)),
+            sampler="random",
+            seed=0,
+            pairs=3,
+        )
+        while len(pool.alive()) < 2 and len(study.trials()) < 40:  # busy: Dask asks for another worker
+            study.run(pool.servers, len(study.trials()) + 4)
+        assert len(pool.alive()) == 2, "the adaptive cluster did not grow under %d trials" % len(study.trials())
+        assert len({s.address for s in pool.servers}) == 2, "the newcomer took a server"
+        assert any("1 worker(s) joined" in line for line in lines), lines
+        grown = len(study.trials())
+        shrink = threading.Thread(
+            target=lambda: (
+                _until(lambda: len(study.trials()) >= grown + 2),
+                cluster.adapt(**dict(adapt, maximum=1, wait_count=1)),
+            ),
+            daemon=True,
+        )
+        shrink.start()
+        study.run(pool.servers, grown + 10)
+        shrink.join(timeout=60)
+        _until(lambda: len(pool.alive()) == 1)
+        assert len({s.address for s in pool.servers}) == 1
+        study.run(pool.servers, grown + 12)  # on the one worker left
+    trials = stored_trials(ws.root, study.name)
+    assert sum(counted(t) for t in trials) == grown + 12
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def _until(condition, limit=300):
+    """Wait for ``condition`` (a cluster's state changing); fails only past a generous limit."""
+    for _ in range(limit * 20):
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the cluster did not get there")

@@ -14,7 +14,12 @@ PATH.json | config a batch system's cluster (dask-jobqueue) described in a JSON 
 ``kind``: slurm, pbs or lsf; every batch job is one Dask worker (one replay server
 pinned to the job's cores); ``jobs`` are started at once, ``adapt`` lets the count
 follow the work between its limits; other keys go to the jobqueue class as they are
-(``job_extra_directives``, ``interface``, ``local_directory``...).
+(``job_extra_directives``, ``interface``, ``local_directory``...). ``kind`` local is a
+LocalCluster of ``jobs`` workers on this machine, or an adaptive one (``adapt``: Dask's
+``Adaptive`` options, ``minimum``, ``maximum``, ``interval``, ``target_duration``...).
+
+Every kind takes ``"ship_captures": true``: captures are sent to every worker, as to one
+that does not see the workspace (``R3_SHIP_CAPTURES=1`` does the same for any --cluster).
 """
 
 import json
@@ -22,8 +27,9 @@ import logging
 import os
 
 from ..errors import R3Error
+from . import ship
 
-KINDS = ("slurm", "pbs", "lsf")
+KINDS = ("slurm", "pbs", "lsf", "local")
 START_TIMEOUT_S = 60  # a scheduler that does not answer in this long is not there
 
 
@@ -64,6 +70,7 @@ def jobqueue_cluster(config):
     except ImportError:
         raise R3Error("a batch cluster needs dask-jobqueue: pip install 'spack-r3[scale]'")
     config = dict(config)
+    config.pop("ship_captures", None)  # (the pool's, not the batch system's)
     kind = config.pop("kind")
     jobs = int(config.pop("jobs", 1))
     adapt = config.pop("adapt", None)
@@ -101,6 +108,19 @@ def check(spec, workspace):
         raise R3Error("--cluster %s: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'" % spec)
 
 
+def local_cluster(n):
+    """A LocalCluster of ``n`` single-threaded worker processes on loopback."""
+    return _dask().LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=0,
+        dashboard_address="127.0.0.1:0",
+        host="127.0.0.1",
+        silence_logs=logging.ERROR,
+    )
+
+
 def connect(spec, workspace):
     """Open the cluster ``spec`` names; returns (Client, the cluster started here or None,
     pins by worker name or None)."""
@@ -108,15 +128,7 @@ def connect(spec, workspace):
     check(spec, workspace)
     if spec.startswith("local:"):
         n = local_workers(spec)
-        cluster = distributed.LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=0,
-            dashboard_address="127.0.0.1:0",
-            host="127.0.0.1",
-            silence_logs=logging.ERROR,
-        )
+        cluster = local_cluster(n)
         return distributed.Client(cluster), cluster, local_pins(n)
     if spec.startswith("tcp://"):
         try:  # (a scheduler that refuses is asked again until the timeout)
@@ -133,7 +145,10 @@ def connect(spec, workspace):
             )
         return client, None, None
     if spec == "config" or spec.endswith(".json"):
-        cluster, jobs, adapt = jobqueue_cluster(read_config(spec, workspace))
+        config = read_config(spec, workspace)
+        if config["kind"] == "local":
+            return _adaptive_local(config)
+        cluster, jobs, adapt = jobqueue_cluster(config)
         if adapt:
             cluster.adapt(**adapt)
         else:
@@ -143,13 +158,57 @@ def connect(spec, workspace):
         return client, cluster, None
 
 
+def _adaptive_local(config):
+    """The ``kind: local`` cluster of a configuration: ``jobs`` workers, or as many as
+    ``adapt`` lets the work ask for; pinned as local:N's, to the most workers it may have."""
+    distributed = _dask()
+    adapt = config.get("adapt")
+    jobs = int(config.get("jobs", 1))
+    if adapt is not None and not isinstance(adapt, dict):
+        raise R3Error('--cluster: "adapt" takes Dask\'s Adaptive options, such as {"minimum": 1, "maximum": 4}')
+    most = most_workers(config) or jobs
+    cluster = local_cluster(0 if adapt else jobs)
+    if adapt:
+        try:  # (at least one worker: the pool asks the workers their cores as it starts)
+            cluster.adapt(**dict(adapt, minimum=max(1, int(adapt.get("minimum", 1)))))
+        except TypeError as err:
+            cluster.close()
+            raise R3Error("--cluster: adapt: %s" % err)
+    client = distributed.Client(cluster)
+    client.wait_for_workers(1)
+    return client, cluster, local_pins(most)
+
+
+def most_workers(config):
+    """The most workers an adaptive cluster's ``adapt`` lets it have (one a batch job), else 0."""
+    adapt = config.get("adapt") or {}
+    try:
+        return int(adapt.get("maximum", adapt.get("maximum_jobs", 0)))
+    except (TypeError, ValueError, AttributeError):
+        raise R3Error('--cluster: "adapt" takes a dict whose "maximum" is a number of workers')
+
+
 def open_pool(spec, workspace, timeout, say=None):
     """The DaskPool over the cluster ``spec`` names."""
     from .pool import DaskPool
 
+    ship_all, size = ship.forced(), 0
+    if spec == "config" or spec.endswith(".json"):
+        config = read_config(spec, workspace)
+        ship_all = ship_all or bool(config.get("ship_captures"))
+        size = most_workers(config)
     client, cluster, pins = connect(spec, workspace)
     try:
-        return DaskPool(client, timeout=timeout, cache_dir=workspace.cache_dir, pins=pins, say=say, owned=cluster)
+        return DaskPool(
+            client,
+            timeout=timeout,
+            cache_dir=workspace.cache_dir,
+            pins=pins,
+            say=say,
+            owned=cluster,
+            ship_all=ship_all,
+            size=size,
+        )
     except Exception:
         client.close()
         if cluster is not None:

@@ -11,9 +11,13 @@ variant, options) and comes back as its Evaluation. The baseline and the candida
 timed in pairs inside that task, so a speedup is always a ratio of two times measured
 on one worker, never a time from one node against one from another.
 
-Captures are read from the file system at the path given (made absolute here): the
-workspace must lie on a file system the workers share (a cluster's home or scratch;
-on one machine, trivially). Each worker's replay server parses a capture once and keeps it.
+A worker that sees the workspace (it reads the marker this pool wrote there: ``ship``)
+reads captures where they lie, on the file system the nodes share (a cluster's home or
+scratch; on one machine, trivially). A worker that does not is sent each capture once, the
+first time a task of that capture finds it missing there, into a folder on its local disk
+where captures are kept by content (``ship.Store``) and reused, checked, by later runs;
+``R3_SHIP_CAPTURES=1`` sends them to every worker. Each worker's replay server parses a
+capture once and keeps it.
 
 ``servers`` holds one ``RemoteServer`` per worker, each bound to one worker (a worker
 that joins later, such as a batch job that started, gets one the next time the search
@@ -32,10 +36,13 @@ from distributed import WorkerPlugin, get_worker
 from distributed.scheduler import KilledWorker
 
 from ..data import CRASH, Evaluation, Variant
+from ..errors import R3Error
 from ..replay.server import ReplayServer
+from . import ship
 
 PLUGIN = "r3-replay"
 REPORT_S = 60.0  # between two lines of cluster-wide progress
+SEND_TRIES = 5  # a task that finds its captures missing, sent them, and is run again
 QUIET = ("profile", "profile-cycle", "monitor", "tick", "ticks")  # a worker's own periodic wake-ups
 
 
@@ -44,19 +51,37 @@ class ReplayWorker(WorkerPlugin):
 
     name = PLUGIN
 
-    def __init__(self, timeout=60.0, cache_dir=None, pins=None):
+    def __init__(self, timeout=60.0, cache_dir=None, pins=None, marker=None):
         self.timeout = timeout
         self.cache_dir = cache_dir
         self.pins = pins or {}  # worker name -> CPUs
+        self.marker = marker  # a ship.Marker in the workspace; None: captures are sent here
+        self.store = None  # a ship.Store where the workspace is not seen
         self.server = None
         self.lock = None
 
     def setup(self, worker):
         pinned = self.pins.get(worker.name)
         cpus = pinned or sorted(os.sched_getaffinity(0))
-        self.server = ReplayServer(self.timeout, cpus=cpus, cache_dir=self.cache_dir)
+        cache_dir = self.cache_dir
+        if self.marker is None or not self.marker.seen():
+            self.store = ship.Store(ship.Store.default_root())
+            cache_dir = os.path.join(self.store.root, "stages")  # (the workspace's is not here)
+        self.server = ReplayServer(self.timeout, cpus=cpus, cache_dir=cache_dir)
         self.lock = threading.Lock()  # one candidate at a time, whatever the worker's threads
         quiet(worker, pinned)
+
+    def teardown(self, worker):
+        if self.server:
+            self.server.close()
+
+    def place(self, refs):
+        """Local paths of the captures ``refs`` ((workspace path, key) pairs), and the keys
+        of those not here yet."""
+        if self.store is None:
+            return [path for path, _ in refs], []
+        paths = [self.store.path(key) for _, key in refs]
+        return paths, [key for (_, key), path in zip(refs, paths) if path is None]
 
 
 def quiet(worker, cpus=None):
@@ -75,9 +100,9 @@ def quiet(worker, cpus=None):
             except OSError:  # a thread that ended meanwhile
                 pass
 
-    def teardown(self, worker):
-        if self.server:
-            self.server.close()
+
+class Missing(tuple):
+    """What a task returns instead of its value: the keys of captures its worker lacks."""
 
 
 def _replay():
@@ -85,27 +110,48 @@ def _replay():
     return worker, worker.plugins[PLUGIN]
 
 
-def evaluate(capture_dir, variant, kw):
-    """(On a worker) one candidate; returns (Evaluation, the worker's address)."""
+def evaluate(ref, variant, kw):
+    """(On a worker) one candidate of capture ``ref`` ((path, key)); ``kw["sequence"]``
+    holds refs too. Returns (Evaluation or Missing, the worker's address)."""
     worker, plugin = _replay()
+    refs = [ref] + list(kw.get("sequence") or ())
+    paths, missing = plugin.place(refs)
+    if missing:
+        return Missing(missing), worker.address
+    if kw.get("sequence"):
+        kw = dict(kw, sequence=paths[1:])
     with plugin.lock:
-        return plugin.server.submit(capture_dir, variant, **kw), worker.address
+        return plugin.server.submit(paths[0], variant, **kw), worker.address
 
 
-def load(capture_dir, sequence):
+def load(ref, sequence):
     """(On a worker) parse a capture ahead of time; R3Error if it is unusable."""
     worker, plugin = _replay()
+    paths, missing = plugin.place([ref] + list(sequence or ()))
+    if missing:
+        return Missing(missing), worker.address
     with plugin.lock:
-        plugin.server.load(capture_dir, sequence=sequence)
+        plugin.server.load(paths[0], sequence=paths[1:] or None)
     return None, worker.address
+
+
+def put(key, name, offset, data, dask_worker):
+    """(On a worker, through ``client.run``) a piece of a capture's file sent to it."""
+    dask_worker.plugins[PLUGIN].store.put(key, name, offset, data)
+
+
+def commit(key, manifest, dask_worker):
+    dask_worker.plugins[PLUGIN].store.commit(key, manifest)
+
+
+def received(dask_worker):
+    """(On a worker) how many capture files were sent to it, None where it sees the workspace."""
+    store = dask_worker.plugins[PLUGIN].store
+    return None if store is None else store.received
 
 
 def _cores(dask_worker):
     return len(dask_worker.plugins[PLUGIN].server.cpus)
-
-
-def _absolute(dirs):
-    return [os.path.abspath(d) for d in dirs] if dirs else dirs
 
 
 class RemoteServer:
@@ -120,9 +166,9 @@ class RemoteServer:
     def submit(self, capture_dir, variant=None, **kw):
         variant = variant or Variant()
         if kw.get("sequence"):
-            kw["sequence"] = _absolute(kw["sequence"])
+            kw["sequence"] = [self.pool.ref(d) for d in kw["sequence"]]
         try:
-            return self.pool.call(self, evaluate, os.path.abspath(capture_dir), variant, kw)
+            return self.pool.call(self, evaluate, self.pool.ref(capture_dir), variant, kw)
         except KilledWorker as err:
             return Evaluation(
                 capture=os.path.basename(capture_dir),
@@ -132,38 +178,61 @@ class RemoteServer:
             )
 
     def load(self, capture_dir, sequence=None):
-        self.pool.call(self, load, os.path.abspath(capture_dir), _absolute(sequence))
+        self.pool.call(self, load, self.pool.ref(capture_dir), [self.pool.ref(d) for d in sequence or ()])
 
 
 class DaskPool:
     """What the search uses of ``ReplayPool`` (``servers``, ``cores_per_worker``), on the
     workers of a Dask ``client``. ``say``: lines about the cluster (workers lost)."""
 
-    def __init__(self, client, timeout=60.0, cache_dir=None, pins=None, say=None, owned=None):
+    def __init__(self, client, timeout=60.0, cache_dir=None, pins=None, say=None, owned=None, ship_all=False, size=0):
         self.client = client
+        self.size = size  # servers offered however few workers there are (an adaptive cluster's most)
+        self._dealt = False
         self.owned = owned  # a cluster this pool started, closed with it
         self.say = say or (lambda line: None)
         self._lock = threading.Lock()
-        client.register_plugin(ReplayWorker(timeout, cache_dir, pins))
+        # Workers that read this (the workspace's cache folder) read captures where they lie.
+        self.marker = None if ship_all or not cache_dir else ship.Marker.write(cache_dir)
+        client.register_plugin(ReplayWorker(timeout, cache_dir, pins, self.marker))
         self._servers = []
         self.cores_per_worker = max(1, min(client.run(_cores).values()))
         self._evaluated = 0
         self._started = self._reported = time.monotonic()
+        self._refs = {}  # capture directory -> (its path, its key)
+        self._manifests = {}  # key -> (directory, manifest)
+        self._sending = collections.defaultdict(threading.Lock)  # (worker, key) -> one sender
+        self.sent = {}  # (worker, key) -> bytes sent: each capture once to each worker that lacks it
 
     @property
     def servers(self):
-        """One server per worker: a server whose worker is gone takes one that has none (one
-        that restarted, say), and workers that joined since (batch jobs that started) get one."""
+        """One server per worker, and on an adaptive cluster as many as its most workers
+        (``size``): the servers beyond its workers share one, their tasks wait there, and
+        that waiting work is what makes Dask's ``Adaptive`` start workers. A server whose
+        worker is gone takes the live worker with the fewest; a worker that joined (a batch
+        job that started, a worker Adaptive added) takes a server from a shared worker, or
+        a new one."""
         with self._lock:
             alive = sorted(self.alive())
             for server in self._servers:
                 if server.address not in alive:
                     self._bind(server, alive)
-            bound = {s.address for s in self._servers}
-            joined = [RemoteServer(self, a) for a in alive if a not in bound]
-            if joined and self._servers:
+            bound = collections.Counter(s.address for s in self._servers)
+            joined = [a for a in alive if a not in bound]
+            for address in joined:
+                crowded = [s for s in self._servers if bound[s.address] > 1]
+                if crowded:
+                    bound[crowded[-1].address] -= 1
+                    crowded[-1].address = address
+                else:
+                    self._servers.append(RemoteServer(self, address))
+                bound[address] += 1
+            if joined and self._dealt:
                 self.say("dask: %d worker(s) joined; %d alive" % (len(joined), len(alive)))
-            self._servers += joined
+            while alive and len(self._servers) < self.size:
+                self._servers.append(RemoteServer(self, None))
+                self._bind(self._servers[-1], alive)
+            self._dealt = True
             return list(self._servers)
 
     @property
@@ -175,13 +244,34 @@ class DaskPool:
         """Addresses of the workers the scheduler knows now."""
         return list(self.client.scheduler_info(n_workers=-1)["workers"])
 
+    def ref(self, capture_dir):
+        """(path, key) of a capture: its absolute path, and its content's key (``ship``),
+        by which a worker that does not see the workspace keeps it."""
+        path = os.path.abspath(capture_dir)
+        with self._lock:
+            ref = self._refs.get(path)
+        if ref is None:
+            key, manifest = ship.manifest_of(path)
+            ref = (path, key)
+            with self._lock:
+                self._refs[path] = ref
+                self._manifests[key] = (path, manifest)
+        return ref
+
     def call(self, server, fn, *args):
         """Run task ``fn(*args)`` on ``server``'s worker (or, that worker gone, another);
-        returns its first value."""
-        future = self.client.submit(fn, *args, workers=[server.address], allow_other_workers=True, pure=False)
-        value, where = future.result()
-        if where != server.address:  # (it ran elsewhere: its worker died)
-            self._rebind(server)
+        returns its first value. A worker that lacks a capture of the task is sent it, and
+        runs the task again."""
+        for _ in range(SEND_TRIES):
+            future = self.client.submit(fn, *args, workers=[server.address], allow_other_workers=True, pure=False)
+            value, where = future.result()
+            if where != server.address:  # (it ran elsewhere: its worker died)
+                self._rebind(server)
+            if not isinstance(value, Missing):
+                break
+            self._send(where, value)
+        else:
+            raise R3Error("dask: the captures could not be sent to a worker (%d tries)" % SEND_TRIES)
         if fn is evaluate:
             with self._lock:
                 self._evaluated += 1
@@ -191,6 +281,26 @@ class DaskPool:
             if due:
                 self.say(self.throughput())
         return value
+
+    def _send(self, address, keys):
+        """Send the worker at ``address`` the captures ``keys`` it lacks, one sender at a
+        time per worker and capture (a worker gone meanwhile: the task goes elsewhere)."""
+        for key in keys:
+            with self._sending[(address, key)]:
+                if (address, key) in self.sent:
+                    continue
+                directory, manifest = self._manifests[key]
+                try:
+                    size = ship.send(self.client, address, directory, key, manifest, put, commit)
+                except Exception as err:  # (its worker died while receiving)
+                    if address in self.alive():
+                        raise R3Error("dask: sending capture %s to %s failed: %s" % (directory, address, err))
+                    return
+                with self._lock:
+                    first = not any(a == address for a, _ in self.sent)
+                    self.sent[(address, key)] = size
+                if first:
+                    self.say("dask: worker %s does not see the workspace: captures are sent to it once" % address)
 
     def throughput(self):
         """A line of cluster-wide progress: evaluations done by every worker, per minute, and
@@ -218,7 +328,7 @@ class DaskPool:
     def _bind(self, server, alive):
         """Bind ``server`` to the live worker with the fewest servers (the caller holds the lock)."""
         if alive:
-            bound = collections.Counter(s.address for s in self._servers)
+            bound = collections.Counter(s.address for s in self._servers if s is not server)
             server.address = min(alive, key=lambda a: (bound[a], a))
 
     def describe(self):
@@ -248,3 +358,5 @@ class DaskPool:
         self.client.close()
         if self.owned is not None:
             self.owned.close()
+        if self.marker is not None:
+            self.marker.remove()

@@ -6,13 +6,17 @@ With more workers than one study uses well (a cluster), the kernels of an applic
 are searched side by side: the workers are dealt into ``lanes`` (lane i takes every
 n-th server), and each lane searches one kernel after another from a shared queue. A
 lane's servers are never shared with another lane, so a candidate and its baseline
-still pair on one worker, and each study sees only its own evaluations.
+still pair on one worker, and each study sees only its own evaluations. There are never
+more lanes than servers (asked for more, ``lane_count`` says how many there are), and a
+lane left without a server of its own (a pool that has fewer than when the lanes were
+dealt) takes no more kernels: it never borrows another lane's.
 
     for outcome in search_in_lanes(pool, targets, lanes=4, search=lambda lane, t: ...):
         ...
 """
 
 import queue
+import sys
 import threading
 
 SERVERS_PER_LANE = 2  # a study's sampler learns from its results: more than a few at once mostly waits
@@ -28,21 +32,32 @@ class Lane:
 
     @property
     def servers(self):
-        servers = self.pool.servers
-        return servers[self.index :: self.count] or servers[:1]
+        return self.pool.servers[self.index :: self.count]
 
     @property
     def cores_per_worker(self):
         return self.pool.cores_per_worker
 
 
-def lane_count(asked, servers, kernels, cluster):
+def lane_count(asked, servers, kernels, cluster, say=None):
     """How many kernels are searched at once: ``asked`` (None: one on the local pool, as
     it always was; on a cluster as many as give each at least ``SERVERS_PER_LANE``
-    workers), never more than there are kernels or servers."""
+    workers), never more than there are kernels or servers: each lane has a worker of its
+    own. Fewer than asked for want of workers is said in one line (``say``, else stderr)."""
     if asked is None:
         asked = max(1, servers // SERVERS_PER_LANE) if cluster else 1
-    return max(1, min(asked, servers, kernels))
+    lanes = max(1, min(asked, servers, kernels))
+    if min(asked, kernels) > lanes:
+        (say or _stderr)(
+            "--kernels-at-once %d: %d kernel(s) at once, as there are %d worker(s) and each kernel searched "
+            "at once needs one of its own" % (asked, lanes, servers)
+        )
+    return lanes
+
+
+def _stderr(line):
+    sys.stderr.write("r3: %s\n" % line)
+    sys.stderr.flush()
 
 
 def search_in_lanes(pool, targets, lanes, search):
@@ -59,7 +74,7 @@ def search_in_lanes(pool, targets, lanes, search):
     errors = []
 
     def drive(lane):
-        while not errors:
+        while not errors and (lane.index == 0 or lane.servers):  # (lane 0 has the first server, if any)
             try:
                 i, target = todo.get_nowait()
             except queue.Empty:
