@@ -252,6 +252,10 @@ class Evaluation:
     calls: int = 1  # recorded calls each timed run replayed, in order (replay.sequence); times are per call
     code: str = ""  # digest of what ran: optimized IR, target, codegen level, launch (engine.code_digest)
     diagnostics: str = ""
+    # seconds by stage (compile: source, opt, pipeline, codegen, object, link; map, restore,
+    # verify, calibrate, timed, check; the worker's process, other): where the evaluation went
+    stages: Dict[str, float] = field(default_factory=dict)
+    raced_out: bool = False  # its pairs stopped early, clearly slower than the baseline (never a winner)
 
     @property
     def ok(self) -> bool:

@@ -186,6 +186,7 @@ def _result(capture, pipeline, ev, launch=None):
         "resampled": ev.resampled,
         "calls": ev.calls,
         "code": ev.code,
+        "stages": ev.stages,
         "diagnostics": ev.diagnostics,
     }
 

@@ -11,6 +11,7 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
+import json
 import mmap
 import os
 import re
@@ -36,9 +37,14 @@ from .stages import (
     KernelIR,
     build_flags,
     build_object,
+    cached_object,
+    cuts,
+    keep_object,
     module_triple,
+    object_key,
     optimized_module,
     resolve_target,
+    spent,
     target_machine,
 )
 
@@ -283,8 +289,9 @@ def bind_globals(prepared):
 def restore(prepared, outputs_only=False):
     """Put recorded memory back: everything, or (between timed runs, after the check
     run proved the kernel writes nothing else) only what the kernel writes."""
-    for addr, data in prepared.outputs if outputs_only else prepared.pre:
-        ctypes.memmove(addr, data, len(data))
+    with spent("restore"):
+        for addr, data in prepared.outputs if outputs_only else prepared.pre:
+            ctypes.memmove(addr, data, len(data))
 
 
 def with_source_variant(prepared, patch, defines):
@@ -329,15 +336,19 @@ def _region_named(bitcode, kernel):
 
 class Compiled:
     """One JIT-compiled variant of a kernel, ready to call: ``stages.optimized_module`` (the
-    code a build of the variant gets too), compiled by MCJIT with the trampoline; or, for
+    code a build of the variant gets too), emitted as an object (or that object from the
+    object cache, ``stages.object_key``) and loaded by MCJIT beside the trampoline; or, for
     the baseline (``pipeline.build_compiler``), the object the build's own compiler makes
-    of the kernel (``stages.build_object``), loaded beside the trampoline."""
+    of the kernel (``stages.build_object``), loaded the same way."""
+
+    cached = False  # loaded from the object cache (``stages.cached_object``), not compiled
 
     def __init__(self, prepared, pipeline, launch=None):
         t0 = time.perf_counter()
         unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir)
         if pipeline.build_compiler:
-            obj = build_object(unit, build_flags(prepared.capture.compile_command))
+            with spent("build"):
+                obj = build_object(unit, build_flags(prepared.capture.compile_command))
             # the trampoline only: this machine's target, as any other caller of the object
             tm = target_machine(
                 module_triple(unit.ir), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), 3, jit=True
@@ -348,19 +359,35 @@ class Compiled:
             cpu, features = resolve_target(pipeline, unit)
             # An MCJIT engine owns its target machine: a fresh one per engine.
             tm = target_machine(module_triple(unit.ir), cpu, features, pipeline.codegen, jit=True)
-            mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
-            self.code = code_digest(str(mod), cpu, features, pipeline.codegen, launch)
-        base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
-        tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
-        if mod is None:
-            tramp.triple, tramp.data_layout = module_triple(unit.ir), str(tm.target_data)
-            self.engine = llvm.create_mcjit_compiler(tramp, tm)
+            # The object of the same module, pipeline and target compiled before (a launch-only
+            # change, a point measured again, a confirmation round) is loaded, not rebuilt.
+            key = object_key(unit, pipeline, launch, cpu, features)
+            with spent("object"):
+                hit = cached_object(key)
+            self.cached = hit is not None
+            if hit:
+                obj, optimized = hit
+            else:
+                mod = optimized_module(unit, pipeline, launch, cpu, features, tm=tm)
+                optimized = str(mod)
+                with spent("codegen"):  # what MCJIT would do with the module: the same code
+                    obj = tm.emit_object(mod)
+                keep_object(key, obj, optimized)
+            mod = None
+            self.code = code_digest(optimized, cpu, features, pipeline.codegen, launch)
+        with spent("link"):
+            if cuts():  # the trampoline's object, compiled once by the worker (``trampoline_object``)
+                tramp = llvm.parse_assembly("")
+                tramp.triple, tramp.data_layout = module_triple(unit.ir), str(tm.target_data)
+                self.engine = llvm.create_mcjit_compiler(tramp, tm)
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(trampoline_object(prepared)))
+            else:
+                base, end = (int(prepared.capture.arena[k], 16) for k in ("base", "end"))
+                tramp = llvm.parse_assembly(trampoline(prepared.capture.kernel, prepared.capture.signature, base, end))
+                tramp.triple, tramp.data_layout = module_triple(unit.ir), str(tm.target_data)
+                self.engine = llvm.create_mcjit_compiler(tramp, tm)
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        else:
-            self.engine = llvm.create_mcjit_compiler(mod, tm)
-            tramp.triple, tramp.data_layout = mod.triple, mod.data_layout
-            self.engine.add_module(tramp)
-        self.engine.finalize_object()
+            self.engine.finalize_object()
         addr = self.engine.get_function_address("__r3_call")
         if not addr:
             raise CompileError("kernel entry not found after compilation")
@@ -374,6 +401,27 @@ class Compiled:
         # what two clock readings cost, taken off every timed span
         self.clock_ns = min(self.timed(None, None, 0) for _ in range(32))
         self.compile_s = time.perf_counter() - t0
+
+
+_trampolines = {}  # (kernel, signature, arena) -> the trampoline's object
+
+
+def trampoline_object(prepared):
+    """The object of a capture's trampoline (``module.trampoline``: how replay calls and times
+    the kernel), for this host at codegen level 3, compiled once per process: the worker
+    compiles it before it forks a candidate (compiling runs no kernel code), and every
+    candidate's child loads it instead of compiling it again (20-100 ms each on 2 loaded cores)."""
+    capture = prepared.capture
+    base, end = (int(capture.arena[k], 16) for k in ("base", "end"))
+    key = (capture.kernel, json.dumps(capture.signature, sort_keys=True), base, end)
+    if key not in _trampolines:
+        with spent("link"):
+            triple = module_triple(prepared.unit.ir if prepared.unit else prepared.ir)
+            tm = target_machine(triple, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), 3, jit=True)
+            mod = llvm.parse_assembly(trampoline(capture.kernel, capture.signature, base, end))
+            mod.triple, mod.data_layout = triple, str(tm.target_data)
+            _trampolines[key] = tm.emit_object(mod)
+    return _trampolines[key]
 
 
 def code_digest(optimized_ir, cpu, features, codegen, launch=None):
@@ -567,7 +615,8 @@ def time_runs(prepared, frame, compiled, repeat, flush=None, preempted=None, bat
     for _ in range(repeat):
         restore(prepared, outputs_only=True)
         if flush:
-            flush()
+            with spent("flush"):
+                flush()
         switches = preemptions() if preempted is not None else 0
         times.append(frame.timed(compiled, batch))
         if preempted is not None:

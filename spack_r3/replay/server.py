@@ -122,12 +122,14 @@ class ReplayServer:
         verify_runs=1,
         cache=WARM,
         sequence=None,
+        race=False,
     ):
         """Replay one variant; never raises for a bad candidate, only for a bad capture.
         ``cache``: WARM, each timed run finding the caches as the previous run left them,
         SHARED or COLD, emptied before each (see ``engine.CacheFlush``). ``sequence``:
         capture directories of the kernel's recorded calls in order (``capture_dir`` first),
-        each timed run a pass over them all (``replay.sequence``)."""
+        each timed run a pass over them all (``replay.sequence``). ``race``: the pairs stop
+        after the first few where the candidate is clearly slower (``raced_out``, ``worker.RACE_AFTER``)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {
@@ -144,6 +146,9 @@ class ReplayServer:
             req["sequence"] = [os.path.abspath(d) for d in sequence]
         if tolerance is not None:
             req["tolerance"] = tolerance
+        if race:
+            req["race"] = True
+        t0 = time.perf_counter()
         reply, err = self._request(req, self.load_timeout + timeout + 10)
         if err:
             status = TIMEOUT if "answer" in err else CRASH
@@ -152,7 +157,10 @@ class ReplayServer:
             )
         if not reply.get("ok"):
             raise R3Error(reply.get("error"))
-        return Evaluation.from_json(reply["evaluation"])
+        ev = Evaluation.from_json(reply["evaluation"])
+        # the request's way to the worker and back
+        ev.stages["ipc"] = max(0.0, time.perf_counter() - t0 - sum(ev.stages.values()))
+        return ev
 
 
 _said = set()

@@ -34,9 +34,13 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Tuple
 
+import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
@@ -79,6 +83,21 @@ POLLY_TIMEOUT_S = 50.0
 
 class CompileError(Exception):
     """A variant that does not compile: one line saying why."""
+
+
+# Seconds spent in each stage of the evaluation under way in this process (the candidate's
+# child resets it): compile stages, restores, runs, checks. ``Evaluation.stages`` reports it.
+SPENT: Dict[str, float] = {}
+
+
+@contextmanager
+def spent(stage):
+    """Adds the time the block takes to ``SPENT[stage]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        SPENT[stage] = SPENT.get(stage, 0.0) + time.perf_counter() - t0
 
 
 @dataclass
@@ -207,24 +226,28 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
         return text
 
     if pipeline.polly:
-        limit = timeout or float(os.environ.get("R3_POLLY_TIMEOUT") or POLLY_TIMEOUT_S)
-        tools = polly_tools(source.clang)
-        text = edits(source.tool_ir(tools, limit))
-        bitcode = _cached_stage([tools.opt] + polly_options(pipeline) + ["-", "-o", "-"], limit, text.encode())
-        try:
-            mod = llvm.parse_bitcode(bitcode)
-            mod.verify()
-        except RuntimeError as err:
-            raise CompileError("the polly stage's output is rejected: %s" % _last_error(str(err)))
+        with spent("opt"):  # on the kernel alone (``KernelIR.tool_ir``), cached (``_cached_stage``)
+            limit = timeout or float(os.environ.get("R3_POLLY_TIMEOUT") or POLLY_TIMEOUT_S)
+            tools = polly_tools(source.clang)
+            text = edits(source.tool_ir(tools, limit))
+            bitcode = _cached_stage([tools.opt] + polly_options(pipeline) + ["-", "-o", "-"], limit, text.encode())
+        with spent("pipeline"):
+            try:
+                mod = llvm.parse_bitcode(bitcode)
+                mod.verify()
+            except RuntimeError as err:
+                raise CompileError("the polly stage's output is rejected: %s" % _last_error(str(err)))
     else:
-        try:
-            mod = llvm.parse_assembly(edits(source.ir))
-            mod.verify()
-        except RuntimeError as err:
-            raise CompileError("IR rejected: %s" % _last_error(str(err)))
-    if tm is None:
-        tm = target_machine(mod.triple or llvm.get_process_triple(), cpu, features, pipeline.codegen)
-    run_pipeline(mod, tm, pipeline)
+        with spent("pipeline"):
+            try:
+                mod = llvm.parse_assembly(edits(source.ir))
+                mod.verify()
+            except RuntimeError as err:
+                raise CompileError("IR rejected: %s" % _last_error(str(err)))
+    with spent("pipeline"):
+        if tm is None:
+            tm = target_machine(mod.triple or llvm.get_process_triple(), cpu, features, pipeline.codegen)
+        run_pipeline(mod, tm, pipeline)
     return mod
 
 
@@ -293,6 +316,78 @@ def _cached_stage(argv, timeout, data, stage="polly", suffix=".bc"):
     except OSError:
         pass  # a cache that cannot be written costs time, not the candidate
     return out
+
+
+# "0": none of the cuts in an evaluation's cost (the object cache, the calibration run taken
+# from the verification run, racing): what bench_evalcost.py measures as "before"
+EVAL_CUTS_ENV = "R3_EVAL_CUTS"
+
+
+def cuts():
+    """Whether the cuts in an evaluation's cost are on (``$R3_EVAL_CUTS`` is not 0)."""
+    return os.environ.get(EVAL_CUTS_ENV) != "0"
+
+
+def object_key(source, pipeline, launch, cpu, features):
+    """What a candidate's machine code depends on: the kernel's module (and the bitcode an opt
+    stage starts from), the pipeline, the target, and the launch settings that edit the code
+    (an OpenMP schedule and chunk, an offload region's geometry), not its thread count; None
+    where no object cache is kept (``$R3_STAGE_CACHE`` unset, or ``$R3_EVAL_CUTS`` is 0)."""
+    if not os.environ.get(STAGE_CACHE_ENV) or not cuts():
+        return None
+    code_launch = None if launch is None else json.dumps(replace(launch, threads=None).to_json(), sort_keys=True)
+    h = hashlib.sha256()
+    for part in (
+        source.ir,
+        source.bitcode or b"",
+        *source.link_units,
+        json.dumps(pipeline.to_json(), sort_keys=True),
+        code_launch or "",
+        cpu or "",
+        features or "",
+        "%s %s %s %s" % (llvmlite.__version__, llvm.llvm_version_info, source.extract, source.build),
+        str(_tool_stamp(source) if pipeline.polly else ""),
+    ):
+        h.update(part if isinstance(part, bytes) else part.encode(errors="surrogateescape"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _tool_stamp(source):
+    """The opt a Polly stage runs, as (path, mtime): a new opt makes new objects."""
+    try:
+        opt = polly_tools(source.clang).opt
+        return opt, os.path.getmtime(opt)
+    except (CompileError, OSError):
+        return None
+
+
+def cached_object(key):
+    """(object bytes, optimized IR text) compiled before under ``key``, or None."""
+    if key is None:
+        return None
+    path = os.path.join(os.environ[STAGE_CACHE_ENV], "objects", key[:2], key)
+    try:
+        with open(path + ".o", "rb") as f:
+            obj = f.read()
+        with open(path + ".ll.z", "rb") as f:
+            ir = zlib.decompress(f.read()).decode(errors="surrogateescape")
+    except (OSError, zlib.error):
+        return None
+    return obj, ir
+
+
+def keep_object(key, obj, ir):
+    """Keep a candidate's object and its optimized IR (the code digest is taken from it) under ``key``."""
+    if key is None:
+        return
+    path = os.path.join(os.environ[STAGE_CACHE_ENV], "objects", key[:2], key)
+    try:  # the IR first: an object is looked up with its IR, and read only when both are there
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path + ".ll.z", zlib.compress(ir.encode(errors="surrogateescape"), 1))
+        write_atomic(path + ".o", obj)
+    except OSError:
+        pass  # a cache that cannot be written costs time, not the candidate
 
 
 def run_pipeline(mod, tm, p):

@@ -11,7 +11,8 @@ output of its timed runs is checked as well as its verification runs'.
 Requests:  {"op": "load", "dir": D, "sequence": [D, D2, ...]|null}
            {"op": "evaluate", "dir": D, "variant": {...}, "repeat": N, "pairs": P,
             "tolerance": T|null, "timeout": S, "verify_runs": V, "cache": "warm"|"shared"|"cold",
-            "sequence": [D, D2, ...]|null}   (recorded calls replayed in order: replay.sequence)
+            "sequence": [D, D2, ...]|null,   (recorded calls replayed in order: replay.sequence)
+            "race": true|false}              (pairs stop early for a clearly slower candidate)
            {"op": "quit"}
 """
 
@@ -27,12 +28,13 @@ import tempfile
 import time
 import traceback
 from collections import OrderedDict
+from contextlib import contextmanager
 
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import R3Error
 from ..toolchain import find_libomp
-from . import confine, engine
+from . import confine, engine, stages
 from .pipeline import as_built
 from .sequence import merge
 
@@ -79,10 +81,14 @@ class Worker:
         if directory not in self.baselines:
             prepared = self.load(directory)
             engine.bind_globals(prepared)
+            before, t0 = dict(stages.SPENT), time.perf_counter()
             try:
                 self.baselines[directory] = engine.Compiled(prepared, as_built(prepared.capture))
             except engine.CompileError as err:
                 self.baselines[directory] = err
+            finally:  # its build and load as one stage of the evaluation that paid for them
+                stages.SPENT.clear()
+                stages.SPENT.update(before, baseline=before.get("baseline", 0.0) + time.perf_counter() - t0)
         return self.baselines[directory]
 
     def sequence(self, dirs):
@@ -94,15 +100,29 @@ class Worker:
         return self.sequences[key]
 
     def evaluate(self, req):
+        t0 = time.perf_counter()
+        stages.SPENT.clear()
         sequence = self.sequence(req["sequence"]) if req.get("sequence") else None
         prepared = sequence.view() if sequence else self.load(req["dir"])
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         if (req.get("cache") or WARM) != WARM and not sequence:
             engine.flush_ir()  # clang runs here once, not in every candidate's process
+        if stages.cuts():
+            engine.trampoline_object(prepared)  # compiled here once, not in every candidate's process
         base = Evaluation(capture=prepared.capture.id, variant=variant.to_json())
+        # what this worker did before the fork (a capture's first load, its baseline's build)
+        before = dict(stages.SPENT, prepare=time.perf_counter() - t0 - sum(stages.SPENT.values()))
+        t1 = time.perf_counter()
         with tempfile.TemporaryFile() as log:
-            return self._fork_candidate(prepared, variant, req, baseline, base, log, sequence)
+            result = self._fork_candidate(prepared, variant, req, baseline, base, log, sequence)
+        split = result.setdefault("stages", {})
+        # forking, collecting, the JSON: the worker's own part of the candidate's time
+        split["process"] = time.perf_counter() - t1 - sum(split.values())
+        for stage, seconds in before.items():
+            if seconds > 0:
+                split[stage] = split.get(stage, 0.0) + seconds
+        return result
 
     def _fork_candidate(self, prepared, variant, req, baseline, base, log, sequence=None):
         """Run one candidate in a child; ``log`` receives its stdout and stderr. The child
@@ -226,20 +246,55 @@ def _collect(pid, rfd, timeout):
     return None, "exited with code %d" % os.WEXITSTATUS(status)
 
 
+# Racing (``race`` in a request): after this many pairs, a candidate whose every pair so far
+# is below RACE_BELOW (the baseline a third faster, or more) stops there, marked ``raced_out``.
+RACE_AFTER = 2
+RACE_BELOW = 0.75
+# A first (verification) run this long says one run fills a timing sample (engine.MIN_SAMPLE_S
+# many times over, start-up costs such as a thread team's included): no calibration run.
+LONG_RUN_S = 10 * engine.MIN_SAMPLE_S
+
+
 def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=None, confinement=None):
     """Compile, restore, verify and time one variant (inside the forked child). With a
     ``sequence`` (``prepared`` is its view), every recorded call is verified and a timed
     run is a pass over them all, in warm caches: the calls' own data is the cache state.
     ``confinement(memory_limit)``, when given, is called once everything trusted is done and
-    right before the candidate's code first runs (``replay.confine.apply``)."""
+    right before the candidate's code first runs (``replay.confine.apply``). ``ev.stages``
+    gets the seconds each stage took."""
+    stages.SPENT.clear()
+    t0 = time.perf_counter()
+    try:
+        return _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confinement)
+    finally:
+        split = dict(stages.SPENT)
+        split["other"] = max(0.0, time.perf_counter() - t0 - sum(split.values()))
+        ev.stages = {k: round(v, 6) for k, v in split.items()}
+
+
+@contextmanager
+def _exclusive(stage, inner=("restore", "flush", "check")):
+    """``stages.spent(stage)`` less what the ``inner`` stages took meanwhile (counted as theirs)."""
+    before = sum(stages.SPENT.get(s, 0.0) for s in inner)
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        took = time.perf_counter() - t0 - (sum(stages.SPENT.get(s, 0.0) for s in inner) - before)
+        stages.SPENT[stage] = stages.SPENT.get(stage, 0.0) + took
+
+
+def _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confinement):
     if variant.source_patch or variant.source_defines:
         try:
-            prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
+            with stages.spent("source"):
+                prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
         except engine.CompileError as err:
             ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
             return ev
     # Recorded globals must have their addresses before the JIT resolves symbols.
-    engine.map_recorded_memory(prepared)
+    with stages.spent("map"):
+        engine.map_recorded_memory(prepared)
     if isinstance(baseline, engine.CompileError):
         ev.status, ev.diagnostics = COMPILE_ERROR, "the baseline (the kernel as built) does not compile: %s" % baseline
         return ev
@@ -267,13 +322,17 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
         confinement(confine.memory_bound(image, team))
     # The verification run doubles as the warm-up; it is never timed. A parallel kernel
     # with a data race may verify once by luck: callers ask for several runs there.
+    first_run_s = None  # the first verification run's time, in Python: a long kernel needs no calibration run
     for run in range(max(1, int(req.get("verify_runs") or 1))):
         engine.restore(prepared)
-        if sequence:
-            checked = sequence.verify(candidate, tolerance)
-        else:
-            frame.run(candidate)
-            checked = engine.check(prepared, frame, tolerance)
+        with _exclusive("verify"):
+            if sequence:
+                checked = sequence.verify(candidate, tolerance)
+            else:
+                t_run = time.perf_counter()
+                frame.run(candidate)
+                first_run_s = first_run_s if first_run_s is not None else time.perf_counter() - t_run
+                checked = engine.check(prepared, frame, tolerance)
         ev.verified, ev.max_rel_error = checked.verified, max(ev.max_rel_error, checked.max_rel_error)
         ev.mismatched_bytes, ev.verify_runs = checked.mismatched_bytes, run + 1
         if not checked.verified:
@@ -284,37 +343,54 @@ def run_candidate(prepared, variant, req, libomp, ev, baseline=None, sequence=No
     def timed_check():
         """The output of the timed run just done against the recording (untimed): a
         candidate that does its work only while it is verified fails here."""
-        if sequence:  # a pass leaves its last call's outputs in place
-            return engine.check(sequence.calls[-1].prepared, sequence.frames[-1], tolerance)
-        return engine.check(prepared, frame, tolerance)
+        with stages.spent("check"):
+            if sequence:  # a pass leaves its last call's outputs in place
+                return engine.check(sequence.calls[-1].prepared, sequence.frames[-1], tolerance)
+            return engine.check(prepared, frame, tolerance)
 
     ev.cache = cache
     repeat = max(1, int(req.get("repeat") or 5))
     if pairs:
-        ev.runs_per_sample = (
-            sequence.passes_per_sample(candidate)
-            if sequence
-            else engine.runs_per_sample(prepared, frame, candidate, flush=flush)
-        )
+        with _exclusive("calibrate"):
+            if sequence:
+                ev.runs_per_sample = sequence.passes_per_sample(candidate)
+            elif stages.cuts() and not flush and first_run_s is not None and first_run_s >= LONG_RUN_S:
+                ev.runs_per_sample = 1  # what a calibration run would say: one run fills a sample
+            else:
+                ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
 
         def measure(n):
-            return engine.paired_ratios(
-                prepared, frame, baseline, candidate, n, libomp, threads, ev.runs_per_sample, flush, sequence
-            )
+            with _exclusive("timed"):
+                return engine.paired_ratios(
+                    prepared, frame, baseline, candidate, n, libomp, threads, ev.runs_per_sample, flush, sequence
+                )
 
-        measured, wrong = _checked_in_parts(measure, pairs, timed_check, _join_pairs)
+        # Racing: the first RACE_AFTER pairs, each checked part as any; the rest only for a
+        # candidate not clearly slower than the baseline there.
+        race = bool(req.get("race")) and stages.cuts() and pairs > RACE_AFTER
+        first = RACE_AFTER if race else pairs
+        measured, wrong = _checked_in_parts(measure, first, timed_check, _join_pairs)
         if wrong:
             return _wrong_in_timing(ev, wrong, "pair")
+        if race and max(measured.ratios) < RACE_BELOW:
+            ev.raced_out = True
+        elif first < pairs:
+            rest, wrong = _checked_in_parts(measure, pairs - first, timed_check, _join_pairs)
+            if wrong:
+                checked, done, _ = wrong
+                return _wrong_in_timing(ev, (checked, first + done, pairs), "pair")
+            measured = _join_pairs(measured, rest)
         ratios, times = measured.ratios, measured.candidate_s
         ev.speedup, ev.speedup_min, ev.speedup_max = engine.spread(ratios)
-        ev.pairs, ev.ratios, ev.resampled = pairs, ratios, measured.resampled
+        ev.pairs, ev.ratios, ev.resampled = len(ratios), ratios, measured.resampled
         ev.baseline_median_s = engine.spread([r * t for r, t in zip(ratios, times)])[0]
     else:
 
         def measure(n):
-            if sequence:
-                return [sequence.timed(candidate) for _ in range(n)]
-            return engine.time_runs(prepared, frame, candidate, n, flush)
+            with _exclusive("timed"):
+                if sequence:
+                    return [sequence.timed(candidate) for _ in range(n)]
+                return engine.time_runs(prepared, frame, candidate, n, flush)
 
         times, wrong = _checked_in_parts(measure, repeat, timed_check, lambda a, b: a + b)
         if wrong:

@@ -373,19 +373,20 @@ class Study:
                     pairs = self.pair_budget.pairs()
                 variant = self.space.variant(values, self.target.base)
 
-                def measure(pairs, variant=variant):
-                    return self.target.submit(server, variant, pairs=pairs, timeout=self.timeout)
+                def measure(pairs, variant=variant, race=False):
+                    return self.target.submit(server, variant, pairs=pairs, timeout=self.timeout, race=race)
 
                 t0 = time.monotonic()
                 try:
-                    ev = measure(pairs)
-                    noise = pair_noise(ev.ratios) if ev.status == OK else None
+                    # raced: a candidate clearly slower than the build after its first pairs stops there
+                    ev = measure(pairs, race=True)
+                    noise = pair_noise(ev.ratios) if ev.status == OK and not ev.raced_out else None
                     # A candidate that would be the new best is measured again with twice its
                     # pairs (and verified again) before it counts: the best of many 5-pair
                     # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
                     # the 5 best screened 1.03-1.17x and 0.97-1.06x measured again), and a lucky
                     # value misleads the sampler and every later comparison with it.
-                    if ev.status == OK:
+                    if ev.status == OK and not ev.raced_out:
                         with self._lock:
                             pooled = self._pooled(ev)
                         if best is None or pooled > best:
@@ -626,9 +627,8 @@ class Study:
     def best(self, n=1):
         """The ``n`` best codes, best first: for each, its simplest trial, with the value,
         spread and pairs of all the trials that ran that code."""
-        ranked = sorted(
-            self._code_groups().values(), key=lambda ts: (-median(pooled_ratios(ts)), min(t.number for t in ts))
-        )
+        groups = [ts for ts in self._code_groups().values() if not all(raced_out(t) for t in ts)]
+        ranked = sorted(groups, key=lambda ts: (-median(pooled_ratios(ts)), min(t.number for t in ts)))
         return [pooled_trial(ts) for ts in ranked[:n]]
 
     def curve(self):
@@ -663,7 +663,15 @@ def _evaluation_attrs(variant, ev, seconds, noise):
         "pair_noise": noise,
         "code": ev.code,
         "ratios": ev.ratios,
+        "raced_out": ev.raced_out,
+        "stages": ev.stages,
     }
+
+
+def raced_out(trial):
+    """Whether ``trial``'s pairs stopped early, the candidate clearly slower than the build:
+    its value tells the sampler so, but it is never a winner."""
+    return bool(trial.user_attrs.get("evaluation", {}).get("raced_out"))
 
 
 def pooled_trial(trials):
@@ -702,6 +710,7 @@ def remeasured(first, again):
         ratios=ratios,
         resampled=first.resampled + again.resampled,
         verify_runs=first.verify_runs + again.verify_runs,
+        stages={k: first.stages.get(k, 0.0) + again.stages.get(k, 0.0) for k in {**first.stages, **again.stages}},
     )
 
 
@@ -709,7 +718,7 @@ def best_curve(trials):
     """Best verified speedup after each of ``trials`` in time order (None before the first success)."""
     best, out = None, []
     for t in sorted(trials, key=lambda t: t.datetime_complete or t.datetime_start):
-        if t.state == TrialState.COMPLETE:
+        if t.state == TrialState.COMPLETE and not raced_out(t):
             best = max(best or 0.0, t.value)
         out.append(best)
     return out
