@@ -135,7 +135,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
     """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
     ``probes``."""
-    from ..record.launcher import _unoptimized_args, codegen_args
+    from ..record.launcher import unoptimized_args, codegen_args
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
@@ -157,7 +157,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
         _run(
             [compiler]
             + line.without(drop_sources=True, drop_output=True, drop_deps=True)
-            + _unoptimized_args(line)
+            + unoptimized_args(line)
             + defines
             + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll],
             "the unit's IR",
@@ -303,13 +303,13 @@ def launch(argv):
         obj = line.output or os.path.splitext(os.path.basename(planned[0]))[0] + ".o"
         return _compile(line, argv, planned[0], obj, plan, probes, tuned)
     # A link, possibly compiling planned sources on the way: each planned one built as above.
-    from ..record.launcher import _clang_for_runtime, link_compiling
+    from ..record.launcher import clang_for_runtime, link_compiling
     from ..record.offload import is_offload
     from ..record.runtime import link_args
 
     try:
         extra = (
-            link_args(_clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
+            link_args(clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
         )
     except ToolchainError as err:
         warn(str(err))

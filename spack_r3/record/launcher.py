@@ -153,7 +153,7 @@ def codegen_args(line):
     return keep
 
 
-def _unoptimized_args(line):
+def unoptimized_args(line):
     # -O0 would mark every function optnone: the replay pipeline could not optimize them.
     return ["-O2"] if line.opt_level == "0" else []
 
@@ -161,7 +161,7 @@ def _unoptimized_args(line):
 def bitcode_args(line):
     """The flags (no source, output or dependency files) that compile the unit's bitcode
     before optimization: a source variant of the unit is compiled with the same ones."""
-    return line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags() + _unoptimized_args(line)
+    return line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags() + unoptimized_args(line)
 
 
 def target_flags():
@@ -190,7 +190,7 @@ def record_unit(line, source, obj, record_dir, wanted):
             + base
             + target_flags()
             + deps_target
-            + _unoptimized_args(line)
+            + unoptimized_args(line)
             + ["-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
         )
         if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
@@ -287,7 +287,7 @@ def launch(argv):
 
     from .offload import is_offload
 
-    extra = [] if line.shared else link_args(_clang_for_runtime(line.compiler), offload=is_offload(line))
+    extra = [] if line.shared else link_args(clang_for_runtime(line.compiler), offload=is_offload(line))
     return link_compiling(
         line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra
     )
@@ -336,7 +336,7 @@ def _compile(line, single_argv, source, obj, record_dir, wanted):
     return rc
 
 
-def _clang_for_runtime(compiler):
+def clang_for_runtime(compiler):
     """The record runtime is built with the build's own compiler when it is clang.
 
     The runtime is C: a C++ link (``clang++-19``) builds it with the C driver beside it

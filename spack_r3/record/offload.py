@@ -52,14 +52,14 @@ def is_offload(line):
 
 def device_compile_args(line):
     """The unit's flags for its device-side compile to IR before optimization: one target."""
-    from .launcher import _unoptimized_args, target_flags
+    from .launcher import unoptimized_args, target_flags
 
     first = offload_targets(line.args)[0]
     args = [
         ("-fopenmp-targets=" + first) if a.startswith("-fopenmp-targets=") else a
         for a in line.without(drop_sources=True, drop_output=True, drop_deps=True)
     ]
-    return args + target_flags() + _unoptimized_args(line)
+    return args + target_flags() + unoptimized_args(line)
 
 
 def kernel_infos(bitcode):
