@@ -10,6 +10,8 @@ Evaluation  what replaying one variant of one capture measured.
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Dict, Iterable, List, Optional, Protocol, Tuple, Type, TypeVar, cast
 
+from .settings import RELAXES_FP, SPARSE
+
 # A JSON object as json.load gives it.
 Json = Dict[str, Any]
 
@@ -94,13 +96,12 @@ class Capture:
         return opt_level(self.compile_command[1:])
 
 
-FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
-
-
 @dataclass
 class Pipeline:
     """Compiler settings for one replay. The defaults are ``-O3 -march=native``, with
-    a*b+c contracted exactly as the build contracted it."""
+    a*b+c contracted exactly as the build contracted it. Each field's type and default
+    are here; its SPEC key, value syntax and search offer are its row in
+    ``settings.SETTINGS``."""
 
     opt: str = "3"  # 0, 1, 2, 3, s, z
     loop_vectorize: Optional[bool] = None  # None: what the O-level does
@@ -112,7 +113,7 @@ class Pipeline:
     codegen: int = 3
     cpu: str = "host"  # host, built (the kernel's own target attributes: as the build compiled it), or a name
     features: str = "host"  # host, built, or +feat,-feat,...
-    fast_math: Tuple[str, ...] = ()  # subset of FAST_MATH_FLAGS
+    fast_math: Tuple[str, ...] = ()  # subset of settings.FAST_MATH_FLAGS
     # built: fuse llvm.fmuladd only where the build's target did (a generic x86-64 build
     # does not), so the results are the application's; on: fuse where the target can;
     # off: split into fmul + fadd
@@ -139,18 +140,17 @@ class Pipeline:
 
     @property
     def relaxes_fp(self) -> bool:
-        """True when the pipeline changes floating-point semantics."""
-        return bool(self.fast_math) or self.fma != "built"
+        """True when the pipeline changes floating-point semantics (a setting that
+        relaxes FP, ``settings.RELAXES_FP``, away from its default)."""
+        return any(not _at_default(self, name) for name in RELAXES_FP)
 
     def to_json(self) -> Json:
         d = asdict(self)
         d["passes"] = list(self.passes)
         d["fast_math"] = list(self.fast_math)
         d["specialize"] = [list(p) for p in self.specialize]
-        if not self.specialize:  # absent when unused: variants and plans written before it read the same
-            del d["specialize"]
-        for name in POLLY_SCHEDULER:  # the same
-            if not d[name]:
+        for name in SPARSE:  # absent when unused: variants and plans written before them read the same
+            if _at_default(self, name):
                 del d[name]
         return d
 
@@ -165,7 +165,10 @@ class Pipeline:
         return p
 
 
-POLLY_SCHEDULER = ("polly_parallel", "polly_fusion", "polly_coincidence", "polly_tile2", "polly_regtile")
+def _at_default(p: Pipeline, name: str) -> bool:
+    """Whether a field of ``p`` is at its default (an empty list counts as the empty tuple)."""
+    value, default = getattr(p, name), Pipeline.__dataclass_fields__[name].default
+    return value == default or (isinstance(default, tuple) and not default and not value)
 
 
 @dataclass

@@ -23,19 +23,25 @@ polly_fusion (greedy fusion), polly_coincidence (outer band members parallel),
 polly_tile2 (2nd-level tiling), polly_regtile (register tiling); specialize
 (INDEX:VALUE joined by +: integer arguments folded in as constants, in a clone behind a
 guard that runs the original for other values; replay/specialize.py).
+
+The keys, their aliases and value syntax are declared once, in ``settings.SETTINGS``;
+this module reads and writes them from there. Value syntaxes of their own (passes,
+cpu, features, fast, specialize) have a codec here.
 """
 
 import re
+from dataclasses import fields
 
 import llvmlite.binding as llvm
 
-from ..data import FAST_MATH_FLAGS, POLLY_SCHEDULER, Pipeline
+from ..data import Pipeline
 from ..errors import PipelineError
+from ..settings import BY_KEY, FAST_MATH_FLAGS, SETTINGS
 from ..toolchain import target_names
 
 _BOOL = {"1": True, "on": True, "yes": True, "true": True, "0": False, "off": False, "no": False, "false": False}
-POLLY_VECTORIZERS = ("none", "stripmine")
 _EXCLUDED_PASSES = ("printer", "viewer", "verifier", "aa_eval", "refprune", "debug")
+_DEFAULTS = {f.name: f.default for f in fields(Pipeline)}
 
 
 def known_passes():
@@ -65,7 +71,56 @@ def _int(key, value, lo=None, hi=None):
     return v
 
 
-def _specialize(value):
+def _choice(setting, key, value):
+    if value not in setting.choices:
+        labels = list(setting.choices)
+        expected = setting.expect or " or ".join(filter(None, (", ".join(labels[:-1]), labels[-1])))
+        raise PipelineError("%s=%s: expected %s" % (key, value, expected))
+    return setting.choices[value]
+
+
+def _passes(key, value):
+    names = tuple(filter(None, re.split(r"[;+ ]", value)))
+    known = set(known_passes())
+    for n in names:
+        if n not in known:
+            raise PipelineError("unknown pass '%s'; known passes: %s" % (n, ", ".join(sorted(known))))
+    return names
+
+
+def _cpu(key, value):
+    known = target_names(llvm.get_process_triple())
+    if value not in ("host", "built") and known and value not in known[0]:
+        raise PipelineError("cpu=%s: LLVM knows no such CPU (cpu=host, or a name `llc -mcpu=help` lists)" % value)
+    return value
+
+
+def _features(key, value):
+    features = value if value == "host" else ",".join(re.findall(r"[+-][\w.]+", value))
+    if value != "host" and (not features or re.sub(r"[+-][\w.]+|,", "", value)):
+        raise PipelineError("features=%s: expected host or +feat-feat..." % value)
+    known = target_names(llvm.get_process_triple())
+    unknown = [f for f in features.split(",") if known and value != "host" and f[1:] not in known[1]]
+    if unknown:
+        raise PipelineError(
+            "features=%s: LLVM knows no feature %s (see `llc -mattr=help`)" % (value, ", ".join(f[1:] for f in unknown))
+        )
+    return features
+
+
+def _fast(key, value):
+    if value in ("all", "fast", "1"):
+        return FAST_MATH_FLAGS
+    if value in ("none", "0", ""):
+        return ()
+    flags = tuple(filter(None, value.split("+")))
+    for f in flags:
+        if f not in FAST_MATH_FLAGS:
+            raise PipelineError("unknown fast-math flag '%s'; known: %s" % (f, "+".join(FAST_MATH_FLAGS)))
+    return flags
+
+
+def _specialize(key, value):
     if value in ("", "none"):
         return ()
     pairs = []
@@ -77,6 +132,20 @@ def _specialize(value):
     if len({i for i, _ in pairs}) != len(pairs):
         raise PipelineError("specialize=%s: an argument named twice" % value)
     return tuple(sorted(pairs))
+
+
+# How each kind of setting reads its value: (setting, the key as written, value) -> the
+# fields' value.
+_READ = {
+    "bool": lambda s, key, value: _bool(key, value),
+    "int": lambda s, key, value: _int(key, value, s.low, s.high),
+    "choice": _choice,
+    "passes": lambda s, key, value: _passes(key, value),
+    "cpu": lambda s, key, value: _cpu(key, value),
+    "features": lambda s, key, value: _features(key, value),
+    "fast": lambda s, key, value: _fast(key, value),
+    "specialize": lambda s, key, value: _specialize(key, value),
+}
 
 
 def parse(spec):
@@ -96,94 +165,16 @@ def parse(spec):
                 continue
             raise PipelineError("pipeline item '%s' is not KEY=VALUE (see r3 replay --help)" % item)
         key, value = (s.strip() for s in item.split("=", 1))
-        if key not in ("opt", "codegen", "target", "compiler"):
-            own_keys.append(item)
-        if key == "opt":
-            if value not in ("0", "1", "2", "3", "s", "z"):
-                raise PipelineError("opt=%s: expected 0, 1, 2, 3, s or z" % value)
-            p.opt = value
-        elif key in ("vectorize", "loop_vectorize"):
-            p.loop_vectorize = _bool(key, value)
-        elif key in ("slp", "slp_vectorize"):
-            p.slp_vectorize = _bool(key, value)
-        elif key == "unroll":
-            p.unroll = _bool(key, value)
-        elif key == "interleave":
-            p.interleave = _bool(key, value)
-        elif key in ("inline", "inline_threshold"):
-            p.inline_threshold = _int(key, value, 0, 100000)
-        elif key == "passes":
-            names = tuple(filter(None, re.split(r"[;+ ]", value)))
-            known = set(known_passes())
-            for n in names:
-                if n not in known:
-                    raise PipelineError("unknown pass '%s'; known passes: %s" % (n, ", ".join(sorted(known))))
-            p.passes = names
-        elif key == "codegen":
-            p.codegen = _int(key, value, 0, 3)
-        elif key == "cpu":
-            p.cpu = value
-            known = target_names(llvm.get_process_triple())
-            if value not in ("host", "built") and known and value not in known[0]:
-                raise PipelineError(
-                    "cpu=%s: LLVM knows no such CPU (cpu=host, or a name `llc -mcpu=help` lists)" % value
-                )
-        elif key == "features":
-            p.features = value if value == "host" else ",".join(re.findall(r"[+-][\w.]+", value))
-            if value != "host" and (not p.features or re.sub(r"[+-][\w.]+|,", "", value)):
-                raise PipelineError("features=%s: expected host or +feat-feat..." % value)
-            known = target_names(llvm.get_process_triple())
-            unknown = [f for f in p.features.split(",") if known and value != "host" and f[1:] not in known[1]]
-            if unknown:
-                raise PipelineError(
-                    "features=%s: LLVM knows no feature %s (see `llc -mattr=help`)"
-                    % (value, ", ".join(f[1:] for f in unknown))
-                )
-        elif key in ("fast", "fast_math"):
-            if value in ("all", "fast", "1"):
-                p.fast_math = FAST_MATH_FLAGS
-            elif value in ("none", "0", ""):
-                p.fast_math = ()
-            else:
-                flags = tuple(filter(None, value.split("+")))
-                for f in flags:
-                    if f not in FAST_MATH_FLAGS:
-                        raise PipelineError("unknown fast-math flag '%s'; known: %s" % (f, "+".join(FAST_MATH_FLAGS)))
-                p.fast_math = flags
-        elif key == "fma":
-            if value not in ("built", "on", "off"):
-                raise PipelineError("fma=%s: expected built, on or off" % value)
-            p.fma = value
-        elif key == "target":
-            if value not in ("host", "built"):
-                raise PipelineError("target=%s: expected host or built" % value)
-            p.cpu = p.features = value
-        elif key == "noalias":
-            p.noalias = _bool(key, value)
-        elif key == "polly":
-            p.polly = _bool(key, value)
-        elif key == "polly_tile":
-            p.polly_tile = _int(key, value, 0, 4096)
-            polly_keys.append(item)
-        elif key == "polly_matmul":
-            p.polly_matmul = _bool(key, value)
-            polly_keys.append(item)
-        elif key in ("polly_vec", "polly_vectorizer"):
-            if value not in POLLY_VECTORIZERS:
-                raise PipelineError("%s=%s: expected %s" % (key, value, " or ".join(POLLY_VECTORIZERS)))
-            p.polly_vectorizer = value
-            polly_keys.append(item)
-        elif key in POLLY_SCHEDULER:
-            setattr(p, key, _bool(key, value))
-            polly_keys.append(item)
-        elif key == "specialize":
-            p.specialize = _specialize(value)
-        elif key == "compiler":
-            if value not in ("build", "r3"):
-                raise PipelineError("compiler=%s: expected build (the build's own compiler and flags) or r3" % value)
-            p.build_compiler = value == "build"
-        else:
+        setting = BY_KEY.get(key)
+        if setting is None:
             raise PipelineError("unknown pipeline key '%s'" % key)
+        if not setting.build:
+            own_keys.append(item)
+        if setting.polly:
+            polly_keys.append(item)
+        v = _READ[setting.kind](setting, key, value)
+        for name in setting.fields:
+            setattr(p, name, v)
     if p.build_compiler and (own_keys or p.fast_math):
         raise PipelineError(
             "compiler=build compiles with the build's own flags and takes none of %s" % ",".join(own_keys or ["fast"])
@@ -203,49 +194,40 @@ def as_built(capture):
     )
 
 
+def _write_plain(s, value):
+    """A bool, int or choice setting's item (None: a choice's several fields hold no one
+    of its choices)."""
+    if s.kind != "choice":
+        return "%s=%d" % (s.key, value)
+    labels = [label for label, v in s.choices.items() if v == value]
+    if labels or len(s.fields) == 1:
+        return "%s=%s" % (s.key, labels[0] if labels else value)
+    return None
+
+
+# How the kinds with a syntax of their own write a value other than the default.
+_WRITE = {
+    "passes": lambda s, value: "passes=" + ";".join(value),
+    "cpu": lambda s, value: "cpu=" + value,
+    "features": lambda s, value: "features=" + value.replace(",", ""),
+    "fast": lambda s, value: "fast" if set(value) == set(FAST_MATH_FLAGS) else "fast=" + "+".join(value),
+    "specialize": lambda s, value: "specialize=" + "+".join("%d:%d" % pair for pair in value),
+}
+
+
 def format_spec(p):
-    """The canonical SPEC of a Pipeline (parse(format_spec(p)) == p)."""
-    items = ["O" + p.opt]
-    for key, value in (
-        ("vectorize", p.loop_vectorize),
-        ("slp", p.slp_vectorize),
-        ("unroll", p.unroll),
-        ("interleave", p.interleave),
-    ):
-        if value is not None:
-            items.append("%s=%d" % (key, value))
-    if p.inline_threshold is not None:
-        items.append("inline=%d" % p.inline_threshold)
-    if p.passes:
-        items.append("passes=" + ";".join(p.passes))
-    if p.codegen != 3:
-        items.append("codegen=%d" % p.codegen)
-    if p.cpu == p.features == "built":
-        items.append("target=built")
-    else:
-        if p.cpu != "host":
-            items.append("cpu=" + p.cpu)
-        if p.features != "host":
-            items.append("features=" + p.features.replace(",", ""))
-    if set(p.fast_math) == set(FAST_MATH_FLAGS):
-        items.append("fast")
-    elif p.fast_math:
-        items.append("fast=" + "+".join(p.fast_math))
-    if p.fma != "built":
-        items.append("fma=" + p.fma)
-    if p.noalias:
-        items.append("noalias=1")
-    if p.specialize:
-        items.append("specialize=" + "+".join("%d:%d" % pair for pair in p.specialize))
-    if p.polly:
-        items.append("polly=1")
-        if p.polly_tile is not None:
-            items.append("polly_tile=%d" % p.polly_tile)
-        if not p.polly_matmul:
-            items.append("polly_matmul=0")
-        if p.polly_vectorizer != "none":
-            items.append("polly_vec=" + p.polly_vectorizer)
-        items += ["%s=1" % name for name in POLLY_SCHEDULER if getattr(p, name)]
-    if p.build_compiler:
-        items.append("compiler=build")
+    """The canonical SPEC of a Pipeline (parse(format_spec(p)) == p): the O-level, then
+    each setting away from its default, in ``SETTINGS``'s order; Polly's only with it."""
+    items, written = ["O" + p.opt], set()
+    for s in SETTINGS:
+        if s.key == "opt" or (s.polly and not p.polly) or written.intersection(s.fields):
+            continue
+        values = [getattr(p, name) for name in s.fields]
+        value, default = values[0], _DEFAULTS[s.field]
+        if any(v != value for v in values) or value == default or (isinstance(default, tuple) and not value):
+            continue
+        item = _WRITE[s.kind](s, value) if s.kind in _WRITE else _write_plain(s, value)
+        if item is not None:
+            items.append(item)
+            written.update(s.fields)
     return ",".join(items)

@@ -13,10 +13,13 @@ candidates, and wins ties (see ``results.kernel_result``).
 from dataclasses import fields, replace
 
 from ..data import OK, Launch, Pipeline
+from ..settings import SETTINGS
 from .confirm import run_jobs
 
 _PIPELINE_DEFAULTS = {f.name: f.default for f in fields(Pipeline)}
-_POLLY_KNOBS = ("polly_tile", "polly_matmul", "polly_vectorizer")
+# Polly's settings mean nothing without it; the target is not a passenger (settings.SETTINGS).
+_POLLY_KNOBS = tuple(name for s in SETTINGS if s.polly for name in s.fields)
+_KEPT = {name for s in SETTINGS if not s.droppable for name in s.fields}
 SOURCE = "source"  # the setting that is a variant's source rewrite (patch and macro knobs)
 
 
@@ -26,7 +29,7 @@ def settings(variant):
     names = [
         name
         for name, default in _PIPELINE_DEFAULTS.items()
-        if name not in ("cpu", "features") and getattr(p, name) != default and (p.polly or name not in _POLLY_KNOBS)
+        if name not in _KEPT and getattr(p, name) != default and (p.polly or name not in _POLLY_KNOBS)
     ]
     names += [name for name in ("threads", "schedule", "chunk") if getattr(variant.launch, name) is not None]
     if variant.source_patch:  # a rewrite is a setting too: one that does not pay is not emitted

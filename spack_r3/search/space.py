@@ -7,6 +7,10 @@ kernel's tolerance allows them, schedule and chunk only for OpenMP loops whose
 schedule is decided at run time. ``suggest`` turns an Optuna trial into parameter
 values, ``variant`` turns those into the Variant replay runs; ``describe`` prints
 the space, so a user sees what is searched.
+
+What each pipeline setting offers (its values, what each means, its description) is
+its row in ``settings.SETTINGS``; this module decides when a setting is searched and
+the order its parameters are asked in (the fingerprint of a study depends on it).
 """
 
 import hashlib
@@ -15,7 +19,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, Optional, Tuple
 
-from ..data import FAST_MATH_FLAGS, Launch, Pipeline, Variant
+from ..data import Launch, Pipeline, Variant
+from ..settings import BOOL, BY_KEY, BY_NAME, SETTINGS, TRISTATE
 
 # Extra passes worth trying after the standard pipeline (llvmlite's names): loop and
 # scalar clean-ups that can expose more vectorization or remove redundant work.
@@ -37,25 +42,12 @@ EXTRA_PASSES = (
 )
 MAX_EXTRA_PASSES = 3
 KNOB_PREFIX = "knob:"  # parameters that are a source variant's macro knobs
-# Floating-point relaxations, weakest first; offered only within the kernel's tolerance.
-FAST_MATH_CHOICES = {
-    "none": (),
-    "contract": ("contract",),
-    "reassoc+contract": ("reassoc", "contract"),
-    "reassoc+contract+nsz+arcp": ("reassoc", "contract", "nsz", "arcp"),
-    "fast": FAST_MATH_FLAGS,
-}
+# Polly's knobs swept together (``blocks``); its other settings, the scheduler's options,
+# stay outside the block (its sweep would take 32 times as long).
 POLLY_BLOCK = ("polly_tile", "polly_matmul", "polly_vec")
-# Polly's scheduler options, outside the block (its sweep would take 32 times as long).
-POLLY_SCHEDULER_PARAMS = (
-    ("polly_parallel", "Polly's OpenMP code for parallel outer loops"),
-    ("polly_fusion", "Polly's greedy loop fusion"),
-    ("polly_coincidence", "Polly: outer band members parallel (outer coincidence)"),
-    ("polly_tile2", "Polly's 2nd-level tiling"),
-    ("polly_regtile", "Polly's register tiling"),
-)
-TRISTATE = ("default", "on", "off")  # pipeline tuning options: what the O-level does, or forced
-LOOP_SWITCHES = ("vectorize", "slp", "unroll", "interleave")  # the TRISTATE ones: loop optimizations
+POLLY_OTHERS = tuple(s.name for s in SETTINGS if s.polly and s.offer is not None and s.name not in POLLY_BLOCK)
+# The loop optimizations searched as "default" (what the O-level does), "on" or "off".
+LOOP_SWITCHES = tuple(s.name for s in SETTINGS if s.offer is TRISTATE)
 
 
 def _always(values):
@@ -136,9 +128,26 @@ class KernelFacts:
         return bool(self.tolerance)
 
 
+def _offer(name, **override):
+    """The parameter of a pipeline setting, as its row in ``settings.SETTINGS`` offers it."""
+    s = BY_NAME[name]
+    if s.offer == BOOL:
+        return Param(s.name, "bool", override.pop("doc", s.doc), **override)
+    return Param(
+        s.name, "categorical", override.pop("doc", s.doc), choices=override.pop("choices", tuple(s.offer)), **override
+    )
+
+
 def _powers(most):
     """1, 2, 4, ... up to ``most``."""
     return tuple(2**i for i in range(most.bit_length()) if 2**i <= most)
+
+
+def _label(setting, value):
+    """What the search calls a setting's ``value``."""
+    if setting.offer == BOOL:
+        return value
+    return next(label for label, v in setting.offer.items() if v == value)
 
 
 class Space:
@@ -148,27 +157,12 @@ class Space:
 
     @staticmethod
     def _build(f):
-        p = [
-            Param("opt", "categorical", "optimization level", choices=("2", "3", "s")),
-            Param("vectorize", "categorical", "loop vectorizer", choices=TRISTATE),
-            Param("slp", "categorical", "SLP vectorizer", choices=TRISTATE),
-            Param("unroll", "categorical", "loop unrolling", choices=TRISTATE),
-            Param("interleave", "categorical", "loop interleaving", choices=TRISTATE),
-            Param("inline", "categorical", "inlining threshold", choices=(None, 25, 225, 500, 1000)),
-            Param("codegen", "categorical", "code generation level", choices=(1, 2, 3)),
-        ]
+        p = [_offer(name) for name in ("opt",) + LOOP_SWITCHES + ("inline", "codegen")]
         if f.retarget:
-            p.append(
-                Param(
-                    "target",
-                    "categorical",
-                    "this machine, or the target the build compiled for (%s)" % (f.built_target or "generic"),
-                    choices=("host", "built"),
-                )
-            )
+            p.append(_offer("target", doc="%s (%s)" % (BY_NAME["target"].doc, f.built_target or "generic")))
         p += [
-            Param("noalias", "bool", "pointer parameters do not alias (verified on every instance)"),
-            Param("passes", "int", "extra passes after the standard pipeline", low=0, high=MAX_EXTRA_PASSES),
+            _offer("noalias"),
+            Param("passes", "int", BY_KEY["passes"].doc, low=0, high=MAX_EXTRA_PASSES),
         ]
         for i in range(MAX_EXTRA_PASSES):
             p.append(
@@ -182,51 +176,21 @@ class Space:
                 )
             )
         if f.polly:
-            p.append(Param("polly", "bool", "Polly polyhedral loop optimizer (opt stage before the pipeline)"))
+            p.append(_offer("polly"))
             on = lambda v: v.get("polly", False)  # noqa: E731
-            p += [
-                Param(
-                    "polly_tile",
-                    "categorical",
-                    "Polly tile size (0: no tiling)",
-                    choices=(None, 0, 16, 32, 64, 128, 256),
-                    active=on,
-                    condition="polly",
-                ),
-                Param(
-                    "polly_matmul",
-                    "bool",
-                    "Polly's matrix-multiplication pattern optimization",
-                    active=on,
-                    condition="polly",
-                ),
-                Param(
-                    "polly_vec",
-                    "categorical",
-                    "Polly vectorizer",
-                    choices=("none", "stripmine"),
-                    active=on,
-                    condition="polly",
-                ),
-            ]
+            p += [_offer(name, active=on, condition="polly") for name in POLLY_BLOCK]
             # Its scheduler's options (issue 46): stencils and chains of products.
             p += [
-                Param(name, "bool", what, active=on, condition="polly")
-                for name, what in POLLY_SCHEDULER_PARAMS
+                _offer(name, active=on, condition="polly")
+                for name in POLLY_OTHERS
                 if name != "polly_parallel" or f.cores > 1
             ]
         if f.relax_fp:
             p += [
-                Param(
-                    "fast_math",
-                    "categorical",
-                    "fast-math flags (within tolerance %g)" % f.tolerance,
-                    choices=tuple(FAST_MATH_CHOICES),
-                ),
-                Param(
+                _offer("fast_math", doc="%s (within tolerance %g)" % (BY_NAME["fast_math"].doc, f.tolerance)),
+                _offer(
                     "fma",
-                    "categorical",
-                    "FMA contraction (within tolerance %g): as built, or changed" % f.tolerance,
+                    doc="%s (within tolerance %g): as built, or changed" % (BY_NAME["fma"].doc, f.tolerance),
                     choices=("built", "off" if f.built_fma else "on"),
                 ),
             ]
@@ -262,7 +226,7 @@ class Space:
                 Param(
                     "specialize",
                     "categorical",
-                    "recorded-constant arguments folded into a guarded clone",
+                    BY_KEY["specialize"].doc,
                     choices=tuple(label for label, _ in f.specialize),
                 )
             )
@@ -287,30 +251,15 @@ class Space:
 
     def variant(self, values, base=None):
         """The Variant that parameter values describe (``base`` brings the source patch)."""
-        tri = {"default": None, "on": True, "off": False}
         pipe = Pipeline(
-            opt=values.get("opt", "3"),
-            loop_vectorize=tri[values.get("vectorize", "default")],
-            slp_vectorize=tri[values.get("slp", "default")],
-            unroll=tri[values.get("unroll", "default")],
-            interleave=tri[values.get("interleave", "default")],
-            inline_threshold=values.get("inline"),
-            codegen=values.get("codegen", 3),
-            noalias=values.get("noalias", False),
             passes=tuple(values["pass%d" % i] for i in range(values.get("passes", 0))),
-            fast_math=FAST_MATH_CHOICES[values.get("fast_math", "none")],
-            fma=values.get("fma", "built"),
-            cpu=values.get("target", "host"),
-            features=values.get("target", "host"),
             specialize=dict(self.facts.specialize).get(values.get("specialize", "none"), ()),
         )
-        if values.get("polly"):
-            pipe.polly = True
-            pipe.polly_tile = values.get("polly_tile")
-            pipe.polly_matmul = values.get("polly_matmul", True)
-            pipe.polly_vectorizer = values.get("polly_vec", "none")
-            for name, _ in POLLY_SCHEDULER_PARAMS:
-                setattr(pipe, name, values.get(name, False))
+        for name, s in BY_NAME.items():  # each setting its row offers, as the value its label means
+            if name in values and (values.get("polly") or not s.polly):
+                value = values[name] if s.offer == BOOL else s.offer[values[name]]
+                for field_name in s.fields:
+                    setattr(pipe, field_name, value)
         launch = Launch(
             threads=values.get("threads"),
             schedule=values.get("schedule"),
@@ -326,35 +275,18 @@ class Space:
     def _baseline_values(self):
         """Every parameter's value that describes the first candidate: -O3 for this
         machine, as compiled, as recorded; Polly's knobs at Polly's own defaults."""
-        return {
-            "opt": "3",
-            "vectorize": "default",
-            "slp": "default",
-            "unroll": "default",
-            "interleave": "default",
-            "inline": None,
-            "codegen": 3,
-            "noalias": False,
-            "passes": 0,
-            "polly": False,
-            "polly_tile": None,
-            "polly_matmul": True,
-            "polly_vec": "none",
-            "polly_parallel": False,
-            "polly_fusion": False,
-            "polly_coincidence": False,
-            "polly_tile2": False,
-            "polly_regtile": False,
-            "fast_math": "none",
-            "fma": "built",
-            "threads": self.facts.cores,
-            "schedule": "static",
-            "chunk": None,
-            "num_teams": None,
-            "thread_limit": None,
-            "target": "host",
-            "specialize": "none",
-        }
+        defaults = Pipeline()
+        values = {name: _label(s, getattr(defaults, s.field)) for name, s in BY_NAME.items()}
+        values.update(
+            passes=0,
+            specialize="none",
+            threads=self.facts.cores,
+            schedule="static",
+            chunk=None,
+            num_teams=None,
+            thread_limit=None,
+        )
+        return values
 
     def _values(self, change):
         """The active parameters' values: the baseline's, with ``change`` applied."""

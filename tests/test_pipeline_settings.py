@@ -1,0 +1,209 @@
+"""The pipeline's settings are declared once, in ``settings.SETTINGS``: the SPEC parser and
+formatter, the search space and the simplifier are derived from that table. These tests
+pin what the derived parts did when each spelled the settings out by hand (the pinned
+digests and fingerprints were computed by that code): SPECs read and write the same,
+and a study's space keeps its fingerprint, so existing studies resume."""
+
+import hashlib
+import json
+import random
+from dataclasses import fields, replace
+
+import pytest
+
+from spack_r3.data import Pipeline, Variant
+from spack_r3.errors import PipelineError
+from spack_r3.replay.pipeline import _READ, format_spec, parse
+from spack_r3.search.simplify import settings, without
+from spack_r3.search.space import KernelFacts, Space
+from spack_r3.settings import BY_KEY, FAST_MATH_FLAGS, SETTINGS
+
+# Every value of every field, in Pipeline's order: random pipelines drawn from these
+# cover every setting at and away from its default.
+FIELD_VALUES = dict(
+    opt=["0", "1", "2", "3", "s", "z"],
+    loop_vectorize=[None, True, False],
+    slp_vectorize=[None, True, False],
+    unroll=[None, True, False],
+    interleave=[None, True, False],
+    inline_threshold=[None, 0, 25, 500],
+    passes=[(), ("sroa",), ("new_gvn", "sccp")],
+    codegen=[0, 1, 2, 3],
+    cpu=["host", "built", "skylake"],
+    features=["host", "built", "+avx2,-fma"],
+    fast_math=[(), ("contract",), ("reassoc", "contract"), FAST_MATH_FLAGS, FAST_MATH_FLAGS[::-1]],
+    fma=["built", "on", "off"],
+    noalias=[False, True],
+    polly=[False, True],
+    polly_tile=[None, 0, 64],
+    polly_matmul=[True, False],
+    polly_vectorizer=["none", "stripmine"],
+    polly_parallel=[False, True],
+    polly_fusion=[False, True],
+    polly_coincidence=[False, True],
+    polly_tile2=[False, True],
+    polly_regtile=[False, True],
+    build_compiler=[False, True],
+    specialize=[(), ((0, 3),), ((0, 3), (2, -1))],
+)
+
+
+def random_pipelines(n, seed=47):
+    rng = random.Random(seed)
+    return [Pipeline(**{k: rng.choice(v) for k, v in FIELD_VALUES.items()}) for _ in range(n)]
+
+
+def test_every_field_of_pipeline_is_one_row_of_the_table():
+    assert set(FIELD_VALUES) == {f.name for f in fields(Pipeline)}
+    declared = [name for s in SETTINGS for name in s.fields if s.key != "target"]  # target= sets cpu and features
+    assert sorted(declared) == sorted(f.name for f in fields(Pipeline))
+    keys = [k for s in SETTINGS for k in (s.key,) + s.aliases]
+    assert len(keys) == len(set(keys)) == len(BY_KEY)
+    assert all(s.kind in _READ for s in SETTINGS)  # each value syntax has a reader
+
+
+def test_specs_read_and_write_as_they_did():
+    """2000 random pipelines: their SPECs, JSON and FP relaxation, digested; the digest is
+    the one the hand-written formatter, to_json and relaxes_fp gave (plan digests depend
+    on the SPEC text)."""
+    digest = hashlib.sha256()
+    for p in random_pipelines(2000):
+        digest.update(("%s %s %d\n" % (format_spec(p), json.dumps(p.to_json()), p.relaxes_fp)).encode())
+    assert digest.hexdigest()[:16] == "080aa086bb364c4e"
+
+
+def test_every_spelling_reads_the_same():
+    assert parse("O2,vectorize=0,slp=1,inline=500") == parse(
+        "opt=2,loop_vectorize=off,slp_vectorize=on,inline_threshold=500"
+    )
+    assert (
+        parse("fast")
+        == parse("fast-math")
+        == parse("fast_math=all")
+        == parse("fast=1")
+        == Pipeline(fast_math=FAST_MATH_FLAGS)
+    )
+    assert parse("polly=1,polly_vec=stripmine") == parse("polly=yes,polly_vectorizer=stripmine")
+    assert parse("-O1,target=built") == Pipeline(opt="1", cpu="built", features="built")
+    assert parse("O2,codegen=2,target=built,compiler=build") == Pipeline(
+        opt="2", codegen=2, cpu="built", features="built", build_compiler=True
+    )
+    assert (
+        format_spec(parse("loop_vectorize=1,polly_vectorizer=stripmine,polly=1"))
+        == "O3,vectorize=1,polly=1,polly_vec=stripmine"
+    )
+    # the canonical SPEC reads back as the pipeline it writes (a target both fields
+    # describe, as parse sets them; cpu and feature names this machine's LLVM may not know
+    # left out)
+    for p in random_pipelines(300, seed=1):
+        p = replace(p, cpu=p.features if p.features in ("host", "built") else "host", build_compiler=False)
+        p.features = p.cpu
+        assert format_spec(parse(format_spec(p))) == format_spec(p)
+
+
+@pytest.mark.parametrize(
+    "spec, error",
+    [
+        ("opt=4", "opt=4: expected 0, 1, 2, 3, s or z"),
+        ("fma=maybe", "fma=maybe: expected built, on or off"),
+        ("target=x", "target=x: expected host or built"),
+        ("polly=1,polly_vectorizer=x", "polly_vectorizer=x: expected none or stripmine"),
+        ("compiler=gcc", "compiler=gcc: expected build (the build's own compiler and flags) or r3"),
+        ("inline=100001", "inline=100001: expected 0..100000"),
+        ("slp=2", "slp=2: expected 0 or 1"),
+        ("bogus=1", "unknown pipeline key 'bogus'"),
+        ("polly_tile=4,polly_vec=stripmine", "polly_tile=4,polly_vec=stripmine: Polly's settings need polly=1"),
+        (
+            "compiler=build,O2,vectorize=1",
+            "compiler=build compiles with the build's own flags and takes none of vectorize=1",
+        ),
+    ],
+)
+def test_bad_values_say_what_each_setting_expects(spec, error):
+    with pytest.raises(PipelineError) as e:
+        parse(spec)
+    assert str(e.value) == error
+
+
+FACTS = {
+    "plain": (KernelFacts("k"), "a0747121"),
+    "everything": (
+        KernelFacts(
+            "k",
+            parallel=True,
+            cores=4,
+            dispatch_loops=1,
+            tolerance=1e-6,
+            polly=True,
+            retarget=True,
+            built_target="x86-64",
+            built_fma=False,
+            knobs={"TILE": (32, 16, 64)},
+            specialize=(("none", ()), ("0:300", ((0, 300),))),
+            teams=True,
+        ),
+        "24795fc3",
+    ),
+    "polly-one-cpu": (KernelFacts("k", polly=True, cores=1, tolerance=1e-3), "c612e05a"),
+    "polly-retarget": (KernelFacts("k", polly=True, cores=2, retarget=True), "d7f83588"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTS))
+def test_a_space_keeps_its_fingerprint_so_studies_resume(name):
+    facts, fingerprint = FACTS[name]
+    assert Space(facts).fingerprint() == fingerprint
+
+
+def test_the_space_offers_each_setting_as_its_row_says():
+    space = Space(FACTS["everything"][0])
+    offered = {p.name: (p.kind, p.choices) for p in space.params if not p.name.startswith("pass")}
+    tri = ("default", "on", "off")
+    assert offered == {
+        "opt": ("categorical", ("2", "3", "s")),
+        "vectorize": ("categorical", tri),
+        "slp": ("categorical", tri),
+        "unroll": ("categorical", tri),
+        "interleave": ("categorical", tri),
+        "inline": ("categorical", (None, 25, 225, 500, 1000)),
+        "codegen": ("categorical", (1, 2, 3)),
+        "target": ("categorical", ("host", "built")),
+        "noalias": ("bool", ()),
+        "polly": ("bool", ()),
+        "polly_tile": ("categorical", (None, 0, 16, 32, 64, 128, 256)),
+        "polly_matmul": ("bool", ()),
+        "polly_vec": ("categorical", ("none", "stripmine")),
+        "polly_parallel": ("bool", ()),
+        "polly_fusion": ("bool", ()),
+        "polly_coincidence": ("bool", ()),
+        "polly_tile2": ("bool", ()),
+        "polly_regtile": ("bool", ()),
+        "fast_math": ("categorical", ("none", "contract", "reassoc+contract", "reassoc+contract+nsz+arcp", "fast")),
+        "fma": ("categorical", ("built", "on")),  # the build does not fuse: fusing is what changes
+        "threads": ("int", ()),
+        "num_teams": ("categorical", (None, 1, 2, 4, 8)),
+        "thread_limit": ("categorical", (None, 1, 2, 4)),
+        "schedule": ("categorical", ("static", "dynamic", "guided")),
+        "chunk": ("categorical", (None, 1, 4, 16, 64, 256)),
+        "specialize": ("categorical", ("none", "0:300")),
+        "knob:TILE": ("categorical", (32, 16, 64)),
+    }
+    # the baseline's values describe the default pipeline; each label means its row's value
+    assert space.variant(space.defaults()).pipeline == Pipeline()
+    values = dict(
+        space.defaults(), vectorize="off", target="built", fast_math="contract", polly=True, polly_vec="stripmine"
+    )
+    assert (
+        format_spec(space.variant(values).pipeline)
+        == "O3,vectorize=0,target=built,fast=contract,polly=1,polly_vec=stripmine"
+    )
+
+
+def test_a_winner_drops_polly_with_all_its_settings():
+    winner = Variant(pipeline=parse("O3,noalias=1,polly=1,polly_tile=32,polly_fusion=1,polly_regtile=1"))
+    names = [name for name, _ in settings(winner)]
+    assert names == ["noalias", "polly", "polly_tile", "polly_fusion", "polly_regtile"]
+    assert without(winner, ["polly"]).pipeline == Pipeline(noalias=True)  # Polly's knobs go with it
+    assert without(winner, ["polly_fusion"]).pipeline == parse("O3,noalias=1,polly=1,polly_tile=32,polly_regtile=1")
+    # the target is what the search compiles for, not a passenger
+    assert [name for name, _ in settings(Variant(pipeline=parse("O3,target=built")))] == []
