@@ -245,13 +245,19 @@ def test_the_report_names_the_specialized_arguments(recorded):
 
 
 # OpenMP kernels: okern's parallel loop reads n and m through the pointers its fork call
-# hands the outlined function; wkern's region writes its n (it halves it), so folding n
-# there would be wrong.
+# hands the outlined function, fkern's gets them by value (firstprivate); wkern's region
+# writes its n (it halves it), so folding n there would be wrong.
 OMP_KERNELS_C = r"""
 void okern(int n, int m, double *a, const double *b, double s) {
 #pragma omp parallel for
   for (int i = 0; i < n; i++)
     for (int j = 0; j < m; j++) a[i * m + j] = a[i * m + j] * s + b[j];
+}
+
+void fkern(int n, int m, double *a, const double *b) {
+#pragma omp parallel for firstprivate(n, m)
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) a[i * m + j] += b[j] * 0.25;
 }
 
 void wkern(int n, double *a) {
@@ -269,6 +275,7 @@ OMP_MAIN_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
 void okern(int n, int m, double *a, const double *b, double s);
+void fkern(int n, int m, double *a, const double *b);
 void wkern(int n, double *a);
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 300, m = argc > 2 ? atoi(argv[2]) : 40;
@@ -276,6 +283,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n * m; i++) a[i] = i % 7;
   for (int j = 0; j < m; j++) b[j] = j % 3;
   for (int r = 0; r < 2; r++) okern(n, m, a, b, 0.5);
+  for (int r = 0; r < 2; r++) fkern(n, m, a, b);
   for (int r = 0; r < 2; r++) wkern(n, a);
   for (int i = 0; i < n * m; i++) t += a[i] * (i % 5 + 1);
   printf("%.17g\n", t);
@@ -293,7 +301,15 @@ def omp_recorded(tmp_path_factory, clang):
     (src / "main.c").write_text(OMP_MAIN_C)
     (src / "Makefile").write_text(MAKEFILE.replace("-O2", "-O2 -fopenmp"))
     ws = str(root / "ws")
-    assert r3("--workspace", ws, "record", *flags(source=src, run="./app", kernel=["okern", "wkern"], instances=2)) == 0
+    assert (
+        r3(
+            "--workspace",
+            ws,
+            "record",
+            *flags(source=src, run="./app", kernel=["okern", "fkern", "wkern"], instances=2),
+        )
+        == 0
+    )
     caps = {}
     for d in sorted(os.listdir(os.path.join(ws, "captures"))):
         path = os.path.join(ws, "captures", d)
@@ -315,6 +331,12 @@ def test_an_openmp_kernel_is_specialized_inside_its_parallel_region(omp_recorded
     assert "@okern.r3.c1 = private unnamed_addr constant i32 40" in text
     outlined = [line for line in text.splitlines() if "__kmpc_fork_call(" in line]
     assert any(".r3.spec" in line for line in outlined) and any(".r3.spec" not in line for line in outlined)
+    # fkern's region gets them by value: its clone reads the numbers
+    fir = _kernel_ir(caps["fkern"][0]).ir
+    fargs = {a.name: a for a in specialize.constant_args([load_capture_dir(c) for c in caps["fkern"]], fir, "fkern")}
+    assert fargs["n"].roles and "stride" in fargs["m"].roles
+    ftext = specialize.specialize_text(fir, "fkern", ((0, 300), (1, 40)), "void")
+    assert "@fkern.omp_outlined.r3.spec" in ftext and "fkern.r3.c" not in ftext
     # wkern writes its n inside the region: the region keeps reading the kernel's copy
     wtext = specialize.specialize_text(_kernel_ir(caps["wkern"][0]).ir, "wkern", ((0, 300),), "void")
     assert "wkern.r3.c0" not in wtext and "r3.spec" in wtext
@@ -322,6 +344,7 @@ def test_an_openmp_kernel_is_specialized_inside_its_parallel_region(omp_recorded
         for kernel, spec in (
             ("okern", "O3,specialize=0:300+1:40"),
             ("okern", "O2,specialize=1:40"),
+            ("fkern", "O3,specialize=0:300+1:40"),
             ("wkern", "O3,specialize=0:300"),
         ):
             for cap in caps[kernel]:
@@ -338,13 +361,18 @@ def test_a_tuned_openmp_build_folds_only_for_the_recorded_arguments(omp_recorded
         "any",
         [
             PlannedUnit(
-                "kernels.c", [PlannedKernel("okern", folded), PlannedKernel("wkern", Pipeline(specialize=((0, 300),)))]
+                "kernels.c",
+                [
+                    PlannedKernel("okern", folded),
+                    PlannedKernel("fkern", folded),
+                    PlannedKernel("wkern", Pipeline(specialize=((0, 300),))),
+                ],
             )
         ],
     )
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
     _make(src, clang, str(tmp_path / "plan.json"))
     assert _run(src, tmp_path / "recorded.log") == untuned[()]
-    assert specialize.read_counts(tmp_path / "recorded.log") == {"okern": [2, 2], "wkern": [2, 2]}
+    assert specialize.read_counts(tmp_path / "recorded.log") == {"okern": [2, 2], "fkern": [2, 2], "wkern": [2, 2]}
     for args in ((100, 40), (300, 8)):  # other sizes: the original regions, the right answer
         assert _run(src, tmp_path / "other.log", *args) == untuned[args]

@@ -180,7 +180,7 @@ class _Roles:
             for inst, pos in users.get(_key(w), [])
         )
 
-    def of_value(self, fn, value):
+    def of_value(self, fn, value, depth=3):
         users, _ = self._of(fn)
         found = set()
         for v in self.forward(fn, value):
@@ -193,7 +193,22 @@ class _Roles:
                     found.add("branch")
                 elif op in ("mul", "shl") and self.indexes_memory(fn, inst):
                     found.add("stride")
+                elif op == "call" and depth:
+                    found |= self.passed(inst, pos, lambda callee, param: self.of_value(callee, param, depth - 1))
         return found
+
+    def passed(self, call, pos, walk):
+        """``walk`` over the parameter an operand of ``call`` becomes: a fork call's shared
+        operand in the outlined function, a direct call's in an internal callee."""
+        ops = list(call.operands)
+        if ops[-1].name == FORK_CALL:
+            callee, index = (
+                (self.defined(ops[2].name), pos - _FORK_SHARED + _OUTLINED_SHARED) if pos >= _FORK_SHARED else (None, 0)
+            )
+        else:
+            callee, index = self.defined(ops[-1].name), pos
+        params = list(callee.arguments) if callee is not None else []
+        return walk(callee, params[index]) if index < len(params) else set()
 
     def of_pointer(self, fn, ptr, depth=3):
         """Roles of the values loaded through ``ptr``, a parameter of ``fn`` pointing at a
@@ -204,10 +219,7 @@ class _Roles:
             if inst.opcode == "load":
                 found |= self.of_value(fn, inst)
             elif inst.opcode == "call" and depth:
-                callee = self.defined(list(inst.operands)[-1].name)
-                params = list(callee.arguments) if callee is not None else []
-                if pos < len(params):
-                    found |= self.of_pointer(callee, params[pos], depth - 1)
+                found |= self.passed(inst, pos, lambda callee, param: self.of_pointer(callee, param, depth - 1))
         return found
 
     def defined(self, name):
@@ -227,14 +239,8 @@ class _Roles:
             if store.opcode != "store" or pos != 0:
                 continue
             for call, at in users.get(_key(list(store.operands)[1]), []):
-                ops = list(call.operands)
-                if call.opcode != "call" or ops[-1].name != FORK_CALL or at < _FORK_SHARED:
-                    continue
-                outlined = self.defined(ops[2].name)
-                params = list(outlined.arguments) if outlined is not None else []
-                index = at - _FORK_SHARED + _OUTLINED_SHARED
-                if index < len(params):
-                    found |= self.of_pointer(outlined, params[index])
+                if call.opcode == "call" and list(call.operands)[-1].name == FORK_CALL:
+                    found |= self.passed(call, at, self.of_pointer)
         return found
 
     def of_arguments(self, kernel):
@@ -416,24 +422,37 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
     """The clone's parallel regions given the folded values: (the clone's body, the lines
     of the outlined functions' clones and of the constants they read).
 
-    A fork call hands an outlined function the address of the kernel's copy of each shared
-    argument. Where the kernel stores a folded argument there once, and LLVM finds that
-    the outlined function only reads through that parameter, the fork calls a clone of the
-    outlined function that reads a constant global in its place."""
-    folded = {}  # the kernel's slot for a folded argument: (type, value, constant's name)
+    A fork call hands an outlined function each argument its region uses: a shared one as
+    the address of the kernel's copy, a firstprivate one by value (clang copies it through
+    a ``.casted`` slot). The kernel's copy of a folded argument, stored once, holds the
+    constant; the fork then calls a clone of the outlined function that reads the constant
+    in its place: a private constant global for a shared argument (where LLVM finds that
+    the outlined function only reads through that parameter), the number for one passed
+    by value."""
+    folded = {}  # the kernel's copy of a folded argument: (type, value, index)
     for index, value in pairs:
         param = _name(d.param_name(index))
         for line in body:
             m = re.match(r"^\s*store (\S+) (\S+), ptr (%[-\w$.]+)", line)
-            if m and m.group(1) == types[index] and param.fullmatch(m.group(2)):
-                slot = m.group(3)
-                stores = sum(1 for x in body if re.search(r"\bstore .*, ptr %s(?![-\w$.])" % re.escape(slot), x))
-                if stores == 1:
-                    folded[slot] = (types[index], value, "%s.r3.c%d" % (kernel, index))
+            if m and m.group(1) == types[index] and param.fullmatch(m.group(2)) and _stores(body, m.group(3)) == 1:
+                folded[m.group(3)] = (types[index], value, index)
     if not folded:
         return spec, []
-    wanted = {}  # outlined function: {parameter index: folded slot}, or None where forks disagree
-    forks = []
+    defs = {m.group(1): m.group(2) for m in (re.match(r"^\s*(%[-\w$.]+) = (.*)$", x) for x in spec) if m}
+
+    def by_value(value):
+        """The folded copy a value passed by value was read from, through clang's
+        ``.casted`` slot (load, store once, load), else None."""
+        m = re.match(r"^load i\d+, ptr (%[-\w$.]+)", defs.get(value, ""))
+        if not m or _stores(spec, m.group(1)) != 1:
+            return None
+        stored = next(x for x in spec if re.search(r"\bstore .*, ptr %s(?![-\w$.])" % re.escape(m.group(1)), x))
+        v = re.match(r"^\s*store i\d+ (%[-\w$.]+),", stored)
+        copy = re.match(r"^load i\d+, ptr (%[-\w$.]+)", defs.get(v.group(1), "")) if v else None
+        return copy.group(1) if copy and copy.group(1) in folded else None
+
+    readonly = _readonly_params(text)
+    wanted, forks = {}, []  # outlined function: {its parameter: (kind, folded copy)}
     for n, line in enumerate(spec):
         at = line.find("@%s(" % FORK_CALL)
         if at < 0:
@@ -443,18 +462,20 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
         if len(args) <= _FORK_SHARED or not args[2].startswith("ptr @"):
             continue
         outlined = ref_name(args[2].split(None, 1)[1])
-        shared = {
-            _OUTLINED_SHARED + k: a.split()[-1] for k, a in enumerate(args[_FORK_SHARED:]) if a.split()[-1] in folded
-        }
-        if outlined in wanted and wanted[outlined] != shared:
-            shared = {}  # forked twice with other arguments: left as it is
-        wanted[outlined] = shared
+        reads = {}
+        for k, arg in enumerate(args[_FORK_SHARED:]):
+            ty, value = arg.split()[0], arg.split()[-1]
+            if ty == "ptr" and value in folded and _OUTLINED_SHARED + k in readonly.get(outlined, ()):
+                reads[_OUTLINED_SHARED + k] = ("shared", value)
+            elif re.match(r"^i\d+$", ty) and by_value(value):
+                reads[_OUTLINED_SHARED + k] = ("value", by_value(value))
+        if outlined in wanted and wanted[outlined] != reads:
+            reads = {}  # forked twice with other arguments: left as it is
+        wanted[outlined] = reads
         forks.append((n, outlined))
-    readonly = _readonly_params(text)
     out, constants = [], {}
-    for outlined, shared in wanted.items():
-        shared = {k: slot for k, slot in shared.items() if k in readonly.get(outlined, ())}
-        if not shared:
+    for outlined, reads in wanted.items():
+        if not reads:
             continue
         start = find_define(lines, outlined)
         end = start
@@ -462,14 +483,14 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
             end += 1
         od = FunctionDef(lines[start], outlined)
         clone_body = _without_debug(lines[start + 1 : end + 1])
-        for k, slot in shared.items():
-            ty, value, const = folded[slot]
-            constants[const] = "%s = private unnamed_addr constant %s %s" % (
-                global_ref(const),
-                ty,
-                _constant(ty, value),
-            )
-            clone_body = [_name(od.param_name(k)).sub(lambda _, c=const: global_ref(c), x) for x in clone_body]
+        for k, (kind, copy) in reads.items():
+            ty, value, index = folded[copy]
+            if kind == "shared":
+                const = global_ref("%s.r3.c%d" % (kernel, index))
+                constants[const] = "%s = private unnamed_addr constant %s %s" % (const, ty, _constant(ty, value))
+            else:  # the parameter's own type, wider than the argument's: its low bits are read
+                const = _constant(ty, value)
+            clone_body = [_name(od.param_name(k)).sub(lambda _, c=const: c, x) for x in clone_body]
         head = re.sub(
             r"\s*!dbg\s+!\d+", "", od.render(outlined + SPEC_SUFFIX, prefix="internal " + od.linkage_free_prefix)
         )
@@ -478,6 +499,11 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
             if name == outlined:
                 spec[n] = spec[n].replace("ptr %s," % global_ref(name), "ptr %s," % global_ref(name + SPEC_SUFFIX), 1)
     return spec, out + [""] + sorted(constants.values())
+
+
+def _stores(body, slot):
+    """How many of ``body``'s lines store to ``slot``."""
+    return sum(1 for x in body if re.search(r"\bstore .*, ptr %s(?![-\w$.])" % re.escape(slot), x))
 
 
 @functools.lru_cache(maxsize=8)
