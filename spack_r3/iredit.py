@@ -164,6 +164,22 @@ def defines_function(line, name):
     return line.startswith("define") and re.match(r"^define\s.*?%s\(" % name_pattern(name), line) is not None
 
 
+def with_fn_attribute(suffix, attribute):
+    """``suffix`` (what follows a define's parameter list) with the function attribute
+    ``attribute`` (a keyword such as ``noinline``): after the attribute group, else after
+    ``unnamed_addr`` and the address space, where LLVM's grammar puts it."""
+    if re.search(r"(^|\s)%s(\s|$)" % re.escape(attribute), suffix):
+        return suffix
+    m = re.search(r"#\d+", suffix)
+    if m:
+        return suffix[: m.end()] + " " + attribute + suffix[m.end() :]
+    words = suffix.split()
+    i = 0
+    while i < len(words) and (words[i] in ("unnamed_addr", "local_unnamed_addr") or words[i].startswith("addrspace(")):
+        i += 1
+    return " ".join(words[:i] + [attribute] + words[i:])
+
+
 def find_define(lines, name):
     """Index of the line defining function ``name``."""
     pat = re.compile(r"^define\s.*?%s\(" % name_pattern(name))

@@ -27,6 +27,7 @@ from spack_r3.iredit import (
     split_top,
     string_attributes,
     target_triple,
+    with_fn_attribute,
 )
 
 
@@ -170,3 +171,9 @@ def test_call_arguments_are_edited_by_position():
     text = "  call void @g(ptr @0, i32 %t, { i32, i32 } { i32 1, i32 2 }, i64 7)\n  call void @h(i32 1)"
     out = edit_call_args(text, re.compile(r"call void @g\("), lambda args: args[:3] + ["i64 8"])
     assert out == "  call void @g(ptr @0, i32 %t, { i32, i32 } { i32 1, i32 2 }, i64 8)\n  call void @h(i32 1)"
+
+
+def test_a_function_attribute_goes_where_llvm_reads_it():
+    assert with_fn_attribute("#0 !dbg !7", "noinline") == "#0 noinline !dbg !7"
+    assert with_fn_attribute("local_unnamed_addr comdat", "noinline") == "local_unnamed_addr noinline comdat"
+    assert with_fn_attribute("noinline #1", "noinline") == "noinline #1"

@@ -1,7 +1,8 @@
 """Choose the kernels of one translation unit and wrap them with record probes.
 
 Analysis reads the unit's bitcode with llvmlite; the edit is made on clang's own
-textual IR, so that the same clang compiles the instrumented unit. Each kernel
+textual IR (with ``iredit``), so that the same clang compiles the instrumented unit:
+clang-19 cannot read what llvmlite's LLVM 22 would write. Each kernel
 ``k`` is renamed ``__r3_orig.k`` (internal) and a wrapper named ``k`` calls
 ``__r3_enter`` / the original / ``__r3_exit``, so every caller, in this unit or
 another, goes through the probes. The struct passed to the runtime is
@@ -16,7 +17,17 @@ from typing import List, Optional, Tuple
 import llvmlite.binding as llvm
 
 from .. import cxxnames
-from ..iredit import GLOBAL_REF, FunctionDef, c_string, find_define, global_ref, init_native, ref_name, strip_dbg
+from ..iredit import (
+    GLOBAL_REF,
+    FunctionDef,
+    c_string,
+    find_define,
+    global_ref,
+    init_native,
+    ref_name,
+    strip_dbg,
+    with_fn_attribute,
+)
 from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 
 OMP_FORK = "__kmpc_fork_call"
@@ -382,24 +393,6 @@ def _kinfo_globals(idx, k):
     return out
 
 
-def _noinline(suffix):
-    """``suffix`` (what follows a define's parameter list) with the ``noinline`` attribute.
-
-    The wrapper must keep its own frame: inlined into its caller, the probes and the
-    kernel's spill slots would sit in the caller's frame, inside the stack region a capture
-    records (and compares) when an argument points into that frame."""
-    if re.search(r"(^|\s)noinline(\s|$)", suffix):
-        return suffix
-    m = re.search(r"#\d+", suffix)
-    if m:
-        return suffix[: m.end()] + " noinline" + suffix[m.end() :]
-    words = suffix.split()
-    i = 0
-    while i < len(words) and (words[i] in ("unnamed_addr", "local_unnamed_addr") or words[i].startswith("addrspace(")):
-        i += 1
-    return " ".join(words[:i] + ["noinline"] + words[i:])
-
-
 # struct tcount of runtime/r3rt_internal.h: { calls, total_ns, self_ns, period, top_calls, skip_mask, probed, block, samples,
 # outer_samples, top_ns } (8 bytes each); its block points at the thread's struct tblock, whose first field is ``leaf``
 TCOUNT_SKIP_MASK_OFFSET = 40
@@ -465,7 +458,10 @@ def _probed(idx, k, d, orig, probed, tc):
         d.render(
             probed,
             prefix=" ".join(["internal", d.linkage_free_prefix]).strip(),
-            suffix=_noinline(strip_dbg(d.suffix)).replace("comdat", ""),
+            # noinline: the wrapper keeps its own frame; inlined into its caller, the probes and
+            # the kernel's spill slots would sit in the caller's frame, inside the stack region
+            # a capture records (and compares) when an argument points into that frame.
+            suffix=with_fn_attribute(strip_dbg(d.suffix), "noinline").replace("comdat", ""),
         ),
         "  %%r3.slots = alloca [%d x i64], align 8" % max(n, 1),
         "  store [%d x i64] zeroinitializer, ptr %%r3.slots, align 8" % max(n, 1),
