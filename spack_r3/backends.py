@@ -15,7 +15,14 @@ unit's compile line for the record launcher. The stages ask this module, never t
   device function (``apply_geometry``), as the region's own ``num_teams`` / ``thread_limit``
   clauses are.
 
-``cuda`` and ``hip`` would come here as further entries.
+- ``cuda`` / ``hip``: a ``__global__`` kernel of a unit compiled by clang, recorded by
+  ``record/cuda.py`` (device IR per GPU arch at the unit's compile) and
+  ``record/runtime/r3cuda.c`` (the launch and the device allocations, through the CUDA
+  runtime it interposes; HIP launches are not intercepted yet). Its code is the GPU's:
+  the host engine never runs it (``host_engine_runs`` refuses it); ``device/cudareplay.py``
+  replays it through the driver API where a CUDA device exists, and ``r3 retarget`` /
+  ``tune --gpu`` screen it statically anywhere. Its launch geometry: ``num_teams`` is the
+  grid's x, ``thread_limit`` the block's x (CUDA's blocks are OpenMP's teams).
 """
 
 import re
@@ -38,7 +45,10 @@ OFFLOAD = Backend(
     "this CPU: the device function as libomptarget's host plugin runs it (llvmlite JIT)",
     ("num_teams", "thread_limit"),
 )
-BACKENDS = {b.name: b for b in (HOST, OFFLOAD)}
+CUDA = Backend("cuda", "a CUDA GPU, through the driver API (device/cudareplay.py)", ("num_teams", "thread_limit"))
+HIP = Backend("hip", "an AMD GPU (no replay yet: static screening only)", ("num_teams", "thread_limit"))
+BACKENDS = {b.name: b for b in (HOST, OFFLOAD, CUDA, HIP)}
+HOST_ENGINE = (HOST, OFFLOAD)  # what the host engine (replay/engine.py) runs
 
 
 def of_capture(capture):
@@ -54,7 +64,32 @@ def of_capture(capture):
 
 def of_compile(args):
     """The backend a unit compiled with ``args`` records its kernels with."""
+    from .record.cuda import unit_kind
+
+    kind = unit_kind(args)
+    if kind:
+        return BACKENDS[kind]
     return OFFLOAD if any(a.startswith("-fopenmp-targets=") for a in args) else HOST
+
+
+def host_engine_runs(capture):
+    """The capture's backend, where the host engine runs its kernels; else R3Error with one
+    line: a CUDA kernel's replay needs a CUDA device (``no CUDA device: ...`` where none is)."""
+    backend = of_capture(capture)
+    if backend in HOST_ENGINE:
+        return backend
+    if backend is CUDA:
+        from .device.cuda import driver
+
+        driver()  # no device: CudaUnavailable, "no CUDA device: <why>"
+        raise R3Error(
+            "capture %s: %s is a CUDA kernel: the host replay servers do not run it; "
+            "device/cudareplay.py replays it on this GPU" % (capture.id, capture.kernel)
+        )
+    raise R3Error(
+        "capture %s: %s is a %s kernel: no replay for it yet (r3 retarget screens it)"
+        % (capture.id, capture.kernel, backend.name)
+    )
 
 
 # A fork of the teams of a `target teams` region in its device function, and a push of the

@@ -167,13 +167,18 @@ class CudaDevice:
 
     def time(self, fn, grid, block, args, shared=0, repeat=5):
         """Seconds of each of ``repeat`` launches, from device events around each."""
+        return self.time_call(lambda: self.launch(fn, grid, block, args, shared), repeat)
+
+    def time_call(self, launch, repeat=1):
+        """Seconds of each of ``repeat`` calls of ``launch()`` (one launch on the default
+        stream), from device events around each."""
         cu = self.cu
         start = _check(cu, cu.cuEventCreate(0), "cuEventCreate")
         stop = _check(cu, cu.cuEventCreate(0), "cuEventCreate")
         times = []
         for _ in range(repeat):
             _check(cu, cu.cuEventRecord(start, 0), "cuEventRecord")
-            self.launch(fn, grid, block, args, shared)
+            launch()
             _check(cu, cu.cuEventRecord(stop, 0), "cuEventRecord")
             _check(cu, cu.cuEventSynchronize(stop), "cuEventSynchronize")
             times.append(float(_check(cu, cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) / 1e3)

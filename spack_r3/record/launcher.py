@@ -263,7 +263,13 @@ def launch(argv):
         return 2
     record_dir = os.environ.get("R3_RECORD_DIR")
     line = CompileLine(argv)
-    if not record_dir or line.passthrough or line.language_forced:
+    if not record_dir or line.passthrough:
+        return run(argv)
+    from . import cuda
+
+    if cuda.unit_kind(line.args):  # CUDA/HIP sources: compiled unchanged, their device IR kept
+        return cuda.launch(line.compiler, line.args, record_dir, warn)
+    if line.language_forced:
         return run(argv)
     # One name a line: demangled C++ names hold commas.
     wanted = set(filter(None, os.environ.get("R3_KERNELS", "").split("\n"))) or None

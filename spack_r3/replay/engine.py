@@ -108,7 +108,7 @@ def prepare(capture, directory):
 
     # The host engine runs the host backend's kernels and the offload backend's device
     # functions on the host plugin (x86 code calling libomp); any other backend is refused.
-    backends.of_capture(capture)
+    backends.host_engine_runs(capture)
     if capture.unreplayable:  # it would run, and differ: refused, never reported as wrong output
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
     bitcode, link_units = read("module.bc"), tuple(read(u) for u in capture.link_units)

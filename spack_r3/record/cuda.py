@@ -1,0 +1,241 @@
+"""Record CUDA and HIP kernels: the launcher's part for a unit compiled by clang.
+
+A CUDA unit (``.cu``, ``-x cuda``) or HIP unit (``.hip``, ``-x hip``) is compiled unchanged
+(its host code and device image are the build's own), and once more per GPU arch it names
+by the device side of clang's compile, before optimization (``--cuda-device-only`` /
+``--offload-device-only`` with ``-emit-llvm -Xclang -disable-llvm-passes``): each arch's
+module, with the unit's compile command, is kept as a unit folder like a host unit's
+(``tus/<digest>``, ``backend: cuda`` or ``hip``, ``gpu_arch``). Each of its kernels is
+named in ``<record dir>/cuda/<kernel>`` for the launch recorder (runtime/r3cuda.c, which
+reads no JSON): its first line the byte size of each kernel parameter (its slot in
+``cudaLaunchKernel``'s argument array, from the device IR's parameter layout), then one
+line ``<arch> <unit folder>`` a GPU arch.
+
+A build's host code calls the CUDA runtime; r3cuda.c interposes its launch and allocation
+functions, linked into the executable (a link that builds one from CUDA sources or with
+``-lcudart``) or preloaded (``LD_PRELOAD``, ``preload_library``).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from ..data import opt_level
+
+CUDA, HIP = "cuda", "hip"
+GPU_EXTS = {".cu": CUDA, ".hip": HIP}
+DEFAULT_ARCH = {CUDA: "sm_52", HIP: "gfx906"}  # clang-19's defaults without an arch option
+_ARCH_PREFIXES = ("--cuda-gpu-arch=", "--offload-arch=")
+
+
+def unit_kind(args):
+    """cuda, hip or None: what a compile line's sources are, by ``-x`` or their extension."""
+    for i, a in enumerate(args):
+        if a == "-x" and i + 1 < len(args) and args[i + 1] in (CUDA, HIP):
+            return args[i + 1]
+        if a in ("-xcuda", "-xhip"):
+            return a[2:]
+    for a in args:
+        if not a.startswith("-") and os.path.splitext(a)[1] in GPU_EXTS:
+            return GPU_EXTS[os.path.splitext(a)[1]]
+    return None
+
+
+def gpu_sources(args):
+    """The line's CUDA/HIP sources (``-x cuda`` makes any source one)."""
+    forced = unit_kind(args) if any(a in ("-x", "-xcuda", "-xhip") for a in args) else None
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in ("-o", "-x", "-I", "-D", "-U", "-include", "-isystem", "-MF", "-MT", "-MQ", "-Xclang", "-L"):
+            skip = True
+            continue
+        if a.startswith("-"):
+            continue
+        ext = os.path.splitext(a)[1]
+        if ext in GPU_EXTS or (forced and ext in (".c", ".cc", ".cpp", ".cxx", ".C")):
+            out.append(a)
+    return out
+
+
+def gpu_archs(args, kind):
+    """The GPU archs the line compiles for, in its order (none named: clang's default)."""
+    out = []
+    for a in args:
+        for p in _ARCH_PREFIXES:
+            if a.startswith(p):
+                out += [x for x in a[len(p) :].split(",") if x and x not in out]
+    return out or [DEFAULT_ARCH[kind]]
+
+
+_VALUE = ("-o", "-x", "-I", "-D", "-U", "-include", "-isystem", "-iquote", "-idirafter", "-MF", "-MT", "-MQ")
+_VALUE += ("-Xclang", "-Xlinker", "-L", "-mllvm", "-target", "-arch")
+_DROP = ("-c", "-MD", "-MMD", "-MP", "-xcuda", "-xhip", "--cuda-host-only", "--cuda-device-only", "--offload-host-only")
+_DROP += ("--offload-device-only",)
+_SOURCE_EXTS = tuple(GPU_EXTS) + (".c", ".cc", ".cpp", ".cxx", ".C")
+
+
+def device_compile_args(args, kind, arch):
+    """The unit's flags for one arch's device-only compile to IR before optimization: its own
+    minus sources, outputs, dependency files and its other archs."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "-MF", "-MT", "-MQ", "-x"):
+            i += 2
+            continue
+        if a == "-Xclang" and args[i + 1 : i + 2] == ["-fcuda-include-gpubinary"]:
+            i += 4  # the host side's device image (-Xclang -fcuda-include-gpubinary -Xclang FILE)
+            continue
+        if a in _VALUE:
+            out += args[i : i + 2]
+            i += 2
+            continue
+        i += 1
+        if a in _DROP or a.startswith(_ARCH_PREFIXES):
+            continue
+        if not a.startswith("-") and a.endswith(_SOURCE_EXTS):
+            continue
+        out.append(a)
+    if opt_level(args) == "0":  # -O0 marks every function optnone: no pipeline could optimize them
+        out.append("-O2")
+    arch_flag = ("--cuda-gpu-arch=" if kind == CUDA else "--offload-arch=") + arch
+    only = "--cuda-device-only" if kind == CUDA else "--offload-device-only"
+    return out + [arch_flag, only, "-x", kind]
+
+
+def kernel_infos(bitcode):
+    """(KernelInfo, [slot bytes]) of each kernel (``__global__`` function) of a device module."""
+    from ..device.deviceir import kernels_of
+    from .instrument import KernelInfo, ModuleAnalysis
+
+    analysis = ModuleAnalysis(bitcode)
+    out = []
+    for name in kernels_of(bitcode):
+        info = analysis.kernel(name)
+        if isinstance(info, str):  # a parameter no slot holds: still named, never captured
+            fn = analysis.defined[name]
+            info = KernelInfo(name, "void", 0, [str(a.type) for a in fn.arguments], [0] * len(fn.arguments))
+            info.unreplayable = "its parameters cannot be captured (%s)" % analysis.kernel(name)
+        sizes = [
+            b or analysis.target_data.get_abi_size(a.type)
+            for a, b in zip(analysis.defined[name].arguments, info.byval_sizes)
+        ]
+        out.append((info, sizes))
+    return out
+
+
+def record_device_units(compiler, args, source, record_dir):
+    """Keep ``source``'s device IR for each GPU arch of the line and name its kernels for
+    r3cuda.c; a reason string on failure, else None."""
+    kind = unit_kind(args) or GPU_EXTS.get(os.path.splitext(source)[1], CUDA)
+    archs = gpu_archs(args, kind)
+    units = {}  # kernel -> [(arch, unit folder)]
+    sizes = {}
+    for arch in archs:
+        with tempfile.TemporaryDirectory(prefix="r3-cuda-") as tmp:
+            bc = os.path.join(tmp, "device.bc")
+            flags = device_compile_args(args, kind, arch)
+            cmd = [compiler] + flags + ["-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if proc.returncode != 0:
+                lines = (
+                    [l for l in proc.stderr.splitlines() if "error" in l] or proc.stderr.strip().splitlines() or ["?"]
+                )
+                return "the device side for %s did not compile to IR: %s" % (arch, lines[0])
+            with open(bc, "rb") as f:
+                bitcode = f.read()
+        kernels = kernel_infos(bitcode)
+        if not kernels:
+            continue
+        tu_dir = _store_unit(record_dir, bitcode, compiler, args, source, kind, arch, flags, kernels)
+        for info, slot in kernels:
+            units.setdefault(info.name, []).append((arch, tu_dir))
+            sizes[info.name] = slot
+    index = os.path.join(os.path.abspath(record_dir), "cuda")
+    os.makedirs(index, exist_ok=True)
+    for name, where in units.items():
+        text = " ".join(str(s) for s in sizes[name]) + "\n" + "".join("%s %s\n" % w for w in where)
+        tmp = os.path.join(index, ".tmp-%s-%d" % (name, os.getpid()))
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(index, name))
+    return None
+
+
+def _store_unit(record_dir, bitcode, compiler, args, source, kind, arch, flags, kernels):
+    import llvmlite.binding as llvm
+
+    digest = hashlib.sha256(bitcode).hexdigest()[:16]
+    tu_dir = os.path.join(os.path.abspath(record_dir), "tus", digest)
+    if os.path.exists(os.path.join(tu_dir, "tu.json")):
+        return tu_dir
+    os.makedirs(os.path.dirname(tu_dir), exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(tu_dir))
+    with open(os.path.join(stage, "module.bc"), "wb") as f:
+        f.write(bitcode)
+    src = os.path.abspath(source)
+    if os.path.exists(src):
+        shutil.copyfile(src, os.path.join(stage, "source" + os.path.splitext(src)[1]))
+    meta = {
+        "source_file": src,
+        "compile_command": [compiler] + list(args),
+        "compile_dir": os.getcwd(),
+        "bitcode_args": flags,
+        "triple": llvm.parse_bitcode(bitcode).triple,
+        "backend": kind,
+        "gpu_arch": arch,
+        "opt_level": opt_level(args),
+        "kernels": [k.to_json() for k, _ in kernels],
+        "exports": {},  # a device function is no host unit's callee
+    }
+    with open(os.path.join(stage, "tu.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    try:
+        os.rename(stage, tu_dir)
+    except OSError:  # another compile of the same unit won the race
+        shutil.rmtree(stage, ignore_errors=True)
+    return tu_dir
+
+
+def links_cuda(args):
+    """A link that builds a CUDA executable: CUDA sources, or the CUDA runtime named."""
+    return bool(gpu_sources(args)) or any(a in ("-lcudart", "-lcudart_static") for a in args)
+
+
+def launch(compiler, args, record_dir, warn):
+    """The launcher for a line with CUDA/HIP sources: run unchanged, then keep each source's
+    device IR (a failure is one warning: recording never breaks a build)."""
+    rc = subprocess.run([compiler] + list(args)).returncode
+    if rc != 0:
+        return rc
+    for source in gpu_sources(args):
+        try:
+            reason = record_device_units(compiler, args, source, record_dir)
+        except Exception as err:  # recording must never break a build
+            reason = "%s: %s" % (type(err).__name__, err)
+        if reason:
+            warn("%s: kernels not recorded (%s)" % (source, reason))
+    return 0
+
+
+RUNTIME_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "r3cuda.c")
+
+
+def preload_library(clang):
+    """r3cuda.so (built once per clang, cached beside the record runtime): the launch recorder
+    for ``LD_PRELOAD`` into a CUDA application that links libcudart dynamically."""
+    from .runtime import _run, runtime_object
+
+    obj = runtime_object(clang, RUNTIME_SOURCE)
+    lib = os.path.join(os.path.dirname(obj), "r3cuda.so")
+    if not os.path.isfile(lib):
+        tmp = lib + ".tmp-%d" % os.getpid()
+        _run(clang, [clang, "-shared", obj, "-o", tmp, "-ldl", "-lpthread"])
+        os.replace(tmp, lib)
+    return lib

@@ -1,0 +1,448 @@
+/* spack-r3 launch recorder for CUDA applications (record/cuda.py).
+ *
+ * It interposes the CUDA runtime's entry points a clang-compiled CUDA program calls: linked
+ * into the executable (its definitions win over libcudart.so's) or preloaded (LD_PRELOAD
+ * r3cuda.so); the real ones are found with dlsym(RTLD_NEXT), so this object needs no CUDA
+ * library to link. A statically linked runtime (-lcudart_static) cannot be interposed.
+ *
+ *   __cudaRegisterFunction   the module constructor clang emits names each kernel: its host
+ *                            stub's address and its device name (the mangled symbol);
+                            R3CUDA_VERBOSE=1 prints each ("r3cuda: kernel <name>")
+ *   cudaMalloc / cudaMallocManaged / cudaFree
+ *                            device allocations, tracked (address, size)
+ *   cudaLaunchKernel         every launch counted; a selected kernel's first R3_INSTANCES
+ *                            launches captured:
+ *     1. cudaDeviceSynchronize, then every tracked allocation copied to the host (pre.bin,
+ *        at its device address: replay maps it there, so pointers inside device data stay
+ *        valid);
+ *     2. the launch itself, with the application's grid, block, dynamic shared memory and
+ *        stream, then cudaDeviceSynchronize (its time: host clock around launch and sync);
+ *     3. the allocations copied again (post.bin);
+ *     4. meta.json: the kernel, its unit folder for the device's arch, the argument bytes
+ *        (each parameter's size from <R3_RECORD_DIR>/cuda/<kernel>, which the record
+ *        launcher wrote from the device IR's parameter layout), the launch geometry.
+ * The capture format is the one the ingest (record/ingest.py) reads for every backend.
+ *
+ * Without R3CUDA_REAL_HEADERS the few CUDA types it uses are declared here (their ABI, as in
+ * cuda_runtime_api.h), so the record launcher builds it with no CUDA toolkit; the tests build
+ * it once more with -DR3CUDA_REAL_HEADERS against the real headers, whose prototypes then
+ * check every definition below.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef R3CUDA_REAL_HEADERS
+#include <cuda_runtime_api.h>
+#define R3_MEMCPY_DEFAULT cudaMemcpyDefault
+#define R3_ATTR_CC_MAJOR cudaDevAttrComputeCapabilityMajor
+#define R3_ATTR_CC_MINOR cudaDevAttrComputeCapabilityMinor
+typedef enum cudaDeviceAttr r3_attr;
+typedef enum cudaMemcpyKind r3_copy_kind;
+#else
+typedef int cudaError_t; /* enum cudaError: cudaSuccess is 0 */
+typedef struct dim3 { unsigned int x, y, z; } dim3;
+typedef struct uint3 { unsigned int x, y, z; } uint3;
+typedef struct CUstream_st *cudaStream_t;
+#define cudaSuccess 0
+#define R3_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault: direction from the unified address space */
+#define R3_ATTR_CC_MAJOR 75 /* cudaDevAttrComputeCapabilityMajor */
+#define R3_ATTR_CC_MINOR 76
+typedef int r3_attr;
+typedef int r3_copy_kind;
+#endif
+
+#define API __attribute__((visibility("default")))
+
+/* ---- the capture writer: file I/O only, no CUDA call (a test builds it into a program
+ * without a GPU) --------------------------------------------------------------------- */
+
+struct r3cuda_section {
+  uint64_t dev, size;
+  const unsigned char *pre, *post;
+};
+
+struct r3cuda_capture {
+  const char *kernel, *tu_dir, *arch;
+  uint64_t instance, ns, stream;
+  int pid, device;
+  unsigned int grid[3], block[3];
+  uint64_t shared;
+  int nparams;
+  const uint32_t *sizes;              /* bytes of each parameter */
+  const unsigned char *const *params; /* each parameter's bytes */
+  int nsections;
+  const struct r3cuda_section *sections; /* sorted by address, disjoint */
+};
+
+static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* R3MEM1 (memimage.py): per section its device address, size and kind 1 (heap: compared);
+ * in post.bin kind 5 (no bytes) where the launch changed nothing */
+static int write_image(const char *path, const struct r3cuda_capture *c, int post) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int bad = put(f, "R3MEM1\0\0", 8);
+  static const unsigned char zeros[8];
+  for (int i = 0; i < c->nsections && !bad; i++) {
+    const struct r3cuda_section *s = &c->sections[i];
+    int same = post && !memcmp(s->pre, s->post, s->size);
+    uint64_t hdr[3] = {s->dev, s->size, same ? 5 : 1};
+    bad |= put(f, hdr, sizeof hdr);
+    if (!same) {
+      bad |= put(f, post ? s->post : s->pre, s->size);
+      if (s->size % 8) bad |= put(f, zeros, 8 - s->size % 8);
+    }
+  }
+  bad |= fclose(f);
+  return bad;
+}
+
+static void hex_bytes(FILE *f, const unsigned char *p, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) fprintf(f, "%02x", p[i]);
+}
+
+static int write_meta(const char *path, const struct r3cuda_capture *c) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  uint64_t bytes = 0;
+  for (int i = 0; i < c->nsections; i++) bytes += c->sections[i].size;
+  fprintf(f, "{\"kernel\": ");
+  json_str(f, c->kernel);
+  fprintf(f, ", \"tu_dir\": ");
+  json_str(f, c->tu_dir);
+  fprintf(f, ", \"instance\": %llu, \"pid\": %d, \"args\": [", (unsigned long long)c->instance, c->pid);
+  /* a parameter of up to 8 bytes as its little-endian value; a larger one (a struct passed
+   * by value) as 0 here and its bytes in "byval" */
+  for (int i = 0; i < c->nparams; i++) {
+    uint64_t v = 0;
+    if (c->sizes[i] <= 8) memcpy(&v, c->params[i], c->sizes[i]);
+    fprintf(f, "%s\"0x%llx\"", i ? ", " : "", (unsigned long long)v);
+  }
+  fprintf(f, "], \"byval\": [");
+  for (int i = 0; i < c->nparams; i++) {
+    fprintf(f, "%s", i ? ", " : "");
+    if (c->sizes[i] <= 8) fprintf(f, "null");
+    else { fputc('"', f); hex_bytes(f, c->params[i], c->sizes[i]); fputc('"', f); }
+  }
+  fprintf(f, "], \"ret\": null, \"threads\": 1, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
+             "\"arena_end\": \"0x0\", \"memory\": {\"mode\": \"device\", \"live_bytes\": %llu, "
+             "\"touched_bytes\": %llu, \"thread\": \"main\"}, \"launch\": {\"backend\": \"cuda\", "
+             "\"device\": %d, \"arch\": ",
+          (unsigned long long)c->ns, (unsigned long long)bytes, (unsigned long long)bytes, c->device);
+  json_str(f, c->arch);
+  fprintf(f, ", \"grid\": [%u, %u, %u], \"block_dim\": [%u, %u, %u], \"block\": %llu, \"dynamic_shared\": %llu, "
+             "\"stream\": \"0x%llx\", \"param_sizes\": [",
+          c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+          (unsigned long long)c->block[0] * c->block[1] * c->block[2], (unsigned long long)c->shared,
+          (unsigned long long)c->stream);
+  for (int i = 0; i < c->nparams; i++) fprintf(f, "%s%u", i ? ", " : "", c->sizes[i]);
+  fprintf(f, "]}}\n");
+  return fclose(f);
+}
+
+static void failure_mark(const char *dir, const char *name, uint64_t instance, int err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/captures/.error-%d-%s-%llu-%d", dir, err, name, (unsigned long long)instance,
+           (int)getpid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+}
+
+/* <record_dir>/captures/<kernel>-<instance>-<pid>/{pre.bin,post.bin,meta.json}, written under
+ * a .tmp- name and renamed: a killed run leaves no half capture. 0 on success. */
+API int r3cuda_write_capture(const char *record_dir, const struct r3cuda_capture *c) {
+  char dir[4096], tmp[4096], path[4200], fin[4200];
+  snprintf(dir, sizeof dir, "%s/captures", record_dir);
+  mkdir(record_dir, 0755);
+  mkdir(dir, 0755);
+  snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%llu-%d", dir, c->kernel, (unsigned long long)c->instance, c->pid);
+  if (mkdir(tmp, 0755) && errno != EEXIST) { failure_mark(record_dir, c->kernel, c->instance, errno); return -1; }
+  int bad = 0;
+  snprintf(path, sizeof path, "%s/pre.bin", tmp);
+  bad |= write_image(path, c, 0);
+  snprintf(path, sizeof path, "%s/post.bin", tmp);
+  bad |= write_image(path, c, 1);
+  snprintf(path, sizeof path, "%s/meta.json", tmp);
+  bad |= write_meta(path, c);
+  snprintf(fin, sizeof fin, "%s/%s-%llu-%d", dir, c->kernel, (unsigned long long)c->instance, c->pid);
+  if (bad || rename(tmp, fin)) {
+    failure_mark(record_dir, c->kernel, c->instance, errno ? errno : EIO);
+    return -1;
+  }
+  return 0;
+}
+
+/* The kernel's index file (record/cuda.py): its parameters' sizes, and the unit folder of
+ * ``arch`` (else the first arch's). The number of parameters, or -1. */
+API int r3cuda_kernel_unit(const char *record_dir, const char *kernel, const char *arch, char *tu_dir, size_t n,
+                           uint32_t *sizes, int max) {
+  char path[4096], line[4096];
+  snprintf(path, sizeof path, "%s/cuda/%s", record_dir, kernel);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int count = -1;
+  if (fgets(line, sizeof line, f)) {
+    count = 0;
+    for (char *s = line, *e; count < max; s = e) {
+      unsigned long v = strtoul(s, &e, 10);
+      if (e == s) break;
+      sizes[count++] = (uint32_t)v;
+    }
+  }
+  int found = 0;
+  tu_dir[0] = 0;
+  while (count >= 0 && fgets(line, sizeof line, f)) {
+    char *sp = strchr(line, ' ');
+    if (!sp) continue;
+    *sp = 0;
+    size_t len = strcspn(sp + 1, "\n");
+    sp[1 + len] = 0;
+    if (!tu_dir[0] || (!found && !strcmp(line, arch))) {
+      snprintf(tu_dir, n, "%s", sp + 1);
+      found = !strcmp(line, arch);
+    }
+  }
+  fclose(f);
+  return tu_dir[0] ? count : -1;
+}
+
+/* ---- the interposer ---------------------------------------------------------------- */
+
+#define MAXPARAMS 256
+
+struct kernel {
+  const void *stub; /* host stub: what cudaLaunchKernel is given */
+  char *name;       /* device name */
+  uint64_t calls, captured;
+};
+
+struct alloc { uint64_t dev, size; };
+
+static struct kernel *g_kernels;
+static int g_nkernels, g_capkernels;
+static struct alloc *g_allocs;
+static int g_nallocs, g_capallocs;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_dir[2048], g_capture[4096];
+static int g_have_dir, g_capture_all, g_capture_none, g_ready;
+static uint64_t g_instances = 1;
+
+static void warn(const char *a, const char *b) { fprintf(stderr, "r3cuda: %s%s\n", a, b ? b : ""); }
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void config(void) {
+  if (g_ready) return;
+  const char *s = getenv("R3_RECORD_DIR");
+  if (s && *s) {
+    if (s[0] != '/' && getcwd(g_dir, sizeof g_dir - 600)) strcat(g_dir, "/");
+    if (strlen(g_dir) + strlen(s) < sizeof g_dir - 512) { strcat(g_dir, s); g_have_dir = 1; }
+  }
+  s = getenv("R3_CAPTURE");
+  if (!s || !*s || !strcmp(s, "*")) g_capture_all = 1;
+  else if (!strcmp(s, "none")) g_capture_none = 1;
+  else snprintf(g_capture, sizeof g_capture, "%s", s);
+  s = getenv("R3_INSTANCES");
+  if (s && *s && atoll(s) > 0) g_instances = (uint64_t)atoll(s);
+  g_ready = 1;
+}
+
+static int selected(const char *name) { /* R3_CAPTURE: comma-separated names, or * */
+  if (g_capture_none || !g_have_dir || !name) return 0;
+  if (g_capture_all) return 1;
+  size_t nl = strlen(name);
+  for (const char *s = g_capture; *s;) {
+    while (*s == ',' || *s == ' ') s++;
+    const char *e = s;
+    while (*e && *e != ',') e++;
+    const char *t = e;
+    while (t > s && t[-1] == ' ') t--;
+    if (((size_t)(t - s) == nl && !strncmp(s, name, nl)) || ((size_t)(t - s) == 1 && *s == '*')) return 1;
+    s = e;
+  }
+  return 0;
+}
+
+static void *real(const char *name) {
+  void *p = dlsym(RTLD_NEXT, name);
+  if (!p) warn("the CUDA runtime does not define ", name);
+  return p;
+}
+
+typedef void (*register_fn)(void **, const char *, char *, const char *, int, uint3 *, uint3 *, dim3 *, dim3 *, int *);
+typedef cudaError_t (*launch_fn)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+typedef cudaError_t (*malloc_fn)(void **, size_t);
+typedef cudaError_t (*managed_fn)(void **, size_t, unsigned int);
+typedef cudaError_t (*free_fn)(void *);
+typedef cudaError_t (*sync_fn)(void);
+typedef cudaError_t (*memcpy_fn)(void *, const void *, size_t, r3_copy_kind);
+typedef cudaError_t (*getdev_fn)(int *);
+typedef cudaError_t (*attr_fn)(int *, r3_attr, int);
+
+API void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
+                                int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize) {
+  static register_fn next;
+  if (!next) next = (register_fn)real("__cudaRegisterFunction");
+  pthread_mutex_lock(&g_lock);
+  if (g_nkernels == g_capkernels) {
+    int cap = g_capkernels ? 2 * g_capkernels : 64;
+    struct kernel *k = realloc(g_kernels, (size_t)cap * sizeof *k);
+    if (k) { g_kernels = k; g_capkernels = cap; }
+  }
+  if (g_nkernels < g_capkernels) {
+    struct kernel *k = &g_kernels[g_nkernels++];
+    memset(k, 0, sizeof *k);
+    k->stub = hostFun;
+    k->name = strdup(deviceName ? deviceName : deviceFun);
+  }
+  pthread_mutex_unlock(&g_lock);
+  const char *verbose = getenv("R3CUDA_VERBOSE"); /* which kernels the recorder sees, before any launch */
+  if (verbose && *verbose && *verbose != '0') warn("kernel ", deviceName ? deviceName : deviceFun);
+  if (next) next(handle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
+}
+
+static void track(void *dev, size_t size) {
+  if (!dev) return;
+  pthread_mutex_lock(&g_lock);
+  if (g_nallocs == g_capallocs) {
+    int cap = g_capallocs ? 2 * g_capallocs : 256;
+    struct alloc *a = realloc(g_allocs, (size_t)cap * sizeof *a);
+    if (a) { g_allocs = a; g_capallocs = cap; }
+  }
+  if (g_nallocs < g_capallocs) g_allocs[g_nallocs++] = (struct alloc){(uint64_t)(uintptr_t)dev, size};
+  pthread_mutex_unlock(&g_lock);
+}
+
+API cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  static malloc_fn next;
+  if (!next && !(next = (malloc_fn)real("cudaMalloc"))) return (cudaError_t)1;
+  cudaError_t rc = next(devPtr, size);
+  if (rc == cudaSuccess && devPtr) track(*devPtr, size);
+  return rc;
+}
+
+API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
+  static managed_fn next;
+  if (!next && !(next = (managed_fn)real("cudaMallocManaged"))) return (cudaError_t)1;
+  cudaError_t rc = next(devPtr, size, flags);
+  if (rc == cudaSuccess && devPtr) track(*devPtr, size);
+  return rc;
+}
+
+API cudaError_t cudaFree(void *devPtr) {
+  static free_fn next;
+  if (!next && !(next = (free_fn)real("cudaFree"))) return (cudaError_t)1;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_nallocs; i++)
+    if (g_allocs[i].dev == (uint64_t)(uintptr_t)devPtr) { g_allocs[i] = g_allocs[--g_nallocs]; break; }
+  pthread_mutex_unlock(&g_lock);
+  return next(devPtr);
+}
+
+static int by_addr(const void *a, const void *b) {
+  const struct r3cuda_section *x = a, *y = b;
+  return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* every tracked allocation copied to the host (pre or post); -1 when a copy fails */
+static int read_device(memcpy_fn copy, struct r3cuda_section *s, int n, int post) {
+  for (int i = 0; i < n; i++) {
+    unsigned char *buf = malloc(s[i].size ? s[i].size : 1);
+    if (!buf) return -1;
+    if (copy(buf, (const void *)(uintptr_t)s[i].dev, s[i].size, R3_MEMCPY_DEFAULT) != cudaSuccess) {
+      free(buf);
+      return -1;
+    }
+    if (post) s[i].post = buf;
+    else s[i].pre = buf;
+  }
+  return 0;
+}
+
+API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                 cudaStream_t stream) {
+  static launch_fn next;
+  static sync_fn sync;
+  static memcpy_fn copy;
+  static getdev_fn getdev;
+  static attr_fn attr;
+  if (!next) {
+    sync = (sync_fn)real("cudaDeviceSynchronize");
+    copy = (memcpy_fn)real("cudaMemcpy");
+    getdev = (getdev_fn)real("cudaGetDevice");
+    attr = (attr_fn)real("cudaDeviceGetAttribute");
+    if (!(next = (launch_fn)real("cudaLaunchKernel"))) return (cudaError_t)1;
+  }
+  config();
+  pthread_mutex_lock(&g_lock);
+  struct kernel *k = NULL;
+  for (int i = 0; i < g_nkernels; i++)
+    if (g_kernels[i].stub == func) { k = &g_kernels[i]; break; }
+  uint64_t instance = 0;
+  int capture = k && sync && copy && getdev && attr && selected(k->name) && k->captured < g_instances;
+  if (k) k->calls++;
+  if (capture) instance = ++k->captured;
+  int n = capture ? g_nallocs : 0;
+  struct r3cuda_section *secs = n ? calloc((size_t)n, sizeof *secs) : NULL;
+  for (int i = 0; i < n && secs; i++) { secs[i].dev = g_allocs[i].dev; secs[i].size = g_allocs[i].size; }
+  pthread_mutex_unlock(&g_lock);
+  if (!capture || (n && !secs)) { free(secs); return next(func, gridDim, blockDim, args, sharedMem, stream); }
+
+  char tu_dir[1024], arch[32] = "";
+  uint32_t sizes[MAXPARAMS];
+  int device = 0, major = 0, minor = 0;
+  getdev(&device);
+  if (attr(&major, R3_ATTR_CC_MAJOR, device) == cudaSuccess && attr(&minor, R3_ATTR_CC_MINOR, device) == cudaSuccess)
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+  int nparams = r3cuda_kernel_unit(g_dir, k->name, arch, tu_dir, sizeof tu_dir, sizes, MAXPARAMS);
+  if (nparams < 0) { /* compiled without the record launcher: nothing to tie the launch to */
+    free(secs);
+    return next(func, gridDim, blockDim, args, sharedMem, stream);
+  }
+  qsort(secs, (size_t)n, sizeof *secs, by_addr);
+  int bad = sync() != cudaSuccess || read_device(copy, secs, n, 0);
+  uint64_t t0 = now_ns();
+  cudaError_t rc = next(func, gridDim, blockDim, args, sharedMem, stream);
+  bad |= rc != cudaSuccess || sync() != cudaSuccess;
+  uint64_t dt = now_ns() - t0;
+  bad |= !bad && read_device(copy, secs, n, 1);
+  if (!bad) {
+    struct r3cuda_capture c = {
+        .kernel = k->name, .tu_dir = tu_dir, .arch = arch, .instance = instance, .ns = dt,
+        .stream = (uint64_t)(uintptr_t)stream, .pid = (int)getpid(), .device = device,
+        .grid = {gridDim.x, gridDim.y, gridDim.z}, .block = {blockDim.x, blockDim.y, blockDim.z},
+        .shared = sharedMem, .nparams = nparams, .sizes = sizes,
+        .params = (const unsigned char *const *)args, .nsections = n, .sections = secs,
+    };
+    if (r3cuda_write_capture(g_dir, &c)) warn("cannot write the capture of ", k->name);
+  } else {
+    warn("device memory could not be read around the launch; not captured: ", k->name);
+  }
+  for (int i = 0; i < n; i++) { free((void *)secs[i].pre); free((void *)secs[i].post); }
+  free(secs);
+  return rc;
+}

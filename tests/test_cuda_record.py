@@ -1,0 +1,293 @@
+"""Recording CUDA kernels (backend ``cuda``): the record launcher's device IR per GPU arch,
+the launch recorder r3cuda.c built against the CUDA runtime's real headers and interposed
+in a CUDA application linked against the real libcudart (NVIDIA's pip wheels), a capture
+written by r3cuda.c's own writer ingested, refused for replay without a CUDA device and
+screened statically per GPU target.
+
+The application (trees/device/record_app.cu) is compiled by clang-19 with -nocudainc and
+the runtime API it calls declared in trees/device/cuda_min.h: clang-19's CUDA wrapper
+headers want curand's headers, which the wheels do not ship. Its device image is the cubin
+ptxas makes of clang's PTX, embedded with -fcuda-include-gpubinary: clang's own fatbinary
+step needs CUDA's fatbinary, which the wheels do not ship either (and CUDA 13's rejects
+clang-19's options). ``--cuda-path`` is a CUDA-like tree made of the wheels' include/ and
+bin/ folders, from which clang reads the CUDA version (12.9: the launch through
+__cudaPushCallConfiguration and cudaLaunchKernel).
+
+No GPU here: the test marked ``gpu`` records and replays the application on one and skips
+with "no CUDA device" elsewhere. Nothing here is GPU-verified.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from spack_r3 import backends, cli
+from spack_r3.capture import list_captures
+from spack_r3.device import tools
+from spack_r3.errors import R3Error
+from spack_r3.record import cuda, launcher
+from spack_r3.record.ingest import ingest
+from spack_r3.workspace import Workspace
+
+TREE = os.path.join(os.path.dirname(__file__), "trees", "device")
+KERNEL = "_Z5saxpyi5ScalePKfPf"  # saxpy(int, Scale, const float *, float *)
+
+
+def _wheel(package):
+    return tools._wheel_dir(package)
+
+
+@pytest.fixture(scope="module")
+def cuda_path(tmp_path_factory):
+    """A CUDA-like tree of the nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 wheels:
+    include/ (cuda.h, cuda_runtime_api.h, crt/), bin/ptxas, nvvm/, lib64/libcudart.so.12."""
+    runtime, nvcc = _wheel("nvidia.cuda_runtime"), _wheel("nvidia.cuda_nvcc")
+    if not runtime or not nvcc:
+        pytest.skip("needs the nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 wheels (CUDA headers, libcudart)")
+    tree = tmp_path_factory.mktemp("cuda")
+    os.makedirs(tree / "include")
+    os.makedirs(tree / "lib64")
+    for d in (os.path.join(runtime, "include"), os.path.join(nvcc, "include")):
+        for name in os.listdir(d):
+            os.symlink(os.path.join(d, name), tree / "include" / name)
+    os.symlink(os.path.join(nvcc, "bin"), tree / "bin")
+    os.symlink(os.path.join(nvcc, "nvvm"), tree / "nvvm")
+    os.symlink(os.path.join(runtime, "lib", "libcudart.so.12"), tree / "lib64" / "libcudart.so.12")
+    return str(tree)
+
+
+def _flags(cuda_path, *archs):
+    return ["-nocudainc", "-nocudalib", "--cuda-path=" + cuda_path, "-Wno-unknown-cuda-version", "-O2", "-I", TREE] + [
+        "--cuda-gpu-arch=" + a for a in archs
+    ]
+
+
+@pytest.fixture(scope="module")
+def recorded_build(tmp_path_factory, cuda_path, clang):
+    """record_app.cu built through the record launcher (R3_RECORD_DIR set), for sm_80 and
+    sm_90, linked against the wheel's libcudart; (record dir, executable)."""
+    tmp = tmp_path_factory.mktemp("cuda-build")
+    record = str(tmp / "record")
+    clangxx = clang.replace("clang", "clang++", 1) if "clang++" not in clang else clang
+    src = os.path.join(TREE, "record_app.cu")
+    ptx, cubin, obj, exe = (str(tmp / n) for n in ("app.ptx", "app.cubin", "app.o", "app"))
+    subprocess.run([clangxx] + _flags(cuda_path, "sm_80") + ["--cuda-device-only", "-S", src, "-o", ptx], check=True)
+    subprocess.run([tools.find_ptxas(), "-arch=sm_80", ptx, "-o", cubin], check=True)
+    old = os.environ.get("R3_RECORD_DIR")
+    os.environ["R3_RECORD_DIR"] = record
+    try:
+        argv = [clangxx] + _flags(cuda_path, "sm_80", "sm_90")
+        argv += ["--cuda-host-only", "-Xclang", "-fcuda-include-gpubinary", "-Xclang", cubin, "-c", src, "-o", obj]
+        assert launcher.launch(argv) == 0
+    finally:
+        if old is None:
+            del os.environ["R3_RECORD_DIR"]
+        else:
+            os.environ["R3_RECORD_DIR"] = old
+    lib = os.path.join(cuda_path, "lib64")
+    subprocess.run([clangxx, obj, "-L", lib, "-l:libcudart.so.12", "-Wl,-rpath," + lib, "-o", exe], check=True)
+    return record, exe
+
+
+def test_launcher_keeps_each_archs_device_ir_and_the_kernels_parameter_layout(recorded_build):
+    record, exe = recorded_build
+    assert os.path.exists(exe)  # the build's own compile ran unchanged
+    units = {}
+    for d in os.listdir(os.path.join(record, "tus")):
+        with open(os.path.join(record, "tus", d, "tu.json")) as f:
+            units[d] = json.load(f)
+    assert sorted(u["gpu_arch"] for u in units.values()) == ["sm_80", "sm_90"]
+    for u in units.values():
+        assert u["backend"] == "cuda" and u["triple"] == "nvptx64-nvidia-cuda"
+        assert "--cuda-gpu-arch=" + u["gpu_arch"] in u["bitcode_args"] and "--cuda-device-only" in u["bitcode_args"]
+        (k,) = u["kernels"]
+        assert k["name"] == KERNEL and k["byval_sizes"] == [0, 16, 0, 0]
+    assert backends.of_compile(next(iter(units.values()))["compile_command"][1:]) is backends.CUDA
+    # the launch recorder's index: parameter bytes, then a unit folder per arch
+    with open(os.path.join(record, "cuda", KERNEL)) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "4 16 8 8"
+    assert [l.split()[0] for l in lines[1:]] == ["sm_80", "sm_90"]
+    assert all(units[os.path.basename(l.split()[1])]["gpu_arch"] == l.split()[0] for l in lines[1:])
+
+
+def test_hip_unit_device_ir_without_rocm(tmp_path, clang):
+    """A HIP unit (clang-19, -nogpulib -nogpuinc: no ROCm here): its gfx90a module kept."""
+    src = tmp_path / "k.hip"
+    src.write_text(
+        '#include "gpu.h"\n__global__ void scale(int n, float a, float *x) {\n'
+        "  int i = BLOCK_X * BLOCK_DIM_X + THREAD_X;\n  if (i < n) x[i] *= a;\n}\n"
+    )
+    args = ["-nogpulib", "-nogpuinc", "-I", TREE, "--offload-arch=gfx90a", "-O2", "-c", str(src)]
+    assert cuda.unit_kind(args) == "hip"
+    assert cuda.record_device_units(clang, args, str(src), str(tmp_path / "rec")) is None
+    (unit,) = os.listdir(tmp_path / "rec" / "tus")
+    with open(tmp_path / "rec" / "tus" / unit / "tu.json") as f:
+        tu = json.load(f)
+    assert tu["backend"] == "hip" and tu["gpu_arch"] == "gfx90a" and tu["triple"] == "amdgcn-amd-amdhsa"
+    assert [k["name"] for k in tu["kernels"]] == ["_Z5scaleifPf"]
+
+
+@pytest.fixture(scope="module")
+def r3cuda_real(tmp_path_factory, cuda_path, clang):
+    """r3cuda.c compiled against the real cuda_runtime_api.h (-DR3CUDA_REAL_HEADERS), warnings
+    as errors: each interposed definition checked against the runtime's own prototype."""
+    obj = str(tmp_path_factory.mktemp("r3cuda") / "r3cuda.o")
+    cmd = [clang, "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", "-DR3CUDA_REAL_HEADERS"]
+    subprocess.run(cmd + ["-I", os.path.join(cuda_path, "include"), "-c", cuda.RUNTIME_SOURCE, "-o", obj], check=True)
+    return obj
+
+
+def _defined(path):
+    out = subprocess.run(["nm", "-D" if path.endswith(".so") else "-g", "--defined-only", path], capture_output=True)
+    return {l.split()[-1] for l in out.stdout.decode().splitlines() if l.strip()}
+
+
+def test_r3cuda_builds_against_the_real_headers_and_interposes_libcudart(recorded_build, r3cuda_real, clang):
+    interposed = {"cudaLaunchKernel", "__cudaRegisterFunction", "cudaMalloc", "cudaMallocManaged", "cudaFree"}
+    assert interposed <= _defined(r3cuda_real)
+    lib = cuda.preload_library(clang)  # the launcher's build: the ABI declared in r3cuda.c
+    assert interposed <= _defined(lib)
+    assert "libcudart" not in subprocess.run(["ldd", lib], capture_output=True, text=True).stdout  # dlsym(RTLD_NEXT)
+    _, exe = recorded_build
+    assert "libcudart.so.12" in subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    env = dict(os.environ, LD_PRELOAD=lib, R3CUDA_VERBOSE="1")
+    proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=60)
+    # the module constructor's registration went through r3cuda, then on to libcudart
+    assert "r3cuda: kernel %s" % KERNEL in proc.stderr
+    # here cudaMalloc (interposed, then libcudart's) finds no device; on a GPU the saxpy ran
+    assert proc.stdout.strip() in ("no device", "y[3] = 9")
+
+
+WRITER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+struct r3cuda_section { uint64_t dev, size; const unsigned char *pre, *post; };
+struct r3cuda_capture {
+  const char *kernel, *tu_dir, *arch; uint64_t instance, ns, stream; int pid, device;
+  unsigned int grid[3], block[3]; uint64_t shared; int nparams; const uint32_t *sizes;
+  const unsigned char *const *params; int nsections; const struct r3cuda_section *sections;
+};
+int r3cuda_write_capture(const char *, const struct r3cuda_capture *);
+int r3cuda_kernel_unit(const char *, const char *, const char *, char *, size_t, uint32_t *, int);
+enum { N = 4096 };
+static float x[N], y0[N], y1[N];
+int main(int argc, char **argv) {
+  char tu[1024]; uint32_t sizes[16];
+  int np = r3cuda_kernel_unit(argv[1], argv[2], "sm_90", tu, sizeof tu, sizes, 16);
+  if (np != 4) return 2;
+  for (int i = 0; i < N; i++) { x[i] = i; y0[i] = i; y1[i] = 2.0f * x[i] + y0[i]; }
+  int n = N; float scale[4] = {2.0f, 0, 0, 0};
+  uint64_t xd = 0x7f3a00000000ull, yd = 0x7f3a00200000ull;  /* device addresses */
+  const unsigned char *params[4] = {(void *)&n, (void *)scale, (void *)&xd, (void *)&yd};
+  struct r3cuda_section s[2] = {{xd, sizeof x, (void *)x, (void *)x}, {yd, sizeof y0, (void *)y0, (void *)y1}};
+  struct r3cuda_capture c = {argv[2], tu, "sm_90", 1, 12345, 0, 4242, 0, {8, 1, 1}, {128, 1, 1}, 0,
+                             np, sizes, params, 2, s};
+  return r3cuda_write_capture(argv[1], &c) ? 3 : 0;
+}
+"""
+
+
+@pytest.fixture
+def cuda_capture(recorded_build, r3cuda_real, clang, tmp_path):
+    """A workspace holding one cuda capture: written by r3cuda.c's own writer (built into a
+    host program, no GPU), from the memory a saxpy launch would have left (y = 2x + y, computed
+    on the host), for the units the record launcher kept; then ingested."""
+    record, _ = recorded_build
+    c = tmp_path / "writer.c"
+    c.write_text(WRITER)
+    exe = str(tmp_path / "writer")
+    subprocess.run([clang, "-O1", str(c), r3cuda_real, "-ldl", "-lpthread", "-o", exe], check=True)
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", record, str(run)], check=True)
+    assert subprocess.run([exe, str(run), KERNEL]).returncode == 0
+    ws = Workspace(str(tmp_path / "ws"))
+    (capture,) = ingest(str(run), ws)
+    return ws, capture
+
+
+def test_a_cuda_capture_ingests_with_its_launch(cuda_capture):
+    from spack_r3.device.cudareplay import argument_bytes, geometry
+
+    ws, capture = cuda_capture
+    assert [c.id for c in list_captures(ws)] == [capture.id]
+    assert backends.of_capture(capture) is backends.CUDA
+    launch = capture.launch
+    assert launch["arch"] == "sm_90" and launch["grid"] == [8, 1, 1] and launch["block"] == 128
+    assert capture.signature["byval"] == [0, 16, 0, 0]
+    args = argument_bytes(capture)
+    assert args[0] == (4096).to_bytes(4, "little") and args[2] == (0x7F3A00000000).to_bytes(8, "little")
+    assert args[1][:4] == bytes.fromhex("00000040")  # 2.0f
+    from spack_r3.data import Launch
+
+    assert geometry(capture, Launch(num_teams=16, thread_limit=256)) == ((16, 1, 1), (256, 1, 1))
+    # a kernel that is no grid-stride kernel keeps its 8 x 128 threads under another block
+    assert geometry(capture, Launch(thread_limit=256), stride=False) == ((4, 1, 1), (256, 1, 1))
+
+
+def test_launch_geometry_in_the_space(cuda_capture):
+    """The saxpy strides over its work (it reads gridDim): block and grid are searched, the
+    block up to its __launch_bounds__(256)."""
+    import llvmlite.binding as llvm
+
+    from spack_r3.device import geometry
+
+    ws, capture = cuda_capture
+    with open(os.path.join(ws.capture_dir(capture.id), "module.bc"), "rb") as f:
+        text = str(llvm.parse_bitcode(f.read()))
+    assert geometry.grid_stride(text, KERNEL) and geometry.launch_bound(text, KERNEL) == 256
+    params = {p.name: p for p in geometry.params(capture, text)}
+    assert params["thread_limit"].choices == (32, 64, 128, 256)
+    assert params["num_teams"].choices == (2, 4, 8, 16, 32)
+
+
+def test_a_cuda_capture_without_a_device_is_one_line_and_still_screened(cuda_capture, capsys):
+    ws, capture = cuda_capture
+    try:
+        from spack_r3.device.cuda import driver
+
+        driver()
+        pytest.skip("a CUDA device is present: the refusal is for machines without one")
+    except R3Error:
+        pass
+    with pytest.raises(R3Error) as err:
+        backends.host_engine_runs(capture)
+    assert str(err.value).startswith("no CUDA device: ") and "\n" not in str(err.value)
+    assert cli.main(["--workspace", ws.root, "replay", capture.id]) != 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("r3 replay: error: no CUDA device: ")
+    assert cli.main(["--workspace", ws.root, "retarget", "--gpu", "sm_80,sm_90", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert row["kernel"] == KERNEL and row["capture"] == capture.id
+    # ptxas -v's figures for each GPU at the recorded block of 128 threads, the kernel's
+    # __launch_bounds__(256) read from its PTX (.maxntid)
+    assert [v["target"] for v in row["verdicts"]] == ["sm_80", "sm_90"]
+    for v in row["verdicts"]:
+        assert v["ok"] and v["resources"]["registers"] > 0 and v["resources"]["max_threads"] == 256
+        assert v["occupancy"]["launchable"]
+
+
+@pytest.mark.gpu
+def test_record_and_replay_on_a_cuda_device(recorded_build, clang, tmp_path):
+    """On a CUDA GPU only: the application run under r3cuda.so records its saxpy launch
+    (device memory at its device addresses), the capture ingests, and replay through the
+    driver API maps it at those addresses, launches, verifies and times it."""
+    from spack_r3.device.cuda import CudaUnavailable, driver
+    from spack_r3.device.cudareplay import replay
+
+    try:
+        driver()
+    except CudaUnavailable as err:
+        pytest.skip(str(err))
+    record, exe = recorded_build
+    env = dict(os.environ, LD_PRELOAD=cuda.preload_library(clang), R3_RECORD_DIR=record, R3_CAPTURE=KERNEL)
+    proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "y[3] = 9" in proc.stdout, proc.stderr
+    ws = Workspace(str(tmp_path / "ws"))
+    (capture,) = ingest(record, ws)
+    result = replay(capture, ws.capture_dir(capture.id))
+    assert result.verified, result.mismatches
+    assert len(result.times) == 5 and all(t > 0 for t in result.times)
