@@ -244,6 +244,21 @@ def test_launch_geometry_in_the_space(cuda_capture):
     assert params["num_teams"].choices == (2, 4, 8, 16, 32)
 
 
+def test_a_block_over_the_launch_bounds_is_rejected_before_any_gpu_time(cuda_capture):
+    """A candidate's block is screened on each GPU by ptxas -v's figures before it could run:
+    512 threads a block cannot launch a kernel bounded to 256."""
+    from spack_r3.data import Launch, Variant
+    from spack_r3.device.cudareplay import screen_capture
+    from spack_r3.device.targets import parse_targets
+
+    ws, capture = cuda_capture
+    gpus = parse_targets("sm_90")
+    (ok,) = screen_capture(capture, ws.capture_dir(capture.id), gpus, Variant(launch=Launch(thread_limit=256)))
+    assert ok.ok and ok.occupancy.launchable
+    (no,) = screen_capture(capture, ws.capture_dir(capture.id), gpus, Variant(launch=Launch(thread_limit=512)))
+    assert not no.ok and no.reason.startswith("cannot launch on sm_90 at 512 threads")
+
+
 def test_a_cuda_capture_without_a_device_is_one_line_and_still_screened(cuda_capture, capsys):
     ws, capture = cuda_capture
     try:

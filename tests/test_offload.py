@@ -344,11 +344,13 @@ def test_a_capture_of_a_backend_this_r3_lacks_is_refused_in_one_line(recorded, t
     other = tmp_path / "capture"
     shutil.copytree(os.path.join(recorded, "captures", step.id), other)
     data = json.loads((other / "capture.json").read_text())
-    data["launch"]["backend"] = "cuda"
+    data["launch"]["backend"] = "sycl"
     (other / "capture.json").write_text(json.dumps(data))
     assert r3("--workspace", recorded, "replay", str(other)) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith("names backend 'cuda', which this r3 does not have (host, offload)") and "\n" not in err
+    assert (
+        err.endswith("names backend 'sycl', which this r3 does not have (cuda, hip, host, offload)") and "\n" not in err
+    )
 
 
 def test_record_top_captures_only_the_hottest_region(tmp_path, offload_run):
