@@ -12,6 +12,7 @@ import pytest
 
 from spack_r3.emit.apply import planned_symbol, shared_names
 from spack_r3.iredit import declare_only
+from spack_r3.data import Launch, Pipeline
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
@@ -95,7 +96,7 @@ def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
 
     plan = _plan(
         tmp_path / "plan.json",
-        [("axpy", {"opt": "3", "noalias": True}), ("smooth", {"opt": "2", "loop_vectorize": False})],
+        [("axpy", Pipeline(opt="3", noalias=True)), ("smooth", Pipeline(opt="2", loop_vectorize=False))],
     )
     built = _make(src, clang, plan)
     assert built.returncode == 0, built.stderr
@@ -116,7 +117,7 @@ def test_tuned_unit_computes_what_the_untuned_build_computes(clang, tmp_path):
 
 def test_units_and_commands_outside_the_plan_build_unchanged(clang, tmp_path):
     src = _tree(tmp_path)
-    plan = _plan(tmp_path / "plan.json", [("smooth", {"opt": "3"})], source="elsewhere/kernels.c")
+    plan = _plan(tmp_path / "plan.json", [("smooth", Pipeline(opt="3"))], source="elsewhere/kernels.c")
     built = _make(src, clang, plan)
     assert built.returncode == 0, built.stderr
     assert not any(n.startswith("axpy.r3.") for n in _symbols(src / "kernels.o"))  # not split
@@ -124,7 +125,7 @@ def test_units_and_commands_outside_the_plan_build_unchanged(clang, tmp_path):
 
 def test_a_kernel_gone_from_the_source_fails_the_build_with_one_line(clang, tmp_path):
     src = _tree(tmp_path)
-    plan = _plan(tmp_path / "plan.json", [("renamed_kernel", {"opt": "3"})])
+    plan = _plan(tmp_path / "plan.json", [("renamed_kernel", Pipeline(opt="3"))])
     built = _make(src, clang, plan)
     assert built.returncode != 0
     lines = [l for l in built.stderr.splitlines() if l.startswith("r3-apply:")]
@@ -141,7 +142,7 @@ def test_a_compile_and_link_line_builds_its_planned_unit_tuned(clang, tmp_path):
     assert untuned.returncode == 0, untuned.stderr
     expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
     (src / "Makefile").write_text("app: main.c kernels.c\n\t$(CC) -O2 -o app main.c kernels.c\n")
-    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3", "noalias": True})])
+    plan = _plan(tmp_path / "plan.json", [("axpy", Pipeline(opt="3", noalias=True))])
     built = _make(src, clang, plan)
     assert built.returncode == 0, built.stderr
     assert subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout == expected
@@ -202,7 +203,11 @@ def test_a_plans_threads_and_source_knobs_reach_the_run(clang, tmp_path):
     assert run() == "team=1 knob=1 sum=999000\n"
     plan = Plan(
         "any",
-        [PlannedUnit("kernels.c", [PlannedKernel("scale", {"opt": "3"}, {"threads": 3})], defines={"R3_UNROLL_1": 4})],
+        [
+            PlannedUnit(
+                "kernels.c", [PlannedKernel("scale", Pipeline(opt="3"), Launch(threads=3))], defines={"R3_UNROLL_1": 4}
+            )
+        ],
     )
     (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
     built = _make(src, clang, str(tmp_path / "plan.json"))
@@ -230,7 +235,7 @@ def test_timed_builds_report_each_planned_kernel_in_the_run(clang, tmp_path):
     src = _tree(tmp_path)
     assert _make(src, clang).returncode == 0
     expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
-    plan = _plan(tmp_path / "plan.json", [("axpy", {"opt": "3"}), ("smooth", {"opt": "2"})])
+    plan = _plan(tmp_path / "plan.json", [("axpy", Pipeline(opt="3")), ("smooth", Pipeline(opt="2"))])
     for label, env in (
         ("tuned", {"R3_APPLY_PROBES": "1"}),
         ("untuned", {"R3_APPLY_PROBES": "1", "R3_APPLY_UNTUNED": "1"}),
@@ -282,7 +287,10 @@ def test_plan_matches_units_in_any_stage_and_predicts_with_amdahl(tmp_path):
         [
             PlannedUnit(
                 "src/k.c",
-                [PlannedKernel("a", {}, speedup=2.0, share=0.5), PlannedKernel("b", {}, speedup=4.0, share=0.2)],
+                [
+                    PlannedKernel("a", Pipeline(), speedup=2.0, share=0.5),
+                    PlannedKernel("b", Pipeline(), speedup=4.0, share=0.2),
+                ],
                 {"R3_TILE_1": 32},
             )
         ],
@@ -290,7 +298,7 @@ def test_plan_matches_units_in_any_stage_and_predicts_with_amdahl(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(plan.to_json()))
     again = load_plan(str(path))
-    assert again.unit_for("/tmp/spack-stage/x/spack-src/src/k.c")["defines"] == {"R3_TILE_1": 32}
+    assert again.unit_for("/tmp/spack-stage/x/spack-src/src/k.c") == plan.units[0]  # typed, as written
     assert again.unit_for("/tmp/other/k.c") is None
     # 1 / (1 - 0.5 * (1 - 1/2) - 0.2 * (1 - 1/4))
     assert again.predicted_app_speedup() == pytest.approx(1 / (1 - 0.25 - 0.15))
@@ -310,9 +318,9 @@ def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measur
         )
         return tuned_package("r3", "r3-dense", "v1", {"zen3": plan})
 
-    first = package({"opt": "3"})
-    assert package({"opt": "3"}, speedup=2.5, facts={"check": {"app_speedup": 1.9}}) == first
-    assert package({"opt": "3", "polly": True}) != first
-    digest = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", {"opt": "3"})])]).build_digest()
+    first = package(Pipeline(opt="3"))
+    assert package(Pipeline(opt="3"), speedup=2.5, facts={"check": {"app_speedup": 1.9}}) == first
+    assert package(Pipeline(opt="3", polly=True)) != first
+    digest = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", Pipeline(opt="3"))])]).build_digest()
     assert "'zen3': ('r3-zen3.json', '%s')" % digest in first and "R3_TOOLCHAIN = '" in first
     compile(first, "package.py", "exec")

@@ -315,8 +315,8 @@ def test_tune_gpu_screens_a_device_kernels_candidates(offload_ws, ptxas):
         3,
         {},
         False,
-        "O2",
-        Variant(pipeline=parse("O2,unroll=0,noalias=1")).to_json(),
+        True,
+        Variant(pipeline=parse("O2,unroll=0,noalias=1")),
     )
     text = hook.winners_table(plan.targets, [won]).splitlines()
     assert text[0] == "the winners on the GPUs (--gpu; static figures, not measured):"

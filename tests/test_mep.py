@@ -347,8 +347,8 @@ def test_mep_of_a_tuned_winner_has_its_patch_pipeline_flags_and_launch(demos, tm
                 10,
                 {},
                 True,
-                "scalar-replacement O2",
-                variant.to_json(),
+                True,
+                variant,
                 pairs=8,
             )
         ],
@@ -394,8 +394,8 @@ def test_mep_of_an_openmp_winner_runs_its_threads(demos, tmp_path, clang):
                 10,
                 {},
                 False,
-                "O3 threads=1",
-                variant.to_json(),
+                True,
+                variant,
                 pairs=8,
             )
         ],

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT
 from spack_r3 import backends
 from spack_r3.capture import list_captures
-from spack_r3.data import OK, WRONG_OUTPUT, Launch, Variant
+from spack_r3.data import OK, WRONG_OUTPUT, Launch, Pipeline, Variant
 from spack_r3.memimage import read_regions
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
@@ -216,7 +216,7 @@ def test_r3_apply_builds_the_tuned_region_into_the_device_image(tmp_path, offloa
                 "any",
                 [
                     PlannedUnit(
-                        "teams.c", [PlannedKernel(kernel, {"opt": "2", "loop_vectorize": False}, {"num_teams": 3})]
+                        "teams.c", [PlannedKernel(kernel, Pipeline(opt="2", loop_vectorize=False), Launch(num_teams=3))]
                     )
                 ],
             ).to_json()
@@ -261,7 +261,7 @@ def test_a_timed_build_reports_each_region_as_the_check_reads_it(tmp_path, offlo
     plan.write_text(
         json.dumps(
             Plan(
-                "any", [PlannedUnit("jacobi.c", [PlannedKernel(recorded_name, {"opt": "3"}, {"num_teams": 1})])]
+                "any", [PlannedUnit("jacobi.c", [PlannedKernel(recorded_name, Pipeline(opt="3"), Launch(num_teams=1))])]
             ).to_json()
         )
     )
@@ -410,11 +410,7 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     variant = Variant(launch=Launch(num_teams=2, thread_limit=8), source_patch=patch, source_rule="test")
     save_results(
         ws,
-        [
-            KernelResult(
-                step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False, "num_teams=2", variant.to_json()
-            )
-        ],
+        [KernelResult(step.kernel, [step.id], 0.9, 1e-3, 5e-4, 2.0, 1.9, 2.1, 8, {}, False, True, variant)],
     )
     repo = tmp_path / "repo"
     assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--gpu", "sm_90", "--json") == 0
@@ -425,7 +421,7 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     assert plan.gpu == "sm_90" and plan.spec_keys() == "target=zen3 cuda_arch=90"
     [unit] = plan.units
     assert unit.patch == "r3-zen3-sm_90-0.patch" and (directory / unit.patch).exists()
-    assert unit.kernels[0].launch["num_teams"] == 2
+    assert unit.kernels[0].launch.num_teams == 2
     text = (directory / "package.py").read_text()
     assert 'patch("r3-zen3-sm_90-0.patch", when="+r3 target=zen3 cuda_arch=90")' in text
     assert "'r3-zen3-sm_90.json'" in text and "self.spec.satisfies(keys)" in text
@@ -436,20 +432,24 @@ def test_emit_keys_a_device_variant_to_its_gpu(recorded, tmp_path, capsys):
     assert again["keys"] == "target=zen3" and again["targets"] == ["zen3"]
     assert sorted(p.name for p in directory.glob("r3-*")) == ["r3-zen3-0.patch", "r3-zen3.json"]
     assert again["skipped"] == ["the plan for target=zen3 cuda_arch=90 is replaced by this one for target=zen3"]
-    # a host plan: named, keyed and digested as host plans were before GPU keys (the digest
-    # below is what r3 computed for this plan then: +r3 installs of host plans stay valid)
+    # a host plan: named, keyed and digested as host plans were before GPU keys and before
+    # the plan held its pipelines typed (the digest below is what r3 computed then for this
+    # plan as emit writes it, every setting spelled out: +r3 installs of host plans stay valid)
     host = Plan(
         "zen3",
         [
             PlannedUnit(
-                "a.c", [PlannedKernel("k", {"opt": "3"}, {"num_teams": 2})], {"R3_TILE_1": 32}, "r3-zen3-0.patch"
+                "a.c",
+                [PlannedKernel("k", Pipeline(opt="3"), Launch(num_teams=2))],
+                {"R3_TILE_1": 32},
+                "r3-zen3-0.patch",
             )
         ],
     )
     assert host.name() == "zen3" and host.spec_keys() == "target=zen3" and "gpu" not in host.to_json()
-    assert host.build_digest() == "768c2fd78a456789"
+    assert host.build_digest() == "724a5067efbfdd92"
     host.gpu = "sm_90"
-    assert host.build_digest() != "768c2fd78a456789"
+    assert host.build_digest() != "724a5067efbfdd92"
     # a GPU this r3 does not know: one line
     assert r3("--workspace", recorded, "emit", "heat-offload", "--repo", repo, "--gpu", "sm_100") == 2
     assert capsys.readouterr().err.strip().startswith("r3 emit: error: unknown GPU target 'sm_100'")
@@ -620,7 +620,7 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
                 "any",
                 [
                     PlannedUnit(
-                        "nest.c", [PlannedKernel(cap.kernel, {"opt": "3"})], {k: v[0] for k, v in p.knobs.items()}
+                        "nest.c", [PlannedKernel(cap.kernel, Pipeline(opt="3"))], {k: v[0] for k, v in p.knobs.items()}
                     )
                 ],
             ).to_json()

@@ -1,6 +1,7 @@
-"""The type hints of the objects every stage passes around (the data objects and the plan
-r3-apply reads) are checked by mypy, with the settings of setup.cfg's [mypy] sections:
-every function there annotated, and the annotations consistent with the code."""
+"""The type hints of the objects every stage passes around (the data objects, a kernel's
+tune result and the plan r3-apply reads) are checked by mypy, with the settings of
+setup.cfg's [mypy] sections: every function there annotated, and the annotations
+consistent with the code."""
 
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-TYPED_MODULES = ("spack_r3/data.py", "spack_r3/emit/plan.py")
+TYPED_MODULES = ("spack_r3/data.py", "spack_r3/search/results.py", "spack_r3/emit/plan.py")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def mypy():
     return path
 
 
-def test_data_objects_and_plan_are_fully_typed(mypy):
+def test_data_objects_results_and_plan_are_fully_typed(mypy):
     config = os.path.join(REPO_ROOT, "setup.cfg")
     # --cache-dir os.devnull: nothing written into the checkout
     run = subprocess.run(

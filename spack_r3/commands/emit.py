@@ -49,7 +49,7 @@ def emit(args):
                     "targets": done.targets,
                     "skipped": done.skipped,
                     "predicted_app_speedup": done.plan.predicted_app_speedup(),
-                    "kernels": [k.__dict__ for u in done.plan.units for k in u.kernels],
+                    "kernels": [k.to_json() for u in done.plan.units for k in u.kernels],
                 },
                 indent=1,
             )

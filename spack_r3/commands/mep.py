@@ -7,7 +7,6 @@ winner's (its source patch, its pipeline as compiler flags, its launch settings)
 
 from .. import cxxnames
 from ..capture import load_capture_dir, resolve
-from ..data import Variant
 from ..errors import R3Error
 from ..mep.writer import IR, write_mep
 from ..search.results import describe_variant, load_result
@@ -39,11 +38,11 @@ def mep(args):
             raise R3Error(
                 "%s has no tuning result in %s (run r3 tune first)" % (cxxnames.display(capture.kernel), ws.root)
             )
-        if result.winner == "baseline":
+        if not result.won:
             raise R3Error(
                 "nothing beat %s as built in r3 tune: there is no winner to write" % cxxnames.display(capture.kernel)
             )
-        variant = Variant.from_json(result.variant)
+        variant = result.variant
         text = "%s, %.3fx over the kernel as built in r3 tune (confirmed, %d pairs)" % (
             describe_variant(variant),
             result.speedup,

@@ -148,7 +148,7 @@ def _workspace_mode(args, targets, origin):
             continue
         seen.add(c.kernel)
         result = load_result(ws, c.id)
-        variant = Variant.from_json(result.variant) if result and result.variant else Variant()
+        variant = result.variant if result else Variant()
         with tempfile.TemporaryDirectory(prefix="r3-retarget-") as tmp:
             unit = tuned_unit(c, ws.capture_dir(c.id), variant, tmp)
             geometry = geometry_of(c, variant, args.max_registers)

@@ -103,15 +103,13 @@ class Screener:
 
 def winners(targets, results):
     """[(kernel, [Verdict])]: each screened kernel's winner on the GPUs, for the report."""
-    from ..data import Variant
-
     screens = {t.kernel: t.screen for t in targets if isinstance(getattr(t, "screen", None), Screener)}
     out = []
     for r in results:
         s = screens.get(r.kernel)
         if s is not None:
             try:
-                out.append((r.kernel, s.verdicts(Variant.from_json(r.variant))))
+                out.append((r.kernel, s.verdicts(r.variant)))
             except (R3Error, ValueError) as err:
                 out.append((r.kernel, err))
     return out

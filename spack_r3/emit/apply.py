@@ -132,12 +132,11 @@ def shared_names(text, kernels, tag):
 
 
 def build_unit(line, source, obj, unit, probes=False, tuned=True):
-    """Build ``obj`` from ``source`` as the plan's ``unit`` says (raises ApplyError):
+    """Build ``obj`` from ``source`` as the plan's ``unit`` (``plan.PlannedUnit``) says (raises ApplyError):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
     ``probes``."""
     from ..record.launcher import unoptimized_args, codegen_args
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
-    from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
 
@@ -150,8 +149,8 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
     init_llvm()
     compiler = line.compiler
     tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
-    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.get("defines", {}).items())] if tuned else []
-    kernels = [k["symbol"] for k in unit["kernels"]]
+    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())] if tuned else []
+    kernels = [k.symbol for k in unit.kernels]
     with tempfile.TemporaryDirectory(prefix="r3-apply-") as tmp:
         ll = os.path.join(tmp, "unit.ll")
         _run(
@@ -188,30 +187,27 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
             + ["-Wno-unused-command-line-argument", "-Wno-override-module", "-c", rest, "-o", parts[0]],
             "the unit without its kernels" if tuned else "the unit with probes",
         )
-        for k in unit["kernels"] if tuned else []:
-            pipeline = Pipeline.from_json(k["pipeline"])
-            launch = Launch.from_json(k.get("launch") or {})
+        for k in unit.kernels if tuned else []:
+            pipeline, launch = k.pipeline, k.launch
             try:
                 source_ir = KernelIR.from_bitcode(
-                    names[k["symbol"]], bitcode, recorded_globals=writable, clang=compiler, build=True
+                    names[k.symbol], bitcode, recorded_globals=writable, clang=compiler, build=True
                 )
                 mod = optimized_module(source_ir, pipeline, launch)
             except CompileError as err:
-                raise ApplyError("%s: %s" % (k["symbol"], err))
+                raise ApplyError("%s: %s" % (k.symbol, err))
             except Exception as err:  # extraction: what replay would refuse
-                raise ApplyError("%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__))
+                raise ApplyError("%s: %s" % (k.symbol, str(err).splitlines()[0] if str(err) else type(err).__name__))
             if launch.threads:
                 mod = _with_threads(mod, launch.threads)
             if probes:  # the body behind the wrapper that rest.o now defines
-                mod.get_function(names[k["symbol"]]).name = TIMED_PREFIX + names[k["symbol"]]
+                mod.get_function(names[k.symbol]).name = TIMED_PREFIX + names[k.symbol]
             cpu, features = resolve_target(pipeline, source_ir)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:
                 f.write(tm.emit_object(mod))
-        guarded = [
-            names[k["symbol"]] for k in unit["kernels"] if tuned and Pipeline.from_json(k["pipeline"]).specialize
-        ]
+        guarded = [names[k.symbol] for k in unit.kernels if tuned and k.pipeline.specialize]
         if guarded:  # specialized kernels' guards report how often they matched (specialize.reporter_c)
             parts.append(_guard_reporter(compiler, guarded, tmp))
         if len(parts) == 1:

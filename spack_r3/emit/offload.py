@@ -35,15 +35,14 @@ def packager(compiler):
 def build_unit(line, source, obj, unit, run, apply_error):
     """Build ``obj`` from the offload unit ``source`` with the plan's ``unit`` tuned.
     ``run(argv, what)`` runs a tool (raising ``apply_error`` with one line)."""
-    from ..data import Launch, Pipeline
     from ..replay.engine import init_llvm
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from .apply import _bitcode, declare_only
 
     init_llvm()
     compiler = line.compiler
-    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.get("defines", {}).items())]
-    kernels = [k["symbol"] for k in unit["kernels"]]
+    defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())]
+    kernels = [k.symbol for k in unit.kernels]
     target = offload_targets(line.args)[0]
     with tempfile.TemporaryDirectory(prefix="r3-apply-offload-") as tmp:
         dev_ll = os.path.join(tmp, "device.ll")
@@ -75,18 +74,15 @@ def build_unit(line, source, obj, unit, run, apply_error):
             [compiler] + level + ["-fPIC", "-Wno-override-module", "-c", "-x", "ir", rest, "-o", parts[0]],
             "the device module without its tuned regions",
         )
-        for k, name in zip(unit["kernels"], kernels):
-            pipeline = Pipeline.from_json(k["pipeline"])
-            launch = Launch.from_json(k.get("launch") or {})
+        for k, name in zip(unit.kernels, kernels):
+            pipeline, launch = k.pipeline, k.launch
             try:
                 source_ir = KernelIR.from_bitcode(name, bitcode, clang=compiler, build=True)
                 mod = optimized_module(source_ir, pipeline, launch)
             except CompileError as err:
-                raise apply_error("%s: %s" % (k["symbol"], err))
+                raise apply_error("%s: %s" % (k.symbol, err))
             except Exception as err:  # extraction: what replay would refuse
-                raise apply_error(
-                    "%s: %s" % (k["symbol"], str(err).splitlines()[0] if str(err) else type(err).__name__)
-                )
+                raise apply_error("%s: %s" % (k.symbol, str(err).splitlines()[0] if str(err) else type(err).__name__))
             cpu, features = resolve_target(pipeline, source_ir)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "region-%d.o" % len(parts)))

@@ -8,6 +8,10 @@
 
 Emit writes it beside the package; ``r3-apply`` reads it (``R3_APPLY_PLAN``). Source
 patches are not in the plan: the package applies them before the build.
+
+The plan holds the winner typed (``Pipeline``, ``Launch``) from emit to r3-apply: one
+loader (``Plan.from_json``) and one writer (``to_json`` of each part); ``build_digest`` is
+the writer's output less what was measured.
 """
 
 import hashlib
@@ -16,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ..data import Json
+from ..data import Json, Launch, Pipeline
 
 PLAN_FORMAT = 1
 
@@ -24,12 +28,38 @@ PLAN_FORMAT = 1
 @dataclass
 class PlannedKernel:
     symbol: str
-    pipeline: Json
-    launch: Json = field(default_factory=dict)
+    pipeline: Pipeline
+    launch: Launch = field(default_factory=Launch)
     relaxes_fp: bool = False
     speedup: float = 1.0  # confirmed replay speedup
     share: float = 0.0  # of the application's run time, as recorded
     rule: Optional[str] = None  # the source rewrite's rule, if any
+
+    # What r3-apply builds from (the build digest's part); the rest was measured.
+    BUILT = ("symbol", "pipeline", "launch")
+
+    def to_json(self) -> Json:
+        return {
+            "symbol": self.symbol,
+            "pipeline": self.pipeline.to_json(),
+            "launch": self.launch.to_json(),
+            "relaxes_fp": self.relaxes_fp,
+            "speedup": self.speedup,
+            "share": self.share,
+            "rule": self.rule,
+        }
+
+    @classmethod
+    def from_json(cls, data: Json) -> "PlannedKernel":
+        return cls(
+            data["symbol"],
+            Pipeline.from_json(data.get("pipeline") or {}),
+            Launch.from_json(data.get("launch")),
+            bool(data.get("relaxes_fp", False)),
+            float(data.get("speedup", 1.0)),
+            float(data.get("share", 0.0)),
+            data.get("rule"),
+        )
 
 
 @dataclass
@@ -38,6 +68,23 @@ class PlannedUnit:
     kernels: List[PlannedKernel] = field(default_factory=list)
     defines: Dict[str, int] = field(default_factory=dict)
     patch: Optional[str] = None  # the patch file's name in the package directory
+
+    def to_json(self) -> Json:
+        return {
+            "source": self.source,
+            "defines": dict(self.defines),
+            "patch": self.patch,
+            "kernels": [k.to_json() for k in self.kernels],
+        }
+
+    @classmethod
+    def from_json(cls, data: Json) -> "PlannedUnit":
+        return cls(
+            data["source"],
+            [PlannedKernel.from_json(k) for k in data.get("kernels", [])],
+            dict(data.get("defines") or {}),
+            data.get("patch"),
+        )
 
 
 @dataclass
@@ -64,19 +111,15 @@ class Plan:
         device plan (``zen3-sm_90``), so plans for several GPUs of one host sit side by side."""
         return "%s-%s" % (self.target, self.gpu) if self.gpu else self.target
 
-    def unit_for(self, path: str) -> Optional[Json]:
+    def unit_for(self, path: str) -> Optional[PlannedUnit]:
         """The unit planned for the source file at ``path`` (absolute, in some build's
-        stage), as a dict for ``apply.build_unit``; matched by its path relative to the
-        source root, so any stage directory matches."""
+        stage); matched by its path relative to the source root, so any stage directory
+        matches."""
         norm = os.path.normpath(path)
         for unit in self.units:
             rel = os.path.normpath(unit.source)
             if norm == rel or norm.endswith(os.sep + rel):
-                return {
-                    "source": unit.source,
-                    "defines": dict(unit.defines),
-                    "kernels": [k.__dict__ for k in unit.kernels],
-                }
+                return unit
         return None
 
     def predicted_app_speedup(self) -> float:
@@ -88,13 +131,8 @@ class Plan:
         carries it, so Spack's hash of the package changes with the plan (a ``+r3`` install
         from an earlier plan is not reused). Measurements and facts are left out."""
         units = [
-            {
-                "source": u.source,
-                "defines": dict(u.defines),
-                "patch": u.patch,
-                "kernels": [{"symbol": k.symbol, "pipeline": k.pipeline, "launch": k.launch} for k in u.kernels],
-            }
-            for u in self.units
+            dict(unit, kernels=[{key: k[key] for key in PlannedKernel.BUILT} for k in unit["kernels"]])
+            for unit in self.to_json()["units"]
         ]
         built: Json = {"format": self.format, "target": self.target, "units": units}
         if self.gpu:  # absent for host plans: their digests stay as they were
@@ -107,15 +145,7 @@ class Plan:
             "format": self.format,
             "target": self.target,
             "facts": self.facts,
-            "units": [
-                {
-                    "source": u.source,
-                    "defines": dict(u.defines),
-                    "patch": u.patch,
-                    "kernels": [dict(k.__dict__) for k in u.kernels],
-                }
-                for u in self.units
-            ],
+            "units": [u.to_json() for u in self.units],
         }
         if self.gpu:
             d["gpu"] = self.gpu
@@ -123,15 +153,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, data: Json) -> "Plan":
-        units = [
-            PlannedUnit(
-                u["source"],
-                [PlannedKernel(**k) for k in u.get("kernels", [])],
-                dict(u.get("defines") or {}),
-                u.get("patch"),
-            )
-            for u in data.get("units", [])
-        ]
+        units = [PlannedUnit.from_json(u) for u in data.get("units", [])]
         return cls(
             data["target"], units, data.get("format", PLAN_FORMAT), dict(data.get("facts") or {}), data.get("gpu")
         )

@@ -1,25 +1,34 @@
 """What tuning found, per kernel: the result record, the table, the report files.
 
-The report (``<workspace>/reports/tune.txt``, ``tune.json``, ``tune.png``) is
-rewritten at the end of every ``r3 tune``: the table, each winner's variant, and a
-plot of the best verified speedup against evaluations per kernel.
+A kernel's result is made once, by ``kernel_result``: whether a variant beat the build is
+decided there (``noise.beats_build``) and kept as ``KernelResult.won``, with the winning
+``Variant`` itself (typed; JSON only on disk). It is written once, to
+``results/<first capture id>.json`` (``save_results``), which emit, retarget and mep read.
+The report (``<workspace>/reports/tune.txt``, ``tune.json``, ``tune.png``) is a view of
+the run's results, rewritten at the end of every ``r3 tune`` and never read back: the
+table, each winner's variant, and a plot of the best verified speedup against
+evaluations per kernel.
 """
 
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from statistics import median
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .. import cxxnames
-from ..data import WARM, Variant
+from ..data import WARM, Json, Variant
 from ..fileutil import write_atomic
 from ..capture import load_capture_dir
 from ..replay import specialize
 from ..replay.pipeline import as_built, format_spec
 from ..report import percent, seconds, table
-from .noise import MIN_GAIN, clearly_faster
+from .noise import WIN_ABOVE, beats_build, clearly_faster
 from .simplify import settings
+
+if TYPE_CHECKING:  # (annotations only)
+    from ..workspace import Workspace
+    from .confirm import Confirmed
 
 
 @dataclass
@@ -35,8 +44,8 @@ class KernelResult:
     evaluations: int
     failed: Dict[str, int]
     relaxes_fp: bool
-    winner: str  # "baseline" or the variant in words: pipeline SPEC and launch settings
-    variant: dict  # the winning Variant as JSON (the baseline's when nothing beat it)
+    won: bool  # a variant beat the build (``noise.beats_build``, decided once, here); else ``variant`` is the build
+    variant: Variant  # the winner (the kernel as built when nothing beat it)
     search_speedup: Optional[float] = None  # what the search measured for the winner, before confirmation
     picked_speedup: Optional[float] = None  # what confirmation measured, when ``speedup`` was measured again
     pairs: int = 0  # confirmation pairs behind ``speedup``
@@ -51,19 +60,33 @@ class KernelResult:
     # The winner's arguments folded in as constants behind a guard (``specialize.named``): ["n=300"]
     specialized: List[str] = field(default_factory=list)
 
-    def to_json(self):
+    @property
+    def winner(self) -> str:
+        """The winner in words (``describe_variant``), or "baseline" when nothing beat the build."""
+        return describe_variant(self.variant) if self.won else BASELINE
+
+    def to_json(self) -> Json:
         d = asdict(self)
+        d["variant"] = self.variant.to_json()
+        d["winner"] = self.winner  # (for readers of the JSON; not read back)
         d["kernel_demangled"] = cxxnames.demangle(self.kernel)
         d["failed_total"] = sum(self.failed.values())
         return d
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data: Json) -> "KernelResult":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        kept: Dict[str, Any] = {k: v for k, v in data.items() if k in names}
+        kept["variant"] = Variant.from_json(data.get("variant") or {})
+        if "won" not in data:  # written before ``won``: its "baseline" sentinel, and emit's threshold
+            kept["won"] = data.get("winner") != BASELINE and beats_build(data.get("speedup", 1.0))
+        return cls(**kept)
 
 
-def describe_variant(variant):
+BASELINE = "baseline"  # the winner column of a kernel nothing beat
+
+
+def describe_variant(variant: Variant) -> str:
     """A variant in words: its pipeline SPEC, then launch settings."""
     words = [format_spec(variant.pipeline)]
     if variant.source_patch:  # the rewrite first: it is what a build of the winner patches in
@@ -77,9 +100,10 @@ def describe_variant(variant):
     return " ".join(words)
 
 
-def pick(confirmed):
+def pick(confirmed: Sequence["Confirmed"]) -> Optional["Confirmed"]:
     """The winner among confirmed candidates, or None when none beats the baseline: a
-    winner is faster in every confirmation round, and by more than noise overall. The best
+    winner is faster in every confirmation round, and by more than noise overall
+    (``noise.beats_build``). The best
     median that fails that loses to a slower one that holds (near the noise floor the
     three best differ by less than a round's spread). Among those the best that holds is
     not clearly faster than (``noise.clearly_faster``), the variant with fewest settings wins:
@@ -88,7 +112,7 @@ def pick(confirmed):
     holding = [
         c
         for c in confirmed
-        if not c.rejected and not c.screened_out and c.ratios and c.speedup > MIN_GAIN and min(c.round_speedups) > 1.0
+        if not c.rejected and not c.screened_out and c.ratios and beats_build(c.speedup) and min(c.round_speedups) > 1.0
     ]
     best = max(holding, key=lambda c: c.speedup, default=None)
     if best is None:
@@ -99,19 +123,31 @@ def pick(confirmed):
     )
 
 
-def kernel_result(target, study, confirmed, again=None):
+def kernel_result(
+    target: Any, study: Any, confirmed: Sequence["Confirmed"], again: Optional["Confirmed"] = None
+) -> KernelResult:
     """The kernel's result: the ``pick`` of its confirmed candidates, its speedup from
     ``again`` (``confirm.measure_again`` of that pick) when given, since the pairs a pick
-    was made by read high. A pick that is not faster by more than noise measured again
-    leaves the kernel its baseline (nothing to emit)."""
+    was made by read high. A pick that does not beat the build (``noise.beats_build``)
+    measured again leaves the kernel its baseline (``won`` False: nothing to emit)."""
     best = pick(confirmed)
     measured = again if best and again is not None else best
-    if measured is not None and (measured.rejected or not measured.ratios or measured.speedup <= MIN_GAIN):
+    # (a pick that does not hold measured again: listed among the rejected, with its figure)
+    below = measured if measured and not measured.rejected and measured.ratios else None
+    below = below if below and not beats_build(below.speedup) else None
+    if measured is not None and (measured.rejected or not measured.ratios or below):
         measured = None
     any_measured = measured or next((c for c in confirmed if c.baseline_times), None)
     baseline_s = median(any_measured.baseline_times) if any_measured else None
     trials = study.trials()
-    rejected = [c for c in confirmed if c.rejected] + ([again] if again is not None and again.rejected else [])
+    rejected = ["%s: %s" % (describe_variant(c.variant), c.rejected) for c in confirmed if c.rejected]
+    if again is not None and again.rejected:
+        rejected.append("%s: %s" % (describe_variant(again.variant), again.rejected))
+    if below:
+        rejected.append(
+            "%s: %.3fx over the build, within noise (a winner needs above %.3fx)"
+            % (describe_variant(below.variant), below.speedup, WIN_ABOVE)
+        )
     common = dict(
         kernel=target.kernel,
         captures=[os.path.basename(c) for c in target.captures],
@@ -120,7 +156,7 @@ def kernel_result(target, study, confirmed, again=None):
         failed=study.failures(),
         study=study.name,
         curve=study.curve(),
-        rejected=["%s: %s" % (describe_variant(c.variant), c.rejected) for c in rejected],
+        rejected=rejected,
         tolerance=target.tolerance,
         cache=WARM if target.sequence else target.cache,
         calls=len(target.captures) if target.sequence else 1,
@@ -135,12 +171,13 @@ def kernel_result(target, study, confirmed, again=None):
             speedup_min=1.0,
             speedup_max=1.0,
             relaxes_fp=False,
-            winner="baseline",
-            variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))).to_json(),
+            won=False,
+            variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))),
             pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
             search_speedup=best.search_speedup if best else None,
             **common,
         )
+    assert best is not None  # (``measured`` is the pick, or the pick measured again)
     specialized = specialize.named(load_capture_dir(target.captures[0], False), best.variant.pipeline.specialize)
     return KernelResult(
         baseline_s=baseline_s,
@@ -149,8 +186,8 @@ def kernel_result(target, study, confirmed, again=None):
         speedup_min=min(measured.round_speedups),
         speedup_max=max(measured.round_speedups),
         relaxes_fp=best.variant.pipeline.relaxes_fp,
-        winner=describe_variant(best.variant),
-        variant=best.variant.to_json(),
+        won=True,
+        variant=best.variant,
         search_speedup=best.search_speedup,
         pairs=len(measured.ratios),
         specialized=specialized,
@@ -158,11 +195,11 @@ def kernel_result(target, study, confirmed, again=None):
     )
 
 
-def failures_text(failed):
+def failures_text(failed: Dict[str, int]) -> str:
     return ", ".join("%d %s" % (n, kind) for kind, n in sorted(failed.items())) or "-"
 
 
-def results_table(results):
+def results_table(results: Sequence[KernelResult]) -> str:
     rows = []
     for r in results:
         rows.append(
@@ -192,9 +229,9 @@ def results_table(results):
     return text
 
 
-def model_line(result):
+def model_line(result: KernelResult) -> str:
     """What the model gave a kernel, in words."""
-    m = result.model
+    m = result.model or {}
     line = "model, %s: %d request(s), %d answered, %d usable rewrite(s)" % (
         cxxnames.display(result.kernel),
         m.get("asked", 0),
@@ -206,24 +243,40 @@ def model_line(result):
     return line + ("; last error: %s" % m["error"] if m.get("error") else "")
 
 
-def save_results(workspace, results):
-    """Keep each kernel's result beside its captures: ``results/<capture id>.json``."""
+def save_results(workspace: "Workspace", results: Sequence[KernelResult]) -> None:
+    """Keep each kernel's result, once: ``results/<its first capture's id>.json``. (Earlier
+    runs wrote a copy under each capture's id; those of its other captures go.)"""
     os.makedirs(workspace.results_dir, exist_ok=True)
     for r in results:
-        for cid in r.captures:
-            write_atomic(workspace.result_file(cid), json.dumps(r.to_json(), indent=1))
+        write_atomic(workspace.result_file(r.captures[0]), json.dumps(r.to_json(), indent=1))
+        for cid in r.captures[1:]:
+            try:
+                os.remove(workspace.result_file(cid))
+            except FileNotFoundError:
+                pass
 
 
-def load_result(workspace, capture_id):
-    """The saved KernelResult of a capture, or None."""
+def load_result(workspace: "Workspace", capture_id: str) -> Optional[KernelResult]:
+    """The saved KernelResult of the kernel a capture belongs to, or None."""
+    found = _read_result(workspace.result_file(capture_id))
+    if found is not None or not os.path.isdir(workspace.results_dir):
+        return found
+    for name in sorted(os.listdir(workspace.results_dir)):  # a capture other than its kernel's first
+        other = _read_result(os.path.join(workspace.results_dir, name)) if name.endswith(".json") else None
+        if other is not None and capture_id in other.captures:
+            return other
+    return None
+
+
+def _read_result(path: str) -> Optional[KernelResult]:
     try:
-        with open(workspace.result_file(capture_id)) as f:
+        with open(path) as f:
             return KernelResult.from_json(json.load(f))
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def write_report(workspace, results, header=""):
+def write_report(workspace: "Workspace", results: Sequence[KernelResult], header: str = "") -> Dict[str, str]:
     """The report files in the workspace; returns their paths."""
     out = workspace.reports_dir
     os.makedirs(out, exist_ok=True)
@@ -235,7 +288,7 @@ def write_report(workspace, results, header=""):
     lines = [header, results_table(results), ""] if header else [results_table(results), ""]
     for r in results:
         lines.append("%s: %s" % (cxxnames.display(r.kernel), r.winner))
-        lines.append("  variant %s" % json.dumps(r.variant, sort_keys=True))
+        lines.append("  variant %s" % json.dumps(r.variant.to_json(), sort_keys=True))
         lines.append(
             "  search found %s, re-measured %.3fx over %d pairs; study %s"
             % ("-" if r.search_speedup is None else "%.3fx" % r.search_speedup, r.speedup, r.pairs, r.study)
@@ -248,7 +301,7 @@ def write_report(workspace, results, header=""):
     return paths
 
 
-def plot_curves(results, path):
+def plot_curves(results: Sequence[KernelResult], path: str) -> None:
     """PNG: best verified speedup (as the search measured it) against evaluations."""
     import matplotlib
 

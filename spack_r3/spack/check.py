@@ -38,7 +38,7 @@ from ..emit.apply import planned_symbol
 from ..emit.plan import amdahl
 from ..errors import R3Error
 from ..record.profiles import load_profiles, outer_share_of, share_of
-from ..replay.specialize import LOG_ENV, read_counts, specialized
+from ..replay.specialize import LOG_ENV, read_counts
 from .emit import default_repo
 from .record import install, open_site, with_clang
 
@@ -198,7 +198,7 @@ def guard_counts(plan, log):
         {"kernel": k.symbol, "calls": counts.get(k.symbol, [0, 0])[0], "hits": counts.get(k.symbol, [0, 0])[1]}
         for u in plan.units
         for k in u.kernels
-        if specialized(k.pipeline)
+        if k.pipeline.specialize
     ]
 
 

@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 from typing import List
 
 from .. import backends
-from ..data import Variant
 from ..device.targets import gpu_target
 from ..errors import R3Error
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 from ..fileutil import write_atomic
-from ..search.noise import INDISTINCT, clearly_above
 from ..search.results import load_result
 from ..sourcepatch import Composer, PatchError, make_patch
 from ..replay.source import unit_text
@@ -72,18 +70,10 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
         result = load_result(workspace, capture.id)
         if result is None or result.captures[:1] != [capture.id]:
             continue  # not tuned, or another instance of a kernel counted already
-        if result.winner == "baseline" or result.speedup <= 1.0:
+        if not result.won:  # (decided where the result was made: noise.beats_build)
             skipped.append("%s: nothing beat the baseline" % result.kernel)
             continue
-        if not clearly_above(result.speedup, 1.0):
-            # A few percent in replay does not survive into the application (heat's stencil:
-            # 1.013x confirmed, 0.99x in the app), and is no reason to relax its FP semantics.
-            skipped.append(
-                "%s: %.3fx over the build is within noise (a variant needs above %.3fx)"
-                % (result.kernel, result.speedup, 1 + INDISTINCT)
-            )
-            continue
-        variant = Variant.from_json(result.variant)
+        variant = result.variant
         rel = _relative(capture.source_file, facts.get("source_root"))
         unit = units.setdefault(rel, PlannedUnit(rel))
         directory = workspace.capture_dir(capture.id)
@@ -107,8 +97,8 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
         unit.kernels.append(
             PlannedKernel(
                 result.kernel,
-                variant.pipeline.to_json(),
-                variant.launch.to_json(),
+                variant.pipeline,
+                variant.launch,
                 result.relaxes_fp,
                 result.speedup,
                 result.share,
