@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from .errors import R3Error
+from .iredit import ensure_declared, push_before_forks
 
 
 @dataclass(frozen=True)
@@ -117,23 +118,8 @@ def apply_geometry(text, kernel, launch):
     if _PUSH.search(body):
         body = _PUSH.sub(lambda m: "%s, %s)" % (m.group(1), values), body)
     else:
-        count = [0]
-
-        def push(m):
-            count[0] += 1
-            gtid = "%%r3.gtid.%d" % count[0]
-            return (
-                "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_teams(%s, i32 %s, %s)\n%s"
-                % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, values, m.group(0))
-            )
-
-        body = _FORK_TEAMS.sub(push, body)
+        body = push_before_forks(body, _FORK_TEAMS, "__kmpc_push_num_teams", values)[0]
     text = text[:start] + body + text[end:]
-    for decl in (
-        "declare i32 @__kmpc_global_thread_num(ptr)",
-        "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)",
-    ):
-        name = decl.split("@")[1].split("(")[0]
-        if not re.search(r"^declare [^\n]*@%s\(" % name, text, re.M):
-            text += "\n" + decl + "\n"
-    return text
+    return ensure_declared(
+        text, ["declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)"]
+    )

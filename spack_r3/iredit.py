@@ -380,27 +380,41 @@ _FORK = re.compile(
 )
 
 
+def push_before_forks(text, fork, push, values):
+    """(text, forks): before each call that ``fork`` matches (groups: its indentation, its
+    location argument), the thread's id and ``call void @push(loc, i32 gtid, values)``: what
+    clang compiles a ``num_threads`` or ``num_teams`` clause to."""
+    count = [0]
+
+    def before(m):
+        count[0] += 1
+        gtid = "%%r3.gtid.%d" % count[0]
+        return "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @%s(%s, i32 %s, %s)\n%s" % (
+            m.group(1),
+            gtid,
+            m.group(2),
+            m.group(1),
+            push,
+            m.group(2),
+            gtid,
+            values,
+            m.group(0),
+        )
+
+    return fork.sub(before, text), count[0]
+
+
 def push_num_threads(text, threads):
     """(text, forks): each OpenMP fork preceded by ``__kmpc_push_num_threads(threads)``,
     what ``num_threads(N)`` compiles to. (A text edit on llvmlite's own text: its binding
     has no way to insert a call.)"""
-    count = [0]
-
-    def push(m):
-        count[0] += 1
-        gtid = "%%r3.gtid.%d" % count[0]
-        return (
-            "%s%s = call i32 @__kmpc_global_thread_num(%s)\n%scall void @__kmpc_push_num_threads(%s, i32 %s, "
-            "i32 %d)\n%s" % (m.group(1), gtid, m.group(2), m.group(1), m.group(2), gtid, threads, m.group(0))
-        )
-
-    text = _FORK.sub(push, text)
-    if count[0]:
+    text, forks = push_before_forks(text, _FORK, "__kmpc_push_num_threads", "i32 %d" % threads)
+    if forks:
         text = ensure_declared(
             text,
             ["declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_threads(ptr, i32, i32)"],
         )
-    return text, count[0]
+    return text, forks
 
 
 def set_target(text, cpu, features):
