@@ -21,7 +21,9 @@ capture once and keeps it.
 
 ``servers`` holds one ``RemoteServer`` per worker, each bound to one worker (a worker
 that joins later, such as a batch job that started, gets one the next time the search
-asks for the servers). A worker that dies mid-evaluation costs that evaluation only: its task's
+asks for the servers); on an adaptive cluster, as many as its most workers (``size``),
+those beyond its workers sharing one until Dask starts more. A worker that dies
+mid-evaluation costs that evaluation only: its task's
 restriction to the bound worker is loose, so Dask runs it again on a worker that lives,
 and the server binds to such a worker for what follows. A task that killed
 ``distributed.scheduler.allowed-failures`` workers comes back as a crash of its candidate.
