@@ -189,6 +189,25 @@ def find_define(lines, name):
     raise KeyError(name)
 
 
+def local_ref(local):
+    """A pattern matching the local value ``local`` (``%n``, ``%3``) as a whole name."""
+    return re.compile(r"(?<![-\w$.%%])%s(?![-\w$.])" % re.escape(local))
+
+
+def body_without_debug(lines):
+    """A copy of a function body for a second function: the debug records and locations
+    belong to the original's subprogram."""
+    return [re.sub(r",?\s*!dbg\s+!\d+", "", x) for x in lines if "#dbg_" not in x and "@llvm.dbg." not in x]
+
+
+def for_analysis(text):
+    """``text`` for llvmlite's passes to analyse (never to run): without ``optnone`` (an -O0
+    build's functions, which passes skip) and without target attributes (the record clang's
+    name features llvmlite's LLVM may not know; it warns on stderr, once per function)."""
+    text = re.sub(r"\boptnone\b", "", text)
+    return re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", text)
+
+
 def strip_dbg(text):
     return re.sub(r"\s*!dbg\s+!\d+", "", text)
 

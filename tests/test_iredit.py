@@ -8,12 +8,15 @@ from spack_r3.iredit import (
     c_string,
     declare_only,
     add_fp_flags,
+    body_without_debug,
     defines_function,
     edit_call_args,
     ensure_declared,
     external_global,
     find_define,
+    for_analysis,
     global_ref,
+    local_ref,
     make_hidden,
     matching,
     push_num_threads,
@@ -177,3 +180,11 @@ def test_a_function_attribute_goes_where_llvm_reads_it():
     assert with_fn_attribute("#0 !dbg !7", "noinline") == "#0 noinline !dbg !7"
     assert with_fn_attribute("local_unnamed_addr comdat", "noinline") == "local_unnamed_addr noinline comdat"
     assert with_fn_attribute("noinline #1", "noinline") == "noinline #1"
+
+
+def test_a_body_copied_for_a_clone_drops_debug_and_keeps_whole_names():
+    body = ["  %x = add i32 %n, 1, !dbg !12", "    #dbg_value(i32 %n, !5, !DIExpression(), !9)", "  ret i32 %x"]
+    assert body_without_debug(body) == ["  %x = add i32 %n, 1", "  ret i32 %x"]
+    assert local_ref("%n").sub("7", "add i32 %n, %n.1") == "add i32 7, %n.1"
+    text = 'define void @f() #0 {\n  ret void\n}\nattributes #0 = { noinline optnone "target-cpu"="x86-64" }'
+    assert "optnone" not in for_analysis(text) and "target-cpu" not in for_analysis(text)

@@ -32,7 +32,19 @@ import re
 from dataclasses import dataclass
 from typing import Tuple
 
-from ..iredit import FunctionDef, find_define, global_ref, init_native, matching, ref_name, split_top
+from ..iredit import (
+    FunctionDef,
+    body_without_debug,
+    find_define,
+    for_analysis,
+    global_ref,
+    init_native,
+    local_ref,
+    matching,
+    ref_name,
+    split_top,
+    strip_dbg,
+)
 
 ORIG_SUFFIX = ".r3.orig"
 SPEC_SUFFIX = ".r3.spec"
@@ -113,10 +125,7 @@ def roles(ir, kernel):
     before optimization: arguments live in allocas, so ``sroa`` puts them in SSA first)."""
     import llvmlite.binding as llvm  # (here: the check and r3-apply read counts without it)
 
-    text = re.sub(r"\boptnone\b", "", ir)  # an -O0 build's functions: sroa would skip them
-    # The record clang's target attributes name features this LLVM may not know (it warns on
-    # stderr, once per function); a def-use walk after sroa needs none of them.
-    text = re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", text)
+    text = for_analysis(ir)
     init_native()
     mod = llvm.parse_assembly(text)
     tm = llvm.Target.from_triple(mod.triple or llvm.get_process_triple()).create_target_machine()
@@ -329,17 +338,6 @@ def counter_names(kernel):
     return CALLS_PREFIX + kernel, HITS_PREFIX + kernel
 
 
-def _without_debug(lines):
-    """A copy of a function body for a second function: the debug records and locations
-    belong to the original's subprogram."""
-    out = []
-    for line in lines:
-        if "#dbg_" in line or "@llvm.dbg." in line:
-            continue
-        out.append(re.sub(r",?\s*!dbg\s+!\d+", "", line))
-    return out
-
-
 def _constant(ty, value):
     return ("true" if value else "false") if ty == "i1" else str(value)
 
@@ -367,9 +365,9 @@ def specialize_text(text, kernel, pairs, ret_type):
     internal = " ".join(["internal", d.linkage_free_prefix]).strip()
     suffix = re.sub(r"\bcomdat(\s*\([^)]*\))?", "", d.suffix).strip()
     body = lines[i + 1 : j + 1]
-    spec = _without_debug(body)
+    spec = body_without_debug(body)
     for index, value in pairs:
-        spec = [_name(d.param_name(index)).sub(_constant(types[index], value), line) for line in spec]
+        spec = [local_ref(d.param_name(index)).sub(_constant(types[index], value), line) for line in spec]
     spec, outlined = _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types)
     calls, hits = (global_ref(n) for n in counter_names(kernel))
     args = ", ".join("%s %s" % (d.param_without_name(k), d.param_name(k)) for k in range(len(d.params)))
@@ -393,7 +391,7 @@ def specialize_text(text, kernel, pairs, ret_type):
         match = "%%r3.all%d" % n
     guard = (
         [
-            re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel)),
+            strip_dbg(d.render(kernel)),
             "  %%r3.calls = atomicrmw add ptr %s, i64 1 monotonic, align 8" % calls,
         ]
         + conds
@@ -408,14 +406,9 @@ def specialize_text(text, kernel, pairs, ret_type):
         + ["}"]
     )
     orig = [d.render(kernel + ORIG_SUFFIX, prefix=internal, suffix=suffix)] + body
-    clone = [re.sub(r"\s*!dbg\s+!\d+", "", d.render(kernel + SPEC_SUFFIX, prefix=internal, suffix=suffix))] + spec
+    clone = [strip_dbg(d.render(kernel + SPEC_SUFFIX, prefix=internal, suffix=suffix))] + spec
     counters = ["%s = hidden global i64 0, align 8" % calls, "%s = hidden global i64 0, align 8" % hits]
     return "\n".join(lines[:i] + orig + [""] + clone + [""] + guard + outlined + lines[j + 1 :] + counters) + "\n"
-
-
-def _name(local):
-    """A pattern matching the local value ``local`` (``%n``, ``%3``) as a whole name."""
-    return re.compile(r"(?<![-\w$.%%])%s(?![-\w$.])" % re.escape(local))
 
 
 def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types):
@@ -431,7 +424,7 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
     by value."""
     folded = {}  # the kernel's copy of a folded argument: (type, value, index)
     for index, value in pairs:
-        param = _name(d.param_name(index))
+        param = local_ref(d.param_name(index))
         for line in body:
             m = re.match(r"^\s*store (\S+) (\S+), ptr (%[-\w$.]+)", line)
             if m and m.group(1) == types[index] and param.fullmatch(m.group(2)) and _stores(body, m.group(3)) == 1:
@@ -482,7 +475,7 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
         while lines[end] != "}":
             end += 1
         od = FunctionDef(lines[start], outlined)
-        clone_body = _without_debug(lines[start + 1 : end + 1])
+        clone_body = body_without_debug(lines[start + 1 : end + 1])
         for k, (kind, copy) in reads.items():
             ty, value, index = folded[copy]
             if kind == "shared":
@@ -490,10 +483,8 @@ def _fold_into_parallel_regions(text, lines, kernel, body, spec, d, pairs, types
                 constants[const] = "%s = private unnamed_addr constant %s %s" % (const, ty, _constant(ty, value))
             else:  # the parameter's own type, wider than the argument's: its low bits are read
                 const = _constant(ty, value)
-            clone_body = [_name(od.param_name(k)).sub(lambda _, c=const: c, x) for x in clone_body]
-        head = re.sub(
-            r"\s*!dbg\s+!\d+", "", od.render(outlined + SPEC_SUFFIX, prefix="internal " + od.linkage_free_prefix)
-        )
+            clone_body = [local_ref(od.param_name(k)).sub(lambda _, c=const: c, x) for x in clone_body]
+        head = strip_dbg(od.render(outlined + SPEC_SUFFIX, prefix="internal " + od.linkage_free_prefix))
         out += [""] + [head] + clone_body
         for n, name in forks:
             if name == outlined:
@@ -513,8 +504,7 @@ def _readonly_params(text):
     import llvmlite.binding as llvm
 
     init_native()
-    prepared = re.sub(r"\boptnone\b", "", text)
-    prepared = re.sub(r'"target-(?:cpu|features)"="[^"]*"', "", prepared)
+    prepared = for_analysis(text)
     try:
         mod = llvm.parse_assembly(prepared)
     except RuntimeError:
