@@ -55,6 +55,7 @@ def cuda_path(tmp_path_factory):
     os.symlink(os.path.join(nvcc, "bin"), tree / "bin")
     os.symlink(os.path.join(nvcc, "nvvm"), tree / "nvvm")
     os.symlink(os.path.join(runtime, "lib", "libcudart.so.12"), tree / "lib64" / "libcudart.so.12")
+    os.symlink("libcudart.so.12", tree / "lib64" / "libcudart.so")  # what -lcudart finds
     return str(tree)
 
 
@@ -67,7 +68,8 @@ def _flags(cuda_path, *archs):
 @pytest.fixture(scope="module")
 def recorded_build(tmp_path_factory, cuda_path, clang):
     """record_app.cu built through the record launcher (R3_RECORD_DIR set), for sm_80 and
-    sm_90, linked against the wheel's libcudart; (record dir, executable)."""
+    sm_90, linked by it against the wheel's libcudart (-lcudart: the launcher links r3cuda.o
+    in); (record dir, that executable, the same object linked without the launcher)."""
     tmp = tmp_path_factory.mktemp("cuda-build")
     record = str(tmp / "record")
     clangxx = clang.replace("clang", "clang++", 1) if "clang++" not in clang else clang
@@ -81,18 +83,20 @@ def recorded_build(tmp_path_factory, cuda_path, clang):
         argv = [clangxx] + _flags(cuda_path, "sm_80", "sm_90")
         argv += ["--cuda-host-only", "-Xclang", "-fcuda-include-gpubinary", "-Xclang", cubin, "-c", src, "-o", obj]
         assert launcher.launch(argv) == 0
+        lib = os.path.join(cuda_path, "lib64")
+        assert launcher.launch([clangxx, obj, "-L", lib, "-lcudart", "-Wl,-rpath," + lib, "-o", exe]) == 0
     finally:
         if old is None:
             del os.environ["R3_RECORD_DIR"]
         else:
             os.environ["R3_RECORD_DIR"] = old
-    lib = os.path.join(cuda_path, "lib64")
-    subprocess.run([clangxx, obj, "-L", lib, "-l:libcudart.so.12", "-Wl,-rpath," + lib, "-o", exe], check=True)
-    return record, exe
+    plain = str(tmp / "app-plain")
+    subprocess.run([clangxx, obj, "-L", lib, "-lcudart", "-Wl,-rpath," + lib, "-o", plain], check=True)
+    return record, exe, plain
 
 
 def test_launcher_keeps_each_archs_device_ir_and_the_kernels_parameter_layout(recorded_build):
-    record, exe = recorded_build
+    record, exe, _ = recorded_build
     assert os.path.exists(exe)  # the build's own compile ran unchanged
     units = {}
     for d in os.listdir(os.path.join(record, "tus")):
@@ -150,15 +154,24 @@ def test_r3cuda_builds_against_the_real_headers_and_interposes_libcudart(recorde
     assert interposed <= _defined(r3cuda_real)
     lib = cuda.preload_library(clang)  # the launcher's build: the ABI declared in r3cuda.c
     assert interposed <= _defined(lib)
-    assert "libcudart" not in subprocess.run(["ldd", lib], capture_output=True, text=True).stdout  # dlsym(RTLD_NEXT)
-    _, exe = recorded_build
-    assert "libcudart.so.12" in subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
-    env = dict(os.environ, LD_PRELOAD=lib, R3CUDA_VERBOSE="1")
-    proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=60)
-    # the module constructor's registration went through r3cuda, then on to libcudart
-    assert "r3cuda: kernel %s" % KERNEL in proc.stderr
-    # here cudaMalloc (interposed, then libcudart's) finds no device; on a GPU the saxpy ran
-    assert proc.stdout.strip() in ("no device", "y[3] = 9")
+    assert "libcudart" not in _ldd(lib)  # the real ones by dlsym(RTLD_NEXT)
+    _, exe, plain = recorded_build
+    # linked by the record launcher: r3cuda's definitions in the executable, libcudart's beside
+    assert interposed <= _defined(exe) and "libcudart.so.12" in _ldd(exe)
+    # linked without it: nothing of r3cuda's until preloaded
+    assert not interposed & _defined(plain) and "libcudart.so.12" in _ldd(plain)
+    for program, env in ((exe, {}), (plain, {"LD_PRELOAD": lib})):
+        proc = subprocess.run(
+            [program], capture_output=True, text=True, env=dict(os.environ, R3CUDA_VERBOSE="1", **env), timeout=60
+        )
+        # the module constructor's registration went through r3cuda, then on to libcudart
+        assert "r3cuda: kernel %s" % KERNEL in proc.stderr
+        # here cudaMalloc (interposed, then libcudart's) finds no device; on a GPU the saxpy ran
+        assert proc.stdout.strip() in ("no device", "y[3] = 9")
+
+
+def _ldd(path):
+    return subprocess.run(["ldd", path], capture_output=True, text=True).stdout
 
 
 WRITER = r"""
@@ -196,7 +209,7 @@ def cuda_capture(recorded_build, r3cuda_real, clang, tmp_path):
     """A workspace holding one cuda capture: written by r3cuda.c's own writer (built into a
     host program, no GPU), from the memory a saxpy launch would have left (y = 2x + y, computed
     on the host), for the units the record launcher kept; then ingested."""
-    record, _ = recorded_build
+    record = recorded_build[0]
     c = tmp_path / "writer.c"
     c.write_text(WRITER)
     exe = str(tmp_path / "writer")
@@ -287,7 +300,7 @@ def test_a_cuda_capture_without_a_device_is_one_line_and_still_screened(cuda_cap
 
 @pytest.mark.gpu
 def test_record_and_replay_on_a_cuda_device(recorded_build, clang, tmp_path):
-    """On a CUDA GPU only: the application run under r3cuda.so records its saxpy launch
+    """On a CUDA GPU only: the application built by the record launcher records its saxpy launch
     (device memory at its device addresses), the capture ingests, and replay through the
     driver API maps it at those addresses, launches, verifies and times it."""
     from spack_r3.device.cuda import CudaUnavailable, driver
@@ -297,8 +310,8 @@ def test_record_and_replay_on_a_cuda_device(recorded_build, clang, tmp_path):
         driver()
     except CudaUnavailable as err:
         pytest.skip(str(err))
-    record, exe = recorded_build
-    env = dict(os.environ, LD_PRELOAD=cuda.preload_library(clang), R3_RECORD_DIR=record, R3_CAPTURE=KERNEL)
+    record, exe, _ = recorded_build  # r3cuda.o linked in by the record launcher
+    env = dict(os.environ, R3_RECORD_DIR=record, R3_CAPTURE=KERNEL)
     proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "y[3] = 9" in proc.stdout, proc.stderr
     ws = Workspace(str(tmp_path / "ws"))

@@ -12,8 +12,8 @@ reads no JSON): its first line the byte size of each kernel parameter (its slot 
 line ``<arch> <unit folder>`` a GPU arch.
 
 A build's host code calls the CUDA runtime; r3cuda.c interposes its launch and allocation
-functions, linked into the executable (a link that builds one from CUDA sources or with
-``-lcudart``) or preloaded (``LD_PRELOAD``, ``preload_library``).
+functions, linked into the executable (a link against the shared runtime, ``-lcudart``) or
+preloaded (``LD_PRELOAD``, ``preload_library``).
 """
 
 import hashlib
@@ -203,15 +203,30 @@ def _store_unit(record_dir, bitcode, compiler, args, source, kind, arch, flags, 
     return tu_dir
 
 
-def links_cuda(args):
-    """A link that builds a CUDA executable: CUDA sources, or the CUDA runtime named."""
-    return bool(gpu_sources(args)) or any(a in ("-lcudart", "-lcudart_static") for a in args)
+def links_cudart(args):
+    """A link against the shared CUDA runtime (``-lcudart``, ``-l:libcudart.so...``): one
+    r3cuda.o can interpose. A static one (``-lcudart_static``) defines the same symbols in
+    the executable: linking r3cuda.o beside it would clash, so it is left alone."""
+    return any(a == "-lcudart" or a.startswith("-l:libcudart.so") or a == "--cudart=shared" for a in args)
+
+
+def link_args(clang, args):
+    """What a link of a CUDA executable adds: the launch recorder, whose definitions win
+    over libcudart.so's (as r3offload.o's do over libomptarget's); nothing for other links."""
+    from .runtime import runtime_object
+
+    if not links_cudart(args) or "-c" in args:
+        return []
+    return [runtime_object(clang, RUNTIME_SOURCE), "-ldl", "-lpthread"]
 
 
 def launch(compiler, args, record_dir, warn):
     """The launcher for a line with CUDA/HIP sources: run unchanged, then keep each source's
     device IR (a failure is one warning: recording never breaks a build)."""
-    rc = subprocess.run([compiler] + list(args)).returncode
+    from .launcher import clang_for_runtime
+
+    extra = link_args(clang_for_runtime(compiler), args)  # (r3cuda.c is C: clang, not clang++)
+    rc = subprocess.run([compiler] + list(args) + extra).returncode
     if rc != 0:
         return rc
     for source in gpu_sources(args):

@@ -294,6 +294,8 @@ def launch(argv):
     from .offload import is_offload
 
     extra = [] if line.shared else link_args(clang_for_runtime(line.compiler), offload=is_offload(line))
+    if not line.shared:
+        extra += cuda.link_args(clang_for_runtime(line.compiler), line.args)
     return link_compiling(
         line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra
     )
