@@ -25,6 +25,7 @@ from typing import Optional, Tuple
 
 from .. import toolchain
 from ..errors import R3Error
+from ..iredit import GLOBAL_NAME, ref_name
 from . import tools
 from .targets import NVIDIA
 
@@ -73,7 +74,7 @@ _DROP_PREFIXES = (
     "-E",
     "-Wl,",
 )
-_KERNEL_DEF = re.compile(r'^define [^@\n]*\b(?:ptx_kernel|amdgpu_kernel)\b[^@\n]*@("(?:[^"]+)"|[\w.$]+)\(', re.M)
+_KERNEL_DEF = re.compile(r"^define [^@\n]*\b(?:ptx_kernel|amdgpu_kernel)\b[^@\n]*(%s)\(" % GLOBAL_NAME, re.M)
 
 
 class DeviceIRError(R3Error):
@@ -222,7 +223,7 @@ def kernels_of(bitcode):
     import llvmlite.binding as llvm
 
     text = str(llvm.parse_bitcode(bitcode))
-    return tuple(m.strip('"') for m in _KERNEL_DEF.findall(text))
+    return tuple(ref_name(m) for m in _KERNEL_DEF.findall(text))
 
 
 def _run(argv, cwd, what):
