@@ -18,11 +18,13 @@ runtime (record/runtime/r3offload.c), which a timed link brings in.
 """
 
 import os
-import re
 import shutil
 import tempfile
 
+from ..iredit import declare_only, split_module
 from ..record.offload import device_compile_args, offload_targets, region_key
+
+_ENTRY = ".offloading.entry."  # the global clang gives each target region (its offload entry)
 
 
 def packager(compiler):
@@ -37,7 +39,7 @@ def build_unit(line, source, obj, unit, run, apply_error):
     ``run(argv, what)`` runs a tool (raising ``apply_error`` with one line)."""
     from ..replay.engine import init_llvm
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
-    from .apply import _bitcode, declare_only
+    from .apply import _bitcode
 
     init_llvm()
     compiler = line.compiler
@@ -57,7 +59,8 @@ def build_unit(line, source, obj, unit, run, apply_error):
             text = f.read()  # clang's own text: the rest is compiled by it (llvmlite prints a newer IR)
         bitcode = _bitcode(compiler, text, tmp)
         # the plan's regions by function and line: this copy of the source has its own file ids
-        here = {region_key(n): n for n in re.findall(r'^@"?\.offloading\.entry\.([-\w.$]+)"? = ', text, re.M)}
+        entries = [n[len(_ENTRY) :] for kind, n, _ in split_module(text) if kind == "global" and n.startswith(_ENTRY)]
+        here = {region_key(n): n for n in entries}
         missing = [k for k in kernels if region_key(k) not in here]
         if missing:
             raise apply_error(
