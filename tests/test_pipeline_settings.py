@@ -6,17 +6,20 @@ and a study's space keeps its fingerprint, so existing studies resume."""
 
 import hashlib
 import json
+import os
 import random
+import re
 from dataclasses import fields, replace
 
 import pytest
+from conftest import REPO_ROOT
 
 from spack_r3.data import Pipeline, Variant
 from spack_r3.errors import PipelineError
 from spack_r3.replay.pipeline import _READ, format_spec, parse
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.settings import BY_KEY, FAST_MATH_FLAGS, SETTINGS
+from spack_r3.settings import BY_KEY, BY_NAME, FAST_MATH_FLAGS, SETTINGS, same
 
 # Every value of every field, in Pipeline's order: random pipelines drawn from these
 # cover every setting at and away from its default.
@@ -207,3 +210,25 @@ def test_a_winner_drops_polly_with_all_its_settings():
     assert without(winner, ["polly_fusion"]).pipeline == parse("O3,noalias=1,polly=1,polly_tile=32,polly_regtile=1")
     # the target is what the search compiles for, not a passenger
     assert [name for name, _ in settings(Variant(pipeline=parse("O3,target=built")))] == []
+
+
+def test_a_setting_is_searched_once_its_row_offers_values(monkeypatch):
+    """The space asks its own settings in its own order, and after them any setting whose
+    row offers values: here the target features, which no row offers today."""
+    row = replace(BY_KEY["features"], offer=same("host", "+avx2,+fma"), doc="target features")
+    monkeypatch.setitem(BY_NAME, "features", row)
+    space = Space(KernelFacts("k"))
+    assert [(p.name, p.choices) for p in space.params][-1] == ("features", ("host", "+avx2,+fma"))
+    assert space.defaults()["features"] == "host" and space.variant(space.defaults()).pipeline == Pipeline()
+    assert space.variant(dict(space.defaults(), features="+avx2,+fma")).pipeline == Pipeline(features="+avx2,+fma")
+    # a row that relaxes FP is offered only within the kernel's tolerance
+    monkeypatch.setitem(BY_NAME, "features", replace(row, relaxes_fp=True))
+    assert "features" not in [p.name for p in Space(KernelFacts("k")).params]
+    assert "features" in [p.name for p in Space(KernelFacts("k", tolerance=1e-6)).params]
+
+
+def test_the_replay_page_lists_every_key():
+    with open(os.path.join(REPO_ROOT, "docs", "replay.md")) as f:
+        page = f.read()
+    missing = [k for s in SETTINGS for k in (s.key,) + s.aliases if not re.search(r"`%s[=`]" % k, page)]
+    assert missing == [], "docs/replay.md's Pipeline SPECs leave out %s" % missing

@@ -3,30 +3,16 @@
     O3                                  -O3 for this machine
     O0,codegen=0,target=built           as a build at -O0 without -march compiled it
     O2,vectorize=0,unroll=1,inline=500  pipeline tuning options
-    O3,passes=loop_unroll_and_jam;licm  extra passes after the standard pipeline
+    O3,passes=loop_unroll_and_jam;sccp  extra passes after the standard pipeline
     O3,codegen=2,cpu=skylake,features=+avx2+fma-avx512f
     O3,fast=reassoc+contract,fma=off,noalias=1
     O3,polly=1,polly_tile=64,polly_matmul=0,polly_vec=stripmine
     O3,polly=1,polly_parallel=1,polly_fusion=1,polly_tile2=1
     O3,specialize=0:300+2:64            arguments 0 and 2 folded in, behind a guard
 
-Keys: opt (or O0..O3/Os/Oz), vectorize, slp, unroll, interleave, inline,
-passes, codegen, cpu, features, fast (flags joined by +, or ``fast``/``all``),
-target (host: this machine, the default; built: the target the build compiled the
-kernel for), fma (built: fuse a*b+c where the build did, the default; on; off),
-noalias (0/1); polly (0/1: an ``opt -O3 -polly`` stage of the LLVM
-that recorded, before the pipeline) and, with polly=1 only, polly_tile (tile size;
-0: no tiling; default: Polly's), polly_matmul (0/1: the matrix-multiplication
-pattern optimization, on by default), polly_vec (none/stripmine), and Polly's scheduler
-options, 0/1, off by default: polly_parallel (OpenMP code for a parallel outer loop),
-polly_fusion (greedy fusion), polly_coincidence (outer band members parallel),
-polly_tile2 (2nd-level tiling), polly_regtile (register tiling); specialize
-(INDEX:VALUE joined by +: integer arguments folded in as constants, in a clone behind a
-guard that runs the original for other values; replay/specialize.py).
-
-The keys, their aliases and value syntax are declared once, in ``settings.SETTINGS``;
-this module reads and writes them from there. Value syntaxes of their own (passes,
-cpu, features, fast, specialize) have a codec here.
+The keys, with their aliases and values, are the rows of ``settings.SETTINGS`` (for
+people: docs/replay.md, "Pipeline SPECs"); this module reads and writes them from there.
+A syntax of its own (passes, cpu, features, fast, specialize) has a codec here.
 """
 
 import re

@@ -48,6 +48,9 @@ POLLY_BLOCK = ("polly_tile", "polly_matmul", "polly_vec")
 POLLY_OTHERS = tuple(s.name for s in SETTINGS if s.polly and s.offer is not None and s.name not in POLLY_BLOCK)
 # The loop optimizations searched as "default" (what the O-level does), "on" or "off".
 LOOP_SWITCHES = tuple(s.name for s in SETTINGS if s.offer is TRISTATE)
+# The settings this space asks where their conditions hold (the others its rows offer
+# come after them).
+_PLACED = ("opt",) + LOOP_SWITCHES + ("inline", "codegen", "target", "noalias", "polly", "fast_math", "fma")
 
 
 def _always(values):
@@ -194,6 +197,15 @@ class Space:
                     choices=("built", "off" if f.built_fma else "on"),
                 ),
             ]
+        # A row that offers a setting this space does not place above is asked after them
+        # (one that relaxes FP only within the tolerance): a new setting is searched once
+        # its row says what to try.
+        placed = {q.name for q in p} | set(_PLACED)
+        p += [
+            _offer(s.name)
+            for s in BY_NAME.values()
+            if s.name not in placed and not s.polly and (f.relax_fp or not s.relaxes_fp)
+        ]
         if f.parallel and f.cores > 1:
             p.append(Param("threads", "int", "OpenMP threads", low=1, high=f.cores))
         if f.teams:  # on the host plugin a team is CPU threads: many more than the worker's CPUs time the scheduler
