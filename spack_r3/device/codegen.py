@@ -2,8 +2,9 @@
 resources of each kernel as the vendor's tools report them.
 
 - NVIDIA: PTX from llvmlite's NVPTX target, assembled by ``ptxas -arch=sm_XX -v``
-  (registers, stack frame, spill stores and loads, shared memory; ``-maxrregcount``
-  where the geometry caps registers); launch bounds from the PTX's ``.maxntid``.
+  (registers, stack frame, spill stores and loads, shared memory; where the geometry caps
+  registers, ``.maxnreg`` in the PTX and ``-maxrregcount``); launch bounds from the PTX's
+  ``.maxntid``.
 - AMD: a code object from llvmlite's AMDGPU target, and its ``NT_AMDGPU_METADATA`` note
   read by ``llvm-readelf --notes`` (VGPRs, AGPRs, SGPRs, their spills, private segment,
   LDS, maximum workgroup size, wave size); ``amdgpu-num-vgpr`` caps VGPRs.
@@ -71,7 +72,7 @@ def generate_many(dev, pipelines, max_registers=None, thread_limit=None, timeout
             "kernels": list(dev.kernels),
             "pipelines": [p.to_json() for p in pipelines],
             "clang": dev.clang,
-            "max_registers": max_registers if target.vendor != NVIDIA else None,
+            "max_registers": max_registers,
             "outs": outs,
             "thread_limit": thread_limit if dev.kind == "openmp" else None,
         }
@@ -334,7 +335,10 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
         if job.get("thread_limit"):
             text = _set_thread_limit(text, int(job["thread_limit"]))
         if job.get("max_registers"):
-            text = _set_kernel_attribute(text, kernels, '"amdgpu-num-vgpr"="%d"' % job["max_registers"])
+            # NVIDIA: "nvvm.maxnreg" is the PTX's .maxnreg, which ptxas and the driver's JIT
+            # (a replay loads the PTX) both honour; ptxas -maxrregcount says the same
+            attribute = "amdgpu-num-vgpr" if amd else "nvvm.maxnreg"
+            text = _set_kernel_attribute(text, kernels, '"%s"="%d"' % (attribute, job["max_registers"]))
         return text, features
 
     if p.polly:
