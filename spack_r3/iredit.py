@@ -309,6 +309,23 @@ def function_prefix(text, name):
         return None
 
 
+def globals_to_addresses(text, at):
+    """``text`` with each reference to a global of ``at`` ({name: address}) replaced by its
+    address (``inttoptr``: no symbol to define at link time), its external declaration dropped."""
+
+    def address(m):
+        name = ref_name(m.group(0))
+        return "inttoptr (i64 %d to ptr)" % at[name] if name in at else m.group(0)
+
+    out = []
+    for line in text.split("\n"):
+        m = GLOBAL_REF.match(line)
+        if m and ref_name(m.group(0)) in at and " external " in line:
+            continue
+        out.append(GLOBAL_REF.sub(address, line))
+    return "\n".join(out)
+
+
 def set_linkage(text, name, linkage):
     """``text`` (a function's definition first) with ``linkage`` (``internal``, ...; ""
     for external) in place of its own."""

@@ -16,6 +16,7 @@ from spack_r3.iredit import (
     find_define,
     for_analysis,
     global_ref,
+    globals_to_addresses,
     local_ref,
     make_hidden,
     matching,
@@ -188,3 +189,9 @@ def test_a_body_copied_for_a_clone_drops_debug_and_keeps_whole_names():
     assert local_ref("%n").sub("7", "add i32 %n, %n.1") == "add i32 7, %n.1"
     text = 'define void @f() #0 {\n  ret void\n}\nattributes #0 = { noinline optnone "target-cpu"="x86-64" }'
     assert "optnone" not in for_analysis(text) and "target-cpu" not in for_analysis(text)
+
+
+def test_recorded_globals_become_their_addresses():
+    text = '@n = external global i32, align 4\n@"a b" = global i32 0\n  %v = load i32, ptr @n, align 4'
+    out = globals_to_addresses(text, {"n": 0x1000})
+    assert out == '@"a b" = global i32 0\n  %v = load i32, ptr inttoptr (i64 4096 to ptr), align 4'

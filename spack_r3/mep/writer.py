@@ -12,7 +12,6 @@ same way), a Makefile and a README. Nothing in it names the workspace: it is rel
 
 import datetime
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +20,7 @@ from typing import List
 
 from .. import cxxnames
 from ..errors import R3Error
-from ..iredit import GLOBAL_NAME, FunctionDef, find_define, ref_name
+from ..iredit import FunctionDef, find_define, globals_to_addresses
 from ..memimage import _HDR, MAGIC, KIND_HEAP
 from ..replay.module import REPLAY_FREE
 from ..sourcepatch import PatchError, apply_patch
@@ -298,23 +297,7 @@ def kernel_ir(prepared, bitcode=None):
 def globals_at_addresses(text, recorded):
     """IR ``text`` with each of the ``recorded`` globals (capture.globals) replaced by its
     address, and its external declaration dropped."""
-    at = {g["name"]: int(g["addr"], 16) for g in recorded}
-
-    out = []
-    for line in text.split("\n"):
-        m = re.match(r"^(%s) = " % GLOBAL_NAME, line)
-        if m and ref_name(m.group(1)) in at and " external " in line:
-            continue
-        out.append(
-            re.sub(
-                GLOBAL_NAME,
-                lambda r: (
-                    "inttoptr (i64 %d to ptr)" % at[ref_name(r.group(0))] if ref_name(r.group(0)) in at else r.group(0)
-                ),
-                line,
-            )
-        )
-    return "\n".join(out)
+    return globals_to_addresses(text, {g["name"]: int(g["addr"], 16) for g in recorded})
 
 
 def replay_object(prepared, variant, bitcode=None):
