@@ -241,6 +241,17 @@ def test_a_cuda_capture_ingests_with_its_launch(cuda_capture):
     assert geometry(capture, Launch(thread_limit=256), stride=False) == ((4, 1, 1), (256, 1, 1))
 
 
+def test_recorded_allocations_map_as_whole_granules():
+    """cudaMalloc packs small allocations into one 2 MiB granule: replay maps each granule
+    that holds any once (the driver maps no less), joined where they touch."""
+    from spack_r3.device.cudareplay import spans
+
+    g = 2 << 20
+    x, y, z = 0x7F3A00000000, 0x7F3A00004000, 0x7F3A00400000
+    assert spans([(y, 16384), (x, 16384), (z, g + 1)], g) == [(x, x + g), (z, z + 2 * g)]
+    assert spans([(x, g), (x + g, 1)], g) == [(x, x + 2 * g)]
+
+
 def test_launch_geometry_in_the_space(cuda_capture):
     """The saxpy strides over its work (it reads gridDim): block and grid are searched, the
     block up to its __launch_bounds__(256)."""

@@ -56,6 +56,21 @@ def geometry(capture, launch=None, stride=True):
     return tuple(grid), tuple(block)
 
 
+def spans(sections, granularity):
+    """The [lo, hi) ranges, aligned to the driver's mapping granularity, that hold the
+    (address, size) ``sections``: allocations that share a granule (cudaMalloc packs small
+    ones into the same 2 MiB) are mapped once."""
+    out = []
+    for addr, size in sorted(sections):
+        lo = addr - addr % granularity
+        hi = -(-(addr + max(size, 1)) // granularity) * granularity
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 def argument_bytes(capture):
     """Each kernel parameter's bytes as recorded: up to 8 bytes from its value, a struct
     passed by value from its bytes (r3cuda.c's meta.json)."""
@@ -113,8 +128,9 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
         target = parse_targets(dev.arch)[0]
         code = device_code(capture, capture_dir, target, pipeline)
         fn = dev.function(code.code, capture.kernel)
+        for lo, hi in spans([(addr, len(data)) for addr, data in pre], dev.granularity()):
+            dev.map_at(lo, hi - lo)
         for addr, data in pre:
-            dev.map_at(addr, len(data))
             dev.write(addr, data)
         with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
             import llvmlite.binding as llvm
