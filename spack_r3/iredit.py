@@ -36,23 +36,12 @@ LINKAGE_WORDS = {
 }
 
 
+# -- names ---------------------------------------------------------------------------------
+
 # A global's name as IR writes it: ``@plain`` or ``@"quoted, with \\XX escapes"``.
 GLOBAL_NAME = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
 GLOBAL_REF = re.compile(GLOBAL_NAME)
 _DEF_NAME = re.compile("(%s)\\(" % GLOBAL_NAME)  # the name a parameter list follows
-
-_native_ready = False
-
-
-def init_native():
-    """llvmlite's native target and assembly printer, once per process."""
-    global _native_ready
-    if not _native_ready:
-        import llvmlite.binding as llvm  # (here: r3-apply edits units outside the plan without it)
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        _native_ready = True
 
 
 def ref_name(ref):
@@ -75,6 +64,9 @@ def c_string(value):
     data = value.encode() + b"\0"
     body = "".join(chr(b) if (0x20 <= b < 0x7F and b not in (34, 92)) else "\\%02X" % b for b in data)
     return 'c"%s"' % body, len(data)
+
+
+# -- brackets and lists --------------------------------------------------------------------
 
 
 def _scan(text, start=0):
@@ -115,6 +107,9 @@ def name_pattern(name):
     quoted = re.escape(global_ref(name))
     plain = re.escape("@" + name)
     return "(?:%s|%s|%s)" % (plain, quoted, re.escape('@"%s"' % name))
+
+
+# -- function definitions ------------------------------------------------------------------
 
 
 class FunctionDef:
@@ -212,6 +207,9 @@ def strip_dbg(text):
     return re.sub(r"\s*!dbg\s+!\d+", "", text)
 
 
+# -- reading a module ----------------------------------------------------------------------
+
+
 def string_attributes(text, name):
     """The ``"key"="value"`` attributes of function ``name``'s definition (its attribute
     groups): {key: value}; {} where ``text`` does not define it."""
@@ -287,7 +285,7 @@ def is_constant_global(line):
     return re.match(r"^%s = [^=]*\bconstant\b" % GLOBAL_NAME, line) is not None
 
 
-# -- whole-module edits: names, linkage, declarations ---------------------------------------
+# -- whole-module edits: names, linkage, declarations --------------------------------------
 
 _GLOBAL_VAR = re.compile(r"^(%s) = ((?:[a-z_]+ )*?)(global|constant) " % GLOBAL_NAME, re.M)
 _LOCAL_GLOBAL = re.compile(r" = ((?:[a-z_]+ )*?)(?:internal|private) ")
@@ -405,7 +403,7 @@ def ensure_declared(text, declarations):
     return text
 
 
-# -- instruction edits -----------------------------------------------------------------------
+# -- instruction edits ---------------------------------------------------------------------
 
 # A fork in optimized IR: ``tail call`` or not, its location argument with attributes
 # (``ptr nonnull @1``).
@@ -545,3 +543,19 @@ def edit_call_args(text, call, edit):
         last = close
     out.append(text[last:])
     return "".join(out)
+
+
+# -- llvmlite ------------------------------------------------------------------------------
+
+_native_ready = False
+
+
+def init_native():
+    """llvmlite's native target and assembly printer, once per process."""
+    global _native_ready
+    if not _native_ready:
+        import llvmlite.binding as llvm  # (here: r3-apply edits units outside the plan without it)
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _native_ready = True
