@@ -150,7 +150,8 @@ def _defined(path):
 
 
 def test_r3cuda_builds_against_the_real_headers_and_interposes_libcudart(recorded_build, r3cuda_real, clang):
-    interposed = {"cudaLaunchKernel", "__cudaRegisterFunction", "cudaMalloc", "cudaMallocManaged", "cudaFree"}
+    interposed = {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaRegisterFunction", "cudaMalloc"}
+    interposed |= {"cudaMallocManaged", "cudaFree"}
     assert interposed <= _defined(r3cuda_real)
     lib = cuda.preload_library(clang)  # the launcher's build: the ABI declared in r3cuda.c
     assert interposed <= _defined(lib)

@@ -10,7 +10,8 @@
                             R3CUDA_VERBOSE=1 prints each ("r3cuda: kernel <name>")
  *   cudaMalloc / cudaMallocManaged / cudaFree
  *                            device allocations, tracked (address, size)
- *   cudaLaunchKernel         every launch counted; a selected kernel's first R3_INSTANCES
+ *   cudaLaunchKernel (and cudaLaunchKernel_ptsz)
+ *                            every launch counted; a selected kernel's first R3_INSTANCES
  *                            launches captured:
  *     1. cudaDeviceSynchronize, then every tracked allocation copied to the host (pre.bin,
  *        at its device address: replay maps it there, so pointers inside device data stay
@@ -383,19 +384,19 @@ static int read_device(memcpy_fn copy, struct r3cuda_section *s, int n, int post
   return 0;
 }
 
-API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
-                                 cudaStream_t stream) {
-  static launch_fn next;
-  static sync_fn sync;
-  static memcpy_fn copy;
-  static getdev_fn getdev;
-  static attr_fn attr;
-  if (!next) {
-    sync = (sync_fn)real("cudaDeviceSynchronize");
-    copy = (memcpy_fn)real("cudaMemcpy");
-    getdev = (getdev_fn)real("cudaGetDevice");
-    attr = (attr_fn)real("cudaDeviceGetAttribute");
-    if (!(next = (launch_fn)real("cudaLaunchKernel"))) return (cudaError_t)1;
+static sync_fn g_sync;
+static memcpy_fn g_copy;
+static getdev_fn g_getdev;
+static attr_fn g_attr;
+
+/* a launch through ``next`` (the runtime's cudaLaunchKernel or its per-thread-stream twin) */
+static cudaError_t launch(launch_fn next, const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                          size_t sharedMem, cudaStream_t stream) {
+  if (!g_sync) {
+    g_copy = (memcpy_fn)real("cudaMemcpy");
+    g_getdev = (getdev_fn)real("cudaGetDevice");
+    g_attr = (attr_fn)real("cudaDeviceGetAttribute");
+    g_sync = (sync_fn)real("cudaDeviceSynchronize");
   }
   config();
   pthread_mutex_lock(&g_lock);
@@ -403,7 +404,7 @@ API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
   for (int i = 0; i < g_nkernels; i++)
     if (g_kernels[i].stub == func) { k = &g_kernels[i]; break; }
   uint64_t instance = 0;
-  int capture = k && sync && copy && getdev && attr && selected(k->name) && k->captured < g_instances;
+  int capture = k && g_sync && g_copy && g_getdev && g_attr && selected(k->name) && k->captured < g_instances;
   if (k) k->calls++;
   if (capture) instance = ++k->captured;
   int n = capture ? g_nallocs : 0;
@@ -415,8 +416,8 @@ API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
   char tu_dir[1024], arch[32] = "";
   uint32_t sizes[MAXPARAMS];
   int device = 0, major = 0, minor = 0;
-  getdev(&device);
-  if (attr(&major, R3_ATTR_CC_MAJOR, device) == cudaSuccess && attr(&minor, R3_ATTR_CC_MINOR, device) == cudaSuccess)
+  g_getdev(&device);
+  if (g_attr(&major, R3_ATTR_CC_MAJOR, device) == cudaSuccess && g_attr(&minor, R3_ATTR_CC_MINOR, device) == cudaSuccess)
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
   int nparams = r3cuda_kernel_unit(g_dir, k->name, arch, tu_dir, sizeof tu_dir, sizes, MAXPARAMS);
   if (nparams < 0) { /* compiled without the record launcher: nothing to tie the launch to */
@@ -424,12 +425,12 @@ API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
     return next(func, gridDim, blockDim, args, sharedMem, stream);
   }
   qsort(secs, (size_t)n, sizeof *secs, by_addr);
-  int bad = sync() != cudaSuccess || read_device(copy, secs, n, 0);
+  int bad = g_sync() != cudaSuccess || read_device(g_copy, secs, n, 0);
   uint64_t t0 = now_ns();
   cudaError_t rc = next(func, gridDim, blockDim, args, sharedMem, stream);
-  bad |= rc != cudaSuccess || sync() != cudaSuccess;
+  bad |= rc != cudaSuccess || g_sync() != cudaSuccess;
   uint64_t dt = now_ns() - t0;
-  bad |= !bad && read_device(copy, secs, n, 1);
+  bad |= !bad && read_device(g_copy, secs, n, 1);
   if (!bad) {
     struct r3cuda_capture c = {
         .kernel = k->name, .tu_dir = tu_dir, .arch = arch, .instance = instance, .ns = dt,
@@ -445,4 +446,20 @@ API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
   for (int i = 0; i < n; i++) { free((void *)secs[i].pre); free((void *)secs[i].post); }
   free(secs);
   return rc;
+}
+
+API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                 cudaStream_t stream) {
+  static launch_fn next;
+  if (!next && !(next = (launch_fn)real("cudaLaunchKernel"))) return (cudaError_t)1;
+  return launch(next, func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+/* what a unit compiled for per-thread default streams (-fgpu-default-stream=per-thread,
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM) launches with */
+API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                      cudaStream_t stream) {
+  static launch_fn next;
+  if (!next && !(next = (launch_fn)real("cudaLaunchKernel_ptsz"))) return (cudaError_t)1;
+  return launch(next, func, gridDim, blockDim, args, sharedMem, stream);
 }
