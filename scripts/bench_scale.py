@@ -22,10 +22,16 @@ workers, the Dask path's own cost per evaluation, and a model of many workers.
    lanes of one process (``--kernels-at-once``), and one process per kernel: where each
    stops scaling. ``--remodel`` recomputes it from the stored runs' measured inputs.
 
+5. ``--ship``: a capture sent to a worker that does not see the workspace (``scale.ship``),
+   for captures of 1, 32 and 256 MB (random bytes): the digests of its files where it is
+   sent from, the sending (pieces of 4 MiB through ``client.run`` on loopback) and the
+   check a worker makes of a copy it already has, once per process, before it reuses it.
+   Kept under "ship" in the json, beside the runs.
+
 Writes bench/scale.json (one entry per ``--label``). Usage: scripts/bench_scale.py
 [--workers 2] [--rounds 4] [--variants 6] [--workspace DIR --kernel NAME (a kernel
 recorded there, e.g. a proxy app's; default: the tests' OpenMP demo, recorded afresh)]
-[--label demo] [--out bench/scale.json]
+[--label demo] [--out bench/scale.json] | --ship
 """
 
 import argparse
@@ -48,8 +54,11 @@ from optuna.trial import TrialState, create_trial  # noqa: E402
 from spack_r3.capture import list_captures  # noqa: E402
 from spack_r3.data import OK, Variant  # noqa: E402
 from spack_r3.replay.server import ReplayPool, ReplayServer  # noqa: E402
+from spack_r3.scale import ship  # noqa: E402
 from spack_r3.scale.cluster import connect  # noqa: E402
-from spack_r3.scale.pool import DaskPool  # noqa: E402
+from spack_r3.scale.pool import PLUGIN, DaskPool  # noqa: E402
+from spack_r3.scale.pool import commit as pool_commit  # noqa: E402
+from spack_r3.scale.pool import put as pool_put  # noqa: E402
 from spack_r3.search.confirm import run_jobs  # noqa: E402
 from spack_r3.search.samplers import make_sampler  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
@@ -245,6 +254,50 @@ def remodel(path):
         json.dump(data, f, indent=2)
 
 
+def _check_copy(key, dask_worker):
+    """(On a worker) seconds a fresh process takes to check its copy of capture ``key``."""
+    store = ship.Store(dask_worker.plugins[PLUGIN].store.root)
+    t0 = time.monotonic()
+    assert store.path(key)
+    return time.monotonic() - t0
+
+
+def ship_cost(sizes_mb=(1, 32, 256), repeats=3):
+    """Section 5: a capture of each size sent to one worker (its store on this disk)."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="r3-bench-ship-") as tmp:
+        os.environ[ship.STORE_ENV] = os.path.join(tmp, "store")  # (the workers inherit it)
+        client, cluster, _ = connect("local:1", Workspace(tmp))
+        with DaskPool(client, cache_dir=os.path.join(tmp, "cache"), owned=cluster, ship_all=True) as pool:
+            [address] = pool.alive()
+            for size in sizes_mb:
+                capture = os.path.join(tmp, "capture-%d" % size)
+                os.makedirs(capture)
+                with open(os.path.join(capture, "pre.bin"), "wb") as f:
+                    f.write(os.urandom(size << 20))
+                digest_s, send_s, check_s = [], [], []
+                for r in range(repeats):
+                    with open(os.path.join(capture, "capture.json"), "w") as f:
+                        json.dump({"round": r}, f)  # (another capture each round: sent again)
+                    t0 = time.monotonic()
+                    key, manifest = ship.manifest_of(capture)
+                    digest_s.append(time.monotonic() - t0)
+                    t0 = time.monotonic()
+                    ship.send(client, address, capture, key, manifest, pool_put, pool_commit)
+                    send_s.append(time.monotonic() - t0)
+                    check_s.append(client.run(_check_copy, key)[address])
+                out["%d_MB" % size] = {
+                    "digests_s": spread(digest_s),
+                    "send_s": spread(send_s),
+                    "send_MB_per_s": size / statistics.median(send_s),
+                    "check_copy_s": spread(check_s),
+                }
+                print(
+                    "%d MB: send %.2f s, check %.2f s" % (size, statistics.median(send_s), statistics.median(check_s))
+                )
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
@@ -257,9 +310,25 @@ def main():
     ap.add_argument(
         "--remodel", action="store_true", help="only compute the model again from each stored run's measured inputs"
     )
+    ap.add_argument("--ship", action="store_true", help="only measure sending captures to workers (section 5)")
     args = ap.parse_args()
     if args.remodel:
         return remodel(args.out)
+    if args.ship:
+        with open(args.out) as f:
+            data = json.load(f)
+        load = os.getloadavg()[0]
+        sizes = ship_cost()
+        data["ship"] = {
+            "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+            "load_average_start_end": [load, os.getloadavg()[0]],
+            "chunk_bytes": ship.CHUNK,
+            "sizes": sizes,
+            "note": "a LocalCluster worker on loopback, its store on this machine's disk; 3 captures a size",
+        }
+        with open(args.out, "w") as f:
+            json.dump(data, f, indent=2)
+        return
 
     ws_root = args.workspace or tempfile.mkdtemp(prefix="r3-bench-scale-ws-")
     kernel = args.kernel or (None if args.workspace else record(ws_root))
@@ -362,12 +431,13 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     try:
         with open(args.out) as f:
-            runs = json.load(f).get("runs", {})
+            data = json.load(f)  # (other runs, and "ship", kept)
     except (OSError, ValueError):
-        runs = {}
-    runs[args.label] = result
+        data = {}
+    data["script"] = "scripts/bench_scale.py"
+    data.setdefault("runs", {})[args.label] = result
     with open(args.out, "w") as f:
-        json.dump({"script": "scripts/bench_scale.py", "runs": runs}, f, indent=2)
+        json.dump(data, f, indent=2)
     print(json.dumps({k: result[k] for k in ("throughput", "dask_overhead_per_evaluation_s")}, indent=1))
 
 
