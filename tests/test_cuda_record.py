@@ -134,6 +134,24 @@ def test_hip_unit_device_ir_without_rocm(tmp_path, clang):
     assert [k["name"] for k in tu["kernels"]] == ["_Z5scaleifPf"]
 
 
+def test_a_kernel_using_device_globals_is_kept_but_marked_unreplayable(tmp_path, clang):
+    """A __device__ variable lives in the loaded module, not in the tracked allocations: its
+    kernel is recorded (its share counts) and replay refuses it with the reason."""
+    src = tmp_path / "g.cu"
+    src.write_text(
+        '#include "gpu.h"\n__device__ int hits;\n__global__ void count(int *x) {\n'
+        "  if (x[THREAD_X] > 0) hits += 1;\n}\n"
+        "__global__ void plain(int *x) { x[THREAD_X] += 1; }\n"
+    )
+    args = ["-nocudainc", "-nocudalib", "-I", TREE, "--cuda-gpu-arch=sm_80", "-O2", "-c", str(src)]
+    assert cuda.record_device_units(clang, args, str(src), str(tmp_path / "rec")) is None
+    (unit,) = os.listdir(tmp_path / "rec" / "tus")
+    with open(tmp_path / "rec" / "tus" / unit / "tu.json") as f:
+        kernels = {k["name"]: k for k in json.load(f)["kernels"]}
+    assert kernels["_Z5countPi"]["unreplayable"] == "it uses device globals (hits) the capture does not hold"
+    assert kernels["_Z5plainPi"]["unreplayable"] is None
+
+
 @pytest.fixture(scope="module")
 def r3cuda_real(tmp_path_factory, cuda_path, clang):
     """r3cuda.c compiled against the real cuda_runtime_api.h (-DR3CUDA_REAL_HEADERS), warnings

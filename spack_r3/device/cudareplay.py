@@ -121,6 +121,8 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
 
     if (capture.launch or {}).get("backend") != "cuda":
         raise R3Error("capture %s is no CUDA launch" % capture.id)
+    if capture.unreplayable:
+        raise R3Error("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
     pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
     pre = [(r.addr, region_bytes(pre_path, r)) for r in read_regions(pre_path) if r.kind == KIND_HEAP]
     post = [(r.addr, region_bytes(post_path, r)) for r in read_regions(post_path) if r.kind == KIND_HEAP]

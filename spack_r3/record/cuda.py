@@ -122,6 +122,10 @@ def kernel_infos(bitcode):
             fn = analysis.defined[name]
             info = KernelInfo(name, "void", 0, [str(a.type) for a in fn.arguments], [0] * len(fn.arguments))
             info.unreplayable = "its parameters cannot be captured (%s)" % analysis.kernel(name)
+        if info.globals and not info.unreplayable:  # __device__ / __constant__ variables: not in the capture
+            info.unreplayable = "it uses device globals (%s) the capture does not hold" % ", ".join(
+                g for g, _ in info.globals[:3]
+            )
         sizes = [
             b or analysis.target_data.get_abi_size(a.type)
             for a, b in zip(analysis.defined[name].arguments, info.byval_sizes)
