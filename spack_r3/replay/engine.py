@@ -664,6 +664,9 @@ def runs_to_last(seconds, min_s, most):
 # heat's residual2 with 2 pinned workers, one evaluation's pair ratios ran 0.57x-16.6x
 # around a true 6.5x, and its median (13.8x) became the search's best.
 MOST_RESAMPLES = 3
+# Measured on 2 loaded cores (bench/evalcost.json): every pair of a 100 ms kernel was
+# preempted, each measured 4 times, and an evaluation took 5x its pairs' runs.
+RESAMPLE_FUTILE_AFTER = 4
 
 
 @dataclass
@@ -681,8 +684,11 @@ def paired_ratios(
     ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: caches
     emptied before every run (``CacheFlush``); ``sequence``: a run is a pass over its
     recorded calls (``replay.sequence``). A pair during which the process was preempted
-    is measured again (``MOST_RESAMPLES``)."""
+    is measured again (``MOST_RESAMPLES``), unless most of this call's pairs so far were
+    preempted: then the next try would be preempted too (a run of 100 ms on a loaded machine
+    is, nearly always), and pairs are kept as they come, their median left to absorb it."""
     out = Pairs([], [])
+    tried = hit = 0
     # a kernel with nothing to put back runs its sample's calls back to back: one timed span
     repeat, batch = (1, runs) if batchable(prepared, flush) else (runs, 1)
 
@@ -699,7 +705,9 @@ def paired_ratios(
             tb = sample(baseline, preempted)
             set_threads(libomp, threads[1])
             tc = sample(candidate, preempted)
-            if not any(preempted) or attempt == MOST_RESAMPLES:
+            tried, hit = tried + 1, hit + any(preempted)
+            futile = cuts() and tried >= RESAMPLE_FUTILE_AFTER and hit > tried // 2
+            if not any(preempted) or attempt == MOST_RESAMPLES or futile:
                 break
             out.resampled += 1
         out.ratios.append(tb / tc if tc > 0 else float("inf"))
