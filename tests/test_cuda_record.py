@@ -344,6 +344,11 @@ def test_record_and_replay_on_a_cuda_device(recorded_build, clang, tmp_path):
     env = dict(os.environ, R3_RECORD_DIR=record, R3_CAPTURE=KERNEL)
     proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "y[3] = 9" in proc.stdout, proc.stderr
+    from spack_r3.record.profiles import load_profiles
+
+    stats, app_s = load_profiles(record)  # profile.<pid>.cuda.json: the launch counted and timed
+    (s,) = [s for (_, name), s in stats.items() if name == KERNEL]
+    assert s["calls"] == 1 and s["captured"] == 1 and 0 < s["total_ns"] < app_s * 1e9
     ws = Workspace(str(tmp_path / "ws"))
     (capture,) = ingest(record, ws)
     result = replay(capture, ws.capture_dir(capture.id))

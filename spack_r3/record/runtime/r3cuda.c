@@ -54,6 +54,7 @@ typedef int cudaError_t; /* enum cudaError: cudaSuccess is 0 */
 typedef struct dim3 { unsigned int x, y, z; } dim3;
 typedef struct uint3 { unsigned int x, y, z; } uint3;
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
 #define cudaSuccess 0
 #define R3_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault: direction from the unified address space */
 #define R3_ATTR_CC_MAJOR 75 /* cudaDevAttrComputeCapabilityMajor */
@@ -235,6 +236,11 @@ struct kernel {
   const void *stub; /* host stub: what cudaLaunchKernel is given */
   char *name;       /* device name */
   uint64_t calls, captured;
+  /* its device time, sampled: a launch is timed between two events on its stream while no
+   * earlier timed launch of it is still unfinished; the sum scaled to all its calls */
+  cudaEvent_t start, stop;
+  int events, pending;
+  uint64_t timed, device_ns;
 };
 
 struct alloc { uint64_t dev, size; };
@@ -246,7 +252,7 @@ static int g_nallocs, g_capallocs;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_dir[2048], g_capture[4096];
 static int g_have_dir, g_capture_all, g_capture_none, g_ready;
-static uint64_t g_instances = 1;
+static uint64_t g_instances = 1, g_t0, g_paused;
 
 static void warn(const char *a, const char *b) { fprintf(stderr, "r3cuda: %s%s\n", a, b ? b : ""); }
 
@@ -303,6 +309,10 @@ typedef cudaError_t (*sync_fn)(void);
 typedef cudaError_t (*memcpy_fn)(void *, const void *, size_t, r3_copy_kind);
 typedef cudaError_t (*getdev_fn)(int *);
 typedef cudaError_t (*attr_fn)(int *, r3_attr, int);
+typedef cudaError_t (*ev_create_fn)(cudaEvent_t *);
+typedef cudaError_t (*ev_record_fn)(cudaEvent_t, cudaStream_t);
+typedef cudaError_t (*ev_query_fn)(cudaEvent_t);
+typedef cudaError_t (*ev_elapsed_fn)(float *, cudaEvent_t, cudaEvent_t);
 
 API void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
                                 int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize) {
@@ -388,17 +398,114 @@ static sync_fn g_sync;
 static memcpy_fn g_copy;
 static getdev_fn g_getdev;
 static attr_fn g_attr;
+static ev_create_fn g_ev_create;
+static ev_record_fn g_ev_record, g_ev_record_ptsz;
+static ev_query_fn g_ev_query, g_ev_sync;
+static ev_elapsed_fn g_ev_elapsed;
+static pthread_mutex_t g_time_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_profiling, g_flushed;
+static char g_arch[32];
 
-/* a launch through ``next`` (the runtime's cudaLaunchKernel or its per-thread-stream twin) */
-static cudaError_t launch(launch_fn next, const void *func, dim3 gridDim, dim3 blockDim, void **args,
+__attribute__((constructor)) static void r3c_init(void) { g_t0 = now_ns(); }
+
+/* the device's arch (sm_XY): which unit folder a kernel's launches are tied to */
+static void device_arch(char *arch, size_t n, int *device) {
+  int major = 0, minor = 0;
+  *device = 0;
+  arch[0] = 0;
+  g_getdev(device);
+  if (g_attr(&major, R3_ATTR_CC_MAJOR, *device) == cudaSuccess && g_attr(&minor, R3_ATTR_CC_MINOR, *device) == cudaSuccess)
+    snprintf(arch, n, "sm_%d%d", major, minor);
+}
+
+static void settle(struct kernel *k, int wait) { /* g_time_lock held */
+  if (!k->pending || (wait ? g_ev_sync(k->stop) : g_ev_query(k->stop)) != cudaSuccess) return;
+  float ms = 0;
+  if (g_ev_elapsed(&ms, k->start, k->stop) == cudaSuccess && ms >= 0) {
+    k->device_ns += (uint64_t)(ms * 1e6);
+    k->timed++;
+  }
+  k->pending = 0;
+}
+
+/* At exit, before the runtime's own exit handlers (registered earlier, at its first call:
+ * they run later) tear the device down: the last timed launches waited for, then the
+ * profile written in the form of r3rt.c's profile.<pid>.json (record/profiles.py). */
+static void flush(void) {
+  pthread_mutex_lock(&g_time_lock);
+  g_flushed = 1;
+  for (int i = 0; i < g_nkernels; i++) settle(&g_kernels[i], 1);
+  pthread_mutex_unlock(&g_time_lock);
+  char tmp[4096], fin[4096], tu[1024];
+  uint32_t sizes[MAXPARAMS];
+  snprintf(tmp, sizeof tmp, "%s/.tmp-profile.%d.cuda.json", g_dir, (int)getpid());
+  snprintf(fin, sizeof fin, "%s/profile.%d.cuda.json", g_dir, (int)getpid());
+  mkdir(g_dir, 0755);
+  FILE *f = fopen(tmp, "w");
+  if (!f) { warn("cannot write ", tmp); return; }
+  fprintf(f, "{\"pid\": %d, \"app_ns\": %llu, \"paused_ns\": %llu, \"backend\": \"cuda\", \"kernels\": [",
+          (int)getpid(), (unsigned long long)(now_ns() - g_t0), (unsigned long long)g_paused);
+  int first = 1;
+  for (int i = 0; i < g_nkernels; i++) {
+    struct kernel *k = &g_kernels[i];
+    if (!k->calls || r3cuda_kernel_unit(g_dir, k->name, g_arch, tu, sizeof tu, sizes, MAXPARAMS) < 0) continue;
+    unsigned long long ns = k->timed ? (unsigned long long)((double)k->device_ns * k->calls / k->timed) : 0;
+    fprintf(f, "%s{\"name\": ", first ? "" : ", ");
+    json_str(f, k->name);
+    fprintf(f, ", \"tu_dir\": ");
+    json_str(f, tu);
+    fprintf(f, ", \"id\": -1, \"calls\": %llu, \"timed_calls\": %llu, \"total_ns\": %llu, \"self_ns\": %llu, "
+               "\"main_self_ns\": %llu, \"main_top_calls\": %llu, \"top_ns\": %llu, \"main_top_ns\": %llu, "
+               "\"captured\": %llu}",
+            (unsigned long long)k->calls, (unsigned long long)k->timed, ns, ns, ns, (unsigned long long)k->calls, ns,
+            ns, (unsigned long long)k->captured);
+    first = 0;
+  }
+  fprintf(f, "]}\n");
+  if (fclose(f) || rename(tmp, fin)) warn("cannot write ", fin);
+}
+
+/* a launch not captured: counted, and timed by device events where it can be */
+static cudaError_t timed(struct kernel *k, int ptsz, launch_fn next, const void *func, dim3 gridDim, dim3 blockDim,
+                         void **args, size_t sharedMem, cudaStream_t stream) {
+  ev_record_fn record = ptsz ? g_ev_record_ptsz : g_ev_record;
+  if (!k || !g_profiling || !record) return next(func, gridDim, blockDim, args, sharedMem, stream);
+  pthread_mutex_lock(&g_time_lock);
+  if (g_flushed) {
+    pthread_mutex_unlock(&g_time_lock);
+    return next(func, gridDim, blockDim, args, sharedMem, stream);
+  }
+  if (!k->events && g_ev_create(&k->start) == cudaSuccess && g_ev_create(&k->stop) == cudaSuccess) k->events = 1;
+  settle(k, 0);
+  int time_it = k->events && !k->pending && record(k->start, stream) == cudaSuccess;
+  cudaError_t rc = next(func, gridDim, blockDim, args, sharedMem, stream);
+  if (time_it && rc == cudaSuccess && record(k->stop, stream) == cudaSuccess) k->pending = 1;
+  pthread_mutex_unlock(&g_time_lock);
+  return rc;
+}
+
+/* a launch through ``next`` (the runtime's cudaLaunchKernel or, ``ptsz``, its per-thread
+ * default stream twin) */
+static cudaError_t launch(launch_fn next, int ptsz, const void *func, dim3 gridDim, dim3 blockDim, void **args,
                           size_t sharedMem, cudaStream_t stream) {
-  if (!g_sync) {
+  pthread_mutex_lock(&g_time_lock);
+  if (!g_sync) { /* the first launch: the runtime is initialized by now */
+    config();
     g_copy = (memcpy_fn)real("cudaMemcpy");
     g_getdev = (getdev_fn)real("cudaGetDevice");
     g_attr = (attr_fn)real("cudaDeviceGetAttribute");
+    g_ev_create = (ev_create_fn)real("cudaEventCreate");
+    g_ev_record = (ev_record_fn)real("cudaEventRecord");
+    g_ev_record_ptsz = (ev_record_fn)real("cudaEventRecord_ptsz");
+    g_ev_query = (ev_query_fn)real("cudaEventQuery");
+    g_ev_sync = (ev_query_fn)real("cudaEventSynchronize");
+    g_ev_elapsed = (ev_elapsed_fn)real("cudaEventElapsedTime");
     g_sync = (sync_fn)real("cudaDeviceSynchronize");
+    int device;
+    if (g_getdev && g_attr) device_arch(g_arch, sizeof g_arch, &device);
+    g_profiling = g_have_dir && g_ev_create && g_ev_query && g_ev_sync && g_ev_elapsed && !atexit(flush);
   }
-  config();
+  pthread_mutex_unlock(&g_time_lock);
   pthread_mutex_lock(&g_lock);
   struct kernel *k = NULL;
   for (int i = 0; i < g_nkernels; i++)
@@ -411,19 +518,21 @@ static cudaError_t launch(launch_fn next, const void *func, dim3 gridDim, dim3 b
   struct r3cuda_section *secs = n ? calloc((size_t)n, sizeof *secs) : NULL;
   for (int i = 0; i < n && secs; i++) { secs[i].dev = g_allocs[i].dev; secs[i].size = g_allocs[i].size; }
   pthread_mutex_unlock(&g_lock);
-  if (!capture || (n && !secs)) { free(secs); return next(func, gridDim, blockDim, args, sharedMem, stream); }
+  if (!capture || (n && !secs)) {
+    free(secs);
+    return timed(k, ptsz, next, func, gridDim, blockDim, args, sharedMem, stream);
+  }
 
-  char tu_dir[1024], arch[32] = "";
+  char tu_dir[1024], arch[32];
   uint32_t sizes[MAXPARAMS];
-  int device = 0, major = 0, minor = 0;
-  g_getdev(&device);
-  if (g_attr(&major, R3_ATTR_CC_MAJOR, device) == cudaSuccess && g_attr(&minor, R3_ATTR_CC_MINOR, device) == cudaSuccess)
-    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+  int device;
+  device_arch(arch, sizeof arch, &device);
   int nparams = r3cuda_kernel_unit(g_dir, k->name, arch, tu_dir, sizeof tu_dir, sizes, MAXPARAMS);
   if (nparams < 0) { /* compiled without the record launcher: nothing to tie the launch to */
     free(secs);
-    return next(func, gridDim, blockDim, args, sharedMem, stream);
+    return timed(k, ptsz, next, func, gridDim, blockDim, args, sharedMem, stream);
   }
+  uint64_t p0 = now_ns();
   qsort(secs, (size_t)n, sizeof *secs, by_addr);
   int bad = g_sync() != cudaSuccess || read_device(g_copy, secs, n, 0);
   uint64_t t0 = now_ns();
@@ -445,6 +554,12 @@ static cudaError_t launch(launch_fn next, const void *func, dim3 gridDim, dim3 b
   }
   for (int i = 0; i < n; i++) { free((void *)secs[i].pre); free((void *)secs[i].post); }
   free(secs);
+  /* the capture's own time (synchronizing, copying, writing) is no part of the run; the
+   * launch's is the kernel's (its sample) */
+  __atomic_add_fetch(&g_paused, now_ns() - p0 - dt, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&g_time_lock);
+  if (rc == cudaSuccess) { k->device_ns += dt; k->timed++; }
+  pthread_mutex_unlock(&g_time_lock);
   return rc;
 }
 
@@ -452,7 +567,7 @@ API cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
                                  cudaStream_t stream) {
   static launch_fn next;
   if (!next && !(next = (launch_fn)real("cudaLaunchKernel"))) return (cudaError_t)1;
-  return launch(next, func, gridDim, blockDim, args, sharedMem, stream);
+  return launch(next, 0, func, gridDim, blockDim, args, sharedMem, stream);
 }
 
 /* what a unit compiled for per-thread default streams (-fgpu-default-stream=per-thread,
@@ -461,5 +576,5 @@ API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 gridDim, dim3 block
                                       cudaStream_t stream) {
   static launch_fn next;
   if (!next && !(next = (launch_fn)real("cudaLaunchKernel_ptsz"))) return (cudaError_t)1;
-  return launch(next, func, gridDim, blockDim, args, sharedMem, stream);
+  return launch(next, 1, func, gridDim, blockDim, args, sharedMem, stream);
 }
