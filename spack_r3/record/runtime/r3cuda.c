@@ -488,8 +488,10 @@ static cudaError_t timed(struct kernel *k, int ptsz, launch_fn next, const void 
  * default stream twin) */
 static cudaError_t launch(launch_fn next, int ptsz, const void *func, dim3 gridDim, dim3 blockDim, void **args,
                           size_t sharedMem, cudaStream_t stream) {
+  static int started;
   pthread_mutex_lock(&g_time_lock);
-  if (!g_sync) { /* the first launch: the runtime is initialized by now */
+  if (!started) { /* the first launch: the runtime is initialized by now */
+    started = 1;
     config();
     g_copy = (memcpy_fn)real("cudaMemcpy");
     g_getdev = (getdev_fn)real("cudaGetDevice");
