@@ -148,7 +148,7 @@ def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path
     """The workspace's cluster.json for a batch system: each job is one Dask worker (one
     replay server on the job's cores) whose script carries the options given. No batch
     system is needed to see what would be submitted."""
-    from spack_r3.scale.cluster import jobqueue_cluster, read_config
+    from spack_r3.scale.cluster import jobqueue_cluster, most_workers, read_config
 
     ws = Workspace(str(tmp_path / "ws"))
     ws.ensure()
@@ -172,6 +172,7 @@ def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path
     finally:
         cluster.close()
     assert (jobs, adapt) == (4, {"minimum_jobs": 1, "maximum_jobs": 16})
+    assert most_workers(read_config("config", ws)) == 16  # the servers the search is offered: one a job
     for line in lines:
         assert line in script.splitlines(), script
     assert "distributed.cli.dask_worker" in script and "--nthreads 32" in script
