@@ -10,4 +10,9 @@ reject a candidate that spills or cannot launch before any GPU time is spent.
 - ``codegen``: optimize with a pipeline, emit PTX (ptxas -v) or an AMDGPU code object
   (its metadata note), per kernel resources
 - ``screen``: the per-target verdict of one candidate
+- ``cuda``: the CUDA driver API (cuda-python): device memory at fixed addresses, launch,
+  device events (needs a GPU; never run here)
+- ``cudareplay``: a recorded CUDA launch replayed through ``cuda`` (needs a GPU), and
+  screened statically on GPU targets (no GPU)
+- ``geometry``: a CUDA launch's block and grid as search dimensions
 """
