@@ -126,6 +126,9 @@ def connect(spec, workspace):
     pins by worker name or None)."""
     distributed = _dask()
     check(spec, workspace)
+    # Dask's own lines in this process (a worker's connection closed as Adaptive retires
+    # it...) only repeat what the pool says in its own; its errors still show.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     if spec.startswith("local:"):
         n = local_workers(spec)
         cluster = local_cluster(n)
