@@ -677,18 +677,29 @@ class Pairs:
 
 
 def paired_ratios(
-    prepared, frame, baseline, candidate, pairs, libomp=None, threads=(None, None), runs=1, flush=None, sequence=None
+    prepared,
+    frame,
+    baseline,
+    candidate,
+    pairs,
+    libomp=None,
+    threads=(None, None),
+    runs=1,
+    flush=None,
+    sequence=None,
+    seen=None,
 ):
     """The paired protocol: alternate baseline and candidate; ratios baseline/candidate,
     each side's sample the sum of ``runs`` runs (memory restored before each, untimed).
     ``threads``: the OpenMP threads of each (see ``thread_counts``); ``flush``: caches
     emptied before every run (``CacheFlush``); ``sequence``: a run is a pass over its
     recorded calls (``replay.sequence``). A pair during which the process was preempted
-    is measured again (``MOST_RESAMPLES``), unless most of this call's pairs so far were
-    preempted: then the next try would be preempted too (a run of 100 ms on a loaded machine
-    is, nearly always), and pairs are kept as they come, their median left to absorb it."""
+    is measured again (``MOST_RESAMPLES``), unless most tries so far were preempted
+    (``seen``: [tries, preempted], kept across the calls of one evaluation): then the next
+    try would be preempted too (a run of 100 ms on a loaded machine is, nearly always), and
+    pairs are kept as they come, their median left to absorb it."""
     out = Pairs([], [])
-    tried = hit = 0
+    seen = [0, 0] if seen is None else seen
     # a kernel with nothing to put back runs its sample's calls back to back: one timed span
     repeat, batch = (1, runs) if batchable(prepared, flush) else (runs, 1)
 
@@ -705,8 +716,8 @@ def paired_ratios(
             tb = sample(baseline, preempted)
             set_threads(libomp, threads[1])
             tc = sample(candidate, preempted)
-            tried, hit = tried + 1, hit + any(preempted)
-            futile = cuts() and tried >= RESAMPLE_FUTILE_AFTER and hit > tried // 2
+            seen[0], seen[1] = seen[0] + 1, seen[1] + any(preempted)
+            futile = cuts() and seen[0] >= RESAMPLE_FUTILE_AFTER and seen[1] > seen[0] // 2
             if not any(preempted) or attempt == MOST_RESAMPLES or futile:
                 break
             out.resampled += 1

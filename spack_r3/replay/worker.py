@@ -359,10 +359,12 @@ def _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confi
             else:
                 ev.runs_per_sample = engine.runs_per_sample(prepared, frame, candidate, flush=flush)
 
+        seen = [0, 0]  # tries and preempted tries of this evaluation's pairs (engine.paired_ratios)
+
         def measure(n):
             with _exclusive("timed"):
                 return engine.paired_ratios(
-                    prepared, frame, baseline, candidate, n, libomp, threads, ev.runs_per_sample, flush, sequence
+                    prepared, frame, baseline, candidate, n, libomp, threads, ev.runs_per_sample, flush, sequence, seen
                 )
 
         # Racing: the first RACE_AFTER pairs, each checked part as any; the rest only for a
