@@ -326,6 +326,27 @@ def test_two_kernels_tuned_side_by_side_keep_their_budgets(program, tmp_path):
         assert k["speedup_min"] <= k["speedup"] <= k["speedup_max"]
 
 
+def test_a_worker_takes_the_cpus_of_a_share_no_live_worker_holds():
+    """The plugin as each worker process gets it: the first two take a share each, a third
+    finds none free (it runs unpinned); once the first is gone, a worker that starts (one
+    Adaptive added, a restart) takes its share, whatever its name."""
+    import pickle
+
+    from spack_r3.scale.pool import ReplayWorker
+
+    plugin = ReplayWorker(pins={0: [0], 1: [1]})
+    a, b, c, d = (pickle.loads(pickle.dumps(plugin)) for _ in range(4))
+    try:
+        assert (a.claim(), b.claim(), c.claim()) == ([0], [1], None)
+        a.teardown(None)
+        assert d.claim() == [0]
+    finally:
+        for worker in (b, d):
+            worker.teardown(None)
+        for slot in (0, 1):
+            os.unlink(plugin.slots + str(slot))
+
+
 def _can_hide():
     """Whether this machine lets an unprivileged process mount over a folder for itself
     alone (user and mount namespaces): how a test hides the workspace from workers."""
@@ -419,6 +440,9 @@ def test_an_adaptive_cluster_grows_and_shrinks_under_a_study(recorded, tmp_path)
         assert len(pool.alive()) == 2, "the adaptive cluster did not grow under %d trials" % len(study.trials())
         assert len({s.address for s in pool.servers}) == 2, "the newcomer took a server"
         assert any("1 worker(s) joined" in line for line in lines), lines
+        if len(os.sched_getaffinity(0)) >= 2:  # each pinned to a share of its own
+            first, second = pool.client.run(lambda dask_worker: dask_worker.plugins["r3-replay"].server.cpus).values()
+            assert first and second and not set(first) & set(second)
         grown = len(study.trials())
         shrink = threading.Thread(
             target=lambda: (

@@ -42,8 +42,9 @@ def _dask():
 
 
 def local_pins(n):
-    """Worker name -> CPUs for ``n`` workers on this machine: each its own share (as the
-    local pool's), none when there are fewer CPUs than workers."""
+    """Slot -> CPUs for ``n`` workers on this machine: each its own share (as the local
+    pool's; a worker takes a slot no live worker holds), none when there are fewer CPUs
+    than workers."""
     cpus = sorted(os.sched_getaffinity(0))
     share = len(cpus) // n
     return {i: cpus[i * share : (i + 1) * share] for i in range(n)} if share else {}

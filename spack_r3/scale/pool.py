@@ -4,8 +4,8 @@
         ev = pool.servers[0].submit(capture_dir, variant, pairs=5)
 
 Each Dask worker process hosts one ``ReplayServer`` (``ReplayWorker``, a WorkerPlugin)
-pinned to its cores: the worker's share in ``pins`` (by worker name: a LocalCluster on
-this machine splits its CPUs as the local pool does), else every CPU the worker process
+pinned to its cores: a share in ``pins`` that no other live worker holds (a LocalCluster
+on this machine splits its CPUs as the local pool does), else every CPU the worker process
 may use (a batch job's allocation). A candidate goes as one task (capture directory,
 variant, options) and comes back as its Evaluation. The baseline and the candidate are
 timed in pairs inside that task, so a speedup is always a ratio of two times measured
@@ -30,9 +30,13 @@ and the server binds to such a worker for what follows. A task that killed
 """
 
 import collections
+import fcntl
+import glob
 import os
+import tempfile
 import threading
 import time
+import uuid
 
 from distributed import WorkerPlugin, get_worker
 from distributed.scheduler import KilledWorker
@@ -56,14 +60,16 @@ class ReplayWorker(WorkerPlugin):
     def __init__(self, timeout=60.0, cache_dir=None, pins=None, marker=None):
         self.timeout = timeout
         self.cache_dir = cache_dir
-        self.pins = pins or {}  # worker name -> CPUs
+        self.pins = pins or {}  # slot -> CPUs: a worker takes the first slot no live worker holds
+        self.slots = os.path.join(tempfile.gettempdir(), "r3-pins-%s-" % uuid.uuid4().hex)
+        self.slot = None  # the open lock file of this worker's slot
         self.marker = marker  # a ship.Marker in the workspace; None: captures are sent here
         self.store = None  # a ship.Store where the workspace is not seen
         self.server = None
         self.lock = None
 
     def setup(self, worker):
-        pinned = self.pins.get(worker.name)
+        pinned = self.claim()
         cpus = pinned or sorted(os.sched_getaffinity(0))
         cache_dir = self.cache_dir
         if self.marker is None or not self.marker.seen():
@@ -76,6 +82,24 @@ class ReplayWorker(WorkerPlugin):
     def teardown(self, worker):
         if self.server:
             self.server.close()
+        if self.slot is not None:
+            os.close(self.slot)
+
+    def claim(self):
+        """The CPUs of the first slot of ``pins`` that no live worker holds, held (a lock on
+        a file of this machine) while this worker process lives: a worker Adaptive starts
+        after another retired, or the nanny's restart of a killed one, takes the slot that
+        was freed, where worker names keep counting up."""
+        for slot, cpus in sorted(self.pins.items()):
+            fd = os.open(self.slots + str(slot), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.slot = fd
+            return cpus
+        return None
 
     def place(self, refs):
         """Local paths of the captures ``refs`` ((workspace path, key) pairs), and the keys
@@ -196,7 +220,8 @@ class DaskPool:
         self._lock = threading.Lock()
         # Workers that read this (the workspace's cache folder) read captures where they lie.
         self.marker = None if ship_all or not cache_dir else ship.Marker.write(cache_dir)
-        client.register_plugin(ReplayWorker(timeout, cache_dir, pins, self.marker))
+        self.plugin = ReplayWorker(timeout, cache_dir, pins, self.marker)
+        client.register_plugin(self.plugin)
         self._servers = []
         self.cores_per_worker = max(1, min(client.run(_cores).values()))
         self._evaluated = 0
@@ -362,3 +387,5 @@ class DaskPool:
             self.owned.close()
         if self.marker is not None:
             self.marker.remove()
+        for path in glob.glob(self.plugin.slots + "*"):
+            os.unlink(path)
