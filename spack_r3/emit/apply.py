@@ -171,7 +171,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
         missing = [k for k in kernels if not any(defines_function(l, names[k]) for l in lines)]
         if missing:
             raise ApplyError("%s does not define %s (the source changed since tuning?)" % (source, ", ".join(missing)))
-        bitcode = _bitcode(compiler, text, tmp)
+        bitcode = unit_bitcode(compiler, text, tmp)
         if probes:
             text = _with_probes(text, bitcode, [names[k] for k in kernels])
         rest = os.path.join(tmp, "rest.ll")
@@ -238,7 +238,9 @@ def planned_symbol(name):
     return region_key(re.sub(r"\.r3\.[0-9a-f]{8}$", "", name))
 
 
-def _bitcode(compiler, text, tmp):
+def unit_bitcode(compiler, text, tmp):
+    """The bitcode ``compiler`` (the build's clang) makes of a unit's edited IR ``text``, in
+    ``tmp``: what the tuned kernels are cut from (r3-apply's host and offload units)."""
     path = os.path.join(tmp, "shared.ll")
     with open(path, "w") as f:
         f.write(text)
