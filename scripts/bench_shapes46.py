@@ -10,16 +10,20 @@ with FP tolerance 1e-9, then for each kernel replays, against the build, in pair
             outer-loop ``omp-parallel``, reductions included) at its default knobs and, for
             the tiled ones, a few tile sizes; verified (parallel ones 3 times) and timed;
   polly:    Polly alone (``O3,polly=1``) and with each scheduler option of issue 46;
-  search:   (``--budget N``, N > 0) r3's search at a small budget twice, the rules
-            mutator with every rule and without the issue's new ones (a Bayesian search of
-            half the budget, the remix on the rest, as bench_search.py's full r3), their
-            two best confirmed side by side (3 rounds of 11 pairs).
+  search:   (``--budget N``, N > 0) r3 tune's search (``tune.pipeline_search``, then the
+            remix on what it leaves, default options) with the rules mutator, every rule
+            ('with') and without the issue's new ones ('without'; ``--searches`` picks),
+            their two best confirmed side by side (3 rounds of 11 pairs); each search's
+            evaluations by where they went (pipelines, given back, each rewrite class,
+            confirmation) and its children.
 
 Speedups are medians of paired ratios (build / candidate) with the min and max of the
 pairs. Writes bench/search-shapes46.json.
 
 Usage: scripts/bench_shapes46.py [--kernels jacobi2d,...] [--budget 0] [--out bench/search-shapes46.json]
        scripts/bench_shapes46.py --search-only --budget 16 --kernels jacobi2d,chain2 --out bench/search-shapes46-search.json
+       scripts/bench_shapes46.py --search-only --searches with --budget 60 --kernels chain2,jacobi2d \
+           --sizes "-DN=800 -DNM=200 -DM3=64 -DSTEPS=10" --out bench/search-shapes46-budget-after.json
 """
 
 import argparse
@@ -44,10 +48,17 @@ from spack_r3.search.confirm import confirm  # noqa: E402
 from spack_r3.search.mutators import Feedback  # noqa: E402
 from spack_r3.search.mutators.rules import RulesMutator  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
-from spack_r3.search.remix import Remix, RemixOptions, kernel_source  # noqa: E402
+from spack_r3.search.remix import REWRITE_CLASSES, Remix, RemixOptions, kernel_source  # noqa: E402
 from spack_r3.search.results import kernel_result  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
-from spack_r3.search.tune import TuneOptions, contenders, kernel_facts, pipeline_search, plan_targets  # noqa: E402
+from spack_r3.search.tune import (  # noqa: E402
+    TuneOptions,
+    _remix,
+    contenders,
+    kernel_facts,
+    pipeline_search,
+    plan_targets,
+)
 from spack_r3.sourcepatch import make_patch  # noqa: E402
 from spack_r3.workspace import Workspace  # noqa: E402
 
@@ -129,28 +140,19 @@ def rewrites(target, server):
 
 
 def search(ws, pool, store, target, budget, seed, mutator, label):
-    """A Bayesian search of half the budget, then the remix on what it leaves (bench_search.py's full r3)."""
-    space = Space(kernel_facts(target, pool.cores_per_worker))
+    """r3 tune's search of one kernel (``tune.pipeline_search``, then ``tune._remix`` on what
+    it leaves) at ``budget``, default options otherwise; returns (target, its studies as one
+    search, its children, where its evaluations went)."""
+    facts = kernel_facts(target, pool.cores_per_worker)
     t = replace(target, source_variant="shapes46-%s" % label)
-    base = Study(store, t, space, sampler="tpe", seed=seed, pairs=5)
-    remix_budget = pipeline_search(base, pool.servers, TuneOptions(budget=budget, mutator=mutator, remix_share=0.5))
-    remix = Remix(
-        ws,
-        store,
-        t,
-        space.facts,
-        mutator,
-        RemixOptions(budget=remix_budget, seed=seed, pairs=5),
-        Patterns(ws),
-        inherit=[tr.params for tr in base.best(2)],
-        noise=base.pair_noises(),
-    )
-    remix.run(
-        pool.servers,
-        max([tr.value for tr in base.best(1)] + [1.0]),
-        say=lambda line: say("  %s%s" % (label, line)),
-        extend=lambda n: base.extend(pool.servers, n),
-    )
+    options = TuneOptions(budget=budget, mutator=mutator, seed=seed)
+    base = Study(store, t, Space(facts), sampler="tpe", seed=seed, pairs=options.pairs)
+    remix_budget = pipeline_search(base, pool.servers, options)
+    handed = len(base.trials())  # the pipeline search's own, before the rewrites' turn
+    group = StudyGroup([base])
+    if remix_budget:
+        group = _remix(ws, store, t, facts, base, pool, options, remix_budget, Patterns(ws), None, say, say)
+    remix = Remix(ws, store, t, facts, mutator, RemixOptions(budget=remix_budget, seed=seed))
     children = [
         {
             "rules": "+".join(c.rules),
@@ -158,10 +160,15 @@ def search(ws, pool, store, target, budget, seed, mutator, label):
             "status": c.status,
             "speedup": c.speedup,
             "evaluations": c.evaluations,
+            "cut": c.cut,
         }
         for c in remix.children
     ]
-    return t, StudyGroup([base] + [s for _, s in remix.studies()], []), children
+    split = {"pipelines": handed, "pipelines, given back by the rewrites": remix.extended}
+    for c in remix.children:
+        family = "rewrite: " + "+".join(sorted({REWRITE_CLASSES.get(r, "other") for r in c.rules}))
+        split[family] = split.get(family, 0) + c.evaluations
+    return t, group, children, split
 
 
 def main():
@@ -170,6 +177,12 @@ def main():
     ap.add_argument("--budget", type=int, default=0, help="the with/without search per kernel (0: none)")
     ap.add_argument("--search-only", action="store_true", help="the with/without search alone, no single rewrites")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--sizes", default=SIZES, help="the kernels' sizes, as -D flags (default %(default)s)")
+    ap.add_argument(
+        "--searches",
+        default="with,without",
+        help="which searches: 'with' every rule, 'without' issue 46's new ones (default both)",
+    )
     ap.add_argument("--note", default="", help="a sentence added to the json's notes (what else ran meanwhile)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "search-shapes46.json"))
@@ -182,22 +195,22 @@ def main():
     with open(os.path.join(src, "Makefile"), "w") as f:
         f.write(
             "prog: main.o shapes.o\n\t$(CC) -O3 -march=native -fopenmp -o $@ main.o shapes.o -lm\n"
-            "%%.o: %%.c\n\t$(CC) -O3 -march=native -fopenmp %s -c -o $@ $<\n" % SIZES
+            "%%.o: %%.c\n\t$(CC) -O3 -march=native -fopenmp %s -c -o $@ $<\n" % args.sizes
         )
     ws = Workspace(os.path.join(tmp, "ws"))
     kernels = args.kernels.split(",")
-    say("recording %s (%s)" % (", ".join(kernels), SIZES))
+    say("recording %s (%s)" % (", ".join(kernels), args.sizes))
     rec = record(ws, src, "./prog", kernels=kernels, tolerance=TOLERANCE)
     targets = plan_targets(ws, rec.captures, kernels=kernels, tolerance=TOLERANCE).targets
     out = {
-        "sizes": SIZES,
+        "sizes": args.sizes,
         "build": "-O3 -march=native -fopenmp",
         "tolerance": TOLERANCE,
         "pairs": PAIRS,
         "machine_cpus": len(os.sched_getaffinity(0)),
         "budget": args.budget,
         "seed": args.seed,
-        "notes": "A short run on a machine of 2 cores shared with 4 other engineers' builds and tests: one "
+        "notes": "A short run on a machine of 2 cores shared with other engineers' builds and tests (--note says more): one "
         "replay of %d pairs per candidate, spreads wide; parallel candidates (wavefront, "
         "omp-parallel, polly_parallel) ran with 2 threads on those 2 shared cores. Speedups are "
         "over the build (-O3 -march=native), medians of paired ratios [min-max]. %s" % (PAIRS, args.note),
@@ -227,22 +240,30 @@ def main():
                 )
             if args.budget:
                 t0 = time.monotonic()
-                runs = [
-                    search(ws, pool, store, target, args.budget, args.seed, m, label)
-                    for m, label in ((RulesMutator(), "with"), (WithoutNew(), "without"))
-                ]
+                mutators = {"with": RulesMutator(), "without": WithoutNew()}
+                labels = args.searches.split(",")
+                runs = [search(ws, pool, store, target, args.budget, args.seed, mutators[x], x) for x in labels]
                 confirmed = confirm(
-                    pool.servers, [(t, contenders(g, 2)) for t, g, _ in runs], keep=2, rounds=3, pairs=11, progress=say
+                    pool.servers,
+                    [(t, contenders(g, 2)) for t, g, _, _ in runs],
+                    keep=2,
+                    rounds=3,
+                    pairs=11,
+                    progress=say,
                 )
-                for (t, group, children), conf, label in zip(runs, confirmed, ("with", "without")):
+                for (t, group, children, split), conf, label in zip(runs, confirmed, labels):
                     result = kernel_result(t, group, conf)
+                    # Each candidate's confirmation rounds are one evaluation each.
+                    split["confirmation"] = sum(len(c.round_ratios) or 1 for c in conf)
                     entry[label] = {
                         "best_speedup": round(result.speedup, 3),
                         "speedup_min": result.speedup_min,
                         "speedup_max": result.speedup_max,
                         "winner": result.winner,
+                        "evaluations": split,
                         "children": children,
                     }
+                    say("  %s: %.2fx, %s; evaluations %s" % (label, result.speedup, result.winner, split))
                 entry["search_s"] = round(time.monotonic() - t0, 1)
             out["kernels"].append(entry)
             with open(args.out + ".tmp", "w") as f:  # what is finished is kept if it is cut short

@@ -88,6 +88,22 @@ REWRITE_CLASSES = {
     "llm": "model",
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
+# Rules whose rewrites keep every result bit for bit (each element sees its terms in the
+# original order): where such a rule says why a rewrite should pay (``Proposal.promise``),
+# it is tried before anything else but inherited winners (``first_to_try``).
+EXACT_RULES = (
+    "restrict",
+    "interchange",
+    "unroll-and-jam",
+    "tile",
+    "scalar-replace",
+    "stage",
+    "fuse",
+    "distribute",
+    "time-tile",
+    "wavefront",
+)
+PROMISING_RULES = ("interchange",)  # rules that say when a rewrite should pay: one that does not say is no pick
 PARALLEL_RULES = ("omp-parallel", "wavefront", "llm")
 THREADED_RULES = ("omp-parallel", "wavefront")  # rewrites that add OpenMP threads
 MAX_REPEATS = 50
@@ -136,6 +152,7 @@ class Child:
     evaluations: int = 0  # replay evaluations spent on it (check, repairs, inner study)
     repairs: int = 0
     cut: str = ""  # why its inner study stopped after the inherited settings ("": it did not)
+    promise: int = 0  # its proposal's (``Proposal.promise``)
 
     @property
     def rule(self):
@@ -231,6 +248,9 @@ class RemixOptions:
     pairs: int = 5
     timeout: float = 60.0
     pending_proposals: int = 4  # model proposals asked for ahead of the evaluations
+    # What a cut child leaves stays with the rewrites (the pipeline search had plateaued:
+    # ``tune.plateaued``) instead of going back to the pipeline search.
+    keep_cut: bool = False
 
 
 class Remix:
@@ -356,10 +376,11 @@ class Remix:
             patch,
             knobs,
             repairs=repairs,
+            promise=proposal.promise,
         )
 
     def _rewrites(self, parent, base_speedup):
-        """The mutator's rewrites of ``parent`` in its order, inherited winning rules first."""
+        """The mutator's rewrites of ``parent`` in its order."""
         try:
             props = self.mutator.propose(self._source(parent), self._feedback(parent, base_speedup))
         except (ASTError, PatchError):  # this parent does not parse: no children of it (nothing asked)
@@ -371,15 +392,14 @@ class Remix:
         else:
             if self.mutator.uses_model:
                 self._asked(True, len(props))
-        if self.patterns:
-            rank = self.patterns.rule_ranking()
-            props = sorted(props, key=lambda p: -rank.get(p.rule, 1.0))
         self._offered[parent.id if parent else ORIGINAL] = {p.rule for p in props}
         return props
 
     def _proposals(self, parent, base_speedup):
-        """(parent, proposal) for each rewrite of ``parent``, one of each rewrite class in turn."""
-        return [(parent, p) for p in by_class_in_turn(self._rewrites(parent, base_speedup))]
+        """(parent, proposal) for each rewrite of ``parent``, in the order ``first_to_try``
+        gives them."""
+        ranking = self.patterns.rule_ranking() if self.patterns else {}
+        return [(parent, p) for p in first_to_try(self._rewrites(parent, base_speedup), ranking)]
 
     def _follow_ups(self, parent, child, base_speedup):
         """The rewrites of a kind that ``child`` makes possible and its parent did not (a rule
@@ -387,14 +407,17 @@ class Remix:
         the parent's other rewrites. A rewrite that only enables another is rarely fast
         itself (matmul's interchange to i,k,j: 6.4-7.6x, below Polly's 8.8x, and cut), and
         drawn with the rest, what it enables came after the budget was spent. The same rule
-        at another loop (``unroll the j loop`` after ``unroll the k loop``) waits its turn."""
+        at another loop (``unroll the j loop`` after ``unroll the k loop``) waits its turn,
+        unless it is a known win (``known_win``): the two-product chain's second nest is
+        interchanged right after its first, and only both together make it fast."""
         key = parent.id if parent else ORIGINAL
         if key not in self._offered:
             self._rewrites(parent, base_speedup)
         known = self._offered[key] | {child.rule}
-        out = []
-        for p in self._rewrites(child, base_speedup):  # the mutator's order: its best bets first
-            if p.rule not in known:
+        rewrites = self._rewrites(child, base_speedup)
+        out = [(child, p) for p in sorted((p for p in rewrites if known_win(p)), key=lambda p: -p.promise)]
+        for p in rewrites:  # the mutator's order: its best bets first
+            if p.rule not in known and not known_win(p):
                 known.add(p.rule)
                 out.append((child, p))
         return out
@@ -541,10 +564,11 @@ class Remix:
                 self._save()
                 say("  %s: %s" % (cxxnames.display(self.target.kernel), child.description))
                 self._evaluate(servers, child, progress, say, base_speedup, parent, proposal)
-                if child.cut and extend:
+                if child.cut and extend and not self.options.keep_cut:
                     # What a cut child did not use goes to the original's search at once, not to
                     # more children: a kernel with many rewrites, none of them in the running
                     # (matmul: 17), would otherwise spend every held evaluation on rewrites.
+                    # Unless that search had plateaued: then it stays with the rewrites.
                     unused = 1 + self.options.child_budget - child.evaluations
                     self._extend(extend, max(0, min(unused, self.options.budget - self.spent())))
                 if feed and child.status == OK:
@@ -626,6 +650,38 @@ class Remix:
                 say("  %s: %s" % (child.description, child.cut))
             if self.patterns:
                 self.patterns.add(self.target.kernel, child, self.facts, child.speedup / base_speedup)
+
+
+def known_win(proposal):
+    """Whether a rewrite is known to keep the results exact and to pay on its shape: an
+    exact rule's proposal that carries a promise (``Proposal.promise``: the interchange
+    that puts a unit stride innermost, which made matmul 6.4-7.6x and verifies bit for bit)."""
+    return proposal.rule in EXACT_RULES and proposal.promise > 0
+
+
+def first_to_try(proposals, ranking=None):
+    """A parent's rewrites in the order they are tried: first, for each rule that made an
+    earlier kernel faster (``ranking``: rule -> its best gain, ``Patterns.rule_ranking``),
+    its first proposal, the largest gain first; then the known wins (``known_win``), the
+    largest promise first; then the rest, one rewrite class at a time
+    (``by_class_in_turn``), inherited rules' first. A rule that says when it should pay
+    (``PROMISING_RULES``) is inherited only by a proposal that says so: the interchange
+    that won on a product chain is no reason to swap a stencil's rows and columns."""
+    ranking = ranking or {}
+
+    def gain(p):  # what the rule made an earlier kernel gain, where it applies to ``p`` (1.0: nothing)
+        return ranking.get(p.rule, 1.0) if p.rule not in PROMISING_RULES or p.promise > 0 else 1.0
+
+    inherited, rules = [], set()
+    for p in sorted(proposals, key=lambda p: -gain(p)):
+        if gain(p) > 1.0 and p.rule not in rules:
+            rules.add(p.rule)
+            inherited.append(p)
+    taken = {id(p) for p in inherited}
+    known = sorted((p for p in proposals if known_win(p) and id(p) not in taken), key=lambda p: -p.promise)
+    taken |= {id(p) for p in known}
+    rest = sorted((p for p in proposals if id(p) not in taken), key=lambda p: -gain(p))
+    return inherited + known + by_class_in_turn(rest)
 
 
 def by_class_in_turn(proposals):

@@ -29,6 +29,7 @@ from .simplify import settings
 if TYPE_CHECKING:  # (annotations only)
     from ..workspace import Workspace
     from .confirm import Confirmed
+from .spending import spending_table
 
 
 @dataclass
@@ -59,6 +60,8 @@ class KernelResult:
     model: Optional[dict] = None
     # The winner's arguments folded in as constants behind a guard (``specialize.named``): ["n=300"]
     specialized: List[str] = field(default_factory=list)
+    # Where its evaluations went (``spending``): {"split": {"pipelines": 18, ...}, "handover": 18, "plateau": True}
+    spending: Optional[dict] = None
 
     @property
     def winner(self) -> str:
@@ -162,6 +165,7 @@ def kernel_result(
         calls=len(target.captures) if target.sequence else 1,
         picked_speedup=best.speedup if best and again is not None else None,
         model=getattr(target, "model", None),
+        spending=getattr(target, "spending", None),
     )
     if measured is None:
         return KernelResult(
@@ -295,6 +299,8 @@ def write_report(workspace: "Workspace", results: Sequence[KernelResult], header
         )
         for why in r.rejected:
             lines.append("  rejected %s" % why)
+    if spending_table(results):
+        lines += ["", spending_table(results)]
     write_atomic(paths["text"], "\n".join(lines) + "\n")
     write_atomic(paths["json"], json.dumps({"kernels": [r.to_json() for r in results]}, indent=1) + "\n")
     plot_curves(results, paths["plot"])

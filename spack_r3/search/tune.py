@@ -34,7 +34,8 @@ from .confirm import confirm, measure_again
 from .lanes import lane_count, search_in_lanes
 from .noise import INDISTINCT, MIN_GAIN
 from .results import KernelResult, kernel_result, pick, save_results
-from .simplify import simplify
+from .simplify import settings, simplify
+from .spending import confirmation_spent, search_spending
 from .space import KernelFacts, Space
 from .store import confirming, exclusive, storage
 
@@ -214,10 +215,15 @@ def contenders(study, n, most=None):
     return [(trial_variant(t), t.value) for i, t in enumerate(ranked) if i < n or t.value >= floor]
 
 
+def _simplifies(best):
+    """Whether the best of ``best`` (contenders) is simplified; how many evaluations that takes."""
+    return len(settings(best[0][0])) if best and best[0][1] > 1.0 else 0
+
+
 def _candidates(pool, target, study, options):
     """The study's contenders, and the best without the settings that do not matter."""
     best = contenders(study, options.candidates)
-    if best and best[0][1] > 1.0:
+    if _simplifies(best):
         lean = simplify(pool.servers, target, best[0][0], best[0][1], pairs=options.pairs, timeout=options.timeout)
         if lean != best[0][0]:
             best.append((lean, None))
@@ -228,13 +234,18 @@ def pipeline_search(study, servers, options, progress=None):
     """The original's search over pipelines and launch settings; returns the budget left
     to the outer loop over source variants.
 
-    With a mutator it runs ``1 - remix_share`` of the budget, then goes on, up to half of
-    the outer loop's share, for as long as its best still moves (a new best beyond noise
-    within the last ``stall_patience`` evaluations). Rewrites are measured with the
+    With a mutator it runs up to ``1 - remix_share`` of the budget, then goes on, up to
+    half of the outer loop's share, for as long as its best still moves (a new best beyond
+    noise within the last ``stall_patience`` evaluations). Rewrites are measured with the
     pipeline that won (``Remix.inherit``): while the pipeline search still climbs, a
-    rewrite would be measured with a pipeline about to be beaten. The split is kept in
-    the study, so a resumed run keeps it. ``stall_patience`` 0: the split of
-    ``remix_share`` as it is, but for sweeps."""
+    rewrite would be measured with a pipeline about to be beaten. A search that has
+    plateaued before its share is spent hands the rest to the rewrites at once
+    (``plateaued``): from a quarter of the budget on (or its seed pipelines, if more), at
+    most ``plateau_patience`` evaluations without a new best beyond noise. At budget 40 the
+    two-product chain's pipelines had settled long before their half was spent, and the
+    remix never reached the interchange that makes it fast. The split is kept in the
+    study, so a resumed run keeps it. ``stall_patience`` 0: the split of ``remix_share``
+    as it is, but for sweeps."""
     held = int(round(options.budget * options.remix_share)) if options.mutator else 0
     key = {"budget": options.budget, "held": held}
     saved = study.study.user_attrs.get("split")
@@ -242,21 +253,46 @@ def pipeline_search(study, servers, options, progress=None):
         study.run(servers, options.budget - saved["remix"], progress)
         return saved["remix"]
     first, most = options.budget - held, options.budget - (held + 1) // 2
-    study.run(servers, first, progress)
-    # A sweep of a block of interacting settings (``bayes.Study``: 28 Polly points, up to
-    # a third of a run) is paid from the held share, up to half of it. Paid from the first share, it
-    # left the pipeline's own search few evaluations (the dense demo's matmul, seed 7: 54
-    # sweep points, and r3's pipeline search stopped at 8.44x where the Bayesian search
-    # alone found 8.81x in 150).
-    while len(study.trials()) < min(most, first + swept(study)):
-        study.run(servers, min(most, first + swept(study)), progress)
-    limit = most if options.stall_patience else len(study.trials())
     step = max(len(servers), STALL_STEP)
-    while len(study.trials()) < limit and still_climbing(study.curve(), options.stall_patience):
-        study.run(servers, min(limit, len(study.trials()) + step), progress)
+    plateau = None
+    if held and options.stall_patience:
+        floor = min(first, max(options.budget // 4, len(study.space.seeds())))
+        patience = plateau_patience(options)
+        study.run(servers, floor, progress)
+        while len(study.trials()) < first and still_climbing(study.curve(), patience):
+            study.run(servers, min(first, len(study.trials()) + step), progress)
+        if len(study.trials()) < first:
+            plateau = len(study.trials())
+    if plateau is None:
+        study.run(servers, first, progress)
+        # A sweep of a block of interacting settings (``bayes.Study``: 28 Polly points, up to
+        # a third of a run) is paid from the held share, up to half of it. Paid from the first share, it
+        # left the pipeline's own search few evaluations (the dense demo's matmul, seed 7: 54
+        # sweep points, and r3's pipeline search stopped at 8.44x where the Bayesian search
+        # alone found 8.81x in 150).
+        while len(study.trials()) < min(most, first + swept(study)):
+            study.run(servers, min(most, first + swept(study)), progress)
+        limit = most if options.stall_patience else len(study.trials())
+        while len(study.trials()) < limit and still_climbing(study.curve(), options.stall_patience):
+            study.run(servers, min(limit, len(study.trials()) + step), progress)
     remix = max(0, options.budget - len(study.trials())) if held else 0
-    study.study.set_user_attr("split", {"key": key, "remix": remix})
+    study.study.set_user_attr(
+        "split", {"key": key, "remix": remix, "handover": len(study.trials()), "plateau": plateau is not None}
+    )
     return remix
+
+
+def plateaued(study):
+    """Whether the study's pipeline search handed its budget to the rewrites early, on a
+    plateau (``pipeline_search``)."""
+    return bool((study.study.user_attrs.get("split") or {}).get("plateau"))
+
+
+def plateau_patience(options):
+    """Evaluations without a new best after which a pipeline search that has not spent its
+    share has plateaued: ``stall_patience``, less on small budgets (a sixth of the
+    budget, at least ``STALL_STEP``): at 60, 10 evaluations."""
+    return min(options.stall_patience, max(STALL_STEP, options.budget // 6))
 
 
 def swept(study):
@@ -289,6 +325,7 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
             seed=options.seed,
             pairs=options.pairs,
             timeout=options.timeout,
+            keep_cut=plateaued(study),
         ),
         patterns,
         inherit=[t.params for t in study.best(2)],
@@ -304,6 +341,7 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
         warn("warning: %s; going on with the rules mutator" % err)
         options.mutator = make_mutator("rules")
         return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn)
+    target.spending = search_spending(study, remix)  # (the kernel's result reports it)
     checks = [c.status for c in remix.children if c.status not in (OK, "pending")]
     return StudyGroup([study] + [s for _, s in remix.studies()], checks)
 
@@ -440,6 +478,7 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
             if problem:
                 raise R3Error(problem)
         remix_budget = pipeline_search(study, pool.servers, options, progress)
+        target.spending = search_spending(study)
         if remix_budget:
             # The outer loop keeps its children in one file (remix.py): one process at
             # a time runs it; one that waited resumes what the other left, spent.
@@ -494,6 +533,14 @@ def _confirmed_results(pool, studied, options, say):
             else [],
         )
     )
+    for (t, s), (_, _, cands) in zip(todo, candidates):
+        t.spending = confirmation_spent(
+            getattr(t, "spending", None),
+            cands,
+            confirmed[s.name],
+            captures=len(t.captures),
+            simplified=_simplifies(cands),
+        )
     picked = [(t, s, pick(confirmed[s.name])) for t, s in todo]
     picked = [(t, s, best) for t, s, best in picked if best]
     again = dict(
@@ -513,6 +560,8 @@ def _confirmed_results(pool, studied, options, say):
     )
     results = []
     for target, study in studied:
+        if study.name in again:
+            target.spending = confirmation_spent(getattr(target, "spending", None), [], [], again[study.name])
         if study.name in confirmed:
             result = kernel_result(target, study, confirmed[study.name], again.get(study.name))
             study.study.set_user_attr("confirmed", {"key": _confirm_key(study, options), "result": result.to_json()})

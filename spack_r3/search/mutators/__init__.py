@@ -42,6 +42,9 @@ class Proposal:
     rule: str  # what made it: a rule's name, or "llm"
     description: str  # one line for reports ("interchange j,k in matmul")
     knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # macro -> values (default first)
+    # Why the rule expects it to pay on this shape, as a count (interchange: accesses of the
+    # innermost loop it makes unit-stride); 0: nothing known. The remix tries these early.
+    promise: int = 0
 
 
 @dataclass

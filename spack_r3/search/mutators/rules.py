@@ -647,7 +647,12 @@ def interchange(fn):
         out.append(
             (
                 -gain,
-                Proposal(text, "interchange", "interchange %s,%s in %s%s" % (outer.name, inner.name, fn.name, note)),
+                Proposal(
+                    text,
+                    "interchange",
+                    "interchange %s,%s in %s%s" % (outer.name, inner.name, fn.name, note),
+                    promise=max(0, gain),
+                ),
             )
         )
     # The one that makes the innermost loop walk memory contiguously first (matmul: j,k,
