@@ -13,7 +13,7 @@ import pytest
 
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Evaluation, Launch, Variant
-from spack_r3.replay import worker
+from spack_r3.replay import engine, worker
 from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.bayes import Study, Target, storage
@@ -130,3 +130,18 @@ def test_a_raced_out_candidate_is_never_the_best(tmp_path):
     [best] = study.best(3)
     assert best.user_attrs["evaluation"]["code"] == "plain"
     assert [t.value for t in study.trials()] == [0.55, 0.95]  # the sampler still learns both
+
+
+def test_a_preempted_pair_is_measured_again_until_most_tries_were_preempted(monkeypatch):
+    """On a quiet machine a preempted pair is timed again (up to MOST_RESAMPLES more tries);
+    where most tries of the evaluation were preempted (every run of a long kernel on a loaded
+    machine), the next would be too: pairs are kept as they come."""
+    quiet = [0, 0]
+    for _ in range(9):
+        assert not engine.measure_again(quiet, False, 0)
+    assert engine.measure_again(quiet, True, 0)  # 1 of 10 tries preempted: again
+    loaded = [0, 0]
+    assert [engine.measure_again(loaded, True, a) for a in range(4)] == [True, True, True, False]
+    assert not engine.measure_again(loaded, True, 0)  # 5 of 5 preempted: kept
+    monkeypatch.setenv("R3_EVAL_CUTS", "0")  # before the cuts: every pair up to its limit
+    assert engine.measure_again(loaded, True, 0) and not engine.measure_again(loaded, True, engine.MOST_RESAMPLES)

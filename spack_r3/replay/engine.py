@@ -716,14 +716,23 @@ def paired_ratios(
             tb = sample(baseline, preempted)
             set_threads(libomp, threads[1])
             tc = sample(candidate, preempted)
-            seen[0], seen[1] = seen[0] + 1, seen[1] + any(preempted)
-            futile = cuts() and seen[0] >= RESAMPLE_FUTILE_AFTER and seen[1] > seen[0] // 2
-            if not any(preempted) or attempt == MOST_RESAMPLES or futile:
+            if not measure_again(seen, any(preempted), attempt):
                 break
             out.resampled += 1
         out.ratios.append(tb / tc if tc > 0 else float("inf"))
         out.candidate_s.append(tc / runs)
     return out
+
+
+def measure_again(seen, preempted, attempt):
+    """Whether a pair's try ``attempt`` (from 0), ``preempted`` or not, is measured again;
+    counts it in ``seen`` ([tries, preempted tries] of the evaluation so far). Not once the
+    pair has had MOST_RESAMPLES more tries, nor once most of the evaluation's tries were
+    preempted (from RESAMPLE_FUTILE_AFTER tries on, unless ``$R3_EVAL_CUTS`` is 0)."""
+    seen[0], seen[1] = seen[0] + 1, seen[1] + bool(preempted)
+    if not preempted or attempt >= MOST_RESAMPLES:
+        return False
+    return not (cuts() and seen[0] >= RESAMPLE_FUTILE_AFTER and seen[1] > seen[0] // 2)
 
 
 def thread_counts(recorded, requested, cpus):
