@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from .errors import R3Error
-from .iredit import ensure_declared, push_before_forks
+from .iredit import ensure_declared, function_span, push_before_forks
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,10 @@ def apply_geometry(text, kernel, launch):
     teams, limit = getattr(launch, "num_teams", None), getattr(launch, "thread_limit", None)
     if not teams and not limit:
         return text
-    start = next((m.start() for m in re.finditer(r"^define [^\n]*@%s\(" % re.escape(kernel), text, re.M)), None)
-    if start is None:
+    span = function_span(text, kernel)
+    if span is None:
         raise ValueError("the device function %s is not in its module" % kernel)
-    end = text.find("\n}\n", start)
+    start, end = span
     body = text[start:end]
     if not _FORK_TEAMS.search(body):
         raise ValueError("%s forks no teams: num_teams and thread_limit do not apply" % kernel)

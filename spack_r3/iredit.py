@@ -210,6 +210,16 @@ def strip_dbg(text):
 # -- reading a module ----------------------------------------------------------------------
 
 
+def function_span(text, name):
+    """(start, end) of function ``name``'s definition in ``text``: from ``define`` to just
+    before its closing brace's line; None where ``text`` does not define it."""
+    m = re.search(r"^define [^\n]*?%s\(" % name_pattern(name), text, re.M)
+    if not m:
+        return None
+    end = text.find("\n}\n", m.start())
+    return m.start(), end if end >= 0 else len(text)
+
+
 def string_attributes(text, name):
     """The ``"key"="value"`` attributes of function ``name``'s definition (its attribute
     groups): {key: value}; {} where ``text`` does not define it."""
@@ -338,6 +348,18 @@ def redirect_calls(text, callee, other):
     """(text, calls): each ``call void @callee(`` made a call of ``other``."""
     old, new = "call void %s(" % global_ref(callee), "call void %s(" % global_ref(other)
     return text.replace(old, new), text.count(old)
+
+
+def add_to_attribute_groups(text, names, attribute):
+    """``attribute`` (``"key"="value"`` or a keyword) added to the attribute groups of the
+    definitions of the functions ``names``."""
+    groups = set()
+    for line in text.split("\n"):
+        if line.startswith("define ") and any(defines_function(line, n) for n in names):
+            groups.update(re.findall(r"#(\d+)", line.rsplit(")", 1)[-1]))
+    for g in groups:
+        text = re.sub(r"^(attributes #%s = \{)" % g, lambda m: m.group(1) + " " + attribute, text, flags=re.M)
+    return text
 
 
 def rename_globals(text, renames):

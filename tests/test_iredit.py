@@ -8,6 +8,7 @@ from spack_r3.iredit import (
     c_string,
     declare_only,
     add_fp_flags,
+    add_to_attribute_groups,
     body_without_debug,
     defines_function,
     edit_call_args,
@@ -15,6 +16,7 @@ from spack_r3.iredit import (
     external_global,
     find_define,
     for_analysis,
+    function_span,
     global_ref,
     globals_to_addresses,
     local_ref,
@@ -195,3 +197,11 @@ def test_recorded_globals_become_their_addresses():
     text = '@n = external global i32, align 4\n@"a b" = global i32 0\n  %v = load i32, ptr @n, align 4'
     out = globals_to_addresses(text, {"n": 0x1000})
     assert out == '@"a b" = global i32 0\n  %v = load i32, ptr inttoptr (i64 4096 to ptr), align 4'
+
+
+def test_a_kernels_span_and_attribute_groups():
+    start, end = function_span(FUNCTION, "f")
+    assert FUNCTION[start:end].startswith("define internal double @f(") and FUNCTION[end:].startswith("\n}\n")
+    assert function_span(FUNCTION, "g") is None
+    out = add_to_attribute_groups(FUNCTION, ["f"], '"amdgpu-num-vgpr"="32"')
+    assert string_attributes(out, "f")["amdgpu-num-vgpr"] == "32"

@@ -28,6 +28,7 @@ from typing import Dict
 
 from ..data import Pipeline
 from ..errors import R3Error
+from ..iredit import add_to_attribute_groups, mark_noalias
 from . import tools
 from .occupancy import Resources
 from .targets import NVIDIA
@@ -242,18 +243,6 @@ def _first_error(stderr, rc):
 # ---- the child process: LLVM only ------------------------------------------------------
 
 
-def _set_kernel_attribute(text, kernels, attribute):
-    """``attribute`` (e.g. ``"amdgpu-num-vgpr"="32"``) added to the attribute groups of
-    the kernels' definitions."""
-    groups = set()
-    for line in text.splitlines():
-        if line.startswith("define ") and any(("@%s(" % k) in line or ('@"%s"(' % k) in line for k in kernels):
-            groups.update(re.findall(r"#(\d+)", line.rsplit(")", 1)[-1]))
-    for g in groups:
-        text = re.sub(r"^(attributes #%s = \{)" % g, r"\1 %s" % attribute.replace("\\", r"\\"), text, flags=re.M)
-    return text
-
-
 def _set_thread_limit(text, n):
     """OpenMP kernels bounded to ``n`` threads a team, as clang-19 compiles a region with
     ``thread_limit(n)``: the kernel attributes and the kernel environment's MaxThreads."""
@@ -273,8 +262,6 @@ def _set_thread_limit(text, n):
 
 def _noalias(text, kernels):
     """The kernels' pointer parameters marked ``noalias`` (``ptr`` and ``ptr addrspace(N)``)."""
-    from ..iredit import mark_noalias
-
     for k in kernels:
         try:
             text = mark_noalias(text, k)
@@ -338,7 +325,7 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
             # NVIDIA: "nvvm.maxnreg" is the PTX's .maxnreg, which ptxas and the driver's JIT
             # (a replay loads the PTX) both honour; ptxas -maxrregcount says the same
             attribute = "amdgpu-num-vgpr" if amd else "nvvm.maxnreg"
-            text = _set_kernel_attribute(text, kernels, '"%s"="%d"' % (attribute, job["max_registers"]))
+            text = add_to_attribute_groups(text, kernels, '"%s"="%d"' % (attribute, job["max_registers"]))
         return text, features
 
     if p.polly:

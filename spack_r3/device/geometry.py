@@ -12,6 +12,8 @@ Every candidate is screened by ptxas -v (``hook.Screener``) before any GPU time.
 
 import re
 
+from ..iredit import function_span, global_ref, string_attributes
+
 WARP = 32
 MOST_THREADS = 1024
 GRID_FACTORS = (0.25, 0.5, 1, 2, 4)
@@ -25,16 +27,12 @@ def grid_stride(ir_text, kernel):
 
 def launch_bound(ir_text, kernel):
     """The kernel's most threads a block (its launch bounds), or None."""
-    name = re.escape(kernel)
-    m = re.search(r"!\{ptr @%s, !\"maxntidx\", i32 (\d+)" % name, ir_text)
+    m = re.search(r'!\{%s, !"maxntidx", i32 (\d+)' % re.escape("ptr " + global_ref(kernel)), ir_text)
     if m:
         return int(m.group(1))
-    head = re.search(r"^define [^\n]*@%s\([^\n]*#(\d+)" % name, ir_text, re.M)
-    if head:
-        attrs = re.search(r"^attributes #%s = \{([^\n]*)\}" % head.group(1), ir_text, re.M)
-        m = attrs and re.search(r'"nvvm\.maxntid"="(\d+)', attrs.group(1))
-        if m:
-            return int(m.group(1))
+    m = re.match(r"\d+", string_attributes(ir_text, kernel).get("nvvm.maxntid", ""))
+    if m:
+        return int(m.group(0))
     return None
 
 
@@ -89,8 +87,5 @@ def launch_grid(recorded_grid, recorded_block, block, stride):
 
 
 def _body(text, kernel):
-    m = re.search(r"^define [^\n]*@\"?%s\"?\(" % re.escape(kernel), text, re.M)
-    if not m:
-        return ""
-    end = text.find("\n}\n", m.start())
-    return text[m.start() : end if end > 0 else len(text)]
+    span = function_span(text, kernel)
+    return text[span[0] : span[1]] if span else ""
