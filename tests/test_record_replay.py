@@ -18,11 +18,12 @@ from conftest import REPO_ROOT
 from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
-from spack_r3.replay.engine import batchable, prepare
+from spack_r3.replay.engine import batchable, init_llvm, prepare
 from spack_r3.replay.module import apply_pipeline_edits, built_target, contracts_fma, mark_noalias, trampoline
 from spack_r3.replay.pipeline import PipelineError, as_built, format_spec, parse
 from spack_r3.replay.stages import build_flags
 from spack_r3.replay.server import ReplayServer
+from spack_r3.toolchain import find_libomp
 from spack_r3.workspace import Workspace
 from r3cli import flags, r3, r3_subprocess
 
@@ -703,6 +704,7 @@ def test_kernels_with_nothing_to_put_back_are_timed_back_to_back(recorded):
     """A kernel that changes no compared memory (cg's dot: it only returns a value) sums a
     sample's calls in one native span; one that writes its outputs (spmv) is put back
     before each call."""
+    init_llvm(find_libomp())  # dot is an OpenMP reduction: its runtime calls resolve as in a replay worker
     dot = prepare(load_capture_dir(capture_of(recorded, "dot")), capture_of(recorded, "dot"))
     spmv = prepare(load_capture_dir(capture_of(recorded, "spmv")), capture_of(recorded, "spmv"))
     assert batchable(dot) and not batchable(spmv)
