@@ -180,8 +180,11 @@ def test_shares_of_a_short_leaf_and_its_driver_come_from_the_profilers_ticks(tmp
 
     profile, ticked, outer = shares("1000")
     assert profile["sample_ns"] == 1000000 and profile["main_samples"] >= 100
-    assert ticked["lookup"] > 0.15 and ticked["transport"] > 0.15  # about 0.4 and 0.6 here
-    assert ticked["lookup"] + ticked["transport"] <= 1.0
+    # about 0.4 and 0.6 of the run on an idle machine; on a loaded one the CPU-clock ticks
+    # cover less of the wall time, so what holds anywhere is their split
+    both = ticked["lookup"] + ticked["transport"]
+    assert 0 < both <= 1.0
+    assert ticked["lookup"] / both > 0.15 and ticked["transport"] / both > 0.15
     # As the outermost kernel on the stack: the driver holds every tick of the leaf, which
     # nothing else calls, so a tuned driver (the leaf as its own copy) is weighed once.
     samples = {k["name"]: k for k in profile["kernels"]}
