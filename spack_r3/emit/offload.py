@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from ..iredit import declare_only, split_module
-from ..record.offload import device_compile_args, offload_targets, region_key
+from ..record.offload import device_compile_args, device_globals, offload_targets, region_key
 
 _ENTRY = ".offloading.entry."  # the global clang gives each target region (its offload entry)
 
@@ -80,7 +80,9 @@ def build_unit(line, source, obj, unit, run, apply_error):
         for k, name in zip(unit.kernels, kernels):
             pipeline, launch = k.pipeline, k.launch
             try:
-                source_ir = KernelIR.from_bitcode(name, bitcode, clang=compiler, build=True)
+                # its `declare target` globals are the image's (rest.o's), not copies of its own
+                shared = device_globals(bitcode, name)
+                source_ir = KernelIR.from_bitcode(name, bitcode, recorded_globals=shared, clang=compiler, build=True)
                 mod = optimized_module(source_ir, pipeline, launch)
             except CompileError as err:
                 raise apply_error("%s: %s" % (k.symbol, err))

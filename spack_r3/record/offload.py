@@ -6,8 +6,10 @@ compile, before optimization (``--offload-device-only -emit-llvm -disable-llvm-p
 that module, with the unit's compile command, is kept as a unit folder like a host unit's
 (``tus/<digest>``, ``backend: offload``), and each of its kernels (a region's device
 function, ``__omp_offloading_<ids>_<function>_l<line>``) is named in
-``<record dir>/offload/<kernel>`` with that folder, which the offload record runtime
-(runtime/r3offload.c) reads to tie a launch to its IR. Host functions of an offload unit
+``<record dir>/offload/<kernel>`` with that folder (its first line) and the ``declare
+target`` globals the region uses (a line ``global <name>`` each), which the offload record
+runtime (runtime/r3offload.c) reads to tie a launch to its IR and to capture those globals'
+device copies. Host functions of an offload unit
 are not instrumented: their probes would time and capture the host side of a launch.
 
 Only the first target of ``-fopenmp-targets`` is kept: on this machine the host plugin's
@@ -25,6 +27,7 @@ import tempfile
 
 ENTRY_PREFIX = "__omp_offloading_"
 RUNTIME_GLOBALS = (".gomp_critical_user_", "__kmp", ".kmp")  # as replay.engine.RUNTIME_GLOBAL_PREFIXES
+LINK_SUFFIX = "_decl_tgt_ref_ptr"  # clang's device pointer to a `declare target link` variable
 
 
 def region_key(name):
@@ -81,11 +84,35 @@ def kernel_infos(bitcode):
         calls = analysis.external_calls(name)
         # OpenMP's own lock words (a reduction's critical section): replay starts them free
         globals_ = [g for g in analysis.referenced_globals(name) if not g[0].startswith(RUNTIME_GLOBALS)]
-        why = unreplayable_reason(calls)
-        if globals_ and not why:  # `declare target` variables live in the loaded device image
-            why = "it uses device globals (%s) the capture does not hold" % ", ".join(g for g, _ in globals_[:3])
-        out.append(KernelInfo(name, "void", 0, params, [0] * len(params), [], True, True, calls, why))
+        why = unreplayable_reason(calls) or _uncapturable(globals_, analysis)
+        out.append(KernelInfo(name, "void", 0, params, [0] * len(params), globals_, True, True, calls, why))
     return out
+
+
+def _uncapturable(globals_, analysis):
+    """Why a region's device globals cannot be captured, or None. The offload runtime finds a
+    ``declare target`` variable's device copy through its host counterpart (the offload
+    entry of the same name); a static one has no entry, and a ``declare target link`` one
+    is reached through a pointer (``<name>_decl_tgt_ref_ptr``) to wherever the host mapped it."""
+    import llvmlite.binding as llvm
+
+    for g, _ in globals_:
+        if g.endswith(LINK_SUFFIX):
+            return (
+                "it uses the `declare target link` variable %s, which the capture does not hold"
+                % g[: -len(LINK_SUFFIX)]
+            )
+        if analysis.globals[g].linkage in (llvm.Linkage.internal, llvm.Linkage.private):
+            return "it uses the static device global %s, which has no host counterpart to find its device copy by" % g
+    return None
+
+
+def device_globals(bitcode, kernel):
+    """The `declare target` globals the region ``kernel`` of a device module uses: a tuned
+    build of it declares them, and the rest of its device image defines them."""
+    from .instrument import ModuleAnalysis
+
+    return [g for g, _ in ModuleAnalysis(bitcode).referenced_globals(kernel) if not g.startswith(RUNTIME_GLOBALS)]
 
 
 def record_device_unit(line, source, record_dir):
@@ -136,7 +163,7 @@ def record_device_unit(line, source, record_dir):
             shutil.rmtree(stage, ignore_errors=True)
     index = os.path.join(os.path.abspath(record_dir), "offload")
     os.makedirs(index, exist_ok=True)
-    for k in kernels:
+    for k in kernels:  # the unit's folder, then the device globals the runtime captures
         with open(os.path.join(index, k.name), "w") as f:
-            f.write(tu_dir)
+            f.write(tu_dir + "\n" + "".join("global %s\n" % g for g, _ in ([] if k.unreplayable else k.globals)))
     return None

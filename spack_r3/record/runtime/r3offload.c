@@ -15,6 +15,13 @@
  *   5. __tgt_target_data_end_mapper: the extra reference goes, `from` data comes back to
  *      the host as the launch would have brought it.
  *
+ * The `declare target` globals the region uses (record/offload.py lists them after the unit's
+ * folder) are sections too (kind 2, always compared): each is found by its host counterpart,
+ * the offload entry of the same name, whose device copy omp_get_mapped_ptr gives (libomptarget
+ * maps every global of a loaded image). A firstprivate aggregate is passed by reference to a
+ * device copy libomptarget makes at the launch from the host object: its bytes (ArgSizes) are
+ * the argument's "byval" data, and replay passes a pointer to a copy of them.
+ *
  * Only OpenMP's device memory interface touches device memory, so the same code serves the
  * host plugin and the GPU plugins. The kernel's arguments are what libomptarget passes the
  * device function: a null dyn_ptr first (LLVM 19's kernels take one), then each
@@ -81,12 +88,15 @@ extern int omp_get_max_threads(void) __attribute__((weak));
 
 #define MAXR 512   /* regions with counters */
 #define MAXSEC 256 /* mapped sections of one launch */
+#define MAXGLOB 64 /* device globals of one region */
 
 struct region {
   void *host;      /* entry address (the region's id) */
   const char *name; /* its device function */
   char tu_dir[1024];
   int tu_known;
+  char *globals[MAXGLOB]; /* the device globals its device function uses */
+  int nglobals;
   uint64_t calls, ns, main_ns, main_calls, captured;
 };
 
@@ -155,26 +165,62 @@ static struct region *region_of(void *host) { /* lock held */
   if (r->name && g_have_dir) { /* the unit's folder, as the record launcher left it */
     char path[4096];
     snprintf(path, sizeof path, "%s/offload/%s", g_dir, r->name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      ssize_t n = read(fd, r->tu_dir, sizeof r->tu_dir - 1);
-      close(fd);
-      while (n > 0 && (r->tu_dir[n - 1] == '\n' || r->tu_dir[n - 1] == ' ')) n--;
-      if (n > 0) { r->tu_dir[n] = 0; r->tu_known = 1; }
+    FILE *f = fopen(path, "re");
+    char line[4096];
+    if (f && fgets(line, sizeof line, f)) { /* the folder, then a line "global <name>" a device global */
+      size_t n = strlen(line);
+      while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' ')) n--;
+      if (n > 0 && n < sizeof r->tu_dir) { memcpy(r->tu_dir, line, n); r->tu_dir[n] = 0; r->tu_known = 1; }
+      while (fgets(line, sizeof line, f)) {
+        n = strlen(line);
+        while (n > 0 && line[n - 1] == '\n') line[--n] = 0;
+        if (strncmp(line, "global ", 7) || !line[7]) continue;
+        if (r->nglobals == MAXGLOB || !(r->globals[r->nglobals] = strdup(line + 7))) { r->tu_known = 0; break; }
+        r->nglobals++;
+      }
     }
+    if (f) fclose(f);
   }
   return r;
 }
 
-struct section { uint64_t dev, size; unsigned char *pre, *post; };
+struct section { uint64_t dev, size; unsigned char *pre, *post; int global; };
 
 static int by_addr(const void *a, const void *b) {
   const struct section *x = a, *y = b;
   return x->dev < y->dev ? -1 : x->dev > y->dev;
 }
 
-/* the launch's mapped sections on the device, overlaps joined; -1 where one is not mapped */
-static int sections(KernelArgsTy *ka, int dev, struct section *out) {
+/* a device global's host counterpart: the offload entry of its name (a variable: a size) */
+static struct tgt_offload_entry *entry_of(const char *name) {
+  if (!__start_omp_offloading_entries) return NULL;
+  for (struct tgt_offload_entry *e = __start_omp_offloading_entries; e < __stop_omp_offloading_entries; e++)
+    if (e->size && e->name && !strcmp(e->name, name)) return e;
+  return NULL;
+}
+
+/* The region's device globals (name, device address, size), from their host counterparts;
+ * NULL, or why one cannot be found. */
+static const char *device_globals(struct region *r, int dev, uint64_t *addr, uint64_t *size) {
+  static char why[512];
+  for (int g = 0; g < r->nglobals; g++) {
+    struct tgt_offload_entry *e = entry_of(r->globals[g]);
+    void *d = e ? omp_get_mapped_ptr(e->addr, dev) : NULL;
+    if (!d) {
+      snprintf(why, sizeof why, "its device global %.200s was not found on the device (%s)", r->globals[g],
+               e ? "its host counterpart is not mapped" : "no offload entry of that name");
+      return why;
+    }
+    addr[g] = (uint64_t)(uintptr_t)d;
+    size[g] = (uint64_t)e->size;
+  }
+  return NULL;
+}
+
+/* the launch's mapped sections on the device and the region's device globals (``nglob`` of
+ * them at ``gaddr``), overlaps joined; -1 where a section is not mapped */
+static int sections(KernelArgsTy *ka, int dev, struct section *out, int nglob, const uint64_t *gaddr,
+                    const uint64_t *gsize) {
   int n = 0;
   for (uint32_t i = 0; i < ka->NumArgs; i++) {
     int64_t t = ka->ArgTypes[i];
@@ -186,12 +232,20 @@ static int sections(KernelArgsTy *ka, int dev, struct section *out) {
     out[n].size = (uint64_t)ka->ArgSizes[i];
     n++;
   }
+  for (int g = 0; g < nglob; g++) {
+    if (n == MAXSEC) return -1;
+    out[n].dev = gaddr[g];
+    out[n].size = gsize[g];
+    out[n].global = 1;
+    n++;
+  }
   qsort(out, (size_t)n, sizeof *out, by_addr);
   int m = 0;
   for (int i = 0; i < n; i++) {
-    if (m && out[i].dev <= out[m - 1].dev + out[m - 1].size) {
+    if (m && out[i].dev <= out[m - 1].dev + out[m - 1].size) { /* a global mapped by name: still a global */
       uint64_t end = out[i].dev + out[i].size;
       if (end > out[m - 1].dev + out[m - 1].size) out[m - 1].size = end - out[m - 1].dev;
+      out[m - 1].global |= out[i].global;
     } else {
       out[m++] = out[i];
     }
@@ -228,9 +282,10 @@ static int write_image(const char *path, struct section *s, int n, int post) {
   int bad = put(f, "R3MEM1\0\0", 8);
   static const unsigned char zeros[8];
   for (int i = 0; i < n && !bad; i++) {
-    /* kind 1 (heap: compared); in post.bin kind 5 where the launch changed nothing */
-    int same = post && !memcmp(s[i].pre, s[i].post, s[i].size);
-    uint64_t hdr[3] = {s[i].dev, s[i].size, same ? 5 : 1};
+    /* kind 1 (heap: compared); in post.bin kind 5 where the launch changed nothing; a device
+     * global kind 2 (always compared, its bytes in both images) */
+    int same = post && !s[i].global && !memcmp(s[i].pre, s[i].post, s[i].size);
+    uint64_t hdr[3] = {s[i].dev, s[i].size, same ? 5 : s[i].global ? 2 : 1};
     bad |= put(f, hdr, sizeof hdr);
     if (!same) {
       bad |= put(f, post ? s[i].post : s[i].pre, s[i].size);
@@ -248,8 +303,15 @@ static void failure_mark(const char *name, int err) {
   if (fd >= 0) close(fd);
 }
 
+static void hex(FILE *f, const unsigned char *p, uint64_t n) {
+  fputc('"', f);
+  for (uint64_t i = 0; i < n; i++) fprintf(f, "%02x", p[i]);
+  fputc('"', f);
+}
+
 static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka, int dev, int32_t nteams,
-                          int32_t tlimit, struct section *s, int n, uint64_t ns, const char *why) {
+                          int32_t tlimit, struct section *s, int n, uint64_t ns, const char *why,
+                          unsigned char **fp, const uint64_t *gaddr, const uint64_t *gsize) {
   char dir[4096], tmp[4096], path[4200];
   snprintf(dir, sizeof dir, "%s/captures", g_dir);
   mkdir(g_dir, 0755);
@@ -274,7 +336,6 @@ static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka,
     fprintf(f, ", \"tu_dir\": ");
     json_str(f, r->tu_dir);
     fprintf(f, ", \"instance\": %llu, \"pid\": %d, \"args\": [\"0x0\"", (unsigned long long)instance, (int)getpid());
-    int nparams = 1;
     for (uint32_t i = 0; i < ka->NumArgs; i++) {
       int64_t t = ka->ArgTypes[i];
       if (!(t & MAP_TARGET_PARAM)) continue;
@@ -286,11 +347,22 @@ static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka,
               : (uint64_t)(uintptr_t)ka->ArgBasePtrs[i];
       }
       fprintf(f, ", \"0x%llx\"", (unsigned long long)v);
-      nparams++;
     }
-    fprintf(f, "], \"byval\": [");
-    for (int i = 0; i < nparams; i++) fprintf(f, "%snull", i ? ", " : "");
-    fprintf(f, "], \"ret\": null, \"threads\": %d, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
+    fprintf(f, "], \"byval\": [null"); /* a firstprivate aggregate's bytes; the others null */
+    for (uint32_t i = 0; i < ka->NumArgs; i++) {
+      if (!(ka->ArgTypes[i] & MAP_TARGET_PARAM)) continue;
+      fprintf(f, ", ");
+      if (fp[i]) hex(f, fp[i], (uint64_t)ka->ArgSizes[i]);
+      else fprintf(f, "null");
+    }
+    fprintf(f, "], \"globals\": [");
+    for (int g = 0; g < (why ? 0 : r->nglobals); g++) {
+      fprintf(f, "%s{\"name\": ", g ? ", " : "");
+      json_str(f, r->globals[g]);
+      fprintf(f, ", \"addr\": \"0x%llx\", \"size\": %llu}", (unsigned long long)gaddr[g], (unsigned long long)gsize[g]);
+    }
+    fprintf(f, "]");
+    fprintf(f, ", \"ret\": null, \"threads\": %d, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
                "\"arena_end\": \"0x0\", \"memory\": {\"mode\": \"mapped\", \"live_bytes\": %llu, "
                "\"touched_bytes\": %llu, \"mapped_bytes\": %llu, \"thread\": \"main\"}, "
                "\"launch\": {\"backend\": \"offload\", \"device\": %d, \"num_teams\": %d, \"thread_limit\": %d, "
@@ -298,7 +370,10 @@ static void write_capture(struct region *r, uint64_t instance, KernelArgsTy *ka,
             omp_get_max_threads ? omp_get_max_threads() : 1, (unsigned long long)ns, (unsigned long long)bytes,
             (unsigned long long)bytes, (unsigned long long)mapped, dev, nteams, tlimit, ka->NumTeams[0],
             ka->ThreadLimit[0]);
-    if (why) fprintf(f, ", \"unreplayable\": \"%s\"", why);
+    if (why) {
+      fprintf(f, ", \"unreplayable\": ");
+      json_str(f, why);
+    }
     fprintf(f, "}\n");
     bad |= fclose(f);
   }
@@ -331,6 +406,8 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
   struct section secs[MAXSEC];
   int n = -1;
   const char *why = NULL;
+  uint64_t gaddr[MAXGLOB], gsize[MAXGLOB];
+  unsigned char **fp = NULL; /* each firstprivate aggregate's bytes, by map entry */
   uint64_t p0 = 0;
   KernelArgsTy saved;
   void *copies = NULL;
@@ -359,10 +436,21 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
     begin(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
           ka->ArgMappers);
     memset(secs, 0, sizeof secs);
-    n = sections(ka, dev, secs);
-    for (uint32_t i = 0; i < ka->NumArgs && n >= 0; i++)
-      if ((ka->ArgTypes[i] & MAP_PRIVATE) && !(ka->ArgTypes[i] & MAP_LITERAL) && (ka->ArgTypes[i] & MAP_TARGET_PARAM))
-        why = "a firstprivate argument passed by reference (its device copy is not captured)";
+    why = device_globals(r, dev, gaddr, gsize);
+    n = sections(ka, dev, secs, why ? 0 : r->nglobals, gaddr, gsize);
+    fp = calloc(ka->NumArgs ? ka->NumArgs : 1, sizeof *fp);
+    if (!fp) n = -1;
+    for (uint32_t i = 0; i < ka->NumArgs && n >= 0; i++) {
+      int64_t t = ka->ArgTypes[i];
+      if (!(t & MAP_PRIVATE) || (t & MAP_LITERAL) || !(t & MAP_TARGET_PARAM)) continue;
+      /* the device copy starts where the host object does: the argument points at it */
+      if (ka->ArgPtrs[i] != ka->ArgBasePtrs[i] || ka->ArgSizes[i] <= 0 || !ka->ArgPtrs[i])
+        why = "a firstprivate argument passed by reference that is not a whole object";
+      else if ((fp[i] = malloc((size_t)ka->ArgSizes[i])))
+        memcpy(fp[i], ka->ArgPtrs[i], (size_t)ka->ArgSizes[i]);
+      else
+        n = -1;
+    }
     if (n < 0 || read_device(secs, n, dev, 0)) n = -1;
     __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
   }
@@ -372,12 +460,14 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
   if (capture) {
     p0 = now_ns();
     if (n >= 0 && !rc && !read_device(secs, n, dev, 1))
-      write_capture(r, instance, ka, dev, nteams, tlimit, secs, n, dt, why);
+      write_capture(r, instance, ka, dev, nteams, tlimit, secs, n, dt, why, fp, gaddr, gsize);
     else if (n < 0)
       warn("a mapped section was not found on the device; not captured: ", r->name);
     end(loc, device, (int32_t)ka->NumArgs, ka->ArgBasePtrs, ka->ArgPtrs, ka->ArgSizes, ka->ArgTypes, ka->ArgNames,
         ka->ArgMappers);
     for (int i = 0; i < (n > 0 ? n : 0); i++) { free(secs[i].pre); free(secs[i].post); }
+    for (uint32_t i = 0; fp && i < ka->NumArgs; i++) free(fp[i]);
+    free(fp);
     free(copies);
     __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
   }

@@ -1,0 +1,193 @@
+"""OpenMP offload regions that use `declare target` globals and firstprivate aggregates,
+recorded and replayed for real on libomptarget's host plugin (as tests/test_offload.py):
+the globals' device copies are captured at their device addresses, a firstprivate struct's
+bytes are passed to the replayed region as a copy."""
+
+import json
+import os
+
+import pytest
+
+from spack_r3.data import OK
+from spack_r3.memimage import KIND_GLOBAL, read_regions, region_bytes
+from r3cli import flags, r3
+from test_offload import captures, offload_run  # noqa: F401 (a fixture)
+
+N = 256
+PROGRAM = (
+    r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+#define N %d
+#pragma omp declare target
+double table[N];
+static int launches;
+#pragma omp end declare target
+
+typedef struct { int n; double scale; double shift; } params_t;
+
+void fill(void)
+{
+#pragma omp target teams distribute parallel for
+    for (int i = 0; i < N; i++) table[i] = i * 0.5;
+}
+
+/* reads and writes the global; its parameters come as a firstprivate struct */
+void use(params_t p, double *out)
+{
+#pragma omp target teams distribute parallel for map(from: out[0:p.n]) firstprivate(p)
+    for (int i = 0; i < p.n; i++) {
+        out[i] = table[i %% N] * p.scale + p.shift;
+#pragma omp atomic
+        table[i %% N] += 1.0;
+    }
+}
+
+/* a static device global: the host has no counterpart to find its device copy by */
+void count(void)
+{
+#pragma omp target
+    launches += 1;
+}
+
+int main(void)
+{
+    params_t p = {1000, 2.0, 1.0};
+    double *out = calloc(p.n, sizeof(double)), sum = 0;
+    fill();
+    use(p, out);
+    count();
+    for (int i = 0; i < p.n; i++) sum += out[i];
+    printf("sum %%.1f\n", sum);
+    return 0;
+}
+"""
+    % N
+)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, offload_run):  # noqa: F811
+    src = tmp_path_factory.mktemp("src")
+    (src / "globals.c").write_text(PROGRAM)
+    (src / "Makefile").write_text(
+        "globals: globals.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o globals globals.c\n"
+    )
+    ws = str(tmp_path_factory.mktemp("ws"))
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./globals") == 0
+    return ws
+
+
+def region(ws, function):
+    """The capture of the region in ``function`` (its device function ``..._<function>_l<line>``)."""
+    return next(c for k, c in captures(ws).items() if "_%s_l" % function in k)
+
+
+def test_a_declare_target_global_is_captured_at_its_device_address(recorded):
+    fill, use = region(recorded, "fill"), region(recorded, "use")
+    for cap in (fill, use):
+        assert cap.unreplayable is None
+        [g] = cap.globals
+        assert g["name"] == "table" and g["size"] == N * 8
+    assert fill.globals == use.globals  # one device copy, wherever the image was loaded
+    addr = int(use.globals[0]["addr"], 16)
+    cdir = os.path.join(recorded, "captures", use.id)
+    images = {}
+    for name in ("pre.bin", "post.bin"):
+        path = os.path.join(cdir, name)
+        [r] = [r for r in read_regions(path) if r.addr == addr]
+        assert r.kind == KIND_GLOBAL and r.size == N * 8
+        images[name] = bytes(region_bytes(path, r))
+    import numpy as np
+
+    before, after = (np.frombuffer(images[n], dtype=np.float64) for n in ("pre.bin", "post.bin"))
+    assert list(before[:3]) == [0.0, 0.5, 1.0]  # as fill left it
+    hits = np.bincount(np.arange(1000) % N, minlength=N)
+    assert np.array_equal(after, before + hits)  # as use left it
+
+
+def test_a_firstprivate_struct_is_passed_as_a_copy_of_its_bytes(recorded):
+    import struct
+
+    use = region(recorded, "use")
+    [data] = [b for b in use.byval_data if b]
+    assert struct.unpack("<i4xdd", bytes.fromhex(data)) == (1000, 2.0, 1.0)
+
+
+def test_regions_with_device_globals_replay_verified_and_tune(recorded, capsys):
+    for function in ("fill", "use"):
+        cap = region(recorded, function)
+        assert r3("--workspace", recorded, "replay", cap.id, "--repeat", 2, "--json") == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["status"] == OK and out["verified"] is True, (function, out.get("diagnostics"))
+    use = region(recorded, "use")
+    quick = flags(budget=2, pairs=2, confirm_pairs=2, confirm_rounds=1, mutator="none", seed=1)
+    assert r3("--workspace", recorded, "tune", "--kernel", use.kernel, *quick, "--json") == 0
+    [k] = json.loads(capsys.readouterr().out)["kernels"]
+    assert k["kernel"] == use.kernel and k["evaluations"] == 2
+
+
+def test_a_static_device_global_is_refused_in_one_line(recorded, capsys):
+    count = region(recorded, "count")
+    assert count.unreplayable == (
+        "it uses the static device global launches, which has no host counterpart to find its device copy by"
+    )
+    capsys.readouterr()
+    assert r3("--workspace", recorded, "replay", count.id) != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith("cannot replay: " + count.unreplayable)
+
+
+def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded, tmp_path, offload_run):  # noqa: F811
+    """The tuned region, built by r3-apply into the device image, uses the image's own
+    `table` (which the untuned fill region writes): the application prints what it printed."""
+    import shutil
+    import subprocess
+    import sys
+
+    from spack_r3.data import Launch, Pipeline
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "globals.c").write_text(PROGRAM)
+    use = region(recorded, "use")
+    plan = tmp_path / "plan.json"
+    kernel = PlannedKernel(use.kernel, Pipeline(opt="2"), Launch(num_teams=2))
+    plan.write_text(json.dumps(Plan("any", [PlannedUnit("globals.c", [kernel])]).to_json()))
+    clang = shutil.which("clang-19") or "clang-19"
+    compile_line = ["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-o", "globals", "globals.c"]
+
+    def build_and_run(command, env):
+        built = subprocess.run(command + compile_line, cwd=src, env=env, capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr
+        ran = subprocess.run(offload_run + "./globals", shell=True, cwd=src, capture_output=True, text=True)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout
+
+    plain = build_and_run([clang], dict(os.environ))
+    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+    assert build_and_run([apply, clang], dict(os.environ, R3_APPLY_PLAN=str(plan))) == plain
+
+
+def test_a_declare_target_link_variable_is_refused_at_record(tmp_path, clang):
+    """A `declare target link` variable is reached through a device pointer to wherever the
+    host mapped it, which the capture does not hold: the region is marked, one line."""
+    import subprocess
+
+    from spack_r3.record.offload import kernel_infos
+
+    (tmp_path / "link.c").write_text(
+        "double big[64];\n#pragma omp declare target link(big)\n"
+        "void run(void)\n{\n#pragma omp target teams distribute parallel for map(tofrom: big)\n"
+        "    for (int i = 0; i < 64; i++) big[i] += i;\n}\n"
+    )
+    device = tmp_path / "link.bc"
+    subprocess.run(
+        [clang, "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "--offload-device-only", "-emit-llvm", "-c"]
+        + ["-Xclang", "-disable-llvm-passes", str(tmp_path / "link.c"), "-o", str(device)],
+        check=True,
+    )
+    [k] = kernel_infos(device.read_bytes())
+    assert k.unreplayable == "it uses the `declare target link` variable big, which the capture does not hold"
