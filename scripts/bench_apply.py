@@ -2,7 +2,7 @@
 """Does what replay predicts hold in the application? For every demo package:
 ``r3 tune <demo> --run CMD`` (record through Spack, tune, emit the tuned variant), then the
 ``+r3`` build against the ``~r3`` build, both installed by Spack, timed in the same run as
-pairs in alternating order (``spack/check.py``).
+pairs in alternating order (``roundtrip/check.py``).
 
     python scripts/bench_apply.py [--budget 16] [--pairs 7] [--demos dense,heat] [--out bench/apply.json]
 

@@ -308,6 +308,7 @@ def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measur
     """Spack reuses an install whose package hash (the package's source, less docstrings and
     directives) has not changed, and the plan is a file beside the recipe: the recipe names
     the plan's digest, so a new plan is a new ``+r3`` install, never the old one."""
+    from spack_r3.emit.apply import toolchain_digest
     from spack_r3.spack.wrap import tuned_package
 
     def package(pipeline, speedup=2.0, facts=None):
@@ -316,7 +317,7 @@ def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measur
             [PlannedUnit("src/k.c", [PlannedKernel("a", pipeline, speedup=speedup, share=0.5)])],
             facts=dict(facts or {}),
         )
-        return tuned_package("r3", "r3-dense", "v1", {"zen3": plan})
+        return tuned_package("r3", "r3-dense", "v1", {"zen3": plan}, toolchain_digest())
 
     first = package(Pipeline(opt="3"))
     assert package(Pipeline(opt="3"), speedup=2.5, facts={"check": {"app_speedup": 1.9}}) == first

@@ -251,7 +251,7 @@ def test_a_timed_build_reports_each_region_as_the_check_reads_it(tmp_path, offlo
 
     from spack_r3.emit.apply import planned_symbol
     from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-    from spack_r3.spack.check import _kernel_times
+    from spack_r3.roundtrip.check import _kernel_times
 
     src = tmp_path / "src"
     shutil.copytree(DEMO, src)
@@ -608,7 +608,7 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     import sys
 
     from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-    from spack_r3.spack.check import _kernel_times
+    from spack_r3.roundtrip.check import _kernel_times
 
     staged = tmp_path / "stage"
     shutil.copytree(src, staged)

@@ -17,7 +17,7 @@ import pytest
 
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.spack import wrap
-from spack_r3.spack.record import spec_compiler, with_clang
+from spack_r3.roundtrip.record import spec_compiler, with_clang
 from spack_r3.spack.repos import detect_layout, write_scope
 from spack_r3.spack.runner import Spack, SpackResult, parse_repo_list
 
@@ -196,7 +196,7 @@ def test_parent_is_imported_by_its_own_repository_layout():
     # layout of the repository the wrapped package is written to.
     v1 = wrap.record_package("r3", "r3-dense", "v1", {"R3_RECORD_DIR": "/r"})
     assert "from spack.pkg.r3.r3_dense import *" in v1
-    v2 = wrap.tuned_package("builtin", "3proxy", "v2", {})
+    v2 = wrap.tuned_package("builtin", "3proxy", "v2", {}, "0123456789abcdef")
     assert "from spack_repo.builtin.packages._3proxy.package import _3proxy as _R3Original" in v2
     compile(v1, "package.py", "exec")
     compile(v2, "package.py", "exec")

@@ -23,8 +23,8 @@ import pytest
 from spack_r3 import cli
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.sourcepatch import make_patch
-from spack_r3.spack import emit as spack_emit
-from spack_r3.spack.check import check_app
+from spack_r3.roundtrip import emit as spack_emit
+from spack_r3.roundtrip.check import check_app
 from spack_r3.spack.repos import write_scope
 from spack_r3.workspace import Workspace
 

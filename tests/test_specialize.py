@@ -26,8 +26,8 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.replay.stages import KernelIR, optimized_module
 from spack_r3.search.results import KernelResult, results_table
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.spack.check import guard_counts
-from spack_r3.spack.status import status
+from spack_r3.roundtrip.check import guard_counts
+from spack_r3.roundtrip.status import status
 
 from r3cli import flags, r3
 

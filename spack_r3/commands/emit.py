@@ -32,7 +32,7 @@ def setup_parser(subparser):
 
 
 def emit(args):
-    from ..spack.emit import emit as emit_package
+    from ..roundtrip.emit import emit as emit_package
 
     ws = Workspace(args.workspace)
     done = emit_package(ws, args.package, args.repo, gpu=args.gpu, gpu_required=True)

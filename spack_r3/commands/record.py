@@ -95,7 +95,7 @@ def record(args):
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")
-        from ..spack.record import record_spec
+        from ..roundtrip.record import record_spec
 
         result = record_spec(
             ws,

@@ -29,8 +29,8 @@ def setup_parser(subparser):
 
 def status(args):
     from ..errors import R3Error
-    from ..spack.emit import default_repo
-    from ..spack.status import status as tuned_status
+    from ..roundtrip.emit import default_repo
+    from ..roundtrip.status import status as tuned_status
 
     ws = Workspace(args.workspace)
     repo = args.repo or default_repo(ws)
@@ -88,7 +88,7 @@ def _recipe_texts(scopes):
     def text_of(name):
         try:
             if not index:
-                from ..spack.record import recipe_index
+                from ..roundtrip.record import recipe_index
                 from ..spack.runner import Spack
 
                 index.append(recipe_index(Spack(scopes=scopes)))

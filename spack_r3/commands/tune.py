@@ -342,9 +342,9 @@ def tune(args):
 def _emit_and_check(ws, args, progress, device=False):
     """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3.
     With ``device`` kernels, one --gpu target keys the variant (cuda_arch=90)."""
-    from ..spack.check import check_app
-    from ..spack.emit import emit, record_check
-    from ..spack.record import latest_spack_record, package_name
+    from ..roundtrip.check import check_app
+    from ..roundtrip.emit import emit, record_check
+    from ..roundtrip.record import latest_spack_record, package_name
 
     name = package_name(args.spec)
     gpus = device_hook.targets(args) if device else []
@@ -481,7 +481,7 @@ def _workspace_captures(ws, args, progress):
 
 def _record_or_reuse(ws, args, progress):
     if args.spec:
-        from ..spack.record import previous_spack_record, record_spec
+        from ..roundtrip.record import previous_spack_record, record_spec
 
         previous = previous_spack_record(ws, args.spec, args.run, args.kernel, instances=args.instances)
         if previous:

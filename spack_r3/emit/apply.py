@@ -67,6 +67,7 @@ _BUILD_SOURCES = (
     "replay/stages.py",
     "replay/module.py",
     "replay/pipeline.py",
+    "settings.py",
     "replay/specialize.py",
     "iredit.py",
     "record/instrument.py",

@@ -17,7 +17,6 @@ layout of the repository the subclass is written to: Spack 1.x reads v1 reposito
 import os
 import sys
 
-from ..emit.apply import toolchain_digest
 from .repos import class_name, package_dir_name
 
 HOOK_DIR = os.path.dirname(os.path.abspath(sys.executable))
@@ -146,11 +145,12 @@ def record_package(namespace, name, layout, env):
     return "\n".join(lines) + "\n" + _COMPILERS
 
 
-def tuned_package(namespace, name, layout, targets):
+def tuned_package(namespace, name, layout, targets, toolchain):
     """The tuned variant: ``targets`` maps each plan's name (``Plan.name``: the archspec
     microarchitecture, and a device plan's GPU) to its plan (``emit.plan.Plan``, written as
     ``r3-<name>.json`` beside the recipe) and patches; each is built for its spec keys
-    (``target=zen3``; ``target=zen3 cuda_arch=90`` for device kernels tuned for sm_90)."""
+    (``target=zen3``; ``target=zen3 cuda_arch=90`` for device kernels tuned for sm_90).
+    ``toolchain``: the digest of what builds the planned units (``emit.apply.toolchain_digest``)."""
     cls = class_name(name)
     lines = _header(
         namespace,
@@ -165,7 +165,7 @@ def tuned_package(namespace, name, layout, targets):
         "# target -> (the plan r3-apply builds: kernels, pipelines, launch settings, FP labels; its digest)",
         "R3_PLANS = %s" % _literal({t: ("r3-%s.json" % t, targets[t].build_digest()) for t in sorted(targets)}),
         "# what builds the planned units (spack-r3's r3-apply, replay's stages, the timed builds' runtime)",
-        "R3_TOOLCHAIN = %r" % toolchain_digest(),
+        "R3_TOOLCHAIN = %r" % toolchain,
         "",
         "",
         "class %s(_R3Original):" % cls,

@@ -17,12 +17,12 @@ from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..record import session
 from ..toolchain import clang_release, clangxx_beside, find_clang
-from .repos import PackageIndex, configured_repos, create_repo, detect_layout
-from .runner import Spack
-from . import devpath
-from .devpath import private_copy
-from .sandbox import make_sandbox
-from .wrap import record_package
+from ..spack.repos import PackageIndex, configured_repos, create_repo, detect_layout
+from ..spack.runner import Spack
+from ..spack import devpath
+from ..spack.devpath import private_copy
+from ..spack.sandbox import make_sandbox
+from ..spack.wrap import record_package
 
 OWN_NAMESPACES = ("r3record", "r3tuned")
 

@@ -117,7 +117,7 @@ def status(repo_root, recipe_text_of=None, package=None):
 
 def _emitted_toolchain(repo_root, name):
     """The ``R3_TOOLCHAIN`` digest the emitted package.py carries (None: an older r3's)."""
-    from .repos import open_repo
+    from ..spack.repos import open_repo
 
     repo = open_repo(repo_root)
     try:
@@ -164,7 +164,7 @@ def _source_changes(plan, repo_root, name):
     root = plan.facts.get("source_root")
     if not root or not os.path.isdir(root):
         return []
-    from .repos import open_repo
+    from ..spack.repos import open_repo
 
     repo = open_repo(repo_root)
     directory = os.path.dirname(repo.recipe_path(name)) if repo else ""

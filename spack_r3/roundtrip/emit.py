@@ -24,14 +24,15 @@ from typing import List
 from .. import backends
 from ..device.targets import gpu_target
 from ..errors import R3Error
+from ..emit.apply import toolchain_digest
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 from ..fileutil import write_atomic
 from ..search.results import load_result
 from ..sourcepatch import Composer, PatchError, make_patch
 from ..replay.source import unit_text
 from .record import latest_spack_record
-from .repos import create_repo, open_repo
-from .wrap import tuned_package
+from ..spack.repos import create_repo, open_repo
+from ..spack.wrap import tuned_package
 
 NAMESPACE = "r3tuned"
 
@@ -172,7 +173,7 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
     # The parent is imported as its own repository's layout says (records from before
     # ``parent_layout`` was kept: their record repository's layout, which was the same).
     parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
-    write_atomic(recipe, tuned_package(facts["namespace"], package, parent_layout, plans))
+    write_atomic(recipe, tuned_package(facts["namespace"], package, parent_layout, plans, toolchain_digest()))
     return Emitted(package, plan.target, recipe, plan, plan_path, sorted(plans), skipped)
 
 

@@ -305,7 +305,7 @@ def _kernel_times(record_dir):
 
 
 def emitted_repo_path(repo_root, workspace):
-    from .repos import open_repo
+    from ..spack.repos import open_repo
 
     repo = open_repo(repo_root or default_repo(workspace))
     if repo is None:
