@@ -82,6 +82,10 @@ class Capture:
     # The flags module.bc was compiled with (besides the source and output): a source
     # variant is compiled with the same ones.
     bitcode_args: List[str] = field(default_factory=list)
+    # The unit's own headers (record.headers): {absolute path: sha256}, each kept as
+    # headers/SHA in the capture, for source variants compiled where the tree is not
+    # (None: recorded before they were kept).
+    headers: Optional[Json] = None
 
     def to_json(self) -> Json:
         return asdict(self)

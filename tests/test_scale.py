@@ -10,6 +10,7 @@ script it would submit.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,9 +27,9 @@ from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import storage
 from spack_r3.workspace import Workspace
 
-from test_record_replay import r3_subprocess
+from test_record_replay import r3, r3_subprocess
 from test_tune import program  # noqa: F401
-from test_workspace_concurrency import fresh_copy, recorded, stored_trials, tree, tune_argv  # noqa: F401
+from test_workspace_concurrency import MAIN_C, MAKEFILE, fresh_copy, recorded, stored_trials, tree, tune_argv  # noqa: F401
 
 try:
     import distributed  # noqa: F401
@@ -356,17 +357,52 @@ def _can_hide():
         return False
 
 
+HEADER_SCALE_C = r"""
+#include "scale.h"
+void scale(int n, double *x, double a) {
+  #pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; i++)
+    x[i] = a * x[i] + SCALE_ONE;
+}
+"""
+
+
 def test_workers_that_do_not_see_the_workspace_are_sent_each_capture_once(recorded, tmp_path, tmp_path_factory):
     """Two Dask workers started where the workspace's folder is an empty one of their own
     (as on a node that does not mount it): the pool finds they do not read its marker,
     sends the capture's files once to the node's disk, and both replay it. A second
     evaluation sends nothing; a later run finds the copy on the node's disk, checks it and
-    sends nothing; a copy that no longer matches its digests is sent again."""
-    from spack_r3.data import OK
+    sends nothing; a copy that no longer matches its digests is sent again.
+
+    A source variant of a unit that includes a header of its own tree (which the workers
+    do not see either) compiles there from the header kept with the capture, and
+    verifies; a capture recorded before headers were kept fails in one clear line."""
+    from spack_r3.data import COMPILE_ERROR, OK, Variant
+    from spack_r3.sourcepatch import make_patch
 
     if not _can_hide():
         pytest.skip("hiding the workspace from the workers needs user and mount namespaces (unshare -Urm)")
     ws = Workspace(fresh_copy(recorded, tmp_path))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name, text in (("scale.c", HEADER_SCALE_C), ("scale.h", "#define SCALE_ONE 1.0\n"), ("main.c", MAIN_C)):
+        (tree / name).write_text(text)
+    (tree / "Makefile").write_text(MAKEFILE)
+    hws = str(tmp_path / "hws")
+    assert r3("--workspace", hws, "record", "--source", str(tree), "--run", "./scale", "--kernel", "scale") == 0
+    [hcap] = _target(hws).captures
+    with open(os.path.join(hcap, "capture.json")) as f:
+        meta = json.load(f)
+    assert [os.path.basename(p) for p in meta["headers"]] == ["scale.h"]
+    with open(os.path.join(hcap, "source.c")) as f:
+        text = f.read()
+    rewrite = text.replace("x[i] = a * x[i] + SCALE_ONE;", "{ const double one = SCALE_ONE; x[i] = a * x[i] + one; }")
+    variant = Variant(source_patch=make_patch(text, rewrite, "scale.c"))
+    old = os.path.join(hws, "captures", "old")  # (as recorded before headers were kept)
+    shutil.copytree(hcap, old)
+    shutil.rmtree(os.path.join(old, "headers"))
+    with open(os.path.join(old, "capture.json"), "w") as f:
+        json.dump(dict(meta, headers=None), f)
     store = str(tmp_path_factory.mktemp("node-disk"))
     with distributed.LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
         hidden = subprocess.Popen(
@@ -388,7 +424,7 @@ def test_workers_that_do_not_see_the_workspace_are_sent_each_capture_once(record
                 assert len(pool.servers) == 2
                 for server in pool.servers:
                     assert target.submit(server, None, pairs=2).status == OK
-                files = len(os.listdir(target.captures[0]))
+                files = len(ship.manifest_of(target.captures[0])[1])
                 # To the node once: the worker first asked got the files, its neighbour found them there.
                 assert sorted(pool.client.run(received).values()) == [0, files]
                 assert len(pool.sent) == 1 and len(lines) == 1, lines
@@ -405,6 +441,11 @@ def test_workers_that_do_not_see_the_workspace_are_sent_each_capture_once(record
                 assert target.submit(fixed.servers[0], None, pairs=2).status == OK
                 assert len(fixed.sent) == 1
             assert ship.manifest_of(os.path.join(store, key))[0] == key
+            with open_pool(cluster.scheduler_address, ws, timeout=60) as pool:
+                ev = Target("scale", [hcap], parallel=True).submit(pool.servers[0], variant, pairs=2)
+                assert ev.status == OK, ev.diagnostics
+                ev = Target("scale", [old], parallel=True).submit(pool.servers[0], variant, pairs=2)
+                assert ev.status == COMPILE_ERROR and "keeps none of its headers" in ev.diagnostics
         finally:
             os.killpg(hidden.pid, signal.SIGTERM)
             hidden.wait(timeout=60)

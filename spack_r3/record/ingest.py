@@ -22,6 +22,7 @@ from ..errors import CaptureError
 from ..fileutil import sha256_file, write_atomic
 from ..iredit import init_native
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
+from . import headers
 from .libstate import unreplayable_reason
 from .profiles import load_profiles, share_of
 
@@ -245,7 +246,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         # is counted (a sequence: recorded_calls).
         existing = load_capture(workspace, ident)
         if run_key(existing) != run_key(capture):
-            existing = replace(capture, files=existing.files, created=existing.created)
+            existing = replace(capture, files=existing.files, created=existing.created, headers=existing.headers)
             write_atomic(os.path.join(final, "capture.json"), json.dumps(existing.to_json(), indent=1))
         return existing
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=workspace.captures_dir)
@@ -254,6 +255,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         shutil.move(os.path.join(cdir, name), os.path.join(tmp, name))
     for src in glob.glob(os.path.join(meta["tu_dir"], "source.*")):
         shutil.copyfile(src, os.path.join(tmp, os.path.basename(src)))
+    capture.headers = _keep_headers(capture, meta["tu_dir"], tmp)
     if link_units:
         os.makedirs(os.path.join(tmp, "units"))
     for name, path in link_units.items():
@@ -264,6 +266,36 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         json.dump(capture.to_json(), f, indent=1)
     os.rename(tmp, final)
     return capture
+
+
+def _keep_headers(capture, tu_dir, folder):
+    """The unit's own headers kept in capture ``folder`` (``record.headers``): listed once
+    per unit (in its tu folder, whose copies the unit's other captures link to); none when
+    the unit does not preprocess here."""
+    from ..replay.source import unit_flags
+
+    listed = os.path.join(tu_dir, "headers.json")
+    try:
+        with open(listed) as f:
+            paths = json.load(f)
+    except (OSError, ValueError):
+        try:
+            paths = sorted(
+                headers.closure(
+                    capture.compile_command[0], unit_flags(capture), capture.source_file, capture.compile_dir
+                )
+            )
+        except headers.ClosureError:
+            paths = []
+        try:
+            headers.keep(paths, tu_dir)
+        except OSError:
+            paths = []
+        write_atomic(listed, json.dumps(paths))
+    try:
+        return headers.keep(paths, folder, like=tu_dir)
+    except OSError:  # (a header gone since: the tree is needed, as before)
+        return {}
 
 
 def _foreign_memory(meta, kinfo):

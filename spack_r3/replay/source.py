@@ -5,8 +5,10 @@
 The patched unit is written to a scratch folder (never into the user's tree) and compiled
 with the flags record used for ``module.bc`` (``Capture.bitcode_args``), from the unit's
 compile directory, with the original source's folder first on the quoted include path so
-its ``#include "..."`` still resolve. Called in the worker's candidate child: a patch is
-untrusted text. Outputs are cached by (compiler, flags, patched text) in
+its ``#include "..."`` still resolve. The unit's own headers kept in the capture
+(``record.headers``) are found at their recorded paths through clang's VFS overlay, so a
+worker that does not see the application's tree compiles it too. Called in the worker's
+candidate child: a patch is untrusted text. Outputs are cached by (compiler, flags, patched text) in
 ``$R3_STAGE_CACHE``, so the inner search compiles each source variant once.
 """
 
@@ -17,6 +19,7 @@ import subprocess
 import tempfile
 
 from ..fileutil import write_atomic
+from ..record import headers
 from ..sourcepatch import PatchError, apply_patch
 from .stages import CompileError
 
@@ -79,7 +82,9 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
     cache = os.environ.get("R3_STAGE_CACHE")
     probe = compile_command(capture, name, "out.bc", defines)
     key = hashlib.sha256(
-        json.dumps([probe, capture.compile_dir]).encode() + b"\0" + text.encode(errors="surrogateescape")
+        json.dumps([probe, capture.compile_dir, capture.headers], sort_keys=True).encode()
+        + b"\0"
+        + text.encode(errors="surrogateescape")
     ).hexdigest()
     cached = os.path.join(cache, "source-" + key + ".bc") if cache else None
     if cached and os.path.isfile(cached):
@@ -90,9 +95,11 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
         with open(src, "w", errors="surrogateescape") as f:
             f.write(text)
         cwd = capture.compile_dir if os.path.isdir(capture.compile_dir) else tmp
+        overlay = headers.overlay_flags(capture.headers, directory, capture.compile_dir, tmp)
+        cmd = compile_command(capture, src, out, defines)
         try:
             proc = subprocess.run(
-                compile_command(capture, src, out, defines),
+                cmd[:1] + overlay + cmd[1:],
                 cwd=cwd,
                 timeout=timeout,
                 stdout=subprocess.PIPE,
@@ -102,7 +109,14 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
         except subprocess.TimeoutExpired:
             raise CompileError("the source variant did not compile within %ss" % timeout)
         if proc.returncode != 0:
-            raise CompileError("the source variant does not compile: %s" % compiler_errors(proc.stderr, src, name))
+            errors = compiler_errors(proc.stderr, src, name)
+            if capture.headers is None and cwd == tmp:
+                raise CompileError(
+                    "the source variant cannot compile here: the unit's source tree (%s) is not on this node and "
+                    "its capture keeps none of its headers (recorded before r3 kept them: record again); %s"
+                    % (capture.compile_dir, errors.splitlines()[0])
+                )
+            raise CompileError("the source variant does not compile: %s" % errors)
         with open(out, "rb") as f:
             data = f.read()
     if cached:

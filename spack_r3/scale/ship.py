@@ -67,13 +67,16 @@ class Marker:
 
 
 def manifest_of(directory):
-    """(key, manifest) of a capture directory: manifest maps each of its files to its
-    SHA-256; the key is the digest of the manifest."""
-    manifest = {
-        name: sha256_file(os.path.join(directory, name))
-        for name in sorted(os.listdir(directory))
-        if name != MANIFEST and os.path.isfile(os.path.join(directory, name))
-    }
+    """(key, manifest) of a capture directory: manifest maps each of its files (those in
+    its folders too: its link units, its unit's headers) to its SHA-256; the key is the
+    digest of the manifest."""
+    manifest = {}
+    for folder, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            rel = os.path.relpath(os.path.join(folder, name), directory)
+            if rel != MANIFEST:
+                manifest[rel] = sha256_file(os.path.join(folder, name))
     return _key(manifest), manifest
 
 
@@ -113,9 +116,12 @@ class Store:
     def put(self, key, name, offset, data):
         """Write a piece of one file of capture ``key``."""
         part = self._part(key)
+        path = os.path.join(part, name)
+        if os.path.isabs(name) or os.path.normpath(name) != name or name.split("/")[0] == "..":
+            raise ValueError("%r is not a file of a capture" % name)
         if offset == 0:
-            os.makedirs(part, exist_ok=True)
-        with open(os.path.join(part, name), "r+b" if offset else "wb") as f:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "r+b" if offset else "wb") as f:
             f.seek(offset)
             f.write(data)
         if offset == 0:
