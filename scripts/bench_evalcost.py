@@ -104,13 +104,13 @@ def evaluate(server, cap, variant, pairs):
     }
 
 
-def servers(cache):
+def servers(cache, timeout):
     """(before, after): two workers on one cache, the first with the cuts off."""
     os.environ[EVAL_CUTS_ENV] = "0"
-    before = ReplayServer(cache_dir=cache)
+    before = ReplayServer(timeout, cache_dir=cache)
     before._start()  # the worker takes the environment as it is now
     del os.environ[EVAL_CUTS_ENV]
-    after = ReplayServer(cache_dir=cache)
+    after = ReplayServer(timeout, cache_dir=cache)
     after._start()
     return {"before": before, "after": after}
 
@@ -121,6 +121,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--long-rounds", type=int, default=2, help="rounds for relax_1s (each takes minutes)")
     ap.add_argument("--pairs", type=int, default=5, help="pairs per evaluation (r3 tune's default)")
+    ap.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds per candidate (O0 of relax_1s on a loaded machine)"
+    )
+    ap.add_argument("--add", action="store_true", help="add the kernels measured to those already in --out")
     ap.add_argument("--note", default="", help="a sentence added to the json's notes (what else ran meanwhile)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "evalcost.json"))
     ap.add_argument(
@@ -164,7 +168,12 @@ def main():
         "machine_cpus": len(os.sched_getaffinity(0)),
         "kernels": [],
     }
-    pool = servers(ws.cache_dir)
+    pool = servers(ws.cache_dir, args.timeout)
+    if args.add and os.path.exists(args.out):  # the kernels measured before, less those measured again
+        with open(args.out) as f:
+            earlier = json.load(f)
+        out["kernels"] = [k for k in earlier["kernels"] if k["kernel"] not in kernels]
+        load[0] = earlier.get("load_average", {}).get("start", load[0])
 
     def write():  # after every round: a run stopped early keeps what it measured
         load_now = os.getloadavg()[0]

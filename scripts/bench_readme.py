@@ -357,7 +357,52 @@ def scale():
     return out
 
 
+def evalcost():
+    d = load("evalcost.json")
+    rows, split = [], []
+    for k in d["kernels"]:
+        for name, v in k["variants"].items():
+            r, b, a = v["ratio"], v["before"], v["after"]
+            rows.append(
+                (
+                    k["kernel"],
+                    "%.1f ms" % (1e3 * k["run_s"]),
+                    "`%s`" % name,
+                    secs(b["wall_s"]),
+                    secs(a["wall_s"]),
+                    ranged(r["median"], r["min"], r["max"]),
+                    "%s / %s" % (x(b["over_paired"]), x(a["over_paired"])),
+                    "%s / %s" % (x(b["over_nominal"]), x(a["over_nominal"])),
+                    "%d of %d" % (a["raced_out"], k["rounds"]),
+                )
+            )
+        for mode in ("before", "after"):
+            groups = list(k["stage_medians"][mode])
+            split.append((k["kernel"], mode) + tuple("%.3f s" % k["stage_medians"][mode][g] for g in groups))
+    out = table(
+        [
+            "kernel",
+            "run",
+            "variant",
+            "before",
+            "after",
+            "before/after (paired)",
+            "over its pairs' runs as timed (before / after)",
+            "over its pairs' runs idle (before / after)",
+            "raced out",
+        ],
+        rows,
+    )
+    out += (
+        "\nWhere an evaluation's time went: median seconds of each stage over every evaluation of a "
+        "kernel in a mode (the four variants, every round)\n\n"
+    )
+    out += table(["kernel", "mode"] + groups, split)
+    return out + "\n%s\n" % d["notes"]
+
+
 TABLES = {
+    "evalcost": evalcost,
     "scale": scale,
     "replay-demos": replay_demos,
     "replay-shapes": replay_shapes,
