@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 from spack_r3.record import headers
 
 KERNEL_C = r"""
@@ -70,3 +72,10 @@ def test_the_kept_headers_compile_the_unit_where_its_tree_is_gone(tmp_path, clan
 def test_dependency_lines_as_clang_writes_them():
     text = "unit: a.c /usr/include/stdio.h \\\n  my\\ dir/x.h cost$$.h \\\n  a.c\n"
     assert headers.parse_deps(text) == ["a.c", "/usr/include/stdio.h", "my dir/x.h", "cost$.h"]
+
+
+def test_a_unit_that_does_not_preprocess_has_no_closure(tmp_path, clang):
+    src = unit(tmp_path)
+    os.unlink(os.path.join(src, "local.h"))
+    with pytest.raises(headers.ClosureError, match="local.h"):
+        headers.closure(clang, ["-Iinc"], "kernel.c", src)

@@ -35,7 +35,7 @@ class ClosureError(Exception):
 
 def closure(compiler, flags, source_file, compile_dir, timeout=TIMEOUT_S):
     """The non-system headers the unit includes: {absolute, normalized path: the path as
-    clang named it}. ClosureError with clang's last line when it cannot preprocess the unit."""
+    clang named it}. ClosureError with clang's first error when it cannot preprocess the unit."""
     with tempfile.TemporaryDirectory(prefix="r3-deps-") as tmp:
         deps = os.path.join(tmp, "unit.d")
         cmd = [compiler] + list(flags) + ["-M", "-MF", deps, "-MT", "unit", source_file, "-o", os.devnull]
@@ -45,7 +45,8 @@ def closure(compiler, flags, source_file, compile_dir, timeout=TIMEOUT_S):
             raise ClosureError(str(err))
         if proc.returncode != 0 or not os.path.isfile(deps):
             lines = proc.stderr.strip().splitlines()
-            raise ClosureError(lines[-1] if lines else "clang -M failed (%d)" % proc.returncode)
+            errors = [line for line in lines if "error:" in line] or lines[-1:]
+            raise ClosureError(errors[0] if errors else "clang -M failed (%d)" % proc.returncode)
         with open(deps, errors="surrogateescape") as f:
             named = parse_deps(f.read())
     system = system_dirs(compiler, language(source_file))

@@ -270,8 +270,8 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
 
 def _keep_headers(capture, tu_dir, folder):
     """The unit's own headers kept in capture ``folder`` (``record.headers``): listed once
-    per unit (in its tu folder, whose copies the unit's other captures link to); none when
-    the unit does not preprocess here."""
+    per unit (in its tu folder, whose copies the unit's other captures link to); None when
+    the unit does not preprocess here (as for a capture from before they were kept)."""
     from ..replay.source import unit_flags
 
     listed = os.path.join(tu_dir, "headers.json")
@@ -285,17 +285,16 @@ def _keep_headers(capture, tu_dir, folder):
                     capture.compile_command[0], unit_flags(capture), capture.source_file, capture.compile_dir
                 )
             )
-        except headers.ClosureError:
-            paths = []
-        try:
             headers.keep(paths, tu_dir)
-        except OSError:
-            paths = []
+        except (headers.ClosureError, OSError):
+            paths = None
         write_atomic(listed, json.dumps(paths))
+    if paths is None:
+        return None
     try:
         return headers.keep(paths, folder, like=tu_dir)
     except OSError:  # (a header gone since: the tree is needed, as before)
-        return {}
+        return None
 
 
 def _foreign_memory(meta, kinfo):

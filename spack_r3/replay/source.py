@@ -113,8 +113,8 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
             if capture.headers is None and cwd == tmp:
                 raise CompileError(
                     "the source variant cannot compile here: the unit's source tree (%s) is not on this node and "
-                    "its capture keeps none of its headers (recorded before r3 kept them: record again); %s"
-                    % (capture.compile_dir, errors.splitlines()[0])
+                    "its capture keeps none of its headers (recorded before r3 kept them, or where the unit did not "
+                    "preprocess: record again); %s" % (capture.compile_dir, errors.splitlines()[0])
                 )
             raise CompileError("the source variant does not compile: %s" % errors)
         with open(out, "rb") as f:
