@@ -705,12 +705,33 @@ def test_a_test_option_builds_the_tests_when_spack_runs_them(tmp_path):
         {
             "CMakeLists.txt": 'project(tox C)\noption(TOX_BUILD_SHARED_LIBS "shared" OFF)\n'
             'option(TOX_WITHOUT_TESTS "no tests" OFF)\noption(TOX_ENABLE_TESTING "tests" OFF)\n'
-            "add_library(tox t.c)\ninstall(TARGETS tox)\n",
+            "add_library(tox t.c)\ninstall(TARGETS tox)\n"
+            "if(TOX_ENABLE_TESTING)\n  find_package(GTest REQUIRED)\nendif()\n",
             "t.c": "int t;\n",
         },
     )
     a = analyze(root, "tox")
     assert [v.name for v in a.variants] == ["shared"]
+    assert a.dependencies == []  # what only the tests need is no dependency of the package
     text = _recipe(a)
     assert 'self.define("TOX_WITHOUT_TESTS", not self.run_tests)' in text
     assert 'self.define("TOX_ENABLE_TESTING", self.run_tests)' in text
+
+
+def test_the_projects_own_test_app_finding_it_by_target_name_is_no_dependency(tmp_path, index):
+    """utf8proc's shape: the library's file is renamed (OUTPUT_NAME ..._static, after a cache
+    variable that is empty: zfp's), and a test app (a CMake project of its own, not added)
+    finds the project by its target name."""
+    root = _write(
+        tmp_path / "u8",
+        {
+            "CMakeLists.txt": 'project(u8x C)\nset(U8_PREFIX "" CACHE STRING "Prefix to prepend")\n'
+            'add_library(u8x u8x.c)\nset_target_properties(u8x PROPERTIES OUTPUT_NAME "${U8_PREFIX}u8x_static")\n'
+            "install(TARGETS u8x)\n",
+            "u8x.c": "int u;\n",
+            "test/app/CMakeLists.txt": "project(u8x-test)\nfind_package(u8x REQUIRED)\n",
+        },
+    )
+    a = analyze(root, "u8x")
+    names.resolve(a, index)
+    assert a.build["own_names"] == ["u8x_static"] and a.spack_dependencies() == []

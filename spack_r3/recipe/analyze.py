@@ -270,7 +270,10 @@ def analyze_cmake(a: Analysis):
                 default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
                 options[args[0]] = (args[1], default)
             elif cmd == "set" and len(args) >= 2 and args[0] not in cmake_vars:
-                cmake_vars[args[0]] = " ".join(x for x in args[1:] if x not in ("CACHE", "PARENT_SCOPE"))
+                # set(X "" CACHE STRING "doc"): the value stops at CACHE (zfp's library prefix
+                # was "STRING Prefix to prepend...", its OUTPUT_NAME then no file name)
+                value = args[1 : args.index("CACHE")] if "CACHE" in args else args[1:]
+                cmake_vars[args[0]] = " ".join(x for x in value if x != "PARENT_SCOPE")
     project_prefix = None
     dir_conds = {}  # directory -> option literals under which its add_subdirectory() was reached
     exe_conditional = {}  # program -> option literals it is built under
@@ -483,6 +486,10 @@ def analyze_cmake(a: Analysis):
         a.variants.append(RecipeVariant(name, default, desc or opt, opt, "cmake"))
     # dependency conditions were recorded with option names; map to variant names
     vmap = {v.option: v.name for v in a.variants}
+    # what only the project's tests need (utf8proc's test/app finds utf8proc itself) is no
+    # dependency of the package: those options are Spack's run_tests, not variants
+    tests_on = {("~" if neg else "") + opt for opt, neg in a.build.get("test_options", [])}
+    a.dependencies = [d for d in a.dependencies if not (set((d.when or "").split()) & tests_on)]
     for d in a.dependencies:
         if d.when:
             parts = []
@@ -516,6 +523,9 @@ def analyze_cmake(a: Analysis):
         return all(defaults.get(x.lstrip("~"), False) != x.startswith("~") for x in exe_conditional.get(e, []))
 
     a.executables = [output_names.get(e, e) for e in exes if built(e) and (installed is None or e in installed)]
+    # the targets by their CMake names too: find_package(utf8proc) of the project's own test app
+    # is no dependency, even where the file is libutf8proc_static (OUTPUT_NAME)
+    a.build["own_targets"] = [x for x in a.build.get("own_names", []) if output_names.get(x, x) != x]
     a.build["own_names"] = [output_names.get(x, x) for x in a.build.get("own_names", [])]
     a.checks = [c for c in tests if c.exe in a.executables]
 
@@ -1674,7 +1684,7 @@ def _fortran_module(a, lib):
 def _mark_own(a):
     """Dependencies on what the project builds itself (its own library, ``-lxxhash`` in
     xxHash's Makefile) are no dependencies."""
-    own = {x.lower() for x in a.build.get("own_names", [])}
+    own = {x.lower() for x in a.build.get("own_names", []) + a.build.get("own_targets", [])}
     for d in a.dependencies:
         n = re.sub(r"\.(h|hh|hpp|h\+\+)$", "", d.name.lower())
         if n in own or re.sub(r"^lib", "", n) in own:
