@@ -436,7 +436,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     store = storage(workspace, options.storage)
     with open_pool(workspace, options, say) as pool:
         patterns = Patterns(workspace) if options.mutator else None
-        lanes = lane_count(options.kernels_at_once, len(pool.servers), len(targets), options.cluster)
+        lanes = lane_count(options.kernels_at_once, len(pool.servers), len(targets), options.cluster, warn)
         if lanes > 1:
             say(
                 "searching %d kernels at once, %d of the %d workers each"
