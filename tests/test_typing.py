@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-TYPED_MODULES = ("spack_r3/data.py", "spack_r3/search/results.py", "spack_r3/emit/plan.py")
+TYPED_MODULES = ("spack_r3/data.py", "spack_r3/settings.py", "spack_r3/search/results.py", "spack_r3/emit/plan.py")
 
 
 @pytest.fixture(scope="module")
