@@ -21,7 +21,8 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.search.remix import kernel_source
 from spack_r3.sourcepatch import make_patch
 
-from test_record_replay import DEMOS, capture_of, r3
+from test_record_replay import DEMOS, capture_of
+from r3cli import flags, r3
 
 # Where a container forbids seccomp the worker says so once and goes on with the process
 # group and the memory limit only: a fork then outlives nothing, but is not refused.
@@ -42,12 +43,7 @@ def heat(tmp_path_factory, clang):
             "--workspace",
             ws,
             "record",
-            "--source",
-            os.path.join(DEMOS, "heat"),
-            "--run",
-            "./heat 96 4",
-            "--kernel",
-            "jacobi_step",
+            *flags(source=os.path.join(DEMOS, "heat"), run="./heat 96 4", kernel="jacobi_step"),
         )
         == 0
     )

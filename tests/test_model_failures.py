@@ -9,8 +9,8 @@ import json
 import os
 
 from modelserver import HANG, ScriptedModel, closed_port_url
-from test_record_replay import r3_subprocess
 from test_remix import program, tune_argv  # noqa: F401 (the module's recorded program)
+from r3cli import flags, r3_subprocess
 
 SMALL = 8  # the budget: 4 evaluations held for source variants, 2 left after the pipelines climb
 
@@ -60,14 +60,7 @@ def test_an_endpoint_that_never_answers_costs_its_timeout_and_says_so(program, t
             *tune_argv(
                 ws,
                 program,
-                "--mutator",
-                "llm",
-                "--llm-url",
-                model.url,
-                "--llm-model",
-                "m",
-                "--llm-timeout",
-                2,
+                *flags(mutator="llm", llm_url=model.url, llm_model="m", llm_timeout=2),
                 budget=SMALL,
             ),
             timeout=600,
@@ -78,15 +71,7 @@ def test_an_endpoint_that_never_answers_costs_its_timeout_and_says_so(program, t
             *tune_argv(
                 ws,
                 program,
-                "--mutator",
-                "llm",
-                "--llm-url",
-                model.url,
-                "--llm-model",
-                "m",
-                "--llm-timeout",
-                2,
-                "--fallback-rules",
+                *flags(mutator="llm", llm_url=model.url, llm_model="m", llm_timeout=2, fallback_rules=True),
                 budget=SMALL,
             ),
             timeout=600,

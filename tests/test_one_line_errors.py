@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO_ROOT
 from spack_r3 import cli
 from spack_r3.commands import kernels as kernels_command
+from r3cli import flags
 
 HEAT = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat")
 
@@ -61,12 +62,7 @@ def test_a_disk_that_fills_mid_tune_is_one_line_and_loses_nothing_finished(tmp_p
             "--workspace",
             ws,
             "record",
-            "--source",
-            HEAT,
-            "--run",
-            "./heat 48 2",
-            "--kernel",
-            "jacobi_step",
+            *flags(source=HEAT, run="./heat 48 2", kernel="jacobi_step"),
             file_bytes=1 << 30,
         ).returncode
         == 0

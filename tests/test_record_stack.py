@@ -19,7 +19,8 @@ from spack_r3.memimage import KIND_HEAP, KIND_STACK, find_region, read_regions, 
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 
-from test_record_replay import _rewrite_image, r3
+from test_record_replay import _rewrite_image
+from r3cli import flags, r3
 
 LOCALS_APP = r"""
 #include <stdio.h>
@@ -142,14 +143,7 @@ def c_locals(tmp_path_factory, clang):
             "--workspace",
             ws,
             "record",
-            "--source",
-            src,
-            "--run",
-            "./app",
-            "--kernel",
-            "scale_into",
-            "--kernel",
-            "summarize",
+            *flags(source=src, run="./app", kernel=["scale_into", "summarize"]),
         )
         == 0
     )

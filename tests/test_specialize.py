@@ -30,6 +30,7 @@ from spack_r3.roundtrip.check import guard_counts
 from spack_r3.roundtrip.status import status
 
 from r3cli import flags, r3
+from r3cli import flags, r3
 
 R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
 
@@ -83,14 +84,7 @@ def recorded(tmp_path_factory, clang):
             "--workspace",
             ws,
             "record",
-            "--source",
-            _tree(root),
-            "--run",
-            "./app",
-            "--kernel",
-            "kern",
-            "--instances",
-            "3",
+            *flags(source=_tree(root), run="./app", kernel="kern", instances="3"),
         )
         == 0
     )

@@ -47,7 +47,8 @@ from spack_r3.search.tune import (
 )
 from spack_r3.workspace import Workspace
 
-from test_record_replay import r3, r3_subprocess, source_tree
+from test_record_replay import source_tree
+from r3cli import flags, r3, r3_subprocess
 
 KERNELS_C = r"""
 /* Sizes known at compile time keep Polly's analysis of the nest short (with sizes
@@ -99,37 +100,19 @@ def program(tmp_path_factory, clang):
     return source_tree(tmp_path_factory, "tune", {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
 
 
+def tune_matmul(ws, program, **options):
+    """`r3 tune` of the program's matmul as these tests run it: quick settings, which
+    ``options`` add to or override (None: left out)."""
+    quick = dict(source=program, run="./prog", kernel="matmul", budget=10, workers=W, pairs=3)
+    quick.update(confirm_pairs=5, confirm_rounds=2, seed=1, mutator="none")
+    return r3_subprocess("--workspace", ws, "tune", *flags(**dict(quick, **options)), timeout=600)
+
+
 @pytest.fixture(scope="module")
 def tuned(program, tmp_path_factory):
     """One whole `r3 tune` (recording first), as a user runs it, with --json."""
     ws = str(tmp_path_factory.mktemp("tune-ws"))
-    proc = r3_subprocess(
-        "--workspace",
-        ws,
-        "tune",
-        "--source",
-        program,
-        "--run",
-        "./prog",
-        "--kernel",
-        "matmul",
-        "--budget",
-        10,
-        "--workers",
-        W,
-        "--pairs",
-        3,
-        "--confirm-pairs",
-        5,
-        "--confirm-rounds",
-        2,
-        "--seed",
-        1,
-        "--mutator",
-        "none",
-        "--json",
-        timeout=600,
-    )
+    proc = tune_matmul(ws, program, json=True)
     assert proc.returncode == 0, proc.stderr
     return ws, json.loads(proc.stdout)
 
@@ -452,32 +435,7 @@ def test_tune_reports_confirmed_winners(tuned):
 
 def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     ws, out = tuned
-    proc = r3_subprocess(
-        "--workspace",
-        ws,
-        "tune",
-        "--source",
-        program,
-        "--run",
-        "./prog",
-        "--kernel",
-        "matmul",
-        "--budget",
-        10,
-        "--workers",
-        W,
-        "--pairs",
-        3,
-        "--confirm-pairs",
-        5,
-        "--confirm-rounds",
-        2,
-        "--seed",
-        1,
-        "--mutator",
-        "none",
-        timeout=600,
-    )
+    proc = tune_matmul(ws, program)
     assert proc.returncode == 0, proc.stderr
     assert "reusing the captures" in proc.stdout  # recorded the same way before: not recorded again
     assert "covering" in proc.stdout
@@ -494,32 +452,8 @@ def test_a_tune_measured_with_cold_private_caches_is_a_study_of_its_own(tuned, p
     """--cache shared: every timed run starts with each thread's own caches emptied, as in an
     application where other kernels ran in between; its evaluations never mix with warm ones."""
     ws, out = tuned
-    proc = r3_subprocess(
-        "--workspace",
-        ws,
-        "tune",
-        "--source",
-        program,
-        "--run",
-        "./prog",
-        "--kernel",
-        "matmul",
-        "--budget",
-        4,
-        "--pairs",
-        3,
-        "--confirm-pairs",
-        3,
-        "--confirm-rounds",
-        1,
-        "--seed",
-        1,
-        "--mutator",
-        "none",
-        "--cache",
-        "shared",
-        "--json",
-        timeout=600,
+    proc = tune_matmul(
+        ws, program, budget=4, workers=None, confirm_pairs=3, confirm_rounds=1, cache="shared", json=True
     )
     assert proc.returncode == 0, proc.stderr
     [shared] = json.loads(proc.stdout)["kernels"]
@@ -727,17 +661,7 @@ def test_a_kernel_whose_baseline_cannot_reproduce_its_recording_is_not_searched(
         "--workspace",
         ws,
         "tune",
-        "--source",
-        tree,
-        "--run",
-        "./where",
-        "--kernel",
-        "where",
-        "--budget",
-        4,
-        "--mutator",
-        "none",
-        "--json",
+        *flags(source=tree, run="./where", kernel="where", budget=4, mutator="none", json=True),
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr
