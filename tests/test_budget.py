@@ -80,7 +80,8 @@ def test_known_wins_and_inherited_winners_are_tried_first(clang):
     """On the product chain the interchanges that put a unit stride innermost (exact: each
     element keeps its k order) come before the mutator's own order (a copy of b staged
     first); a rule that made an earlier kernel faster comes before them; an inherited
-    interchange is no reason to swap a stencil's loops, where none makes a unit stride."""
+    interchange is no reason to swap a stencil's loops, where none makes a unit stride,
+    and one that makes its accesses strided comes last."""
     proposals = RulesMutator().propose(chain_source(clang))
     assert proposals[0].rule == "stage"  # the mutator's own order
     order = first_to_try(proposals)
@@ -93,6 +94,8 @@ def test_known_wins_and_inherited_winners_are_tried_first(clang):
     stencil = RulesMutator().propose(chain_source(clang, "smooth"))
     assert any(p.rule == "interchange" for p in stencil) and not any(known_win(p) for p in stencil)
     assert first_to_try(stencil, {"interchange": 1.5}) == first_to_try(stencil)
+    # Swapping its loops makes every access strided: that interchange is tried last.
+    assert first_to_try(stencil)[-1].rule == "interchange" and first_to_try(stencil)[-1].promise < 0
     assert first_to_try(stencil, {"interchange": 1.5, "tile": 1.2})[0].rule == "tile"
 
 

@@ -664,7 +664,9 @@ def first_to_try(proposals, ranking=None):
     earlier kernel faster (``ranking``: rule -> its best gain, ``Patterns.rule_ranking``),
     its first proposal, the largest gain first; then the known wins (``known_win``), the
     largest promise first; then the rest, one rewrite class at a time
-    (``by_class_in_turn``), inherited rules' first. A rule that says when it should pay
+    (``by_class_in_turn``), inherited rules' first; last, those whose rule expects them to
+    cost (a negative promise: an interchange that makes the innermost loop's accesses
+    strided, tried twice on Jacobi and cut both times). A rule that says when it should pay
     (``PROMISING_RULES``) is inherited only by a proposal that says so: the interchange
     that won on a product chain is no reason to swap a stencil's rows and columns."""
     ranking = ranking or {}
@@ -680,8 +682,9 @@ def first_to_try(proposals, ranking=None):
     taken = {id(p) for p in inherited}
     known = sorted((p for p in proposals if known_win(p) and id(p) not in taken), key=lambda p: -p.promise)
     taken |= {id(p) for p in known}
-    rest = sorted((p for p in proposals if id(p) not in taken), key=lambda p: -gain(p))
-    return inherited + known + by_class_in_turn(rest)
+    rest = sorted((p for p in proposals if id(p) not in taken and p.promise >= 0), key=lambda p: -gain(p))
+    costly = [p for p in proposals if id(p) not in taken and p.promise < 0]
+    return inherited + known + by_class_in_turn(rest) + costly
 
 
 def by_class_in_turn(proposals):

@@ -49,7 +49,8 @@ def confirmation_spent(spending, candidates, confirmed, again=None, captures=1, 
 def spending_table(results):
     """One row per kernel: its evaluations by where they went, and when its pipeline
     search handed over to the rewrites ("plateau at 18": early, its best had stopped
-    rising; "share at 30": at its share of the budget). "" when no result says."""
+    rising; "at 30": at its share of the budget, or where it stopped climbing past it). ""
+    when no result says."""
     rows = [r for r in results if getattr(r, "spending", None)]
     if not rows:
         return ""
@@ -58,7 +59,7 @@ def spending_table(results):
     lines = []
     for r in rows:
         split, s = r.spending["split"], r.spending
-        handover = "%s at %d" % ("plateau" if s.get("plateau") else "share", s.get("handover", 0))
+        handover = ("plateau at %d" if s.get("plateau") else "at %d") % s.get("handover", 0)
         lines.append(
             [cxxnames.display(r.kernel)]
             + [split.get(c, 0) for c in columns]

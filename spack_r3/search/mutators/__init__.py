@@ -43,7 +43,8 @@ class Proposal:
     description: str  # one line for reports ("interchange j,k in matmul")
     knobs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # macro -> values (default first)
     # Why the rule expects it to pay on this shape, as a count (interchange: accesses of the
-    # innermost loop it makes unit-stride); 0: nothing known. The remix tries these early.
+    # innermost loop it makes unit-stride, less those it makes strided); 0: nothing known.
+    # The remix tries those above 0 early and those below 0 last.
     promise: int = 0
 
 

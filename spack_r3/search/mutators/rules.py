@@ -651,7 +651,7 @@ def interchange(fn):
                     text,
                     "interchange",
                     "interchange %s,%s in %s%s" % (outer.name, inner.name, fn.name, note),
-                    promise=max(0, gain),
+                    promise=gain,
                 ),
             )
         )
