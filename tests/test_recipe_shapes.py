@@ -729,9 +729,12 @@ def test_the_projects_own_test_app_finding_it_by_target_name_is_no_dependency(tm
             'add_library(u8x u8x.c)\nset_target_properties(u8x PROPERTIES OUTPUT_NAME "${U8_PREFIX}u8x_static")\n'
             "install(TARGETS u8x)\n",
             "u8x.c": "int u;\n",
+            "u8x.h": "int u8x(void);\n",
             "test/app/CMakeLists.txt": "project(u8x-test)\nfind_package(u8x REQUIRED)\n",
         },
     )
     a = analyze(root, "u8x")
     names.resolve(a, index)
     assert a.build["own_names"] == ["u8x_static"] and a.spack_dependencies() == []
+    # the link test finds the library by either name (the shared one keeps the target's)
+    assert 'find_libraries(["libu8x_static", "libu8x"], root=self.prefix, shared=True' in _recipe(a)

@@ -1663,6 +1663,11 @@ def _test_facts(a, build_root):
         a.build["test_headers"] = list(dict.fromkeys(os.path.basename(p) for p in best))[:6]
         a.build["test_header"] = a.build["test_headers"][0]
         a.build["test_library"] = re.sub(r"^lib", "", lib)
+        # a file renamed for one kind only (utf8proc: OUTPUT_NAME utf8proc_static when static)
+        # is found by its target's name for the other
+        renamed = [t for t in a.build.get("own_targets", []) if t.lower() in lib.lower() and t != lib]
+        if renamed:
+            a.build["test_library_files"] = [lib, renamed[0]]
 
 
 def _fortran_module(a, lib):

@@ -483,7 +483,12 @@ class RuleGenerator:
         if lib and header and not checked:
             names = a.build.get("test_headers") or [header.rsplit("/", 1)[-1]]
             lines += templates.lines(
-                PACKAGE, "test_link", lib=lib, header=names[0], headers=", ".join(_q(h) for h in names)
+                PACKAGE,
+                "test_link",
+                lib=lib,
+                libfiles=", ".join(_q("lib" + x) for x in a.build.get("test_library_files") or [lib]),
+                header=names[0],
+                headers=", ".join(_q(h) for h in names),
             )
             lines.append("")
         elif lib and a.build.get("test_fortran_module") and not checked:
