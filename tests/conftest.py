@@ -10,7 +10,17 @@ from spack_r3.spack.locate import find_spack_root
 from spack_r3 import toolchain
 from spack_r3.toolchain import find_clang
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS)
+TREES = os.path.join(TESTS, "trees")  # small source trees of our own
+
+# tests/ mirrors spack_r3's packages (tests/record, tests/replay, ...). Test modules share
+# fixtures and helpers by module name (``from test_record_replay import source_tree``), so
+# every folder of tests is importable from any other; basenames are unique across them.
+for _folder in sorted(os.listdir(TESTS)):
+    _path = os.path.join(TESTS, _folder)
+    if os.path.isdir(_path) and _folder not in ("trees", "__pycache__") and _path not in sys.path:
+        sys.path.insert(0, _path)
 
 
 @pytest.fixture(scope="session")

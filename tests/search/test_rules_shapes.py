@@ -24,8 +24,9 @@ from spack_r3.search.remix import by_class_in_turn
 
 from test_record_replay import capture_of, r3, source_tree
 from test_rules import one, replays, rules_of, source, unit
+from conftest import REPO_ROOT
 
-KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "kernels46")
+KERNELS = os.path.join(REPO_ROOT, "scripts", "kernels46")
 MAKEFILE = (
     "prog: main.o shapes.o\n\t$(CC) -O2 -fopenmp -o $@ main.o shapes.o -lm\n"
     "%.o: %.c\n\t$(CC) -O2 -fopenmp -DN=40 -DSTEPS=5 -c -o $@ $<\n"

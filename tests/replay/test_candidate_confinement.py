@@ -23,6 +23,7 @@ from spack_r3.sourcepatch import make_patch
 
 from test_record_replay import DEMOS, capture_of
 from r3cli import flags, r3
+from conftest import REPO_ROOT
 
 # Where a container forbids seccomp the worker says so once and goes on with the process
 # group and the memory limit only: a fork then outlives nothing, but is not refused.
@@ -173,7 +174,7 @@ def test_where_seccomp_is_refused_the_group_is_still_killed_and_it_is_said_once(
     )
     script = tmp_path / "refusing.py"
     script.write_text(REFUSING)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = REPO_ROOT
     proc = subprocess.run(
         [sys.executable, str(script), directory, rewrite(src, forks, PROTOS).source_patch, name],
         capture_output=True,

@@ -30,8 +30,9 @@ from spack_r3.errors import R3Error
 from spack_r3.record import cuda, launcher
 from spack_r3.record.ingest import ingest
 from spack_r3.workspace import Workspace
+from conftest import TREES
 
-TREE = os.path.join(os.path.dirname(__file__), "trees", "device")
+TREE = os.path.join(TREES, "device")
 KERNEL = "_Z5saxpyi5ScalePKfPf"  # saxpy(int, Scale, const float *, float *)
 
 

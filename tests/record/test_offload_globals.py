@@ -1,5 +1,5 @@
 """OpenMP offload regions that use `declare target` globals and firstprivate aggregates,
-recorded and replayed for real on libomptarget's host plugin (as tests/test_offload.py):
+recorded and replayed for real on libomptarget's host plugin (as tests/record/test_offload.py):
 the globals' device copies are captured at their device addresses, a firstprivate struct's
 bytes are passed to the replayed region as a copy."""
 

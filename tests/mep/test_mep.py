@@ -10,8 +10,9 @@ import pytest
 from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
 from r3cli import flags, r3, r3_subprocess
+from conftest import REPO_ROOT
 
-DEMOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "repos", "r3", "sources")
+DEMOS = os.path.join(REPO_ROOT, "repos", "r3", "sources")
 
 
 def capture_id(ws, kernel):

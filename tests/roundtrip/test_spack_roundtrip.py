@@ -27,8 +27,9 @@ from spack_r3.roundtrip import emit as spack_emit
 from spack_r3.roundtrip.check import check_app
 from spack_r3.spack.repos import write_scope
 from spack_r3.workspace import Workspace
+from conftest import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_ROOT
 DEMO_REPO = os.path.join(ROOT, "repos", "r3")
 
 pytestmark = pytest.mark.spack
