@@ -28,6 +28,7 @@ import numpy as np
 from .. import backends
 from ..data import COLD, Pipeline
 from ..errors import CaptureError
+from ..iredit import init_native
 from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
 from .libraries import load_cxx_runtime
@@ -64,8 +65,7 @@ def init_llvm(libomp=None):
     """Once per process: native target, and the OpenMP runtime for parallel kernels."""
     global _initialized
     if not _initialized:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
+        init_native()
         # The C and math libraries a kernel may call, visible to the JIT's symbol search.
         for lib in ("c", "m"):
             path = ctypes.util.find_library(lib)

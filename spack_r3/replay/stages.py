@@ -47,6 +47,7 @@ from ..errors import ToolchainError
 from .. import toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
+from ..iredit import target_triple
 from .module import (
     apply_launch_edits,
     apply_pipeline_edits,
@@ -186,8 +187,8 @@ def resolve_target(pipeline, source, cpu=None, features=None):
 
 
 def module_triple(ir):
-    m = re.search(r'^target triple = "([^"]*)"', ir, re.M)
-    return m.group(1) if m and m.group(1) else llvm.get_process_triple()
+    """The module's target triple, else this process's."""
+    return target_triple(ir) or llvm.get_process_triple()
 
 
 def target_machine(triple, cpu, features, codegen=3, jit=False):
