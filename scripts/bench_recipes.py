@@ -13,7 +13,8 @@ under a new name (r3x-<name>), so retrieval cannot find them by name, and their 
 recipe (BUILTIN, default the directory's name) is left out of retrieval (--keep-own keeps it).
 Each row of "real" says: installed, tested (spack test run passed), attempts, and agreement
 with the builtin recipe: the share of its dependencies (unconditional ones apart) and variants
-the generated recipe also has.
+the generated recipe also has. The sandbox registers what a facility has as externals, as a
+user would (`spack external find`: MPI, the autotools; a Fortran compiler): --no-facility not.
 
 Usage: .venv/bin/python scripts/bench_recipes.py [--max-attempts 3] [--out bench/recipes.json]
        .venv/bin/python scripts/bench_recipes.py --real-only --real-dir /tmp/trees
@@ -204,6 +205,7 @@ def main(argv=None):
         "mean_attempts": sum(r["attempts"] for r in rows) / n,
         "spack_version": Spack(None, [sb.scope]).version(),
         "externals": sb.externals,
+        "real_externals": sb.externals,  # what the public trees were built with (MPI, autotools, Fortran)
         "machine": "%s %s, %d cores" % (platform.system(), platform.machine(), os.cpu_count() or 0),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -211,7 +213,7 @@ def main(argv=None):
         # the test trees' results stay as the last full run left them
         with open(args.out) as f:
             kept = json.load(f)
-        kept.update(real=summary["real"], real_summary=summary["real_summary"])
+        kept.update(real=summary["real"], real_summary=summary["real_summary"], real_externals=sb.externals)
         summary = kept
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=1)
