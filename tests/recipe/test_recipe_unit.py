@@ -13,8 +13,7 @@ from spack_r3.recipe.retrieve import similar
 from spack_r3.recipe.source import Source, acquire, finalize, pack_tree
 from spack_r3.recipe.validate import validate
 from spack_r3.spack import repos
-
-TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trees")
+from conftest import TREES
 
 
 @pytest.fixture(scope="module")

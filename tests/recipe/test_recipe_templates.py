@@ -13,8 +13,8 @@ from spack_r3.recipe.generate import RuleGenerator, build_messages, system_promp
 from spack_r3.recipe.source import Source
 from spack_r3.recipe.validate import validate
 from spack_r3.spack import repos
+from conftest import REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(REPO_ROOT, "recipes")
 SRC = Source(tree="/src", url="file:///tmp/x.tar.gz", sha256="a" * 64, origin="/orig")
 

@@ -29,8 +29,8 @@ from spack_r3.spack.sandbox import make_sandbox
 from spack_r3.workspace import Workspace
 
 from modelserver import ScriptedModel
+from conftest import TREES
 
-TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trees")
 ORDER = ["r3tvec", "r3t-autotools", "r3t-cmake", "r3t-meson"]  # r3tvec first: the others use it
 
 

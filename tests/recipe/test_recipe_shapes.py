@@ -2,7 +2,7 @@
 builds in subdirectories, versions that are macros, optional dependencies behind options,
 language and feature variants, stand-alone tests, installs that put programs in bin/, the
 diagnostics the refine loop turns into changes, and retrieval by what a tree uses. The trees
-are our own (tests/trees/r3t-subdirs, or written here); tests/test_recipe_spack.py installs
+are our own (tests/trees/r3t-subdirs, or written here); tests/recipe/test_recipe_spack.py installs
 r3t-subdirs with a real Spack."""
 
 import json
@@ -17,8 +17,7 @@ from spack_r3.recipe.retrieve import similar
 from spack_r3.recipe.source import Source
 from spack_r3.recipe.validate import validate
 from spack_r3.spack import repos
-
-TREES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trees")
+from conftest import TREES
 
 
 @pytest.fixture(scope="module")
