@@ -10,6 +10,7 @@ table, each winner's variant, and a plot of the best verified speedup against
 evaluations per kernel.
 """
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -258,6 +259,11 @@ def save_results(workspace: "Workspace", results: Sequence[KernelResult]) -> Non
                 os.remove(workspace.result_file(cid))
             except FileNotFoundError:
                 pass
+
+
+def result_digest(result: KernelResult) -> str:
+    """What a study keeps of its confirmed result: the digest of the one in ``results/``."""
+    return hashlib.sha256(json.dumps(result.to_json(), sort_keys=True).encode()).hexdigest()
 
 
 def load_result(workspace: "Workspace", capture_id: str) -> Optional[KernelResult]:

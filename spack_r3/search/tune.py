@@ -33,7 +33,7 @@ from .remix import Remix, RemixOptions
 from .confirm import confirm, measure_again
 from .lanes import lane_count, search_in_lanes
 from .noise import INDISTINCT, MIN_GAIN
-from .results import KernelResult, kernel_result, pick, save_results
+from .results import KernelResult, kernel_result, load_result, pick, result_digest, save_results
 from .simplify import settings, simplify
 from .spending import confirmation_spent, search_spending
 from .space import KernelFacts, Space
@@ -379,11 +379,18 @@ def _confirm_key(study, options):
     ]
 
 
-def _saved_result(study, options):
+def _saved_result(workspace, target, study, options):
+    """The study's confirmed result, where it was confirmed with the same trials and
+    settings: the study keeps which (the key and the result's digest), the result itself
+    is the one in ``results/``. A result that is not that one (gone, or another study's of
+    the same kernel since) is confirmed again."""
     saved = study.study.user_attrs.get("confirmed")
-    if saved and saved.get("key") == _confirm_key(study, options):
+    if not saved or saved.get("key") != _confirm_key(study, options):
+        return None
+    if "result" in saved:  # a study confirmed by an r3 that kept the result in it
         return KernelResult.from_json(saved["result"])
-    return None
+    result = load_result(workspace, os.path.basename(target.captures[0]))
+    return result if result is not None and result_digest(result) == saved.get("result_sha256") else None
 
 
 def _baseline_problem(pool, target, timeout):
@@ -452,7 +459,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
         # One process at a time confirms a study, and keeps the result in it: a run beside
         # this one (the same study, trials and settings) takes that result instead of its own.
         with confirming(workspace, [s.name for _, s in studied]):
-            results = _confirmed_results(pool, studied, options, say)
+            results = _confirmed_results(workspace, pool, studied, options, say)
     save_results(workspace, results)
     return results, skipped
 
@@ -506,12 +513,13 @@ def open_pool(workspace, options, say):
     return pool
 
 
-def _confirmed_results(pool, studied, options, say):
-    """Each study's confirmed KernelResult: kept in the study, or confirmed now and kept."""
+def _confirmed_results(workspace, pool, studied, options, say):
+    """Each study's confirmed KernelResult: confirmed before (``_saved_result``), or
+    confirmed now, saved in ``results/`` and named in its study."""
     for _, study in studied:
         study.refresh()
     # A study confirmed before with the same trials and settings keeps its result.
-    saved = {s.name: _saved_result(s, options) for _, s in studied}
+    saved = {s.name: _saved_result(workspace, t, s, options) for t, s in studied}
     todo = [(t, s) for t, s in studied if saved[s.name] is None]
     candidates = [(t, s, _candidates(pool, t, s, options)) for t, s in todo]
     # On a cluster every winner is confirmed on one worker: its rounds' ratios pool only
@@ -564,7 +572,10 @@ def _confirmed_results(pool, studied, options, say):
             target.spending = confirmation_spent(getattr(target, "spending", None), [], [], again[study.name])
         if study.name in confirmed:
             result = kernel_result(target, study, confirmed[study.name], again.get(study.name))
-            study.study.set_user_attr("confirmed", {"key": _confirm_key(study, options), "result": result.to_json()})
+            save_results(workspace, [result])  # before the study names it: a run beside this one reads it
+            study.study.set_user_attr(
+                "confirmed", {"key": _confirm_key(study, options), "result_sha256": result_digest(result)}
+            )
         else:
             result = saved[study.name]
         results.append(result)

@@ -31,7 +31,7 @@ from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, sto
 from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import INDISTINCT, MOST_FACTOR, WIN_ABOVE
-from spack_r3.search.results import KernelResult, load_result, pick, save_results
+from spack_r3.search.results import KernelResult, load_result, pick, result_digest, save_results
 from spack_r3.search.samplers import Interleaved, make_sampler, plateau_gamma
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
@@ -446,6 +446,11 @@ def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     # The study was complete: no new evaluations, the same one study.
     study = optuna.load_study(study_name=out["kernels"][0]["study"], storage=storage(Workspace(ws)))
     assert sum(counted(t) for t in study.get_trials()) == 10
+    # ... and confirmed: not again. The result is kept once, in results/; the study names it.
+    assert "re-verifying" not in proc.stdout
+    saved = load_result(Workspace(ws), out["kernels"][0]["captures"][0])
+    assert study.user_attrs["confirmed"]["result_sha256"] == result_digest(saved)
+    assert "result" not in study.user_attrs["confirmed"] and saved.speedup == out["kernels"][0]["speedup"]
 
 
 def test_a_tune_measured_with_cold_private_caches_is_a_study_of_its_own(tuned, program):
