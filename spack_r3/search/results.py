@@ -333,7 +333,7 @@ def plot_curves(results: Sequence[KernelResult], path: str) -> None:
     ax.set_xlabel("evaluations")
     ax.set_ylabel("best speedup over the kernel as built")
     ax.set_title("r3 tune: best verified speedup per kernel (dot: re-measured)")
-    if results:
+    if ax.get_legend_handles_labels()[0]:  # (no kernel with a verified candidate: no curve to name)
         ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = "%s.%d.tmp.png" % (path, os.getpid())  # (two runs may write it at once)
