@@ -244,3 +244,22 @@ def test_rows_of_a_flat_index_and_counters_declared_at_the_top(tmp_path, clang):
     assert "#pragma omp parallel for schedule(dynamic) private(j)\n" in w.text
     assert "for (int t = r3_t0 + r3_T * R3_TT_1;" in w.text and "int i = (r3_p - 2 * (long)t) - 1;" in w.text
     assert one(props, "fuse").description == "fuse the i loops at lines 4 and 7 in flat (the second shifted by 1)"
+
+
+def test_a_loop_that_ends_in_a_macros_arguments_is_rewritten_with_them(tmp_path, clang):
+    """PolyBench writes its constants through a function-like macro, so the sweep's
+    statement ends inside one (``/ SCALAR_VAL(9.0);``): the loop's text ends after the
+    call, and the rules rewrite it as they would without the macro."""
+    text = (
+        "#define SCALAR_VAL(x) x\n"
+        "void seidel(int tsteps, int n, double A[100][100])\n{\n"
+        "  for (int t = 0; t <= tsteps - 1; t++)\n"
+        "    for (int i = 1; i <= n - 2; i++)\n"
+        "      for (int j = 1; j <= n - 2; j++)\n"
+        "        A[i][j] = (A[i-1][j] + A[i][j-1] + A[i][j] + A[i][j+1] + A[i+1][j]) / SCALAR_VAL(5.0);\n"
+        "}\n"
+    )
+    props = RulesMutator().propose(unit(tmp_path, text, "seidel"), Feedback())
+    assert {"time-tile", "unroll-pragma"} <= set(rules_of(props))
+    for p in props:
+        assert p.text.count("SCALAR_VAL(5.0);") == 1  # the call kept whole, once

@@ -152,16 +152,40 @@ def _in_function_macro(text, loc):
     return text.next_char(end["offset"] + end.get("tokLen", 0)) == "("
 
 
+def _past_arguments(text, offset):
+    """Just past the argument list that opens after ``offset`` (a function-like macro's
+    name): its parentheses balanced, string and character literals skipped."""
+    raw, depth, quote, i = text.raw, 0, None, text.raw.index(b"(", offset)
+    while i < len(raw):
+        c = raw[i : i + 1]
+        if quote:
+            if c == b"\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in (b'"', b"'"):
+            quote = c
+        elif c == b"(":
+            depth += 1
+        elif c == b")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise Refused("a macro's arguments do not close")
+
+
 def span(text, node):
     """[begin, end) bytes of ``node`` in the unit, refused when they are not where the node's
-    text is (another file, or cut short by a macro)."""
+    text is (another file). A node that ends in a function-like macro's arguments ends
+    after the macro call, whose text is the node's."""
     rng = node.get("range") or {}
     begin, end = rng.get("begin") or {}, rng.get("end") or {}
     if not begin.get("_main") or not end.get("_main"):
         raise Refused("%s is not written in the unit itself" % node.get("kind"))
-    if _in_function_macro(text, end):
-        raise Refused("%s ends inside a macro's arguments" % node.get("kind"))
     b, e = cast.extent(node)
+    if _in_function_macro(text, end):  # (PolyBench: ``... / SCALAR_VAL(9.0);``) the node's text ends with the call
+        e = _past_arguments(text, end["expansionLoc"]["offset"] + end["expansionLoc"].get("tokLen", 0))
     if e < b:
         raise Refused("%s has no usable extent" % node.get("kind"))
     return b, e
