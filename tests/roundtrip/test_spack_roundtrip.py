@@ -225,6 +225,8 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
     original = open(os.path.join(plan["facts"]["source_root"], unit["source"])).read()
     marker = 'static const char r3_rewrite_marker[] __attribute__((used)) = "r3-rewritten-unit";\n'
     result["variant"].update(source_patch=make_patch(original, original + marker, unit["source"]), source_rule="marker")
+    # ... and matmul specialized on the size the check runs (n=120): a guarded clone in +r3
+    result["variant"]["pipeline"]["specialize"] = [[0, 120]]
     json.dump(result, open(result_json, "w"))
     done = spack_emit.emit(Workspace(site["ws"]), "r3-dense")
     patch_name = "r3-%s-0.patch" % done.target
@@ -238,6 +240,11 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
         proc = _installed_run(prefix, "dense 120 1")
         assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
         assert (b"r3-rewritten-unit" in open(os.path.join(prefix, "bin", "dense"), "rb").read()) is built, prefix
+    # The check's runs of the +r3 install counted the guard: every call matched, the clone ran.
+    [guard] = rewritten.guards
+    assert guard["kernel"] == "matmul" and guard["calls"] > 0 and guard["hits"] == guard["calls"], guard
+    proc = _installed_run(rewritten.tuned_prefix, "dense 64 1")  # another size: the original, right answer
+    assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
     plan = json.load(open(os.path.join(os.path.dirname(recipe), "r3-%s.json" % emitted["target"])))
 
     # A stale variant: tuned with another compiler than this machine's, on another version,
