@@ -572,6 +572,30 @@ def edit_call_args(text, call, edit):
 _native_ready = False
 
 
+def set_thread_limit(text, n):
+    """OpenMP kernels bounded to ``n`` threads a team, as clang-19 compiles a region with
+    ``thread_limit(n)``: the kernel attributes and the kernel environment's MaxThreads."""
+    text = re.sub(r'"omp_target_thread_limit"="\d+"', '"omp_target_thread_limit"="%d"' % n, text)
+    text = re.sub(r'"nvvm\.maxntid"="\d+"', '"nvvm.maxntid"="%d"' % n, text)
+    text = re.sub(
+        r'"amdgpu-flat-work-group-size"="(\d+),\d+"',
+        lambda m: '"amdgpu-flat-work-group-size"="%s,%d"' % (m.group(1), n),
+        text,
+    )
+    return re.sub(
+        r"(%struct\.ConfigurationEnvironmentTy \{ i8 \d+, i8 \d+, i8 \d+, i32 \d+, i32 )\d+",
+        lambda m: m.group(1) + str(n),
+        text,
+    )
+
+
+def amdgpu_kernels(text):
+    """clang-19 marks OpenMP kernels for AMDGPU in ``!nvvm.annotations`` too, and LLVM 22's
+    auto-upgrade then makes them ``ptx_kernel`` functions, which AMDGPU cannot lower: they
+    become ``amdgpu_kernel`` again."""
+    return re.sub(r"\bptx_kernel\b", "amdgpu_kernel", text)
+
+
 def init_native():
     """llvmlite's native target and assembly printer, once per process."""
     global _native_ready

@@ -9,6 +9,7 @@ from spack_r3.iredit import (
     declare_only,
     add_fp_flags,
     add_to_attribute_groups,
+    amdgpu_kernels,
     body_without_debug,
     defines_function,
     edit_call_args,
@@ -28,6 +29,7 @@ from spack_r3.iredit import (
     rename_globals,
     set_linkage,
     set_target,
+    set_thread_limit,
     split_fmuladd,
     split_module,
     split_top,
@@ -205,3 +207,19 @@ def test_a_kernels_span_and_attribute_groups():
     assert function_span(FUNCTION, "g") is None
     out = add_to_attribute_groups(FUNCTION, ["f"], '"amdgpu-num-vgpr"="32"')
     assert string_attributes(out, "f")["amdgpu-num-vgpr"] == "32"
+
+
+def test_a_device_kernels_thread_limit_and_calling_convention():
+    """What device code generation edits: the thread limit a region was compiled with, in
+    its attributes and its kernel environment, and the AMDGPU kernels LLVM upgraded wrongly."""
+    text = (
+        "@k_kernel_environment = constant %struct.KernelEnvironmentTy { %struct.ConfigurationEnvironmentTy "
+        "{ i8 0, i8 1, i8 2, i32 1, i32 256, i32 0 } }\n"
+        'attributes #0 = { "omp_target_thread_limit"="256" "nvvm.maxntid"="256" '
+        '"amdgpu-flat-work-group-size"="1,256" }\n'
+        "define ptx_kernel void @k() #0 {\n  ret void\n}\n"
+    )
+    out = set_thread_limit(text, 64)
+    assert '"omp_target_thread_limit"="64"' in out and '"nvvm.maxntid"="64"' in out
+    assert '"amdgpu-flat-work-group-size"="1,64"' in out and "i32 1, i32 64, i32 0" in out
+    assert "define amdgpu_kernel void @k()" in amdgpu_kernels(out)

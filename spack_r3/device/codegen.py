@@ -28,7 +28,7 @@ from typing import Dict
 
 from ..data import Pipeline
 from ..errors import R3Error
-from ..iredit import add_to_attribute_groups, mark_noalias
+from ..iredit import add_to_attribute_groups, amdgpu_kernels, mark_noalias, set_thread_limit
 from . import tools
 from .occupancy import Resources
 from .targets import NVIDIA
@@ -243,23 +243,6 @@ def _first_error(stderr, rc):
 # ---- the child process: LLVM only ------------------------------------------------------
 
 
-def _set_thread_limit(text, n):
-    """OpenMP kernels bounded to ``n`` threads a team, as clang-19 compiles a region with
-    ``thread_limit(n)``: the kernel attributes and the kernel environment's MaxThreads."""
-    text = re.sub(r'"omp_target_thread_limit"="\d+"', '"omp_target_thread_limit"="%d"' % n, text)
-    text = re.sub(r'"nvvm\.maxntid"="\d+"', '"nvvm.maxntid"="%d"' % n, text)
-    text = re.sub(
-        r'"amdgpu-flat-work-group-size"="(\d+),\d+"',
-        lambda m: '"amdgpu-flat-work-group-size"="%s,%d"' % (m.group(1), n),
-        text,
-    )
-    return re.sub(
-        r"(%struct\.ConfigurationEnvironmentTy \{ i8 \d+, i8 \d+, i8 \d+, i32 \d+, i32 )\d+",
-        lambda m: m.group(1) + str(n),
-        text,
-    )
-
-
 def _noalias(text, kernels):
     """The kernels' pointer parameters marked ``noalias`` (``ptr`` and ``ptr addrspace(N)``)."""
     for k in kernels:
@@ -307,9 +290,7 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
     """One pipeline's code (bytes) of the job's module."""
 
     def fix(text):
-        # clang-19 marks OpenMP kernels for AMDGPU in !nvvm.annotations too, and LLVM 22's
-        # auto-upgrade then makes them ptx_kernel functions, which AMDGPU cannot lower
-        return re.sub(r"\bptx_kernel\b", "amdgpu_kernel", text) if amd else text
+        return amdgpu_kernels(text) if amd else text
 
     def edits(text):
         features = built_target(text, kernels[0])[1] if kernels else ""
@@ -320,7 +301,7 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
         if p.noalias:
             text = _noalias(text, kernels)
         if job.get("thread_limit"):
-            text = _set_thread_limit(text, int(job["thread_limit"]))
+            text = set_thread_limit(text, int(job["thread_limit"]))
         if job.get("max_registers"):
             # NVIDIA: "nvvm.maxnreg" is the PTX's .maxnreg, which ptxas and the driver's JIT
             # (a replay loads the PTX) both honour; ptxas -maxrregcount says the same
