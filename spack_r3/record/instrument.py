@@ -403,8 +403,8 @@ def _wrapper(idx, k, d, orig):
     """The kernel's name becomes a fast path: while the runtime lets this thread skip the
     probes of a short, frequent leaf kernel (``calls & skip_mask`` nonzero, the calls its
     sampling does not time), a call counts itself and runs the body, inlinable into its
-    caller as without probes (XSBench: 15.5M searches of 0.2 us, 1.33x slower with a probe
-    call around each). Every other call goes through the probed wrapper. While the body
+    caller as without probes (a probe call around each of XSBench's many short searches
+    slowed it markedly). Every other call goes through the probed wrapper. While the body
     runs, the thread's ``leaf`` names its counters (volatile stores: only the runtime's
     profiler, from a signal handler, reads them), so the profiler's ticks count for it and
     not for its caller."""

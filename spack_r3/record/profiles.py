@@ -8,9 +8,8 @@ import os
 
 # A process whose profiler signalled fewer times than this keeps its timed shares. The
 # signals are the samples (one may carry several ticks: runtime/profiler.c, g_prof_events), and a
-# share from n of them is off by up to 0.5/sqrt(n): 2.5% at 400. Fewer made the dense
-# demo's matrix product and covariance 91% and 12% of its run from 33 samples, where
-# their timed times (27 ms calls, timed without a loss) were 82% and 12%.
+# share from n of them is off by up to 0.5/sqrt(n): 2.5% at 400. Fewer overstated the
+# dense demo's matrix product's share against its timed time (bench/README.md).
 MIN_SAMPLE_EVENTS = 400
 
 

@@ -35,9 +35,8 @@ RECORD_JSON = "record.json"
 # reach half this machine's last-level cache (or every page of the blocks they touch), at
 # most AUTO_MOST_CALLS of them, so that a sequence of them (replay/sequence.py) outgrows the
 # caches and the TLB as the application's calls do (see enough_calls in runtime/capture.c).
-# Half, from XSBench's lookups on a 32 MB LLC, -O3 against the build's -O0: 128 calls (19 MB
-# of pages) replayed 1.5-1.9x and 256 calls (the whole LLC) 1.5x, where the application's
-# kernel went 1.9-2.2x; 16 calls (5 MB) replayed 3.3-3.4x.
+# Half, from XSBench's lookups: calls covering half the LLC or all of it replayed nearer
+# the application's speedup than a few calls did, which replayed well above it.
 AUTO = "auto"
 AUTO_MOST_CALLS = 256
 AUTO_LLC_SHARE = 0.5

@@ -4,9 +4,9 @@ leaves them in between two of the kernel's calls.
 Replay calls a kernel again and again on the same memory, so whatever fits in a core's
 own caches stays there (WARM). In the application other code runs between two calls and
 may push the kernel's data out; a candidate that is fast on cached data (a vectorised
-reduction) then gains much less there than in a warm replay (a dot product of two 1.3 MB
-vectors between sparse matrix products: 10.8x warm, 5.6x with each core's caches
-emptied, 6.6x in the application). The recording gives both sides of the question: the
+reduction) then gains much less there than in a warm replay (a dot product of two
+vectors between sparse matrix products: the cold replay came nearer the application's
+speedup than the warm one). The recording gives both sides of the question: the
 bytes each captured kernel touches (``memory.touched_bytes``, from page tracking) and how
 often each was called.
 
@@ -21,9 +21,9 @@ in the application, whatever ran before.
 What page counts cannot tell: how much of a large structure a kernel's calls share. In
 XSBench (public code, 37 MB of nuclide grids, ``memory.blocks_bytes``; each call touches
 a few pages apart, ``memory.runs``) ``calculate_macro_xs`` reads its cross sections from
-memory (3.3 us a call in the application; replayed 0.4 us warm, 0.7 us shared, 4.6 us
-cold) while the binary searches it calls find their upper levels cached (at most 0.23 us
-a call there; 0.3 us warm, 6.2 us cold). Both look alike in the recording; a rule on the
+memory (cold replay came nearest its time in the application) while the binary searches
+it calls find their upper levels cached (warm replay came nearest). Both look alike in
+the recording; a rule on the
 blocks' size picked cold for both. Replaying several recorded calls in their order shows
 it (``replay.sequence``, for a kernel recorded with ``--instances N``); a kernel recorded
 at one call, or whose calls cannot form a sequence, is timed by the rules below.

@@ -35,8 +35,7 @@ MIB = 1 << 20
 # about 0.3 GiB, the mapped capture, the compiled code): its memory image twice over (a
 # kernel may keep a copy of its data; a sequence's calls keep theirs), at least 512 MiB,
 # and for each OpenMP thread a stack (4-8 MiB) and a glibc malloc arena (64 MiB reserved).
-# Not more: an allocation loop touches all of it before it fails (1.2 GiB took over 3 s on
-# 2 loaded cores).
+# Not more: an allocation loop touches all of it before it fails, which takes seconds.
 FLOOR = 512 * MIB
 PER_THREAD = 96 * MIB
 PRINTED = 64 * MIB  # the most a candidate may write to its log (stdout and stderr)

@@ -410,7 +410,7 @@ def trampoline_object(prepared):
     """The object of a capture's trampoline (``module.trampoline``: how replay calls and times
     the kernel), for this host at codegen level 3, compiled once per process: the worker
     compiles it before it forks a candidate (compiling runs no kernel code), and every
-    candidate's child loads it instead of compiling it again (20-100 ms each on 2 loaded cores)."""
+    candidate's child loads it instead of compiling it again (a compile saved per candidate)."""
     capture = prepared.capture
     base, end = (int(capture.arena[k], 16) for k in ("base", "end"))
     key = (capture.kernel, json.dumps(capture.signature, sort_keys=True), base, end)
@@ -631,9 +631,9 @@ def batchable(prepared, flush=None):
     return not prepared.outputs and not flush
 
 
-# Each timing sample of the paired protocol lasts at least this long. One call of a 40 us
-# kernel times the interrupts and preemptions that land in it as much as the kernel: on
-# this 2-core machine one call's baseline/candidate ratios ranged 3.8x-13x around 9x.
+# Each timing sample of the paired protocol lasts at least this long. One call of a short
+# kernel times the interrupts and preemptions that land in it as much as the kernel (its
+# baseline/candidate ratios scatter widely).
 MIN_SAMPLE_S = 1e-3
 MOST_RUNS_PER_SAMPLE = 64
 MOST_BATCHED_RUNS_PER_SAMPLE = 1 << 16  # calls back to back cost nothing between them
@@ -660,12 +660,11 @@ def runs_to_last(seconds, min_s, most):
 
 # A pair during which the worker was preempted is measured again, up to this many times.
 # On a machine where the search's own process shares the CPUs with the workers, a few
-# milliseconds of preemption land in one side of a pair and not the other: measured on
-# heat's residual2 with 2 pinned workers, one evaluation's pair ratios ran 0.57x-16.6x
-# around a true 6.5x, and its median (13.8x) became the search's best.
+# milliseconds of preemption land in one side of a pair and not the other, enough to make
+# one evaluation's median far off and the search's best (heat's residual2).
 MOST_RESAMPLES = 3
-# Measured on 2 loaded cores (bench/evalcost.json): every pair of a 100 ms kernel was
-# preempted, each measured 4 times, and an evaluation took 5x its pairs' runs.
+# Past this, measuring again is futile: on loaded cores every pair of a long kernel is
+# preempted (bench/evalcost.json).
 RESAMPLE_FUTILE_AFTER = 4
 
 
@@ -696,7 +695,7 @@ def paired_ratios(
     recorded calls (``replay.sequence``). A pair during which the process was preempted
     is measured again (``MOST_RESAMPLES``), unless most tries so far were preempted
     (``seen``: [tries, preempted], kept across the calls of one evaluation): then the next
-    try would be preempted too (a run of 100 ms on a loaded machine is, nearly always), and
+    try would be preempted too (a long run on a loaded machine is, nearly always), and
     pairs are kept as they come, their median left to absorb it."""
     out = Pairs([], [])
     seen = [0, 0] if seen is None else seen

@@ -3,8 +3,8 @@
 Replay that repeats one call finds that call's data where its last run left it. Where
 each call of the application reads other data, that flatters whatever makes the warm
 path fast: in XSBench (public code) ``calculate_macro_xs`` looks up a random energy in
-37 MB of nuclide grids on every call; its tuned variant replayed 3.39x faster than the
-build's -O0 on one call repeated, and measured 1.97x inside the application. Recorded with
+37 MB of nuclide grids on every call; its tuned variant's speedup over the build's -O0,
+replayed on one call repeated, was far above what it measured inside the application. Recorded with
 ``--instances N``, the kernel's first N calls replay in sequence, each with its own
 arguments and what it touched, and one timing sample is the whole sequence: the
 caches see N different lookups, as the application's did.
@@ -140,7 +140,8 @@ def merge(prepared):
 
 # Runs of bytes to put back that lie this close in one recorded region go back as one
 # copy, with the call's own bytes between them (the same in every call): fewer, larger
-# copies (XSBench: 622 runs a call, mostly a few bytes of stack and runtime state, as 34).
+# copies (XSBench: hundreds of runs a call, mostly a few bytes of stack and runtime state, as
+# a few dozen).
 JOIN_GAP = 1024
 
 

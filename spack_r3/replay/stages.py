@@ -16,8 +16,8 @@ units) must build the same, so both call ``optimized_module``:
 
 The baseline is the exception (``build_object``): the kernel compiled by the build's own
 clang with the build's own flags, the code the untuned application runs. llvmlite's LLVM
-is newer than the record clang's and its O3 is not clang's: measured, heat's stencil ran
-18% and cg's spmv 12% slower built by it, and a candidate beating that was a "gain" the
+is newer than the record clang's and its O3 is not clang's: measured, heat's stencil and
+cg's spmv ran slower built by it, and a candidate beating that was a "gain" the
 application never saw.
 
 Nothing here knows about recorded memory: a ``KernelIR`` is a kernel's module and,
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 # Bounds the opt stage: Polly's analysis of one dense loop nest with run-time sizes can take
-# 20 s; below the replay server's default candidate timeout (60 s), so a run-away stage is a
+# many seconds; below the replay server's default candidate timeout (60 s), so a run-away stage is a
 # compile error, not a lost candidate. ``R3_POLLY_TIMEOUT`` overrides it.
 POLLY_TIMEOUT_S = 50.0
 
@@ -296,7 +296,7 @@ STAGE_CACHE_ENV = "R3_STAGE_CACHE"
 
 def _cached_stage(argv, timeout, data, stage="polly", suffix=".bc"):
     """The opt stage's bitcode, from the stage cache when the same tool already ran with
-    the same options on the same text (Polly's analysis of one loop nest can take 20 s;
+    the same options on the same text (Polly's analysis of one loop nest can take long;
     a search and its confirmation ask for the same stage many times). The cache is the
     directory ``$R3_STAGE_CACHE`` (the replay server sets it to the workspace's);
     unset: no cache."""

@@ -21,7 +21,7 @@ its pipeline, and replay measured it with them: a tuned kernel called from anoth
 (XSBench's grid search, from the cross-section lookup) is in its caller's speedup there,
 and in its own only where nothing tuned called it. The recorded run's shares are
 biased low: record's probes on every function and its heap bookkeeping slow the rest of
-the run (measured on dense: about 55 ms of 600 outside the kernels), so a prediction from
+the run (bench/README.md has dense's figure), so a prediction from
 them understates what tuning the kernels gains. The timed untuned build differs from the
 plain one only by a probe on each planned kernel.
 """

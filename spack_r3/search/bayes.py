@@ -14,8 +14,8 @@ failed, never counted, and its point asked again), and several runs on one works
 share each study: each counts the others' finished and running trials against its
 budget, so two runs with ``--budget N`` end with N evaluations, not 2N. The sampler
 itself works on an in-memory copy of the study (``live``), brought up to date with the
-storage before each ask: asking a trial from a database costs 27-53 ms of this process's
-CPU (a write per parameter, every trial read back for TPE), against 0.6-6 ms in memory,
+storage before each ask: asking a trial from a database costs far more of this process's
+CPU than in memory (a write per parameter, every trial read back for TPE),
 and this process shares the CPUs with the pinned workers it feeds. Two processes that
 ask at once may both claim the budget's last trial: the later claim in the storage's
 order gives way (``WITHDRAWN``).
@@ -29,8 +29,8 @@ code, its simplest variant. A lucky measurement of code that runs often is then
 corrected by the others, instead of becoming the search's best (the winner's curse).
 
 A point the sampler proposes again is not measured again: once TPE has settled it
-proposes the same points over and over (dense demo, seed 8: 87 distinct points in
-150 evaluations of covariance, one point of matmul measured 40 times). One of its
+proposes the same points over and over (on the dense demo, one point of matmul was
+measured dozens of times). One of its
 neighbours nobody measured is measured instead, so the search goes on looking
 around what it rates best; where the next trial is one of TPE's random draws
 (``samplers.Interleaved``), that draw is, since a neighbour would take its place.
@@ -38,10 +38,10 @@ Measuring the best again is confirmation's work.
 
 Some settings interact (``Space.blocks``: Polly's tile size, matrix-multiplication
 pattern and vectorizer), and TPE, which models them from the good trials, fixes them
-early: on the dense demo it stayed on Polly's matmul pattern (about 6x) for 150
-evaluations of the matrix product (seed 9), where the pattern off, the nest
-strip-mined and tiled by 16 gave 8x; on covariance it settled on tile 16 where tile 32
-or Polly's own did better (seed 7). So when the best code's point takes such a block,
+early: on the dense demo it stayed on Polly's matmul pattern for a whole search of the
+matrix product, where the pattern off and the nest strip-mined and tiled did better;
+on covariance it settled on a tile size where another or Polly's own did better. So
+when the best code's point takes such a block,
 the block is swept: every combination of its settings (28 for Polly's), first with
 the other settings as built, then with the best's, in the slots that are not random
 draws; only where, and while, the block's switch pays beyond noise (``switch_pays``).
@@ -384,7 +384,7 @@ class Study:
                     # A candidate that would be the new best is measured again with twice its
                     # pairs (and verified again) before it counts: the best of many 5-pair
                     # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
-                    # the 5 best screened 1.03-1.17x and 0.97-1.06x measured again), and a lucky
+                    # the 5 best screened above the build, about even measured again), and a lucky
                     # value misleads the sampler and every later comparison with it.
                     if ev.status == OK and not ev.raced_out:
                         with self._lock:
@@ -534,8 +534,8 @@ class Study:
         """Where the best code's point takes a block of interacting settings and no sweep is
         under way, sweep the block: first with every other setting as built, then with the
         best's (the caller holds the lock). The block's best combination depends on the rest
-        (the dense demo's matrix product: 8x with Polly's pattern off and the nest strip-
-        mined, as built; 2.4x at most the same way with fast-math, the best's then)."""
+        (the dense demo's matrix product: Polly's pattern off and the nest strip-mined paid
+        as built, and far less with fast-math, the best's then)."""
         if not self._sweeps or self._sweep or len(self._centers) >= MAX_SWEEPS:
             return
         ranked = self.best(len(self._code_groups()))
@@ -605,7 +605,7 @@ class Study:
     def add_evaluated(self, values, variant, ev, seconds=0.0):
         """Count an evaluation made outside the study, of ``variant`` at ``values``, as a
         finished trial: a source variant's check at the baseline settings, which may be the
-        best that variant reaches (matmul's unroll-and-jam: 9.9x at -O3, 3.5-5x with the
+        best that variant reaches (matmul's unroll-and-jam: faster at -O3 than with the
         Polly settings its study tried first) and is then a candidate like the others."""
         scratch = optuna.create_study(direction="maximize")  # gives values their distributions
         scratch.enqueue_trial(values)

@@ -1,7 +1,7 @@
 """Winners are confirmed before anyone sees them.
 
-The best of a search is biased upward (the winner's curse: on these machines a
-naive search reported 1.73x where re-measurement gave 1.41x). So the few best
+The best of a search is biased upward (the winner's curse: re-measurement gives
+less than the search's best pick; bench/README.md has a case). So the few best
 candidates of each kernel are
 
 1. re-verified on every recorded instance of the kernel, several times over when
@@ -89,9 +89,8 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
     ``keep``: a race. Every candidate is measured in the first round; only each target's
     ``keep`` best there go on to the other rounds (a candidate without a search speedup,
     such as the lean form of the best, always goes on). Where a search's best lie within
-    its noise of each other, the real best is rarely among the first few by search value:
-    of the twelve best codes of a TPE search on heat's stencil (1.011-1.022x searched),
-    the 7th and 9th confirmed 1.012-1.013x, the first three 0.999-1.005x.
+    its noise of each other, the real best is rarely among the first few by search value
+    (on heat's stencil the first three confirmed below the 7th and 9th).
 
     Returns, per target in order, its list of Confirmed (rejected ones included)."""
     confirmed = [[Confirmed(v, s) for v, s in cands] for _, cands in candidates]
@@ -146,8 +145,7 @@ def measure_again(servers, winners, rounds=3, pairs=11, timeout=60.0, progress=N
     """The picked winners alone, measured afresh: their speedups as reported.
 
     Picking the best of a few candidates by the very pairs that give its speedup reads
-    high once more (on the cg demo's sparse matrix product: 1.25x picked among four
-    candidates, 1.10-1.12x in three fresh runs of 15 pairs, 1.04x in the application).
+    high once more (fresh runs, and the application, gave less on the cg demo).
     ``winners``: list of (Target, Variant). Returns a Confirmed each, in order."""
     again = [(target, Confirmed(variant)) for target, variant in winners]
     _rounds(servers, again, range(rounds), rounds, pairs, timeout, progress, "measuring the winners again")

@@ -1,12 +1,12 @@
 """How many paired runs an evaluation needs, from the spread of the pairs measured so far.
 
 Five pairs give a median good to about a percent on a compute-bound kernel, and to
-several percent on a memory-bound one: on this 2-core machine one pair of cg's spmv
-(CSR, about 1 ms a call) ranged 0.75-1.32x around 1.0x. There every candidate of the
-search screened between 0.92x and 1.12x, the best of 150 such medians was the luckiest,
-and which search "won" was chance. So a study estimates one pair's noise from its own
-evaluations and asks as many pairs as put the median's standard error near
-``TARGET_SE``; a kernel with quiet pairs keeps the base count and costs nothing more.
+several percent on a memory-bound one (cg's spmv: one pair's ratio ranged widely around
+1.0x). There every candidate of the search screened within that noise, the best of the
+medians was the luckiest, and which search "won" was chance. So a study estimates one
+pair's noise from its own evaluations and asks as many pairs as put the median's
+standard error near ``TARGET_SE``; a kernel with quiet pairs keeps the base count and
+costs nothing more.
 
     budget = PairBudget(base=5)
     budget.add(pair_noise(evaluation.ratios))   # after each verified evaluation
@@ -22,11 +22,11 @@ TARGET_SE = 0.02  # relative standard error of an evaluation's median ratio
 # sqrt(2) times an evaluation's standard error; two standard errors of it.
 INDISTINCT = 2 * 2**0.5 * TARGET_SE
 # One candidate against another, or the search's best against its earlier best: at or
-# below this ratio they are not told apart (runs of one variant differ by 0.98-1.02x here).
+# below this ratio they are not told apart (runs of one variant differ by about this much).
 MIN_GAIN = 1.01
 # A winner counts (is reported as one and built by emit) only above this confirmed
 # speedup over the build: a few percent in replay does not survive into the application
-# (heat's stencil: 1.013x confirmed, 0.99x in the app), and is no reason to relax its FP
+# (heat's stencil lost it there), and is no reason to relax its FP
 # semantics. ``beats_build`` is the one place that decides it.
 WIN_ABOVE = 1 + INDISTINCT
 MOST_FACTOR = 6  # at most this many times the base pairs
@@ -90,9 +90,9 @@ def ratio_interval(a_rounds, b_rounds, level=0.95, draws=2000, seed=0):
     """How much faster candidate a is than b, from their confirmation pairs: the ratio of
     their median pair ratios, and its ``level`` confidence interval by a two-level bootstrap
     (rounds drawn with replacement, then pairs within each drawn round). Rounds are the unit
-    because the machine's phase moves between them: on nbody's force kernel three candidates
-    read 3.21-3.24x together in one round and 3.43-3.58x in the next, each round's pairs
-    tight; resampling pairs alone would call such a phase a difference between candidates.
+    because the machine's phase moves between them (on nbody's force kernel three candidates
+    read close together in one round and all higher in the next, each round's pairs tight);
+    resampling pairs alone would call such a phase a difference between candidates.
     ``*_rounds``: lists of pair ratios, one list per round; no rounds is the baseline itself
     (1.0). Deterministic for a given ``seed``."""
     a_rounds = [r for r in a_rounds if r] or [[1.0]]

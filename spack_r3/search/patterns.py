@@ -8,8 +8,8 @@
 A rewrite's effect is its ``gain``: the child's best speedup over the original's best,
 the kernel's best without the rewrite. Only a rewrite that beat that by more than two
 evaluations tell apart is a pattern. The speedup over the build would say more of the
-compiler settings than of the rewrite: every child of cg's dot reads 9-12x, whatever it
-changed, and ranked by that, dot's ``restrict`` was proposed first to every later kernel
+compiler settings than of the rewrite: every child of cg's dot reads about the same,
+whatever it changed, and ranked by that, dot's ``restrict`` was proposed first to every later kernel
 (matmul's unroll-and-jam came fifth, after the budget).
 
 One JSON file per workspace (``patterns.json``), so later kernels and later packages

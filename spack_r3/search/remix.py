@@ -405,7 +405,7 @@ class Remix:
         """The rewrites of a kind that ``child`` makes possible and its parent did not (a rule
         the parent was not offered at all), the first of each: they are tried next, before
         the parent's other rewrites. A rewrite that only enables another is rarely fast
-        itself (matmul's interchange to i,k,j: 6.4-7.6x, below Polly's 8.8x, and cut), and
+        itself (matmul's interchange to i,k,j: slower than Polly's code, and cut), and
         drawn with the rest, what it enables came after the budget was spent. The same rule
         at another loop (``unroll the j loop`` after ``unroll the k loop``) waits its turn,
         unless it is a known win (``known_win``): the two-product chain's second nest is
@@ -567,7 +567,7 @@ class Remix:
                 if child.cut and extend and not self.options.keep_cut:
                     # What a cut child did not use goes to the original's search at once, not to
                     # more children: a kernel with many rewrites, none of them in the running
-                    # (matmul: 17), would otherwise spend every held evaluation on rewrites.
+                    # (matmul), would otherwise spend every held evaluation on rewrites.
                     # Unless that search had plateaued: then it stays with the rewrites.
                     unused = 1 + self.options.child_budget - child.evaluations
                     self._extend(extend, max(0, min(unused, self.options.budget - self.spent())))
@@ -655,7 +655,7 @@ class Remix:
 def known_win(proposal):
     """Whether a rewrite is known to keep the results exact and to pay on its shape: an
     exact rule's proposal that carries a promise (``Proposal.promise``: the interchange
-    that puts a unit stride innermost, which made matmul 6.4-7.6x and verifies bit for bit)."""
+    that puts a unit stride innermost, which sped matmul up and verifies bit for bit)."""
     return proposal.rule in EXACT_RULES and proposal.promise > 0
 
 
@@ -690,8 +690,8 @@ def first_to_try(proposals, ranking=None):
 def by_class_in_turn(proposals):
     """The proposals reordered so that each rewrite class gives one before any gives a
     second, classes in the order they first appear: a budget that pays for few children
-    fills several cells of the archive, not one (LULESH, budget 40: one child per kernel,
-    always the first rule's, ``restrict``, and never the ``omp ... simd`` behind it)."""
+    fills several cells of the archive, not one (LULESH, on a small budget: one child per
+    kernel, always the first rule's, ``restrict``, and never the ``omp ... simd`` behind it)."""
     queues: Dict[str, List[Proposal]] = {}
     for p in proposals:
         queues.setdefault(REWRITE_CLASSES.get(p.rule, "other"), []).append(p)
@@ -711,10 +711,8 @@ def inherited_settings(settings):
     no reason to allow); then, where that runs Polly, the same without Polly and with the
     loop optimizations it turned off (``LOOP_SWITCHES``) as its -O level does them: a
     rewrite reshapes the loop nest that Polly's settings were chosen for, and Polly's code
-    often wins with the vectorizers off (dense demo, covariance: staged, 5.3x at most with
-    the original's Polly settings, 8-11x with fast-math and no Polly; seed 8, where the
-    original's best also had the loop and SLP vectorizers and unrolling off, 1.14x without
-    Polly, and the child was cut)."""
+    often wins with the vectorizers off (bench/README.md, "Measurements behind design
+    choices")."""
     out = [dict(s) for s in settings]
     last = out[0] if out else {}
     if last.get("fast_math") in ("none", "contract"):
@@ -731,10 +729,10 @@ def clearly_below(best, check_speedup, base_speedup):
     ``base_speedup`` ("" if it is not), from its best trial so far (``best``) and its
     check at the baseline pipeline: even the best pair of that trial is slower, or its
     median is slower by more than two evaluations tell apart (``noise.INDISTINCT``). The
-    second is for kernels whose pairs read bimodally: one pair of matmul's Polly code can
-    read 8.8x where its median reads 6.8x; judged by its best pair alone, such a child was
-    not cut and kept 11 of 150 evaluations from the original's search (dense demo, seed
-    7). A child whose inherited settings all failed is not judged by them."""
+    second is for kernels whose pairs read bimodally (one pair of matmul's Polly code can
+    read well above its median): judged by its best pair alone, such a child was not cut
+    and kept evaluations from the original's search. A child whose inherited settings all
+    failed is not judged by them."""
     if not best:
         return ""
     top = best[0].user_attrs["evaluation"].get("speedup_max") or best[0].value

@@ -19,9 +19,9 @@ from ..errors import R3Error
 from .noise import clearly_above
 
 SAMPLERS = ("tpe", "random")
-# TPE leaves a region it rates low for good: on the dense demo's matrix product it spent
-# 30 of 150 evaluations on Polly's matmul pattern (about 6x) and never tried the codegen
-# level that lifted the strip-mined nest from 7.4x to 7.8x, which random search found.
+# TPE leaves a region it rates low for good: on the dense demo's matrix product it stayed
+# on Polly's matmul pattern and never tried the codegen level that lifted the strip-mined
+# nest further, which random search found.
 # With a quarter of its trials drawn at random, it always holds what random search would
 # have found on a quarter of the budget.
 EXPLORE_EVERY = 4
@@ -68,11 +68,11 @@ def plateau_gamma(values):
     tenth, at most 25), or every trial within noise of the best (``INDISTINCT``) where
     those are more, up to half. ``values()``: the finished trials' values.
 
-    On a kernel where the best lie on a plateau (heat's stencil, seed 8: 54 of TPE's 106
-    codes within noise of its best, none steadily beyond the build by more than 2%) the
-    best tenth are the luckiest measurements, and TPE would sample around them; with the
-    whole plateau as its good group it samples the plateau broadly while still avoiding
-    what is clearly worse (30 codes below 0.6x: the stencil without its loop vectorizer).
+    On a kernel where the best lie on a plateau (heat's stencil: half of TPE's codes
+    within noise of its best, none steadily beyond the build) the best tenth are the
+    luckiest measurements, and TPE would sample around them; with the whole plateau as
+    its good group it samples the plateau broadly while still avoiding what is clearly
+    worse (the stencil without its loop vectorizer).
     A kernel with a peak keeps the default."""
 
     def gamma(n):

@@ -342,8 +342,8 @@ class Space:
         """Groups of settings that interact, by the setting that brings each into play:
         which value of one is best depends on the others. Polly's tile size, matrix-
         multiplication pattern and vectorizer: on the dense demo's matrix product the
-        pattern gives about 6x with any tile, and 8x lies only with the pattern off, the
-        nest strip-mined and tiled by 16."""
+        pattern gives about the same with any tile, and more lies only with the pattern off,
+        the nest strip-mined and tiled."""
         if any(p.name == "polly" for p in self.params):
             return {"polly": POLLY_BLOCK}
         return {}

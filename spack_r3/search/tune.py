@@ -145,8 +145,8 @@ def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance
 def _weigh_as_tuned(plan, captures, named=False):
     """Each target's share becomes its weight in a build that tunes them all: its time with
     its callees, less its calls from other targets (capture.tuned_shares). Its own code's
-    share (what picked it) made a caller of other kernels 6.6% of LULESH's run where its
-    tuned copy ran 31.9% of it; and two kernels that do not nest never add past the run.
+    share (what picked it) made a caller of other kernels a small part of LULESH's run where
+    its tuned copy ran far more of it; and two kernels that do not nest never add past the run.
     A target only other targets call runs as their copy: not searched, unless ``named``."""
     runs = {c.app.get("run") for c in captures if c.kernel in {t.kernel for t in plan.targets}}
     if len(runs) != 1 or not isinstance(next(iter(runs)), str):
@@ -267,9 +267,8 @@ def pipeline_search(study, servers, options, progress=None):
         study.run(servers, first, progress)
         # A sweep of a block of interacting settings (``bayes.Study``: 28 Polly points, up to
         # a third of a run) is paid from the held share, up to half of it. Paid from the first share, it
-        # left the pipeline's own search few evaluations (the dense demo's matmul, seed 7: 54
-        # sweep points, and r3's pipeline search stopped at 8.44x where the Bayesian search
-        # alone found 8.81x in 150).
+        # left the pipeline's own search too few evaluations to reach what the Bayesian search
+        # alone found (bench/README.md, "Measurements behind design choices").
         while len(study.trials()) < min(most, first + swept(study)):
             study.run(servers, min(most, first + swept(study)), progress)
         limit = most if options.stall_patience else len(study.trials())
@@ -351,8 +350,7 @@ def confirm_searches(servers, searches, n, **kw):
     race that keeps ``n`` of each (see ``confirm``), returns each one's list of Confirmed.
     A search none of whose candidates holds gets its next ``n`` best confirmed as well,
     once: where gains sit at the noise floor the best few by search value are the
-    luckiest as much as the best (on the cg demo's spmv, TPE's three best confirmed none,
-    where random's 1.07x held)."""
+    luckiest as much as the best (bench/README.md, "Measurements behind design choices")."""
     confirmed = confirm(servers, [(t, first) for t, _, first in searches], keep=n, **kw)
     retry = [i for i, c in enumerate(confirmed) if pick(c) is None]
     more = []

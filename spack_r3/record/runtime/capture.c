@@ -16,7 +16,7 @@ HIDDEN int g_child;     /* this process is a snapshot process */
 HIDDEN TLS int t_snapshot_fork; /* this thread is forking a snapshot process */
 /* A process the application forked that goes on running the program records nothing: its
  * calls are the parent's over again (a child calling the kernel as often as its parent
- * doubled the counts: 40 calls for 20, shares adding up to 122%). The process that started
+ * doubled the counts, and shares added up past the whole run). The process that started
  * stands for the run. */
 HIDDEN int g_forked;
 HIDDEN struct capture cap = {.pre_fd = -1};

@@ -77,7 +77,7 @@ static void config_load(void) {
 
 /* A timed call's span holds one reading of the clock (the end of the first, the start of
  * the second). Sampling multiplies each timed call by its period: XSBench's grid search
- * (0.2 us a call) came out at 1.3x the time of the whole run. The least time between two
+ * (sub-microsecond calls) came out longer than the whole run. The least time between two
  * readings is taken off each timed call: never more than what the clock itself costs. */
 static uint64_t clock_cost(void) {
   uint64_t best = UINT64_MAX;

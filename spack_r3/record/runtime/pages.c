@@ -8,8 +8,8 @@
  * allocated or freed: replay allocates elsewhere and ignores frees of recorded memory).
  * A page with nothing behind it yet (fresh calloc'ed memory: never written) is not copied:
  * reading it would map the kernel's shared zero page, and the kernel's first write would
- * then copy it and shoot down every thread's TLB (xs-proxy: an 80 MB results array cost
- * 20k such IPIs, 10% of the run). Such pages are marked TRK_ZERO and recorded as zeros. */
+ * then copy it and shoot down every thread's TLB (xs-proxy's large results array: a
+ * sizeable share of the run). Such pages are marked TRK_ZERO and recorded as zeros. */
 
 /* ---- the application's mappings the system serves ----
  * (see "the application's mappings", mappings.c): shared memory, fixed addresses and the
@@ -241,7 +241,8 @@ static void trk_free(void) {
 
 /* The scratch maps outlive a capture: a page of a new anonymous map costs a fault and a
  * zeroing at its first write, which every capture paid again for each page it copied
- * (LULESH: 27 captures, 195 MB copied). A mirror larger than SCRATCH_KEEP is given back. */
+ * (LULESH: many captures, each copying many pages). A mirror larger than SCRATCH_KEEP is
+ * given back. */
 #define SCRATCH_KEEP (64ull << 20)
 static int trk_scratch(size_t bits_len, size_t mirror_len) {
   if (trk.bits && trk.bits_len < bits_len) { munmap(trk.bits, trk.bits_len); trk.bits = NULL; }

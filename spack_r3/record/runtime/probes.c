@@ -25,12 +25,12 @@ HIDDEN uint64_t g_paused;        /* ns the main thread spent taking snapshots: n
 static TLS int t_main = -1; /* this thread is the process's main thread: 1, 0, -1 not known yet */
 /* Time a thread spent on a snapshot or a page copy. Summed over threads it exceeds the
  * wall-clock time it cost the run: the page faults of a capture in progress are taken by
- * every thread of the kernel's team at once, each waiting on the others' copies (a 6 ms
- * heat run came out at 0.5 ms of application time), and a worker's captures overlap the
- * main thread's own work (XSBench's event loop with --instances auto: 6.5 s "paused" of a
- * 7.2 s run, whose main thread ran 6.9 s of ticks outside snapshots; every share read
- * 100%). The main thread, which takes part in every parallel region and waits at its end
- * for the workers' pauses, stands for the run's clock. */
+ * every thread of the kernel's team at once, each waiting on the others' copies, and a
+ * worker's captures overlap the main thread's own work (XSBench's event loop with
+ * --instances auto: nearly the whole run counted "paused" while the main thread ran
+ * outside snapshots, and every share read 100%). The main thread, which takes part in
+ * every parallel region and waits at its end for the workers' pauses, stands for the
+ * run's clock. */
 HIDDEN void pause_add(uint64_t ns) {
   t_paused += ns;
   if (t_main < 0) t_main = (pid_t)syscall(SYS_gettid) == getpid();
@@ -129,8 +129,8 @@ static int32_t cct_enter(int32_t parent, int32_t kid) {
 /* how many calls of this kernel on this thread one timed call stands for (a power of two) */
 /* Decided at SAMPLE_AFTER calls and, while not sampled, again at each power of two: the
  * first calls may be slow for a while only (a capture around them takes a page fault on
- * each page they first touch), and a kernel timed on every one of its 15 million calls
- * (XSBench's grid search under a capture of its driver) spent 10% of the run in the clock. */
+ * each page they first touch), and a kernel timed on every one of its millions of calls
+ * (XSBench's grid search under a capture of its driver) spent a share of the run in the clock. */
 static inline uint64_t probe_period(struct tcount *tc, uint64_t n) {
   if (tc->period > 1) return tc->period;
   if (!cfg.sampling || n < SAMPLE_AFTER || (n & (n - 1))) return 1;

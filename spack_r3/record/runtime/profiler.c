@@ -2,8 +2,9 @@
 
 /* ---- where the main thread's time goes: a statistical profiler ----
  * Timing a short call is biased: its clock readings serialize it, while untimed calls
- * overlap their cache misses with the code around them. XSBench's 0.2 us grid search,
- * timed on one call in 32, came out longer than its caller and than the whole run. So a
+ * overlap their cache misses with the code around them. XSBench's sub-microsecond grid
+ * search, timed on a sample of its calls, came out longer than its caller and than the
+ * whole run. So a
  * timer on the main thread's CPU clock interrupts it every R3_SAMPLE_US (default 1000; 0:
  * off) of its CPU time, and each tick counts for the kernel running its own code then (the
  * top frame, or a fast-path leaf), and for the outermost one (the bottom frame, or the

@@ -656,7 +656,7 @@ def interchange(fn):
             )
         )
     # The one that makes the innermost loop walk memory contiguously first (matmul: j,k,
-    # which gives i,k,j; i,j only moves the dot product to another row, 1.4-1.9x slower).
+    # which gives i,k,j; i,j only moves the dot product to another row, and is slower).
     return [p for _, p in sorted(out, key=lambda gp: gp[0])]
 
 
@@ -817,7 +817,7 @@ def _unroll_and_jam(fn, outer, inner):
     jammed = text.edit([(0, 0, knob_header(size, JAM[0])), (begin, end, ("\n" + pad).join(lines))])
     what = "unroll-and-jam %s into the %s loop in %s (%s)" % (name, inner.name, fn.name, size)
     # The element the body accumulates into, in a local across each block: without it the
-    # copies load and store it once each (matmul, i,k,j: 7x without it, 10-11x with it).
+    # copies load and store it once each (matmul, i,k,j: markedly slower without it).
     jfn = Function(replace(src, text=jammed))
     block = [l for l in jfn.loops() if l.name == name and source_of(jfn.text, l.lo) == start and l.is_innermost()]
     try:
