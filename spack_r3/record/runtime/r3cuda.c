@@ -42,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launchrec.h"
+
 #ifdef R3CUDA_REAL_HEADERS
 #include <cuda_runtime_api.h>
 #define R3_MEMCPY_DEFAULT cudaMemcpyDefault
@@ -250,49 +252,9 @@ static int g_nkernels, g_capkernels;
 static struct alloc *g_allocs;
 static int g_nallocs, g_capallocs;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static char g_dir[2048], g_capture[4096];
-static int g_have_dir, g_capture_all, g_capture_none, g_ready;
-static uint64_t g_instances = 1, g_t0, g_paused;
+static uint64_t g_t0, g_paused;
 
 static void warn(const char *a, const char *b) { fprintf(stderr, "r3cuda: %s%s\n", a, b ? b : ""); }
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void config(void) {
-  if (g_ready) return;
-  const char *s = getenv("R3_RECORD_DIR");
-  if (s && *s) {
-    if (s[0] != '/' && getcwd(g_dir, sizeof g_dir - 600)) strcat(g_dir, "/");
-    if (strlen(g_dir) + strlen(s) < sizeof g_dir - 512) { strcat(g_dir, s); g_have_dir = 1; }
-  }
-  s = getenv("R3_CAPTURE");
-  if (!s || !*s || !strcmp(s, "*")) g_capture_all = 1;
-  else if (!strcmp(s, "none")) g_capture_none = 1;
-  else snprintf(g_capture, sizeof g_capture, "%s", s);
-  s = getenv("R3_INSTANCES");
-  if (s && *s && atoll(s) > 0) g_instances = (uint64_t)atoll(s);
-  g_ready = 1;
-}
-
-static int selected(const char *name) { /* R3_CAPTURE: comma-separated names, or * */
-  if (g_capture_none || !g_have_dir || !name) return 0;
-  if (g_capture_all) return 1;
-  size_t nl = strlen(name);
-  for (const char *s = g_capture; *s;) {
-    while (*s == ',' || *s == ' ') s++;
-    const char *e = s;
-    while (*e && *e != ',') e++;
-    const char *t = e;
-    while (t > s && t[-1] == ' ') t--;
-    if (((size_t)(t - s) == nl && !strncmp(s, name, nl)) || ((size_t)(t - s) == 1 && *s == '*')) return 1;
-    s = e;
-  }
-  return 0;
-}
 
 static void *real(const char *name) {
   void *p = dlsym(RTLD_NEXT, name);
