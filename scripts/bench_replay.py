@@ -129,6 +129,7 @@ def bench_demo(name, run, kernel, clang, ws, trials, say):
 # ---- real-code shapes: our own programs shaped like the public proxy apps that failed ----
 # (the test suite's programs, run at sizes where a run takes about a second)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+import conftest  # noqa: E402,F401  (puts each tests/ folder on the path, as under pytest)
 import test_record_parallel as parallel_shapes  # noqa: E402
 import test_record_shapes as shapes  # noqa: E402
 
