@@ -52,64 +52,47 @@ class Limits:
 
 
 KIB = 1024
+
+
+def _sm(warps, blocks, smem_kib, block_kib, alloc_unit, reserved):
+    """An NVIDIA row: resident warps and blocks an SM, shared memory an SM and a block (KiB),
+    its allocation unit and what the system reserves a block (bytes)."""
+    return Limits(
+        32,
+        max_warps_per_sm=warps,
+        max_blocks_per_sm=blocks,
+        smem_per_sm=smem_kib * KIB,
+        smem_per_block=block_kib * KIB,
+        smem_alloc_unit=alloc_unit,
+        smem_reserved_per_block=reserved,
+    )
+
+
+def _gfx(wave, simds, vgprs, vgpr_unit, sgprs, waves):
+    """An AMD row: wave size, SIMDs a CU, VGPRs a SIMD lane and their allocation unit, SGPRs
+    a SIMD (0: they do not limit waves), waves a SIMD."""
+    return Limits(
+        wave,
+        simds_per_cu=simds,
+        vgprs_per_simd=vgprs,
+        vgpr_alloc_unit=vgpr_unit,
+        sgprs_per_simd=sgprs,
+        max_waves_per_simd=waves,
+    )
+
+
 LIMITS = {
-    "sm_70": Limits(
-        32,
-        max_warps_per_sm=64,
-        max_blocks_per_sm=32,
-        smem_per_sm=96 * KIB,
-        smem_per_block=96 * KIB,
-        smem_alloc_unit=256,
-    ),
-    "sm_75": Limits(
-        32,
-        max_warps_per_sm=32,
-        max_blocks_per_sm=16,
-        smem_per_sm=64 * KIB,
-        smem_per_block=64 * KIB,
-        smem_alloc_unit=256,
-    ),
-    "sm_80": Limits(
-        32,
-        max_warps_per_sm=64,
-        max_blocks_per_sm=32,
-        smem_per_sm=164 * KIB,
-        smem_per_block=163 * KIB,
-        smem_reserved_per_block=KIB,
-    ),
-    "sm_86": Limits(
-        32,
-        max_warps_per_sm=48,
-        max_blocks_per_sm=16,
-        smem_per_sm=100 * KIB,
-        smem_per_block=99 * KIB,
-        smem_reserved_per_block=KIB,
-    ),
-    "sm_89": Limits(
-        32,
-        max_warps_per_sm=48,
-        max_blocks_per_sm=24,
-        smem_per_sm=100 * KIB,
-        smem_per_block=99 * KIB,
-        smem_reserved_per_block=KIB,
-    ),
-    "sm_90": Limits(
-        32,
-        max_warps_per_sm=64,
-        max_blocks_per_sm=32,
-        smem_per_sm=228 * KIB,
-        smem_per_block=227 * KIB,
-        smem_reserved_per_block=KIB,
-    ),
-    "gfx90a": Limits(
-        64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800, max_waves_per_simd=8
-    ),
-    "gfx942": Limits(
-        64, simds_per_cu=4, vgprs_per_simd=512, vgpr_alloc_unit=8, sgprs_per_simd=800, max_waves_per_simd=8
-    ),
-    "gfx1100": Limits(
-        32, simds_per_cu=2, vgprs_per_simd=1536, vgpr_alloc_unit=24, sgprs_per_simd=0, max_waves_per_simd=16
-    ),
+    #              warps blocks smem/SM smem/block alloc reserved
+    "sm_70": _sm(64, 32, 96, 96, 256, 0),
+    "sm_75": _sm(32, 16, 64, 64, 256, 0),
+    "sm_80": _sm(64, 32, 164, 163, 128, KIB),
+    "sm_86": _sm(48, 16, 100, 99, 128, KIB),
+    "sm_89": _sm(48, 24, 100, 99, 128, KIB),
+    "sm_90": _sm(64, 32, 228, 227, 128, KIB),
+    #                wave simds vgprs unit sgprs waves
+    "gfx90a": _gfx(64, 4, 512, 8, 800, 8),
+    "gfx942": _gfx(64, 4, 512, 8, 800, 8),
+    "gfx1100": _gfx(32, 2, 1536, 24, 0, 16),
 }
 
 

@@ -16,10 +16,7 @@ functions, linked into the executable (a link against the shared runtime, ``-lcu
 preloaded (``LD_PRELOAD``, ``preload_library``).
 """
 
-import hashlib
-import json
 import os
-import shutil
 import subprocess
 import tempfile
 
@@ -173,38 +170,19 @@ def record_device_units(compiler, args, source, record_dir):
 
 
 def _store_unit(record_dir, bitcode, compiler, args, source, kind, arch, flags, kernels):
-    import llvmlite.binding as llvm
+    from .deviceunit import store_device_unit
 
-    digest = hashlib.sha256(bitcode).hexdigest()[:16]
-    tu_dir = os.path.join(os.path.abspath(record_dir), "tus", digest)
-    if os.path.exists(os.path.join(tu_dir, "tu.json")):
-        return tu_dir
-    os.makedirs(os.path.dirname(tu_dir), exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(tu_dir))
-    with open(os.path.join(stage, "module.bc"), "wb") as f:
-        f.write(bitcode)
-    src = os.path.abspath(source)
-    if os.path.exists(src):
-        shutil.copyfile(src, os.path.join(stage, "source" + os.path.splitext(src)[1]))
-    meta = {
-        "source_file": src,
-        "compile_command": [compiler] + list(args),
-        "compile_dir": os.getcwd(),
-        "bitcode_args": flags,
-        "triple": llvm.parse_bitcode(bitcode).triple,
-        "backend": kind,
-        "gpu_arch": arch,
-        "opt_level": opt_level(args),
-        "kernels": [k.to_json() for k, _ in kernels],
-        "exports": {},  # a device function is no host unit's callee
-    }
-    with open(os.path.join(stage, "tu.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-    try:
-        os.rename(stage, tu_dir)
-    except OSError:  # another compile of the same unit won the race
-        shutil.rmtree(stage, ignore_errors=True)
-    return tu_dir
+    return store_device_unit(
+        record_dir,
+        bitcode,
+        source,
+        [compiler] + list(args),
+        flags,
+        kind,
+        opt_level(args),
+        [k.to_json() for k, _ in kernels],
+        gpu_arch=arch,
+    )
 
 
 def links_cudart(args):

@@ -17,11 +17,8 @@ Only the first target of ``-fopenmp-targets`` is kept: on this machine the host 
 can be made again for another target.
 """
 
-import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
@@ -132,35 +129,18 @@ def record_device_unit(line, source, record_dir):
     if not kernels:
         return None
     from ..data import opt_level
-    import llvmlite.binding as llvm
+    from .deviceunit import store_device_unit
 
-    digest = hashlib.sha256(bitcode).hexdigest()[:16]
-    tu_dir = os.path.join(os.path.abspath(record_dir), "tus", digest)
-    if not os.path.exists(os.path.join(tu_dir, "tu.json")):
-        os.makedirs(os.path.dirname(tu_dir), exist_ok=True)
-        stage = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(tu_dir))
-        with open(os.path.join(stage, "module.bc"), "wb") as f:
-            f.write(bitcode)
-        src = os.path.abspath(source)
-        if os.path.exists(src):
-            shutil.copyfile(src, os.path.join(stage, "source" + os.path.splitext(src)[1]))
-        meta = {
-            "source_file": src,
-            "compile_command": [line.compiler] + line.args,
-            "compile_dir": os.getcwd(),
-            "bitcode_args": device_compile_args(line) + ["--offload-device-only"],
-            "triple": llvm.parse_bitcode(bitcode).triple,
-            "backend": "offload",
-            "opt_level": opt_level(line.args),
-            "kernels": [k.to_json() for k in kernels],
-            "exports": {},  # a device function is no host unit's callee
-        }
-        with open(os.path.join(stage, "tu.json"), "w") as f:
-            json.dump(meta, f, indent=1)
-        try:
-            os.rename(stage, tu_dir)
-        except OSError:  # another compile of the same unit won the race
-            shutil.rmtree(stage, ignore_errors=True)
+    tu_dir = store_device_unit(
+        record_dir,
+        bitcode,
+        source,
+        [line.compiler] + line.args,
+        device_compile_args(line) + ["--offload-device-only"],
+        "offload",
+        opt_level(line.args),
+        [k.to_json() for k in kernels],
+    )
     index = os.path.join(os.path.abspath(record_dir), "offload")
     os.makedirs(index, exist_ok=True)
     for k in kernels:  # the unit's folder, then the device globals the runtime captures
