@@ -221,9 +221,14 @@ class DaskPool:
         # Workers that read this (the workspace's cache folder) read captures where they lie.
         self.marker = None if ship_all or not cache_dir else ship.Marker.write(cache_dir)
         self.plugin = ReplayWorker(timeout, cache_dir, pins, self.marker)
-        client.register_plugin(self.plugin)
+        try:
+            client.register_plugin(self.plugin)
+            self.cores_per_worker = max(1, min(client.run(_cores).values()))
+        except BaseException:  # (no pool to close: its marker goes now)
+            if self.marker is not None:
+                self.marker.remove()
+            raise
         self._servers = []
-        self.cores_per_worker = max(1, min(client.run(_cores).values()))
         self._evaluated = 0
         self._started = self._reported = time.monotonic()
         self._refs = {}  # capture directory -> (its path, its key)
@@ -306,6 +311,8 @@ class DaskPool:
                 if due:
                     self._reported = time.monotonic()
             if due:
+                if self.marker is not None:
+                    self.marker.touch()  # (runs on other hosts take a marker left untouched for dead)
                 self.say(self.throughput())
         return value
 

@@ -8,26 +8,32 @@ digest of its manifest (every file's name and SHA-256), so a capture already the
 this run, an earlier one or another worker on the node, is reused once its files are
 checked against the manifest; one that fails the check is sent again.
 
-    marker = Marker.write(ws.cache_dir)           # this process, for the pool's life
+    marker = Marker.write(ws.cache_dir)           # this process, for the pool's life (dead runs' removed)
     marker.seen()                                 # on a worker: True where it sees the workspace
+    marker.remove()                               # as the pool closes
     key, manifest = manifest_of(capture_dir)      # this process
     store = Store(Store.default_root())           # on a worker
     store.path(key) or send(client, address, capture_dir, key, manifest)
 """
 
+import glob
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from ..fileutil import sha256_file
 
 SHIP_ENV = "R3_SHIP_CAPTURES"  # "1": send captures to every worker, whatever it sees
 STORE_ENV = "R3_WORKER_CAPTURES"  # where a worker keeps the captures sent to it
 MANIFEST = "r3-manifest.json"
+MARKER_PREFIX = ".dask-sees-"
+MARKER_STALE_S = 3600.0  # a marker of another host's run not touched this long: that run is dead
 CHUNK = 4 << 20  # bytes a message carries (on loopback 4 MiB sent faster than 32: bench/scale.json "ship")
 
 
@@ -38,32 +44,82 @@ def forced():
 
 @dataclass
 class Marker:
-    """A file only those who see the workspace can read: its path and the nonce in it."""
+    """A file only those who see the workspace can read: its path and the nonce in it.
+
+    Each run writes its own (its name is its nonce) with who wrote it (host, pid, the
+    process's start time), and removes it as it closes. A run killed before that leaves
+    its marker behind; it names that dead run only, so no later run reads it as its own,
+    and the next run that writes one removes such leftovers: on this host those whose
+    process is gone, from another host (whose processes cannot be seen from here) those
+    not touched for ``MARKER_STALE_S`` (a run touches its own at each progress line)."""
 
     path: str
     nonce: str
 
     @classmethod
     def write(cls, folder):
+        from ..search.store import owner  # (the run's process only: workers need no Optuna)
+
         nonce = uuid.uuid4().hex
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(os.path.abspath(folder), ".dask-sees-" + nonce)
+        sweep(folder)
+        path = os.path.join(os.path.abspath(folder), MARKER_PREFIX + nonce)
         with open(path, "w") as f:
-            f.write(nonce)
+            json.dump(dict(owner(), nonce=nonce), f)
         return cls(path, nonce)
 
     def seen(self):
+        return _read(self.path).get("nonce") == self.nonce
+
+    def touch(self):
+        """Say this run lives, to runs on other hosts (``sweep``)."""
         try:
-            with open(self.path) as f:
-                return f.read() == self.nonce
+            os.utime(self.path)
         except OSError:
-            return False
+            pass
 
     def remove(self):
         try:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+def _read(path):
+    """What a marker file says (its nonce, who wrote it); {} where it does not read."""
+    try:
+        with open(path) as f:
+            said = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return said if isinstance(said, dict) else {}
+
+
+def sweep(folder, now=None):
+    """Remove the markers in ``folder`` left by runs that are dead: on this host, by their
+    process; from another host, or unreadable (an older r3's, one being written), by their
+    age. Returns the paths removed."""
+    from ..search.store import HOST, held
+
+    removed = []
+    now = time.time() if now is None else now
+    for path in glob.glob(os.path.join(folder, MARKER_PREFIX + "*")):
+        who = _read(path)
+        try:
+            age = now - os.stat(path).st_mtime
+        except OSError:  # (removed meanwhile)
+            continue
+        if who.get("host") == HOST and "pid" in who:  # (a marker's owner is a trial's: store.held judges it)
+            dead = not held(SimpleNamespace(user_attrs={"owner": who}))
+        else:
+            dead = age > MARKER_STALE_S
+        if dead:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:  # (another run's sweep took it first)
+                pass
+    return removed
 
 
 def manifest_of(directory):

@@ -510,3 +510,64 @@ def _until(condition, limit=300):
             return
         time.sleep(0.05)
     raise AssertionError("the cluster did not get there")
+
+
+def test_markers_of_dead_runs_are_removed_and_a_live_runs_kept(tmp_path):
+    """Each run's marker names that run only. The next run to write one removes those of
+    runs that are dead (on this host: their process is gone; from another host, or
+    unreadable: untouched for an hour) and leaves those of runs that live."""
+    folder = str(tmp_path / "cache")
+    script = "import sys; from spack_r3.scale import ship; print(ship.Marker.write(sys.argv[1]).path)"
+    dead = subprocess.run([sys.executable, "-c", script, folder], capture_output=True, text=True, check=True)
+    dead = dead.stdout.strip()
+    elsewhere = os.path.join(folder, ship.MARKER_PREFIX + "elsewhere")
+    with open(elsewhere, "w") as f:
+        json.dump({"host": "another-node", "pid": 1, "nonce": "elsewhere"}, f)
+    older = os.path.join(folder, ship.MARKER_PREFIX + "older-r3")
+    with open(older, "w") as f:
+        f.write("0123abcd")  # (an older r3's marker: its nonce only)
+    hour_ago = time.time() - ship.MARKER_STALE_S - 60
+    os.utime(older, (hour_ago, hour_ago))
+    assert os.path.exists(dead)
+    live = ship.Marker.write(folder)  # (this process's: it lives)
+    assert sorted(os.listdir(folder)) == sorted(os.path.basename(p) for p in (live.path, elsewhere))
+    assert live.seen() and ship.sweep(folder) == []
+    # The other host's run, its marker untouched for an hour since: dead too.
+    os.utime(elsewhere, (hour_ago, hour_ago))
+    assert ship.sweep(folder) == [elsewhere] and live.seen()
+    live.remove()
+    assert not os.listdir(folder)
+
+
+def test_a_killed_run_leaves_nothing_that_confuses_the_next(recorded, tmp_path):
+    """`r3 tune --cluster local:1` killed with SIGKILL, whole (the run and its workers, as
+    a batch system ends a job), once its marker is in the workspace: the next run on the
+    workspace removes that marker, its worker sees the workspace (no capture is sent), the
+    study holds its budget exactly, and the run leaves no marker behind."""
+    ws = fresh_copy(recorded, tmp_path)
+    cache = Workspace(ws).cache_dir
+    markers = lambda: sorted(n for n in os.listdir(cache) if n.startswith(ship.MARKER_PREFIX))  # noqa: E731
+    killed = subprocess.Popen(
+        tune_argv(ws, "--budget", 50, "--cluster", "local:1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _until(lambda: os.path.isdir(cache) and markers())
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=60)
+    [stale] = markers()
+    store = storage(Workspace(ws))
+    before = sum(counted(t) for s in store.get_all_studies() for t in store.get_all_trials(s._study_id))
+    run = subprocess.run(
+        tune_argv(ws, "--budget", 3, "--cluster", "local:1"), capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr
+    assert "does not see the workspace" not in run.stderr, run.stderr
+    assert markers() == [], "the killed run's marker (%s) and the run's own are gone" % stale
+    [kernel] = json.loads(run.stdout)["kernels"]
+    trials = stored_trials(ws, kernel["study"])
+    assert sum(counted(t) for t in trials) == max(3, before)  # (what the killed run finished is kept)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
