@@ -7,9 +7,14 @@ work with grid x block threads, so a new block size keeps that many threads
 (``launch_grid``: the grid rounded up) and its grid is not searched. Block sizes are
 powers of two from a warp up to the kernel's launch bounds (``__launch_bounds__``:
 ``maxntidx`` in its ``nvvm.annotations``, ``nvvm.maxntid`` as an attribute), else 1024.
-Every candidate is screened by ptxas -v (``hook.Screener``) before any GPU time.
+The first choice of each, None, is the recorded value (the baseline's). Every candidate
+is screened by ptxas -v and its occupancy (``hook.Screener``: on the recorded arch, and
+on each ``--gpu`` target) before any GPU time. A register cap (``.maxnreg``) is screened
+and replayed where one is asked (``r3 retarget --max-registers``), not searched:
+``data.Launch`` has no field for it yet.
 """
 
+import os
 import re
 
 from ..iredit import function_span, global_ref, string_attributes
@@ -52,7 +57,8 @@ def grid_choices(recorded):
 
 
 def params(capture, ir_text):
-    """space.Param of the launch geometry searched for a captured CUDA launch."""
+    """space.Param of the launch geometry searched for a captured CUDA launch; each one's
+    first choice None: as recorded (the baseline's)."""
     from ..search.space import Param
 
     launch = capture.launch or {}
@@ -61,8 +67,8 @@ def params(capture, ir_text):
         Param(
             "thread_limit",
             "categorical",
-            "threads a block, x (recorded: %d)" % block,
-            choices=block_choices(launch_bound(ir_text, capture.kernel)),
+            "threads a block, x (default: as recorded, %d)" % block,
+            choices=(None,) + block_choices(launch_bound(ir_text, capture.kernel)),
         )
     ]
     if grid_stride(ir_text, capture.kernel):
@@ -71,11 +77,23 @@ def params(capture, ir_text):
             Param(
                 "num_teams",
                 "categorical",
-                "blocks of the grid, x, of a grid-stride kernel (recorded: %d)" % grid,
-                choices=grid_choices(grid),
+                "blocks of the grid, x, of a grid-stride kernel (default: as recorded, %d)" % grid,
+                choices=(None,) + grid_choices(grid),
             )
         )
     return out
+
+
+def space_params(capture, capture_dir):
+    """The geometry ``params`` a search adds for a capture (search.space.KernelFacts.geometry):
+    a CUDA launch's, read from its captured device module; none for any other backend."""
+    if (capture.launch or {}).get("backend") != "cuda":
+        return ()
+    import llvmlite.binding as llvm
+
+    with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
+        text = str(llvm.parse_bitcode(f.read()))
+    return tuple(params(capture, text))
 
 
 def launch_grid(recorded_grid, recorded_block, block, stride):

@@ -49,19 +49,33 @@ def notes(captures, gpus):
 
 def attach(targets, captures, gpus, max_registers=None):
     """Give each search target (``bayes.Target``) of a device kernel a screen of its
-    candidates on ``gpus``; lines for the tune's progress about the kernels it does not
-    apply to."""
-    if not gpus:
-        return []
+    candidates on ``gpus``, and a CUDA launch's on the arch it was recorded for even
+    without ``--gpu`` (its block and grid are searched: a block its code cannot launch
+    with is rejected before any GPU time); lines for the tune's progress about the
+    kernels ``--gpu`` does not apply to."""
     by_id = {c.id: c for c in captures}
     host = []
     for t in targets:
         capture = by_id.get(t.capture_id)
         if capture is not None and is_device(capture):
-            t.screen = Screener(capture, t.captures[0], gpus, max_registers)
+            on = gpus or recorded_gpus(capture)
+            if on:
+                t.screen = Screener(capture, t.captures[0], on, max_registers)
         elif capture is not None:
             host.append(t.kernel)
     return notes([c for c in captures if c.kernel in host], gpus)
+
+
+def recorded_gpus(capture):
+    """[GpuTarget] a CUDA launch was recorded on (its arch), where the limits table knows
+    it; [] for any other capture."""
+    launch = capture.launch or {}
+    if launch.get("backend") != "cuda" or not launch.get("arch"):
+        return []
+    try:
+        return parse_targets(launch["arch"])
+    except R3Error:  # an arch the limits table does not know: screened only where --gpu names one
+        return []
 
 
 class Screener:

@@ -125,6 +125,9 @@ class KernelFacts:
     # An OpenMP target region forking teams (backends.OFFLOAD): its launch geometry, teams
     # and threads per team, is searched.
     teams: bool = False
+    # A device kernel's launch geometry, as its backend searches it (device.geometry.params:
+    # a CUDA launch's block and, for a grid-stride kernel, grid): Params asked as they are.
+    geometry: Tuple[Param, ...] = ()
 
     @property
     def relax_fp(self):
@@ -223,6 +226,7 @@ class Space:
                     choices=(None,) + _powers(max(f.cores, 1)),
                 ),
             ]
+        p += list(f.geometry)
         if f.dispatch_loops:
             p += [
                 Param(
@@ -389,10 +393,12 @@ class Space:
         geometry, Polly's parallel code, offered with more than one): ``--workers`` decides
         those, and the number of workers is no part of the search (a run resumed with other
         ``--workers`` goes on with the same study)."""
+        # (a device kernel's geometry follows no worker's CPUs: it stays in)
+        workers = ("threads", "polly_parallel") + (() if self.facts.geometry else ("num_teams", "thread_limit"))
         desc = [
             (p.name, p.kind, [str(c) for c in p.choices], p.low, p.high, p.condition)
             for p in self.params
-            if p.name not in ("threads", "num_teams", "thread_limit", "polly_parallel")
+            if p.name not in workers
         ]
         return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:8]
 

@@ -15,6 +15,7 @@ from typing import List, Optional
 
 from .. import backends, cxxnames
 from ..capture import load_capture_dir, run_key
+from ..device import geometry as device_geometry
 from ..errors import R3Error
 from ..record.offload import region_key
 from ..record.profiles import tuned_shares
@@ -181,6 +182,7 @@ def kernel_facts(target, cores):
         cores=cores,
         polly=polly_available(_record_clang(capture)),
         teams=backends.of_capture(capture) is backends.OFFLOAD and "@__kmpc_fork_teams(" in ir,
+        geometry=device_geometry.space_params(capture, target.captures[0]),
         built_target=built_cpu,
         retarget=bool(ir) and replay_module.behind_host(built_features),
         built_fma=replay_module.contracts_fma(built_features),

@@ -284,8 +284,59 @@ def test_launch_geometry_in_the_space(cuda_capture):
         text = str(llvm.parse_bitcode(f.read()))
     assert geometry.grid_stride(text, KERNEL) and geometry.launch_bound(text, KERNEL) == 256
     params = {p.name: p for p in geometry.params(capture, text)}
-    assert params["thread_limit"].choices == (32, 64, 128, 256)
-    assert params["num_teams"].choices == (2, 4, 8, 16, 32)
+    assert params["thread_limit"].choices == (None, 32, 64, 128, 256)  # None: as recorded
+    assert params["num_teams"].choices == (None, 2, 4, 8, 16, 32)
+
+
+def test_r3_tunes_a_cuda_launchs_geometry_screened_before_any_gpu_time(cuda_capture):
+    """The space r3 tune searches for a recorded CUDA launch has its block and grid beside the
+    pipeline, and each candidate is screened on the arch it was recorded for (ptxas -v's
+    figures, occupancy) without --gpu: one it cannot launch is rejected with the reason and
+    never reaches a replay server."""
+    from dataclasses import replace
+
+    from spack_r3.data import COMPILE_ERROR
+    from spack_r3.device import hook
+    from spack_r3.search.bayes import Target
+    from spack_r3.search.space import Space
+    from spack_r3.search.tune import kernel_facts
+
+    ws, capture = cuda_capture
+    target = Target(KERNEL, [ws.capture_dir(capture.id)])
+    space = Space(kernel_facts(target, cores=1))
+    params = {p.name: p for p in space.params}
+    assert params["thread_limit"].choices == (None, 32, 64, 128, 256)
+    assert params["num_teams"].choices == (None, 2, 4, 8, 16, 32)
+    assert "threads a block" in space.describe()
+    # a study is resumed into the same geometry only (an offload region's follows the workers' CPUs)
+    assert space.fingerprint() != Space(replace(space.facts, geometry=())).fingerprint()
+    assert hook.attach([target], [capture], []) == []
+    assert [g.name for g in target.screen.gpus] == ["sm_90"]
+    base = space.defaults()
+    assert base["thread_limit"] is None and target.screen(space.variant(base)) is None
+    assert target.screen(space.variant(dict(base, thread_limit=256, num_teams=32))) is None
+    ev = target.submit(None, space.variant(dict(base, thread_limit=512)))  # no server: nothing may run
+    assert ev.status == COMPILE_ERROR
+    assert ev.diagnostics == (
+        "rejected before any run: %s: cannot launch on sm_90 at 512 threads: "
+        "a block of 512 threads is over the kernel's launch bounds (256)" % KERNEL
+    )
+
+
+def test_screening_rejects_more_registers_than_an_sm_holds_at_a_block():
+    """ptxas's registers a thread x the block's threads over the SM's register file: no SM can
+    hold one block, whatever the kernel's launch bounds allow."""
+    from spack_r3.device.occupancy import Geometry, Resources
+    from spack_r3.device.screen import judge
+    from spack_r3.device.targets import gpu_target
+
+    res = Resources(KERNEL, registers=128)
+    assert judge(KERNEL, gpu_target("sm_90"), res, Geometry(512)).ok  # 64K registers: exactly one block
+    no = judge(KERNEL, gpu_target("sm_90"), res, Geometry(1024))
+    assert not no.ok and no.reason == (
+        "cannot launch on sm_90 at 1024 threads: 128 registers x 1024 threads need more than "
+        "the 65536 registers of an SM"
+    )
 
 
 def test_a_block_over_the_launch_bounds_is_rejected_before_any_gpu_time(cuda_capture):
