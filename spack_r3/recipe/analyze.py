@@ -865,6 +865,11 @@ def analyze_meson(a: Analysis):
             typ = _meson_kwarg(args, "type")
             if not names or typ not in ("boolean", "feature"):
                 continue
+            if TEST_OPTION_RE.search(names[0].upper()):
+                # the project's tests: built when Spack runs them, as Spack's recipes write
+                # it (-Dtests=true under --test), not a variant
+                a.build.setdefault("test_options", []).append([names[0], False, typ])
+                continue
             val = _meson_kwarg(args, "value")
             default = (val is not False) if typ == "boolean" else (val == "enabled")
             name = variant_name(names[0])
@@ -877,6 +882,16 @@ def analyze_meson(a: Analysis):
                     "meson" if typ == "boolean" else "meson-feature",
                 )
             )
+    # what only the tests need (libmpdclient's check under get_option('test')) is no dependency
+    test_vars = {variant_name(opt) for opt, _neg, _typ in a.build.get("test_options", [])}
+    kept = []
+    for d in a.dependencies:
+        lits = re.findall(r"[+~]\w+", d.when or "")
+        if any(x[0] == "+" and x[1:] in test_vars for x in lits):
+            continue
+        d.when = "".join(x for x in lits if x[1:] not in test_vars) or None  # ~tests: the default
+        kept.append(d)
+    a.dependencies = kept
     a.executables = installed_exes
     a.checks = [c for c in tests if c.exe in installed_exes]
 
@@ -886,7 +901,7 @@ def analyze_meson(a: Analysis):
 
 def _m4_args(argtext):
     """Top-level comma-separated arguments of an m4 macro call, brackets stripped."""
-    out, depth, cur = [], 0, ""
+    out, depth, parens, cur = [], 0, 0, ""
     for ch in argtext:
         if ch == "[":
             depth += 1
@@ -896,7 +911,9 @@ def _m4_args(argtext):
             depth -= 1
             if depth == 0:
                 continue
-        if ch == "," and depth == 0:
+        elif ch in "()" and depth == 0:  # an unquoted macro call's own commas (AS_HELP_STRING(--x, doc))
+            parens += 1 if ch == "(" else -1
+        if ch == "," and depth == 0 and parens <= 0:
             out.append(cur.strip())
             cur = ""
             continue
@@ -975,12 +992,20 @@ def analyze_autotools(a: Analysis):
                 hm = re.search(r"AS_HELP_STRING\(\s*\[?([^\],]*)\]?\s*,\s*\[?([^\]]*)\]?", helptext)
                 flag = hm.group(1) if hm else helptext
                 desc = (hm.group(2) if hm else parts[0]).strip() or parts[0]
+                if desc.count(")") > desc.count("("):  # AS_HELP_STRING's own parenthesis
+                    desc = desc[: desc.rindex(")")].strip()
                 default = ("--disable-" in flag) if kind == "enable" else ("--without-" in flag)
                 if default:  # the help text describes turning it off
                     desc = "%s %s (%s: %s)" % ("enable" if kind == "enable" else "with", parts[0], flag.strip(), desc)
                 # --with-ldflags=FLAGS takes a value: off is saying nothing (--without-ldflags
                 # would make "no" the flags: mxml's link failed on "cannot find no")
                 value = bool(re.search(r"--(?:with|enable)-[\w-]+\[?=(?!yes\b|no\b)", flag)) and not default
+                if re.search(r"--(?:with|enable)-[\w-]+=(?:\.\.\.|(?:FLAGS|ARG|\w*DIR)\b)", flag) or (
+                    kind == "with" and re.search(r"(dir|flags|path)$|^prefix$", parts[0])
+                ):
+                    # a setting, not a feature (Mini-XML's --with-ldflags=..., --with-docdir):
+                    # maintainers pass it where they need it, no variant
+                    continue
                 a.variants.append(
                     RecipeVariant(variant_name(parts[0]), default, desc, parts[0], kind + ("-value" if value else ""))
                 )
@@ -1357,8 +1382,17 @@ def analyze_makefile(a: Analysis):
         a.build["all_targets"] = [targets[0]]  # no `all`: make builds the first target
     elif targets and targets[0] == "help":
         _goal_from_help(a, targets, rel)
-    a.build["own_names"] = [re.sub(r"^lib|\.(a|so)$", "", t) for t in targets if t.startswith("lib")]
-    _makefile_checks(a, [mk])
+    subs = _install_submakefiles(a, text, mvars) if a.build["has_install"] else []
+    if subs and not a.build["prefix_var"]:
+        # the install rule runs the subdirectories' (lz4: $(MAKE) -C lib install): their prefix
+        for sub in subs:
+            pv = re.search(r"(?m)^\s*(PREFIX|prefix|INSTALL_PREFIX)\s*[:?]?=", _read(sub))
+            if pv:
+                a.build["prefix_var"] = pv.group(1)
+                break
+    sub_targets = [t for sub in subs for t in _make_targets(_read(sub))]
+    a.build["own_names"] = _library_targets(targets + sub_targets)
+    _makefile_checks(a, [mk] + subs)
     if not a.build["has_install"]:
         # (a program put elsewhere, ../bin/x-$(FLAVOR), is found after the build instead)
         a.executables = [
@@ -1367,6 +1401,52 @@ def analyze_makefile(a: Analysis):
             if not t.startswith("lib") and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t
         ]
     a.languages = _languages_from_files(a.root)
+
+
+def _make_targets(text):
+    mvars = {}
+    for line in _make_lines(text):
+        m = MAKE_VAR_RE.match(line) if not line.startswith("\t") else None
+        if m and m.group(1) not in mvars:
+            mvars[m.group(1)] = m.group(2)
+    # a rule may make several (Mini-XML's `libmxml.a libmxml4.a: $(LIBOBJS)`)
+    rules = re.findall(r"(?m)^([A-Za-z_$][\w.$(){} \t-]*?)[ \t]*:(?![=:])", text)
+    targets = [_make_expand(t, mvars) for r in rules for t in r.split()]
+    return [t for t in targets if "$" not in t]
+
+
+def _library_targets(targets):
+    """The libraries among make targets, by name: ``liblz4.a``, ``libmxml4.so.2`` and
+    ``libmxml4.2.dylib`` are lz4 and mxml4; objects, resources and pkg-config files are none."""
+    out = []
+    for t in targets:
+        m = re.match(r"^lib([A-Za-z0-9][\w+-]*?)(?:\.\d+)*\.(?:a|so|la|dylib|dll)(?:\.\d+)*$", t) or re.match(
+            r"^lib([A-Za-z0-9][\w+-]*)$", t
+        )
+        if m and not re.search(r"-(dll|static|shared)$", m.group(1)):
+            out.append(m.group(1))
+    return list(dict.fromkeys(out))
+
+
+def _install_submakefiles(a, text, mvars):
+    """The Makefiles of the subdirectories a Makefile's install rule runs (``$(MAKE) -C lib $@``)."""
+    lines = text.splitlines()
+    dirs = []
+    for i, line in enumerate(lines):
+        if not re.match(r"^(?:[\w.-]+[ \t]+)*install(?:[ \t]+[\w.-]+)*[ \t]*:(?!=)", line):
+            continue
+        for body in lines[i + 1 :]:
+            if not body.startswith("\t"):
+                break
+            dirs += re.findall(r"(?:-C\s*|cd\s+)(\S+?)(?:\s|;|&|$)", _make_expand(body, mvars))
+    out = []
+    for d in dict.fromkeys(dirs):
+        for n in ("GNUmakefile", "Makefile", "makefile"):
+            path = os.path.normpath(os.path.join(a.root, d, n))
+            if "$" not in d and path.startswith(a.root + os.sep) and os.path.isfile(path):
+                out.append(path)
+                break
+    return out
 
 
 # machine targets a Makefile whose default goal prints help offers, the portable ones first
@@ -1616,6 +1696,9 @@ def _own_libraries(a):
         elif base == "Makefile.am":
             for libs in re.findall(r"(?m)^\s*\w*lib_(?:LT)?LIBRARIES\s*\+?=\s*(.*)$", _read(p)):
                 own += [re.sub(r"^lib|\.(la|a)$", "", x) for x in libs.split() if "$" not in x]
+        elif base == "Makefile.in" and not os.path.isfile(os.path.join(os.path.dirname(p), "Makefile.am")):
+            # written by hand, not by automake (Mini-XML): the library targets it names
+            own += _library_targets(_make_targets(_read(p)))
     a.build["own_names"] = list(dict.fromkeys(x for x in own if "$" not in x and "@" not in x))
 
 
@@ -1666,8 +1749,12 @@ def _test_facts(a, build_root):
         # a file renamed for one kind only (utf8proc: OUTPUT_NAME utf8proc_static when static)
         # is found by its target's name for the other
         renamed = [t for t in a.build.get("own_targets", []) if t.lower() in lib.lower() and t != lib]
-        if renamed:
-            a.build["test_library_files"] = [lib, renamed[0]]
+        # the same library under a name a build option picks (Mini-XML: libmxml, or libmxml4
+        # by default): the test takes whichever the install has
+        variants = [x for x in own if x != lib and x.lower().startswith(want)]
+        files = list(dict.fromkeys([lib] + renamed[:1] + variants))
+        if len(files) > 1:
+            a.build["test_library_files"] = files
 
 
 def _fortran_module(a, lib):

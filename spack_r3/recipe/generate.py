@@ -312,6 +312,9 @@ class RuleGenerator:
             args.append(
                 templates.render(tmpl, "variant_arg", option=v.option, on=_q(on), off=_q(off), when=_q("+" + v.name))
             )
+        for opt, _negated, typ in a.build.get("test_options", []):  # the tests build when Spack runs them
+            on, off = ("true", "false") if typ == "boolean" else ("enabled", "disabled")
+            args.append(templates.render(tmpl, "run_tests_arg", option=opt, on=_q(on), off=_q(off)))
         for extra in a.build.get("extra_args", []):
             args.append(_q(extra))
         if not args:
@@ -479,8 +482,9 @@ class RuleGenerator:
                     else "0 <= exe.returncode < 126",
                 )
                 lines.append("")
+        # a library is checked on its own, whatever checks its programs had
         lib, header = a.build.get("test_library"), a.build.get("test_header")
-        if lib and header and not checked:
+        if lib and header:
             names = a.build.get("test_headers") or [header.rsplit("/", 1)[-1]]
             lines += templates.lines(
                 PACKAGE,
@@ -491,7 +495,7 @@ class RuleGenerator:
                 headers=", ".join(_q(h) for h in names),
             )
             lines.append("")
-        elif lib and a.build.get("test_fortran_module") and not checked:
+        elif lib and a.build.get("test_fortran_module"):
             lines += templates.lines(PACKAGE, "test_link_fortran", lib=lib, module=a.build["test_fortran_module"])
             lines.append("")
         return lines

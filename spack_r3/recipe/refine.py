@@ -29,6 +29,7 @@ class Attempt:
     directory: str
     generator: str
     outcome: str = "pending"  # rejected | concretize-failed | install-failed | install-empty | installed | concretized
+    # (an installed attempt whose check_passed is False is refined from the test's diagnostics)
     valid: bool = False
     concretized: bool = False
     installed: bool = False
@@ -115,21 +116,36 @@ class Refiner:
             self._attempt(att, name, text, analysis)
             att.seconds = round(time.monotonic() - start, 2)
             attempts.append(att)
-            if att.outcome in ("installed", "concretized"):
+            # an install whose stand-alone test failed is refined like a failed build: the
+            # test's diagnostics make the next attempt
+            test_failed = att.outcome == "installed" and att.check_passed is False
+            if att.outcome in ("installed", "concretized") and not test_failed:
                 self._save(att)
                 self.progress("attempt %d: %s" % (number, att.outcome))
                 break
             # what to try next: rule-based fixes on this text, or the model with the diagnostics
-            findings = fixes.diagnose(att.diagnostics)
+            findings = fixes.diagnose_test(att.diagnostics) if test_failed else fixes.diagnose(att.diagnostics)
             att.findings = [asdict(f) for f in findings]
             new_text = None
             if generator.how.startswith("rule"):
                 new_text, att.fixes = fixes.apply(
-                    text, findings, self.index, analysis, source, os.path.join(att.directory, "spec.json")
+                    text,
+                    findings,
+                    self.index,
+                    analysis,
+                    source,
+                    os.path.join(att.directory, "spec.json"),
+                    prefix=att.prefix if test_failed else None,
                 )
             self._save(att)
             self.progress(
-                "attempt %d: %s%s" % (number, att.outcome, (" -> " + "; ".join(att.fixes)) if att.fixes else "")
+                "attempt %d: %s%s%s"
+                % (
+                    number,
+                    att.outcome,
+                    ", test failed" if test_failed else "",
+                    (" -> " + "; ".join(att.fixes)) if att.fixes else "",
+                )
             )
             if generator.how.startswith("rule"):
                 if not new_text:
@@ -137,6 +153,15 @@ class Refiner:
                 text = new_text
             else:
                 previous, feedback, text = text, att.diagnostics or att.outcome, None
+        if attempts and not attempts[-1].installed:
+            # a change after an install whose test failed made things worse: the installed
+            # recipe stays where Spack finds it, and its attempt is the result
+            best = next((x for x in reversed(attempts) if x.installed), None)
+            if best is not None:
+                with open(os.path.join(best.directory, "package.py")) as f:
+                    self.repo.write_recipe(name, f.read())
+                attempts.remove(best)
+                attempts.append(best)
         return attempts
 
     def _save(self, att):
@@ -197,6 +222,33 @@ class Refiner:
             res = self.spack.test_run("/" + conc.hash)
             write_atomic(os.path.join(att.directory, "test.log"), res.output)
             att.check_passed = check_verdict(res.ok, res.output)
+            if att.check_passed is False:
+                att.diagnostics = self._test_diagnostics(att, res.output)
+
+    def _test_diagnostics(self, att, output):
+        """What a failed ``spack test run`` said: its output and the results file it names
+        (where Spack writes each test's failure), kept as test-results.txt."""
+        parts = [templates.render(DIAGNOSTICS, "test_failed")]
+        results = ""
+        for path in re.findall(r"See \S+ test results at:\s*\n\s*(\S+)", output):
+            try:
+                with open(path, errors="replace") as f:
+                    results += f.read()
+            except OSError:
+                continue
+        if results:
+            write_atomic(os.path.join(att.directory, "test-results.txt"), results)
+        text = results + "\n" + output
+        parts += [
+            line.strip()
+            for line in text.splitlines()
+            if re.search(r"(Error|error:|FAILED|failure|AssertionError|No such file|not found)", line)
+        ][:40]
+        for f_ in fixes.diagnose_test(text):
+            parts.append(templates.render(DIAGNOSTICS, "finding", evidence=f_.evidence))
+        if len(parts) == 1:
+            parts.append(_tail(output, 3000))
+        return _tail("\n".join(dict.fromkeys(parts)))
 
     def _install_diagnostics(self, att, inst):
         parts = [templates.render(DIAGNOSTICS, "install_failed")]

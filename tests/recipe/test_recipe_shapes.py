@@ -270,10 +270,15 @@ def test_meson_option_blocks_guard_their_dependencies(tmp_path, index):
     )
     a = analyze(root, "msx")
     names.resolve(a, index)
-    assert {(d.spack, d.when) for d in a.spack_dependencies()} == {("check", "+test"), ("pkgconfig", None)}
+    # the test option builds the project's tests: Spack's run_tests, not a variant, and what
+    # only the tests need (check, and pkg-config to find it) is no dependency
+    assert a.spack_dependencies() == []
     assert [d.system for d in a.dependencies if d.name == "ws2_32"] == [True]  # Windows only
-    assert {v.name: v.default for v in a.variants} == {"test": False, "docs": False}
+    assert {v.name: v.default for v in a.variants} == {"docs": False}
     assert (a.build["test_library"], a.build["test_header"]) == ("msx", "msx.h")
+    text = _recipe(a)
+    assert '"-Dtest={0}".format("true" if self.run_tests else "false")' in text
+    assert 'variant("test"' not in text
 
 
 def test_a_default_goal_that_builds_fortran_is_replaced_by_the_c_goals(tmp_path):
@@ -550,32 +555,24 @@ def test_a_library_called_libx_builds_libx_and_includes_libx_h(tmp_path):
     assert (a.build["test_library"], a.build["test_headers"]) == ("lcfg", ["liblcfg.h"])
 
 
-def test_an_option_named_like_a_compiler_flag_is_renamed(tmp_path):
-    root = _write(
-        tmp_path / "lf",
-        {
-            "configure.ac": "AC_INIT([lfx], [1.0])\nAC_PROG_CC\nAC_ARG_WITH([ldflags], [AS_HELP_STRING([--with-ldflags], [x])])\n",
-            "configure": "#!/bin/sh\n",
-            "lf.c": "int lf;\n",
-        },
-    )
-    a = analyze(root, "lfx")
-    assert [v.name for v in a.variants] == ["ldflags_opt"]
-    assert 'self.spec.satisfies("+ldflags_opt")' in _recipe(a)
-
-
-def test_a_with_option_that_takes_a_value_says_nothing_when_off(tmp_path):
+def test_a_with_option_that_is_a_setting_is_no_variant(tmp_path):
+    # --with-ldflags (a compiler flag's name) and --with-dsoflags=... pass settings, not
+    # features: maintainers pass them where they need them (Mini-XML); --with-x=prefix stays
     root = _write(
         tmp_path / "wv",
         {
             "configure.ac": "AC_INIT([wvx], [1.0])\nAC_PROG_CC\n"
-            "AC_ARG_WITH([dsoflags], AS_HELP_STRING([--with-dsoflags=...], [DSO flags]))\n",
+            "AC_ARG_WITH([ldflags], [AS_HELP_STRING([--with-ldflags], [x])])\n"
+            "AC_ARG_WITH([dsoflags], AS_HELP_STRING([--with-dsoflags=...], [DSO flags]))\n"
+            "AC_ARG_WITH([zstd], AS_HELP_STRING([--with-zstd=prefix], [zstd's prefix]))\n",
             "configure": "#!/bin/sh\n",
             "w.c": "int w;\n",
         },
     )
-    text = _recipe(analyze(root, "wvx"))
-    assert '"--with-dsoflags"' in text and "--without-dsoflags" not in text
+    a = analyze(root, "wvx")
+    assert [v.name for v in a.variants] == ["zstd"]
+    text = _recipe(a)
+    assert "ldflags" not in text and "dsoflags" not in text
 
 
 def test_a_submodule_missing_from_makefile_am_subdirs_is_made_and_its_option_off(tmp_path):
@@ -737,3 +734,68 @@ def test_the_projects_own_test_app_finding_it_by_target_name_is_no_dependency(tm
     assert a.build["own_names"] == ["u8x_static"] and a.spack_dependencies() == []
     # the link test finds the library by either name (the shared one keeps the target's)
     assert 'find_libraries(["libu8x_static", "libu8x"], root=self.prefix, shared=True' in _recipe(a)
+
+
+def test_install_run_by_subdirectory_makefiles_is_the_projects_own():
+    # lz4's shape: `install: $(MAKE) -C lib $@`; PREFIX and the bin/ install are the subdirectories'
+    a = analyze(os.path.join(TREES, "r3t-makelib"), "r3t-makelib")
+    assert (a.build["has_install"], a.build["prefix_var"]) == (True, "PREFIX")
+    assert a.build["own_names"] == ["r3mk"] and a.executables == ["r3mk"]
+    assert [(c.exe, c.args) for c in a.checks] == [("r3mk", ["--selftest"])]
+    text = _recipe(a)
+    assert '"PREFIX={0}".format(self.prefix), "install"]' in text and "install_tree" not in text
+    # the program's own check and, for the library, a program linked against it
+    assert 'exe("--selftest")' in text and "def test_link(self):" in text
+
+
+def test_a_handwritten_makefile_in_names_the_libraries(tmp_path):
+    # Mini-XML's shape: autoconf substitutes the library's name; Makefile.in's rules name each
+    # kind, several to a rule; --with-x=... settings are no variants
+    root = _write(
+        tmp_path / "mx",
+        {
+            "configure.ac": "AC_INIT([mx], [4.0.5])\nAC_PROG_CC\n"
+            "AC_ARG_ENABLE([threads], AS_HELP_STRING([--disable-threads], [no threads, default=no]))\n"
+            "AC_ARG_WITH([ldflags], AS_HELP_STRING([--with-ldflags=...], [Specify additional LDFLAGS]))\n"
+            "AC_ARG_WITH([docdir], AS_HELP_STRING([--with-docdir], [set directory for documentation]))\n",
+            "configure": "#!/bin/sh\n",
+            "Makefile.in": "LIBMX = @LIBMX@\nall: $(LIBMX)\nlibmx.a libmx4.a: mx.o\n\t$(AR) rc $@ mx.o\n"
+            "libmx.so.2 libmx4.so.2: mx.o\n\t$(CC) -shared -o $@ mx.o\nlib-release: all\n",
+            "mx.c": "int mx(void) { return 0; }\n",
+            "mx.h": "int mx(void);\n",
+        },
+    )
+    a = analyze(root, "mx")
+    assert a.build["own_names"] == ["mx", "mx4"]
+    assert a.build["test_library_files"] == ["mx", "mx4"] and a.build["test_header"] == "mx.h"
+    assert [(v.name, v.default, v.description) for v in a.variants] == [
+        ("threads", True, "enable threads (--disable-threads: no threads, default=no)")
+    ]
+    assert 'find_libraries(["libmx", "libmx4"]' in _recipe(a)
+
+
+def test_a_failed_stand_alone_test_names_what_the_prefix_has(tmp_path):
+    a = analyze(os.path.join(TREES, "r3t-makelib"), "r3t-makelib")
+    text = _recipe(a)
+    prefix = _write(
+        tmp_path / "prefix",
+        {"lib/libr3mk2.so": "", "lib/libr3mk2.a": "", "include/r3mk/r3mk.h": "", "include/r3mk/other.h": ""},
+    )
+    # what `spack test run` wrote in its results file for the generated test methods
+    results = (
+        "==> [2026-11-25-23:40:01.1] test: test_link: compile and link a program\n"
+        "AssertionError: no libr3mk under the prefix\n"
+        "AssertionError: none of r3mk.h... under the prefix\n"
+        "ProcessError: %s/bin/r3mk: No such file or directory\n" % prefix
+    )
+    found = fixes.diagnose_test(results)
+    assert [(f.kind, f.subject) for f in found] == [
+        ("test-library", "r3mk"),
+        ("test-header", "r3mk.h"),
+        ("test-program", "r3mk"),
+    ]
+    assert fixes.diagnose(results) == []  # a build's rules do not read a test's words
+    new, done = fixes.apply(text, found, None, a, prefix=prefix)
+    assert 'find_libraries(["libr3mk", "libr3mk2"]' in new and validate(new).ok
+    assert 'for name in ["r3mk.h", "other.h"]' in new
+    assert len(done) == 2  # bin/ has no program to run instead: that test stays as it is

@@ -294,3 +294,23 @@ def test_builds_in_subdirectories_install_after_the_diagnostics_are_read(sandbox
     recipe = open(res["recipe"]).read()
     assert 'variant("implementation", default="serial"' in recipe and "def flag_handler" in recipe
     assert os.listdir(os.path.join(last["prefix"], "bin")) == ["stencil"]
+
+
+def test_a_library_whose_test_fails_is_refined_from_the_test(sandbox):
+    """r3t-makelib, the shape of lz4 and Mini-XML: the top Makefile's install runs the
+    subdirectories' (the prefix variable is theirs), and the library is installed under a name
+    its targets do not say (libr3mk2). The first install passes the program's own check but
+    not the link test; the refine loop reads the failed test, takes the name the prefix has,
+    and the second install passes both."""
+    rc, res, err = generate(sandbox, "r3t-makelib")
+    assert rc == 0, err + json.dumps(res, indent=1)[-3000:]
+    first, last = res["attempts"][0], res["attempts"][-1]
+    assert first["installed"] is True and first["check_passed"] is False
+    assert "no libr3mk under the prefix" in first["diagnostics"]
+    assert [f["kind"] for f in first["findings"]] == ["test-library"] and "libr3mk2" in first["fixes"][0]
+    assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
+    recipe = open(res["recipe"]).read()
+    assert '"PREFIX={0}".format(self.prefix), "install"' in recipe  # the project's own install
+    assert 'find_libraries(["libr3mk", "libr3mk2"]' in recipe and 'exe("--selftest")' in recipe
+    assert sorted(os.listdir(os.path.join(last["prefix"], "lib"))) == ["libr3mk2.a", "libr3mk2.so"]
+    assert os.listdir(os.path.join(last["prefix"], "bin")) == ["r3mk"]
