@@ -68,3 +68,23 @@ def check_tolerance(args):
 def check_timeout(args):
     if args.timeout is not None and not args.timeout > 0:
         raise R3Error("--timeout must be above 0 seconds")
+
+
+def record_spec_of(ws, args, progress, **more):
+    """Record ``args.spec`` through Spack as r3 record and r3 tune both do: the run, kernels,
+    calls, Spack scopes and source come from their shared options; ``more`` passes what
+    only one of them has (its timeout, tolerance, output). A RecordResult."""
+    from ..roundtrip.record import record_spec
+
+    return record_spec(
+        ws,
+        args.spec,
+        run=args.run,
+        kernels=args.kernel,
+        instances=args.instances,
+        user_scopes=args.spack_config,
+        extra_repos=args.spack_repo,
+        progress=progress,
+        source=args.source,
+        **more,
+    )

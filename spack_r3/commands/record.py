@@ -19,6 +19,7 @@ from .common import (
     add_tolerance,
     check_timeout,
     check_tolerance,
+    record_spec_of,
 )
 
 description = "build with probes, run, capture hot kernels"
@@ -95,22 +96,7 @@ def record(args):
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")
-        from ..roundtrip.record import record_spec
-
-        result = record_spec(
-            ws,
-            args.spec,
-            run=args.run,
-            kernels=args.kernel,
-            instances=args.instances,
-            tolerance=args.tolerance,
-            timeout=args.timeout,
-            user_scopes=args.spack_config,
-            extra_repos=args.spack_repo,
-            progress=progress,
-            output=output,
-            source=args.source,
-        )
+        result = record_spec_of(ws, args, progress, tolerance=args.tolerance, timeout=args.timeout, output=output)
     else:
         if not args.run:
             raise R3Error("--source needs --run CMD")

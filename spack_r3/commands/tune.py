@@ -38,6 +38,7 @@ from .common import (
     add_tolerance,
     check_timeout,
     check_tolerance,
+    record_spec_of,
 )
 
 description = "search compiler pipelines and launch settings for the hot kernels"
@@ -481,23 +482,13 @@ def _workspace_captures(ws, args, progress):
 
 def _record_or_reuse(ws, args, progress):
     if args.spec:
-        from ..roundtrip.record import previous_spack_record, record_spec
+        from ..roundtrip.record import previous_spack_record
 
         previous = previous_spack_record(ws, args.spec, args.run, args.kernel, instances=args.instances)
         if previous:
             progress("reusing the captures recorded in %s" % previous.run_dir)
             return previous.captures
-        return record_spec(
-            ws,
-            args.spec,
-            run=args.run,
-            kernels=args.kernel,
-            instances=args.instances,
-            user_scopes=args.spack_config,
-            extra_repos=args.spack_repo,
-            progress=progress,
-            source=args.source,
-        ).captures
+        return record_spec_of(ws, args, progress).captures
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None, instances=args.instances)
     previous = previous_record(ws, args.source, args.run, **settings)
     if previous:

@@ -5,7 +5,9 @@ as device kernels). Each test reads as one thing a user does with an offload app
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -13,12 +15,15 @@ from conftest import REPO_ROOT
 from spack_r3 import backends
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Launch, Pipeline, Variant
+from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.memimage import read_regions
 from spack_r3.replay.server import ReplayServer
+from spack_r3.roundtrip.check import _kernel_times
 from spack_r3.workspace import Workspace
 from r3cli import flags, r3
 
 DEMO = os.path.join(REPO_ROOT, "repos", "r3", "sources", "heat-offload")
+R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
 
 
 def libomptarget_dir():
@@ -40,6 +45,54 @@ def offload_run(clang):
 
 def captures(ws):
     return {c.kernel: c for c in list_captures(Workspace(ws))}
+
+
+def record_program(tmp_path, name, text, offload_run, workspace="ws"):
+    """``r3 record`` of a one-file offload program ``name``.c built by its Makefile in
+    tmp_path/src, into the workspace tmp_path/``workspace``: (its source folder, the workspace)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / (name + ".c")).write_text(text)
+    (src / "Makefile").write_text(
+        "{0}: {0}.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o {0} {0}.c\n".format(name)
+    )
+    ws = str(tmp_path / workspace)
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./" + name) == 0
+    return src, ws
+
+
+def build_with_plan(src, units=None, timed=False):
+    """``make`` in ``src`` through r3-apply, as Spack's +r3 build runs it: with a plan of
+    ``units`` (none: the untuned build), timed (R3_APPLY_PROBES=1) as the check's builds are."""
+    env = dict(os.environ)
+    if units is not None:
+        plan = src.parent / "plan.json"
+        plan.write_text(json.dumps(Plan("any", units).to_json()))
+        env["R3_APPLY_PLAN"] = str(plan)
+    if timed:
+        env["R3_APPLY_PROBES"] = "1"
+    clang = shutil.which("clang-19") or "clang-19"
+    built = subprocess.run(
+        ["make", "-s", "-B", "CC=%s %s" % (R3_APPLY, clang)], cwd=src, env=env, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+
+
+def run_timed(src, command, offload_run):
+    """Run a timed build as the check does: its stdout, and each region's calls and time from
+    the offload runtime's profile. Regions are timed, never captured."""
+    out = src.parent / "timed"
+    ran = subprocess.run(
+        offload_run + command,
+        shell=True,
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"),
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert not list(out.glob("captures/*"))
+    return ran.stdout, _kernel_times(str(out))
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +177,7 @@ def any_teams(monkeypatch):
 def test_geometry_reaches_the_device_function(tmp_path, offload_run, any_teams):
     """The recorded region ran with the runtime's number of teams; replayed with two more,
     it counts them: a wrong output, which shows the setting is what ran."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text(
-        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
-    )
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    _, ws = record_program(tmp_path, "teams", TEAMS, offload_run)
     cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
     cdir = os.path.join(ws, "captures", cap.id)
     recorded_teams = int.from_bytes(_post_bytes(cdir), "little")
@@ -195,100 +241,40 @@ def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):
 def test_r3_apply_builds_the_tuned_region_into_the_device_image(tmp_path, offload_run, any_teams):
     """The plan's geometry and pipeline for a region, built by r3-apply into the unit's
     device image: the application itself now runs its region with three teams."""
-    import shutil
-    import sys
-
-    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text(
-        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
-    )
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    src, ws = record_program(tmp_path, "teams", TEAMS, offload_run)
     kernel = next(k for k in captures(ws) if "count_teams" in k)
-    plan = tmp_path / "plan.json"
-    plan.write_text(
-        json.dumps(
-            Plan(
-                "any",
-                [
-                    PlannedUnit(
-                        "teams.c", [PlannedKernel(kernel, Pipeline(opt="2", loop_vectorize=False), Launch(num_teams=3))]
-                    )
-                ],
-            ).to_json()
-        )
-    )
-    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
-    env = dict(os.environ, R3_APPLY_PLAN=str(plan))
 
-    def build_and_run(environment):
-        if (src / "teams").exists():
-            (src / "teams").unlink()
-        built = subprocess.run(
-            ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
-            cwd=src,
-            env=environment,
-            capture_output=True,
-            text=True,
-        )
-        assert built.returncode == 0, built.stderr
+    def run():
         return subprocess.run(offload_run + "./teams", shell=True, cwd=src, capture_output=True, text=True).stdout
 
-    untuned = build_and_run(dict(os.environ))
-    assert build_and_run(env).strip() == "teams 3" != untuned.strip()
+    build_with_plan(src)
+    untuned = run()
+    build_with_plan(
+        src,
+        [PlannedUnit("teams.c", [PlannedKernel(kernel, Pipeline(opt="2", loop_vectorize=False), Launch(num_teams=3))])],
+    )
+    assert run().strip() == "teams 3" != untuned.strip()
 
 
 def test_a_timed_build_reports_each_region_as_the_check_reads_it(tmp_path, offload_run):
     """The +r3 check's timed builds (R3_APPLY_PROBES=1) link the offload runtime, whose
     profile gives each region's time under its function and line, whatever copy of the
     source built it: what the check pairs with the plan's kernels."""
-    import shutil
-    import sys
-
     from spack_r3.emit.apply import planned_symbol
-    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-    from spack_r3.roundtrip.check import _kernel_times
 
     src = tmp_path / "src"
     shutil.copytree(DEMO, src)
     recorded_name = "__omp_offloading_fe00_1234ab_jacobi_step_l8"  # as another copy of jacobi.c named it
     assert planned_symbol(recorded_name) == "jacobi_step_l8" == planned_symbol("jacobi_step_l8")
-    plan = tmp_path / "plan.json"
-    plan.write_text(
-        json.dumps(
-            Plan(
-                "any", [PlannedUnit("jacobi.c", [PlannedKernel(recorded_name, Pipeline(opt="3"), Launch(num_teams=1))])]
-            ).to_json()
-        )
+    build_with_plan(
+        src,
+        [PlannedUnit("jacobi.c", [PlannedKernel(recorded_name, Pipeline(opt="3"), Launch(num_teams=1))])],
+        timed=True,
     )
-    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
-    env = dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1")
-    built = subprocess.run(
-        ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stderr
-    out = tmp_path / "timed"
-    ran = subprocess.run(
-        offload_run + "./heat 64 20",
-        shell=True,
-        cwd=src,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, R3_RECORD_DIR=str(out), R3_CAPTURE="none"),
-    )
-    assert ran.returncode == 0 and "PASSED" in ran.stdout, ran.stdout + ran.stderr
-    times = _kernel_times(str(out))
+    stdout, times = run_timed(src, "./heat 64 20", offload_run)
+    assert "PASSED" in stdout
     assert times["jacobi_step_l8"].calls == 20 and times["jacobi_step_l8"].seconds > 0
     assert times["residual2_l25"].calls == 2
-    assert not list(out.glob("captures/*"))  # timed, never captured
 
 
 MEMBERS = r"""
@@ -322,14 +308,7 @@ int main(void)
 def test_struct_members_mapped_record_and_replay(tmp_path, offload_run):
     """Arrays mapped as members of a struct argument (XSBench's way): the recorded run still
     gets its results back, and the region replays verified from what it mapped."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "members.c").write_text(MEMBERS)
-    (src / "Makefile").write_text(
-        "members: members.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o members members.c\n"
-    )
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./members") == 0
+    _, ws = record_program(tmp_path, "members", MEMBERS, offload_run)
     cap = next(c for k, c in captures(ws).items() if "combine" in k)
     assert cap.unreplayable is None
     with ReplayServer() as server:
@@ -338,8 +317,6 @@ def test_struct_members_mapped_record_and_replay(tmp_path, offload_run):
 
 
 def test_a_capture_of_a_backend_this_r3_lacks_is_refused_in_one_line(recorded, tmp_path, capsys):
-    import shutil
-
     step = next(c for k, c in captures(recorded).items() if "jacobi_step" in k)
     other = tmp_path / "capture"
     shutil.copytree(os.path.join(recorded, "captures", step.id), other)
@@ -365,14 +342,7 @@ def test_record_top_captures_only_the_hottest_region(tmp_path, offload_run):
 
 def test_a_workspace_path_with_quotes_records(tmp_path, offload_run):
     """The offload runtime writes the unit's folder into JSON escaped, as r3rt.c does."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text(
-        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
-    )
-    ws = str(tmp_path / 'a "quoted" workspace')
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    _, ws = record_program(tmp_path, "teams", TEAMS, offload_run, workspace='a "quoted" workspace')
     assert any("count_teams" in k for k in captures(ws))
 
 
@@ -465,14 +435,7 @@ def test_replay_takes_a_regions_launch_geometry(tmp_path, offload_run, any_teams
     """r3 replay --teams N --thread-limit N runs the region at that geometry: the teams
     counter comes out as the number of teams asked for (a wrong output for any other);
     for a host kernel the options are refused in one line."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "teams.c").write_text(TEAMS)
-    (src / "Makefile").write_text(
-        "teams: teams.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o teams teams.c\n"
-    )
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./teams") == 0
+    _, ws = record_program(tmp_path, "teams", TEAMS, offload_run)
     cap = next(c for k, c in captures(ws).items() if "count_teams" in k)
     recorded_teams = int.from_bytes(_post_bytes(os.path.join(ws, "captures", cap.id)), "little")
     capsys.readouterr()
@@ -572,14 +535,7 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     from spack_r3.search.remix import keep_region_lines, kernel_source
     from spack_r3.sourcepatch import make_patch
 
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "nest.c").write_text(NEST)
-    (src / "Makefile").write_text(
-        "nest: nest.c\n\t$(CC) -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -o nest nest.c\n"
-    )
-    ws = str(tmp_path / "ws")
-    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./nest") == 0
+    src, ws = record_program(tmp_path, "nest", NEST, offload_run)
     cap = next(c for k, c in captures(ws).items() if "scale2d" in k)
     cdir = os.path.join(ws, "captures", cap.id)
     source = kernel_source(cap, cdir)
@@ -604,45 +560,11 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
             assert ev.status == OK and ev.verified, (rule, ev.diagnostics)
     # The +r3 build of that rewrite (the patched unit, as Spack's patch() leaves it): r3-apply
     # finds the planned region at its recorded line, and the timed run names it so
-    import shutil
-    import sys
-
-    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-    from spack_r3.roundtrip.check import _kernel_times
-
     staged = tmp_path / "stage"
     shutil.copytree(src, staged)
     (staged / "nest.c").write_text(text)
-    plan = tmp_path / "plan.json"
-    plan.write_text(
-        json.dumps(
-            Plan(
-                "any",
-                [
-                    PlannedUnit(
-                        "nest.c", [PlannedKernel(cap.kernel, Pipeline(opt="3"))], {k: v[0] for k, v in p.knobs.items()}
-                    )
-                ],
-            ).to_json()
-        )
-    )
-    apply = os.path.join(os.path.dirname(sys.executable), "r3-apply")
-    built = subprocess.run(
-        ["make", "-s", "CC=%s %s" % (apply, shutil.which("clang-19") or "clang-19")],
-        cwd=staged,
-        env=dict(os.environ, R3_APPLY_PLAN=str(plan), R3_APPLY_PROBES="1"),
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stderr
-    timed = tmp_path / "timed"
-    ran = subprocess.run(
-        offload_run + "./nest",
-        shell=True,
-        cwd=staged,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, R3_RECORD_DIR=str(timed), R3_CAPTURE="none"),
-    )
-    assert ran.returncode == 0 and ran.stdout == "sum %d\n" % sum(2 * (k % 7) + 1 for k in range(64 * 48))
-    assert _kernel_times(str(timed))["scale2d_l%d" % line].calls == 1
+    knobs = {k: v[0] for k, v in p.knobs.items()}
+    build_with_plan(staged, [PlannedUnit("nest.c", [PlannedKernel(cap.kernel, Pipeline(opt="3"))], knobs)], timed=True)
+    stdout, times = run_timed(staged, "./nest", offload_run)
+    assert stdout == "sum %d\n" % sum(2 * (k % 7) + 1 for k in range(64 * 48))
+    assert times["scale2d_l%d" % line].calls == 1
