@@ -11,14 +11,20 @@ its original order), and every element a written array is touched at is read off
 subscript that holds ``i``: ``A[i + c][...]`` (a true dimension) or ``a[(i + c) * n + ...]``
 (a flat row-major index). Two instances can touch the same element only where their
 ``i + c`` agree, whatever the other subscripts say, so constraints on those offsets are
-conservative. Anything else (a written array reached without ``i`` in a usable form, a
-scalar carried between statements, a call, a jump) is a refusal, with its reason.
+conservative. A time step may also hold a statement along one fixed row (a boundary,
+``for (j ...) ey[0][j] = f[t];``, as FDTD writes): it is one instance, at that row, and its
+accesses name rows by constants. Anything else (a written array reached without ``i`` or a
+constant in a usable form, a scalar carried between statements, a call, a jump) is a
+refusal, with its reason.
 
 The schedule they share: statement k's instance ``i`` at time ``t`` runs at position
 ``p = i + shift_k + skew * t``. ``shift`` puts a statement after the instances of the
 statements before it that it depends on (Jacobi's copy-back of row i-1 after the sweep of
 row i: shift 1); ``skew`` makes every dependence between time steps point forward in
-``p``, so tiles of (t, p) can run in order, or those with the same T + I at once.
+``p``, so tiles of (t, p) can run in order, or those with the same T + I at once. Every
+dependence between instances is kept, and each instance runs its body as before, so every
+element is computed from the same values in the same order: results are the original's bit
+for bit, Gauss-Seidel's in-place sweep (rows i-1 new, i+1 old) included.
 """
 
 from . import Proposal
@@ -108,6 +114,85 @@ class Statement:
                 raise Refused("a store through %s" % (a.base[5:] if a.decl is None else a.decl["name"]))
         self.written = {a.base for a in self.accesses if a.write}
 
+    @property
+    def var(self):
+        """The row counter its instance declares anew."""
+        return self.loop.name
+
+    def offsets(self, access):
+        return offsets(access, self.loop.id)
+
+    def moving(self):
+        return "%s + c" % self.loop.name
+
+    def bounds(self, text):
+        """(first row, one past the last), as text."""
+        return "(%s)" % source_of(text, self.loop.lo), _excl(text, self.loop)
+
+    def instance(self, fn, at, pad):
+        """Its instance at row ``at`` (text), under its bounds."""
+        text, l = fn.text, self.loop
+        body = text[span(text, l.body)[0] : stmt_end(text, l.node)]
+        lo, hi = self.bounds(text)
+        return "%s{\n%s  %s %s = %s;\n%s  if (%s >= %s && %s < %s)\n%s    %s\n%s}" % (
+            pad,
+            pad,
+            _var_type(fn, l),
+            l.name,
+            at,
+            pad,
+            l.name,
+            lo,
+            l.name,
+            hi,
+            pad,
+            body,
+            pad,
+        )
+
+
+class OneRow:
+    """A statement of a time step that touches one fixed row of the arrays the step writes
+    (a boundary row: ``for (j ...) ey[0][j] = f[t];``): one instance, at that row."""
+
+    def __init__(self, fn, node):
+        fx = effects(node, continue_ok=False)
+        if fx.refusal:
+            raise Refused(fx.refusal)
+        no_hidden_alias(fn, fx)
+        self.loop, self.node, self.private, self.var = None, node, private_writes(fn, fx), None
+        self.accesses = [a for a in fx.accesses if not (a.decl and a.decl["id"] in fx.locals)]
+        for a in self.accesses:
+            if a.write and (a.decl is None or fn.is_local_pointer(a.decl["id"])):
+                raise Refused("a store through %s" % (a.base[5:] if a.decl is None else a.decl["name"]))
+        self.written = {a.base for a in self.accesses if a.write}
+        rows = {c for a in self.accesses if a.write for c in _literal_rows(a).values()}
+        if len(rows) != 1:
+            raise Refused("it writes no one fixed row")
+        self.row = rows.pop()
+
+    def offsets(self, access):
+        return {d: c - self.row for d, c in _literal_rows(access).items()}
+
+    def moving(self):
+        return "a constant row"
+
+    def bounds(self, text):
+        return "(%d)" % self.row, "(%d)" % (self.row + 1)
+
+    def instance(self, fn, at, pad):
+        body = fn.text[span(fn.text, self.node)[0] : stmt_end(fn.text, self.node)]
+        return "%sif (%s == %d)\n%s  %s" % (pad, at, self.row, pad, body)
+
+
+def _literal_rows(access):
+    """{("dim", d): c} for each subscript of ``access`` that is an integer constant c."""
+    out = {}
+    for d, index in enumerate(access.indices):
+        if index is not None and strip(index).get("kind") == "IntegerLiteral":
+            out[("dim", d)] = int(strip(index)["value"])
+    return out
+
 
 def row_offsets(stmts):
     """{array base: [(statement index, write, c)]} over every array some statement writes,
@@ -122,9 +207,9 @@ def row_offsets(stmts):
                     continue
                 if a.address:
                     raise Refused("the address of an element of %s is taken" % a.decl["name"])
-                found = offsets(a, s.loop.id)
+                found = s.offsets(a)
                 if not found:
-                    raise Refused("%s is accessed without %s + c in a subscript" % (a.decl["name"], s.loop.name))
+                    raise Refused("%s is accessed without %s in a subscript" % (a.decl["name"], s.moving()))
                 dims = set(found) if dims is None else dims & set(found)
                 uses.append((k, a.write, found))
         if not dims:
@@ -186,43 +271,14 @@ def _var_type(fn, loop):
 
 def _instances(fn, stmts, shift, at, pad):
     """The statements' instances at position ``at`` (text), each under its bounds."""
-    text, out = fn.text, []
-    for s, sh in zip(stmts, shift):
-        l = s.loop
-        body = text[span(text, l.body)[0] : stmt_end(text, l.node)]
-        i = "%s - %d" % (at, sh) if sh else at
-        out.append(
-            "%s{\n%s  %s %s = %s;\n%s  if (%s >= %s && %s < %s)\n%s    %s\n%s}"
-            % (
-                pad,
-                pad,
-                _var_type(fn, l),
-                l.name,
-                i,
-                pad,
-                l.name,
-                "(%s)" % source_of(text, l.lo),
-                l.name,
-                _excl(text, l),
-                pad,
-                body,
-                pad,
-            )
-        )
-    return "\n".join(out)
+    return "\n".join(s.instance(fn, "%s - %d" % (at, sh) if sh else at, pad) for s, sh in zip(stmts, shift))
 
 
 def _bounds(text, stmts, shift):
-    lo = _extreme(
-        "min",
-        [
-            "(%s) + %d" % (source_of(text, s.loop.lo), sh) if sh else "(%s)" % source_of(text, s.loop.lo)
-            for s, sh in zip(stmts, shift)
-        ],
-    )
-    hi = _extreme(
-        "max", ["%s + %d" % (_excl(text, s.loop), sh) if sh else _excl(text, s.loop) for s, sh in zip(stmts, shift)]
-    )
+    """(least, one past the greatest) position of any statement's instance, as text."""
+    ends = [s.bounds(text) for s in stmts]
+    lo = _extreme("min", ["%s + %d" % (b[0], sh) if sh else b[0] for b, sh in zip(ends, shift)])
+    hi = _extreme("max", ["%s + %d" % (b[1], sh) if sh else b[1] for b, sh in zip(ends, shift)])
     return lo, hi
 
 
@@ -394,7 +450,7 @@ def time_steps(fn, loop):
     parts = kids(loop.body) if loop.body.get("kind") == "CompoundStmt" else [loop.body]
     if not parts:
         raise Refused("an empty body")
-    spaces = []
+    spaces, stmts = [], []
     for s in parts:
         inner = (
             fn.canonical(s, loop.parents + (loop.node,) + ((loop.body,) if loop.body is not s else ()))
@@ -403,10 +459,19 @@ def time_steps(fn, loop):
         )
         if inner is None:
             raise Refused("the %s loop's body holds a statement that is not a loop over rows" % loop.name)
-        if inner.is_innermost():
-            raise Refused("the %s loop (line %d) has no inner loop: not a space nest" % (inner.name, _where(fn, s)))
-        spaces.append(inner)
-    stmts = [Statement(fn, s) for s in spaces]
+        if not inner.is_innermost():
+            spaces.append(inner)
+            stmts.append(Statement(fn, inner))
+            continue
+        try:  # a loop along one row (a boundary) runs as that row's instance
+            stmts.append(OneRow(fn, s))
+        except Refused as why:
+            raise Refused(
+                "the %s loop (line %d) has no inner loop and is not one row's (%s): not a space nest"
+                % (inner.name, _where(fn, s), why)
+            )
+    if not spaces:
+        raise Refused("no loop over rows in the %s loop" % loop.name)
     for s in stmts:
         for a in s.accesses:
             if a.base in set().union(*(x.written for x in stmts)) and any(
@@ -444,7 +509,7 @@ def tiled(fn, loop, parallel):
     t_lo, t_hi = "(%s)" % source_of(text, loop.lo), _excl(text, loop)
     tname, ttype = loop.name, _var_type(fn, loop)
     pad = text.indent(span(text, loop.node)[0])
-    private = sorted(set().union(*(s.private for s in stmts)) - {s.loop.name for s in stmts} - {tname})
+    private = sorted(set().union(*(s.private for s in stmts)) - {s.var for s in stmts} - {tname})
     sk = (" + %d * (long)%s" % (k, tname)) if k else ""
     lines = [
         "{",
@@ -494,11 +559,14 @@ def tiled(fn, loop, parallel):
     new = "\n".join(lines) + "\n" + body + "\n" + "\n".join(close)
     begin, end = span(text, loop.node)[0], stmt_end(text, loop.node)
     header = knob_header(tt, TIME_TILE[0]) + knob_header(ti, SPACE_TILE[0])
-    what = "%s %s over %d row loop%s in %s (skew %d%s; %s, %s)" % (
+    loops = sum(isinstance(s, Statement) for s in stmts)
+    rows = len(stmts) - loops
+    what = "%s %s over %d row loop%s%s in %s (skew %d%s; %s, %s)" % (
         "wavefront of time tiles of" if parallel else "time-tile",
         tname,
-        len(stmts),
-        "s" if len(stmts) > 1 else "",
+        loops,
+        "s" if loops > 1 else "",
+        " and %d one-row statement%s" % (rows, "s" if rows > 1 else "") if rows else "",
         fn.name,
         k,
         ", shifts %s" % ",".join(map(str, shift)) if any(shift) else "",
