@@ -80,11 +80,33 @@ def jobqueue_cluster(config):
         config["project"] = config.pop("account")
     config.setdefault("processes", 1)  # one worker, one replay server, per job: its cores
     config.setdefault("job_name", "r3-tune")
+    _book(kind, config)
     try:
         cluster = cls(**config)
     except (TypeError, ValueError) as err:
         raise R3Error("--cluster: %s: %s" % (kind, err))
     return cluster, jobs, adapt
+
+
+def _book(kind, config):
+    """Each job books ``cores`` from the batch system, and its worker runs one Dask thread
+    per process (as local:N's do): a worker evaluates one candidate at a time on all of
+    them, and Dask's ``Adaptive`` counts threads, so with a thread per core it would ask
+    for a job only once a job's worth of tasks waited per worker."""
+    from dask.utils import parse_bytes
+
+    cores = int(config.get("cores", 1))
+    if kind == "slurm":
+        config.setdefault("job_cpu", cores)
+    elif kind == "lsf":
+        config.setdefault("ncpus", cores)
+    elif "resource_spec" not in config:  # pbs: what dask-jobqueue writes from cores and memory
+        from dask_jobqueue.pbs import pbs_format_bytes_ceil
+
+        config["resource_spec"] = "select=1:ncpus=%d" % cores
+        if config.get("memory"):
+            config["resource_spec"] += ":mem=" + pbs_format_bytes_ceil(parse_bytes(config["memory"]))
+    config["cores"] = int(config["processes"])
 
 
 def local_workers(spec):

@@ -20,9 +20,11 @@ where captures are kept by content (``ship.Store``) and reused, checked, by late
 capture once and keeps it.
 
 ``servers`` holds one ``RemoteServer`` per worker, each bound to one worker (a worker
-that joins later, such as a batch job that started, gets one the next time the search
-asks for the servers); on an adaptive cluster, as many as its most workers (``size``),
-those beyond its workers sharing one until Dask starts more. A worker that dies
+that joins later, such as a batch job that started, gets one within ``REFRESH_S``); on an
+adaptive cluster, as many as its most workers (``size``), those beyond its workers sharing
+one until Dask starts more. With kernels searched at once (``lane``), each lane's servers
+are bound to workers of its own once there are as many workers as lanes; until then lanes
+share workers, taking turns on each (one candidate at a time per worker). A worker that dies
 mid-evaluation costs that evaluation only: its task's
 restriction to the bound worker is loose, so Dask runs it again on a worker that lives,
 and the server binds to such a worker for what follows. A task that killed
@@ -48,6 +50,7 @@ from . import ship
 
 PLUGIN = "r3-replay"
 REPORT_S = 60.0  # between two lines of cluster-wide progress
+REFRESH_S = 2.0  # between two looks at which workers are alive, while evaluating
 SEND_TRIES = 5  # a task that finds its captures missing, sent them, and is run again
 QUIET = ("profile", "profile-cycle", "monitor", "tick", "ticks")  # a worker's own periodic wake-ups
 
@@ -229,6 +232,9 @@ class DaskPool:
                 self.marker.remove()
             raise
         self._servers = []
+        self._workers = []  # addresses of the workers alive, in the order they joined
+        self.lanes = 1  # kernels searched at once (``lane``): servers are dealt to workers by lane
+        self._refreshed = 0.0
         self._evaluated = 0
         self._started = self._reported = time.monotonic()
         self._refs = {}  # capture directory -> (its path, its key)
@@ -239,33 +245,53 @@ class DaskPool:
     @property
     def servers(self):
         """One server per worker, and on an adaptive cluster as many as its most workers
-        (``size``): the servers beyond its workers share one, their tasks wait there, and
-        that waiting work is what makes Dask's ``Adaptive`` start workers. A server whose
-        worker is gone takes the live worker with the fewest; a worker that joined (a batch
-        job that started, a worker Adaptive added) takes a server from a shared worker, or
-        a new one."""
+        (``size``), bound to the workers alive as ``_deal`` says: while there are fewer
+        workers than servers some share one, their tasks wait there, and that waiting work
+        is what makes Dask's ``Adaptive`` start workers. A worker that joins (a batch job
+        that started, a worker Adaptive added) takes servers from those that share; the
+        servers of a worker that is gone move to the live ones."""
         with self._lock:
-            alive = sorted(self.alive())
-            for server in self._servers:
-                if server.address not in alive:
-                    self._bind(server, alive)
-            bound = collections.Counter(s.address for s in self._servers)
-            joined = [a for a in alive if a not in bound]
-            for address in joined:
-                crowded = [s for s in self._servers if bound[s.address] > 1]
-                if crowded:
-                    bound[crowded[-1].address] -= 1
-                    crowded[-1].address = address
-                else:
-                    self._servers.append(RemoteServer(self, address))
-                bound[address] += 1
-            if joined and self._dealt:
-                self.say("dask: %d worker(s) joined; %d alive" % (len(joined), len(alive)))
-            while alive and len(self._servers) < self.size:
-                self._servers.append(RemoteServer(self, None))
-                self._bind(self._servers[-1], alive)
-            self._dealt = True
+            self._refresh()
             return list(self._servers)
+
+    def lane(self, index, count):
+        """The servers of lane ``index`` of ``count`` (``search.lanes.Lane``: kernels
+        searched at once): every ``count``-th, as on any pool, bound so that no two lanes
+        share a worker while there are as many workers as lanes."""
+        with self._lock:
+            self.lanes = count
+            self._refresh()
+            return self._servers[index::count]
+
+    def _refresh(self):
+        """Follow the workers alive: ``_workers`` in the order they joined, a server for
+        each, servers dealt (the caller holds the lock)."""
+        alive = set(self.alive())
+        self._workers = [a for a in self._workers if a in alive]
+        joined = sorted(alive - set(self._workers))
+        self._workers += joined
+        if joined and self._dealt:
+            self.say("dask: %d worker(s) joined; %d alive" % (len(joined), len(alive)))
+        while len(self._servers) < max(self.size, len(self._workers)):
+            self._servers.append(RemoteServer(self, None))
+        self._deal()
+        self._dealt = True
+        self._refreshed = time.monotonic()
+
+    def _deal(self):
+        """Bind the servers to the workers by lanes: lane l (servers l, l+L, ...) takes
+        workers l, l+L, ... in the order they joined, its servers bound to them in turn; a
+        lane with none of its own (fewer workers than lanes) shares worker l mod W with
+        another lane. Servers that share a worker take turns on it (its replay server
+        evaluates one candidate at a time: ``ReplayWorker.lock``), so a candidate's pairs
+        are never timed beside another's, whatever the lanes."""
+        workers, count = self._workers, self.lanes
+        if not workers:
+            return
+        for lane in range(count):
+            own = workers[lane::count] or [workers[lane % len(workers)]]
+            for i, server in enumerate(self._servers[lane::count]):
+                server.address = own[i % len(own)]
 
     @property
     def confirm_servers(self):
@@ -294,6 +320,9 @@ class DaskPool:
         """Run task ``fn(*args)`` on ``server``'s worker (or, that worker gone, another);
         returns its first value. A worker that lacks a capture of the task is sent it, and
         runs the task again."""
+        if time.monotonic() - self._refreshed > REFRESH_S:  # (workers that joined mid-study take part)
+            with self._lock:
+                self._refresh()
         for _ in range(SEND_TRIES):
             future = self.client.submit(fn, *args, workers=[server.address], allow_other_workers=True, pure=False)
             value, where = future.result()
@@ -348,22 +377,15 @@ class DaskPool:
         )
 
     def _rebind(self, server):
-        """Bind ``server`` to another worker if its own is gone."""
+        """Deal the servers again if ``server``'s worker is gone."""
         with self._lock:
-            alive = self.alive()
-            if server.address not in alive:
-                lost = server.address
-                self._bind(server, alive)
+            lost = server.address
+            if lost not in self.alive():
+                self._refresh()
                 self.say(
                     "dask: worker %s is gone, its evaluation ran again elsewhere; %d worker(s) alive"
-                    % (lost, len(alive))
+                    % (lost, len(self._workers))
                 )
-
-    def _bind(self, server, alive):
-        """Bind ``server`` to the live worker with the fewest servers (the caller holds the lock)."""
-        if alive:
-            bound = collections.Counter(s.address for s in self._servers if s is not server)
-            server.address = min(alive, key=lambda a: (bound[a], a))
 
     def describe(self):
         return "dask: %d worker(s) alive, %d core(s) each, scheduler %s, dashboard %s" % (

@@ -6,7 +6,9 @@ With more workers than one study uses well (a cluster), the kernels of an applic
 are searched side by side: the workers are dealt into ``lanes`` (lane i takes every
 n-th server), and each lane searches one kernel after another from a shared queue. A
 lane's servers are never shared with another lane, so a candidate and its baseline
-still pair on one worker, and each study sees only its own evaluations. There are never
+still pair on one worker, and each study sees only its own evaluations (a cluster with
+fewer workers than lanes binds two lanes' servers to one worker, where they take turns:
+``scale.pool.DaskPool.lane``). There are never
 more lanes than servers (asked for more, ``lane_count`` says how many there are), and a
 lane left without a server of its own (a pool that has fewer than when the lanes were
 dealt) takes no more kernels: it never borrows another lane's.
@@ -32,7 +34,8 @@ class Lane:
 
     @property
     def servers(self):
-        return self.pool.servers[self.index :: self.count]
+        lane = getattr(self.pool, "lane", None)  # (a cluster's pool deals its workers to lanes)
+        return lane(self.index, self.count) if lane else self.pool.servers[self.index :: self.count]
 
     @property
     def cores_per_worker(self):

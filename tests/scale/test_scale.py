@@ -176,7 +176,9 @@ def test_a_batch_clusters_description_becomes_the_job_script_it_submits(tmp_path
     assert most_workers(read_config("config", ws)) == 16  # the servers the search is offered: one a job
     for line in lines:
         assert line in script.splitlines(), script
-    assert "distributed.cli.dask_worker" in script and "--nthreads 32" in script
+    # One thread per worker (it evaluates one candidate at a time, on all the job's cores), so
+    # that Dask's Adaptive, which counts threads, asks for jobs while tasks wait.
+    assert "distributed.cli.dask_worker" in script and "--nthreads 1 " in script
 
 
 @pytest.mark.parametrize(
@@ -571,3 +573,71 @@ def test_a_killed_run_leaves_nothing_that_confuses_the_next(recorded, tmp_path):
     trials = stored_trials(ws, kernel["study"])
     assert sum(counted(t) for t in trials) == max(3, before)  # (what the killed run finished is kept)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+class Busy(distributed.WorkerPlugin):
+    """(For the test below) when a worker's replay server evaluates: (start, end) of each
+    candidate on the worker's clock, kept on the worker."""
+
+    name = "test-busy"
+
+    def setup(self, worker):
+        self.spans = []
+        server = worker.plugins["r3-replay"].server
+        submit = server.submit
+
+        def timed(*args, **kw):
+            start = time.monotonic()
+            try:
+                return submit(*args, **kw)
+            finally:
+                self.spans.append((start, time.monotonic()))
+
+        server.submit = timed
+
+
+def test_lanes_on_an_adaptive_cluster_take_turns_then_get_workers_of_their_own(recorded, tmp_path):
+    """Two kernels searched at once (two lanes of two servers) on an adaptive cluster of at
+    most two workers that starts with one, of two threads (as a worker started by hand
+    may have): every server is bound to it, and the lanes take turns there: its replay
+    server never evaluates two candidates at once. That waiting work makes Dask start a
+    second worker, and from then on each lane has a worker of its own. Each study holds
+    its budget exactly."""
+    ws = Workspace(fresh_copy(recorded, tmp_path))
+    captures = _target(ws.root).captures
+    adapt = {"minimum": 1, "maximum": 2, "interval": "50ms", "target_duration": "1ms", "wait_count": 10**6}
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+    ) as cluster:
+        cluster.adapt(**adapt)
+        client = distributed.Client(cluster)
+        client.wait_for_workers(1)
+        with DaskPool(client, timeout=60, cache_dir=ws.cache_dir, size=4) as pool:
+            client.register_plugin(Busy())
+            [first] = pool.alive()
+            assert [s.address for s in pool.lane(0, 2)] == [s.address for s in pool.lane(1, 2)] == [first] * 2
+
+            def search(lane, kernel):
+                target = Target(kernel, captures, parallel=True)
+                space = Space(KernelFacts(kernel, parallel=True, cores=lane.cores_per_worker))
+                study = Study(storage(ws), target, space, sampler="random", seed=0, pairs=3)
+                while len(pool.alive()) < 2 and len(study.trials()) < 40:  # busy: Dask starts another worker
+                    study.run(lane.servers, len(study.trials()) + 2)
+                budget = len(study.trials()) + 4
+                study.run(lane.servers, budget)  # each lane on its own worker
+                return study, budget, [s.address for s in lane.servers]
+
+            (left, left_budget, on_left), (right, right_budget, on_right) = search_in_lanes(
+                pool, ["left", "right"], 2, search
+            )
+            assert len(pool.alive()) == 2, "the adaptive cluster did not grow"
+            assert on_left == [first] * 2 and len(set(on_right)) == 1 and first not in on_right
+            spans = pool.client.run(lambda dask_worker: sorted(dask_worker.plugins["test-busy"].spans))
+        assert len(spans) == 2 and all(spans.values()), "both workers evaluated"
+        for worker, busy in spans.items():
+            for (_, end), (start, _) in zip(busy, busy[1:]):
+                assert start >= end, "two candidates evaluated at once on %s" % worker
+    for study, budget in ((left, left_budget), (right, right_budget)):
+        trials = stored_trials(ws.root, study.name)
+        assert sum(counted(t) for t in trials) == budget
+        assert not [t for t in trials if t.state == TrialState.RUNNING]
