@@ -10,7 +10,6 @@ Evaluation  what replaying one variant of one capture measured.
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Dict, Iterable, List, Optional, Protocol, Tuple, Type, TypeVar, cast
 
-from .settings import RELAXES_FP, SPARSE
 
 # A JSON object as json.load gives it.
 Json = Dict[str, Any]
@@ -21,6 +20,7 @@ class _Dataclass(Protocol):  # any dataclass, as fields() takes it
 
 
 _T = TypeVar("_T", bound=_Dataclass)
+_V = TypeVar("_V")
 
 CAPTURE_FORMAT = 1
 
@@ -100,60 +100,106 @@ class Capture:
         return opt_level(self.compile_command[1:])
 
 
+def setting(default: _V, **row: Any) -> _V:
+    """A ``Pipeline`` field's default and its row of ``settings.SETTINGS``: the arguments of
+    a ``settings.Setting`` but ``fields`` (the field's own name); ``key`` defaults to that
+    name. (Typed as the default, so mypy checks the default against the field's type.)"""
+    return cast(_V, field(default=default, metadata={"setting": row}))
+
+
 @dataclass
 class Pipeline:
     """Compiler settings for one replay. The defaults are ``-O3 -march=native``, with
-    a*b+c contracted exactly as the build contracted it. Each field's type and default
-    are here; its SPEC key, value syntax and search offer are its row in
-    ``settings.SETTINGS``."""
+    a*b+c contracted exactly as the build contracted it.
 
-    opt: str = "3"  # 0, 1, 2, 3, s, z
-    loop_vectorize: Optional[bool] = None  # None: what the O-level does
-    slp_vectorize: Optional[bool] = None
-    unroll: Optional[bool] = None
-    interleave: Optional[bool] = None
-    inline_threshold: Optional[int] = None
-    passes: Tuple[str, ...] = ()  # extra passes run after the standard pipeline
-    codegen: int = 3
-    cpu: str = "host"  # host, built (the kernel's own target attributes: as the build compiled it), or a name
-    features: str = "host"  # host, built, or +feat,-feat,...
-    fast_math: Tuple[str, ...] = ()  # subset of settings.FAST_MATH_FLAGS
+    Each field is one setting, declared in one line: its type, its default and its row
+    (``setting(default, ...)``): the SPEC key and the aliases ``replay/pipeline.parse``
+    takes, the value syntax (``kind``), whether it relaxes floating-point results or needs
+    Polly, and what the search offers (``offer``: "bool", "tristate", "fast-math", or the
+    values). ``settings.py`` reads the rows (``settings.SETTINGS``) and says what each
+    argument means. The fields' order is the JSON's (``to_json``)."""
+
+    # fmt: off
+    opt: str = setting("3", kind="choice", choices=("0", "1", "2", "3", "s", "z"), build=True, offer=("2", "3", "s"),
+                       doc="optimization level")
+    # None: what the O-level does
+    loop_vectorize: Optional[bool] = setting(None, key="vectorize", kind="bool", aliases=("loop_vectorize",),
+                                             offer="tristate", doc="loop vectorizer")
+    slp_vectorize: Optional[bool] = setting(None, key="slp", kind="bool", aliases=("slp_vectorize",),
+                                            offer="tristate", doc="SLP vectorizer")
+    unroll: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop unrolling")
+    interleave: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop interleaving")
+    inline_threshold: Optional[int] = setting(None, key="inline", kind="int", aliases=("inline_threshold",), low=0,
+                                              high=100000, offer=(None, 25, 225, 500, 1000), doc="inlining threshold")
+    # searched as a count and the passes themselves (search/space.py: passes, pass0, pass1, ...)
+    passes: Tuple[str, ...] = setting((), kind="passes", doc="extra passes after the standard pipeline")
+    codegen: int = setting(3, kind="int", low=0, high=3, build=True, offer=(1, 2, 3), doc="code generation level")
+    # host, built (the kernel's own target attributes: as the build compiled it), or a name;
+    # with features, also set as one by target= (settings.TARGET)
+    cpu: str = setting("host", kind="cpu", droppable=False)
+    features: str = setting("host", kind="features", droppable=False)  # host, built, or +feat,-feat,...
+    # a subset of settings.FAST_MATH_FLAGS
+    fast_math: Tuple[str, ...] = setting((), key="fast", kind="fast", aliases=("fast_math",), relaxes_fp=True,
+                                         offer="fast-math", param="fast_math", doc="fast-math flags")
     # built: fuse llvm.fmuladd only where the build's target did (a generic x86-64 build
     # does not), so the results are the application's; on: fuse where the target can;
     # off: split into fmul + fadd
-    fma: str = "built"
-    noalias: bool = False  # mark the kernel's pointer parameters noalias
+    fma: str = setting("built", kind="choice", choices=("built", "on", "off"), relaxes_fp=True,
+                       offer=("built", "on", "off"), doc="FMA contraction")
+    # mark the kernel's pointer parameters noalias
+    noalias: bool = setting(False, kind="bool", offer="bool",
+                            doc="pointer parameters do not alias (verified on every instance)")
     # An opt stage with Polly (LLVM's polyhedral loop optimizer) before the pipeline:
-    polly: bool = False
-    polly_tile: Optional[int] = None  # None: Polly's default tile size; 0: no tiling; N: tiles of N
-    polly_matmul: bool = True  # Polly's matrix-multiplication pattern optimization
-    polly_vectorizer: str = "none"  # none or stripmine
+    polly: bool = setting(False, kind="bool", offer="bool",
+                          doc="Polly polyhedral loop optimizer (opt stage before the pipeline)")
+    # None: Polly's default tile size; 0: no tiling; N: tiles of N
+    polly_tile: Optional[int] = setting(None, kind="int", low=0, high=4096, polly=True,
+                                        offer=(None, 0, 16, 32, 64, 128, 256), doc="Polly tile size (0: no tiling)")
+    polly_matmul: bool = setting(True, kind="bool", polly=True, offer="bool",
+                                 doc="Polly's matrix-multiplication pattern optimization")
+    polly_vectorizer: str = setting("none", key="polly_vec", kind="choice", aliases=("polly_vectorizer",),
+                                    choices=("none", "stripmine"), polly=True, offer=("none", "stripmine"),
+                                    doc="Polly vectorizer")
     # Polly's scheduler and code generation options (issue 46), each off by default:
-    polly_parallel: bool = False  # -polly-parallel: OpenMP (libomp's GOMP entry points) over an outer parallel loop
-    polly_fusion: bool = False  # -polly-loopfusion-greedy: fuse every band it can
-    polly_coincidence: bool = False  # -polly-opt-outer-coincidence=yes: outer band members parallel
-    polly_tile2: bool = False  # -polly-2nd-level-tiling
-    polly_regtile: bool = False  # -polly-register-tiling
+    # -polly-parallel: OpenMP (libomp's GOMP entry points) over an outer parallel loop
+    polly_parallel: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
+                                   doc="Polly's OpenMP code for parallel outer loops")
+    # -polly-loopfusion-greedy: fuse every band it can
+    polly_fusion: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
+                                 doc="Polly's greedy loop fusion")
+    # -polly-opt-outer-coincidence=yes
+    polly_coincidence: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
+                                      doc="Polly: outer band members parallel (outer coincidence)")
+    # -polly-2nd-level-tiling
+    polly_tile2: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
+                                doc="Polly's 2nd-level tiling")
+    # -polly-register-tiling
+    polly_regtile: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
+                                  doc="Polly's register tiling")
     # The build's own compiler with the build's own flags (``stages.build_object``): the
     # code the untuned application runs, which every speedup is against. The fields above
     # only describe it then.
-    build_compiler: bool = False
+    build_compiler: bool = setting(False, key="compiler", kind="choice", choices={"build": True, "r3": False},
+                                   build=True, expect="build (the build's own compiler and flags) or r3")
     # Arguments folded in as constants, ((index, value), ...): a clone of the kernel with
-    # them, behind a guard that runs the original for other values (replay/specialize.py).
-    specialize: Tuple[Tuple[int, int], ...] = ()
+    # them, behind a guard that runs the original for other values (replay/specialize.py);
+    # searched over the argument values a capture suggests (KernelFacts.specialize)
+    specialize: Tuple[Tuple[int, int], ...] = setting((), kind="specialize", sparse=True,
+                                                      doc="recorded-constant arguments folded into a guarded clone")
+    # fmt: on
 
     @property
     def relaxes_fp(self) -> bool:
-        """True when the pipeline changes floating-point semantics (a setting that
-        relaxes FP, ``settings.RELAXES_FP``, away from its default)."""
-        return any(not _at_default(self, name) for name in RELAXES_FP)
+        """True when the pipeline changes floating-point semantics (a setting whose row
+        says ``relaxes_fp``, away from its default)."""
+        return any(not _at_default(self, name) for name in _RELAXES_FP)
 
     def to_json(self) -> Json:
         d = asdict(self)
         d["passes"] = list(self.passes)
         d["fast_math"] = list(self.fast_math)
         d["specialize"] = [list(p) for p in self.specialize]
-        for name in SPARSE:  # absent when unused: variants and plans written before them read the same
+        for name in _SPARSE:  # absent when unused: variants and plans written before them read the same
             if _at_default(self, name):
                 del d[name]
         return d
@@ -173,6 +219,15 @@ def _at_default(p: Pipeline, name: str) -> bool:
     """Whether a field of ``p`` is at its default (an empty list counts as the empty tuple)."""
     value, default = getattr(p, name), Pipeline.__dataclass_fields__[name].default
     return value == default or (isinstance(default, tuple) and not default and not value)
+
+
+def _declared(flag: str) -> Tuple[str, ...]:
+    """The fields whose row says ``flag``."""
+    return tuple(f.name for f in fields(Pipeline) if f.metadata["setting"].get(flag))
+
+
+_RELAXES_FP = _declared("relaxes_fp")  # a value other than the default changes FP results
+_SPARSE = _declared("sparse")  # left out of to_json at the default (added after plans were written)
 
 
 @dataclass

@@ -1,25 +1,29 @@
-"""The pipeline's settings, declared once.
+"""The pipeline's settings, declared once: each on its own field of ``data.Pipeline``.
 
-Each row of ``SETTINGS`` says what one setting of ``data.Pipeline`` is to the rest
-of the tool: its SPEC key and the aliases ``parse`` takes, how its value is read
-and written, whether it relaxes floating-point results, whether it needs Polly,
-and what the search offers for it. From this table ``replay/pipeline.py`` derives
-the SPEC parser and formatter, ``search/space.py`` its parameters and the Variant
-they describe, ``search/simplify.py`` which settings a winner can drop, and
-``data.Pipeline`` which fields relax FP and which JSON leaves out at their default.
-``Pipeline`` itself keeps the field's type and default (mypy reads it there).
+A field of ``Pipeline`` is one setting, in one line: its type, its default and its row,
+``setting(default, key=..., kind=..., ...)``, with the arguments of ``Setting`` below
+(what each means is said there). This module reads the rows into ``SETTINGS``: what
+each setting is to the rest of the tool, its SPEC key and the aliases ``parse`` takes,
+how its value is read and written, whether it relaxes floating-point results, whether
+it needs Polly, and what the search offers for it. From this table
+``replay/pipeline.py`` derives the SPEC parser and formatter, ``search/space.py`` its
+parameters and the Variant they describe, ``search/simplify.py`` which settings a winner
+can drop; ``data.Pipeline`` reads its own rows for which fields relax FP and which JSON
+leaves out at their default.
 
-A new setting is a field of ``Pipeline`` and a row here; only a setting with a
-value syntax of its own (a ``kind`` other than bool, int or choice) also needs a
-codec in ``replay/pipeline.py``. The rows are in the order ``format_spec`` writes
-them (plan digests depend on it); the search asks its parameters in its own order
-(``search/space.py``: a study's fingerprint depends on that).
-
-This module imports nothing of the package: ``data.py`` reads it.
+A new setting is a field of ``Pipeline``; only one with a value syntax of its own (a
+``kind`` other than bool, int or choice) also needs a codec in ``replay/pipeline.py``.
+A setting of several fields (``target=`` sets cpu and features) is a row of its own,
+declared here. ``SETTINGS`` is in the order ``format_spec`` writes: the fields' order,
+with Polly's settings after the others and the build compiler last (the order SPECs had
+when they were written by hand; a plan's or a study's text keeps it). The search asks its
+parameters in its own order (``search/space.py``: a study's fingerprint depends on that).
 """
 
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from .data import Pipeline
 
 FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
 
@@ -47,6 +51,11 @@ def same(*values: Any) -> Dict[Any, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
+    """One row of ``SETTINGS``. A Pipeline field declares its own with ``data.setting``,
+    whose arguments are these but ``fields`` (the field itself); there ``key`` defaults
+    to the field's name, and ``choices`` and ``offer`` may be a tuple of values (the labels
+    are the values) or, for ``offer``, a name in ``OFFERS``."""
+
     key: str  # the SPEC key format_spec writes; the search parameter's name too, unless ``param``
     fields: Tuple[str, ...]  # the Pipeline fields it sets (target= sets cpu and features)
     # bool (0/1, on/off, ...), int (``low``..``high``), choice (``choices``: label -> value),
@@ -76,60 +85,50 @@ class Setting:
         return self.param or self.key
 
 
-# fmt: off
-SETTINGS: Tuple[Setting, ...] = (
-    Setting("opt", ("opt",), "choice", choices=same("0", "1", "2", "3", "s", "z"), build=True,
-            offer=same("2", "3", "s"), doc="optimization level"),
-    Setting("vectorize", ("loop_vectorize",), "bool", ("loop_vectorize",), offer=TRISTATE, doc="loop vectorizer"),
-    Setting("slp", ("slp_vectorize",), "bool", ("slp_vectorize",), offer=TRISTATE, doc="SLP vectorizer"),
-    Setting("unroll", ("unroll",), "bool", offer=TRISTATE, doc="loop unrolling"),
-    Setting("interleave", ("interleave",), "bool", offer=TRISTATE, doc="loop interleaving"),
-    Setting("inline", ("inline_threshold",), "int", ("inline_threshold",), low=0, high=100000,
-            offer=same(None, 25, 225, 500, 1000), doc="inlining threshold"),
-    # searched as a count and the passes themselves (search/space.py: passes, pass0, pass1, ...)
-    Setting("passes", ("passes",), "passes", doc="extra passes after the standard pipeline"),
-    Setting("codegen", ("codegen",), "int", low=0, high=3, build=True, offer=same(1, 2, 3),
-            doc="code generation level"),
-    # The target as a whole: this machine, or the one the build compiled the kernel for.
-    Setting("target", ("cpu", "features"), "choice", choices=same("host", "built"), build=True, droppable=False,
-            offer=same("host", "built"), doc="this machine, or the target the build compiled for"),
-    Setting("cpu", ("cpu",), "cpu", droppable=False),
-    Setting("features", ("features",), "features", droppable=False),
-    Setting("fast", ("fast_math",), "fast", ("fast_math",), relaxes_fp=True, offer=FAST_MATH_CHOICES,
-            param="fast_math", doc="fast-math flags"),
-    Setting("fma", ("fma",), "choice", choices=same("built", "on", "off"), relaxes_fp=True,
-            offer=same("built", "on", "off"), doc="FMA contraction"),
-    Setting("noalias", ("noalias",), "bool", offer=BOOL,
-            doc="pointer parameters do not alias (verified on every instance)"),
-    # searched over the argument values a capture suggests (KernelFacts.specialize)
-    Setting("specialize", ("specialize",), "specialize", sparse=True,
-            doc="recorded-constant arguments folded into a guarded clone"),
-    Setting("polly", ("polly",), "bool", offer=BOOL,
-            doc="Polly polyhedral loop optimizer (opt stage before the pipeline)"),
-    Setting("polly_tile", ("polly_tile",), "int", low=0, high=4096, polly=True,
-            offer=same(None, 0, 16, 32, 64, 128, 256), doc="Polly tile size (0: no tiling)"),
-    Setting("polly_matmul", ("polly_matmul",), "bool", polly=True, offer=BOOL,
-            doc="Polly's matrix-multiplication pattern optimization"),
-    Setting("polly_vec", ("polly_vectorizer",), "choice", ("polly_vectorizer",), choices=same("none", "stripmine"),
-            polly=True, offer=same("none", "stripmine"), doc="Polly vectorizer"),
-    # Polly's scheduler options (issue 46), 0/1, off by default
-    Setting("polly_parallel", ("polly_parallel",), "bool", polly=True, sparse=True, offer=BOOL,
-            doc="Polly's OpenMP code for parallel outer loops"),
-    Setting("polly_fusion", ("polly_fusion",), "bool", polly=True, sparse=True, offer=BOOL,
-            doc="Polly's greedy loop fusion"),
-    Setting("polly_coincidence", ("polly_coincidence",), "bool", polly=True, sparse=True, offer=BOOL,
-            doc="Polly: outer band members parallel (outer coincidence)"),
-    Setting("polly_tile2", ("polly_tile2",), "bool", polly=True, sparse=True, offer=BOOL,
-            doc="Polly's 2nd-level tiling"),
-    Setting("polly_regtile", ("polly_regtile",), "bool", polly=True, sparse=True, offer=BOOL,
-            doc="Polly's register tiling"),
-    # The build's own compiler with the build's own flags: the baseline every speedup is against.
-    Setting("compiler", ("build_compiler",), "choice", choices={"build": True, "r3": False}, build=True,
-            expect="build (the build's own compiler and flags) or r3"),
+# Settings of several fields, each a row of its own before its first field's. The target
+# as a whole: this machine, or the one the build compiled the kernel for.
+TARGET = Setting(
+    "target",
+    ("cpu", "features"),
+    "choice",
+    choices=same("host", "built"),
+    build=True,
+    droppable=False,
+    offer=same("host", "built"),
+    doc="this machine, or the target the build compiled for",
 )
-# fmt: on
+SEVERAL = (TARGET,)
+# What a row's offer names (its other offers are the values themselves).
+OFFERS: Mapping[str, Offer] = {"bool": BOOL, "tristate": TRISTATE, "fast-math": FAST_MATH_CHOICES}
+
+
+def _values(given: Any) -> Any:
+    """A row's choices or offer as declared: a tuple of values is ``same(*values)``."""
+    return same(*given) if isinstance(given, tuple) else given
+
+
+def _row(f: "dataclasses.Field[Any]") -> Setting:
+    """The Setting declared on a Pipeline field."""
+    row = dict(f.metadata["setting"])
+    row.setdefault("key", f.name)
+    if "choices" in row:
+        row["choices"] = _values(row["choices"])
+    if "offer" in row:
+        offer = row["offer"]
+        row["offer"] = OFFERS[offer] if isinstance(offer, str) else _values(offer)
+    return Setting(fields=(f.name,), **row)
+
+
+def _rows() -> Tuple[Setting, ...]:
+    rows = []
+    for f in dataclasses.fields(Pipeline):
+        rows += [s for s in SEVERAL if s.field == f.name]
+        rows.append(_row(f))
+    # format_spec's order: Polly's settings after the others, then the build compiler
+    return tuple(sorted(rows, key=lambda s: (s.key == "compiler", s.polly or s.key == "polly")))
+
+
+SETTINGS: Tuple[Setting, ...] = _rows()
 
 BY_KEY: Dict[str, Setting] = {k: s for s in SETTINGS for k in (s.key,) + s.aliases}
 BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS if s.offer is not None}  # by search parameter
-RELAXES_FP = tuple(s.field for s in SETTINGS if s.relaxes_fp)
-SPARSE = tuple(s.field for s in SETTINGS if s.sparse)

@@ -1,5 +1,6 @@
-"""The pipeline's settings are declared once, in ``settings.SETTINGS``: the SPEC parser and
-formatter, the search space and the simplifier are derived from that table. These tests
+"""The pipeline's settings are declared once, each on its field of ``data.Pipeline``, and
+read into ``settings.SETTINGS``: the SPEC parser and formatter, the search space and the
+simplifier are derived from that table. These tests
 pin what the derived parts did when each spelled the settings out by hand (the pinned
 digests and fingerprints were computed by that code): SPECs read and write the same,
 and a study's space keeps its fingerprint, so existing studies resume."""
