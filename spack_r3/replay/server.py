@@ -129,7 +129,8 @@ class ReplayServer:
         SHARED or COLD, emptied before each (see ``engine.CacheFlush``). ``sequence``:
         capture directories of the kernel's recorded calls in order (``capture_dir`` first),
         each timed run a pass over them all (``replay.sequence``). ``race``: the pairs stop
-        after the first few where the candidate is clearly slower (``raced_out``, ``worker.RACE_AFTER``)."""
+        after the first few where the candidate is clearly slower (``raced_out``, ``worker.RACE_AFTER``)
+        than the build (True) or than the speedup given (a search's best so far)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
         req = {
@@ -147,7 +148,7 @@ class ReplayServer:
         if tolerance is not None:
             req["tolerance"] = tolerance
         if race:
-            req["race"] = True
+            req["race"] = float(race)
         t0 = time.perf_counter()
         reply, err = self._request(req, self.load_timeout + timeout + 10)
         if err:

@@ -246,8 +246,9 @@ def _collect(pid, rfd, timeout):
     return None, "exited with code %d" % os.WEXITSTATUS(status)
 
 
-# Racing (``race`` in a request): after this many pairs, a candidate whose every pair so far
-# is below RACE_BELOW (the baseline a third faster, or more) stops there, marked ``raced_out``.
+# Racing (``race`` in a request: true, or the speedup to beat): after this many pairs, a
+# candidate whose every pair so far is below RACE_BELOW of that speedup (of the build's, 1,
+# at least: the search's best so far a third faster, or more) stops there, marked ``raced_out``.
 RACE_AFTER = 2
 RACE_BELOW = 0.75
 # A first (verification) run this long says one run fills a timing sample (engine.MIN_SAMPLE_S
@@ -368,13 +369,14 @@ def _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confi
                 )
 
         # Racing: the first RACE_AFTER pairs, each checked part as any; the rest only for a
-        # candidate not clearly slower than the baseline there.
+        # candidate not clearly slower there than the speedup it races (the build's, or more).
         race = bool(req.get("race")) and stages.cuts() and pairs > RACE_AFTER
+        to_beat = max(1.0, float(req.get("race") or 0))
         first = RACE_AFTER if race else pairs
         measured, wrong = _checked_in_parts(measure, first, timed_check, _join_pairs)
         if wrong:
             return _wrong_in_timing(ev, wrong, "pair")
-        if race and max(measured.ratios) < RACE_BELOW:
+        if race and max(measured.ratios) < RACE_BELOW * to_beat:
             ev.raced_out = True
         elif first < pairs:
             rest, wrong = _checked_in_parts(measure, pairs - first, timed_check, _join_pairs)

@@ -378,8 +378,9 @@ class Study:
 
                 t0 = time.monotonic()
                 try:
-                    # raced: a candidate clearly slower than the build after its first pairs stops there
-                    ev = measure(pairs, race=True)
+                    # raced: a candidate clearly slower than the best so far (the build at
+                    # least) after its first pairs stops there; it could not have been the best
+                    ev = measure(pairs, race=max(1.0, best or 0.0))
                     noise = pair_noise(ev.ratios) if ev.status == OK and not ev.raced_out else None
                     # A candidate that would be the new best is measured again with twice its
                     # pairs (and verified again) before it counts: the best of many 5-pair

@@ -3,8 +3,8 @@
 Each evaluation says where its time went (``Evaluation.stages``); a candidate whose code
 was compiled before (the same module, pipeline and target: a launch-only change, a point
 measured again) is loaded from the workspace's object cache instead of compiled; a
-candidate clearly slower than the build after its first pairs stops there (racing),
-marked so, and never becomes a search's best.
+candidate clearly slower than the build, or than the search's best so far, after its first
+pairs stops there (racing), marked so, and never becomes a search's best.
 """
 
 import os
@@ -16,7 +16,7 @@ from spack_r3.data import OK, Evaluation, Launch, Variant
 from spack_r3.replay import engine, worker
 from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayServer
-from spack_r3.search.bayes import Study, Target, storage
+from spack_r3.search.bayes import Study, Target, raced_out, storage
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
 from r3cli import r3
@@ -105,6 +105,26 @@ def test_a_clearly_slower_candidate_is_raced_out(scale_capture, tmp_path):
     assert raced.raced_out and raced.pairs == len(raced.ratios) == worker.RACE_AFTER
     assert max(raced.ratios) < worker.RACE_BELOW
     assert full.status == OK and not full.raced_out and full.pairs == 6  # not asked to race: every pair
+
+
+def test_a_candidate_clearly_below_the_search_best_is_raced_out(scale_capture, tmp_path):
+    """Once a study's best is 4x the build, a new candidate races that best, not the build:
+    a candidate no faster than 3x the build (every code of this loop: the build is -O3) stops
+    after its first pairs, and never ranks. Asked directly, the build's own code against 4x."""
+    ws, cap = scale_capture
+    space = Space(KernelFacts("scale"))
+    study = Study(storage(Workspace(str(tmp_path / "ws"))), Target("scale", [cap]), space)
+    values = space.defaults()
+    best = Evaluation(capture="cap", variant={}, speedup=4.0, ratios=[4.0] * 5, code="best")
+    study.add_evaluated(values, space.variant(values), best)
+    with ReplayServer(cache_dir=str(tmp_path / "cache")) as server:
+        study.run([server], budget=2)
+        same = server.submit(cap, Variant(pipeline=parse("O3")), pairs=6, race=4.0)
+    [new] = [t for t in study.trials() if not t.user_attrs.get("check")]
+    assert new.user_attrs["status"] == OK and raced_out(new)
+    assert new.user_attrs["evaluation"]["pairs"] == worker.RACE_AFTER
+    assert [t.user_attrs["evaluation"]["code"] for t in study.best(3)] == ["best"]
+    assert same.status == OK and same.raced_out and same.pairs == worker.RACE_AFTER
 
 
 def test_a_raced_out_candidate_is_never_the_best(tmp_path):
