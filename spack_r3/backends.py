@@ -19,12 +19,15 @@ unit's compile line for the record launcher. The stages ask this module, never t
   ``record/cuda.py`` (device IR per GPU arch at the unit's compile) and
   ``record/runtime/r3cuda.c`` (the launch and the device allocations, through the CUDA
   runtime it interposes; HIP launches are not intercepted yet). Its code is the GPU's:
-  the host engine never runs it (``host_engine_runs`` refuses it); ``device/cudareplay.py``
-  replays it through the driver API where a CUDA device exists, and ``r3 retarget`` /
-  ``tune --gpu`` screen it statically anywhere. Its launch geometry: ``num_teams`` is the
+  the host engine never runs it (``host_engine_runs`` refuses it); a replay server runs
+  its backend's ``worker`` for it, ``device/cudaworker.py``, which replays it through the
+  driver API (``device/cudareplay.py``) where a CUDA device exists, and ``r3 retarget`` /
+  ``tune`` screen it statically anywhere. Its launch geometry: ``num_teams`` is the
   grid's x, ``thread_limit`` the block's x (CUDA's blocks are OpenMP's teams).
 """
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Tuple
@@ -38,6 +41,7 @@ class Backend:
     name: str
     runs_on: str  # what runs a replayed kernel, as reports say it
     geometry: Tuple[str, ...] = ()  # data.Launch fields it adds to the search space
+    worker: str = "spack_r3.replay.worker"  # the module a replay server runs for its captures
 
 
 HOST = Backend("host", "this CPU (llvmlite JIT)")
@@ -46,7 +50,12 @@ OFFLOAD = Backend(
     "this CPU: the device function as libomptarget's host plugin runs it (llvmlite JIT)",
     ("num_teams", "thread_limit"),
 )
-CUDA = Backend("cuda", "a CUDA GPU, through the driver API (device/cudareplay.py)", ("num_teams", "thread_limit"))
+CUDA = Backend(
+    "cuda",
+    "a CUDA GPU, through the driver API (device/cudareplay.py)",
+    ("num_teams", "thread_limit"),
+    "spack_r3.device.cudaworker",
+)
 HIP = Backend("hip", "an AMD GPU (no replay yet: static screening only)", ("num_teams", "thread_limit"))
 BACKENDS = {b.name: b for b in (HOST, OFFLOAD, CUDA, HIP)}
 HOST_ENGINE = (HOST, OFFLOAD)  # what the host engine (replay/engine.py) runs
@@ -61,6 +70,17 @@ def of_capture(capture):
             % (capture.id, name, ", ".join(sorted(BACKENDS)))
         )
     return BACKENDS[name]
+
+
+def worker_of(capture_dir):
+    """The worker module a replay server runs for the capture in ``capture_dir`` (its
+    backend's); the host one where capture.json cannot say (it reports what is wrong)."""
+    try:
+        with open(os.path.join(capture_dir, "capture.json")) as f:
+            name = (json.load(f).get("launch") or {}).get("backend", "host")
+    except (OSError, ValueError, AttributeError):
+        return HOST.worker
+    return BACKENDS[name].worker if name in BACKENDS else HOST.worker
 
 
 def of_compile(args):
@@ -84,8 +104,8 @@ def host_engine_runs(capture):
 
         driver()  # no device: CudaUnavailable, "no CUDA device: <why>"
         raise R3Error(
-            "capture %s: %s is a CUDA kernel: the host replay servers do not run it; "
-            "device/cudareplay.py replays it on this GPU" % (capture.id, capture.kernel)
+            "capture %s: %s is a CUDA kernel: the host engine does not run it; "
+            "the replay servers send it to device/cudaworker.py" % (capture.id, capture.kernel)
         )
     raise R3Error(
         "capture %s: %s is a %s kernel: no replay for it yet (r3 retarget screens it)"

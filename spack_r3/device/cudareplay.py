@@ -9,7 +9,9 @@ candidate pipeline (``codegen``: llvmlite's NVPTX, checked by ptxas) for the dev
 for it); the launch with the recorded grid, block, dynamic shared memory and argument bytes
 (the variant's ``num_teams`` / ``thread_limit``: the grid's and the block's x); memory read
 back and compared with post.bin; then timed launches (device events), memory restored
-before each.
+before each. ``evaluate``: one candidate as the replay servers report it (an Evaluation,
+paired with the kernel as built where asked), which ``device/cudaworker.py`` runs in a
+child for each request a replay server sends it.
 
 Written against the real driver API and never run here: no machine this project builds
 and tests on has a GPU; where cuInit finds none, ``replay`` is one line
@@ -93,15 +95,19 @@ def kernel_params(arguments):
     return ctypes.addressof(array), (buffers, array)
 
 
-def device_code(capture, capture_dir, target, pipeline=None, max_registers=None):
+def device_code(capture, capture_dir, target, pipeline=None, max_registers=None, variant=None):
     """The kernel's code for ``target`` (codegen.DeviceCode) under ``pipeline``: from the
-    captured device IR where it was recorded for that arch, else from its unit compiled for it."""
+    captured device IR where it was recorded for that arch and ``variant`` (a source
+    variant) changes no source, else from its unit compiled for it (the variant's patch and
+    knobs applied)."""
     from ..data import Variant
     from .codegen import generate
     from .deviceir import DeviceIR, kernels_of
     from .hook import tuned_unit
 
-    if (capture.launch or {}).get("arch") == target.name:
+    variant = variant or Variant()
+    same_source = not variant.source_patch and not variant.source_defines
+    if same_source and (capture.launch or {}).get("arch") == target.name:
         with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
             bitcode = f.read()
         ir = DeviceIR(target, "cuda", bitcode, kernels_of(bitcode))
@@ -109,8 +115,52 @@ def device_code(capture, capture_dir, target, pipeline=None, max_registers=None)
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="r3-cuda-") as tmp:
-            ir = tuned_unit(capture, capture_dir, Variant(), tmp).ir(target)
+            ir = tuned_unit(capture, capture_dir, variant, tmp).ir(target)
     return generate(ir, pipeline, max_registers)
+
+
+def check_replayable(capture):
+    """R3Error with one line where ``capture`` is no CUDA launch replay can run."""
+    if (capture.launch or {}).get("backend") != "cuda":
+        raise R3Error("capture %s is no CUDA launch" % capture.id)
+    if capture.unreplayable:
+        raise R3Error("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
+
+
+class Session:
+    """One capture on one device: its memory mapped at the recorded device addresses,
+    ``restore`` (pre.bin written back), ``launch`` of a loaded kernel at a geometry,
+    ``differs`` (the (address, bytes) of post.bin the device memory does not hold)."""
+
+    def __init__(self, dev, capture, capture_dir):
+        pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
+        self.pre = [(r.addr, region_bytes(pre_path, r)) for r in read_regions(pre_path) if r.kind == KIND_HEAP]
+        self.post = [(r.addr, region_bytes(post_path, r)) for r in read_regions(post_path) if r.kind == KIND_HEAP]
+        self.dev, self.capture = dev, capture
+        for lo, hi in spans([(addr, len(data)) for addr, data in self.pre], dev.granularity()):
+            dev.map_at(lo, hi - lo)
+        with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
+            import llvmlite.binding as llvm
+
+            self.stride = grid_stride(str(llvm.parse_bitcode(f.read())), capture.kernel)
+        self.shared = int((capture.launch or {}).get("dynamic_shared") or 0)
+        self.params, self._keep = kernel_params(argument_bytes(capture))
+
+    def restore(self):
+        for addr, data in self.pre:
+            self.dev.write(addr, data)
+
+    def launch(self, fn, grid, block):
+        from .cuda import _check
+
+        cu = self.dev.cu
+        _check(cu, cu.cuLaunchKernel(fn, *grid, *block, self.shared, 0, self.params, 0), "cuLaunchKernel")
+
+    def differs(self):
+        return [(addr, len(data)) for addr, data in self.post if self.dev.read(addr, len(data)) != data]
+
+    def geometry(self, launch=None):
+        return geometry(self.capture, launch, self.stride)
 
 
 def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0):
@@ -119,44 +169,107 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
     from .cuda import CudaDevice
     from .targets import parse_targets
 
-    if (capture.launch or {}).get("backend") != "cuda":
-        raise R3Error("capture %s is no CUDA launch" % capture.id)
-    if capture.unreplayable:
-        raise R3Error("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
-    pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
-    pre = [(r.addr, region_bytes(pre_path, r)) for r in read_regions(pre_path) if r.kind == KIND_HEAP]
-    post = [(r.addr, region_bytes(post_path, r)) for r in read_regions(post_path) if r.kind == KIND_HEAP]
+    check_replayable(capture)
     with CudaDevice(ordinal) as dev:
         target = parse_targets(dev.arch)[0]
         code = device_code(capture, capture_dir, target, pipeline)
         fn = dev.function(code.code, capture.kernel)
-        for lo, hi in spans([(addr, len(data)) for addr, data in pre], dev.granularity()):
-            dev.map_at(lo, hi - lo)
-        for addr, data in pre:
-            dev.write(addr, data)
-        with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
-            import llvmlite.binding as llvm
-
-            text = str(llvm.parse_bitcode(f.read()))
-        grid, block = geometry(capture, launch, grid_stride(text, capture.kernel))
-        shared = int((capture.launch or {}).get("dynamic_shared") or 0)
-        params, keep = kernel_params(argument_bytes(capture))
-        cu = dev.cu
-        from .cuda import _check
-
-        def once():
-            _check(cu, cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")
-
-        once()
+        s = Session(dev, capture, capture_dir)
+        grid, block = s.geometry(launch)
+        s.restore()
+        s.launch(fn, grid, block)
         dev.synchronize()
-        mismatches = [(addr, len(data)) for addr, data in post if dev.read(addr, len(data)) != data]
+        mismatches = s.differs()
         times = []
         for _ in range(repeat):
-            for addr, data in pre:
-                dev.write(addr, data)
-            times += dev.time_call(once)
-        del keep
+            s.restore()
+            times += dev.time_call(lambda: s.launch(fn, grid, block))
         return CudaReplay(dev.arch, not mismatches, mismatches, times)
+
+
+def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
+    """The Evaluation (data.Evaluation, as JSON) of ``variant`` of a captured CUDA launch, as
+    the replay servers report a host candidate's: its code compiled for the device's arch
+    (a codegen error: ``compile-error``), launched once on the recorded memory and compared
+    with post.bin byte for byte (``wrong-output``: replay holds a device kernel to its
+    recording exactly; no tolerance yet), then ``repeat`` timed launches, or ``pairs``
+    paired with the kernel as built (``pipeline.as_built``, compiled here) in alternating
+    order, memory restored before each; times from device events. R3Error (one line) for a
+    capture it cannot replay or no device; a failing driver call while the candidate runs
+    (an illegal address) is a ``crash``."""
+    import hashlib
+    import statistics
+    import time
+
+    from ..data import COMPILE_ERROR, CRASH, OK, WRONG_OUTPUT, Evaluation
+    from ..replay.pipeline import as_built
+    from .codegen import CodegenError
+    from .cuda import CudaDevice, CudaError
+    from .targets import parse_targets
+
+    check_replayable(capture)
+    ev = Evaluation(capture=capture.id, variant=variant.to_json(), repeat=repeat)
+    with CudaDevice(ordinal) as dev:
+        target = parse_targets(dev.arch)[0]
+        t0 = time.perf_counter()
+        try:
+            code = device_code(capture, capture_dir, target, variant.pipeline, variant=variant)
+        except (CodegenError, ValueError) as err:
+            ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
+            return ev.to_json()
+        ev.compile_s = ev.stages["compile"] = time.perf_counter() - t0
+        s = Session(dev, capture, capture_dir)
+        grid, block = s.geometry(variant.launch)
+        ev.code = hashlib.sha256(code.code + repr((grid, block)).encode()).hexdigest()[:16]
+        try:
+            fn = dev.function(code.code, capture.kernel)
+            ev.compiled = True
+            s.restore()
+            s.launch(fn, grid, block)
+            dev.synchronize()
+            wrong = s.differs()
+            ev.verify_runs = 1
+            if wrong:
+                ev.status = WRONG_OUTPUT
+                ev.mismatched_bytes = sum(n for _, n in wrong)
+                ev.diagnostics = "%d of the recording's device regions differ (first at 0x%x)" % (
+                    len(wrong),
+                    wrong[0][0],
+                )
+                return ev.to_json()
+            ev.verified = True
+
+            def timed(f, g, b):
+                s.restore()
+                return dev.time_call(lambda: s.launch(f, g, b))[0]
+
+            if pairs:
+                base = device_code(capture, capture_dir, target, as_built(capture))
+                base_fn = dev.function(base.code, capture.kernel)
+                base_grid, base_block = s.geometry()
+                mine, theirs = [], []
+                for i in range(pairs):  # alternating order: neither side always runs second
+                    if i % 2:
+                        mine.append(timed(fn, grid, block))
+                        theirs.append(timed(base_fn, base_grid, base_block))
+                    else:
+                        theirs.append(timed(base_fn, base_grid, base_block))
+                        mine.append(timed(fn, grid, block))
+                ev.pairs = pairs
+                ev.ratios = [b / a for a, b in zip(mine, theirs) if a > 0]
+                ev.speedup = statistics.median(ev.ratios) if ev.ratios else None
+                ev.speedup_min, ev.speedup_max = (min(ev.ratios), max(ev.ratios)) if ev.ratios else (None, None)
+                ev.baseline_median_s = statistics.median(theirs)
+                times = mine
+            else:
+                times = [timed(fn, grid, block) for _ in range(max(repeat, 1))]
+            s.restore()  # as recorded again: the next candidate's check starts from it
+        except CudaError as err:
+            ev.status, ev.diagnostics = CRASH, str(err)
+            return ev.to_json()
+        ev.time_median_s, ev.time_min_s, ev.time_max_s = statistics.median(times), min(times), max(times)
+        ev.status = OK
+        return ev.to_json()
 
 
 def screen_capture(capture, capture_dir, gpus, variant=None, max_registers=None):

@@ -19,6 +19,7 @@ from ..errors import R3Error
 from . import confine
 from .stages import STAGE_CACHE_ENV
 
+HOST_WORKER = "spack_r3.replay.worker"
 TIMEOUT_S = 60.0  # seconds before a candidate's run counts as hung (r3 replay's and r3 tune's --timeout)
 
 
@@ -36,6 +37,10 @@ class ReplayServer:
         self.cache_dir = cache_dir  # where compile stages keep what they built (see replay.stages)
         self.proc = None
         self._buf = b""
+        # a capture's backend names the worker module that replays it (backends.worker_of):
+        # the host one runs, another backend's waits here while the other one runs
+        self.module = HOST_WORKER
+        self._parked = {}  # module -> (proc, buffer)
 
     def __enter__(self):
         return self
@@ -50,7 +55,7 @@ class ReplayServer:
         if self.cache_dir:
             env[STAGE_CACHE_ENV] = self.cache_dir
         self.proc = _popen(
-            [sys.executable, "-m", "spack_r3.replay.worker"],
+            [sys.executable, "-m", self.module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -60,7 +65,23 @@ class ReplayServer:
             os.sched_setaffinity(self.proc.pid, self.cpus)
         self._buf = b""
 
+    def _use(self, capture_dir):
+        """Talk to the worker of ``capture_dir``'s backend from now on."""
+        from ..backends import worker_of
+
+        module = worker_of(capture_dir)
+        if module != self.module:
+            self._parked[self.module] = (self.proc, self._buf)
+            self.proc, self._buf = self._parked.pop(module, (None, b""))
+            self.module = module
+
     def close(self):
+        parked, self._parked = list(self._parked.values()), {}
+        self._close_one()
+        for self.proc, self._buf in parked:  # the other backends' workers
+            self._close_one()
+
+    def _close_one(self):
         if self.proc and self.proc.poll() is None:
             try:
                 self.proc.stdin.write(b'{"op": "quit"}\n')
@@ -104,6 +125,7 @@ class ReplayServer:
     def load(self, capture_dir, sequence=None):
         """Parse a capture in the worker ahead of time (R3Error if it is unusable), and
         merge the ``sequence`` of recorded calls it starts (R3Error if they cannot be)."""
+        self._use(capture_dir)
         req = {"op": "load", "dir": os.path.abspath(capture_dir)}
         if sequence:
             req["sequence"] = [os.path.abspath(d) for d in sequence]
@@ -133,6 +155,7 @@ class ReplayServer:
         than the build (True) or than the speedup given (a search's best so far)."""
         variant = variant or Variant()
         timeout = timeout or self.timeout
+        self._use(capture_dir)
         req = {
             "op": "evaluate",
             "dir": os.path.abspath(capture_dir),

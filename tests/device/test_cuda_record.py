@@ -421,3 +421,72 @@ def test_a_register_cap_is_in_the_ptx_the_driver_would_load(cuda_capture):
     # ptxas accepts it (and goes no lower than its own floor: 18 for this kernel on sm_90,
     # measured, with -maxrregcount=16 as with .maxnreg 16)
     assert code.resources[KERNEL].registers > 0 and not code.resources[KERNEL].spills
+
+
+def test_the_replay_servers_send_a_cuda_capture_to_the_cuda_worker(cuda_capture, tmp_path, capsys):
+    """A replay server runs a capture's backend's worker: for a cuda capture
+    device/cudaworker.py, whose children replay it through the driver API. Without a device
+    its load and its candidates are one line each, as r3 replay's is; the kernel as built,
+    which paired timings measure candidates against, still compiles for the recorded arch."""
+    from spack_r3.data import Launch, Variant
+    from spack_r3.device.cuda import driver
+    from spack_r3.device.cudareplay import device_code
+    from spack_r3.device.targets import parse_targets
+    from spack_r3.replay.pipeline import as_built
+    from spack_r3.replay.server import HOST_WORKER, ReplayServer
+
+    try:
+        driver()
+        pytest.skip("a CUDA device is present: the refusal is for machines without one")
+    except R3Error:
+        pass
+    ws, capture = cuda_capture
+    directory = ws.capture_dir(capture.id)
+    assert backends.worker_of(directory) == backends.CUDA.worker == "spack_r3.device.cudaworker"
+    assert backends.worker_of(str(tmp_path)) == HOST_WORKER  # no capture.json: the host worker says what is wrong
+    with ReplayServer(timeout=60) as server:
+        with pytest.raises(R3Error) as err:
+            server.load(directory)
+        assert server.module == backends.CUDA.worker
+        assert str(err.value).startswith("no CUDA device: ") and "\n" not in str(err.value)
+        with pytest.raises(R3Error) as err:
+            server.submit(directory, Variant(launch=Launch(thread_limit=64)), pairs=3)
+        assert str(err.value).startswith("no CUDA device: ") and "\n" not in str(err.value)
+    (sm90,) = parse_targets("sm_90")
+    base = device_code(capture, directory, sm90, as_built(capture))
+    assert base.resources[KERNEL].registers > 0 and b".entry " + KERNEL.encode() in base.code
+    # r3 tune (the capture has no profile: --min-share 0) says why the kernel is not tuned
+    assert cli.main(["--workspace", ws.root, "tune", "--budget", "2", "--workers", "1", "--min-share", "0"]) == 1
+    (line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("==> not tuned: ")]
+    assert "saxpy" in line and ": no CUDA device: " in line
+
+
+@pytest.mark.gpu
+def test_r3_tune_evaluates_cuda_candidates_in_the_replay_servers(recorded_build, tmp_path):
+    """On a CUDA GPU only: the recorded saxpy's candidates, through a replay server as r3 tune
+    submits them: the kernel as built verified and timed with device events, a geometry of
+    the space paired with it; then r3 tune itself on the workspace."""
+    from spack_r3.data import OK, Launch, Variant
+    from spack_r3.device.cuda import CudaUnavailable, driver
+    from spack_r3.replay.pipeline import as_built
+    from spack_r3.replay.server import ReplayServer
+
+    try:
+        driver()
+    except CudaUnavailable as err:
+        pytest.skip(str(err))
+    record, exe, _ = recorded_build
+    env = dict(os.environ, R3_RECORD_DIR=record, R3_CAPTURE=KERNEL)
+    proc = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ws = Workspace(str(tmp_path / "ws"))
+    (capture,) = ingest(record, ws)
+    directory = ws.capture_dir(capture.id)
+    with ReplayServer(timeout=120) as server:
+        server.load(directory)
+        ev = server.submit(directory, Variant(pipeline=as_built(capture)), repeat=3)
+        assert ev.status == OK and ev.verified, ev.diagnostics
+        assert ev.time_median_s > 0 and ev.code
+        ev = server.submit(directory, Variant(launch=Launch(thread_limit=256, num_teams=16)), pairs=4)
+        assert ev.status == OK and ev.verified and ev.pairs == 4 and ev.speedup > 0, ev.diagnostics
+    assert cli.main(["--workspace", ws.root, "tune", "--budget", "6", "--workers", "1"]) == 0
