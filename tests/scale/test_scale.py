@@ -641,3 +641,42 @@ def test_lanes_on_an_adaptive_cluster_take_turns_then_get_workers_of_their_own(r
         trials = stored_trials(ws.root, study.name)
         assert sum(counted(t) for t in trials) == budget
         assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def test_a_journal_on_a_shared_file_is_written_under_its_lock_file(tmp_path):
+    """`--storage PATH` for runs on several nodes: every process appends to the journal under
+    Optuna's JournalFileOpenLock, a file beside it created with O_CREAT|O_EXCL (atomic on
+    NFSv3 and later; this test runs on a local file system, not NFS). While another process
+    holds it, a run's write waits (Optuna says so after 10 s) and nothing is written; once
+    it is released the write goes on."""
+    import optuna
+    from optuna.storages.journal import JournalFileOpenLock
+
+    path = str(tmp_path / "shared" / "studies.journal")
+    os.makedirs(os.path.dirname(path))
+    lock = JournalFileOpenLock(path)
+    lock.acquire()
+    assert os.path.isfile(path + ".lock") and not os.path.islink(path + ".lock")
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, optuna; from spack_r3.search.store import storage; "
+            "optuna.create_study(study_name='shared', storage=storage(None, sys.argv[1]))",
+            path,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Optuna's line after 10 s of waiting (it would force the lock open after 30 s unchanged).
+        waited = next((line for line in writer.stderr if "taking longer than" in line), "")
+        assert path + ".lock" in waited
+        assert optuna.get_all_study_summaries(storage=storage(None, path)) == []  # (reading takes no lock)
+    finally:
+        lock.release()
+    writer.communicate(timeout=120)
+    assert writer.returncode == 0
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage=storage(None, path))] == ["shared"]
+    assert not os.path.exists(path + ".lock")
