@@ -24,6 +24,7 @@ from ..record.session import AUTO_MOST_CALLS, previous_record
 from ..record.session import record as record_tree
 from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
+from ..search.spending import spending_table
 from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.store import exclusive, storage
@@ -332,6 +333,8 @@ def tune(args):
         print(json.dumps(out, indent=1))
         return 0 if results else 1
     print(results_table(results))
+    if spending_table(results):  # where each kernel's evaluations went
+        print("\n" + spending_table(results))
     if gpu_table:
         print(gpu_table)
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))

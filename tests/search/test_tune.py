@@ -443,6 +443,9 @@ def test_tune_reuses_captures_and_prints_a_table(tuned, program):
     header = next(i for i, l in enumerate(lines) if l.startswith("kernel"))
     assert "baseline" in lines[header] and "winner" in lines[header]
     assert lines[header + 2].startswith("matmul")
+    # where its evaluations went: this study's 10, and the confirmation's (measured again)
+    spent = lines.index("where the evaluations went")
+    assert lines[spent + 1].split()[:2] == ["kernel", "pipelines"] and lines[spent + 3].split()[:2] == ["matmul", "10"]
     # The study was complete: no new evaluations, the same one study.
     study = optuna.load_study(study_name=out["kernels"][0]["study"], storage=storage(Workspace(ws)))
     assert sum(counted(t) for t in study.get_trials()) == 10
