@@ -264,9 +264,20 @@ def analyze_cmake(a: Analysis):
     # options first, so that an if() sees an option declared in a file read later (include())
     options, cmake_vars = {}, {}
     for path in files:
+        # options only the project's tests or a bundled project read (zfp's
+        # ZFP_BUILD_TESTING_SMALL in tests/, googletest's INSTALL_GTEST under if(BUILD_TESTING))
+        # are no variants
+        in_tests = bool(re.search(TEST_DIRS, os.path.relpath(path, a.root)))
+        blocks = []
         for cmd, argtext, _whole in _cmake_commands(texts[path]):
             args = [_unq(x) for x in _cmake_args(argtext)]
+            if cmd == "if":
+                blocks.append(any(TEST_OPTION_RE.search(x) for x in args))
+            elif cmd == "endif" and blocks:
+                blocks.pop()
             if cmd in ("option", "cmake_dependent_option") and len(args) >= 2:
+                if in_tests or any(blocks):
+                    continue
                 default = len(args) > 2 and args[2].upper() in ("ON", "TRUE", "1", "YES")
                 options[args[0]] = (args[1], default)
             elif cmd == "set" and len(args) >= 2 and args[0] not in cmake_vars:
@@ -280,6 +291,7 @@ def analyze_cmake(a: Analysis):
     output_names = {}
     langs = None
     exes, tests = [], []
+    bindings = {}  # option -> the language of the binding it builds
     found_in_module = []  # (dependency, N) of find_library/find_path in a FindN.cmake module
     for path in files:
         rel = os.path.relpath(path, a.root)
@@ -323,6 +335,14 @@ def analyze_cmake(a: Analysis):
                 sub = os.path.normpath(os.path.join(os.path.dirname(path), _cmake_expand(args[0], cmake_vars)))
                 lits = [x for cond, _neg in conds for x in cond]
                 dir_conds[sub] = lits
+                sub_text = texts.get(os.path.join(sub, "CMakeLists.txt"), "")
+                if len(lits) == 1 and not lits[0].startswith("~") and sub_text:
+                    # a binding in another language behind its own option: named for the
+                    # language, as Spack's recipes name them (zfp's BUILD_ZFORP, BUILD_ZFPY)
+                    if re.search(r"enable_language\s*\(\s*Fortran|project\s*\([^)]*\bFortran\b", sub_text, re.I):
+                        bindings.setdefault(lits[0], "fortran")
+                    elif re.search(r"find_package\s*\(\s*(Python\w*|PythonLibs|PythonInterp)\b", sub_text):
+                        bindings.setdefault(lits[0], "python")
                 if not os.path.isdir(sub) or not os.listdir(sub):
                     # a git submodule the tarball lacks: the option that reads it must be off
                     a.build.setdefault("missing_subdirs", []).append([os.path.relpath(sub, a.root), lits])
@@ -480,6 +500,8 @@ def analyze_cmake(a: Analysis):
             a.build.setdefault("test_options", []).append([opt, bool(re.search(r"WITHOUT|NO_|DISABLE", opt))])
             continue
         name = variant_name(opt, prefixes)
+        if bindings.get(opt) and bindings[opt] not in options and list(bindings.values()).count(bindings[opt]) == 1:
+            name = bindings[opt]
         while name in used or name in RESERVED_VARIANTS:
             name = name + "_opt"
         used.add(name)
@@ -569,6 +591,8 @@ def _cmake_optional_packages(a):
 
 # an option that builds the project's tests (UTF8PROC_ENABLE_TESTING, JANSSON_WITHOUT_TESTS)
 TEST_OPTION_RE = re.compile(r"(^|_)(BUILD_|ENABLE_|WITH_|WITHOUT_|DO_)?(TESTS?|TESTING|UNIT_?TESTS?)$")
+# directories of the project's tests and of projects it bundles
+TEST_DIRS = r"(^|/)(tests?|testing|unittests?|third.?party|extern(al)?|vendor|deps|googletest|gtest)/"
 
 RESERVED_VARIANTS = {
     "build_type",
@@ -1533,11 +1557,9 @@ VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z]*(?:[._-][0-9A-Za-z]+)*$")
 # subdirectories that hold an alternative build for hardware or a toolchain this machine may
 # lack: never the default of the choice
 ACCELERATOR_DIRS = re.compile(r"(cuda|hip|sycl|opencl|offload|gpu|kokkos|raja|acc|mic|phi|fpga|dpcpp|ocl)", re.I)
+# the plain builds first (serial, or MPI that a switch turns off: CoMD's src-mpi), as Spack's
+# recipes default them; a threading model where there is no plain one (XSBench)
 PREFERRED_DIRS = [
-    "openmp-threading",
-    "openmp",
-    "omp",
-    "src-openmp",
     "serial",
     "src-serial",
     "ref",
@@ -1546,7 +1568,23 @@ PREFERRED_DIRS = [
     "seq",
     "mpi",
     "src-mpi",
+    "openmp-threading",
+    "openmp",
+    "omp",
+    "src-openmp",
 ]
+# the programming model a build directory is named for: the variant that chooses it
+DIR_MODELS = ["cuda", "hip", "sycl", "opencl", "openacc", "kokkos", "raja", "openmp"]
+
+
+def dir_model(d):
+    """``cuda`` -> cuda, ``openmp-offload`` -> openmp_offload, ``src-openmp`` -> openmp; None
+    for a directory not named for one."""
+    toks = re.split(r"[-_.]", os.path.basename(d).lower())
+    toks = ["openmp" if t == "omp" else t for t in toks]
+    if "offload" in toks or "target" in toks:
+        return "openmp_offload" if "openmp" in toks else None
+    return next((m for m in DIR_MODELS if m in toks), None)
 
 
 def find_builds(root, max_depth=2):
@@ -1643,7 +1681,22 @@ def analyze(root, name, build_system=None, version=None, build_directory=None) -
         same = [b for b in builds if b[1] == bs] or [(subdir, bs)]
         a.build["build_directory"] = subdir
         a.build["subdirs"] = [b[0] for b in same]
-        if len(same) > 1:
+        others = {b[0]: dir_model(b[0]) for b in same if b[0] != subdir}
+        models = list(others.values())
+        if (
+            others
+            and all(models)
+            and len(set(models)) == len(models)
+            and not set(models) & {v.name for v in a.variants}
+        ):
+            # one directory per programming model: a variant each, as Spack's recipes choose
+            # XSBench's cuda/ (+cuda) or CoMD's src-openmp/ (+openmp); the plain one without
+            a.build["model_dirs"] = [[m, d] for d, m in others.items()]
+            a.notes.append(
+                "builds in %s: variants %s choose one (default %s)"
+                % (", ".join(b[0] for b in same), ", ".join("+" + m for m in models), subdir)
+            )
+        elif len(same) > 1:
             a.notes.append(
                 "builds in %s: the variant 'implementation' chooses one (default %s)"
                 % (", ".join(b[0] for b in same), subdir)

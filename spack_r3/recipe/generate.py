@@ -220,7 +220,20 @@ class RuleGenerator:
             out += t("version_sha256", version=_q(a.version), sha256=_q(source.sha256), url=_q(source.url))
         out.append("")
         subdirs = a.build.get("subdirs") or []
-        if len(subdirs) > 1:
+        model_dirs = a.build.get("model_dirs") or []
+        for model, d in model_dirs:
+            out += t(
+                "variant",
+                name=_q(model),
+                default=False,
+                description=_q(
+                    "Build %s/ instead of %s/ (a build directory per model)" % (d, a.build["build_directory"])
+                ),
+            )
+        for i, (m1, _d1) in enumerate(model_dirs):
+            for m2, _d2 in model_dirs[i + 1 :]:
+                out += t("conflicts", a=_q("+" + m1), when=_q("+" + m2))
+        if len(subdirs) > 1 and not model_dirs:
             out += t(
                 "variant_values",
                 name=_q("implementation"),
@@ -242,6 +255,9 @@ class RuleGenerator:
         for lang in langs:
             out.append("    " + dependency_line(lang, ("build",)))
         deps = a.spack_dependencies()
+        for model, _d in model_dirs:
+            if model in ("cuda", "hip"):  # the toolkit the directory's build needs
+                out.append("    " + dependency_line(model, ("build", "link"), "+" + model))
         if a.build_system == "python":
             out.append("    " + dependency_line("python", ("build", "run")))
             for req in a.build.get("build_requires", ["setuptools"]):
@@ -281,6 +297,12 @@ class RuleGenerator:
         prop = {"cmake": "root_cmakelists_dir", "autotools": "configure_directory"}.get(
             a.build_system, "build_directory"
         )
+        if a.build.get("model_dirs"):
+            chosen = []
+            for model, d in a.build["model_dirs"]:
+                chosen += templates.lines(PACKAGE, "build_directory_model", when=_q("+" + model), dir=_q(d))
+            head = templates.lines(PACKAGE, "build_directory_models", prop=prop, default=_q(sub))
+            return head[:-1] + chosen + head[-1:] + [""]  # the plain build last
         if len(a.build.get("subdirs") or []) > 1:
             return templates.lines(PACKAGE, "build_directory", prop=prop) + [""]
         return templates.lines(PACKAGE, "build_directory_fixed", prop=prop, dir=_q(sub)) + [""]

@@ -55,8 +55,10 @@ def test_builds_in_subdirectories_are_a_variant(index):
     assert a.build["compiler_vars"] == {"LINKER": "cc"}  # a compiler named by path
     assert a.executables == ["stencil"] and a.build["cli_flag"] == "-h"
     text = _recipe(a)
-    assert 'variant("implementation", default="serial", values=("cuda", "serial"), multi=False' in text
-    assert 'return self.spec.variants["implementation"].value' in text
+    # the other directory is named for a programming model: the variant named for it chooses it,
+    # as Spack's recipes choose XSBench's cuda/ with +cuda
+    assert 'variant("cuda", default=False' in text and 'depends_on("cuda", when="+cuda")' in text
+    assert 'if self.spec.satisfies("+cuda"):\n            return "cuda"\n        return "serial"' in text
     assert '"LINKER={0}".format(spack_cc)' in text and '"MPI={0}".format("yes" if self.spec.satisfies("+mpi")' in text
     assert 'depends_on("c", type="build")' in text and 'depends_on("mpi", when="+mpi")' in text
     # installed where a user looks for it, from the build directory; a stand-alone test runs it
@@ -799,3 +801,51 @@ def test_a_failed_stand_alone_test_names_what_the_prefix_has(tmp_path):
     assert 'find_libraries(["libr3mk", "libr3mk2"]' in new and validate(new).ok
     assert 'for name in ["r3mk.h", "other.h"]' in new
     assert len(done) == 2  # bin/ has no program to run instead: that test stays as it is
+
+
+def test_builds_named_otherwise_are_chosen_by_one_variant(tmp_path):
+    # directories not named for a programming model (or two for one) keep one variant
+    # naming the directory; models each get theirs, never together
+    mk = "all: app\napp: main.c\n\t$(CC) -o app main.c\n"
+    main = "int main(void) { return 0; }\n"
+    root = _write(
+        tmp_path / "bx",
+        {"serial/Makefile": mk, "serial/main.c": main, "blocked/Makefile": mk, "blocked/main.c": main},
+    )
+    text = _recipe(analyze(root, "bx"))
+    assert 'variant("implementation", default="serial", values=("blocked", "serial"), multi=False' in text
+    assert 'return self.spec.variants["implementation"].value' in text
+    root = _write(
+        tmp_path / "mx",
+        {"src/Makefile": mk, "src/main.c": main, "hip/Makefile": mk, "hip/main.c": main, "sycl/Makefile": mk},
+    )
+    text = _recipe(analyze(root, "mx"))
+    assert 'variant("hip", default=False' in text and 'variant("sycl", default=False' in text
+    assert 'conflicts("+hip", when="+sycl"' in text and "implementation" not in text
+
+
+def test_cmake_bindings_are_named_for_their_language_and_test_options_are_no_variants(tmp_path):
+    # zfp's shape: BUILD_ZFORP adds a directory that enables Fortran, BUILD_ZFPY one that finds
+    # Python; the tests' own options (in tests/, or under if(BUILD_TESTING)) are not the package's
+    root = _write(
+        tmp_path / "zb",
+        {
+            "CMakeLists.txt": "cmake_minimum_required(VERSION 3.9)\nproject(ZB VERSION 1.0.0 LANGUAGES C)\n"
+            'option(BUILD_ZBORT "Build Fortran library" OFF)\nif(BUILD_ZBORT)\n  add_subdirectory(fortran)\nendif()\n'
+            'option(BUILD_ZBPY "Build python bindings" OFF)\nif(BUILD_ZBPY)\n  add_subdirectory(python)\nendif()\n'
+            'option(ZB_WITH_CACHE "Cache" ON)\nadd_library(zb zb.c)\ninstall(TARGETS zb)\n'
+            'if(BUILD_TESTING)\n  option(INSTALL_GTEST "Install Googletest" OFF)\n  add_subdirectory(tests)\nendif()\n',
+            "fortran/CMakeLists.txt": "enable_language(Fortran)\nadd_library(zbf zbf.f90)\n",
+            "python/CMakeLists.txt": "find_package(PythonInterp REQUIRED)\n",
+            "tests/CMakeLists.txt": 'option(ZB_BUILD_TESTING_LARGE "Large tests" OFF)\n',
+            "zb.c": "int zb;\n",
+        },
+    )
+    a = analyze(root, "zb")
+    assert sorted((v.name, v.option) for v in a.variants) == [
+        ("cache", "ZB_WITH_CACHE"),
+        ("fortran", "BUILD_ZBORT"),
+        ("python", "BUILD_ZBPY"),
+        ("shared", "BUILD_SHARED_LIBS"),  # a library whose kind BUILD_SHARED_LIBS decides
+    ]
+    assert 'self.define_from_variant("BUILD_ZBORT", "fortran")' in _recipe(a)

@@ -292,7 +292,7 @@ def test_builds_in_subdirectories_install_after_the_diagnostics_are_read(sandbox
     assert [f["kind"] for f in first["findings"]] == ["required-macro"] and "R3T_MPI" in first["fixes"][0]
     assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
     recipe = open(res["recipe"]).read()
-    assert 'variant("implementation", default="serial"' in recipe and "def flag_handler" in recipe
+    assert 'variant("cuda", default=False' in recipe and "def flag_handler" in recipe
     assert os.listdir(os.path.join(last["prefix"], "bin")) == ["stencil"]
 
 
