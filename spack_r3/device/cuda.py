@@ -142,13 +142,25 @@ class CudaDevice:
         _check(self.cu, self.cu.cuMemcpyDtoH(buf, addr, size), "cuMemcpyDtoH")
         return bytes(buf)
 
-    def function(self, image, name):
-        """The kernel ``name`` of a PTX text or cubin (bytes)."""
+    def module(self, image):
+        """A PTX text or cubin (bytes) loaded."""
         cu = self.cu
         if not image.endswith(b"\0") and image.lstrip().startswith((b"//", b".version")):
             image += b"\0"  # PTX is read as a C string
-        module = _check(cu, cu.cuModuleLoadData(image), "cuModuleLoadData")
+        return _check(cu, cu.cuModuleLoadData(image), "cuModuleLoadData")
+
+    def function(self, image, name, module=None):
+        """The kernel ``name`` of a PTX text or cubin (bytes), or of a loaded ``module``."""
+        cu = self.cu
+        module = module if module is not None else self.module(image)
         return _check(cu, cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction %s" % name)
+
+    def global_of(self, module, name):
+        """(device address, bytes) of the ``__device__`` / ``__constant__`` variable ``name``
+        of a loaded module (each module holds its own)."""
+        cu = self.cu
+        dptr, size = _check(cu, cu.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal %s" % name)
+        return int(dptr), int(size)
 
     def launch(
         self,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import List, Tuple
 
 from ..errors import R3Error
-from ..memimage import KIND_HEAP, read_regions, region_bytes
+from ..memimage import KIND_GLOBAL, KIND_HEAP, read_regions, region_bytes
 from .geometry import grid_stride
 
 
@@ -127,15 +127,35 @@ def check_replayable(capture):
         raise R3Error("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
 
 
+@dataclass
+class Kernel:
+    """A kernel's code loaded on the device: its function, and its module's copy of each
+    device variable the capture holds: (address there, bytes before, bytes after)."""
+
+    fn: object
+    globals: List[Tuple[int, bytes, bytes]] = field(default_factory=list)
+
+
 class Session:
     """One capture on one device: its memory mapped at the recorded device addresses,
-    ``restore`` (pre.bin written back), ``launch`` of a loaded kernel at a geometry,
-    ``differs`` (the (address, bytes) of post.bin the device memory does not hold)."""
+    ``load`` of a kernel's code, ``restore`` (pre.bin written back: the allocations, and
+    the device variables into the kernel's module, which holds its own at addresses of
+    its own), ``launch`` at a geometry, ``differs`` (the (address, bytes) of post.bin the
+    device memory does not hold)."""
 
     def __init__(self, dev, capture, capture_dir):
         pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
-        self.pre = [(r.addr, region_bytes(pre_path, r)) for r in read_regions(pre_path) if r.kind == KIND_HEAP]
-        self.post = [(r.addr, region_bytes(post_path, r)) for r in read_regions(post_path) if r.kind == KIND_HEAP]
+        pre_regions, post_regions = read_regions(pre_path), read_regions(post_path)
+        self.pre = [(r.addr, region_bytes(pre_path, r)) for r in pre_regions if r.kind == KIND_HEAP]
+        self.post = [(r.addr, region_bytes(post_path, r)) for r in post_regions if r.kind == KIND_HEAP]
+        # each device variable by its recorded address: (name, pre bytes, post bytes)
+        names = {int(g["addr"], 16): g["name"] for g in capture.globals}
+        post_globals = {r.addr: region_bytes(post_path, r) for r in post_regions if r.kind == KIND_GLOBAL}
+        self.variables = [
+            (names[r.addr], region_bytes(pre_path, r), post_globals.get(r.addr))
+            for r in pre_regions
+            if r.kind == KIND_GLOBAL and r.addr in names
+        ]
         self.dev, self.capture = dev, capture
         for lo, hi in spans([(addr, len(data)) for addr, data in self.pre], dev.granularity()):
             dev.map_at(lo, hi - lo)
@@ -146,18 +166,32 @@ class Session:
         self.shared = int((capture.launch or {}).get("dynamic_shared") or 0)
         self.params, self._keep = kernel_params(argument_bytes(capture))
 
-    def restore(self):
+    def load(self, image):
+        """The Kernel of a PTX text or cubin: its function, its module's device variables."""
+        module = self.dev.module(image)
+        kernel = Kernel(self.dev.function(image, self.capture.kernel, module))
+        for name, pre, post in self.variables:
+            addr, size = self.dev.global_of(module, name)
+            if size != len(pre):
+                raise R3Error("device variable %s: %d bytes in this code, %d recorded" % (name, size, len(pre)))
+            kernel.globals.append((addr, pre, post))
+        return kernel
+
+    def restore(self, kernel):
         for addr, data in self.pre:
             self.dev.write(addr, data)
+        for addr, pre, _ in kernel.globals:
+            self.dev.write(addr, pre)
 
-    def launch(self, fn, grid, block):
+    def launch(self, kernel, grid, block):
         from .cuda import _check
 
         cu = self.dev.cu
-        _check(cu, cu.cuLaunchKernel(fn, *grid, *block, self.shared, 0, self.params, 0), "cuLaunchKernel")
+        _check(cu, cu.cuLaunchKernel(kernel.fn, *grid, *block, self.shared, 0, self.params, 0), "cuLaunchKernel")
 
-    def differs(self):
-        return [(addr, len(data)) for addr, data in self.post if self.dev.read(addr, len(data)) != data]
+    def differs(self, kernel):
+        expected = self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
+        return [(addr, len(data)) for addr, data in expected if self.dev.read(addr, len(data)) != data]
 
     def geometry(self, launch=None):
         return geometry(self.capture, launch, self.stride)
@@ -173,17 +207,17 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
     with CudaDevice(ordinal) as dev:
         target = parse_targets(dev.arch)[0]
         code = device_code(capture, capture_dir, target, pipeline)
-        fn = dev.function(code.code, capture.kernel)
         s = Session(dev, capture, capture_dir)
+        kernel = s.load(code.code)
         grid, block = s.geometry(launch)
-        s.restore()
-        s.launch(fn, grid, block)
+        s.restore(kernel)
+        s.launch(kernel, grid, block)
         dev.synchronize()
-        mismatches = s.differs()
+        mismatches = s.differs(kernel)
         times = []
         for _ in range(repeat):
-            s.restore()
-            times += dev.time_call(lambda: s.launch(fn, grid, block))
+            s.restore(kernel)
+            times += dev.time_call(lambda: s.launch(kernel, grid, block))
         return CudaReplay(dev.arch, not mismatches, mismatches, times)
 
 
@@ -222,12 +256,12 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
         grid, block = s.geometry(variant.launch)
         ev.code = hashlib.sha256(code.code + repr((grid, block)).encode()).hexdigest()[:16]
         try:
-            fn = dev.function(code.code, capture.kernel)
+            fn = s.load(code.code)
             ev.compiled = True
-            s.restore()
+            s.restore(fn)
             s.launch(fn, grid, block)
             dev.synchronize()
-            wrong = s.differs()
+            wrong = s.differs(fn)
             ev.verify_runs = 1
             if wrong:
                 ev.status = WRONG_OUTPUT
@@ -240,12 +274,12 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
             ev.verified = True
 
             def timed(f, g, b):
-                s.restore()
+                s.restore(f)
                 return dev.time_call(lambda: s.launch(f, g, b))[0]
 
             if pairs:
                 base = device_code(capture, capture_dir, target, as_built(capture))
-                base_fn = dev.function(base.code, capture.kernel)
+                base_fn = s.load(base.code)
                 base_grid, base_block = s.geometry()
                 mine, theirs = [], []
                 for i in range(pairs):  # alternating order: neither side always runs second
@@ -263,7 +297,7 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
                 times = mine
             else:
                 times = [timed(fn, grid, block) for _ in range(max(repeat, 1))]
-            s.restore()  # as recorded again: the next candidate's check starts from it
+            s.restore(fn)  # as recorded again: the next candidate's check starts from it
         except CudaError as err:
             ev.status, ev.diagnostics = CRASH, str(err)
             return ev.to_json()

@@ -9,7 +9,8 @@ module, with the unit's compile command, is kept as a unit folder like a host un
 named in ``<record dir>/cuda/<kernel>`` for the launch recorder (runtime/r3cuda.c, which
 reads no JSON): its first line the byte size of each kernel parameter (its slot in
 ``cudaLaunchKernel``'s argument array, from the device IR's parameter layout), then one
-line ``<arch> <unit folder>`` a GPU arch.
+line ``<arch> <unit folder>`` a GPU arch, then a line ``global <name>`` for each
+``__device__`` / ``__constant__`` variable the kernel uses (captured by name).
 
 A build's host code calls the CUDA runtime; r3cuda.c interposes its launch and allocation
 functions, linked into the executable (a link against the shared runtime, ``-lcudart``) or
@@ -119,10 +120,8 @@ def kernel_infos(bitcode):
             fn = analysis.defined[name]
             info = KernelInfo(name, "void", 0, [str(a.type) for a in fn.arguments], [0] * len(fn.arguments))
             info.unreplayable = "its parameters cannot be captured (%s)" % analysis.kernel(name)
-        if info.globals and not info.unreplayable:  # __device__ / __constant__ variables: not in the capture
-            info.unreplayable = "it uses device globals (%s) the capture does not hold" % ", ".join(
-                g for g, _ in info.globals[:3]
-            )
+        if info.globals and not info.unreplayable:
+            info.unreplayable = _uncapturable(info.globals, analysis)
         sizes = [
             b or analysis.target_data.get_abi_size(a.type)
             for a, b in zip(analysis.defined[name].arguments, info.byval_sizes)
@@ -131,13 +130,26 @@ def kernel_infos(bitcode):
     return out
 
 
+def _uncapturable(globals_, analysis):
+    """Why a kernel's ``__device__`` / ``__constant__`` variables cannot be captured, or None.
+    r3cuda.c finds one by the name the module constructor registers it under
+    (``__cudaRegisterVar``) and copies it with ``cudaMemcpyFromSymbol``; a variable of
+    internal linkage (``static``, a string constant) has no name to find it by."""
+    import llvmlite.binding as llvm
+
+    for g, _ in globals_:
+        if analysis.globals[g].linkage in (llvm.Linkage.internal, llvm.Linkage.private):
+            return "it uses the device global %s, which has no name the runtime registers" % g
+    return None
+
+
 def record_device_units(compiler, args, source, record_dir):
     """Keep ``source``'s device IR for each GPU arch of the line and name its kernels for
     r3cuda.c; a reason string on failure, else None."""
     kind = unit_kind(args) or GPU_EXTS.get(os.path.splitext(source)[1], CUDA)
     archs = gpu_archs(args, kind)
     units = {}  # kernel -> [(arch, unit folder)]
-    sizes = {}
+    sizes, globals_ = {}, {}
     for arch in archs:
         with tempfile.TemporaryDirectory(prefix="r3-cuda-") as tmp:
             bc = os.path.join(tmp, "device.bc")
@@ -158,10 +170,12 @@ def record_device_units(compiler, args, source, record_dir):
         for info, slot in kernels:
             units.setdefault(info.name, []).append((arch, tu_dir))
             sizes[info.name] = slot
+            globals_[info.name] = [] if info.unreplayable else [g for g, _ in info.globals]
     index = os.path.join(os.path.abspath(record_dir), "cuda")
     os.makedirs(index, exist_ok=True)
     for name, where in units.items():
         text = " ".join(str(s) for s in sizes[name]) + "\n" + "".join("%s %s\n" % w for w in where)
+        text += "".join("global %s\n" % g for g in globals_[name])  # the device globals r3cuda.c captures
         tmp = os.path.join(index, ".tmp-%s-%d" % (name, os.getpid()))
         with open(tmp, "w") as f:
             f.write(text)

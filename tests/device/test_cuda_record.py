@@ -135,22 +135,31 @@ def test_hip_unit_device_ir_without_rocm(tmp_path, clang):
     assert [k["name"] for k in tu["kernels"]] == ["_Z5scaleifPf"]
 
 
-def test_a_kernel_using_device_globals_is_kept_but_marked_unreplayable(tmp_path, clang):
-    """A __device__ variable lives in the loaded module, not in the tracked allocations: its
-    kernel is recorded (its share counts) and replay refuses it with the reason."""
+def test_a_kernels_device_variables_are_named_for_the_recorder(tmp_path, clang):
+    """A __device__ / __constant__ variable lives in the loaded module, not in the tracked
+    allocations: the index file names each one a kernel uses, and r3cuda.c captures it by
+    that name (cudaGetSymbolAddress, cudaMemcpyFromSymbol). A static one has no registered
+    name: its kernel is recorded (its share counts) and replay refuses it with the reason."""
     src = tmp_path / "g.cu"
     src.write_text(
-        '#include "gpu.h"\n__device__ int hits;\n__global__ void count(int *x) {\n'
-        "  if (x[THREAD_X] > 0) hits += 1;\n}\n"
+        '#include "gpu.h"\n__device__ int hits;\n__attribute__((constant)) float scale[4];\nstatic __device__ int seen;\n'
+        "__global__ void count(int *x) {\n  if (x[THREAD_X] > 0) hits += 1;\n  x[THREAD_X] *= scale[0];\n}\n"
+        "__global__ void mark(int *x) { seen = x[THREAD_X]; }\n"
         "__global__ void plain(int *x) { x[THREAD_X] += 1; }\n"
     )
     args = ["-nocudainc", "-nocudalib", "-I", TREE, "--cuda-gpu-arch=sm_80", "-O2", "-c", str(src)]
-    assert cuda.record_device_units(clang, args, str(src), str(tmp_path / "rec")) is None
-    (unit,) = os.listdir(tmp_path / "rec" / "tus")
-    with open(tmp_path / "rec" / "tus" / unit / "tu.json") as f:
+    rec = tmp_path / "rec"
+    assert cuda.record_device_units(clang, args, str(src), str(rec)) is None
+    (unit,) = os.listdir(rec / "tus")
+    with open(rec / "tus" / unit / "tu.json") as f:
         kernels = {k["name"]: k for k in json.load(f)["kernels"]}
-    assert kernels["_Z5countPi"]["unreplayable"] == "it uses device globals (hits) the capture does not hold"
-    assert kernels["_Z5plainPi"]["unreplayable"] is None
+    assert kernels["_Z5countPi"]["unreplayable"] is None and kernels["_Z5plainPi"]["unreplayable"] is None
+    assert kernels["_Z4markPi"]["unreplayable"].startswith("it uses the device global _ZL4seen, which has no name")
+    lines = (rec / "cuda" / "_Z5countPi").read_text().splitlines()
+    assert lines[1] == "sm_80 " + str(rec / "tus" / unit)
+    assert sorted(lines[2:]) == ["global hits", "global scale"]
+    assert len((rec / "cuda" / "_Z5plainPi").read_text().splitlines()) == 2  # no variable
+    assert len((rec / "cuda" / "_Z4markPi").read_text().splitlines()) == 2  # refused: none to capture
 
 
 @pytest.fixture(scope="module")
@@ -199,10 +208,12 @@ WRITER = r"""
 #include <stdio.h>
 #include <string.h>
 struct r3cuda_section { uint64_t dev, size; const unsigned char *pre, *post; };
+struct r3cuda_global { const char *name; uint64_t dev, size; const unsigned char *pre, *post; };
 struct r3cuda_capture {
   const char *kernel, *tu_dir, *arch; uint64_t instance, ns, stream; int pid, device;
   unsigned int grid[3], block[3]; uint64_t shared; int nparams; const uint32_t *sizes;
   const unsigned char *const *params; int nsections; const struct r3cuda_section *sections;
+  int nglobals; const struct r3cuda_global *globals; const char *unreplayable;
 };
 int r3cuda_write_capture(const char *, const struct r3cuda_capture *);
 int r3cuda_kernel_unit(const char *, const char *, const char *, char *, size_t, uint32_t *, int);
@@ -218,7 +229,7 @@ int main(int argc, char **argv) {
   const unsigned char *params[4] = {(void *)&n, (void *)scale, (void *)&xd, (void *)&yd};
   struct r3cuda_section s[2] = {{xd, sizeof x, (void *)x, (void *)x}, {yd, sizeof y0, (void *)y0, (void *)y1}};
   struct r3cuda_capture c = {argv[2], tu, "sm_90", 1, 12345, 0, 4242, 0, {8, 1, 1}, {128, 1, 1}, 0,
-                             np, sizes, params, 2, s};
+                             np, sizes, params, 2, s, 0, 0, 0};
   return r3cuda_write_capture(argv[1], &c) ? 3 : 0;
 }
 """
@@ -229,9 +240,14 @@ def cuda_capture(recorded_build, r3cuda_real, clang, tmp_path):
     """A workspace holding one cuda capture: written by r3cuda.c's own writer (built into a
     host program, no GPU), from the memory a saxpy launch would have left (y = 2x + y, computed
     on the host), for the units the record launcher kept; then ingested."""
-    record = recorded_build[0]
+    return _written(recorded_build[0], r3cuda_real, clang, tmp_path, WRITER)
+
+
+def _written(record, r3cuda_real, clang, tmp_path, writer):
+    """(workspace, capture): the capture ``writer`` (a C program calling r3cuda_write_capture)
+    writes into a copy of ``record``, ingested."""
     c = tmp_path / "writer.c"
-    c.write_text(WRITER)
+    c.write_text(writer)
     exe = str(tmp_path / "writer")
     subprocess.run([clang, "-O1", str(c), r3cuda_real, "-ldl", "-lpthread", "-o", exe], check=True)
     run = tmp_path / "run"
@@ -240,6 +256,27 @@ def cuda_capture(recorded_build, r3cuda_real, clang, tmp_path):
     ws = Workspace(str(tmp_path / "ws"))
     (capture,) = ingest(str(run), ws)
     return ws, capture
+
+
+def test_a_captured_device_variable_ingests_at_its_device_address(recorded_build, r3cuda_real, clang, tmp_path):
+    """A device variable r3cuda.c captured (its bytes before and after, at the address
+    cudaGetSymbolAddress gave) is a section of kind 2 and named in the capture's globals:
+    replay writes it into the loaded module's own copy (cuModuleGetGlobal) and compares it."""
+    from spack_r3.memimage import KIND_GLOBAL, read_regions, region_bytes
+
+    hits = (
+        '  int h0 = 7, h1 = 8;\n  struct r3cuda_global g = {"hits", 0x7f3a10000000ull, 4, (void *)&h0, (void *)&h1};\n'
+    )
+    writer = WRITER.replace("  struct r3cuda_capture c =", hits + "  struct r3cuda_capture c =")
+    writer = writer.replace("2, s, 0, 0, 0};", "2, s, 1, &g, 0};")
+    ws, capture = _written(recorded_build[0], r3cuda_real, clang, tmp_path, writer)
+    assert capture.globals == [{"name": "hits", "addr": "0x7f3a10000000", "size": 4}]
+    assert not capture.unreplayable
+    d = ws.capture_dir(capture.id)
+    for name, value in (("pre.bin", 7), ("post.bin", 8)):
+        path = os.path.join(d, name)
+        (g,) = [r for r in read_regions(path) if r.kind == KIND_GLOBAL]
+        assert g.addr == 0x7F3A10000000 and region_bytes(path, g) == value.to_bytes(4, "little")
 
 
 def test_a_cuda_capture_ingests_with_its_launch(cuda_capture):

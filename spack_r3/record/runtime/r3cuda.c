@@ -8,6 +8,8 @@
  *   __cudaRegisterFunction   the module constructor clang emits names each kernel: its host
  *                            stub's address and its device name (the mangled symbol);
                             R3CUDA_VERBOSE=1 prints each ("r3cuda: kernel <name>")
+ *   __cudaRegisterVar        each __device__ / __constant__ variable: its host shadow and
+ *                            its device name
  *   cudaMalloc / cudaMallocManaged / cudaFree
  *                            device allocations, tracked (address, size)
  *   cudaLaunchKernel (and cudaLaunchKernel_ptsz)
@@ -15,7 +17,9 @@
  *                            launches captured:
  *     1. cudaDeviceSynchronize, then every tracked allocation copied to the host (pre.bin,
  *        at its device address: replay maps it there, so pointers inside device data stay
- *        valid);
+ *        valid), and each device variable the kernel uses (listed in its index file,
+ *        found by its registered name: cudaGetSymbolAddress, cudaMemcpyFromSymbol), a
+ *        section of kind 2 at its device address, its name in meta.json's "globals";
  *     2. the launch itself, with the application's grid, block, dynamic shared memory and
  *        stream, then cudaDeviceSynchronize (its time: host clock around launch and sync);
  *     3. the allocations copied again (post.bin);
@@ -47,6 +51,7 @@
 #ifdef R3CUDA_REAL_HEADERS
 #include <cuda_runtime_api.h>
 #define R3_MEMCPY_DEFAULT cudaMemcpyDefault
+#define R3_MEMCPY_DEVICE_TO_HOST cudaMemcpyDeviceToHost
 #define R3_ATTR_CC_MAJOR cudaDevAttrComputeCapabilityMajor
 #define R3_ATTR_CC_MINOR cudaDevAttrComputeCapabilityMinor
 typedef enum cudaDeviceAttr r3_attr;
@@ -59,6 +64,7 @@ typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 #define cudaSuccess 0
 #define R3_MEMCPY_DEFAULT 4 /* cudaMemcpyDefault: direction from the unified address space */
+#define R3_MEMCPY_DEVICE_TO_HOST 2
 #define R3_ATTR_CC_MAJOR 75 /* cudaDevAttrComputeCapabilityMajor */
 #define R3_ATTR_CC_MINOR 76
 typedef int r3_attr;
@@ -75,6 +81,12 @@ struct r3cuda_section {
   const unsigned char *pre, *post;
 };
 
+struct r3cuda_global {
+  const char *name; /* its device name */
+  uint64_t dev, size;
+  const unsigned char *pre, *post;
+};
+
 struct r3cuda_capture {
   const char *kernel, *tu_dir, *arch;
   uint64_t instance, ns, stream;
@@ -86,6 +98,9 @@ struct r3cuda_capture {
   const unsigned char *const *params; /* each parameter's bytes */
   int nsections;
   const struct r3cuda_section *sections; /* sorted by address, disjoint */
+  int nglobals;
+  const struct r3cuda_global *globals; /* the kernel's device variables */
+  const char *unreplayable;            /* why not, or NULL */
 };
 
 static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
@@ -101,7 +116,8 @@ static void json_str(FILE *f, const char *s) {
 }
 
 /* R3MEM1 (memimage.py): per section its device address, size and kind 1 (heap: compared);
- * in post.bin kind 5 (no bytes) where the launch changed nothing */
+ * in post.bin kind 5 (no bytes) where the launch changed nothing; a device variable kind 2
+ * (always compared, its bytes in both images) */
 static int write_image(const char *path, const struct r3cuda_capture *c, int post) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
@@ -117,6 +133,13 @@ static int write_image(const char *path, const struct r3cuda_capture *c, int pos
       if (s->size % 8) bad |= put(f, zeros, 8 - s->size % 8);
     }
   }
+  for (int i = 0; i < c->nglobals && !bad; i++) {
+    const struct r3cuda_global *g = &c->globals[i];
+    uint64_t hdr[3] = {g->dev, g->size, 2};
+    bad |= put(f, hdr, sizeof hdr);
+    bad |= put(f, post ? g->post : g->pre, g->size);
+    if (g->size % 8) bad |= put(f, zeros, 8 - g->size % 8);
+  }
   bad |= fclose(f);
   return bad;
 }
@@ -130,6 +153,7 @@ static int write_meta(const char *path, const struct r3cuda_capture *c) {
   if (!f) return -1;
   uint64_t bytes = 0;
   for (int i = 0; i < c->nsections; i++) bytes += c->sections[i].size;
+  for (int i = 0; i < c->nglobals; i++) bytes += c->globals[i].size;
   fprintf(f, "{\"kernel\": ");
   json_str(f, c->kernel);
   fprintf(f, ", \"tu_dir\": ");
@@ -148,7 +172,19 @@ static int write_meta(const char *path, const struct r3cuda_capture *c) {
     if (c->sizes[i] <= 8) fprintf(f, "null");
     else { fputc('"', f); hex_bytes(f, c->params[i], c->sizes[i]); fputc('"', f); }
   }
-  fprintf(f, "], \"ret\": null, \"threads\": 1, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
+  fprintf(f, "], \"globals\": [");
+  for (int i = 0; i < c->nglobals; i++) {
+    fprintf(f, "%s{\"name\": ", i ? ", " : "");
+    json_str(f, c->globals[i].name);
+    fprintf(f, ", \"addr\": \"0x%llx\", \"size\": %llu}", (unsigned long long)c->globals[i].dev,
+            (unsigned long long)c->globals[i].size);
+  }
+  fprintf(f, "]");
+  if (c->unreplayable) {
+    fprintf(f, ", \"unreplayable\": ");
+    json_str(f, c->unreplayable);
+  }
+  fprintf(f, ", \"ret\": null, \"threads\": 1, \"instance_ns\": %llu, \"arena_base\": \"0x0\", "
              "\"arena_end\": \"0x0\", \"memory\": {\"mode\": \"device\", \"live_bytes\": %llu, "
              "\"touched_bytes\": %llu, \"thread\": \"main\"}, \"launch\": {\"backend\": \"cuda\", "
              "\"device\": %d, \"arch\": ",
@@ -219,6 +255,7 @@ API int r3cuda_kernel_unit(const char *record_dir, const char *kernel, const cha
     char *sp = strchr(line, ' ');
     if (!sp) continue;
     *sp = 0;
+    if (!strcmp(line, "global")) continue; /* a device variable (r3cuda_kernel_globals) */
     size_t len = strcspn(sp + 1, "\n");
     sp[1 + len] = 0;
     if (!tu_dir[0] || (!found && !strcmp(line, arch))) {
@@ -228,6 +265,22 @@ API int r3cuda_kernel_unit(const char *record_dir, const char *kernel, const cha
   }
   fclose(f);
   return tu_dir[0] ? count : -1;
+}
+
+/* The device variables the kernel's index file names (lines "global <name>"), each a
+ * malloc'ed string in ``names``; how many (at most ``max``). */
+static int kernel_globals(const char *record_dir, const char *kernel, char **names, int max) {
+  char path[4096], line[4096];
+  snprintf(path, sizeof path, "%s/cuda/%s", record_dir, kernel);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int n = 0;
+  while (n < max && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (!strncmp(line, "global ", 7) && line[7] && (names[n] = strdup(line + 7))) n++;
+  }
+  fclose(f);
+  return n;
 }
 
 /* ---- the interposer ---------------------------------------------------------------- */
@@ -246,6 +299,10 @@ struct kernel {
 };
 
 struct alloc { uint64_t dev, size; };
+
+struct var { const void *host; char *name; uint64_t size; }; /* a registered device variable */
+static struct var *g_vars;
+static int g_nvars, g_capvars;
 
 static struct kernel *g_kernels;
 static int g_nkernels, g_capkernels;
@@ -270,6 +327,9 @@ typedef cudaError_t (*free_fn)(void *);
 typedef cudaError_t (*sync_fn)(void);
 typedef cudaError_t (*memcpy_fn)(void *, const void *, size_t, r3_copy_kind);
 typedef cudaError_t (*getdev_fn)(int *);
+typedef void (*register_var_fn)(void **, char *, char *, const char *, int, size_t, int, int);
+typedef cudaError_t (*symbol_address_fn)(void **, const void *);
+typedef cudaError_t (*from_symbol_fn)(void *, const void *, size_t, size_t, r3_copy_kind);
 typedef cudaError_t (*attr_fn)(int *, r3_attr, int);
 typedef cudaError_t (*ev_create_fn)(cudaEvent_t *);
 typedef cudaError_t (*ev_record_fn)(cudaEvent_t, cudaStream_t);
@@ -296,6 +356,62 @@ API void __cudaRegisterFunction(void **handle, const char *hostFun, char *device
   const char *verbose = getenv("R3CUDA_VERBOSE"); /* which kernels the recorder sees, before any launch */
   if (verbose && *verbose && *verbose != '0') warn("kernel ", deviceName ? deviceName : deviceFun);
   if (next) next(handle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
+}
+
+/* what clang's module constructor calls for each __device__ / __constant__ variable: its host
+ * shadow (what cudaGetSymbolAddress and cudaMemcpyFromSymbol take) and its device name */
+API void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
+                           size_t size, int constant, int global) {
+  static register_var_fn next;
+  if (!next) next = (register_var_fn)real("__cudaRegisterVar");
+  pthread_mutex_lock(&g_lock);
+  if (g_nvars == g_capvars) {
+    int cap = g_capvars ? 2 * g_capvars : 64;
+    struct var *v = realloc(g_vars, (size_t)cap * sizeof *v);
+    if (v) { g_vars = v; g_capvars = cap; }
+  }
+  if (g_nvars < g_capvars && (deviceName || deviceAddress)) {
+    g_vars[g_nvars] = (struct var){hostVar, strdup(deviceName ? deviceName : deviceAddress), size};
+    if (g_vars[g_nvars].name) g_nvars++;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (next) next(handle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
+}
+
+static const struct var *var_named(const char *name) { /* g_lock held */
+  for (int i = 0; i < g_nvars; i++)
+    if (!strcmp(g_vars[i].name, name)) return &g_vars[i];
+  return NULL;
+}
+
+#define MAXGLOB 64 /* device variables of one kernel */
+
+/* The kernel's device variables: each one's device address and bytes (pre or post); NULL,
+ * else why they cannot be (a variable not registered, a failing copy). */
+static const char *read_globals(struct r3cuda_global *g, const void **host, int n, int post) {
+  static symbol_address_fn address;
+  static from_symbol_fn from;
+  static char why[512];
+  if (!address) address = (symbol_address_fn)real("cudaGetSymbolAddress");
+  if (!from) from = (from_symbol_fn)real("cudaMemcpyFromSymbol");
+  for (int i = 0; i < n; i++) {
+    void *dev = NULL;
+    if (!host[i]) {
+      snprintf(why, sizeof why, "its device variable %.200s is not registered by the application", g[i].name);
+      return why;
+    }
+    unsigned char *buf = malloc(g[i].size ? g[i].size : 1);
+    if (!buf || !address || !from || address(&dev, host[i]) != cudaSuccess ||
+        from(buf, host[i], g[i].size, 0, R3_MEMCPY_DEVICE_TO_HOST) != cudaSuccess) {
+      free(buf);
+      snprintf(why, sizeof why, "its device variable %.200s could not be read", g[i].name);
+      return why;
+    }
+    g[i].dev = (uint64_t)(uintptr_t)dev;
+    if (post) g[i].post = buf;
+    else g[i].pre = buf;
+  }
+  return NULL;
 }
 
 static void track(void *dev, size_t size) {
@@ -496,14 +612,27 @@ static cudaError_t launch(launch_fn next, int ptsz, const void *func, dim3 gridD
     free(secs);
     return timed(k, ptsz, next, func, gridDim, blockDim, args, sharedMem, stream);
   }
+  char *gnames[MAXGLOB];
+  const void *ghost[MAXGLOB];
+  struct r3cuda_global globs[MAXGLOB];
+  int ng = kernel_globals(g_dir, k->name, gnames, MAXGLOB);
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < ng; i++) {
+    const struct var *v = var_named(gnames[i]);
+    ghost[i] = v ? v->host : NULL;
+    globs[i] = (struct r3cuda_global){gnames[i], 0, v ? v->size : 0, NULL, NULL};
+  }
+  pthread_mutex_unlock(&g_lock);
   uint64_t p0 = now_ns();
   qsort(secs, (size_t)n, sizeof *secs, by_addr);
   int bad = g_sync() != cudaSuccess || read_device(g_copy, secs, n, 0);
+  const char *why = bad ? NULL : read_globals(globs, ghost, ng, 0);
   uint64_t t0 = now_ns();
   cudaError_t rc = next(func, gridDim, blockDim, args, sharedMem, stream);
   bad |= rc != cudaSuccess || g_sync() != cudaSuccess;
   uint64_t dt = now_ns() - t0;
   bad |= !bad && read_device(g_copy, secs, n, 1);
+  if (!bad && !why) why = read_globals(globs, ghost, ng, 1);
   if (!bad) {
     struct r3cuda_capture c = {
         .kernel = k->name, .tu_dir = tu_dir, .arch = arch, .instance = instance, .ns = dt,
@@ -511,12 +640,14 @@ static cudaError_t launch(launch_fn next, int ptsz, const void *func, dim3 gridD
         .grid = {gridDim.x, gridDim.y, gridDim.z}, .block = {blockDim.x, blockDim.y, blockDim.z},
         .shared = sharedMem, .nparams = nparams, .sizes = sizes,
         .params = (const unsigned char *const *)args, .nsections = n, .sections = secs,
+        .nglobals = why ? 0 : ng, .globals = globs, .unreplayable = why,
     };
     if (r3cuda_write_capture(g_dir, &c)) warn("cannot write the capture of ", k->name);
   } else {
     warn("device memory could not be read around the launch; not captured: ", k->name);
   }
   for (int i = 0; i < n; i++) { free((void *)secs[i].pre); free((void *)secs[i].post); }
+  for (int i = 0; i < ng; i++) { free((void *)globs[i].pre); free((void *)globs[i].post); free(gnames[i]); }
   free(secs);
   /* the capture's own time (synchronizing, copying, writing) is no part of the run; the
    * launch's is the kernel's (its sample) */
