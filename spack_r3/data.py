@@ -240,9 +240,22 @@ class Launch:
     # An OpenMP target region's launch geometry (backends.apply_geometry); None: as compiled.
     num_teams: Optional[int] = None
     thread_limit: Optional[int] = None
+    # A CUDA kernel's register cap (ptxas -maxrregcount, .maxnreg); None: the compiler's choice.
+    max_registers: Optional[int] = None
+
+    # Fields written only where set: a plan, variant or code digest (replay.engine.code_digest
+    # reads repr) without them keeps its digest.
+    _SPARSE = ("max_registers",)
 
     def to_json(self) -> Json:
-        return asdict(self)
+        out = asdict(self)
+        for name in self._SPARSE:
+            if out[name] is None:
+                del out[name]
+        return out
+
+    def __repr__(self) -> str:
+        return "Launch(%s)" % ", ".join("%s=%r" % item for item in self.to_json().items())
 
     @classmethod
     def from_json(cls, data: Optional[Json]) -> "Launch":
