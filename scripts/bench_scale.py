@@ -47,6 +47,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "replay"))  # (the demo's module imports test_record_replay's helpers)
 
 import optuna  # noqa: E402
 from optuna.trial import TrialState, create_trial  # noqa: E402
@@ -239,6 +240,12 @@ ASSUMPTIONS = [
 ]
 
 
+def _head():
+    """The checkout's commit, None outside git."""
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return git.stdout.strip() or None
+
+
 def remodel(path):
     """The model of each run in ``path`` again, from the inputs that run measured."""
     with open(path) as f:
@@ -337,6 +344,8 @@ def main():
     target = plan.targets[0]
     result = {
         "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(), "host": platform.node()},
+        "commit": _head(),  # (the code measured)
+        "load_average_start": os.getloadavg()[0],  # (a shared machine: what else ran)
         "kernel": target.kernel,
         "workers": args.workers,
         "pairs_per_evaluation": PAIRS,
