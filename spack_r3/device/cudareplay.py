@@ -7,7 +7,8 @@ valid) and filled from pre.bin; the kernel's PTX made from the captured device I
 candidate pipeline (``codegen``: llvmlite's NVPTX, checked by ptxas) for the device's arch
 (the captured module where it was recorded for that arch, else the unit compiled again
 for it); the launch with the recorded grid, block, dynamic shared memory and argument bytes
-(the variant's ``num_teams`` / ``thread_limit``: the grid's and the block's x); memory read
+(the variant's ``num_teams`` / ``thread_limit``: the grid's and the block's x; its
+``max_registers``: the PTX's ``.maxnreg``); memory read
 back and compared with post.bin; then timed launches (device events), memory restored
 before each. ``evaluate``: one candidate as the replay servers report it (an Evaluation,
 paired with the kernel as built where asked), which ``device/cudaworker.py`` runs in a
@@ -206,7 +207,7 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
     check_replayable(capture)
     with CudaDevice(ordinal) as dev:
         target = parse_targets(dev.arch)[0]
-        code = device_code(capture, capture_dir, target, pipeline)
+        code = device_code(capture, capture_dir, target, pipeline, getattr(launch, "max_registers", None))
         s = Session(dev, capture, capture_dir)
         kernel = s.load(code.code)
         grid, block = s.geometry(launch)
@@ -247,7 +248,7 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
         target = parse_targets(dev.arch)[0]
         t0 = time.perf_counter()
         try:
-            code = device_code(capture, capture_dir, target, variant.pipeline, variant=variant)
+            code = device_code(capture, capture_dir, target, variant.pipeline, variant.launch.max_registers, variant)
         except (CodegenError, ValueError) as err:
             ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
             return ev.to_json()

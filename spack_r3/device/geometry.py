@@ -9,9 +9,10 @@ powers of two from a warp up to the kernel's launch bounds (``__launch_bounds__`
 ``maxntidx`` in its ``nvvm.annotations``, ``nvvm.maxntid`` as an attribute), else 1024.
 The first choice of each, None, is the recorded value (the baseline's). Every candidate
 is screened by ptxas -v and its occupancy (``hook.Screener``: on the recorded arch, and
-on each ``--gpu`` target) before any GPU time. A register cap (``.maxnreg``) is screened
-and replayed where one is asked (``r3 retarget --max-registers``), not searched:
-``data.Launch`` has no field for it yet.
+on each ``--gpu`` target) before any GPU time. The register cap (``max_registers``:
+``.maxnreg`` in the PTX, ``-maxrregcount`` for ptxas) is searched too: as built, or
+32, 64, 128, 255 within what the recorded arch allows a thread; fewer registers can
+mean more resident warps, or spills (which the screen rejects).
 """
 
 import os
@@ -22,6 +23,7 @@ from ..iredit import function_span, global_ref, string_attributes
 WARP = 32
 MOST_THREADS = 1024
 GRID_FACTORS = (0.25, 0.5, 1, 2, 4)
+REGISTER_CAPS = (32, 64, 128, 255)
 
 
 def grid_stride(ir_text, kernel):
@@ -56,6 +58,20 @@ def grid_choices(recorded):
     return tuple(sorted({max(1, int(recorded * f)) for f in GRID_FACTORS}))
 
 
+def register_caps(arch):
+    """The register caps searched for a kernel recorded on ``arch``: REGISTER_CAPS up to
+    what the arch allows a thread (255 where its limits are unknown)."""
+    from ..errors import R3Error
+    from .targets import parse_targets
+
+    most = 255
+    try:
+        most = parse_targets(arch)[0].limits.max_regs_per_thread if arch else most
+    except R3Error:
+        pass
+    return tuple(c for c in REGISTER_CAPS if c <= most)
+
+
 def params(capture, ir_text):
     """space.Param of the launch geometry searched for a captured CUDA launch; each one's
     first choice None: as recorded (the baseline's)."""
@@ -81,6 +97,14 @@ def params(capture, ir_text):
                 choices=(None,) + grid_choices(grid),
             )
         )
+    out.append(
+        Param(
+            "max_registers",
+            "categorical",
+            "registers a thread at most (.maxnreg; default: as the compiler chooses)",
+            choices=(None,) + register_caps(launch.get("arch")),
+        )
+    )
     return out
 
 

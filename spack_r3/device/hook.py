@@ -147,12 +147,13 @@ def winners_table(targets, results):
 
 def geometry_of(capture, variant, max_registers=None):
     """The launch geometry of a variant of a captured kernel: the variant's thread_limit,
-    else the recorded one, else (None) the kernel's launch bounds."""
+    else the recorded one, else (None) the kernel's launch bounds; its register cap
+    ``max_registers`` (r3 retarget's), else the variant's."""
     from .occupancy import Geometry
 
     geometry = Geometry.from_launch(variant.launch, max_registers)
     if geometry.threads is None:
-        geometry = Geometry.from_launch(capture.launch or {}, max_registers)
+        geometry = Geometry.from_launch(capture.launch or {}, geometry.max_registers)
     return geometry
 
 

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 
+from .. import backends
 from ..errors import ToolchainError
 from ..iredit import (
     declare_only,
@@ -112,6 +113,33 @@ def _run(argv, what, **kw):
     return proc.stdout
 
 
+def cuda_register_flags(unit):
+    """The flags that give a CUDA unit's kernels their planned register cap (``Launch.max_registers``):
+    clang passes ``--maxrregcount`` to ptxas, which caps every kernel of the unit (one cap a
+    unit: kernels planned with different caps are refused). What else a CUDA winner may
+    carry (a pipeline of r3's, a block or grid) is not built here yet: ApplyError, one line."""
+    from ..replay.pipeline import format_spec
+
+    caps = set()
+    for k in unit.kernels:
+        other = [
+            name
+            for name, value in (("num_teams", k.launch.num_teams), ("thread_limit", k.launch.thread_limit))
+            if value is not None
+        ]
+        if not k.pipeline.build_compiler:
+            other.insert(0, "pipeline " + format_spec(k.pipeline))
+        if other:
+            raise ApplyError(
+                "%s: a CUDA kernel's +r3 build applies its register cap only, not its %s" % (k.symbol, ", ".join(other))
+            )
+        caps.add(k.launch.max_registers)
+    if len(caps) > 1:
+        raise ApplyError("the plan asks different register caps of one CUDA unit (%s)" % ", ".join(map(str, caps)))
+    cap = caps.pop() if caps else None
+    return ["-Xcuda-ptxas", "--maxrregcount=%d" % cap] if cap else []
+
+
 def shared_names(text, kernels, tag):
     """The unit's text with its writable internal globals, and the ``kernels`` that are
     internal, renamed ``<name>.r3.<tag>`` with hidden visibility; returns (text, {old: new}
@@ -141,6 +169,16 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True):
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
 
+    if backends.of_compile(line.args) is backends.CUDA:
+        if tuned:
+            _run(
+                [line.compiler]
+                + line.without(drop_sources=True, drop_output=True, drop_deps=True, drop_compile_only=False)
+                + cuda_register_flags(unit)
+                + [source, "-o", obj],
+                "the CUDA unit with its register cap",
+            )
+        return
     if is_offload(line):  # the tuned regions go into the unit's device image (emit/offload.py)
         if tuned:  # (timed: r3offload.c, linked in, times the launches; no probes to add)
             from . import offload
@@ -296,6 +334,11 @@ def launch(argv):
     probes = os.environ.get(PROBES_ENV) == "1"
     tuned = os.environ.get(UNTUNED_ENV) != "1"
     planned = [s for s in line.sources if plan.unit_for(os.path.abspath(s))]
+    if line.compile_only and not line.sources and backends.of_compile(line.args) is backends.CUDA:
+        from ..record.cuda import gpu_sources  # (.cu is no host source of CompileLine's)
+
+        planned = [s for s in gpu_sources(line.args) if plan.unit_for(os.path.abspath(s))]
+        line.sources = planned if len(planned) == 1 else line.sources
     if line.compile_only:
         if len(line.sources) != 1 or not planned:  # (several sources with -c: never seen with a plan)
             return subprocess.run(argv).returncode

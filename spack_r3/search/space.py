@@ -164,7 +164,7 @@ class Space:
     @staticmethod
     def _build(f):
         p = [_offer(name) for name in ("opt",) + LOOP_SWITCHES + ("inline", "codegen")]
-        if f.retarget:
+        if f.retarget and not f.geometry:  # (a device kernel's code is compiled for its GPU, not this CPU)
             p.append(_offer("target", doc="%s (%s)" % (BY_NAME["target"].doc, f.built_target or "generic")))
         p += [
             _offer("noalias"),
@@ -237,7 +237,7 @@ class Space:
                 ),
                 Param("chunk", "categorical", "OpenMP chunk size", choices=(None, 1, 4, 16, 64, 256)),
             ]
-        if f.specialize:
+        if f.specialize and not f.geometry:  # (device code is not specialized yet: host replay's)
             p.append(
                 Param(
                     "specialize",
@@ -282,6 +282,7 @@ class Space:
             chunk=values.get("chunk"),
             num_teams=values.get("num_teams"),
             thread_limit=values.get("thread_limit"),
+            max_registers=values.get("max_registers"),
         )
         defines = {k[len(KNOB_PREFIX) :]: v for k, v in values.items() if k.startswith(KNOB_PREFIX)}
         if base is None:
@@ -301,6 +302,7 @@ class Space:
             chunk=None,
             num_teams=None,
             thread_limit=None,
+            max_registers=None,
         )
         return values
 

@@ -323,6 +323,7 @@ def test_launch_geometry_in_the_space(cuda_capture):
     params = {p.name: p for p in geometry.params(capture, text)}
     assert params["thread_limit"].choices == (None, 32, 64, 128, 256)  # None: as recorded
     assert params["num_teams"].choices == (None, 2, 4, 8, 16, 32)
+    assert params["max_registers"].choices == (None, 32, 64, 128, 255)  # None: the compiler's choice
 
 
 def test_r3_tunes_a_cuda_launchs_geometry_screened_before_any_gpu_time(cuda_capture):
@@ -332,7 +333,7 @@ def test_r3_tunes_a_cuda_launchs_geometry_screened_before_any_gpu_time(cuda_capt
     never reaches a replay server."""
     from dataclasses import replace
 
-    from spack_r3.data import COMPILE_ERROR
+    from spack_r3.data import COMPILE_ERROR, Launch
     from spack_r3.device import hook
     from spack_r3.search.bayes import Target
     from spack_r3.search.space import Space
@@ -344,6 +345,11 @@ def test_r3_tunes_a_cuda_launchs_geometry_screened_before_any_gpu_time(cuda_capt
     params = {p.name: p for p in space.params}
     assert params["thread_limit"].choices == (None, 32, 64, 128, 256)
     assert params["num_teams"].choices == (None, 2, 4, 8, 16, 32)
+    assert params["max_registers"].choices == (None, 32, 64, 128, 255)
+    # the host's settings are not offered: the code is the GPU's, compiled for its arch
+    assert space.facts.retarget and "target" not in params  # (its "CPU" reads as behind this one's)
+    folded = Space(replace(space.facts, specialize=(("none", ()), ("0:1024", ((0, 1024),)))))
+    assert "specialize" not in {p.name for p in folded.params}
     assert "threads a block" in space.describe()
     # a study is resumed into the same geometry only (an offload region's follows the workers' CPUs)
     assert space.fingerprint() != Space(replace(space.facts, geometry=())).fingerprint()
@@ -352,6 +358,13 @@ def test_r3_tunes_a_cuda_launchs_geometry_screened_before_any_gpu_time(cuda_capt
     base = space.defaults()
     assert base["thread_limit"] is None and target.screen(space.variant(base)) is None
     assert target.screen(space.variant(dict(base, thread_limit=256, num_teams=32))) is None
+    # a register cap is the variant's launch setting, screened at its cap (ptxas -maxrregcount)
+    capped = space.variant(dict(base, max_registers=32))
+    assert capped.launch.max_registers == 32 and capped.launch.to_json()["max_registers"] == 32
+    assert space.variant(base).launch.to_json() == Launch().to_json()  # no cap: written as before
+    assert target.screen(capped) is None
+    (verdict,) = target.screen.verdicts(capped)
+    assert 0 < verdict.resources.registers <= 32
     ev = target.submit(None, space.variant(dict(base, thread_limit=512)))  # no server: nothing may run
     assert ev.status == COMPILE_ERROR
     assert ev.diagnostics == (
@@ -527,3 +540,56 @@ def test_r3_tune_evaluates_cuda_candidates_in_the_replay_servers(recorded_build,
         ev = server.submit(directory, Variant(launch=Launch(thread_limit=256, num_teams=16)), pairs=4)
         assert ev.status == OK and ev.verified and ev.pairs == 4 and ev.speedup > 0, ev.diagnostics
     assert cli.main(["--workspace", ws.root, "tune", "--budget", "6", "--workers", "1"]) == 0
+
+
+HEAVY = """#include "cuda_min.h"
+__global__ void heavy(const float *x, float *y, int n) {
+  float a[48];
+#pragma unroll
+  for (int k = 0; k < 48; k++) a[k] = x[__nvvm_read_ptx_sreg_tid_x() + k * n];
+  float s = 0;
+#pragma unroll
+  for (int k = 0; k < 48; k++) s += a[k] * a[47 - k] * x[k];
+  y[__nvvm_read_ptx_sreg_tid_x()] = s;
+}
+"""
+HEAVY_KERNEL = "_Z5heavyPKfPfi"
+
+
+def _cubin_registers(path):
+    """The registers ptxas gave the cubin's one kernel: EIATTR_REGCOUNT (0x2f) in .nv.info,
+    (symbol, count) after its header 04 2f 08 00."""
+    with open(path, "rb") as f:
+        data = f.read()
+    at = data.index(b"\x04\x2f\x08\x00")
+    return int.from_bytes(data[at + 8 : at + 12], "little")
+
+
+def test_the_r3_build_gives_a_cuda_unit_its_planned_register_cap(cuda_path, clang, tmp_path, monkeypatch):
+    """r3-apply compiles a planned CUDA unit with its kernel's register cap passed to ptxas
+    (-Xcuda-ptxas --maxrregcount=N, which clang-19 accepts): 48 live floats take more than 32
+    registers as built, 32 with the plan's cap. A winner with what this build cannot carry
+    (a pipeline of r3's) stops the build with one line. (The device-only compile makes a
+    cubin: clang's fatbinary step needs CUDA's fatbinary, which the wheels do not ship.)"""
+    from spack_r3.data import Launch
+    from spack_r3.emit import apply
+    from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+    from spack_r3.replay.pipeline import parse
+
+    src = tmp_path / "heavy.cu"
+    src.write_text(HEAVY)
+    clangxx = clang.replace("clang", "clang++", 1) if "clang++" not in clang else clang
+    argv = [clangxx] + _flags(cuda_path, "sm_90") + ["--cuda-device-only", "-c", str(src), "-o"]
+    subprocess.run(argv + [str(tmp_path / "built.cubin")], check=True)
+    assert _cubin_registers(str(tmp_path / "built.cubin")) > 32
+
+    def build(pipeline, name):
+        kernel = PlannedKernel(HEAVY_KERNEL, parse(pipeline), Launch(max_registers=32))
+        plan = tmp_path / (name + ".json")
+        plan.write_text(json.dumps(Plan("x86_64", [PlannedUnit("heavy.cu", [kernel])], gpu="sm_90").to_json()))
+        monkeypatch.setenv(apply.PLAN_ENV, str(plan))
+        return apply.launch(argv + [str(tmp_path / (name + ".cubin"))])
+
+    assert build("compiler=build", "capped") == 0
+    assert _cubin_registers(str(tmp_path / "capped.cubin")) == 32
+    assert build("O3", "r3") == 1
