@@ -96,8 +96,8 @@ def setup_parser(subparser):
         metavar="SPEC",
         help="evaluate on a Dask cluster instead of local workers: local:N (N worker processes "
         "here), tcp://HOST:PORT (a running scheduler), or a batch cluster's JSON file "
-        "('config': the workspace's cluster.json); the workspace must be on a file system "
-        "the workers share",
+        "('config': the workspace's cluster.json); workers that cannot see the workspace "
+        "are sent its captures once",
     )
     subparser.add_argument(
         "--kernels-at-once",
