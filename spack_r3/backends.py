@@ -17,8 +17,8 @@ unit's compile line for the record launcher. The stages ask this module, never t
 
 - ``cuda`` / ``hip``: a ``__global__`` kernel of a unit compiled by clang, recorded by
   ``record/cuda.py`` (device IR per GPU arch at the unit's compile) and
-  ``record/runtime/r3cuda.c`` (the launch and the device allocations, through the CUDA
-  runtime it interposes; HIP launches are not intercepted yet). Its code is the GPU's:
+  ``record/runtime/r3cuda.c`` / ``r3hip.c`` (the launch and the device allocations, through
+  the CUDA or HIP runtime it interposes: one recorder, ``runtime/gpurec.h``). Its code is the GPU's:
   the host engine never runs it (``host_engine_runs`` refuses it); a replay server runs
   its backend's ``worker`` for it, ``device/cudaworker.py``, which replays it through the
   driver API (``device/cudareplay.py``) where a CUDA device exists, and ``r3 retarget`` /

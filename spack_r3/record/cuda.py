@@ -12,9 +12,10 @@ reads no JSON): its first line the byte size of each kernel parameter (its slot 
 line ``<arch> <unit folder>`` a GPU arch, then a line ``global <name>`` for each
 ``__device__`` / ``__constant__`` variable the kernel uses (captured by name).
 
-A build's host code calls the CUDA runtime; r3cuda.c interposes its launch and allocation
-functions, linked into the executable (a link against the shared runtime, ``-lcudart``) or
-preloaded (``LD_PRELOAD``, ``preload_library``).
+A build's host code calls the CUDA or HIP runtime; r3cuda.c (r3hip.c: the same recorder,
+runtime/gpurec.h) interposes its launch and allocation functions, linked into the
+executable (a link against the shared runtime, ``-lcudart``; ``-lamdhip64`` or
+``--hip-link``) or preloaded (``LD_PRELOAD``, ``preload_library``).
 """
 
 import os
@@ -206,14 +207,23 @@ def links_cudart(args):
     return any(a == "-lcudart" or a.startswith("-l:libcudart.so") or a == "--cudart=shared" for a in args)
 
 
+def links_amdhip(args):
+    """A link against the HIP runtime (``-lamdhip64``, or clang's ``--hip-link``, which adds it)."""
+    return any(a in ("-lamdhip64", "--hip-link") or a.startswith("-l:libamdhip64.so") for a in args)
+
+
 def link_args(clang, args):
-    """What a link of a CUDA executable adds: the launch recorder, whose definitions win
-    over libcudart.so's (as r3offload.o's do over libomptarget's); nothing for other links."""
+    """What a link of a CUDA or HIP executable adds: the launch recorder of its runtime
+    (r3cuda.o, r3hip.o), whose definitions win over libcudart.so's / libamdhip64.so's (as
+    r3offload.o's do over libomptarget's); nothing for other links."""
     from .runtime import runtime_object
 
-    if not links_cudart(args) or "-c" in args:
+    if "-c" in args:
         return []
-    return [runtime_object(clang, RUNTIME_SOURCE), "-ldl", "-lpthread"]
+    for links, source in ((links_cudart, RUNTIME_SOURCE), (links_amdhip, HIP_RUNTIME_SOURCE)):
+        if links(args):
+            return [runtime_object(clang, source), "-ldl", "-lpthread"]
+    return []
 
 
 def launch(compiler, args, record_dir, warn):
@@ -236,15 +246,17 @@ def launch(compiler, args, record_dir, warn):
 
 
 RUNTIME_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "r3cuda.c")
+HIP_RUNTIME_SOURCE = os.path.join(os.path.dirname(RUNTIME_SOURCE), "r3hip.c")  # (both: runtime/gpurec.h)
 
 
-def preload_library(clang):
-    """r3cuda.so (built once per clang, cached beside the record runtime): the launch recorder
-    for ``LD_PRELOAD`` into a CUDA application that links libcudart dynamically."""
+def preload_library(clang, source=RUNTIME_SOURCE):
+    """r3cuda.so (or r3hip.so for ``HIP_RUNTIME_SOURCE``; built once per clang, cached beside
+    the record runtime): the launch recorder for ``LD_PRELOAD`` into an application that links
+    its GPU runtime dynamically."""
     from .runtime import _run, runtime_object
 
-    obj = runtime_object(clang, RUNTIME_SOURCE)
-    lib = os.path.join(os.path.dirname(obj), "r3cuda.so")
+    obj = runtime_object(clang, source)
+    lib = os.path.join(os.path.dirname(obj), os.path.splitext(os.path.basename(source))[0] + ".so")
     if not os.path.isfile(lib):
         tmp = lib + ".tmp-%d" % os.getpid()
         _run(clang, [clang, "-shared", obj, "-o", tmp, "-ldl", "-lpthread"])

@@ -39,6 +39,7 @@ RUNTIME_FILES = (
     "r3rt.h",
     "r3rt_internal.h",
     "launchrec.h",  # shared by the launch recorders, r3offload.c and r3cuda.c
+    "gpurec.h",  # the GPU launch recorder r3cuda.c and r3hip.c share
 )
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
 SOURCES = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".c"))
