@@ -21,7 +21,8 @@ unit's compile line for the record launcher. The stages ask this module, never t
   the CUDA or HIP runtime it interposes: one recorder, ``runtime/gpurec.h``). Its code is the GPU's:
   the host engine never runs it (``host_engine_runs`` refuses it); a replay server runs
   its backend's ``worker`` for it, ``device/cudaworker.py``, which replays it through the
-  driver API (``device/cudareplay.py``) where a CUDA device exists, and ``r3 retarget`` /
+  driver API (``device/cudareplay.py``) where a CUDA device exists (a HIP kernel through
+  HIP's module API, ``device/hip.py``, where an AMD GPU and hip-python are), and ``r3 retarget`` /
   ``tune`` screen it statically anywhere. Its launch geometry: ``num_teams`` is the
   grid's x, ``thread_limit`` the block's x (CUDA's blocks are OpenMP's teams).
 """
@@ -56,7 +57,12 @@ CUDA = Backend(
     ("num_teams", "thread_limit"),
     "spack_r3.device.cudaworker",
 )
-HIP = Backend("hip", "an AMD GPU (no replay yet: static screening only)", ("num_teams", "thread_limit"))
+HIP = Backend(
+    "hip",
+    "an AMD GPU, through HIP's module API (device/hip.py)",
+    ("num_teams", "thread_limit"),
+    "spack_r3.device.cudaworker",  # the same worker: its child replays on a HipDevice
+)
 BACKENDS = {b.name: b for b in (HOST, OFFLOAD, CUDA, HIP)}
 HOST_ENGINE = (HOST, OFFLOAD)  # what the host engine (replay/engine.py) runs
 
@@ -99,17 +105,12 @@ def host_engine_runs(capture):
     backend = of_capture(capture)
     if backend in HOST_ENGINE:
         return backend
-    if backend is CUDA:
-        from .device.cuda import driver
+    from .device.cudareplay import driver_of
 
-        driver()  # no device: CudaUnavailable, "no CUDA device: <why>"
-        raise R3Error(
-            "capture %s: %s is a CUDA kernel: the host engine does not run it; "
-            "the replay servers send it to device/cudaworker.py" % (capture.id, capture.kernel)
-        )
+    driver_of(capture)  # no device: one line, "no CUDA device: <why>" ("no HIP device: <why>")
     raise R3Error(
-        "capture %s: %s is a %s kernel: no replay for it yet (r3 retarget screens it)"
-        % (capture.id, capture.kernel, backend.name)
+        "capture %s: %s is a %s kernel: the host engine does not run it; "
+        "the replay servers send it to device/cudaworker.py" % (capture.id, capture.kernel, backend.name.upper())
     )
 
 

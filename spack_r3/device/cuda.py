@@ -177,6 +177,12 @@ class CudaDevice:
         types = tuple(a[1] for a in args)
         _check(cu, cu.cuLaunchKernel(fn, *grid, *block, shared, stream, (values, types), 0), "cuLaunchKernel")
 
+    def launch_params(self, fn, grid, block, shared, params):
+        """One launch on the default stream; ``params``: the address of a ``void *`` array
+        (kernelParams), as ``cudareplay.Session`` holds it (HipDevice has the same)."""
+        cu = self.cu
+        _check(cu, cu.cuLaunchKernel(fn, *grid, *block, shared, 0, params, 0), "cuLaunchKernel")
+
     def time(self, fn, grid, block, args, shared=0, repeat=5):
         """Seconds of each of ``repeat`` launches, from device events around each."""
         return self.time_call(lambda: self.launch(fn, grid, block, args, shared), repeat)

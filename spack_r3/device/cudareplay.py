@@ -14,9 +14,13 @@ before each. ``evaluate``: one candidate as the replay servers report it (an Eva
 paired with the kernel as built where asked), which ``device/cudaworker.py`` runs in a
 child for each request a replay server sends it.
 
-Written against the real driver API and never run here: no machine this project builds
-and tests on has a GPU; where cuInit finds none, ``replay`` is one line
-(``no CUDA device: ...``). Nothing here is GPU-verified until its ``gpu`` tests ran on one.
+A HIP launch (backend ``hip``, record/runtime/r3hip.c) replays the same way through HIP's
+module API (``hip.HipDevice``: the same methods; its code object from codegen's AMDGPU
+target, linked by ld.lld): ``device_of``.
+
+Written against the real driver API (and hip-python's) and never run here: no machine this
+project builds and tests on has a GPU; where cuInit (hipInit) finds none, ``replay`` is one
+line (``no CUDA device: ...``, ``no HIP device: ...``). Nothing here is GPU-verified until its ``gpu`` tests ran on one.
 
 Static screening (``screen_capture``) needs no GPU: the capture's unit compiled for each
 target, its code's registers, spills and shared memory (ptxas -v, AMDGPU metadata) and the
@@ -111,7 +115,7 @@ def device_code(capture, capture_dir, target, pipeline=None, max_registers=None,
     if same_source and (capture.launch or {}).get("arch") == target.name:
         with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
             bitcode = f.read()
-        ir = DeviceIR(target, "cuda", bitcode, kernels_of(bitcode))
+        ir = DeviceIR(target, (capture.launch or {}).get("backend", "cuda"), bitcode, kernels_of(bitcode))
     else:
         import tempfile
 
@@ -121,9 +125,9 @@ def device_code(capture, capture_dir, target, pipeline=None, max_registers=None,
 
 
 def check_replayable(capture):
-    """R3Error with one line where ``capture`` is no CUDA launch replay can run."""
-    if (capture.launch or {}).get("backend") != "cuda":
-        raise R3Error("capture %s is no CUDA launch" % capture.id)
+    """R3Error with one line where ``capture`` is no CUDA or HIP launch replay can run."""
+    if (capture.launch or {}).get("backend") not in ("cuda", "hip"):
+        raise R3Error("capture %s is no CUDA or HIP launch" % capture.id)
     if capture.unreplayable:
         raise R3Error("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
 
@@ -185,10 +189,7 @@ class Session:
             self.dev.write(addr, pre)
 
     def launch(self, kernel, grid, block):
-        from .cuda import _check
-
-        cu = self.dev.cu
-        _check(cu, cu.cuLaunchKernel(kernel.fn, *grid, *block, self.shared, 0, self.params, 0), "cuLaunchKernel")
+        self.dev.launch_params(kernel.fn, grid, block, self.shared, self.params)
 
     def differs(self, kernel):
         expected = self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
@@ -199,13 +200,12 @@ class Session:
 
 
 def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0):
-    """CudaReplay of one capture on CUDA device ``ordinal``; R3Error with one line (no
-    device: ``no CUDA device: ...``)."""
-    from .cuda import CudaDevice
+    """CudaReplay of one capture on CUDA (HIP) device ``ordinal``; R3Error with one line (no
+    device: ``no CUDA device: ...``, ``no HIP device: ...``)."""
     from .targets import parse_targets
 
     check_replayable(capture)
-    with CudaDevice(ordinal) as dev:
+    with device_of(capture)(ordinal) as dev:
         target = parse_targets(dev.arch)[0]
         code = device_code(capture, capture_dir, target, pipeline, getattr(launch, "max_registers", None))
         s = Session(dev, capture, capture_dir)
@@ -239,12 +239,12 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
     from ..data import COMPILE_ERROR, CRASH, OK, WRONG_OUTPUT, Evaluation
     from ..replay.pipeline import as_built
     from .codegen import CodegenError
-    from .cuda import CudaDevice, CudaError
+    from .cuda import CudaError
     from .targets import parse_targets
 
     check_replayable(capture)
     ev = Evaluation(capture=capture.id, variant=variant.to_json(), repeat=repeat)
-    with CudaDevice(ordinal) as dev:
+    with device_of(capture)(ordinal) as dev:
         target = parse_targets(dev.arch)[0]
         t0 = time.perf_counter()
         try:
@@ -305,6 +305,30 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
         ev.time_median_s, ev.time_min_s, ev.time_max_s = statistics.median(times), min(times), max(times)
         ev.status = OK
         return ev.to_json()
+
+
+def device_of(capture):
+    """The device class that replays ``capture``: cuda.CudaDevice (driver API), or for a HIP
+    launch hip.HipDevice (HIP's module API; the same methods)."""
+    if (capture.launch or {}).get("backend") == "hip":
+        from .hip import HipDevice
+
+        return HipDevice
+    from .cuda import CudaDevice
+
+    return CudaDevice
+
+
+def driver_of(capture):
+    """The initialized API of ``capture``'s device (cuda.driver, hip.driver): one line
+    (``no CUDA device: ...``, ``no HIP device: ...``) where there is none."""
+    if (capture.launch or {}).get("backend") == "hip":
+        from .hip import driver
+
+        return driver()
+    from .cuda import driver
+
+    return driver()
 
 
 def screen_capture(capture, capture_dir, gpus, variant=None, max_registers=None):

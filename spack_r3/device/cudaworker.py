@@ -12,7 +12,9 @@ bounded. Neither a seccomp filter nor an address-space limit confines it: the dr
 opens its device files for writing and reserves address space far past any limit a
 host candidate gets; the candidate's code runs on the GPU, not in the child.
 
-Where no CUDA device is, a request is one line: ``no CUDA device: ...``.
+Where no CUDA device is, a request is one line: ``no CUDA device: ...``. A HIP capture's
+server runs this worker too (``backends.HIP.worker``): its child replays through HIP's
+module API (``hip.HipDevice``), ``no HIP device: ...`` where there is none.
 
 Written against the driver API and never run on a GPU here: nothing in it is
 GPU-verified until its ``gpu`` test ran on one.
@@ -84,13 +86,13 @@ class _Ended(Exception):
 
 
 def load(directory, timeout=120.0):
-    """Check in a child that ``directory`` holds a CUDA capture a device here can replay."""
-    from .cuda import driver
-    from .cudareplay import check_replayable
+    """Check in a child that ``directory`` holds a CUDA (HIP) capture a device here can replay."""
+    from .cudareplay import check_replayable, driver_of
 
     def work():
-        check_replayable(load_capture_dir(directory))
-        driver()  # no device: "no CUDA device: <why>"
+        capture = load_capture_dir(directory)
+        check_replayable(capture)
+        driver_of(capture)  # no device: "no CUDA device: <why>" ("no HIP device: <why>")
         return True
 
     _in_child(work, timeout)

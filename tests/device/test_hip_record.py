@@ -16,7 +16,8 @@ import subprocess
 
 import pytest
 
-from spack_r3 import backends
+from spack_r3 import backends, cli
+from spack_r3.errors import R3Error
 from spack_r3.record import cuda, launcher
 from spack_r3.record.ingest import ingest
 from spack_r3.workspace import Workspace
@@ -124,12 +125,10 @@ int main(int argc, char **argv) {
 """
 
 
-def test_a_hip_capture_ingests_with_its_launch(hip_build, r3hip_real, clang, tmp_path):
-    """A capture written by r3hip.c's writer (built into a host program, no GPU) from the
-    memory a scale launch would leave ingests as a hip capture: its arch, geometry and memory
-    at the device address."""
-    from spack_r3.memimage import read_regions
-
+@pytest.fixture
+def hip_capture(hip_build, r3hip_real, clang, tmp_path):
+    """(workspace, capture): a capture written by r3hip.c's writer (built into a host program,
+    no GPU) from the memory a scale launch would leave (x = 2x), ingested."""
     writer = tmp_path / "writer.c"
     writer.write_text(WRITER)
     exe = str(tmp_path / "writer")
@@ -139,9 +138,73 @@ def test_a_hip_capture_ingests_with_its_launch(hip_build, r3hip_real, clang, tmp
     assert subprocess.run([exe, str(run), KERNEL]).returncode == 0
     ws = Workspace(str(tmp_path / "ws"))
     (capture,) = ingest(str(run), ws)
+    return ws, capture
+
+
+def test_a_hip_capture_ingests_with_its_launch(hip_capture):
+    """The capture is a hip one: its arch, geometry, arguments and memory at the device address."""
+    from spack_r3.memimage import read_regions
+
+    ws, capture = hip_capture
     launch = capture.launch
     assert backends.of_capture(capture) is backends.HIP and capture.kernel == KERNEL
     assert launch["arch"] == "gfx90a" and launch["grid"] == [4, 1, 1] and launch["block_dim"] == [256, 1, 1]
     assert capture.args == ["0x400", "0x40000000", "0x7f1200000000"]  # n = 1024, a = 2.0f, x
     (region,) = read_regions(os.path.join(ws.capture_dir(capture.id), "pre.bin"))
     assert region.addr == 0x7F1200000000 and region.size == 4096
+
+
+def _no_hip_device():
+    from spack_r3.device.hip import driver
+
+    try:
+        driver()
+    except R3Error as err:
+        return str(err)
+    return None
+
+
+def test_a_hip_capture_without_a_device_is_one_line_and_its_code_still_compiles(hip_capture, capsys):
+    """Without an AMD GPU (or hip-python) r3 replay and a replay server's worker (the CUDA
+    worker, whose child replays on a HipDevice) refuse a hip capture in one line; the code a
+    replay would load, the kernel as built compiled for gfx90a by codegen's AMDGPU target,
+    still compiles, with its resources."""
+    from spack_r3.device.cudareplay import device_code
+    from spack_r3.device.targets import parse_targets
+    from spack_r3.replay.pipeline import as_built
+    from spack_r3.replay.server import ReplayServer
+
+    if _no_hip_device() is None:
+        pytest.skip("a HIP device is present: the refusal is for machines without one")
+    ws, capture = hip_capture
+    directory = ws.capture_dir(capture.id)
+    with pytest.raises(R3Error) as err:
+        backends.host_engine_runs(capture)
+    assert str(err.value).startswith("no HIP device: ") and "\n" not in str(err.value)
+    assert cli.main(["--workspace", ws.root, "replay", capture.id]) != 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("r3 replay: error: no HIP device: ")
+    assert backends.worker_of(directory) == backends.HIP.worker == "spack_r3.device.cudaworker"
+    with ReplayServer(timeout=60) as server:
+        with pytest.raises(R3Error) as err:
+            server.load(directory)
+        assert str(err.value).startswith("no HIP device: ") and "\n" not in str(err.value)
+    (gfx90a,) = parse_targets("gfx90a")
+    code = device_code(capture, directory, gfx90a, as_built(capture))
+    assert code.code[:4] == b"\x7fELF" and code.resources[KERNEL].registers > 0
+
+
+@pytest.mark.gpu
+def test_a_hip_capture_replays_on_an_amd_gpu(hip_capture):
+    """On an AMD GPU with hip-python: the written capture's memory mapped at its device
+    address, the kernel as built launched once (x = 2x: verified) and timed with HIP events."""
+    from spack_r3.data import Variant
+    from spack_r3.device.cudareplay import evaluate
+
+    why = _no_hip_device()
+    if why:
+        pytest.skip(why)
+    ws, capture = hip_capture
+    ev = evaluate(capture, ws.capture_dir(capture.id), Variant(), repeat=3)
+    assert ev["status"] == "ok" and ev["verified"], ev.get("diagnostics")
+    assert ev["time_median_s"] > 0
