@@ -9,7 +9,8 @@ candidate pipeline (``codegen``: llvmlite's NVPTX, checked by ptxas) for the dev
 for it); the launch with the recorded grid, block, dynamic shared memory and argument bytes
 (the variant's ``num_teams`` / ``thread_limit``: the grid's and the block's x; its
 ``max_registers``: the PTX's ``.maxnreg``); memory read
-back and compared with post.bin; then timed launches (device events), memory restored
+back and compared with post.bin (byte for byte, or within the capture's tolerance:
+``checked``); then timed launches (device events), memory restored
 before each. ``evaluate``: one candidate as the replay servers report it (an Evaluation,
 paired with the kernel as built where asked), which ``device/cudaworker.py`` runs in a
 child for each request a replay server sends it.
@@ -167,7 +168,9 @@ class Session:
         with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
             import llvmlite.binding as llvm
 
-            self.stride = grid_stride(str(llvm.parse_bitcode(f.read())), capture.kernel)
+            text = str(llvm.parse_bitcode(f.read()))
+        self.stride = grid_stride(text, capture.kernel)
+        self.fp_types = fp_types(text)
         self.shared = int((capture.launch or {}).get("dynamic_shared") or 0)
         self.params, self._keep = kernel_params(argument_bytes(capture))
 
@@ -191,15 +194,50 @@ class Session:
     def launch(self, kernel, grid, block):
         self.dev.launch_params(kernel.fn, grid, block, self.shared, self.params)
 
+    def expected(self, kernel):
+        """[(address, bytes)] the device should hold after the launch: post.bin's."""
+        return self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
+
     def differs(self, kernel):
-        expected = self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
-        return [(addr, len(data)) for addr, data in expected if self.dev.read(addr, len(data)) != data]
+        return [(addr, len(data)) for addr, data in self.expected(kernel) if self.dev.read(addr, len(data)) != data]
+
+    def check(self, kernel, tolerance=None):
+        """engine.Check of the device memory after a launch against the recording."""
+        return checked(self.expected(kernel), self.dev.read, self.fp_types, tolerance)
 
     def geometry(self, launch=None):
         return geometry(self.capture, launch, self.stride)
 
 
-def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0):
+def fp_types(ir_text):
+    """The floating-point types the device module stores (replay.engine.fp_types): how
+    differing device memory is read to measure its error."""
+    from ..replay.engine import fp_types as stored
+
+    return stored(ir_text)
+
+
+def checked(expected, read, types, tolerance=None):
+    """engine.Check of device memory against the recording: each (address, bytes) of
+    ``expected`` read back with ``read(address, size)``; differing bytes read as each of
+    ``types`` (engine.compare: the worst reading counts). Verified when nothing differs, or
+    where ``tolerance`` (relative, the capture's or the user's; None or 0: byte for byte)
+    bounds the worst error, as the host engine holds a host kernel to it."""
+    from ..replay.engine import Check, compare
+
+    worst, bad, where = 0.0, 0, ""
+    for addr, want in expected:
+        err, nbytes = compare(read(addr, len(want)), want, types)
+        if nbytes:
+            bad += nbytes
+            if err > worst or not where:
+                where = "device memory at 0x%x (%d bytes) differs" % (addr, len(want))
+            worst = max(worst, err)
+    ok = bad == 0 or (bool(tolerance) and worst <= tolerance)
+    return Check(ok, worst if bad else 0.0, bad, "%s; max relative error %.3g" % (where, worst) if bad else "")
+
+
+def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0, tolerance=None):
     """CudaReplay of one capture on CUDA (HIP) device ``ordinal``; R3Error with one line (no
     device: ``no CUDA device: ...``, ``no HIP device: ...``)."""
     from .targets import parse_targets
@@ -214,20 +252,21 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
         s.restore(kernel)
         s.launch(kernel, grid, block)
         dev.synchronize()
-        mismatches = s.differs(kernel)
+        check = s.check(kernel, tolerance)
+        mismatches = s.differs(kernel) if check.mismatched_bytes else []
         times = []
         for _ in range(repeat):
             s.restore(kernel)
             times += dev.time_call(lambda: s.launch(kernel, grid, block))
-        return CudaReplay(dev.arch, not mismatches, mismatches, times)
+        return CudaReplay(dev.arch, check.verified, mismatches, times)
 
 
-def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
+def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0, tolerance=None):
     """The Evaluation (data.Evaluation, as JSON) of ``variant`` of a captured CUDA launch, as
     the replay servers report a host candidate's: its code compiled for the device's arch
     (a codegen error: ``compile-error``), launched once on the recorded memory and compared
-    with post.bin byte for byte (``wrong-output``: replay holds a device kernel to its
-    recording exactly; no tolerance yet), then ``repeat`` timed launches, or ``pairs``
+    with post.bin (``wrong-output``: byte for byte, or within ``tolerance``, relative, as
+    ``checked`` reads it), then ``repeat`` timed launches, or ``pairs``
     paired with the kernel as built (``pipeline.as_built``, compiled here) in alternating
     order, memory restored before each; times from device events. R3Error (one line) for a
     capture it cannot replay or no device; a failing driver call while the candidate runs
@@ -262,15 +301,11 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0):
             s.restore(fn)
             s.launch(fn, grid, block)
             dev.synchronize()
-            wrong = s.differs(fn)
+            check = s.check(fn, tolerance)
             ev.verify_runs = 1
-            if wrong:
-                ev.status = WRONG_OUTPUT
-                ev.mismatched_bytes = sum(n for _, n in wrong)
-                ev.diagnostics = "%d of the recording's device regions differ (first at 0x%x)" % (
-                    len(wrong),
-                    wrong[0][0],
-                )
+            ev.max_rel_error, ev.mismatched_bytes = check.max_rel_error, check.mismatched_bytes
+            if not check.verified:
+                ev.status, ev.diagnostics = WRONG_OUTPUT, check.detail
                 return ev.to_json()
             ev.verified = True
 

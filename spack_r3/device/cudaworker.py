@@ -108,7 +108,9 @@ def evaluate(req):
 
     def work():
         capture = load_capture_dir(directory)
-        return run(capture, directory, variant, repeat=int(req.get("repeat") or 5), pairs=int(req.get("pairs") or 0))
+        tolerance = req.get("tolerance", capture.tolerance)  # the user's, else the capture's (as the host worker)
+        repeat, pairs = int(req.get("repeat") or 5), int(req.get("pairs") or 0)
+        return run(capture, directory, variant, repeat=repeat, pairs=pairs, tolerance=tolerance)
 
     try:
         return _in_child(work, timeout)

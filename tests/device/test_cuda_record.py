@@ -593,3 +593,34 @@ def test_the_r3_build_gives_a_cuda_unit_its_planned_register_cap(cuda_path, clan
     assert build("compiler=build", "capped") == 0
     assert _cubin_registers(str(tmp_path / "capped.cubin")) == 32
     assert build("O3", "r3") == 1
+
+
+def test_a_device_kernels_output_is_checked_within_its_tolerance(cuda_capture):
+    """A candidate's device memory is held to the recording byte for byte, or within the
+    capture's (the user's) relative tolerance: differing bytes read as the floats the saxpy
+    stores, the worst error against the tolerance, as the host engine checks a host kernel.
+    (``checked`` reads the device through ``read``: here the bytes a launch would leave.)"""
+    import llvmlite.binding as llvm
+    import numpy as np
+
+    from spack_r3.device.cudareplay import checked, fp_types
+
+    ws, capture = cuda_capture
+    with open(os.path.join(ws.capture_dir(capture.id), "module.bc"), "rb") as f:
+        types = fp_types(str(llvm.parse_bitcode(f.read())))
+    assert types == [np.float32]
+    y = np.arange(1, 1025, dtype=np.float32)
+    near = y.copy()
+    near[7] *= np.float32(1 + 2**-20)  # one float off by about 1e-6, relative
+    memory = {0x7F3A00200000: near.tobytes()}
+
+    def read(addr, size):
+        return memory[addr][:size]
+
+    recorded = [(0x7F3A00200000, y.tobytes())]
+    exact = checked(recorded, read, types)
+    assert not exact.verified and 0 < exact.mismatched_bytes <= 4
+    assert exact.detail.startswith("device memory at 0x7f3a00200000 (4096 bytes) differs; max relative error 9.5")
+    assert checked(recorded, read, types, tolerance=1e-5).verified
+    assert not checked(recorded, read, types, tolerance=1e-7).verified
+    assert checked([(0x7F3A00200000, near.tobytes())], read, types).verified
