@@ -32,6 +32,19 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
   fi
 fi
 
+# 1c. ROCm's HIP headers and runtime library (Debian's libamdhip64-dev) for the tests that
+#     build the HIP recorder (record/runtime/r3hip.c) against them; no AMD GPU is needed.
+if [ ! -f /usr/include/hip/hip_runtime_api.h ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing libamdhip64-dev with apt (HIP headers, for the HIP recorder's tests)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libamdhip64-dev >/dev/null \
+      || say "libamdhip64-dev could not be installed: the HIP recorder's tests will skip"
+  else
+    say "no HIP headers: the HIP recorder's tests will skip (Debian: sudo apt-get install libamdhip64-dev)"
+  fi
+fi
+
 # 2. The virtualenv with the project and its test dependencies.
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
