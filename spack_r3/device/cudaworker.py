@@ -23,7 +23,6 @@ GPU-verified until its ``gpu`` test ran on one.
 import json
 import os
 import resource
-import sys
 import tempfile
 import traceback
 
@@ -120,35 +119,28 @@ def evaluate(req):
         return Evaluation(os.path.basename(directory), variant.to_json(), status=status, diagnostics=why).to_json()
 
 
+def answer(req):
+    """The reply to one request of the host worker's protocol (``replay.worker``)."""
+    if req.get("sequence") and len(req["sequence"]) > 1:
+        raise R3Error("a CUDA launch replays one recorded call at a time (no --sequence)")
+    if req.get("op") == "load":
+        load(req["dir"])
+        return {"ok": True}
+    if req.get("op") == "evaluate":
+        return {"ok": True, "evaluation": evaluate(req)}
+    return {"ok": False, "error": "unknown op %r" % req.get("op")}
+
+
 def serve(inp, out):
-    for line in inp:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            if req.get("op") == "quit":
-                break
-            if req.get("sequence") and len(req["sequence"]) > 1:
-                raise R3Error("a CUDA launch replays one recorded call at a time (no --sequence)")
-            if req.get("op") == "load":
-                load(req["dir"])
-                reply = {"ok": True}
-            elif req.get("op") == "evaluate":
-                reply = {"ok": True, "evaluation": evaluate(req)}
-            else:
-                reply = {"ok": False, "error": "unknown op %r" % req.get("op")}
-        except R3Error as err:
-            reply = {"ok": False, "error": str(err), "user_error": True}
-        except Exception as err:
-            reply = {"ok": False, "error": "%s: %s" % (type(err).__name__, err)}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+    from ..replay.worker import serve_requests
+
+    serve_requests(inp, out, answer)
 
 
 def main():
-    proto = os.fdopen(os.dup(1), "w")  # the protocol's own copy of stdout; stray prints go to stderr
-    os.dup2(2, 1)
-    serve(sys.stdin, proto)
+    from ..replay.worker import serve_stdio
+
+    serve_stdio(serve)
 
 
 if __name__ == "__main__":

@@ -439,8 +439,10 @@ def _wrong_in_timing(ev, wrong, unit):
     return ev
 
 
-def serve(inp, out):
-    worker = None
+def serve_requests(inp, out, answer):
+    """The workers' protocol: a JSON request a line on ``inp``, ``answer(request)``'s reply
+    a line on ``out``, until ``quit``. An R3Error is the user's (one line, no traceback);
+    anything else is this worker's own failure, reported and survived."""
     for line in inp:
         if not line.strip():
             continue
@@ -448,18 +450,7 @@ def serve(inp, out):
             req = json.loads(line)
             if req.get("op") == "quit":
                 break
-            worker = worker or Worker()
-            if req.get("op") == "load":
-                worker.load(req["dir"])
-                if req.get("sequence"):
-                    worker.sequence(req["sequence"])
-                reply = {"ok": True}
-            elif req.get("op") == "evaluate":
-                reply = {"ok": True, "evaluation": worker.evaluate(req)}
-            else:
-                reply = {"ok": False, "error": "unknown op %r" % req.get("op")}
-            if worker.unconfined:
-                reply["unconfined"] = worker.unconfined
+            reply = answer(req)
         except R3Error as err:
             reply = {"ok": False, "error": str(err), "user_error": True}
         except Exception as err:
@@ -468,11 +459,37 @@ def serve(inp, out):
         out.flush()
 
 
-def main():
-    # The protocol gets a private copy of stdout; stray prints go to stderr.
+def serve_stdio(serve):
+    """Run ``serve`` on stdin and a private copy of stdout; stray prints go to stderr."""
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     serve(sys.stdin, proto)
+
+
+def serve(inp, out):
+    worker = None
+
+    def answer(req):
+        nonlocal worker
+        worker = worker or Worker()
+        if req.get("op") == "load":
+            worker.load(req["dir"])
+            if req.get("sequence"):
+                worker.sequence(req["sequence"])
+            reply = {"ok": True}
+        elif req.get("op") == "evaluate":
+            reply = {"ok": True, "evaluation": worker.evaluate(req)}
+        else:
+            reply = {"ok": False, "error": "unknown op %r" % req.get("op")}
+        if worker.unconfined:
+            reply["unconfined"] = worker.unconfined
+        return reply
+
+    serve_requests(inp, out, answer)
+
+
+def main():
+    serve_stdio(serve)
 
 
 if __name__ == "__main__":
