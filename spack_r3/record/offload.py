@@ -24,7 +24,6 @@ import tempfile
 
 ENTRY_PREFIX = "__omp_offloading_"
 RUNTIME_GLOBALS = (".gomp_critical_user_", "__kmp", ".kmp")  # as replay.engine.RUNTIME_GLOBAL_PREFIXES
-LINK_SUFFIX = "_decl_tgt_ref_ptr"  # clang's device pointer to a `declare target link` variable
 
 
 def region_key(name):
@@ -89,16 +88,12 @@ def kernel_infos(bitcode):
 def _uncapturable(globals_, analysis):
     """Why a region's device globals cannot be captured, or None. The offload runtime finds a
     ``declare target`` variable's device copy through its host counterpart (the offload
-    entry of the same name); a static one has no entry, and a ``declare target link`` one
-    is reached through a pointer (``<name>_decl_tgt_ref_ptr``) to wherever the host mapped it."""
+    entry of the same name); a static one has no entry. A ``declare target link`` variable is
+    reached through its reference pointer (``<name>_decl_tgt_ref_ptr``), a global with an
+    entry, which the runtime captures with the mapped copy it points at."""
     import llvmlite.binding as llvm
 
     for g, _ in globals_:
-        if g.endswith(LINK_SUFFIX):
-            return (
-                "it uses the `declare target link` variable %s, which the capture does not hold"
-                % g[: -len(LINK_SUFFIX)]
-            )
         if analysis.globals[g].linkage in (llvm.Linkage.internal, llvm.Linkage.private):
             return "it uses the static device global %s, which has no host counterpart to find its device copy by" % g
     return None

@@ -1,7 +1,8 @@
 """OpenMP offload regions that use `declare target` globals and firstprivate aggregates,
 recorded and replayed for real on libomptarget's host plugin (as tests/record/test_offload.py):
-the globals' device copies are captured at their device addresses, a firstprivate struct's
-bytes are passed to the replayed region as a copy."""
+the globals' device copies are captured at their device addresses, a `declare target link`
+variable through its reference pointer and the mapped copy it points at, a firstprivate
+struct's bytes are passed to the replayed region as a copy."""
 
 import json
 import os
@@ -25,6 +26,11 @@ double table[N];
 static int launches;
 #pragma omp end declare target
 
+/* a `declare target link` variable: the device reaches the copy its map made through a
+   reference pointer (big_decl_tgt_ref_ptr) */
+double big[N];
+#pragma omp declare target link(big)
+
 typedef struct { int n; double scale; double shift; } params_t;
 
 void fill(void)
@@ -46,6 +52,12 @@ void use(params_t p, double *out)
     }
 }
 
+void scale(double s)
+{
+#pragma omp target teams distribute parallel for map(tofrom: big)
+    for (int i = 0; i < N; i++) big[i] = big[i] * s + i;
+}
+
 /* a static device global: the host has no counterpart to find its device copy by */
 void count(void)
 {
@@ -57,10 +69,12 @@ int main(void)
 {
     params_t p = {N, 2.0, 1.0};
     double *out = calloc(p.n, sizeof(double)), sum = 0;
+    for (int i = 0; i < N; i++) big[i] = 1.0;
     fill();
     use(p, out);
     count();
-    for (int i = 0; i < p.n; i++) sum += out[i];
+    scale(0.5);
+    for (int i = 0; i < p.n; i++) sum += out[i] + big[i];
     printf("sum %%.1f\n", sum);
     return 0;
 }
@@ -142,8 +156,9 @@ def test_a_static_device_global_is_refused_in_one_line(recorded, capsys):
 
 
 def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded, tmp_path, offload_run):  # noqa: F811
-    """The tuned region, built by r3-apply into the device image, uses the image's own
-    `table` (which the untuned fill region writes): the application prints what it printed."""
+    """The tuned regions, built by r3-apply into the device image, use the image's own
+    `table` (which the untuned fill region writes) and `big`'s reference pointer (which the
+    launch's map sets): the application prints what it printed."""
     import shutil
     import subprocess
     import sys
@@ -154,10 +169,12 @@ def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded,
     src = tmp_path / "src"
     src.mkdir()
     (src / "globals.c").write_text(PROGRAM)
-    use = region(recorded, "use")
+    kernels = [
+        PlannedKernel(region(recorded, function).kernel, Pipeline(opt="2"), Launch(num_teams=2))
+        for function in ("use", "scale")
+    ]
     plan = tmp_path / "plan.json"
-    kernel = PlannedKernel(use.kernel, Pipeline(opt="2"), Launch(num_teams=2))
-    plan.write_text(json.dumps(Plan("any", [PlannedUnit("globals.c", [kernel])]).to_json()))
+    plan.write_text(json.dumps(Plan("any", [PlannedUnit("globals.c", kernels)]).to_json()))
     clang = shutil.which("clang-19") or "clang-19"
     compile_line = ["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-o", "globals", "globals.c"]
 
@@ -173,23 +190,40 @@ def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded,
     assert build_and_run([apply, clang], dict(os.environ, R3_APPLY_PLAN=str(plan))) == plain
 
 
-def test_a_declare_target_link_variable_is_refused_at_record(tmp_path, clang):
-    """A `declare target link` variable is reached through a device pointer to wherever the
-    host mapped it, which the capture does not hold: the region is marked, one line."""
-    import subprocess
+def test_a_declare_target_link_variable_is_captured_through_its_reference_pointer(recorded):
+    """The region reads `big` through big_decl_tgt_ref_ptr, which libomptarget pointed at the
+    device copy the launch's map made: the pointer is a device global, the copy a mapped
+    section, and the pointer's recorded value is the copy's address."""
+    import struct
 
-    from spack_r3.record.offload import kernel_infos
+    import numpy as np
 
-    (tmp_path / "link.c").write_text(
-        "double big[64];\n#pragma omp declare target link(big)\n"
-        "void run(void)\n{\n#pragma omp target teams distribute parallel for map(tofrom: big)\n"
-        "    for (int i = 0; i < 64; i++) big[i] += i;\n}\n"
-    )
-    device = tmp_path / "link.bc"
-    subprocess.run(
-        [clang, "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "--offload-device-only", "-emit-llvm", "-c"]
-        + ["-Xclang", "-disable-llvm-passes", str(tmp_path / "link.c"), "-o", str(device)],
-        check=True,
-    )
-    [k] = kernel_infos(device.read_bytes())
-    assert k.unreplayable == "it uses the `declare target link` variable big, which the capture does not hold"
+    cap = region(recorded, "scale")
+    assert cap.unreplayable is None
+    [g] = cap.globals
+    assert g["name"] == "big_decl_tgt_ref_ptr" and g["size"] == 8
+    cdir = os.path.join(recorded, "captures", cap.id)
+    images = {}
+    for name in ("pre.bin", "post.bin"):
+        path = os.path.join(cdir, name)
+        regions = read_regions(path)
+        [ref] = [r for r in regions if r.addr == int(g["addr"], 16)]
+        assert ref.kind == KIND_GLOBAL
+        [copy] = [r for r in regions if r.addr == struct.unpack("<Q", bytes(region_bytes(path, ref)))[0]]
+        assert copy.size == N * 8
+        images[name] = np.frombuffer(bytes(region_bytes(path, copy)), dtype=np.float64)
+    assert np.array_equal(images["pre.bin"], np.ones(N))  # as main set it on the host
+    assert np.array_equal(images["post.bin"], 0.5 + np.arange(N))
+
+
+def test_a_link_variables_region_replays_bit_for_bit_and_tunes(recorded, capsys):
+    cap = region(recorded, "scale")
+    for pipeline in ("O3", "O1,vectorize=0,unroll=0"):
+        assert r3("--workspace", recorded, "replay", cap.id, "--pipeline", pipeline, "--json") == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["status"] == OK and out["verified"] is True, (pipeline, out.get("diagnostics"))
+        assert out["mismatched_bytes"] == 0 and out["max_rel_error"] == 0.0
+    quick = flags(budget=2, pairs=2, confirm_pairs=2, confirm_rounds=1, mutator="none", seed=1)
+    assert r3("--workspace", recorded, "tune", "--kernel", cap.kernel, *quick, "--json") == 0
+    [k] = json.loads(capsys.readouterr().out)["kernels"]
+    assert k["kernel"] == cap.kernel and k["evaluations"] == 2

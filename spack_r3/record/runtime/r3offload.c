@@ -18,9 +18,11 @@
  * The `declare target` globals the region uses (record/offload.py lists them after the unit's
  * folder) are sections too (kind 2, always compared): each is found by its host counterpart,
  * the offload entry of the same name, whose device copy omp_get_mapped_ptr gives (libomptarget
- * maps every global of a loaded image). A firstprivate aggregate is passed by reference to a
- * device copy libomptarget makes at the launch from the host object: its bytes (ArgSizes) are
- * the argument's "byval" data, and replay passes a pointer to a copy of them.
+ * maps every global of a loaded image). A `declare target link` variable's reference pointer
+ * is such a global; the device copy it points at must be one of the launch's mapped sections
+ * (unlinked()), which replay restores with the pointer. A firstprivate aggregate is passed by
+ * reference to a device copy libomptarget makes at the launch from the host object: its bytes
+ * (ArgSizes) are the argument's "byval" data, and replay passes a pointer to a copy of them.
  *
  * Only OpenMP's device memory interface touches device memory, so the same code serves the
  * host plugin and the GPU plugins. The kernel's arguments are what libomptarget passes the
@@ -224,6 +226,36 @@ static int read_device(struct section *s, int n, int dev, int post) {
   return 0;
 }
 
+/* A `declare target link` variable is reached through its reference pointer
+ * (<name>_decl_tgt_ref_ptr, a global with an offload entry), which libomptarget points at the
+ * variable's device copy when the launch maps it (clang maps a link variable a region uses,
+ * implicitly if the map clauses do not name it). The capture holds what the region saw only
+ * if that copy is among the launch's mapped sections: NULL, or why not. */
+#define LINK_SUFFIX "_decl_tgt_ref_ptr"
+static const char *unlinked(struct region *r, const uint64_t *gaddr, struct section *s, int n) {
+  static char why[512];
+  size_t ls = strlen(LINK_SUFFIX);
+  for (int g = 0; g < r->nglobals; g++) {
+    size_t len = strlen(r->globals[g]);
+    if (len <= ls || strcmp(r->globals[g] + len - ls, LINK_SUFFIX)) continue;
+    uint64_t target = 0;
+    for (int i = 0; i < n; i++) /* the reference pointer's bytes, in its global's section */
+      if (s[i].dev <= gaddr[g] && gaddr[g] + 8 <= s[i].dev + s[i].size)
+        memcpy(&target, s[i].pre + (gaddr[g] - s[i].dev), 8);
+    int held = 0;
+    for (int i = 0; i < n; i++)
+      if (s[i].dev <= target && target < s[i].dev + s[i].size && (target < gaddr[g] || target >= gaddr[g] + 8))
+        held = 1;
+    if (!held) {
+      snprintf(why, sizeof why,
+               "its `declare target link` variable %.*s points at 0x%llx, outside the data the launch maps",
+               (int)(len - ls), r->globals[g], (unsigned long long)target);
+      return why;
+    }
+  }
+  return NULL;
+}
+
 static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
 static void json_str(FILE *f, const char *s) { /* a JSON string: a folder's path may hold quotes */
@@ -412,6 +444,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t nteams, int32_t tlimi
         n = -1;
     }
     if (n < 0 || read_device(secs, n, dev, 0)) n = -1;
+    if (n >= 0 && !why) why = unlinked(r, gaddr, secs, n);
     __atomic_add_fetch(&g_paused, now_ns() - p0, __ATOMIC_RELAXED);
   }
   uint64_t t0 = now_ns();
