@@ -270,15 +270,21 @@ class Variant:
     # Macro knobs a source rewrite exposes (e.g. a tile size), compiled in as -DNAME=VALUE.
     source_defines: Dict[str, int] = field(default_factory=dict)
     source_rule: Optional[str] = None  # what made the patch: a rule's name, or "llm"
+    # The patched unit compiles with -fopenmp added: a rewrite that adds threads to a unit
+    # its build compiles without it (search/openmp.py).
+    source_openmp: bool = False
 
     def to_json(self) -> Json:
-        return {
+        d: Json = {
             "pipeline": self.pipeline.to_json(),
             "launch": self.launch.to_json(),
             "source_patch": self.source_patch,
             "source_defines": dict(self.source_defines),
             "source_rule": self.source_rule,
         }
+        if self.source_openmp:  # (absent otherwise: variants stored before it read the same)
+            d["source_openmp"] = True
+        return d
 
     @classmethod
     def from_json(cls, data: Json) -> "Variant":
@@ -288,6 +294,7 @@ class Variant:
             source_patch=data.get("source_patch"),
             source_defines=dict(data.get("source_defines") or {}),
             source_rule=data.get("source_rule"),
+            source_openmp=bool(data.get("source_openmp", False)),
         )
 
 

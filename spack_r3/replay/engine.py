@@ -294,13 +294,14 @@ def restore(prepared, outputs_only=False):
             ctypes.memmove(addr, data, len(data))
 
 
-def with_source_variant(prepared, patch, defines):
+def with_source_variant(prepared, patch, defines, openmp=False):
     """``prepared`` with its kernel compiled from a source variant of its unit (see
-    ``replay.source``): the same capture, memory and baseline; only the code differs."""
+    ``replay.source``; ``openmp``: with -fopenmp added): the same capture, memory and
+    baseline; only the code differs."""
     from .source import variant_bitcode
 
     capture, unit = prepared.capture, prepared.unit
-    bitcode = variant_bitcode(capture, prepared.directory, patch, defines)
+    bitcode = variant_bitcode(capture, prepared.directory, patch, defines, openmp=openmp)
     if backends.of_capture(capture) is not backends.HOST:
         bitcode = _region_named(bitcode, capture.kernel)
     try:

@@ -1,11 +1,13 @@
 """Source variants: a patch to the kernel's unit, compiled to bitcode as record compiled it.
 
-    bitcode = variant_bitcode(capture, capture_dir, variant.source_patch, variant.source_defines)
+    bitcode = variant_bitcode(capture, capture_dir, variant.source_patch, variant.source_defines,
+                              openmp=variant.source_openmp)
 
 The patched unit is written to a scratch folder (never into the user's tree) and compiled
 with the flags record used for ``module.bc`` (``Capture.bitcode_args``), from the unit's
 compile directory, with the original source's folder first on the quoted include path so
-its ``#include "..."`` still resolve. The unit's own headers kept in the capture
+its ``#include "..."`` still resolve (and ``-fopenmp`` added for a variant that adds OpenMP
+threads to a unit built without it: ``search.openmp``). The unit's own headers kept in the capture
 (``record.headers``) are found at their recorded paths through clang's VFS overlay, so a
 worker that does not see the application's tree compiles it too. Called in the worker's
 candidate child: a patch is untrusted text. Outputs are cached by (compiler, flags, patched text) in
@@ -48,12 +50,14 @@ def unit_flags(capture):
     )
 
 
-def compile_command(capture, source_path, output, defines=None):
-    """The clang command that compiles ``source_path`` (a variant of the unit) to bitcode."""
+def compile_command(capture, source_path, output, defines=None, openmp=False):
+    """The clang command that compiles ``source_path`` (a variant of the unit) to bitcode
+    (``openmp``: with -fopenmp added)."""
     flags = ["-D%s=%s" % (k, v) for k, v in sorted((defines or {}).items())]
     return (
         [capture.compile_command[0]]
         + unit_flags(capture)
+        + (["-fopenmp"] if openmp else [])
         + flags
         + [
             "-iquote",
@@ -69,9 +73,10 @@ def compile_command(capture, source_path, output, defines=None):
     )
 
 
-def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPILE_TIMEOUT_S):
-    """Bitcode of the unit with ``patch`` applied and ``defines`` set; CompileError with the
-    compiler's first error line (or the patch's) when it does not build."""
+def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPILE_TIMEOUT_S, openmp=False):
+    """Bitcode of the unit with ``patch`` applied and ``defines`` set (``openmp``: compiled with
+    -fopenmp added); CompileError with the compiler's first error line (or the patch's) when
+    it does not build."""
     text = unit_text(capture, directory)
     if patch:
         try:
@@ -80,7 +85,7 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
             raise CompileError("the source patch does not apply: %s" % err)
     name = os.path.basename(capture.source_file)
     cache = os.environ.get("R3_STAGE_CACHE")
-    probe = compile_command(capture, name, "out.bc", defines)
+    probe = compile_command(capture, name, "out.bc", defines, openmp)
     key = hashlib.sha256(
         json.dumps([probe, capture.compile_dir, capture.headers], sort_keys=True).encode()
         + b"\0"
@@ -96,7 +101,7 @@ def variant_bitcode(capture, directory, patch=None, defines=None, timeout=COMPIL
             f.write(text)
         cwd = capture.compile_dir if os.path.isdir(capture.compile_dir) else tmp
         overlay = headers.overlay_flags(capture.headers, directory, capture.compile_dir, tmp)
-        cmd = compile_command(capture, src, out, defines)
+        cmd = compile_command(capture, src, out, defines, openmp)
         try:
             proc = subprocess.run(
                 cmd[:1] + overlay + cmd[1:],

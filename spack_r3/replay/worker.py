@@ -289,7 +289,9 @@ def _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confi
     if variant.source_patch or variant.source_defines:
         try:
             with stages.spent("source"):
-                prepared = engine.with_source_variant(prepared, variant.source_patch, variant.source_defines)
+                prepared = engine.with_source_variant(
+                    prepared, variant.source_patch, variant.source_defines, variant.source_openmp
+                )
         except engine.CompileError as err:
             ev.status, ev.diagnostics = COMPILE_ERROR, str(err)
             return ev

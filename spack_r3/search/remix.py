@@ -65,9 +65,11 @@ from ..replay.source import unit_text
 from ..report import warn
 from ..sourcepatch import PatchError, apply_patch, make_patch
 from .bayes import Study, others
+from . import openmp
 from .noise import PairBudget, clearly_above
 from .mutators import Feedback, KernelSource, Proposal
 from .mutators.cast import ASTError
+from .openmp import THREADED_RULES
 from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 
 REWRITE_CLASSES = {
@@ -105,7 +107,6 @@ EXACT_RULES = (
 )
 PROMISING_RULES = ("interchange",)  # rules that say when a rewrite should pay: one that does not say is no pick
 PARALLEL_RULES = ("omp-parallel", "wavefront", "llm")
-THREADED_RULES = ("omp-parallel", "wavefront")  # rewrites that add OpenMP threads
 MAX_REPEATS = 50
 MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
 ORIGINAL = "original"
@@ -175,9 +176,16 @@ class Child:
 
 
 def kernel_source(capture, directory, text=None, rules=()):
-    """The kernel's unit as a mutator sees it (``text``: a variant's, else the recorded one)."""
-    flags = list(capture.bitcode_args) or list(capture.compile_command[1:])
+    """The kernel's unit as a mutator sees it (``text``: a variant's carrying ``rules``, else
+    the recorded one). A unit built without -fopenmp may get it (``search.openmp``); a
+    variant that added threads is parsed as it compiles, with -fopenmp."""
+    flags = openmp.unit_flags(capture)
     parse = [a for a in flags if not a.startswith("-O")]
+    built = openmp.built_with_openmp(flags)
+    refused = openmp.refusal(capture, directory)
+    added = openmp.adds_openmp(capture, rules)
+    if added:
+        parse.append("-fopenmp")
     function = capture.kernel
     if backends.of_capture(capture) is not backends.HOST:
         function = region_function(capture.kernel)  # the rules rewrite the function the region is in
@@ -192,7 +200,9 @@ def kernel_source(capture, directory, text=None, rules=()):
         compile_dir=capture.compile_dir,
         clang=capture.compile_command[0],
         include_dir=os.path.dirname(capture.source_file),
-        openmp=any(a.startswith("-fopenmp") and "simd" not in a for a in flags),
+        openmp=built or added,
+        add_openmp=not built and not refused,
+        openmp_refusal=refused,
         tolerance=capture.tolerance,
         rules=tuple(rules),
     )
@@ -429,6 +439,7 @@ class Remix:
             source_patch=child.patch,
             source_rule="+".join(child.rules),
             source_defines={k: v[0] for k, v in child.knobs.items()},
+            source_openmp=openmp.adds_openmp(self.capture, child.rules),
         )
 
     def _check(self, server, child):
@@ -514,6 +525,9 @@ class Remix:
         original's own search: what workers do while a model is still answering, and
         where the budget goes that the mutator leaves (no more rewrites to try)."""
         say = say or (lambda line: None)
+        refused = openmp.refusal(self.capture, self.capture_dir)
+        if refused:
+            say("  %s: no rewrite that adds OpenMP threads: %s" % (cxxnames.display(self.target.kernel), refused))
         if self.mutator.uses_model:
             self.target.model = self.model.to_json()
         for child in self.children:  # a killed run's unfinished children first

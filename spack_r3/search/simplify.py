@@ -47,7 +47,7 @@ def without(variant, names):
         variant, pipeline=replace(p, **reset), launch=replace(launch, **{n: None for n in names if hasattr(Launch, n)})
     )
     if SOURCE in names:
-        out = replace(out, source_patch=None, source_defines={}, source_rule=None)
+        out = replace(out, source_patch=None, source_defines={}, source_rule=None, source_openmp=False)
     return out
 
 

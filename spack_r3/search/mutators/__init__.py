@@ -29,9 +29,18 @@ class KernelSource:
     clang: str  # the compiler that builds the unit
     include_dir: str = ""  # the original source's folder (for its own "..." includes)
     openmp: bool = False  # the unit is compiled with -fopenmp (an OpenMP pragma takes effect)
+    # A unit its build compiles without -fopenmp: whether a rewrite may add OpenMP threads
+    # (its variant then compiles with -fopenmp added: ``search.openmp``), and if not, why.
+    add_openmp: bool = False
+    openmp_refusal: str = ""
     tolerance: Optional[float] = None  # relative FP tolerance (None/0: exact results only)
     scalars: Dict[str, int] = field(default_factory=dict)  # recorded integer arguments by name, if known
     rules: Tuple[str, ...] = ()  # the rewrites the parent already carries, in order
+
+    @property
+    def threads(self):
+        """Whether a rewrite may add OpenMP threads (``omp parallel for``, a wavefront)."""
+        return self.openmp or self.add_openmp
 
 
 @dataclass

@@ -427,7 +427,7 @@ def time_tile(fn):
 
 
 def wavefront(fn):
-    if not fn.source.openmp:
+    if not fn.source.threads:
         return []
     return _time_tiles(fn, parallel=True)
 
