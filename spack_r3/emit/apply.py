@@ -53,7 +53,7 @@ from ..iredit import (
     rename_globals,
 )
 from ..record.runtime import RUNTIME_FILES
-from .plan import load_plan
+from .plan import Plan, load_plan
 
 PLAN_ENV = "R3_APPLY_PLAN"
 PROBES_ENV = "R3_APPLY_PROBES"
@@ -73,6 +73,12 @@ _BUILD_SOURCES = (
     "iredit.py",
     "record/instrument.py",
     "emit/offload.py",
+    "emit/cuda.py",
+    "record/cuda.py",
+    "device/codegen.py",
+    "device/deviceir.py",
+    "device/geometry.py",
+    "record/runtime/r3launch.c",
     "record/offload.py",
     "backends.py",
     "record/runtime/r3offload.c",
@@ -113,33 +119,6 @@ def _run(argv, what, **kw):
     return proc.stdout
 
 
-def cuda_register_flags(unit):
-    """The flags that give a CUDA unit's kernels their planned register cap (``Launch.max_registers``):
-    clang passes ``--maxrregcount`` to ptxas, which caps every kernel of the unit (one cap a
-    unit: kernels planned with different caps are refused). What else a CUDA winner may
-    carry (a pipeline of r3's, a block or grid) is not built here yet: ApplyError, one line."""
-    from ..replay.pipeline import format_spec
-
-    caps = set()
-    for k in unit.kernels:
-        other = [
-            name
-            for name, value in (("num_teams", k.launch.num_teams), ("thread_limit", k.launch.thread_limit))
-            if value is not None
-        ]
-        if not k.pipeline.build_compiler:
-            other.insert(0, "pipeline " + format_spec(k.pipeline))
-        if other:
-            raise ApplyError(
-                "%s: a CUDA kernel's +r3 build applies its register cap only, not its %s" % (k.symbol, ", ".join(other))
-            )
-        caps.add(k.launch.max_registers)
-    if len(caps) > 1:
-        raise ApplyError("the plan asks different register caps of one CUDA unit (%s)" % ", ".join(map(str, caps)))
-    cap = caps.pop() if caps else None
-    return ["-Xcuda-ptxas", "--maxrregcount=%d" % cap] if cap else []
-
-
 def shared_names(text, kernels, tag):
     """The unit's text with its writable internal globals, and the ``kernels`` that are
     internal, renamed ``<name>.r3.<tag>`` with hidden visibility; returns (text, {old: new}
@@ -160,24 +139,20 @@ def shared_names(text, kernels, tag):
     return text, {k: renames.get(k, k) for k in kernels}, [renames.get(w, w) for w in writable]
 
 
-def build_unit(line, source, obj, unit, probes=False, tuned=True):
+def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     """Build ``obj`` from ``source`` as the plan's ``unit`` (``plan.PlannedUnit``) says (raises ApplyError):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
-    ``probes``."""
+    ``probes``. ``plan``: the whole plan (a CUDA unit's GPU and its source's digest)."""
     from ..record.launcher import unoptimized_args, codegen_args
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
 
     if backends.of_compile(line.args) is backends.CUDA:
-        if tuned:
-            _run(
-                [line.compiler]
-                + line.without(drop_sources=True, drop_output=True, drop_deps=True, drop_compile_only=False)
-                + cuda_register_flags(unit)
-                + [source, "-o", obj],
-                "the CUDA unit with its register cap",
-            )
+        if tuned:  # its device image and launch geometry (emit/cuda.py)
+            from . import cuda
+
+            cuda.build_unit(line, source, obj, unit, plan or Plan("unknown"), _run, ApplyError)
         return
     if is_offload(line):  # the tuned regions go into the unit's device image (emit/offload.py)
         if tuned:  # (timed: r3offload.c, linked in, times the launches; no probes to add)
@@ -348,11 +323,14 @@ def launch(argv):
     from ..record.launcher import clang_for_runtime, link_compiling
     from ..record.offload import is_offload
     from ..record.runtime import link_args
+    from .cuda import launch_args as cuda_launch_args
 
     try:
         extra = (
             link_args(clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
         )
+        # a CUDA kernel's planned block and grid: the launch shim (emit/cuda.py)
+        extra += cuda_launch_args(clang_for_runtime(line.compiler), plan, line) if tuned else []
     except ToolchainError as err:
         warn(str(err))
         return 1
@@ -368,7 +346,7 @@ def _compile(line, argv, source, obj, plan, probes, tuned):
     if rc != 0 or not (tuned or probes):
         return rc
     try:
-        build_unit(line, source, obj, plan.unit_for(os.path.abspath(source)), probes=probes, tuned=tuned)
+        build_unit(line, source, obj, plan.unit_for(os.path.abspath(source)), probes=probes, tuned=tuned, plan=plan)
     except ApplyError as err:
         if os.environ.get("R3_APPLY_FALLBACK") == "1":
             warn("%s: built untuned: %s" % (source, err))

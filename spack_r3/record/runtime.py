@@ -40,6 +40,8 @@ RUNTIME_FILES = (
     "r3rt_internal.h",
     "launchrec.h",  # shared by the launch recorders, r3offload.c and r3cuda.c
     "gpurec.h",  # the GPU launch recorder r3cuda.c and r3hip.c share
+    "gpuapi.h",  # what gpurec.h and the +r3 build's launch shim r3launch.c share
+    "cudatypes.h",  # CUDA's types for r3cuda.c and r3launch.c
 )
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
 SOURCES = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".c"))

@@ -15,19 +15,13 @@
  * here have the same parameters in the same order (checked against each one's real headers
  * by the tests), and clang's module constructors register kernels and variables the same way
  * for both (__cudaRegisterFunction / __hipRegisterFunction, ...Var). Exported: the capture
- * writer and index reader as r3cuda_* / r3hip_* (R3G_SYM). */
+ * writer and index reader as r3cuda_* / r3hip_* (R3G_SYM). The entry-point names, real()
+ * and the registration and launch types are gpuapi.h's (the +r3 build's launch shim shares
+ * them; CUDA's types: cudatypes.h). */
 #ifndef R3_GPUREC_H
 #define R3_GPUREC_H
 
-#define API __attribute__((visibility("default")))
-#define R3G_CAT2(a, b) a##b
-#define R3G_CAT(a, b) R3G_CAT2(a, b)
-#define R3G_STR2(x) #x
-#define R3G_STR(x) R3G_STR2(x)
-#define R3G_API(name) R3G_CAT(R3G_PREFIX, name)          /* cudaMalloc, hipMalloc */
-#define R3G_NAME(name) R3G_STR(R3G_API(name))            /* "cudaMalloc" */
-#define R3G_REG(name) R3G_CAT(__, R3G_API(name))         /* __cudaRegisterFunction */
-#define R3G_SYM(name) R3G_CAT(R3G_CAT(r3, R3G_PREFIX), R3G_CAT(_, name)) /* r3cuda_write_capture */
+#include "gpuapi.h"
 
 /* ---- the capture writer: file I/O only, no CUDA call (a test builds it into a program
  * without a GPU) --------------------------------------------------------------------- */
@@ -270,16 +264,6 @@ static int g_nallocs, g_capallocs;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_t0, g_paused;
 
-static void warn(const char *a, const char *b) { fprintf(stderr, R3G_TAG ": %s%s\n", a, b ? b : ""); }
-
-static void *real(const char *name) {
-  void *p = dlsym(RTLD_NEXT, name);
-  if (!p) warn("the " R3G_BACKEND " runtime does not define ", name);
-  return p;
-}
-
-typedef void (*register_fn)(void **, const char *, char *, const char *, int, r3g_uint3 *, r3g_uint3 *, dim3 *, dim3 *, int *);
-typedef r3g_error (*launch_fn)(const void *, dim3, dim3, void **, size_t, r3g_stream);
 typedef r3g_error (*malloc_fn)(void **, size_t);
 typedef r3g_error (*managed_fn)(void **, size_t, unsigned int);
 typedef r3g_error (*free_fn)(void *);
