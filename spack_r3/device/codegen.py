@@ -7,7 +7,7 @@ resources of each kernel as the vendor's tools report them.
   ``.maxntid``.
 - AMD: a code object from llvmlite's AMDGPU target, and its ``NT_AMDGPU_METADATA`` note
   read by ``llvm-readelf --notes`` (VGPRs, AGPRs, SGPRs, their spills, private segment,
-  LDS, maximum workgroup size, wave size); ``amdgpu-num-vgpr`` caps VGPRs.
+  LDS, maximum workgroup size, wave size); ``amdgpu-num-vgpr`` caps VGPRs (``num_vgpr``).
 
 LLVM aborts the process on some inputs ("LLVM ERROR: unsupported calling convention"),
 so the LLVM part runs in a child process (``python -m spack_r3.device.codegen``).
@@ -74,6 +74,7 @@ def generate_many(dev, pipelines, max_registers=None, thread_limit=None, timeout
             "pipelines": [p.to_json() for p in pipelines],
             "clang": dev.clang,
             "max_registers": max_registers,
+            "num_vgpr": num_vgpr(target, max_registers),
             "outs": outs,
             "thread_limit": thread_limit if dev.kind == "openmp" else None,
         }
@@ -115,6 +116,16 @@ def generate_many(dev, pipelines, max_registers=None, thread_limit=None, timeout
                 continue
             results.append(DeviceCode(target, code, resources))
     return results
+
+
+def num_vgpr(target, max_registers):
+    """The ``amdgpu-num-vgpr`` that caps a kernel at ``max_registers`` VGPRs a lane, as its
+    code object's ``.vgpr_count`` counts them: halved where VGPRs and AGPRs share one file
+    (LLVM doubles the attribute there: at 24, gfx90a's moments kernel had 48). None for
+    NVIDIA or no cap."""
+    if not max_registers or target.vendor == NVIDIA:
+        return None
+    return max(1, max_registers // 2) if target.limits.unified_vgprs else max_registers
 
 
 def ptxas_resources(ptx_path, target, max_registers=None, tmp=None, timeout=CODEGEN_TIMEOUT_S):
@@ -305,8 +316,8 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
         if job.get("max_registers"):
             # NVIDIA: "nvvm.maxnreg" is the PTX's .maxnreg, which ptxas and the driver's JIT
             # (a replay loads the PTX) both honour; ptxas -maxrregcount says the same
-            attribute = "amdgpu-num-vgpr" if amd else "nvvm.maxnreg"
-            text = add_to_attribute_groups(text, kernels, '"%s"="%d"' % (attribute, job["max_registers"]))
+            attribute, value = ("amdgpu-num-vgpr", job.get("num_vgpr")) if amd else ("nvvm.maxnreg", None)
+            text = add_to_attribute_groups(text, kernels, '"%s"="%d"' % (attribute, value or job["max_registers"]))
         return text, features
 
     if p.polly:

@@ -161,6 +161,14 @@ def _amd(res, lim, g):
     if vgprs > lim.vgprs_per_simd:
         return Occupancy(False, reason="%d VGPRs, a SIMD has %d" % (vgprs, lim.vgprs_per_simd))
     slots["registers"] = lim.vgprs_per_simd // _up(vgprs, lim.vgpr_alloc_unit)
+    # a workgroup's waves are resident together, spread over the CU's SIMDs
+    per_simd = _ceil(waves, lim.simds_per_cu)
+    if per_simd * _up(vgprs, lim.vgpr_alloc_unit) > lim.vgprs_per_simd:
+        return Occupancy(
+            False,
+            reason="%d VGPRs x %d waves a SIMD need more than the %d VGPRs of a SIMD"
+            % (vgprs, per_simd, lim.vgprs_per_simd),
+        )
     if lim.sgprs_per_simd and res.sgprs:
         slots["sgprs"] = lim.sgprs_per_simd // _up(res.sgprs, lim.sgpr_alloc_unit)
     waves_per_simd, limiter = _pick(slots)

@@ -9,7 +9,8 @@ The limits are the figures theoretical occupancy needs. Sources:
   shared memory reserved by the system per block from 8.0 on).
 - AMD: LLVM's AMDGPUBaseInfo.cpp (IsaInfo: getTotalNumVGPRs, getVGPRAllocGranule,
   getMaxWavesPerEU, getEUsPerCU, getMaxWorkGroupsPerCU, getTotalNumSGPRs 800 and
-  getSGPRAllocGranule 16 before gfx10, getAddressableLocalMemorySize 64 KiB), which the
+  getSGPRAllocGranule 16 before gfx10, getAddressableLocalMemorySize 64 KiB,
+  getAddressableNumVGPRs), which the
   compiler itself uses to bound registers for a workgroup size; gfx90a/gfx942 are
   wave64 CDNA2/3 with a unified 512-entry VGPR+AGPR file, gfx1100 is wave32 RDNA3 with
   1536 VGPRs a SIMD (1.5x file) in CU mode (2 SIMDs).
@@ -33,7 +34,7 @@ class Limits:
     # NVIDIA
     regs_per_sm: int = 65536
     reg_alloc_unit: int = 256  # registers, allocated per warp
-    max_regs_per_thread: int = 255
+    max_regs_per_thread: int = 255  # AMD: VGPRs a lane a wave may address (with AGPRs where unified)
     max_warps_per_sm: int = 0
     max_blocks_per_sm: int = 0
     smem_per_sm: int = 0  # bytes
@@ -46,6 +47,9 @@ class Limits:
     vgpr_alloc_unit: int = 0
     sgprs_per_simd: int = 0  # 0: SGPRs do not limit waves (gfx10+)
     sgpr_alloc_unit: int = 16
+    # VGPRs and AGPRs share one file (gfx90a, gfx942): LLVM reads an amdgpu-num-vgpr of N
+    # as 2N of that file (GCNSubtarget::getMaxNumVGPRs), so a cap is passed halved
+    unified_vgprs: bool = False
     max_waves_per_simd: int = 0
     lds_per_cu: int = 65536
     lds_per_workgroup: int = 65536
@@ -68,16 +72,19 @@ def _sm(warps, blocks, smem_kib, block_kib, alloc_unit, reserved):
     )
 
 
-def _gfx(wave, simds, vgprs, vgpr_unit, sgprs, waves):
+def _gfx(wave, simds, vgprs, vgpr_unit, sgprs, waves, wave_vgprs, unified):
     """An AMD row: wave size, SIMDs a CU, VGPRs a SIMD lane and their allocation unit, SGPRs
-    a SIMD (0: they do not limit waves), waves a SIMD."""
+    a SIMD (0: they do not limit waves), waves a SIMD, VGPRs a wave may address, whether
+    VGPRs and AGPRs share one file."""
     return Limits(
         wave,
+        max_regs_per_thread=wave_vgprs,
         simds_per_cu=simds,
         vgprs_per_simd=vgprs,
         vgpr_alloc_unit=vgpr_unit,
         sgprs_per_simd=sgprs,
         max_waves_per_simd=waves,
+        unified_vgprs=unified,
     )
 
 
@@ -89,10 +96,10 @@ LIMITS = {
     "sm_86": _sm(48, 16, 100, 99, 128, KIB),
     "sm_89": _sm(48, 24, 100, 99, 128, KIB),
     "sm_90": _sm(64, 32, 228, 227, 128, KIB),
-    #                wave simds vgprs unit sgprs waves
-    "gfx90a": _gfx(64, 4, 512, 8, 800, 8),
-    "gfx942": _gfx(64, 4, 512, 8, 800, 8),
-    "gfx1100": _gfx(32, 2, 1536, 24, 0, 16),
+    #                wave simds vgprs unit sgprs waves a-wave unified
+    "gfx90a": _gfx(64, 4, 512, 8, 800, 8, 512, True),
+    "gfx942": _gfx(64, 4, 512, 8, 800, 8, 512, True),
+    "gfx1100": _gfx(32, 2, 1536, 24, 0, 16, 256, False),
 }
 
 
