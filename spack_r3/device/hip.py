@@ -4,7 +4,9 @@
 device addresses (hipMemAddressReserve at the address, hipMemCreate, hipMemMap,
 hipMemSetAccess), the kernel's code object linked into a loadable one (``ld.lld -shared``:
 codegen emits a relocatable object) and loaded with hipModuleLoadData, launched with
-hipModuleLaunchKernel, timed with HIP events.
+hipModuleLaunchKernel, timed with HIP events. A candidate's launch geometry comes as a CUDA
+one's does: ``Session.geometry`` (its ``num_teams`` / ``thread_limit``) gives ``launch_params``
+its grid and block, and its ``max_registers`` is in the code object (``amdgpu-num-vgpr``).
 
 Written against hip-python's API (its calls return (hipError_t, value...) as
 cuda-python's do) and never run here: no machine this project builds and tests on has an

@@ -49,7 +49,7 @@ def notes(captures, gpus):
 
 def attach(targets, captures, gpus, max_registers=None):
     """Give each search target (``bayes.Target``) of a device kernel a screen of its
-    candidates on ``gpus``, and a CUDA launch's on the arch it was recorded for even
+    candidates on ``gpus``, and a CUDA or HIP launch's on the arch it was recorded for even
     without ``--gpu`` (its block and grid are searched: a block its code cannot launch
     with is rejected before any GPU time); lines for the tune's progress about the
     kernels ``--gpu`` does not apply to."""
@@ -67,10 +67,12 @@ def attach(targets, captures, gpus, max_registers=None):
 
 
 def recorded_gpus(capture):
-    """[GpuTarget] a CUDA launch was recorded on (its arch), where the limits table knows
-    it; [] for any other capture."""
+    """[GpuTarget] a CUDA or HIP launch was recorded on (its arch), where the limits table
+    knows it; [] for any other capture."""
+    from .geometry import GEOMETRY_BACKENDS
+
     launch = capture.launch or {}
-    if launch.get("backend") != "cuda" or not launch.get("arch"):
+    if launch.get("backend") not in GEOMETRY_BACKENDS or not launch.get("arch"):
         return []
     try:
         return parse_targets(launch["arch"])

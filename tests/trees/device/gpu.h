@@ -15,16 +15,20 @@
 #define THREAD_X __nvvm_read_ptx_sreg_tid_x()
 #define BLOCK_X __nvvm_read_ptx_sreg_ctaid_x()
 #define BLOCK_DIM_X __nvvm_read_ptx_sreg_ntid_x()
+#define GRID_THREADS_X (__nvvm_read_ptx_sreg_nctaid_x() * __nvvm_read_ptx_sreg_ntid_x())
 #define SYNC_THREADS() __syncthreads()
 #elif defined(__AMDGPU__)
 #define THREAD_X __builtin_amdgcn_workitem_id_x()
 #define BLOCK_X __builtin_amdgcn_workgroup_id_x()
 #define BLOCK_DIM_X __builtin_amdgcn_workgroup_size_x()
+/* the dispatch packet's grid size, in work-items (gridDim.x * blockDim.x) */
+#define GRID_THREADS_X __builtin_amdgcn_grid_size_x()
 #define SYNC_THREADS() __builtin_amdgcn_s_barrier()
 #else
 #define THREAD_X 0
 #define BLOCK_X 0
 #define BLOCK_DIM_X 1
+#define GRID_THREADS_X 1
 #define SYNC_THREADS()
 #endif
 #endif

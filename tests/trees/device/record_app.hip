@@ -24,6 +24,12 @@ __global__ void scale(int n, float a, float *x) {
   if (i < n) x[i] *= a;
 }
 
+// Grid-stride, bounded to 256 threads a workgroup: the capture whose block and grid the
+// search varies (tests/device/test_hip_record.py writes one; main does not launch it).
+__global__ void __launch_bounds__(256) scale_all(int n, float a, float *x) {
+  for (int i = BLOCK_X * BLOCK_DIM_X + THREAD_X; i < n; i += GRID_THREADS_X) x[i] *= a;
+}
+
 int main() {
   enum { N = 1024 };
   static float x[N];
