@@ -27,6 +27,7 @@ What cannot be built so is one line (``CudaUnitError``, r3-apply's ApplyError).
 """
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -195,8 +196,8 @@ def _plan_object(compiler, kernels, bitcode, tmp, run):
 
     text = str(llvm.parse_bitcode(bitcode))
     entries = [
-        '  {"%s", %d, %d, %d},'
-        % (k.symbol, k.launch.thread_limit or 0, k.launch.num_teams or 0, int(grid_stride(text, k.symbol)))
+        "  {%s, %d, %d, %d},"  # (a JSON string of a mangled name is a C string literal)
+        % (json.dumps(k.symbol), k.launch.thread_limit or 0, k.launch.num_teams or 0, int(grid_stride(text, k.symbol)))
         for k in kernels
     ]
     path = os.path.join(tmp, "r3-launch-plan.c")
