@@ -23,6 +23,12 @@ keeps record's probe wrapper in front of it and links record's runtime, so a run
 application; ``R3_APPLY_UNTUNED=1`` builds the same wrappers around the untuned kernels,
 the baseline those times are compared with.
 
+A unit the plan marks ``openmp`` (a rewrite added OpenMP threads to a unit its build
+compiles without -fopenmp: ``search.openmp``) is compiled with -fopenmp added, that unit
+alone; each link then gets LLVM's OpenMP runtime (``openmp_link_args``: as needed, so a
+link without the unit's object does not depend on it), since the build's links have no
+-fopenmp. A compile-and-link line gets it on its link only: its other sources stay as built.
+
 A kernel specialized on recorded arguments (``Pipeline.specialize``) is built as replay
 measured it: its clone behind a guard, the original for other arguments. The unit then
 links a destructor that appends each guard's calls and matches to ``$R3_SPEC_LOG`` when
@@ -164,6 +170,8 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     compiler = line.compiler
     tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
     defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())] if tuned else []
+    # the threads a rewrite added: this unit alone compiles with -fopenmp (each link gets the runtime)
+    openmp = ["-fopenmp"] if tuned and unit.openmp else []
     kernels = [k.symbol for k in unit.kernels]
     with tempfile.TemporaryDirectory(prefix="r3-apply-") as tmp:
         ll = os.path.join(tmp, "unit.ll")
@@ -171,6 +179,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
             [compiler]
             + line.without(drop_sources=True, drop_output=True, drop_deps=True)
             + unoptimized_args(line)
+            + openmp
             + defines
             + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll],
             "the unit's IR",
@@ -331,12 +340,32 @@ def launch(argv):
         )
         # a CUDA kernel's planned block and grid: the launch shim (emit/cuda.py)
         extra += cuda_launch_args(clang_for_runtime(line.compiler), plan, line) if tuned else []
+        if tuned and any(u.openmp for u in plan.units) and not {"-r", "-nostdlib"} & set(line.args):
+            extra += openmp_link_args(line.compiler)
     except ToolchainError as err:
         warn(str(err))
         return 1
     return link_compiling(
         line, planned, lambda argv, src, obj: _compile(CompileLine(argv), argv, src, obj, plan, probes, tuned), extra
     )
+
+
+def openmp_link_args(compiler):
+    """What a link needs for a planned unit compiled with -fopenmp added: LLVM's OpenMP
+    runtime of the build's clang, found at run time where it was at the link (rpath), and
+    only where the link uses it (``--as-needed``). Not -fopenmp: a compile-and-link line
+    would compile its other sources with it too."""
+    from ..record.launcher import clang_for_runtime
+    from ..toolchain import find_libomp
+
+    lib = find_libomp(clang_for_runtime(compiler))
+    if not lib:
+        raise ToolchainError(
+            "the plan has a unit compiled with -fopenmp, and LLVM's OpenMP runtime (libomp.so) of %s is not "
+            "installed (Debian: apt-get install libomp-19-dev)" % compiler
+        )
+    lib = os.path.realpath(lib)
+    return ["-Wl,--push-state,--as-needed", lib, "-Wl,--pop-state", "-Wl,-rpath," + os.path.dirname(lib)]
 
 
 def _compile(line, argv, source, obj, plan, probes, tuned):

@@ -3,6 +3,7 @@
     {"format": 1, "target": "zen3", "gpu": "sm_90", "units": [   # gpu: device plans only
       {"source": "src/kernels.c",                 # relative to the source root
        "defines": {"R3_TILE_1": 32},               # the source variant's macro knobs
+       "openmp": true,                             # compiled with -fopenmp added (only when so)
        "kernels": [{"symbol": "matmul", "pipeline": {...}, "launch": {...},
                     "relaxes_fp": false, "speedup": 9.8, "share": 0.71}]}]}
 
@@ -68,14 +69,20 @@ class PlannedUnit:
     kernels: List[PlannedKernel] = field(default_factory=list)
     defines: Dict[str, int] = field(default_factory=dict)
     patch: Optional[str] = None  # the patch file's name in the package directory
+    # A rewrite added OpenMP threads to a unit its build compiles without -fopenmp
+    # (``search.openmp``): r3-apply compiles it with -fopenmp and links LLVM's OpenMP runtime.
+    openmp: bool = False
 
     def to_json(self) -> Json:
-        return {
+        d: Json = {
             "source": self.source,
             "defines": dict(self.defines),
             "patch": self.patch,
             "kernels": [k.to_json() for k in self.kernels],
         }
+        if self.openmp:  # (absent otherwise: the digests of plans without it stay as they were)
+            d["openmp"] = True
+        return d
 
     @classmethod
     def from_json(cls, data: Json) -> "PlannedUnit":
@@ -84,6 +91,7 @@ class PlannedUnit:
             [PlannedKernel.from_json(k) for k in data.get("kernels", [])],
             dict(data.get("defines") or {}),
             data.get("patch"),
+            bool(data.get("openmp", False)),
         )
 
 

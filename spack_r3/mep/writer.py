@@ -492,6 +492,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     launch = variant.launch if variant else None
     patch = variant.source_patch if variant else None
     defines = dict(variant.source_defines) if variant else {}
+    source_openmp = bool(variant and variant.source_openmp)
     text = unit_text(capture, directory)
     if patch:
         try:
@@ -503,6 +504,8 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     flags = build_flags(capture.compile_command)
     # the target the recorded code was built for (r3 record --target): what it computed with (FMA)
     flags += [a for a in capture.bitcode_args if a.startswith(("-march", "-mcpu", "-mtune")) and a not in flags]
+    if source_openmp and not any(f.startswith("-fopenmp") for f in flags):
+        flags.append("-fopenmp")  # the rewrite's threads, in a unit built without OpenMP (search/openmp.py)
     code, omp = _unit_split(flags)
     unmapped = []
     if variant is not None and not variant.pipeline.build_compiler:
@@ -542,7 +545,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         return kernel_flags
 
     def write_ir(tmp):
-        ir = kernel_ir(prepared, _variant_bitcode(capture, directory, patch, defines))
+        ir = kernel_ir(prepared, _variant_bitcode(capture, directory, patch, defines, source_openmp))
         with open(os.path.join(tmp, "kernel.ll"), "w") as f:
             f.write(ir)
         return []
@@ -551,7 +554,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         shutil.copyfile(DRIVER, os.path.join(tmp, "driver." + ext))
         threads = (
             (launch.threads if launch and launch.threads else capture.launch.get("threads"))
-            if capture.launch.get("openmp")
+            if capture.launch.get("openmp") or source_openmp
             else None
         )
         with open(os.path.join(tmp, "mep.h"), "w") as f:
@@ -606,7 +609,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
             if why:
                 raise R3Error("the MEP of %s does not build: %s" % (cxxnames.display(capture.kernel), why))
         if info.variant:
-            obj = replay_object(prepared, variant, _variant_bitcode(capture, directory, patch, defines))
+            obj = replay_object(prepared, variant, _variant_bitcode(capture, directory, patch, defines, source_openmp))
             os.makedirs(os.path.join(tmp, "r3"))
             with open(os.path.join(tmp, "r3", "kernel.o"), "wb") as f:
                 f.write(obj)
@@ -622,15 +625,16 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     return info
 
 
-def _variant_bitcode(capture, directory, patch, defines):
-    """The unit's bitcode with the variant's patch and knobs, or None (the recorded one)."""
+def _variant_bitcode(capture, directory, patch, defines, openmp=False):
+    """The unit's bitcode with the variant's patch and knobs (``openmp``: -fopenmp added), or
+    None (the recorded one)."""
     if not (patch or defines):
         return None
     from ..replay.source import variant_bitcode
     from ..replay.stages import CompileError
 
     try:
-        return variant_bitcode(capture, directory, patch, defines)
+        return variant_bitcode(capture, directory, patch, defines, openmp=openmp)
     except CompileError as err:
         raise R3Error("the variant does not compile: %s" % err)
 

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List
 
 from .. import backends
@@ -95,11 +95,15 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
                 skipped.append("%s: its rewrite does not compose with the unit's others (%s)" % (result.kernel, err))
                 continue
             unit.defines.update(variant.source_defines)
+            unit.openmp = unit.openmp or variant.source_openmp
+        launch = variant.launch
+        if variant.source_openmp and not launch.threads:  # replay ran it on the recorded threads, not the runtime's
+            launch = replace(launch, threads=capture.launch.get("threads") or 1)
         unit.kernels.append(
             PlannedKernel(
                 result.kernel,
                 variant.pipeline,
-                variant.launch,
+                launch,
                 result.relaxes_fp,
                 result.speedup,
                 result.share,

@@ -3,6 +3,7 @@
 unit's static state shared by both. No Spack needed: plain make with CC="r3-apply clang".
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -325,3 +326,48 @@ def test_an_emitted_package_changes_with_what_it_builds_not_with_what_was_measur
     digest = Plan("zen3", [PlannedUnit("src/k.c", [PlannedKernel("a", Pipeline(opt="3"))])]).build_digest()
     assert "'zen3': ('r3-zen3.json', '%s')" % digest in first and "R3_TOOLCHAIN = '" in first
     compile(first, "package.py", "exec")
+
+
+# A wavefront of time tiles (issue 46) won for a Gauss-Seidel kernel whose build has no
+# -fopenmp: the planned unit alone compiles with it, and the link, which has none either,
+# gets LLVM's OpenMP runtime.
+SEIDEL_MAKEFILES = (
+    "app: forms.o\n\t$(CC) -O3 -o app forms.o -lm\n%.o: %.c\n\t$(CC) -O3 -c -o $@ $<\n",
+    "app: forms.c\n\t$(CC) -O3 -o app forms.c -lm\n",  # compile and link in one line
+)
+
+
+@pytest.mark.parametrize("makefile", SEIDEL_MAKEFILES, ids=["objects", "one-line"])
+def test_a_wavefront_winner_builds_with_openmp_added_and_computes_the_untuned_output(clang, tmp_path, makefile):
+    from spack_r3.search.mutators import Feedback, KernelSource
+    from spack_r3.search.mutators.rules import RulesMutator
+    from test_rules_stencil_forms import FORMS_C
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "forms.c").write_text(FORMS_C)
+    (src / "Makefile").write_text(makefile)
+    assert _make(src, clang).returncode == 0
+    expected = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    assert b"libomp" not in subprocess.run(["readelf", "-d", str(src / "app")], capture_output=True).stdout
+
+    unit = KernelSource("seidel9", "seidel9", "forms.c", FORMS_C, ["-O3"], str(src), clang, add_openmp=True)
+    (wave,) = [p for p in RulesMutator().propose(unit, Feedback()) if p.rule == "wavefront"]
+    (src / "forms.c").write_text(wave.text)  # as the package's patch leaves the source
+    planned = PlannedUnit(
+        "forms.c",
+        [PlannedKernel("seidel9", Pipeline(opt="3"), Launch(threads=2), rule="wavefront")],
+        defines=dict(zip(wave.knobs, (2, 3))),  # partial tiles both ways
+        openmp=True,
+    )
+    plan = Plan("any", [planned])
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))).units[0].openmp
+    assert plan.build_digest() != Plan("any", [dataclasses.replace(planned, openmp=False)]).build_digest()
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    built = _make(src, clang, str(tmp_path / "plan.json"))
+    assert built.returncode == 0, built.stderr
+    run = subprocess.run(["./app"], cwd=src, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == expected  # the wavefront keeps every result bit for bit
+    assert "__kmpc_fork_call" in subprocess.run(["nm", str(src / "app")], capture_output=True, text=True).stdout
+    assert b"libomp" in subprocess.run(["readelf", "-d", str(src / "app")], capture_output=True).stdout

@@ -8,6 +8,7 @@ where the pragma is.
 """
 
 import dataclasses
+import os
 
 import pytest
 
@@ -19,8 +20,11 @@ from spack_r3.search import openmp
 from spack_r3.search.mutators import Feedback
 from spack_r3.search.mutators.rules import RulesMutator
 from spack_r3.search.remix import kernel_source
+from spack_r3.search.results import KernelResult, save_results
 from spack_r3.sourcepatch import make_patch
+from spack_r3.workspace import Workspace
 
+from test_mep import make_check
 from test_record_replay import capture_of, r3, source_tree
 from test_rules import one, rules_of
 from test_rules_stencil_forms import FORMS_C
@@ -43,7 +47,7 @@ def plain(tmp_path_factory, clang):
     return _record(tmp_path_factory, "omp-added", FORMS_C)
 
 
-def test_a_wavefront_is_offered_without_fopenmp_and_replays_bit_for_bit_on_two_threads(plain, tmp_path):
+def test_a_wavefront_is_offered_without_fopenmp_and_replays_bit_for_bit_on_two_threads(plain, tmp_path, clang):
     capture = load_capture_dir(plain)
     src = kernel_source(capture, plain)
     assert not src.openmp and src.add_openmp and src.openmp_refusal == ""
@@ -75,6 +79,18 @@ def test_a_wavefront_is_offered_without_fopenmp_and_replays_bit_for_bit_on_two_t
     child = kernel_source(capture, plain, wave.text, ("wavefront",))
     assert child.openmp and "-fopenmp" in child.parse_args
     assert "wavefront" not in rules_of(RulesMutator().propose(child, Feedback()))
+
+    # r3 mep of it as a winner: its kernel compiles and links with OpenMP, on the plan's threads.
+    ws = os.path.dirname(os.path.dirname(plain))
+    result = KernelResult("seidel9", [capture.id], 0.9, 1e-3, 5e-4, 1.5, 1.4, 1.6, 10, {}, False, True, variant)
+    save_results(Workspace(ws), [result])
+    out = tmp_path / "mep"
+    assert r3("--workspace", ws, "mep", "seidel9", "--variant", "-o", out) == 0
+    assert "#define MEP_THREADS 2\n" in (out / "mep.h").read_text()
+    assert "-fopenmp" in (out / "Makefile").read_text()
+    proc = make_check(out, clang, clang)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "seidel9: verified" in proc.stdout
 
 
 def test_no_threads_are_added_to_a_unit_with_an_inactive_omp_pragma(tmp_path_factory, clang):
