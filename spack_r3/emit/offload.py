@@ -21,8 +21,8 @@ import os
 import shutil
 import tempfile
 
-from ..iredit import declare_only, split_module
-from ..record.offload import device_compile_args, device_globals, offload_targets, region_key
+from ..iredit import declare_only, global_ref, split_module
+from ..record.offload import static_globals, device_compile_args, device_globals, offload_targets, region_key
 
 _ENTRY = ".offloading.entry."  # the global clang gives each target region (its offload entry)
 
@@ -68,10 +68,13 @@ def build_unit(line, source, obj, unit, run, apply_error):
                 % (source, ", ".join(region_key(k) for k in missing))
             )
         kernels = [here[region_key(k)] for k in kernels]
+        # a static device global a tuned region uses: the rest defines it, hidden, for the
+        # region's object to reach, and the linked device object makes it local again
+        statics = sorted(static_globals(bitcode) & {g for k in kernels for g in device_globals(bitcode, k)})
         parts = [os.path.join(tmp, "rest.o")]
         rest = os.path.join(tmp, "rest.ll")
         with open(rest, "w") as f:
-            f.write(declare_only(text, kernels))
+            f.write(_hidden(declare_only(text, kernels), statics))
         level = [a for a in line.args if a.startswith("-O")][-1:] or ["-O0"]
         run(
             [compiler] + level + ["-fPIC", "-Wno-override-module", "-c", "-x", "ir", rest, "-o", parts[0]],
@@ -95,6 +98,9 @@ def build_unit(line, source, obj, unit, run, apply_error):
                 f.write(tm.emit_object(mod))
         device = os.path.join(tmp, "device.o")
         run([shutil.which("ld") or "ld", "-r"] + parts + ["-o", device], "linking the tuned device object")
+        if statics:
+            objcopy = shutil.which("objcopy") or "objcopy"
+            run([objcopy] + ["--localize-symbol=" + g for g in statics] + [device], "the static device globals")
         package = os.path.join(tmp, "device.pkg")
         run(
             [packager(compiler), "-o", package, "--image=file=%s,triple=%s,kind=openmp" % (device, target)],
@@ -107,3 +113,14 @@ def build_unit(line, source, obj, unit, run, apply_error):
             + ["--offload-host-only", "-Xclang", "-fembed-offload-object=" + package, "-c", source, "-o", obj],
             "the unit's host side with the tuned device image",
         )
+
+
+def _hidden(text, names):
+    """``text`` with the internal globals ``names`` defined with hidden visibility instead."""
+    heads = tuple("%s = internal " % global_ref(n) for n in names)
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(heads):
+            name, rest = line.split(" = internal ", 1)
+            lines[i] = "%s = hidden %s" % (name, rest)
+    return "\n".join(lines)

@@ -7,7 +7,8 @@ that module, with the unit's compile command, is kept as a unit folder like a ho
 (``tus/<digest>``, ``backend: offload``), and each of its kernels (a region's device
 function, ``__omp_offloading_<ids>_<function>_l<line>``) is named in
 ``<record dir>/offload/<kernel>`` with that folder (its first line) and the ``declare
-target`` globals the region uses (a line ``global <name>`` each), which the offload record
+target`` globals the region uses (a line ``global <name>`` each, ``static <name> <size>`` a
+static one), which the offload record
 runtime (runtime/r3offload.c) reads to tie a launch to its IR and to capture those globals'
 device copies. Host functions of an offload unit
 are not instrumented: their probes would time and capture the host side of a launch.
@@ -88,15 +89,25 @@ def kernel_infos(bitcode):
 def _uncapturable(globals_, analysis):
     """Why a region's device globals cannot be captured, or None. The offload runtime finds a
     ``declare target`` variable's device copy through its host counterpart (the offload
-    entry of the same name); a static one has no entry. A ``declare target link`` variable is
-    reached through its reference pointer (``<name>_decl_tgt_ref_ptr``), a global with an
-    entry, which the runtime captures with the mapped copy it points at."""
+    entry of the same name); a static one has no entry, and is found by its name in the
+    device image's symbol table (the host plugin's only: see ``static_globals``), which a private
+    one (no symbol) is not. A ``declare target link`` variable is reached through its
+    reference pointer (``<name>_decl_tgt_ref_ptr``), a global with an entry, which the
+    runtime captures with the mapped copy it points at."""
     import llvmlite.binding as llvm
 
     for g, _ in globals_:
-        if analysis.globals[g].linkage in (llvm.Linkage.internal, llvm.Linkage.private):
-            return "it uses the static device global %s, which has no host counterpart to find its device copy by" % g
+        if analysis.globals[g].linkage == llvm.Linkage.private:
+            return "it uses the private device global %s, which has no symbol to find its device copy by" % g
     return None
+
+
+def static_globals(bitcode):
+    """The static (internal) device globals of a device module: no offload entry, so the
+    offload runtime looks each up as a local object of the loaded device image."""
+    import llvmlite.binding as llvm
+
+    return {g.name for g in llvm.parse_bitcode(bitcode).global_variables if g.linkage == llvm.Linkage.internal}
 
 
 def device_globals(bitcode, kernel):
@@ -138,7 +149,12 @@ def record_device_unit(line, source, record_dir):
     )
     index = os.path.join(os.path.abspath(record_dir), "offload")
     os.makedirs(index, exist_ok=True)
-    for k in kernels:  # the unit's folder, then the device globals the runtime captures
+    statics = static_globals(bitcode)
+    for k in kernels:  # the unit's folder, then the device globals the runtime captures (a static's with its size)
+        lines = [
+            ("static %s %d\n" % (g, size)) if g in statics else ("global %s\n" % g)
+            for g, size in ([] if k.unreplayable else k.globals)
+        ]
         with open(os.path.join(index, k.name), "w") as f:
-            f.write(tu_dir + "\n" + "".join("global %s\n" % g for g, _ in ([] if k.unreplayable else k.globals)))
+            f.write(tu_dir + "\n" + "".join(lines))
     return None

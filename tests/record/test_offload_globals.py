@@ -58,7 +58,7 @@ void scale(double s)
     for (int i = 0; i < N; i++) big[i] = big[i] * s + i;
 }
 
-/* a static device global: the host has no counterpart to find its device copy by */
+/* a static device global: no offload entry, found in the host plugin's device image */
 void count(void)
 {
 #pragma omp target
@@ -73,9 +73,13 @@ int main(void)
     fill();
     use(p, out);
     count();
+    count();
     scale(0.5);
     for (int i = 0; i < p.n; i++) sum += out[i] + big[i];
-    printf("sum %%.1f\n", sum);
+    int seen = 0;
+#pragma omp target map(from: seen)
+    seen = launches;
+    printf("sum %%.1f launches %%d\n", sum, seen);
     return 0;
 }
 """
@@ -144,21 +148,64 @@ def test_regions_with_device_globals_replay_verified_and_tune(recorded, capsys):
     assert k["kernel"] == use.kernel and k["evaluations"] == 2
 
 
-def test_a_static_device_global_is_refused_in_one_line(recorded, capsys):
+def test_a_static_device_global_is_found_in_the_device_image_and_replays(recorded, capsys):
+    """`launches` has no offload entry: the runtime finds it as a local object of the host
+    plugin's device image (its symbol table) and captures it as any device global."""
     count = region(recorded, "count")
-    assert count.unreplayable == (
-        "it uses the static device global launches, which has no host counterpart to find its device copy by"
-    )
+    assert count.unreplayable is None
+    [g] = count.globals
+    assert g["name"] == "launches" and g["size"] == 4
+    cdir = os.path.join(recorded, "captures", count.id)
+    for name, value in (("pre.bin", 0), ("post.bin", 1)):
+        path = os.path.join(cdir, name)
+        [r] = [r for r in read_regions(path) if r.addr == int(g["addr"], 16)]
+        assert r.kind == KIND_GLOBAL and int.from_bytes(bytes(region_bytes(path, r))[:4], "little") == value
     capsys.readouterr()
-    assert r3("--workspace", recorded, "replay", count.id) != 0
+    assert r3("--workspace", recorded, "replay", count.id, "--pipeline", "O1", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == OK and out["verified"] is True and out["mismatched_bytes"] == 0
+
+
+def test_a_static_device_global_whose_name_another_unit_shares_is_refused_in_one_line(tmp_path, offload_run, capsys):  # noqa: F811
+    """Two units of one device image each have a static `hits`: the image's symbol table
+    names two local objects `hits`, and nothing there says which is whose. The regions are
+    recorded, marked with the reason, and replay refuses them."""
+    unit = (
+        "#pragma omp declare target\nstatic int hits;\n#pragma omp end declare target\n"
+        "int %s(void)\n{\n    int seen = 0;\n#pragma omp target map(from: seen)\n    seen = ++hits;\n"
+        "    return seen;\n}\n"
+    )
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.c").write_text(unit % "hit_a")
+    (src / "b.c").write_text(unit % "hit_b")
+    (src / "main.c").write_text(
+        '#include <stdio.h>\nint hit_a(void);\nint hit_b(void);\nint main(void)\n{\n    printf("%d\\n", hit_a() + hit_b());\n'
+        "    return 0;\n}\n"
+    )
+    flags_ = "-O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu"
+    (src / "Makefile").write_text(
+        "two: a.o b.o main.o\n\t$(CC) %s -o two a.o b.o main.o\n%%.o: %%.c\n\t$(CC) %s -c $< -o $@\n" % (flags_, flags_)
+    )
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", src, "--run", offload_run + "./two") == 0
+    caps = captures(ws).values()
+    assert len(caps) == 2
+    for cap in caps:
+        assert cap.unreplayable == (
+            "its static device global hits is not the only local object of that name in the device image's symbol table"
+        )
+    capsys.readouterr()
+    cap = next(iter(caps))
+    assert r3("--workspace", ws, "replay", cap.id) != 0
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.endswith("cannot replay: " + count.unreplayable)
+    assert "\n" not in err and err.endswith("cannot replay: " + cap.unreplayable)
 
 
 def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded, tmp_path, offload_run):  # noqa: F811
     """The tuned regions, built by r3-apply into the device image, use the image's own
-    `table` (which the untuned fill region writes) and `big`'s reference pointer (which the
-    launch's map sets): the application prints what it printed."""
+    `table` (which the untuned fill region writes), `big`'s reference pointer (which the
+    launch's map sets) and the static `launches`: the application prints what it printed."""
     import shutil
     import subprocess
     import sys
@@ -169,9 +216,9 @@ def test_r3_apply_builds_a_tuned_region_that_shares_the_images_globals(recorded,
     src = tmp_path / "src"
     src.mkdir()
     (src / "globals.c").write_text(PROGRAM)
-    kernels = [
-        PlannedKernel(region(recorded, function).kernel, Pipeline(opt="2"), Launch(num_teams=2))
-        for function in ("use", "scale")
+    kernels = [  # (count's plain `target` forks no teams: no geometry)
+        PlannedKernel(region(recorded, function).kernel, Pipeline(opt="2"), launch)
+        for function, launch in (("use", Launch(num_teams=2)), ("scale", Launch(num_teams=2)), ("count", Launch()))
     ]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(Plan("any", [PlannedUnit("globals.c", kernels)]).to_json()))

@@ -20,7 +20,10 @@
  * the offload entry of the same name, whose device copy omp_get_mapped_ptr gives (libomptarget
  * maps every global of a loaded image). A `declare target link` variable's reference pointer
  * is such a global; the device copy it points at must be one of the launch's mapped sections
- * (unlinked()), which replay restores with the pointer. A firstprivate aggregate is passed by
+ * (unlinked()), which replay restores with the pointer. A static device global has no entry:
+ * on the host plugin it is a local object of the device image this process loaded, found by
+ * the image's symbol table (static_global(); on a GPU plugin the capture says why not). A
+ * firstprivate aggregate is passed by
  * reference to a device copy libomptarget makes at the launch from the host object: its bytes
  * (ArgSizes) are the argument's "byval" data, and replay passes a pointer to a copy of them.
  *
@@ -34,8 +37,10 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,6 +105,7 @@ struct region {
   char tu_dir[1024];
   int tu_known;
   char *globals[MAXGLOB]; /* the device globals its device function uses */
+  uint64_t static_size[MAXGLOB]; /* a static one's size in the device IR; 0: one with an entry */
   int nglobals;
   uint64_t calls, ns, main_ns, main_calls, captured;
 };
@@ -129,16 +135,19 @@ static struct region *region_of(void *host) { /* lock held */
     snprintf(path, sizeof path, "%s/offload/%s", g_dir, r->name);
     FILE *f = fopen(path, "re");
     char line[4096];
-    if (f && fgets(line, sizeof line, f)) { /* the folder, then a line "global <name>" a device global */
+    if (f && fgets(line, sizeof line, f)) { /* the folder, then "global <name>" or "static <name> <size>" a global */
       size_t n = strlen(line);
       while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' ')) n--;
       if (n > 0 && n < sizeof r->tu_dir) { memcpy(r->tu_dir, line, n); r->tu_dir[n] = 0; r->tu_known = 1; }
       while (fgets(line, sizeof line, f)) {
         n = strlen(line);
         while (n > 0 && line[n - 1] == '\n') line[--n] = 0;
-        if (strncmp(line, "global ", 7) || !line[7]) continue;
+        unsigned long long size = 0;
+        char *sp = strncmp(line, "static ", 7) ? NULL : strrchr(line + 7, ' ');
+        if (sp) { *sp = 0; size = strtoull(sp + 1, NULL, 10); }
+        if ((strncmp(line, "global ", 7) && !(sp && size)) || !line[7]) continue;
         if (r->nglobals == MAXGLOB || !(r->globals[r->nglobals] = strdup(line + 7))) { r->tu_known = 0; break; }
-        r->nglobals++;
+        r->static_size[r->nglobals++] = size;
       }
     }
     if (f) fclose(f);
@@ -161,11 +170,116 @@ static struct tgt_offload_entry *entry_of(const char *name) {
   return NULL;
 }
 
+/* A static device global has no offload entry, and OpenMP's interface finds a device
+ * address only through a host address (omp_get_mapped_ptr); libomptarget's plugins look
+ * globals up by name (dlsym, cuModuleGetGlobal, hsa_executable_get_symbol_by_name) for
+ * entries only. The host plugin's image, though, is a shared object this process loaded
+ * (dlopen of a file it wrote): its symbol table (.symtab, not loaded) names the static as a
+ * local object. The image is the loaded object that exports the region's device function
+ * (the host fallback of the same name is local, and the executable's own is skipped). */
+struct image_search {
+  const char *kernel, *name;
+  int found, matches;
+  uint64_t addr, size;
+};
+
+static void *read_at(int fd, uint64_t off, uint64_t len) { /* malloc'd; NULL on a short read */
+  unsigned char *buf = len && len < (1ull << 32) ? malloc(len) : NULL;
+  for (uint64_t got = 0; buf && got < len;) {
+    ssize_t n = pread(fd, buf + got, len - got, (off_t)(off + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) { free(buf); buf = NULL; }
+    else got += (uint64_t)n;
+  }
+  return buf;
+}
+
+/* the device image's symbol table (pread: this runtime's own mmap would be the record's) */
+static void search_symtab(int fd, struct image_search *q, uint64_t base) {
+  Elf64_Ehdr *eh = read_at(fd, 0, sizeof *eh);
+  Elf64_Shdr *sh = NULL;
+  if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh->e_shentsize != sizeof *sh || !(sh = read_at(fd, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof *sh))) {
+    free(eh);
+    return;
+  }
+  for (int i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+    Elf64_Sym *sym = read_at(fd, sh[i].sh_offset, sh[i].sh_size);
+    char *str = read_at(fd, sh[sh[i].sh_link].sh_offset, sh[sh[i].sh_link].sh_size + 1);
+    if (sym && str) {
+      uint64_t strsize = sh[sh[i].sh_link].sh_size;
+      str[strsize] = 0;
+      for (size_t k = 0; k < sh[i].sh_size / sizeof *sym; k++) {
+        if (sym[k].st_name >= strsize || sym[k].st_shndx == SHN_UNDEF) continue;
+        const char *nm = str + sym[k].st_name;
+        int bind = ELF64_ST_BIND(sym[k].st_info), type = ELF64_ST_TYPE(sym[k].st_info);
+        if (type == STT_FUNC && bind != STB_LOCAL && !strcmp(nm, q->kernel)) q->found = 1;
+        if (type == STT_OBJECT && bind == STB_LOCAL && !strcmp(nm, q->name)) {
+          q->matches++;
+          q->addr = base + sym[k].st_value;
+          q->size = sym[k].st_size;
+        }
+      }
+    }
+    free(sym);
+    free(str);
+    break;
+  }
+  free(sh);
+  free(eh);
+}
+
+static int search_object(struct dl_phdr_info *info, size_t sz, void *arg) {
+  struct image_search *q = arg;
+  (void)sz;
+  if (!info->dlpi_name || !info->dlpi_name[0]) return 0; /* the executable: the host side */
+  void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD); /* it exports the region's device function */
+  int image = h && dlsym(h, q->kernel);
+  if (h) dlclose(h);
+  if (!image) return 0;
+  int fd = open(info->dlpi_name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  search_symtab(fd, q, (uint64_t)info->dlpi_addr);
+  close(fd);
+  if (q->found) return 1;
+  q->matches = 0;
+  return 0;
+}
+
+static const char *static_global(struct region *r, int g, uint64_t *addr, uint64_t *size) {
+  static char why[512];
+  struct image_search q = {r->name, r->globals[g], 0, 0, 0, 0};
+  dl_iterate_phdr(search_object, &q);
+  if (!q.found)
+    snprintf(why, sizeof why,
+             "its static device global %.200s has no offload entry, and no device image loaded in this process "
+             "shows it (only the host plugin's image can be searched, by its symbol table)",
+             r->globals[g]);
+  else if (q.matches != 1)
+    snprintf(why, sizeof why, "its static device global %.200s is %s in the device image's symbol table",
+             r->globals[g], q.matches ? "not the only local object of that name" : "not a local object");
+  else if (q.size != r->static_size[g])
+    snprintf(why, sizeof why, "its static device global %.200s has %llu bytes in the device image, %llu in its IR",
+             r->globals[g], (unsigned long long)q.size, (unsigned long long)r->static_size[g]);
+  else {
+    *addr = q.addr;
+    *size = q.size;
+    return NULL;
+  }
+  return why;
+}
+
 /* The region's device globals (name, device address, size), from their host counterparts;
  * NULL, or why one cannot be found. */
 static const char *device_globals(struct region *r, int dev, uint64_t *addr, uint64_t *size) {
   static char why[512];
   for (int g = 0; g < r->nglobals; g++) {
+    if (r->static_size[g]) {
+      const char *no = static_global(r, g, &addr[g], &size[g]);
+      if (no) return no;
+      continue;
+    }
     struct tgt_offload_entry *e = entry_of(r->globals[g]);
     void *d = e ? omp_get_mapped_ptr(e->addr, dev) : NULL;
     if (!d) {
