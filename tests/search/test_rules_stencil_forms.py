@@ -239,3 +239,21 @@ def test_time_tiling_refuses_what_a_skew_cannot_legalize(tmp_path, clang):
         refusal(tmp_path, "edges_only")
         == "the j loop (line 40) has no inner loop and is not one row's (it writes no one fixed row): not a space nest"
     )
+
+
+@pytest.mark.parametrize("kernel, sweeps", [("jacobi_pair", 2), ("heat_pair", 2), ("fdtd_edge", 4)])
+def test_each_sweep_of_a_time_loop_runs_in_parallel_and_replays_bit_for_bit(recorded, server, kernel, sweeps):
+    """The time loop carries a dependence and the rows inside a sweep do not: each step's
+    sweeps get ``omp parallel for`` (all of them at once first, then each alone), the steps
+    stay in order. Gauss-Seidel's sweep reads the rows it writes: none (test above)."""
+    src = source(recorded, kernel)
+    props = [p for p in RulesMutator().propose(src, Feedback()) if p.rule == "omp-parallel"]
+    together, alone = props[0], props[1:]
+    assert together.description == "omp parallel for over each of the %d sweeps of a time loop in %s" % (
+        sweeps,
+        kernel,
+    )
+    assert together.text.count("#pragma omp parallel for") == sweeps
+    assert len(alone) == sweeps and all(" at line " in p.description for p in alone)
+    replays(recorded, server, src, together, verify_runs=3)  # a race can verify once by luck
+    replays(recorded, server, src, alone[-1], verify_runs=3)

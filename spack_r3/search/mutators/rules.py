@@ -352,35 +352,80 @@ def _aliases(fn, pointers):
 
 
 def omp_parallel(fn):
+    """``omp parallel for`` on each outermost loop whose iterations are independent: a loop
+    of the function's own, or one whose enclosing loops all carry a dependence (the sweeps
+    of a stencil's time loop: each step's sweep in parallel, the steps in order). The sweeps
+    of one time loop come first all at once, then each alone."""
     if not fn.source.threads:
         return []
-    out = []
+    out, sweeps = [], {}
     for loop in fn.loops():
-        if loop.enclosing() or any(p.get("kind", "").startswith("OMP") for p in loop.parents) or hinted(loop.parents):
+        if any(p.get("kind", "").startswith("OMP") for p in loop.parents) or hinted(loop.parents):
             continue
-        out += _omp_pragma(
-            fn,
-            loop,
-            "#pragma omp parallel for",
-            "omp-parallel",
-            "omp parallel for over %s in %s" % (loop.name, fn.name),
+        around = loop.enclosing()
+        if around and not _only_sequential_loops_around(fn, loop):
+            continue
+        try:
+            pragma = _omp_directive(fn, loop, "#pragma omp parallel for")
+        except Refused:
+            continue
+        where = ""
+        if around:  # one of several sweeps, each named by its line
+            sweeps.setdefault(id(around[-1]), []).append(pragma)
+            where = " at line %d" % (fn.text.raw.count(b"\n", 0, pragma[0]) + 1)
+        out.append(
+            Proposal(
+                fn.text.edit([pragma]), "omp-parallel", "omp parallel for over %s%s in %s" % (loop.name, where, fn.name)
+            )
         )
-    return out
+    together = [
+        Proposal(
+            fn.text.edit(edits),
+            "omp-parallel",
+            "omp parallel for over each of the %d sweeps of a time loop in %s" % (len(edits), fn.name),
+        )
+        for edits in sweeps.values()
+        if len(edits) > 1
+    ]
+    return together + out
+
+
+def _only_sequential_loops_around(fn, loop):
+    """Whether every loop around ``loop`` is a canonical for loop whose iterations depend on
+    each other (a time loop), so that ``loop`` is the outermost one that may run in parallel."""
+    for k, node in enumerate(loop.parents):
+        if node.get("kind") not in LOOPS:
+            continue
+        outer = fn.canonical(node, loop.parents[:k]) if node.get("kind") == "ForStmt" else None
+        if outer is None:
+            return False
+        try:
+            independent(fn, outer, fn.source.tolerance)
+        except Refused:
+            continue
+        return False  # the loop around is parallel itself: the pragma belongs there
+    return True
+
+
+def _omp_directive(fn, loop, pragma):
+    """The edit that puts ``pragma`` (with the private and reduction clauses the loop needs)
+    before ``loop``; Refused where its iterations are not independent."""
+    private, sums = independent(fn, loop, fn.source.tolerance)
+    if private:
+        pragma += " private(%s)" % ", ".join(private)
+    if sums:
+        pragma += " reduction(+:%s)" % ", ".join(sums)
+    return line_before(fn.text, span(fn.text, loop.node)[0], pragma)
 
 
 def _omp_pragma(fn, loop, pragma, rule, description):
     """[the Proposal of ``pragma`` (with the private and reduction clauses the loop
     needs) before ``loop``], or [] where its iterations are not independent."""
     try:
-        private, sums = independent(fn, loop, fn.source.tolerance)
-        begin = span(fn.text, loop.node)[0]
+        edit = _omp_directive(fn, loop, pragma)
     except Refused:
         return []
-    if private:
-        pragma += " private(%s)" % ", ".join(private)
-    if sums:
-        pragma += " reduction(+:%s)" % ", ".join(sums)
-    return [Proposal(fn.text.edit([line_before(fn.text, begin, pragma)]), rule, description)]
+    return [Proposal(fn.text.edit([edit]), rule, description)]
 
 
 def omp_simd(fn):
