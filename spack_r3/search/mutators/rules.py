@@ -12,8 +12,10 @@ that is wrong by construction would only cost a replay to find out.
   C++). An assertion of the caller's (replay checks it against the recording); refused
   when the body passes one parameter twice to a call or sets one from another.
 - ``omp-parallel``: ``#pragma omp parallel for`` on an outermost loop whose iterations
-  are independent (``independent``), in a unit compiled with -fopenmp, or one that may
-  get it (``KernelSource.add_openmp``: no OpenMP pragmas of its own; see ``search.openmp``).
+  are independent (``independent``), or on each sweep of a loop that is not (a stencil's
+  time loop: the sweeps of one step in parallel, the steps in order), in a unit compiled
+  with -fopenmp, or one that may get it (``KernelSource.add_openmp``: no OpenMP pragmas of
+  its own; see ``search.openmp``).
 - ``omp-simd``: ``#pragma omp simd`` on an innermost loop, by the same test; where the
   loop is already an ``omp parallel for`` (or ``omp for``) directive's own, the directive
   becomes ``... for simd`` (LULESH: every hot loop is one, so no other hint reached them).
