@@ -45,6 +45,19 @@ if [ ! -f /usr/include/hip/hip_runtime_api.h ]; then
   fi
 fi
 
+# 1d. LLVM's linker (Debian's lld-19) for the device link of a HIP unit (clang's own, and the
+#     +r3 build's code object: emit/hip.py, tests/device/test_hip_apply.py); no GPU is needed.
+if ! command -v ld.lld-19 >/dev/null && ! command -v ld.lld >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing lld-19 with apt (the HIP device link, for the HIP +r3 build's tests)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lld-19 >/dev/null \
+      || say "lld-19 could not be installed: the HIP +r3 build's tests will skip"
+  else
+    say "no ld.lld: the HIP +r3 build's tests will skip (Debian: sudo apt-get install lld-19)"
+  fi
+fi
+
 # 2. The virtualenv with the project and its test dependencies.
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"

@@ -80,11 +80,14 @@ _BUILD_SOURCES = (
     "record/instrument.py",
     "emit/offload.py",
     "emit/cuda.py",
+    "emit/hip.py",
     "record/cuda.py",
+    "device/hip.py",
     "device/codegen.py",
     "device/deviceir.py",
     "device/geometry.py",
     "record/runtime/r3launch.c",
+    "record/runtime/r3hiplaunch.c",
     "record/offload.py",
     "backends.py",
     "record/runtime/r3offload.c",
@@ -154,8 +157,8 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
 
-    if backends.of_compile(line.args) is backends.CUDA:
-        if tuned:  # its device image and launch geometry (emit/cuda.py)
+    if backends.of_compile(line.args) in (backends.CUDA, backends.HIP):
+        if tuned:  # its device image and launch geometry (emit/cuda.py, emit/hip.py)
             from . import cuda
 
             cuda.build_unit(line, source, obj, unit, plan or Plan("unknown"), _run, ApplyError)
@@ -318,8 +321,8 @@ def launch(argv):
     probes = os.environ.get(PROBES_ENV) == "1"
     tuned = os.environ.get(UNTUNED_ENV) != "1"
     planned = [s for s in line.sources if plan.unit_for(os.path.abspath(s))]
-    if line.compile_only and not line.sources and backends.of_compile(line.args) is backends.CUDA:
-        from ..record.cuda import gpu_sources  # (.cu is no host source of CompileLine's)
+    if line.compile_only and not line.sources and backends.of_compile(line.args) in (backends.CUDA, backends.HIP):
+        from ..record.cuda import gpu_sources  # (.cu, .hip: no host sources of CompileLine's)
 
         planned = [s for s in gpu_sources(line.args) if plan.unit_for(os.path.abspath(s))]
         line.sources = planned if len(planned) == 1 else line.sources
@@ -338,7 +341,7 @@ def launch(argv):
         extra = (
             link_args(clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
         )
-        # a CUDA kernel's planned block and grid: the launch shim (emit/cuda.py)
+        # a CUDA or HIP kernel's planned block and grid: the launch shim (emit/cuda.py)
         extra += cuda_launch_args(clang_for_runtime(line.compiler), plan, line) if tuned else []
         if tuned and any(u.openmp for u in plan.units) and not {"-r", "-nostdlib"} & set(line.args):
             extra += openmp_link_args(line.compiler)

@@ -1,4 +1,6 @@
-"""r3-apply's build of a CUDA unit (``.cu``): its kernels' code and launches as replay measured them.
+"""r3-apply's build of a CUDA unit (``.cu``) or HIP unit (``.hip``): its kernels' code and
+launches as replay measured them. This module is both vendors' build; what differs is a
+``Vendor`` (CUDA's device image below, HIP's in emit/hip.py, each vendor's launch shim).
 
 A planned CUDA unit carries up to three things of its winners (``PlannedKernel``):
 
@@ -23,7 +25,14 @@ A planned CUDA unit carries up to three things of its winners (``PlannedKernel``
   into each executable that links the shared CUDA runtime, finds the entries of every
   unit there and gives each planned launch its geometry (``launch_args``).
 
-What cannot be built so is one line (``CudaUnitError``, r3-apply's ApplyError).
+A HIP unit is built the same way (the same device IR, pipeline and plan section), with
+HIP's parts: its device image is the offload bundle of the code object replay makes
+(``emit/hip.py``; its VGPR cap, ``amdgpu-num-vgpr``, is in the code object, so a capped
+unit is always built from r3's code object), and its launch shim ``r3hiplaunch.c``
+(``r3launch.h`` named for HIP's runtime) is linked where an executable links
+libamdhip64.so.
+
+What cannot be built so is one line (r3-apply's ApplyError).
 """
 
 import hashlib
@@ -31,85 +40,110 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
+from typing import Callable, Tuple
 
-from ..record.cuda import CUDA, GPU_EXTS, device_compile_args, gpu_archs, links_cudart
+from ..record.cuda import CUDA, GPU_EXTS, HIP, device_compile_args, gpu_archs, links_amdhip, links_cudart, unit_kind
+from .hip import fat_binary
 
-SECTION = "r3_launch_plan"  # r3launch.c's __start_/__stop_ symbols name it
-SHIM_SOURCE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "record", "runtime", "r3launch.c"
-)
+SECTION = "r3_launch_plan"  # r3launch.h's __start_/__stop_ symbols name it
+_RUNTIME = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "record", "runtime")
+SHIM_SOURCE = os.path.join(_RUNTIME, "r3launch.c")
+HIP_SHIM_SOURCE = os.path.join(_RUNTIME, "r3hiplaunch.c")  # (both: r3launch.h)
 _INCLUDE_BINARY = "-fcuda-include-gpubinary"
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """What the +r3 build of a CUDA unit and of a HIP unit do differently."""
+
+    kind: str  # record.cuda's CUDA or HIP
+    name: str  # in messages
+    image: str  # a device image, in messages
+    host_only: str  # the flag of a host-side compile
+    device_only: Tuple[str, ...]  # the flags of a device-only compile (clang takes either for HIP)
+    build_image: Callable  # (compiler, bitcode, arch, pipeline, cap, tmp, error) -> the image's path
+    cap_in_image: bool  # a register cap needs r3's image (clang has no flag for it)
+    links_runtime: Callable  # (link args) -> whether the link takes the shared runtime
+    shim: str  # the launch shim's source
 
 
 def _geometry(kernel):
     return kernel.launch.thread_limit or kernel.launch.num_teams
 
 
-def unit_pipeline(unit, error):
+def unit_pipeline(unit, error, name="CUDA"):
     """The one pipeline of r3's the unit's device image is built with, or None (the build's)."""
     from ..replay.pipeline import format_spec
 
     specs = {format_spec(k.pipeline) if not k.pipeline.build_compiler else "as built" for k in unit.kernels}
     if len(specs) > 1:
         raise error(
-            "the plan asks different pipelines of one CUDA unit (%s): its kernels share one device image"
-            % ", ".join(sorted(specs))
+            "the plan asks different pipelines of one %s unit (%s): its kernels share one device image"
+            % (name, ", ".join(sorted(specs)))
         )
     mine = [k.pipeline for k in unit.kernels if not k.pipeline.build_compiler]
     return mine[0] if mine else None
 
 
-def unit_cap(unit, error):
-    """The unit's register cap (ptxas caps every kernel of it), or None."""
+def unit_cap(unit, error, name="CUDA"):
+    """The unit's register cap (ptxas caps every kernel of it; HIP's is one code object's), or None."""
     caps = {k.launch.max_registers for k in unit.kernels}
     if len(caps) > 1:
-        raise error("the plan asks different register caps of one CUDA unit (%s)" % ", ".join(map(str, caps)))
+        raise error("the plan asks different register caps of one %s unit (%s)" % (name, ", ".join(map(str, caps))))
     return caps.pop() if caps else None
 
 
 def register_flags(unit, error):
-    """clang's flags that give a unit built by its own pipeline its register cap."""
+    """clang's flags that give a CUDA unit built by its own pipeline its register cap."""
     cap = unit_cap(unit, error)
     return ["-Xcuda-ptxas", "--maxrregcount=%d" % cap] if cap else []
 
 
 def build_unit(line, source, obj, unit, plan, run, error):
-    """Build ``obj`` from the CUDA unit ``source`` as the plan's ``unit`` says. ``run(argv,
-    what)`` runs a tool (raising ``error`` with one line)."""
+    """Build ``obj`` from the CUDA or HIP unit ``source`` as the plan's ``unit`` says.
+    ``run(argv, what)`` runs a tool (raising ``error`` with one line)."""
+    vendor = VENDORS[unit_kind(line.args) or GPU_EXTS.get(os.path.splitext(source)[1], CUDA)]
     _check_source(source, unit, plan, error)
-    pipeline, cap = unit_pipeline(unit, error), unit_cap(unit, error)
-    device_only = "--cuda-device-only" in line.args
+    pipeline, cap = unit_pipeline(unit, error, vendor.name), unit_cap(unit, error, vendor.name)
+    if pipeline is None and cap and vendor.cap_in_image:  # the build's pipeline as replay measured it
+        pipeline = unit.kernels[0].pipeline
+    device_only = any(a in vendor.device_only for a in line.args)
     geometry = [k for k in unit.kernels if _geometry(k)] if not device_only else []
-    archs = gpu_archs(line.args, CUDA)
+    archs = gpu_archs(line.args, vendor.kind)
     arch = plan.gpu or archs[0]
     if pipeline is not None and archs != [arch]:
         raise error(
-            "a CUDA unit built with r3's pipeline has one cubin, for %s; this compile is for %s"
-            % (arch, ", ".join(archs))
+            "a %s unit built with r3's pipeline has %s, for %s; this compile is for %s"
+            % (vendor.name, vendor.image, arch, ", ".join(archs))
         )
     with tempfile.TemporaryDirectory(prefix="r3-apply-cuda-") as tmp:
         bitcode = None
         if pipeline is not None or geometry:
-            bitcode = _device_bitcode(line.compiler, line.args, source, arch, unit, tmp, run)
+            bitcode = _device_bitcode(line.compiler, line.args, source, vendor.kind, arch, unit, tmp, run)
             _check_kernels(source, unit, bitcode, error)
         if pipeline is None:
             built = obj if not geometry else os.path.join(tmp, "unit.o")
-            args = _own_args(line, source, keep_binary=True) + register_flags(unit, error)
-            run([line.compiler] + args + [source, "-o", built], "the CUDA unit")
+            args = _own_args(line, source, keep_binary=True) + register_flags(unit, error)  # (HIP: no cap here)
+            run([line.compiler] + args + [source, "-o", built], "the %s unit" % vendor.name)
         else:
-            cubin = _cubin(line.compiler, bitcode, arch, pipeline, cap, tmp, error)
+            image = vendor.build_image(line.compiler, bitcode, arch, pipeline, cap, tmp, error)
             if device_only:
-                shutil.copyfile(cubin, obj)
+                shutil.copyfile(image, obj)
                 return
             built = obj if not geometry else os.path.join(tmp, "unit.o")
-            host = [a for a in _own_args(line, source) if a != "--cuda-host-only"] + ["--cuda-host-only"]
+            hosts = ("--cuda-host-only", "--offload-host-only")
+            host = [a for a in _own_args(line, source) if a not in hosts] + [vendor.host_only]
             run(
-                [line.compiler] + host + ["-Xclang", _INCLUDE_BINARY, "-Xclang", cubin, source, "-o", built],
-                "the CUDA unit's host side with r3's device image",
+                [line.compiler] + host + ["-Xclang", _INCLUDE_BINARY, "-Xclang", image, source, "-o", built],
+                "the %s unit's host side with r3's device image" % vendor.name,
             )
         if geometry:
             table = _plan_object(line.compiler, geometry, bitcode, tmp, run)
-            run([shutil.which("ld") or "ld", "-r", built, table, "-o", obj], "linking the CUDA unit's launch plan")
+            run(
+                [shutil.which("ld") or "ld", "-r", built, table, "-o", obj],
+                "linking the %s unit's launch plan" % vendor.name,
+            )
 
 
 def _own_args(line, source, keep_binary=False):
@@ -138,11 +172,11 @@ def _check_source(source, unit, plan, error):
             raise error("%s changed since tuning: r3 measured the device code of another source" % source)
 
 
-def _device_bitcode(compiler, line_args, source, arch, unit, tmp, run):
+def _device_bitcode(compiler, line_args, source, kind, arch, unit, tmp, run):
     """The unit's device module for ``arch`` before optimization, by record's command."""
     bc = os.path.join(tmp, "device.bc")
     defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())]
-    flags = device_compile_args(list(line_args), CUDA, arch)
+    flags = device_compile_args(list(line_args), kind, arch)
     run(
         [compiler] + flags + defines + ["-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc],
         "the unit's device IR",
@@ -208,22 +242,43 @@ def _plan_object(compiler, kernels, bitcode, tmp, run):
             "static const struct r3_planned_launch plan[] = {\n%s\n};\n" % (SECTION, "\n".join(entries))
         )
     out = path[:-2] + ".o"
-    run([compiler, "-x", "c", "-O1", "-fPIC", "-w", "-c", path, "-o", out], "the CUDA unit's launch plan")
+    run([compiler, "-x", "c", "-O1", "-fPIC", "-w", "-c", path, "-o", out], "the GPU unit's launch plan")
     return out
 
 
-def plans_geometry(plan):
-    """Whether a CUDA kernel of ``plan`` launches with a planned block or grid."""
+def plans_geometry(plan, kind=CUDA):
+    """Whether a CUDA (``kind``: HIP) kernel of ``plan`` launches with a planned block or grid."""
     return any(
-        GPU_EXTS.get(os.path.splitext(u.source)[1]) == CUDA and any(_geometry(k) for k in u.kernels) for u in plan.units
+        GPU_EXTS.get(os.path.splitext(u.source)[1]) == kind and any(_geometry(k) for k in u.kernels) for u in plan.units
     )
 
 
 def launch_args(clang, plan, line):
-    """What a link adds for the plan's launch geometry: the launch shim, where it links an
-    executable against the shared CUDA runtime (a static one cannot be interposed)."""
+    """What a link adds for the plan's launch geometry: the vendor's launch shim, where it
+    links an executable against the shared CUDA or HIP runtime (a static one cannot be
+    interposed)."""
     from ..record.runtime import runtime_object
 
-    if line.shared or not plans_geometry(plan) or not links_cudart(line.args):
+    if line.shared:
         return []
-    return [runtime_object(clang, SHIM_SOURCE), "-ldl", "-lpthread"]
+    for vendor in VENDORS.values():
+        if plans_geometry(plan, vendor.kind) and vendor.links_runtime(line.args):
+            return [runtime_object(clang, vendor.shim), "-ldl", "-lpthread"]
+    return []
+
+
+CUDA_VENDOR = Vendor(
+    CUDA, "CUDA", "one cubin", "--cuda-host-only", ("--cuda-device-only",), _cubin, False, links_cudart, SHIM_SOURCE
+)
+HIP_VENDOR = Vendor(
+    HIP,
+    "HIP",
+    "one code object",
+    "--offload-host-only",
+    ("--offload-device-only", "--cuda-device-only"),
+    fat_binary,
+    True,
+    links_amdhip,
+    HIP_SHIM_SOURCE,
+)
+VENDORS = {v.kind: v for v in (CUDA_VENDOR, HIP_VENDOR)}

@@ -42,6 +42,8 @@ RUNTIME_FILES = (
     "gpurec.h",  # the GPU launch recorder r3cuda.c and r3hip.c share
     "gpuapi.h",  # what gpurec.h and the +r3 build's launch shim r3launch.c share
     "cudatypes.h",  # CUDA's types for r3cuda.c and r3launch.c
+    "hiptypes.h",  # HIP's types for r3hip.c and r3hiplaunch.c
+    "r3launch.h",  # the +r3 build's launch shim, r3launch.c (CUDA) and r3hiplaunch.c (HIP)
 )
 SOURCE = os.path.join(RUNTIME_DIR, "r3rt.c")
 SOURCES = tuple(os.path.join(RUNTIME_DIR, f) for f in RUNTIME_FILES if f.endswith(".c"))

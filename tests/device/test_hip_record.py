@@ -6,9 +6,9 @@ written by r3hip.c's own writer ingested as a hip capture at its arch.
 
 The application (trees/device/record_app.hip) is compiled by clang-19 without ROCm's device
 libraries or headers (-nogpulib -nogpuinc: gpu.h), its host side alone with a placeholder
-device image (-fcuda-include-gpubinary): clang's device link needs lld, which is not
-installed. It never launches here (hipMalloc finds no device); nothing here ran on an AMD
-GPU.
+device image (-fcuda-include-gpubinary): the recorder needs no device code, and no lld
+(test_hip_apply.py builds real code objects). It never launches here (hipMalloc finds no
+device); nothing here ran on an AMD GPU.
 """
 
 import os

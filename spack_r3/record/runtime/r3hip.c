@@ -32,40 +32,14 @@
 
 #include "launchrec.h"
 
-#ifdef R3HIP_REAL_HEADERS
-#ifndef __HIP_PLATFORM_AMD__
-#define __HIP_PLATFORM_AMD__
-#endif
-#include <hip/hip_runtime_api.h>
-#define R3G_REAL_HEADERS
-#define R3_MEMCPY_DEFAULT hipMemcpyDefault
-#define R3_MEMCPY_DEVICE_TO_HOST hipMemcpyDeviceToHost
-typedef hipDeviceAttribute_t r3_attr;
-typedef hipMemcpyKind r3_copy_kind;
-typedef hipError_t (*props_fn)(hipDeviceProp_t *, int);
-#else
-typedef int hipError_t; /* hipSuccess is 0 */
-typedef struct dim3 { uint32_t x, y, z; } dim3;
-typedef struct ihipStream_t *hipStream_t;
-typedef struct ihipEvent_t *hipEvent_t;
-#define hipSuccess 0
-#define R3_MEMCPY_DEFAULT 4 /* hipMemcpyDefault */
-#define R3_MEMCPY_DEVICE_TO_HOST 2
-typedef int r3_attr;
-typedef int r3_copy_kind;
-#endif
+#include "hiptypes.h"
 
-typedef hipError_t r3g_error;
-typedef hipStream_t r3g_stream;
-typedef hipEvent_t r3g_event;
-typedef struct { uint32_t x, y, z; } r3g_uint3; /* only passed on, never read */
-#define R3G_SUCCESS hipSuccess
-#define R3G_PREFIX hip
+#ifdef R3HIP_REAL_HEADERS
+typedef hipError_t (*props_fn)(hipDeviceProp_t *, int);
+#endif
 #define R3G_BACKEND "hip"
 #define R3G_TAG "r3hip"
 #define R3G_VERBOSE_ENV "R3HIP_VERBOSE"
-#define R3G_LAUNCH_PTSZ hipLaunchKernel_spt
-#define R3G_EVENT_RECORD_PTSZ hipEventRecord_spt
 
 #include "gpurec.h"
 
