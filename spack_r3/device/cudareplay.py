@@ -11,9 +11,13 @@ for it); the launch with the recorded grid, block, dynamic shared memory and arg
 ``max_registers``: the PTX's ``.maxnreg``); memory read
 back and compared with post.bin (byte for byte, or within the capture's tolerance:
 ``checked``); then timed launches (device events), memory restored
-before each. ``evaluate``: one candidate as the replay servers report it (an Evaluation,
-paired with the kernel as built where asked), which ``device/cudaworker.py`` runs in a
-child for each request a replay server sends it.
+before each. A device variable lives in the loaded module, not at its recorded address:
+its recorded bytes are written into the module's copy, and pointers to it in device
+memory or the arguments are moved there before the launch and read back as recorded
+after it (``relocate.py``; each word moved is named in the diagnostics). ``evaluate``:
+one candidate as the replay servers report it (an Evaluation, paired with the kernel as
+built where asked), which ``device/cudaworker.py`` runs in a child for each request a
+replay server sends it.
 
 A HIP launch (backend ``hip``, record/runtime/r3hip.c) replays the same way through HIP's
 module API (``hip.HipDevice``: the same methods; its code object from codegen's AMDGPU
@@ -31,11 +35,12 @@ occupancy at the recorded block size (``hook.Screener``, as ``r3 tune --gpu`` us
 import ctypes
 import os
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from ..errors import R3Error
 from ..memimage import KIND_GLOBAL, KIND_HEAP, read_regions, region_bytes
 from .geometry import grid_stride
+from .relocate import Relocated, Variable, reading_back, relocate_launch
 
 
 @dataclass
@@ -44,6 +49,7 @@ class CudaReplay:
     verified: bool
     mismatches: List[Tuple[int, int]] = field(default_factory=list)  # (address, bytes) that differ
     times: List[float] = field(default_factory=list)  # seconds a launch, device events
+    relocations: str = ""  # pointers into device variables moved to the module's copies (relocate.Relocated.note)
 
 
 def geometry(capture, launch=None, stride=True):
@@ -135,35 +141,86 @@ def check_replayable(capture):
 
 @dataclass
 class Kernel:
-    """A kernel's code loaded on the device: its function, and its module's copy of each
-    device variable the capture holds: (address there, bytes before, bytes after)."""
+    """A kernel's code loaded on the device: its function, its module's copy of each
+    device variable the capture holds: (address there, bytes before, bytes after), and
+    what a launch of it is restored and launched with, pointers into those variables
+    moved to this module's copies (``relocate.relocate_launch``): each module holds its
+    variables at addresses of its own."""
 
     fn: object
     globals: List[Tuple[int, bytes, bytes]] = field(default_factory=list)
+    variables: List[Variable] = field(default_factory=list)
+    launch: Optional[Relocated] = None
+    params: int = 0  # kernelParams: the address of a void * array of launch.arguments
+    keep: object = None  # what keeps params alive
+
+
+@dataclass
+class Recording:
+    """A capture's launch as recorded, read from its folder (no device needed): the
+    allocations before and after [(device address, bytes)], each device variable
+    (name, recorded address, bytes before, bytes after), the argument bytes."""
+
+    pre: List[Tuple[int, bytes]]
+    post: List[Tuple[int, bytes]]
+    variables: List[Tuple[str, int, bytes, Optional[bytes]]]
+    arguments: List[bytes]
+
+    @classmethod
+    def read(cls, capture, capture_dir):
+        pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
+        pre_regions, post_regions = read_regions(pre_path), read_regions(post_path)
+        names = {int(g["addr"], 16): g["name"] for g in capture.globals}
+        post_globals = {r.addr: region_bytes(post_path, r) for r in post_regions if r.kind == KIND_GLOBAL}
+        return cls(
+            [(r.addr, region_bytes(pre_path, r)) for r in pre_regions if r.kind == KIND_HEAP],
+            [(r.addr, region_bytes(post_path, r)) for r in post_regions if r.kind == KIND_HEAP],
+            [
+                (names[r.addr], r.addr, region_bytes(pre_path, r), post_globals.get(r.addr))
+                for r in pre_regions
+                if r.kind == KIND_GLOBAL and r.addr in names
+            ],
+            argument_bytes(capture),
+        )
+
+    def kernel(self, fn, loaded):
+        """The Kernel of function ``fn`` whose module holds each variable at ``loaded[name]``
+        = (device address, bytes): its recorded bytes written there, pointers to it in the
+        allocations, the variables and the arguments moved there."""
+        kernel = Kernel(fn)
+        for name, recorded, pre, post in self.variables:
+            addr, size = loaded[name]
+            if size != len(pre):
+                raise R3Error("device variable %s: %d bytes in this code, %d recorded" % (name, size, len(pre)))
+            kernel.globals.append((addr, pre, post))
+            kernel.variables.append(Variable(name, recorded, size, addr))
+        memory = self.pre + [(addr, pre) for addr, pre, _ in kernel.globals]
+        kernel.launch = relocate_launch(memory, self.arguments, kernel.variables)
+        kernel.params, kernel.keep = kernel_params(kernel.launch.arguments)
+        return kernel
+
+    def expected(self, kernel):
+        """[(address, bytes)] the device should hold after a launch of ``kernel``: post.bin's."""
+        return self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
+
+    def read_back(self, read, kernel):
+        """``read(address, size)`` of the device after a launch of ``kernel``, the pointers
+        moved into its module read as recorded (relocate.translate_back)."""
+        return reading_back(read, self.expected(kernel), kernel.variables)
 
 
 class Session:
     """One capture on one device: its memory mapped at the recorded device addresses,
     ``load`` of a kernel's code, ``restore`` (pre.bin written back: the allocations, and
     the device variables into the kernel's module, which holds its own at addresses of
-    its own), ``launch`` at a geometry, ``differs`` (the (address, bytes) of post.bin the
-    device memory does not hold)."""
+    its own; pointers to them moved there), ``launch`` at a geometry, ``differs`` (the
+    (address, bytes) of post.bin the device memory does not hold, moved pointers read
+    back as recorded)."""
 
     def __init__(self, dev, capture, capture_dir):
-        pre_path, post_path = os.path.join(capture_dir, "pre.bin"), os.path.join(capture_dir, "post.bin")
-        pre_regions, post_regions = read_regions(pre_path), read_regions(post_path)
-        self.pre = [(r.addr, region_bytes(pre_path, r)) for r in pre_regions if r.kind == KIND_HEAP]
-        self.post = [(r.addr, region_bytes(post_path, r)) for r in post_regions if r.kind == KIND_HEAP]
-        # each device variable by its recorded address: (name, pre bytes, post bytes)
-        names = {int(g["addr"], 16): g["name"] for g in capture.globals}
-        post_globals = {r.addr: region_bytes(post_path, r) for r in post_regions if r.kind == KIND_GLOBAL}
-        self.variables = [
-            (names[r.addr], region_bytes(pre_path, r), post_globals.get(r.addr))
-            for r in pre_regions
-            if r.kind == KIND_GLOBAL and r.addr in names
-        ]
+        self.recording = Recording.read(capture, capture_dir)
         self.dev, self.capture = dev, capture
-        for lo, hi in spans([(addr, len(data)) for addr, data in self.pre], dev.granularity()):
+        for lo, hi in spans([(addr, len(data)) for addr, data in self.recording.pre], dev.granularity()):
             dev.map_at(lo, hi - lo)
         with open(os.path.join(capture_dir, "module.bc"), "rb") as f:
             import llvmlite.binding as llvm
@@ -172,38 +229,34 @@ class Session:
         self.stride = grid_stride(text, capture.kernel)
         self.fp_types = fp_types(text)
         self.shared = int((capture.launch or {}).get("dynamic_shared") or 0)
-        self.params, self._keep = kernel_params(argument_bytes(capture))
 
     def load(self, image):
-        """The Kernel of a PTX text or cubin: its function, its module's device variables."""
+        """The Kernel of a PTX text or cubin: its function, its module's device variables,
+        its launch's memory and arguments with pointers to them moved to its module's copies."""
         module = self.dev.module(image)
-        kernel = Kernel(self.dev.function(image, self.capture.kernel, module))
-        for name, pre, post in self.variables:
-            addr, size = self.dev.global_of(module, name)
-            if size != len(pre):
-                raise R3Error("device variable %s: %d bytes in this code, %d recorded" % (name, size, len(pre)))
-            kernel.globals.append((addr, pre, post))
-        return kernel
+        fn = self.dev.function(image, self.capture.kernel, module)
+        return self.recording.kernel(
+            fn, {name: self.dev.global_of(module, name) for name, *_ in self.recording.variables}
+        )
 
     def restore(self, kernel):
-        for addr, data in self.pre:
+        for addr, data in kernel.launch.memory:
             self.dev.write(addr, data)
-        for addr, pre, _ in kernel.globals:
-            self.dev.write(addr, pre)
 
     def launch(self, kernel, grid, block):
-        self.dev.launch_params(kernel.fn, grid, block, self.shared, self.params)
+        self.dev.launch_params(kernel.fn, grid, block, self.shared, kernel.params)
 
     def expected(self, kernel):
-        """[(address, bytes)] the device should hold after the launch: post.bin's."""
-        return self.post + [(addr, post) for addr, _, post in kernel.globals if post is not None]
+        return self.recording.expected(kernel)
 
     def differs(self, kernel):
-        return [(addr, len(data)) for addr, data in self.expected(kernel) if self.dev.read(addr, len(data)) != data]
+        read = self.recording.read_back(self.dev.read, kernel)
+        return [(addr, len(data)) for addr, data in self.expected(kernel) if read(addr, len(data)) != data]
 
     def check(self, kernel, tolerance=None):
         """engine.Check of the device memory after a launch against the recording."""
-        return checked(self.expected(kernel), self.dev.read, self.fp_types, tolerance)
+        read = self.recording.read_back(self.dev.read, kernel)
+        return checked(self.expected(kernel), read, self.fp_types, tolerance)
 
     def geometry(self, launch=None):
         return geometry(self.capture, launch, self.stride)
@@ -258,7 +311,7 @@ def replay(capture, capture_dir, pipeline=None, launch=None, repeat=5, ordinal=0
         for _ in range(repeat):
             s.restore(kernel)
             times += dev.time_call(lambda: s.launch(kernel, grid, block))
-        return CudaReplay(dev.arch, check.verified, mismatches, times)
+        return CudaReplay(dev.arch, check.verified, mismatches, times, kernel.launch.note())
 
 
 def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0, tolerance=None):
@@ -304,9 +357,11 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0, tolera
             check = s.check(fn, tolerance)
             ev.verify_runs = 1
             ev.max_rel_error, ev.mismatched_bytes = check.max_rel_error, check.mismatched_bytes
+            moved = fn.launch.note()  # a false positive (a data word moved) shows here beside a wrong output
             if not check.verified:
-                ev.status, ev.diagnostics = WRONG_OUTPUT, check.detail
+                ev.status, ev.diagnostics = WRONG_OUTPUT, "; ".join(filter(None, (check.detail, moved)))
                 return ev.to_json()
+            ev.diagnostics = moved
             ev.verified = True
 
             def timed(f, g, b):
