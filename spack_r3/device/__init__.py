@@ -14,6 +14,8 @@ reject a candidate that spills or cannot launch before any GPU time is spent.
   device events (needs a GPU; never run here)
 - ``cudareplay``: a recorded CUDA launch replayed through ``cuda`` (needs a GPU), and
   screened statically on GPU targets (no GPU)
+- ``relocate``: pointers to a device variable's recorded address moved to the replay
+  module's copy before a launch, read back as recorded after it (numpy, no GPU)
 - ``cudaworker``: the worker a replay server runs for cuda captures (each request in a
   forked child, through ``cudareplay``)
 - ``geometry``: a CUDA launch's block and grid as search dimensions
