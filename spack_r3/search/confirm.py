@@ -5,7 +5,9 @@ less than the search's best pick; bench/README.md has a case). So the few best
 candidates of each kernel are
 
 1. re-verified on every recorded instance of the kernel, several times over when
-   the kernel is parallel (a data race can verify once by luck), and
+   the kernel is parallel (a data race can verify once by luck), in one process as
+   many calls in a row as the recorded run made of the kernel (``consecutive_calls``),
+   and
 2. re-measured with many more pairs, in rounds spread over time and interleaved
    across kernels and candidates, so that one slow phase of the machine does not
    decide.
@@ -15,6 +17,8 @@ the range of the round medians. A kernel whose candidates do not beat the baseli
 keeps the baseline (speedup 1, nothing to emit).
 """
 
+import json
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -23,6 +27,34 @@ from typing import List, Optional
 
 from ..data import OK, Variant
 from ..replay.server import defer_to_workers
+
+
+# A candidate keeps its own state (a static, a call counter) from call to call within one
+# process, and each evaluation is a process of its own making few calls: a search's makes a
+# verification run and a few pairs (2 when raced), a long kernel's no calibration run. So
+# one that hangs, crashes or goes wrong only from its Nth call can pass every evaluation of
+# a search and of the rounds below. Re-verification makes as many calls in a row as the
+# recorded run made of the kernel (each output checked), bounded in count and in time: at
+# most MOST_CONSECUTIVE_CALLS, and those that fit in CONSECUTIVE_S (or a quarter of the
+# timeout) at the recorded call's time, but as many as a round makes whatever they cost.
+# Beyond that bound (a kernel of seconds called thousands of times) it is not confirmed.
+MOST_CONSECUTIVE_CALLS = 1000
+CONSECUTIVE_S = 10.0
+
+
+def consecutive_calls(capture_dir, timeout, pairs):
+    """How many calls in a row a candidate of the capture in ``capture_dir`` makes in one
+    process before it is confirmed (rounds of ``pairs`` pairs, ``timeout`` per evaluation):
+    the recorded run's calls of the kernel, bounded; 1 for a capture that does not say."""
+    try:
+        with open(os.path.join(capture_dir, "capture.json")) as f:
+            meta = json.load(f)
+        calls, call_s = int(meta["app"].get("calls") or 1), float(meta.get("instance_s") or 0.0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 1
+    seconds = min(CONSECUTIVE_S, timeout / 4)
+    fit = max(1 + pairs, int(seconds / call_s)) if call_s > 0 else MOST_CONSECUTIVE_CALLS
+    return max(1, min(calls, MOST_CONSECUTIVE_CALLS, fit))
 
 
 @dataclass
@@ -95,26 +127,34 @@ def confirm(servers, candidates, rounds=3, pairs=11, parallel_runs=5, timeout=60
     Returns, per target in order, its list of Confirmed (rejected ones included)."""
     confirmed = [[Confirmed(v, s) for v, s in cands] for _, cands in candidates]
 
-    # 1. Every instance, several runs for parallel kernels.
+    # 1. Every instance, several runs for parallel kernels, the recorded run's calls in a row
+    # (verification runs, then runs each put back and checked as timed runs are).
     jobs, where = [], []
     for ti, (target, _) in enumerate(candidates):
         runs = parallel_runs if target.parallel else 1
         for ci, c in enumerate(confirmed[ti]):
             for k, capture in enumerate(target.captures):
+                calls = max(runs + 1, consecutive_calls(capture, timeout, pairs))
                 jobs.append(
-                    lambda server, capture=capture, c=c, runs=runs, target=target: server.submit(
-                        capture, c.variant, repeat=1, tolerance=target.tolerance, timeout=timeout, verify_runs=runs
+                    lambda server, capture=capture, c=c, runs=runs, target=target, calls=calls: server.submit(
+                        capture,
+                        c.variant,
+                        repeat=calls - runs,
+                        tolerance=target.tolerance,
+                        timeout=timeout,
+                        verify_runs=runs,
                     )
                 )
-                where.append((ti, ci, k))
+                where.append((ti, ci, k, calls))
     if progress:
         progress("re-verifying %d candidate(s) on every recorded instance" % sum(map(len, confirmed)))
-    for (ti, ci, k), ev in zip(where, run_jobs(servers, jobs)):
+    for (ti, ci, k, calls), ev in zip(where, run_jobs(servers, jobs)):
         c = confirmed[ti][ci]
         if ev.status != OK and not c.rejected:
-            c.rejected = "instance %d of %d: %s%s" % (
+            c.rejected = "instance %d of %d, %d calls in a row: %s%s" % (
                 k + 1,
                 len(candidates[ti][0].captures),
+                calls,
                 ev.status,
                 (" (%s)" % ev.diagnostics) if ev.diagnostics else "",
             )
