@@ -361,6 +361,8 @@ def evalcost():
     d = load("evalcost.json")
     rows, split = [], []
     for k in d["kernels"]:
+        if k.get("polly"):  # its own table (evalcost-polly)
+            continue
         for name, v in k["variants"].items():
             r, b, a = v["ratio"], v["before"], v["after"]
             rows.append(
@@ -401,8 +403,67 @@ def evalcost():
     return out + "\n%s\n" % d["notes"]
 
 
+def evalcost_polly():
+    """The Polly kernel of evalcost.json (``bench_evalcost.py --polly``): each variant's first
+    evaluation (the Polly stage cold) and the evaluations after it (cached), by mode."""
+    rows = []
+    for k in (k for k in load("evalcost.json")["kernels"] if k.get("polly")):
+        for name, v in k["variants"].items():
+            for mode in ("before", "after"):
+                first, warm = v[mode]["first"], v[mode]
+                rows.append(
+                    (
+                        k["kernel"],
+                        "%.1f ms" % (1e3 * k["run_s"]),
+                        "`%s`" % name,
+                        mode,
+                        secs(first["wall_s"]),
+                        secs(first["stages"]["polly stage"]),
+                        secs(first["stages"]["compile"]),
+                        x(first["over_paired"]),
+                        secs(warm["wall_s"]),
+                        "%.3f s" % warm["stages"]["polly stage"],
+                        "%.3f s" % warm["stages"]["compile"],
+                        secs(warm["paired_run_s"]),
+                        x(warm["over_paired"]),
+                        x(warm["over_nominal"]),
+                        ranged(v["ratio"]["median"], v["ratio"]["min"], v["ratio"]["max"]) if mode == "after" else "",
+                    )
+                )
+        run = k["run"]
+    if not rows:
+        return ""
+    out = table(
+        [
+            "kernel",
+            "run",
+            "variant",
+            "mode",
+            "first: wall",
+            "first: Polly stage",
+            "first: rest of compile",
+            "first: over its pairs' runs",
+            "then: wall",
+            "then: Polly stage",
+            "then: rest of compile",
+            "then: paired runs",
+            "then: over its pairs' runs as timed",
+            "then: over its pairs' runs idle",
+            "before/after (paired)",
+        ],
+        rows,
+    )
+    return out + "\n%d pairs an evaluation, %d rounds after the first, commit %s. %s\n" % (
+        run["pairs"],
+        run["rounds"],
+        run["commit"],
+        run["notes"],
+    )
+
+
 TABLES = {
     "evalcost": evalcost,
+    "evalcost-polly": evalcost_polly,
     "scale": scale,
     "replay-demos": replay_demos,
     "replay-shapes": replay_shapes,
