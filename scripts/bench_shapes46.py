@@ -13,7 +13,8 @@ with FP tolerance 1e-9, then for each kernel replays, against the build, in pair
   search:   (``--budget N``, N > 0) r3 tune's search (``tune.pipeline_search``, then the
             remix on what it leaves, default options) with the rules mutator, every rule
             ('with') and without the issue's new ones ('without'; ``--searches`` picks),
-            their two best confirmed side by side (3 rounds of 11 pairs); each search's
+            confirmed as r3 tune confirms (``tune._confirmed_results``: its candidates raced,
+            a second chance, the winner measured again alone); each search's
             evaluations by where they went (pipelines, given back, each rewrite class,
             confirmation) and its children.
 
@@ -44,17 +45,16 @@ from spack_r3.record.session import record  # noqa: E402
 from spack_r3.replay.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
-from spack_r3.search.confirm import confirm  # noqa: E402
 from spack_r3.search.mutators import Feedback  # noqa: E402
 from spack_r3.search.mutators.rules import RulesMutator  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import REWRITE_CLASSES, Remix, RemixOptions, kernel_source  # noqa: E402
-from spack_r3.search.results import kernel_result  # noqa: E402
+from spack_r3.search.spending import CONFIRMATION  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import (  # noqa: E402
     TuneOptions,
+    _confirmed_results,
     _remix,
-    contenders,
     kernel_facts,
     pipeline_search,
     plan_targets,
@@ -243,18 +243,14 @@ def main():
                 mutators = {"with": RulesMutator(), "without": WithoutNew()}
                 labels = args.searches.split(",")
                 runs = [search(ws, pool, store, target, args.budget, args.seed, mutators[x], x) for x in labels]
-                confirmed = confirm(
-                    pool.servers,
-                    [(t, contenders(g, 2)) for t, g, _, _ in runs],
-                    keep=2,
-                    rounds=3,
-                    pairs=11,
-                    progress=say,
-                )
-                for (t, group, children, split), conf, label in zip(runs, confirmed, labels):
-                    result = kernel_result(t, group, conf)
-                    # Each candidate's confirmation rounds are one evaluation each.
-                    split["confirmation"] = sum(len(c.round_ratios) or 1 for c in conf)
+                # Confirmed as r3 tune confirms (its candidates, race, second chance, the
+                # winner measured again alone), with its default options.
+                options = TuneOptions(budget=args.budget, seed=args.seed)
+                results = _confirmed_results(ws, pool, [(t, g) for t, g, _, _ in runs], options, say)
+                for (_, _, children, split), result, label in zip(runs, results, labels):
+                    split["confirmation"] = (
+                        (getattr(result, "spending", None) or {}).get("split", {}).get(CONFIRMATION, 0)
+                    )
                     entry[label] = {
                         "best_speedup": round(result.speedup, 3),
                         "speedup_min": result.speedup_min,

@@ -67,3 +67,10 @@ def adds_openmp(capture, rules):
     """Whether a variant of the capture's unit carrying ``rules`` compiles with -fopenmp
     added (a rewrite that adds threads, to a unit its build compiles without it)."""
     return bool(set(rules) & set(THREADED_RULES)) and not built_with_openmp(unit_flags(capture))
+
+
+def adds_threads(variant):
+    """Whether ``variant`` runs on threads its build's code does not start: a rewrite that
+    adds them (``THREADED_RULES``) or Polly's parallel code generation."""
+    rules = (variant.source_rule or "").split("+")
+    return bool(set(rules) & set(THREADED_RULES)) or bool(variant.pipeline.polly_parallel)

@@ -34,6 +34,7 @@ from .remix import Remix, RemixOptions
 from .confirm import confirm, measure_again
 from .lanes import lane_count, search_in_lanes
 from .noise import INDISTINCT, MIN_GAIN
+from .openmp import adds_threads
 from .results import KernelResult, kernel_result, load_result, pick, result_digest, save_results
 from .simplify import settings, simplify
 from .spending import confirmation_spent, search_spending
@@ -43,6 +44,7 @@ from .store import confirming, exclusive, storage
 
 STALL_STEP = 5  # evaluations between two looks at whether the pipeline search still climbs
 MIN_SHARE = 0.02  # the smallest share of the application's time worth tuning (r3 tune --min-share)
+MAX_SERIAL_LOOKUP = 200  # codes looked through for a serial contender (a search holds fewer)
 
 
 @dataclass
@@ -214,7 +216,26 @@ def contenders(study, n, most=None):
     if not ranked:
         return []
     floor = ranked[0].value / (1 + INDISTINCT)
-    return [(trial_variant(t), t.value) for i, t in enumerate(ranked) if i < n or t.value >= floor]
+    sent = [(trial_variant(t), t.value) for i, t in enumerate(ranked) if i < n or t.value >= floor]
+    if all(adds_threads(v) for v, _ in sent):
+        sent += _best_without_added_threads(study)
+    return sent
+
+
+def _best_without_added_threads(study):
+    """[the study's best code that starts no threads of its own and beat the build], or [].
+
+    Where every contender adds threads, one of them is sent beside them: a threaded
+    candidate's time depends on every core being free, so a confirmation that finds the
+    machine busier than the search did can measure them all below the build, and the
+    kernel would keep its build though a serial rewrite had verified and paid (Jacobi 2-D
+    at the default budget, under load: the wavefront 1.45x in the search, the build kept;
+    fusion at 1.26x never confirmed)."""
+    for t in study.best(MAX_SERIAL_LOOKUP):
+        v = trial_variant(t)
+        if not adds_threads(v):
+            return [(v, t.value)] if t.value > 1.0 else []
+    return []
 
 
 def _simplifies(best):

@@ -322,6 +322,26 @@ def test_confirmation_races_the_contenders_within_noise_of_the_best(program, tmp
     assert all(kept.round_speedups[0] >= c.speedup for c in confirmed[:3] if c.screened_out)
 
 
+def test_contenders_that_all_add_threads_bring_the_best_serial_code_along(program, tmp_path):
+    """A threaded candidate's time needs every core free: where all the best add threads,
+    the best code that starts none (and beat the build) is confirmed beside them, so a
+    busier machine at confirmation cannot leave the kernel at its build."""
+    _, _, _, study = dot_study(program, tmp_path)
+
+    def searched(variant, value):  # a finished evaluation, as the study stores it
+        ev = {"variant": variant.to_json(), "code": repr(variant), "ratios": [value]}
+        study.study.add_trial(optuna.trial.create_trial(value=value, user_attrs={"status": OK, "evaluation": ev}))
+
+    polly_threads = Variant(Pipeline(polly=True, polly_parallel=True))
+    wavefront = Variant(source_patch="(a patch)", source_rule="wavefront+vectorize-pragma")
+    fused = Variant(source_patch="(another)", source_rule="fuse")
+    for variant, value in ((polly_threads, 1.45), (wavefront, 1.44), (fused, 1.26), (Variant(Pipeline(opt="1")), 0.9)):
+        searched(variant, value)
+    study.refresh()
+    assert [v for v, _ in contenders(study, 1)] == [polly_threads, wavefront, fused]
+    assert [v for v, _ in contenders(study, 3)] == [polly_threads, wavefront, fused]  # one serial already
+
+
 def test_a_candidate_screened_out_of_the_race_is_never_picked():
     fast_once = Confirmed(
         Variant(Pipeline(opt="2")), 1.1, ratios=[1.2, 1.2, 1.2], round_speedups=[1.2], round_ratios=[[1.2, 1.2, 1.2]]
