@@ -13,6 +13,7 @@ are not in a json) stays as written.
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -461,6 +462,40 @@ def evalcost_polly():
     )
 
 
+def shapes46_default():
+    """Issue 46's shapes searched by r3 tune at the default budget (``bench_shapes46.py
+    --search-only --searches with --budget 60``): each kernel's confirmed speedup over the
+    build, its winner, where its evaluations went; the geometric mean over the kernels."""
+    d = load("search-shapes46-default.json")
+    rows, logs = [], []
+    for k in d["kernels"]:
+        w = k["with"]
+        split = ", ".join("%s %d" % (name.replace("rewrite: ", ""), n) for name, n in w["evaluations"].items() if n)
+        rows.append(
+            (
+                k["kernel"],
+                "%.2f ms" % (1e3 * k["reference"]["baseline_s"]),
+                ranged(w["best_speedup"], w["speedup_min"], w["speedup_max"]),
+                "`%s`" % w["winner"],
+                split,
+                "%.0f s" % k["search_s"],
+            )
+        )
+        logs.append(math.log(w["best_speedup"]))
+    out = table(["kernel", "build's run", "confirmed over the build", "winner", "evaluations", "search"], rows)
+    geomean = math.exp(sum(logs) / len(logs))
+    below = sum(1 for v in logs if v < 0)
+    return out + "\nGeometric mean over the %d kernels: **%.2fx**; %s. Budget %d, sizes `%s`, tolerance %g. %s\n" % (
+        len(rows),
+        geomean,
+        "%d below the build" % below if below else "none below the build",
+        d["budget"],
+        d["sizes"],
+        d["tolerance"],
+        d["notes"],
+    )
+
+
 TABLES = {
     "evalcost": evalcost,
     "evalcost-polly": evalcost_polly,
@@ -472,6 +507,7 @@ TABLES = {
     "apply": apply_,
     "recipes": recipes,
     "faults": faults,
+    "shapes46-default": shapes46_default,
 }
 
 
