@@ -496,6 +496,27 @@ def shapes46_default():
     )
 
 
+def shapes46_without():
+    """The same search without issue 46's rewrites (``--searches without``: no time tile,
+    wavefront, fusion, distribution, nor ``omp parallel for`` on a time loop's sweeps), beside
+    the default-budget run's results with them; two runs, not paired."""
+    d = load("search-shapes46-default-without.json")
+    with_ = {k["kernel"]: k["with"] for k in load("search-shapes46-default.json")["kernels"]}
+    rows = []
+    for k in d["kernels"]:
+        wo, w = k["without"], with_[k["kernel"]]
+        rows.append(
+            (
+                k["kernel"],
+                ranged(wo["best_speedup"], wo["speedup_min"], wo["speedup_max"]),
+                "`%s`" % wo["winner"],
+                ranged(w["best_speedup"], w["speedup_min"], w["speedup_max"]),
+                "`%s`" % w["winner"],
+            )
+        )
+    return table(["kernel", "without", "its winner", "with", "its winner"], rows) + "\n%s\n" % d["notes"]
+
+
 TABLES = {
     "evalcost": evalcost,
     "evalcost-polly": evalcost_polly,
@@ -508,6 +529,7 @@ TABLES = {
     "recipes": recipes,
     "faults": faults,
     "shapes46-default": shapes46_default,
+    "shapes46-without": shapes46_without,
 }
 
 
