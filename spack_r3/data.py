@@ -86,6 +86,10 @@ class Capture:
     # headers/SHA in the capture, for source variants compiled where the tree is not
     # (None: recorded before they were kept).
     headers: Optional[Json] = None
+    # The stratum of the kernel's calls this call was picked for (``record.instances.Pick``:
+    # its weight, the calls and mean call it stands for, its own time in the logged run);
+    # None: captured as ``--instances N|auto`` says (the first calls).
+    selection: Optional[Json] = None
 
     def to_json(self) -> Json:
         return asdict(self)

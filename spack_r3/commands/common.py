@@ -42,12 +42,12 @@ def instances_argument(text):
     try:
         return parse_instances(text)
     except R3Error:
-        raise argparse.ArgumentTypeError("want a number of calls (at least 1) or 'auto', not %r" % text)
+        raise argparse.ArgumentTypeError("want a number of calls (at least 1), 'auto' or 'cover', not %r" % text)
 
 
-def add_instances(subparser, help):
-    """--instances N|auto: the calls of each kernel a record captures (default 1)."""
-    subparser.add_argument("--instances", type=instances_argument, default=1, metavar="N", help=help)
+def add_instances(subparser, help, default=1):
+    """--instances N|auto|cover: the calls of each kernel a record captures."""
+    subparser.add_argument("--instances", type=instances_argument, default=default, metavar="N", help=help)
 
 
 def add_tolerance(subparser, help):

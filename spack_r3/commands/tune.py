@@ -21,6 +21,7 @@ from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..model import client as model_client
 from ..record.session import AUTO_MOST_CALLS, previous_record
+from ..record.instances import COVER, MOST_INSTANCES
 from ..record.session import record as record_tree
 from ..report import ProgressBar, percent, say, table, warn
 from ..search.results import results_table, write_report
@@ -63,11 +64,14 @@ def setup_parser(subparser):
     )
     add_instances(
         subparser,
-        help="record the first N calls of each kernel (default 1); a kernel's calls then "
-        "replay as one sequence in every timed run, so that data each call finds in its "
-        "own place (a lookup of a new key each call) is timed as in the application. "
-        "auto: as many calls as it takes for the pages they touch to fill half this "
-        "machine's last-level cache (at most %d)" % AUTO_MOST_CALLS,
+        help="which calls of each kernel to record. cover (the default): a first run logs "
+        "every kernel's calls, and the calls that stand for where its time goes are captured "
+        "(up to %d, one per stratum of equal time), each weighted by its share when a candidate "
+        "is timed. N: the first N calls, replayed as one sequence in every timed run (data each "
+        "call finds in its own place, as in the application). auto: as many first calls as it "
+        "takes for the pages they touch to fill half this machine's last-level cache (at most %d)"
+        % (MOST_INSTANCES, AUTO_MOST_CALLS),
+        default=COVER,
     )
     subparser.add_argument(
         "--min-share",

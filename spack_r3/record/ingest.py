@@ -23,6 +23,7 @@ from ..fileutil import sha256_file, write_atomic
 from ..iredit import init_native
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
 from . import headers
+from .instances import selection_of
 from .libstate import unreplayable_reason
 from .profiles import load_profiles, share_of
 
@@ -41,8 +42,11 @@ def _host_target():
     return target
 
 
-def ingest(record_dir, workspace, tolerance=None):
+def ingest(record_dir, workspace, tolerance=None, selection=None):
     """Move every finished capture of a record run into the workspace.
+
+    ``selection``: the calls picked to capture (``instances.read_selection``): each capture
+    of one of them carries its stratum (``Capture.selection``).
 
     Returns the list of Capture objects written (ids are content hashes, so
     recording the same thing twice yields the same id).
@@ -87,6 +91,7 @@ def ingest(record_dir, workspace, tolerance=None):
                 target,
                 tolerance,
                 run=os.path.abspath(record_dir),
+                selection=selection_of(selection or {}, meta),
             )
         )
     return written
@@ -172,7 +177,7 @@ def _unreplayable_through(kinfo, exporters):
     return unreplayable_reason(library)
 
 
-def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance, run):
+def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance, run, selection=None):
     module = os.path.join(meta["tu_dir"], "module.bc")
     digests = {"module.bc": sha256_file(module)}
     for name in ("pre.bin", "post.bin"):
@@ -239,6 +244,7 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
             or _leaves_allocations(os.path.join(cdir, "post.bin"), meta)
         ),
         bitcode_args=tu.get("bitcode_args", []),
+        selection=selection,
     )
     if os.path.exists(os.path.join(final, "capture.json")):
         # The same call recorded again (the same memory, arguments and code): it now belongs
@@ -247,6 +253,9 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         existing = load_capture(workspace, ident)
         if run_key(existing) != run_key(capture):
             existing = replace(capture, files=existing.files, created=existing.created, headers=existing.headers)
+            write_atomic(os.path.join(final, "capture.json"), json.dumps(existing.to_json(), indent=1))
+        elif existing.selection != capture.selection:  # picked again, for another stratum
+            existing = replace(existing, selection=capture.selection)
             write_atomic(os.path.join(final, "capture.json"), json.dumps(existing.to_json(), indent=1))
         return existing
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=workspace.captures_dir)

@@ -33,6 +33,7 @@ RUNTIME_FILES = (
     "probes.c",
     "profiler.c",
     "capture.c",
+    "calls.c",
     "pages.c",
     "regions.c",
     "mappings.c",

@@ -25,8 +25,9 @@ from ..fileutil import write_atomic
 from ..machine import cache_bytes
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from .offload import region_key
-from . import profiles
+from . import instances, profiles
 from .ingest import ingest
+from .instances import COVER
 
 
 RECORD_JSON = "record.json"
@@ -44,15 +45,17 @@ AUTO_BYTES_UNKNOWN_LLC = 16 << 20
 
 
 def parse_instances(text):
-    """``--instances``: a count of calls, or ``auto``."""
-    if str(text) == AUTO:
-        return AUTO
+    """``--instances``: a count of calls (the first ones), ``auto`` (the first ones, until
+    their pages fill the caches), or ``cover`` (calls picked where the time goes:
+    record/instances.py)."""
+    if str(text) in (AUTO, COVER):
+        return str(text)
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
-        raise R3Error("--instances takes a number of calls (at least 1) or 'auto', not %r" % text)
+        raise R3Error("--instances takes a number of calls (at least 1), 'auto' or 'cover', not %r" % text)
     return n
 
 
@@ -65,6 +68,8 @@ def instances_environment(instances):
             "R3_INSTANCE_BYTES": os.environ.get("R3_INSTANCE_BYTES")
             or str(int(llc * AUTO_LLC_SHARE) if llc else AUTO_BYTES_UNKNOWN_LLC),
         }
+    if instances == COVER:  # the calls named by R3_CAPTURE_CALLS (run_and_ingest), else the first
+        return {"R3_INSTANCES": "1", "R3_INSTANCE_BYTES": ""}
     return {"R3_INSTANCES": str(parse_instances(instances)), "R3_INSTANCE_BYTES": ""}
 
 
@@ -183,22 +188,41 @@ def _check_requested(kernels, record_dir, say, build_log):
     return symbols, found
 
 
-def _hottest(run, tree, env, run_dir, timeout, top, say, output):
-    """A first run with probes only (no captures): the ``top`` kernels by self time."""
-    say("profiling run (no captures) to find the %d hottest kernels: %s" % (top, run))
+def _profiling_run(run, tree, env, run_dir, timeout, say, output, why):
+    """A first run with probes only (no captures), each kernel's calls logged: its folder."""
+    say("profiling run (no captures) %s: %s" % (why, run))
     profile_dir = os.path.join(run_dir, "profile")
     _run_logged(
         run,
         tree,
-        dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none"),
+        dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none", **{instances.LOG_ENV: "1"}),
         os.path.join(run_dir, "profile.log"),
         "the profiling run",
         timeout,
         echo=output,
     )
+    return profile_dir
+
+
+def _hottest(profile_dir, top):
+    """The ``top`` kernels of a profiling run by share."""
     stats, app_s = profiles.load_profiles(profile_dir)
     ranked = sorted(stats.items(), key=lambda item: (-(profiles.share_of(item[1], app_s) or 0), -item[1]["self_ns"]))
     return [name for (_, name), _ in ranked[:top]]
+
+
+def _pick_calls(profile_dir, run_dir, say):
+    """Each kernel's calls to capture, from a profiling run's call logs (record/instances.py);
+    written to the run's ``instances.json``. Returns ``R3_CAPTURE_CALLS``."""
+    calls = instances.load_calls(profile_dir)
+    picks = {key: kc.picks() for key, kc in calls.items()}
+    instances.write_selection(run_dir, calls, picks)
+    several = sum(len(p) > 1 for p in picks.values())
+    say(
+        "picked the calls to capture where each kernel's time goes: %d kernel(s), %d of them "
+        "with calls of different cost (several calls each)" % (len(picks), several)
+    )
+    return instances.capture_calls_env(picks)
 
 
 def record(
@@ -316,8 +340,16 @@ def run_and_ingest(
             # A unit instruments whatever a name may mean there (``saxpy`` is also a C++
             # overload's qualified name); what it means across units is captured.
             env["R3_CAPTURE"] = ",".join(sorted(meant))
-    if top:
-        env["R3_CAPTURE"] = ",".join(_hottest(run, cwd, env, run_dir, timeout, top, say, output)) or "none"
+    cover = request.get("instances") == COVER
+    if top or cover:
+        why = " and ".join(
+            w for w in ("to find the %d hottest kernels" % top if top else "", "to log each kernel's calls" if cover else "") if w
+        )
+        profile_dir = _profiling_run(run, cwd, env, run_dir, timeout, say, output, why)
+        if top:
+            env["R3_CAPTURE"] = ",".join(_hottest(profile_dir, top)) or "none"
+        if cover:
+            env[instances.ENV] = _pick_calls(profile_dir, run_dir, say)
     say("running: %s" % run)
     try:
         _run_logged(run, cwd, env, os.path.join(run_dir, "run.log"), "the application run", timeout, echo=output)
@@ -326,7 +358,7 @@ def run_and_ingest(
         # self-check, an abort, a timeout): its captures are no recording of it. They stay
         # in the run's directory for diagnosis, and no command lists or tunes them.
         raise R3Error("%s; its captures are not used (kept for diagnosis in %s)" % (err, record_dir))
-    captures = ingest(record_dir, workspace, tolerance)
+    captures = ingest(record_dir, workspace, tolerance, selection=instances.read_selection(run_dir))
     if not glob.glob(os.path.join(record_dir, "profile.*.json")):
         raise R3Error(
             "the application ran without the record runtime: its build did not compile and link "

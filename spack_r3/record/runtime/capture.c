@@ -325,7 +325,8 @@ static void count_call_pages(struct r3_kinfo *k) {
 
 /* should this call be captured, and where? (cheap checks first; a yes holds g_capturing) */
 HIDDEN int want_capture(struct r3_kinfo *k) {
-  if (enough_calls(k)) return CAP_NONE;
+  int pick = calllog_pick(k, t_call, t_call_main); /* R3_CAPTURE_CALLS: these calls, and no other */
+  if (!pick || (pick < 0 && enough_calls(k))) return CAP_NONE;
   if (!cfg.have_dir || cfg.capture_none || g_child || g_forked || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
@@ -385,6 +386,7 @@ HIDDEN int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   }
   cap.k = k;
   cap.instance = inst;
+  cap.call = t_call;
   cap.scratch = NULL;
   cap.scratch_len = 0;
   cap.slots = NULL;
@@ -534,6 +536,7 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   wb_s(w, "{\"kernel\": "); wb_jstr(w, k->name);
   wb_s(w, ", \"tu_dir\": "); wb_jstr(w, k->tu_dir);
   wb_s(w, ", \"instance\": "); wb_i(w, cap.instance);
+  wb_s(w, ", \"call\": "); wb_u(w, cap.call);
   wb_s(w, ", \"pid\": "); wb_u(w, (uint64_t)getpid());
   wb_s(w, ", \"args\": [");
   for (int64_t i = 0; i < na; i++) {
@@ -795,6 +798,6 @@ HIDDEN void capture_forked(struct r3_kinfo *k, const uint64_t *slots, int depth)
 /* done with captures: no call of k will be captured from now on */
 HIDDEN int capture_done(struct r3_kinfo *k) {
   if (!cfg.have_dir || cfg.capture_none || (k->flags & R3_KFLAG_NO_CAPTURE)) return 1;
-  if (enough_calls(k)) return 1;
+  if (calllog_pick(k, 0, 0) >= 0 ? calllog_picks_done(k) : enough_calls(k)) return 1;
   return __atomic_load_n(&k->sel, __ATOMIC_RELAXED) == 2;
 }

@@ -19,6 +19,8 @@
 
 HIDDEN TLS struct frame t_stack[MAXDEPTH];
 HIDDEN TLS int t_depth;
+HIDDEN TLS uint64_t t_call;  /* the call being entered: its index among this thread's calls of its kernel */
+HIDDEN TLS int t_call_main;  /* ... and whether this is the main thread */
 static TLS uint64_t t_paused;    /* ns this thread spent taking snapshots */
 HIDDEN uint64_t g_paused;        /* ns the main thread spent taking snapshots: not the application's time */
 
@@ -164,6 +166,13 @@ static inline void enter(struct r3_kinfo *k, const uint64_t *slots, void **tc_sl
     __atomic_fetch_or(&t_stack[d - 1].k->flags, R3_KFLAG_PARENT, __ATOMIC_RELAXED);
   uint64_t period = tc ? probe_period(tc, n) : 1;
   f->scale = (n & (period - 1)) ? 0 : period;
+  f->call = n;
+  if (t_main > 0 && calllog_on()) {
+    int64_t na = nargs_of(k);
+    for (int i = 0; i < 4; i++) f->args[i] = (slots && i < na) ? slots[i] : 0;
+  }
+  t_call = n;
+  t_call_main = t_main > 0 && tc;
   int where = want_capture(k);
   if (where != CAP_NONE) {
     uint64_t t0 = now_ns();
@@ -219,6 +228,7 @@ void __r3_exit(struct r3_kinfo *k, const void *ret) {
     }
     if (d > 0) t_stack[d - 1].child += incl * sc;
     if (t_main > 0 && k->id >= 0 && m_node[d] > 0) g_cct[m_node[d]].ns += incl * sc;
+    if (t_main > 0 && calllog_on()) calllog_add(k, f->call, incl, f->args);
   }
   if (t_cap_depth == d) {
     uint64_t t0 = now_ns();

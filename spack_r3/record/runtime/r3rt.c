@@ -15,7 +15,8 @@
  *
  * One file a subsystem: util.c (messages, numbers, environment), arena.c (1), output.c
  * (buffered output, paths), config.c, probes.c (2), profiler.c, capture.c (3), pages.c
- * (touched pages), regions.c (stack, loaded objects, foreign mappings), mappings.c (mmap,
+ * (touched pages), calls.c (which calls carry the time: the call log, calls named to
+ * capture), regions.c (stack, loaded objects, foreign mappings), mappings.c (mmap,
  * munmap, mremap), this file (process start and exit); r3rt_internal.h declares what they
  * share.
  *
@@ -54,6 +55,7 @@ __attribute__((destructor(101))) static void r3_fini(void) {
   config_once();
   if (g_child || g_forked || !cfg.have_dir || __atomic_exchange_n(&g_profile_written, 1, __ATOMIC_ACQ_REL)) return;
   int sampled = prof_stop();
+  calllog_write();
   uint64_t app_ns = now_ns() - cfg.t_start;
   pid_t pid = getpid();
   char tmp[PATHMAX], fin[PATHMAX], buf[8192];

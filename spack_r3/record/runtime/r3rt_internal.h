@@ -170,6 +170,8 @@ struct frame {
   uint64_t paused0; /* t_paused at start */
   uint64_t child;   /* inclusive ns of nested kernels (as counted, i.e. scaled) */
   uint64_t scale;   /* 0: this call is not timed; else its time counts this many times */
+  uint64_t call;    /* its index among this thread's calls of k (calls.c logs the main thread's) */
+  uint64_t args[4]; /* its first argument slots, kept only for the call log (R3_CALL_LOG) */
 };
 
 struct cct_node { int32_t parent, kid, first_child, next_sibling; uint64_t ns, samples; };
@@ -178,6 +180,7 @@ struct cct_node { int32_t parent, kid, first_child, next_sibling; uint64_t ns, s
 struct capture {
   struct r3_kinfo *k;
   int64_t instance;
+  uint64_t call;        /* its index among the calling thread's calls of k (calls.c) */
   char tmp[PATHMAX], fin[PATHMAX];
   uint64_t *slots;      /* copy of the argument slots */
   unsigned char *byval; /* byval contents at enter, concatenated */
@@ -352,6 +355,15 @@ HIDDEN int stack_region(struct r3_kinfo *k, const uint64_t *slots, int main_thre
 HIDDEN int image_regions(struct r3_kinfo *k, const uint64_t *slots);
 HIDDEN void add_foreign(struct r3_kinfo *k, int64_t arg, const struct mapent *e);
 HIDDEN void foreign_args(struct r3_kinfo *k, const uint64_t *slots);
+
+/* calls.c (which calls carry a kernel's time: the call log, the calls named to capture) */
+extern HIDDEN TLS uint64_t t_call;
+extern HIDDEN TLS int t_call_main;
+HIDDEN int calllog_on(void);
+HIDDEN void calllog_add(struct r3_kinfo *k, uint64_t call, uint64_t ns, const uint64_t *args);
+HIDDEN void calllog_write(void);
+HIDDEN int calllog_pick(struct r3_kinfo *k, uint64_t call, int main);
+HIDDEN int calllog_picks_done(struct r3_kinfo *k);
 
 /* profiler.c (the statistical profiler) */
 extern HIDDEN uint64_t g_prof_ns;
