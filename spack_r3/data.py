@@ -342,6 +342,10 @@ class Evaluation:
     # verify, calibrate, timed, check; the worker's process, other): where the evaluation went
     stages: Dict[str, float] = field(default_factory=dict)
     raced_out: bool = False  # its pairs stopped early, clearly slower than the baseline (never a winner)
+    # A kernel timed on several picked calls (replay.weighted): each one's speedup and weight;
+    # ``speedup`` is their time-weighted (harmonic) mean.
+    instance_speedups: List[Optional[float]] = field(default_factory=list)
+    instance_weights: List[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

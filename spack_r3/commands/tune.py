@@ -224,6 +224,13 @@ def setup_parser(subparser):
         help="with a spec: paired runs of the timed builds (+r3probes) for each tuned kernel's "
         "time inside the application (default 3; 0: not measured)",
     )
+    subparser.add_argument(
+        "--keep-variant",
+        action="store_true",
+        help="with a spec: keep the tuned variant as emitted even where the check finds it, or "
+        "a kernel of it, slower in the application (to inspect it). By default such kernels are "
+        "taken out and the rest measured again, and a variant that is not faster is withdrawn",
+    )
     add_json(subparser, help="print the results as JSON")
 
 
@@ -319,7 +326,7 @@ def tune(args):
         with open(paths["text"]) as f:
             write_atomic(paths["text"], f.read() + "\n" + gpu_table + "\n")
     device = any(device_hook.is_device(c) for c in captures)
-    spack_part = _emit_and_check(ws, args, progress, device) if args.spec and results else None
+    spack_part = _emit_and_check(ws, args, progress, results, device) if args.spec and results else None
     if args.json:
         out = {
             "kernels": [r.to_json() for r in results],
@@ -347,80 +354,140 @@ def tune(args):
     return 0 if results else 1
 
 
-def _emit_and_check(ws, args, progress, device=False):
-    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3.
+def _emit_and_check(ws, args, progress, results, device=False):
+    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3 in
+    the application; a kernel slower there is taken out and the rest measured again, and a
+    variant that is not faster is withdrawn (``roundtrip.verdict``).
     With ``device`` kernels, one --gpu target keys the variant (cuda_arch=90)."""
     from ..roundtrip.check import check_app
     from ..roundtrip.emit import emit, record_check
     from ..roundtrip.record import latest_spack_record, package_name
+    from ..roundtrip.verdict import act
 
     name = package_name(args.spec)
     gpus = device_hook.targets(args) if device else []
     if len(gpus) > 1:
         progress("the tuned variant is keyed to no GPU: --gpu names %d (emit --gpu TARGET keys it to one)" % len(gpus))
+    gpu = gpus[0].name if len(gpus) == 1 else None
+
+    def emit_once(exclude):
+        done = emit(ws, name, args.repo, gpu=gpu, exclude=exclude)
+        for line in done.skipped:
+            progress("not emitted: " + line)
+        progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
+        return done
+
     try:
-        done = emit(ws, name, args.repo, gpu=gpus[0].name if len(gpus) == 1 else None)
+        done = emit_once({})
     except R3Error as err:  # nothing beat the baseline: no variant to write
         progress("no tuned variant written: %s" % err)
         return {"emitted": None}
-    for line in done.skipped:
-        progress("not emitted: " + line)
-    progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
-    out = {
-        "emitted": {
-            "recipe": done.recipe,
-            "target": done.target,
-            "targets": done.targets,
-            "skipped": done.skipped,
-            "predicted_app_speedup": done.plan.predicted_app_speedup(),
-        }
-    }
+    out = {"emitted": _emitted_json(done)}
     if args.check_pairs < 1 or not args.run:
         if args.check_pairs >= 1:
             progress("no application check: the record ran the package's tests, give --run CMD to time a run")
         return out
     _, facts = latest_spack_record(ws, name)
     repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
-    check = check_app(
-        ws,
-        done,
-        args.spec,
-        args.run,
-        pairs=args.check_pairs,
-        user_scopes=args.spack_config,
-        extra_repos=repos,
-        repo_root=args.repo,
+    last = {}
+
+    def check_once(emitted):
+        check = check_app(
+            ws,
+            emitted,
+            args.spec,
+            args.run,
+            pairs=args.check_pairs,
+            user_scopes=args.spack_config,
+            extra_repos=repos,
+            repo_root=args.repo,
+            say=progress,
+            kernel_pairs=args.check_kernel_pairs,
+        )
+        record_check(emitted, check)
+        last["emitted"] = emitted
+        return check
+
+    first = [done]
+    verdict = act(
+        lambda exclude: first.pop() if first else emit_once(exclude),
+        check_once,
+        {r.kernel: r for r in results},
         say=progress,
-        kernel_pairs=args.check_kernel_pairs,
+        acting=not args.keep_variant,
     )
-    record_check(done, check)
-    out["check"] = check.to_json()
+    out["verdict"] = verdict.to_json()
+    out["check"] = verdict.check
+    out["emitted"] = _emitted_json(last["emitted"]) if verdict.emitted else None
     return out
 
 
+def _emitted_json(done):
+    return {
+        "recipe": done.recipe,
+        "target": done.target,
+        "targets": done.targets,
+        "skipped": done.skipped,
+        "predicted_app_speedup": done.plan.predicted_app_speedup(),
+    }
+
+
 def _print_spack_part(part):
+    verdict = part.get("verdict") or {}
     emitted = part.get("emitted")
-    if not emitted:
+    if emitted:
+        print("tuned variant: %s (target=%s)" % (emitted["recipe"], emitted["target"]))
+    elif verdict.get("why"):
+        print("no tuned variant: %s" % verdict["why"])
+    if not emitted and not verdict:
         return
-    print("tuned variant: %s (target=%s)" % (emitted["recipe"], emitted["target"]))
-    check = part.get("check")
-    if check:
+    checks = verdict.get("checks") or ([part["check"]] if part.get("check") else [])
+    for i, check in enumerate(checks):
+        # (one check of the variant left: unlabelled; else each check says which it was)
+        _print_check(check, "" if len(checks) == 1 and emitted else "check %d: " % (i + 1))
+    taken = verdict.get("taken_out") or []
+    if taken:
         print(
-            "application: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
-            "(fidelity %.2f; kernel shares of the %s)"
-            % (
-                check["app_untuned_s"],
-                check["app_tuned_s"],
-                check["app_speedup"],
-                check["app_speedup_min"],
-                check["app_speedup_max"],
-                check["pairs"],
-                check["predicted_app_speedup"],
-                check["fidelity"],
-                check["shares_from"],
+            table(
+                ["taken out of the variant", "check", "in the application", "replay", "why", "likely cause"],
+                [
+                    [
+                        cxxnames.display(t["kernel"]),
+                        t["round"],
+                        "%.2fx [%.2f-%.2f]" % (t["app_speedup"], t["app_speedup_min"], t["app_speedup_max"]),
+                        "%.2fx" % t["replay_speedup"],
+                        t["why"],
+                        t["cause"],
+                    ]
+                    for t in taken
+                ],
             )
         )
-    if check and check.get("kernels"):
+    for f in verdict.get("flagged") or []:
+        print(
+            "%s: %.2fx in the application against %.2fx in replay; likely cause: %s"
+            % (cxxnames.display(f["kernel"]), f["app_speedup"], f["replay_speedup"], f["cause"])
+        )
+
+
+def _print_check(check, label):
+    print(
+        "%sapplication: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
+        "(fidelity %.2f; kernel shares of the %s)"
+        % (
+            label,
+            check["app_untuned_s"],
+            check["app_tuned_s"],
+            check["app_speedup"],
+            check["app_speedup_min"],
+            check["app_speedup_max"],
+            check["pairs"],
+            check["predicted_app_speedup"],
+            check["fidelity"],
+            check["shares_from"],
+        )
+    )
+    if check.get("kernels"):
         # the share the prediction weighs: the kernel as the outermost tuned one (check.py)
         rows = [
             [

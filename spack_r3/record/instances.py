@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Tuple
 COVER = "cover"
 MOST_INSTANCES = 3  # strata (calls captured) per kernel
 WARM_UP_AFTER = 8  # logged calls from which a kernel's first call is left out (below)
+SAME_ARGS = 3  # calls with one argument tuple from which their median stands for each
 ONE_SPREAD = 1.5  # time-weighted p90/p10 of the calls' costs below which one call stands for all
 MERGE = 1.25  # neighbouring strata whose mean calls are within this factor are one
 ENV = "R3_CAPTURE_CALLS"
@@ -81,12 +82,20 @@ class KernelCalls:
         return _spread(self.steady())
 
     def steady(self):
-        """The calls to pick from: all but the first where there are many. A first call
-        pays what no later one does (OpenMP starting its team, the first touch of every
-        page): the demo's first call of 1,000 elements took 2 ms, its later ones 7 us."""
-        if len(self.calls) >= WARM_UP_AFTER:
-            return [c for c in self.calls if c[0] != 0]
-        return self.calls
+        """The calls to pick from: all but the first where there are many, each call's cost
+        the median of the calls with its arguments where at least ``SAME_ARGS`` have them.
+        A first call pays what no later one does (OpenMP starting its team, the first touch
+        of every page): the demo's first call of 1,000 elements took 2 ms, its later ones
+        7 us. And one call preempted on a busy machine (3.7 ms against 0.1 ms) made a
+        stratum of its own: calls with the same arguments cost the same."""
+        calls = self.calls
+        if len(calls) >= WARM_UP_AFTER:
+            calls = [c for c in calls if c[0] != 0]
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for c in calls:
+            groups.setdefault(c[2], []).append(c[1])
+        typical = {a: sorted(ns)[len(ns) // 2] for a, ns in groups.items() if len(ns) >= SAME_ARGS}
+        return [(i, typical.get(a, ns), a) for i, ns, a in calls]
 
     def picks(self, most=MOST_INSTANCES) -> List[Pick]:
         """The calls to capture, one per stratum of equal time, in index order."""

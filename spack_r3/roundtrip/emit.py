@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field, replace
 from typing import List
 
@@ -52,11 +53,13 @@ class Emitted:
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not in the plan"
 
 
-def build_plan(workspace, package, gpu=None, gpu_required=False):
+def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None):
     """(Plan, skipped lines, {patch name: text}) from the package's latest record and the
     tune results of its captures. ``gpu`` (sm_90, gfx942; default: the one the recorded
     spec names, ``cuda_arch=90``) keys a plan of device kernels; host plans have none
-    (``gpu_required``: a ``gpu`` for a plan of host kernels is an error, not ignored)."""
+    (``gpu_required``: a ``gpu`` for a plan of host kernels is an error, not ignored).
+    ``exclude``: {kernel: why} left out (the check in the application took them out)."""
+    exclude = exclude or {}
     record, facts = latest_spack_record(workspace, package)
     if record is None:
         raise R3Error(
@@ -73,6 +76,9 @@ def build_plan(workspace, package, gpu=None, gpu_required=False):
             continue  # not tuned, or another instance of a kernel counted already
         if not result.won:  # (decided where the result was made: noise.beats_build)
             skipped.append("%s: nothing beat the baseline" % result.kernel)
+            continue
+        if result.kernel in exclude:
+            skipped.append("%s: %s" % (result.kernel, exclude[result.kernel]))
             continue
         variant = result.variant
         rel = _relative(capture.source_file, facts.get("source_root"))
@@ -148,9 +154,9 @@ def _relative(path, source_root):
     return os.path.basename(path)
 
 
-def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False):
-    """Write (or add to) the tuned package; returns Emitted."""
-    plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required)
+def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False, exclude=None):
+    """Write (or add to) the tuned package; returns Emitted. ``exclude``: see ``build_plan``."""
+    plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required, exclude)
     facts = plan.facts
     repo = create_repo(repo_root or default_repo(workspace), NAMESPACE, layout or facts.get("layout") or "v1")
     if repo.namespace == facts.get("namespace"):
@@ -179,6 +185,29 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
     parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
     write_atomic(recipe, tuned_package(facts["namespace"], package, parent_layout, plans, toolchain_digest()))
     return Emitted(package, plan.target, recipe, plan, plan_path, sorted(plans), skipped)
+
+
+def withdraw(emitted):
+    """Take ``emitted``'s plan (its target's) out of the tuned package: its plan and patches
+    go, and the package is written again from the plans left; with none left the package
+    goes. No variant is left that the check found slower than the untuned build (the
+    report says why: ``roundtrip.verdict``). Returns the plans left."""
+    directory = os.path.dirname(emitted.recipe)
+    name = emitted.plan.name()
+    for path in [emitted.plan_path] + glob.glob(os.path.join(directory, "r3-%s-[0-9]*.patch" % name)):
+        if os.path.exists(path):
+            os.remove(path)
+    plans = {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
+    if plans:
+        facts = emitted.plan.facts
+        parent_layout = facts.get("parent_layout") or facts.get("layout") or "v1"
+        write_atomic(
+            emitted.recipe,
+            tuned_package(facts["namespace"], emitted.package, parent_layout, plans, toolchain_digest()),
+        )
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    return sorted(plans)
 
 
 def record_check(emitted, check):

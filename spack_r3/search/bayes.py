@@ -64,6 +64,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState, create_trial
 
 from ..data import COMPILE_ERROR, OK, WARM, Evaluation, Variant
+from ..replay import weighted
 from ..replay.engine import spread
 from .confirm import each_server
 from .noise import PairBudget, clearly_above, pair_noise
@@ -83,7 +84,10 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @dataclass
 class Target:
-    """One kernel to tune: its captures (recorded instances; the first is searched on)."""
+    """One kernel to tune: its captures (recorded instances). A candidate is timed on the
+    first, on the sequence of them all (``sequence``), or, where record picked them where
+    the kernel's time goes (``weights``: each one's share of it), on each, weighed
+    (``replay.weighted``)."""
 
     kernel: str
     captures: List[str]  # capture directories
@@ -94,6 +98,11 @@ class Target:
     tolerance: Optional[float] = None  # relative FP tolerance of its results (None: exact)
     cache: str = WARM  # the caches each timed run starts with (data.CACHE_STATES)
     sequence: bool = False  # timed as all its recorded calls in order (replay.sequence), in warm caches
+    weights: Optional[List[float]] = None  # each capture's share of the kernel's time (record.instances)
+    # tune.instances_check: its instances against its calls in the application
+    instances: List[dict] = field(default_factory=list, compare=False)
+    replay_ratio: Optional[float] = None  # replay's call / the application's, time-weighted
+    unrepresentative: Optional[str] = None  # why its captures do not stand for its calls
     # screen(variant) -> why it is rejected before any run, or None (r3 tune --gpu: device.hook.Screener)
     screen: Optional[Callable] = field(default=None, repr=False, compare=False)
 
@@ -112,6 +121,17 @@ class Target:
                 variant=variant.to_json(),
                 status=COMPILE_ERROR,
                 diagnostics="rejected before any run: " + reason,
+            )
+        if self.weights and not self.sequence:
+            # Racing against the best so far is per instance unsound: a candidate that
+            # loses on one stratum may win the weighted sum. Every pair is measured.
+            kw.pop("race", None)
+            return weighted.combine(
+                [
+                    server.submit(capture, variant, tolerance=self.tolerance, cache=self.cache, **kw)
+                    for capture in self.captures
+                ],
+                self.weights,
             )
         return server.submit(
             self.captures[0],

@@ -70,6 +70,7 @@ class Confirmed:
     baseline_times: List[float] = field(default_factory=list)
     times: List[float] = field(default_factory=list)
     screened_out: bool = False  # measured in the first round only: below the best few there (``confirm(keep=)``)
+    instance_speedups: List[List[float]] = field(default_factory=list)  # per round, each instance's (replay.weighted)
 
     @property
     def speedup(self):
@@ -214,3 +215,5 @@ def _rounds(servers, items, which, rounds, pairs, timeout, progress, what):
             c.round_speedups.append(ev.speedup)
             c.baseline_times.append(ev.baseline_median_s)
             c.times.append(ev.time_median_s)
+            if ev.instance_speedups:
+                c.instance_speedups.append(list(ev.instance_speedups))

@@ -63,6 +63,18 @@ class KernelResult:
     specialized: List[str] = field(default_factory=list)
     # Where its evaluations went (``spending``): {"split": {"pipelines": 18, ...}, "handover": 18, "plateau": True}
     spending: Optional[dict] = None
+    # Its instances (``tune.instances_check``): [{weight, calls, app_s, replay_s, picked, threads,
+    # speedup (the winner's there)}], the time-weighted ratio of replay's call to the
+    # application's, and why they do not stand for its calls (None: they do)
+    instances: List[dict] = field(default_factory=list)
+    replay_ratio: Optional[float] = None
+    unrepresentative: Optional[str] = None
+    # The best confirmed candidate that runs one thread, and the best that runs several
+    # (the application's OpenMP threads, its own count, or threads a rewrite adds): a
+    # threaded kernel's serial code wins on its cheap calls (no fork to pay) and may lose
+    # where the time goes, so the two are reported apart
+    serial_speedup: Optional[float] = None
+    threaded_speedup: Optional[float] = None
 
     @property
     def winner(self) -> str:
@@ -167,6 +179,9 @@ def kernel_result(
         picked_speedup=best.speedup if best and again is not None else None,
         model=getattr(target, "model", None),
         spending=getattr(target, "spending", None),
+        replay_ratio=getattr(target, "replay_ratio", None),
+        unrepresentative=getattr(target, "unrepresentative", None),
+        **_by_threads(target, confirmed),
     )
     if measured is None:
         return KernelResult(
@@ -180,6 +195,7 @@ def kernel_result(
             variant=Variant(pipeline=as_built(load_capture_dir(target.captures[0], False))),
             pairs=len(again.ratios if again is not None else best.ratios) if best else 0,
             search_speedup=best.search_speedup if best else None,
+            instances=_instances(target, None),
             **common,
         )
     assert best is not None  # (``measured`` is the pick, or the pick measured again)
@@ -196,8 +212,43 @@ def kernel_result(
         search_speedup=best.search_speedup,
         pairs=len(measured.ratios),
         specialized=specialized,
+        instances=_instances(target, measured),
         **common,
     )
+
+
+def runs_threads(variant: Variant, recorded: Optional[int], parallel: bool) -> bool:
+    """Whether a variant of a kernel runs several threads: its own thread count, else the
+    application's (``recorded``) where the kernel forks (``parallel``), or a rewrite's."""
+    from .openmp import adds_threads
+
+    threads = variant.launch.threads if variant.launch.threads is not None else (recorded if parallel else 1)
+    return (threads or 1) > 1 or adds_threads(variant)
+
+
+def _by_threads(target: Any, confirmed: Sequence["Confirmed"]) -> Dict[str, Optional[float]]:
+    """The best confirmed speedup of the candidates that run one thread, and of those that
+    run several."""
+    recorded = (getattr(target, "instances", None) or [{}])[0].get("threads")
+    best: Dict[str, Optional[float]] = {"serial_speedup": None, "threaded_speedup": None}
+    for c in confirmed:
+        if c.rejected or not c.ratios:
+            continue
+        several = runs_threads(c.variant, recorded, bool(getattr(target, "parallel", False)))
+        key = "threaded_speedup" if several else "serial_speedup"
+        if best[key] is None or c.speedup > best[key]:
+            best[key] = c.speedup
+    return best
+
+
+def _instances(target: Any, measured: Optional["Confirmed"]) -> List[dict]:
+    """The target's instance rows with the winner's speedup on each (median over rounds)."""
+    rows = [dict(r) for r in getattr(target, "instances", None) or []]
+    if measured is not None and measured.instance_speedups and len(measured.instance_speedups[0]) == len(rows):
+        for i, r in enumerate(rows):
+            values = [s[i] for s in measured.instance_speedups if s[i] is not None]
+            r["speedup"] = median(values) if values else None
+    return rows
 
 
 def failures_text(failed: Dict[str, int]) -> str:
@@ -229,9 +280,33 @@ def results_table(results: Sequence[KernelResult]) -> str:
                 ", ".join(r.specialized),
             )
     for r in results:
+        line = instances_line(r)
+        if line:
+            text += "\n" + line
+    for r in results:
         if r.model is not None:
             text += "\n%s" % model_line(r)
     return text
+
+
+def instances_line(r: KernelResult) -> str:
+    """What a kernel was timed on, where that is more than its first call or where its
+    captures do not stand for its calls; and its best serial and threaded codes apart."""
+    parts = []
+    picked = [i for i in r.instances if i.get("picked")]
+    if len(picked) > 1:
+        text = "timed on %d calls picked where its time goes (weights %s" % (
+            len(picked),
+            " / ".join("%.0f%%" % (100 * i["weight"]) for i in picked),
+        )
+        if all(i.get("speedup") for i in picked):
+            text += "; the winner %s on them" % " / ".join("%.2fx" % i["speedup"] for i in picked)
+        parts.append(text + ")")
+    if r.serial_speedup is not None and r.threaded_speedup is not None:
+        parts.append("best serial %.2fx, best threaded %.2fx" % (r.serial_speedup, r.threaded_speedup))
+    if r.unrepresentative:
+        parts.append("NOT REPRESENTATIVE: " + r.unrepresentative)
+    return ("%s: %s" % (cxxnames.display(r.kernel), "; ".join(parts))) if parts else ""
 
 
 def model_line(result: KernelResult) -> str:

@@ -20,7 +20,7 @@ from ..errors import R3Error
 from ..record.offload import region_key
 from ..record.profiles import tuned_shares
 from ..replay import module as replay_module
-from ..replay import cachestate, specialize
+from ..replay import cachestate, specialize, weighted
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
 from ..replay.server import TIMEOUT_S, ReplayPool
@@ -128,8 +128,11 @@ def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance
                         choice.reason,
                     )
                 )
-            # Several calls recorded in one run are timed as their sequence (replay.sequence).
-            sequence = len(caps) > 1 and len({run_key(c) for c in caps}) == 1
+            # Calls picked where the kernel's time goes are timed each, weighed by their
+            # shares (replay.weighted); the first calls of one run, as their sequence
+            # (replay.sequence).
+            weights = weighted.weights_of([c.selection for c in caps])
+            sequence = weights is None and len(caps) > 1 and len({run_key(c) for c in caps}) == 1
             plan.targets.append(
                 Target(
                     kernel,
@@ -139,6 +142,7 @@ def plan_targets(workspace, captures, kernels=(), min_share=MIN_SHARE, tolerance
                     tolerance=caps[0].tolerance if tolerance is None else tolerance,
                     cache=state,
                     sequence=sequence,
+                    weights=weights,
                 )
             )
     _weigh_as_tuned(plan, captures, named=bool(kernels))
@@ -433,6 +437,69 @@ def _baseline_problem(pool, target, timeout):
     return "its baseline (%s, the kernel as built) does not reproduce the recording: %s" % (format_spec(baseline), what)
 
 
+# Replay's call and the application's may differ by caches and threads; beyond this factor
+# (time-weighted over the instances) the capture does not stand for the kernel's calls.
+UNREPRESENTATIVE = 3.0
+
+
+def instances_check(pool, target, timeout):
+    """How the kernel's captured calls, replayed as built, compare with its calls in the
+    application: (one row per instance: weight, calls it stands for, its time in the
+    application, its replay time; the time-weighted ratio of replay to application; why
+    they do not stand for the kernel's calls, or None). An instance picked by record
+    (``--instances cover``) is set against its own call in the logged run, a first call
+    against the kernel's mean call. LULESH's EOS, recorded as its first call: 31.5 us
+    replayed against a mean call of 236-314 us in the application, where a serial code won
+    that lost 0.80x in the application."""
+    rows = []
+    for i, cdir in enumerate(target.captures):
+        capture = load_capture_dir(cdir, verify_digests=False)
+        sel = capture.selection or {}
+        calls = int(capture.app.get("calls") or 0)
+        app_s = sel.get("call_s") or ((capture.app.get("total_s") or 0.0) / calls if calls else None)
+        # (paired runs: the baseline's time as a search measures it; a plain repeat's runs
+        # include a fresh process's first calls)
+        ev = pool.servers[0].submit(
+            cdir, Variant(pipeline=as_built(capture)), pairs=3, tolerance=target.tolerance, cache=target.cache,
+            timeout=timeout,
+        )
+        rows.append(
+            {
+                "weight": target.weights[i] if target.weights else 1.0 / len(target.captures),
+                "calls": sel.get("calls") or calls,
+                "app_s": app_s,
+                "replay_s": ev.baseline_median_s if ev.status == OK else None,
+                "picked": bool(sel),
+                "threads": capture.launch.get("threads"),
+            }
+        )
+        if not target.weights:  # the first call (or the sequence) is what is timed
+            break
+    known = [r for r in rows if r["app_s"] and r["replay_s"]]
+    if not known:
+        return rows, None, None
+    ratio = sum(r["weight"] * r["replay_s"] / r["app_s"] for r in known) / sum(r["weight"] for r in known)
+    calls = int(load_capture_dir(target.captures[0], verify_digests=False).app.get("calls") or 0)
+    if calls <= 1 or 1 / UNREPRESENTATIVE <= ratio <= UNREPRESENTATIVE:
+        return rows, ratio, None
+    problem = "its captured call%s replay%s in %s, its calls in the application take %s (%.2fx)" % (
+        "s" if len(known) > 1 else "",
+        "" if len(known) > 1 else "s",
+        _us(sum(r["weight"] * r["replay_s"] for r in known)),
+        _us(sum(r["weight"] * r["app_s"] for r in known)),
+        ratio,
+    )
+    if not any(r["picked"] for r in rows):
+        problem += "; the first call is not where the time goes: record with --instances cover"
+    else:
+        problem += "; caches or threads differ from the application's"
+    return rows, ratio, problem
+
+
+def _us(s):
+    return "%.1f us" % (s * 1e6) if s < 1e-3 else "%.2f ms" % (s * 1e3)
+
+
 def _sequence_or_not(pool, target, timeout, say):
     """Whether the kernel's recorded calls are timed as one sequence: they merge into one
     (``replay.sequence``) and its baseline reproduces every one of them; else its first
@@ -505,6 +572,18 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
             problem = _baseline_problem(pool, target, options.timeout)
             if problem:
                 raise R3Error(problem)
+        target.instances, target.replay_ratio, target.unrepresentative = instances_check(pool, target, options.timeout)
+        if target.unrepresentative:
+            warn("warning: %s is not represented by its captures: %s" % (cxxnames.display(target.kernel), target.unrepresentative))
+        elif target.weights:
+            say(
+                "%s: timed on %d calls picked where its time goes, weighed %s"
+                % (
+                    cxxnames.display(target.kernel),
+                    len(target.captures),
+                    " / ".join("%.0f%%" % (100 * w) for w in target.weights),
+                )
+            )
         remix_budget = pipeline_search(study, pool.servers, options, progress)
         target.spending = search_spending(study)
         if remix_budget:
