@@ -122,7 +122,8 @@ class KernelCalls:
             strata = merged
         else:
             strata = [order]
-        logged, last = len(self.calls), max(c[0] for c in self.calls) + 1
+        # (a stratum's calls: its share of the calls picked from, of all the kernel's calls)
+        logged, last = len(calls), max(c[0] for c in self.calls) + 1
         out = []
         for s in strata:
             # The call at the middle of the stratum's time, not the one nearest its mean: where

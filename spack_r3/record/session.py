@@ -343,7 +343,12 @@ def run_and_ingest(
     cover = request.get("instances") == COVER
     if top or cover:
         why = " and ".join(
-            w for w in ("to find the %d hottest kernels" % top if top else "", "to log each kernel's calls" if cover else "") if w
+            w
+            for w in (
+                "to find the %d hottest kernels" % top if top else "",
+                "to log each kernel's calls" if cover else "",
+            )
+            if w
         )
         profile_dir = _profiling_run(run, cwd, env, run_dir, timeout, say, output, why)
         if top:

@@ -90,9 +90,8 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
             if emitted is not None:  # the last variant measured is slower: it goes
                 withdraw(emitted)
             verdict.why = (
-                "every tuned kernel was taken out of the variant: %s" % "; ".join(
-                    "%s %s" % (k, w) for k, w in exclude.items()
-                )
+                "every tuned kernel was taken out of the variant: %s"
+                % "; ".join("%s %s" % (k, w) for k, w in exclude.items())
                 if exclude
                 else str(err)
             )
@@ -172,7 +171,8 @@ def cause_of(kernel_check, result) -> str:
         causes.append("instances: %s" % result.unrepresentative)
     elif result.replay_ratio and not 1 / 1.5 <= result.replay_ratio <= 1.5:
         causes.append(
-            "instances: its captured calls replay in %.2fx the time of its calls in the application" % result.replay_ratio
+            "instances: its captured calls replay in %.2fx the time of its calls in the application"
+            % result.replay_ratio
         )
     recorded = next((i.get("threads") for i in result.instances if i.get("threads")), None)
     threads = result.variant.launch.threads

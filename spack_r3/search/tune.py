@@ -460,7 +460,11 @@ def instances_check(pool, target, timeout):
         # (paired runs: the baseline's time as a search measures it; a plain repeat's runs
         # include a fresh process's first calls)
         ev = pool.servers[0].submit(
-            cdir, Variant(pipeline=as_built(capture)), pairs=3, tolerance=target.tolerance, cache=target.cache,
+            cdir,
+            Variant(pipeline=as_built(capture)),
+            pairs=3,
+            tolerance=target.tolerance,
+            cache=target.cache,
             timeout=timeout,
         )
         rows.append(
@@ -574,7 +578,10 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
                 raise R3Error(problem)
         target.instances, target.replay_ratio, target.unrepresentative = instances_check(pool, target, options.timeout)
         if target.unrepresentative:
-            warn("warning: %s is not represented by its captures: %s" % (cxxnames.display(target.kernel), target.unrepresentative))
+            warn(
+                "warning: %s is not represented by its captures: %s"
+                % (cxxnames.display(target.kernel), target.unrepresentative)
+            )
         elif target.weights:
             say(
                 "%s: timed on %d calls picked where its time goes, weighed %s"

@@ -24,7 +24,9 @@ from spack_r3 import cli
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.sourcepatch import make_patch
 from spack_r3.roundtrip import emit as spack_emit
-from spack_r3.roundtrip.check import check_app
+from spack_r3.roundtrip.check import AppCheck, KernelCheck, check_app, fidelity
+from spack_r3.roundtrip.verdict import act
+from spack_r3.search.results import KernelResult
 from spack_r3.spack.repos import write_scope
 from spack_r3.workspace import Workspace
 from conftest import REPO_ROOT
@@ -299,6 +301,69 @@ def test_demo_round_trip_record_tune_emit_install_run(site):
         rc, out, err = r3("--workspace", site["ws"], "emit", "r3-dense")
         why = "nothing beat the baseline"
         assert rc != 0 and err.strip() == "r3 emit: error: no tuned kernel of r3-dense to build: matmul: " + why, err
+
+
+def _measured(app_speedup, kernel_speedups):
+    """What a check of the application measured (``check.AppCheck``): scripted, since no
+    test may depend on timing; the verdict is what is under test."""
+    kernels = [
+        KernelCheck(name, 10, 1.0, 1.0 / s, s, s * 0.97, s * 1.03, 2.0, fidelity(s, 2.0), 0.5, 0.5)
+        for name, s in kernel_speedups.items()
+    ]
+    return AppCheck(
+        "r3-dense",
+        "t",
+        3,
+        1.0,
+        1.0 / app_speedup,
+        app_speedup,
+        app_speedup * 0.97,
+        app_speedup * 1.03,
+        1.5,
+        fidelity(app_speedup, 1.5),
+        "",
+        "",
+        "dense 120 1",
+        kernels,
+    )
+
+
+def test_the_check_takes_a_kernel_slower_in_the_application_out_of_the_variant(site):
+    """After the check (roundtrip.verdict): a kernel measured slower inside the application
+    leaves the variant; with none left, the variant is withdrawn and the verdict says why.
+    A variant that holds stays, and ``--keep-variant`` keeps one whatever it measured."""
+    ws = Workspace(site["ws"])
+    [result_json] = glob.glob(os.path.join(site["ws"], "results", "*.json"))
+    result = json.load(open(result_json))
+    json.dump(dict(result, won=True, speedup=2.0, winner="O3"), open(result_json, "w"))
+    results = {"matmul": KernelResult.from_json(json.load(open(result_json)))}
+    emitted = []
+
+    def emit_once(exclude):
+        emitted.append(spack_emit.emit(ws, "r3-dense", exclude=exclude))
+        return emitted[-1]
+
+    verdict = act(emit_once, lambda e: _measured(0.9, {"matmul": 0.8}), results)
+    assert not verdict.emitted and len(verdict.checks) == 1
+    [taken] = verdict.taken_out
+    assert taken.kernel == "matmul" and taken.round == 1 and taken.app_speedup == 0.8
+    assert verdict.why.startswith("every tuned kernel was taken out of the variant: matmul taken out after check 1")
+    plan = emitted[0]
+    assert not os.path.exists(plan.plan_path)  # this target's plan is gone, and the recipe does not name it
+    assert not os.path.exists(plan.recipe) or "r3-%s.json" % plan.target not in open(plan.recipe).read()
+
+    # the application not faster, its one kernel not slower inside it: withdrawn all the same
+    verdict = act(emit_once, lambda e: _measured(0.98, {"matmul": 1.01}), results)
+    assert not verdict.emitted and "not faster" in verdict.why and not os.path.exists(emitted[-1].plan_path)
+
+    # what holds stays; a kernel far from replay's figure is flagged with a likely cause
+    verdict = act(emit_once, lambda e: _measured(1.3, {"matmul": 1.5}), results)
+    assert verdict.emitted and not verdict.taken_out and os.path.exists(emitted[-1].plan_path)
+    [flag] = verdict.flagged
+    assert flag.kernel == "matmul" and flag.replay_speedup == 2.0 and flag.cause
+
+    verdict = act(emit_once, lambda e: _measured(0.5, {"matmul": 0.5}), results, acting=False)
+    assert verdict.emitted and os.path.exists(emitted[-1].plan_path)
 
 
 def test_cmake_package_round_trip(site):
