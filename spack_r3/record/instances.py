@@ -246,7 +246,13 @@ def read_selection(run_dir) -> Dict[Tuple[str, str, int], dict]:
 
 def selection_of(selection, meta) -> Optional[dict]:
     """The pick a capture's ``meta.json`` was taken for, or None (a kernel captured as
-    ``--instances`` says, or a call the picks did not name)."""
-    if "call" not in meta:
+    ``--instances`` says). A picked call made while another capture was in progress (a
+    kernel called inside one being captured) is taken at the kernel's next call: ``picked``
+    names the pick, ``call`` the call captured (kept as ``taken_call``)."""
+    picked = meta.get("picked", meta.get("call"))
+    if picked is None:
         return None
-    return selection.get((meta.get("tu_dir"), meta.get("kernel"), meta["call"]))
+    found = selection.get((meta.get("tu_dir"), meta.get("kernel"), picked))
+    if found is not None and meta.get("call") != picked:
+        found = dict(found, taken_call=meta.get("call"))
+    return found

@@ -25,7 +25,7 @@ struct call_log { uint64_t stride, n; struct call_entry e[LOG_MAX]; };
 static struct call_log *g_log[MAXK];
 static int g_log_on = -1; /* R3_CALL_LOG: -1 not read yet */
 
-struct picks { int64_t n, done; uint64_t call[64]; };
+struct picks { int64_t n, done; uint64_t call[64]; int taken[64]; };
 static struct picks *g_picks[MAXK];
 static int g_picks_read[MAXK]; /* 0 not yet, 1 read (g_picks NULL: the kernel is not named) */
 static const char *g_picks_env;  /* R3_CAPTURE_CALLS, NULL when unset */
@@ -145,15 +145,29 @@ static struct picks *picks_of(struct r3_kinfo *k) {
   return p;
 }
 
+HIDDEN TLS uint64_t t_pick; /* the pick calllog_pick last said yes for (its call index) */
+
 /* -1: R3_CAPTURE_CALLS names no call of k (capture as R3_INSTANCES says); 1: capture this
- * call (``call``: its index among the main thread's calls, ``main``: on the main thread); 0 not */
+ * call (``call``: its index among the main thread's calls, ``main``: on the main thread); 0 not.
+ * A picked call that could not be captured (another capture was in progress: a kernel called
+ * inside one being captured) is taken at the kernel's next call: t_pick says which pick. */
 HIDDEN int calllog_pick(struct r3_kinfo *k, uint64_t call, int main) {
   struct picks *p = picks_of(k);
   if (!p) return -1;
   if (!main) return 0;
   for (int64_t i = 0; i < p->n; i++)
-    if (p->call[i] == call) return 1;
+    if (!p->taken[i] && p->call[i] <= call) {
+      t_pick = p->call[i];
+      return 1;
+    }
   return 0;
+}
+
+/* the capture of pick ``pick`` of k began: it is not taken again */
+HIDDEN void calllog_taken(struct r3_kinfo *k, uint64_t pick) {
+  struct picks *p = picks_of(k);
+  for (int64_t i = 0; p && i < p->n; i++)
+    if (p->call[i] == pick) p->taken[i] = 1;
 }
 
 /* the calls named for k were all taken (a named kernel takes no other) */

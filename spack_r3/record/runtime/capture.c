@@ -327,6 +327,7 @@ static void count_call_pages(struct r3_kinfo *k) {
 HIDDEN int want_capture(struct r3_kinfo *k) {
   int pick = calllog_pick(k, t_call, t_call_main); /* R3_CAPTURE_CALLS: these calls, and no other */
   if (!pick || (pick < 0 && enough_calls(k))) return CAP_NONE;
+  if (pick < 0) t_pick = (uint64_t)-1;
   if (!cfg.have_dir || cfg.capture_none || g_child || g_forked || t_cap_depth >= 0) return CAP_NONE;
   int64_t sel = __atomic_load_n(&k->sel, __ATOMIC_RELAXED);
   if (!sel) __atomic_store_n(&k->sel, sel = selected(k->name) ? 1 : 2, __ATOMIC_RELAXED);
@@ -358,6 +359,7 @@ HIDDEN int want_capture(struct r3_kinfo *k) {
   int zero = 0, *flag = here ? &g_capturing : &g_forking;
   if (!__atomic_compare_exchange_n(flag, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return CAP_NONE;
   kcalls_map(k); /* here, before a snapshot process inherits it */
+  if (pick > 0) calllog_taken(k, t_pick); /* (here: a snapshot process's memory is its own) */
   return here ? CAP_HERE : CAP_FORK;
 }
 
@@ -387,6 +389,7 @@ HIDDEN int capture_begin(struct r3_kinfo *k, const uint64_t *slots, int depth, i
   cap.k = k;
   cap.instance = inst;
   cap.call = t_call;
+  cap.pick = (int64_t)t_pick;
   cap.scratch = NULL;
   cap.scratch_len = 0;
   cap.slots = NULL;
@@ -537,6 +540,7 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   wb_s(w, ", \"tu_dir\": "); wb_jstr(w, k->tu_dir);
   wb_s(w, ", \"instance\": "); wb_i(w, cap.instance);
   wb_s(w, ", \"call\": "); wb_u(w, cap.call);
+  if (cap.pick >= 0) { wb_s(w, ", \"picked\": "); wb_i(w, cap.pick); }
   wb_s(w, ", \"pid\": "); wb_u(w, (uint64_t)getpid());
   wb_s(w, ", \"args\": [");
   for (int64_t i = 0; i < na; i++) {

@@ -181,6 +181,7 @@ struct capture {
   struct r3_kinfo *k;
   int64_t instance;
   uint64_t call;        /* its index among the calling thread's calls of k (calls.c) */
+  int64_t pick;         /* the picked call it stands for (R3_CAPTURE_CALLS), or -1 */
   char tmp[PATHMAX], fin[PATHMAX];
   uint64_t *slots;      /* copy of the argument slots */
   unsigned char *byval; /* byval contents at enter, concatenated */
@@ -363,6 +364,8 @@ HIDDEN int calllog_on(void);
 HIDDEN void calllog_add(struct r3_kinfo *k, uint64_t call, uint64_t ns, const uint64_t *args);
 HIDDEN void calllog_write(void);
 HIDDEN int calllog_pick(struct r3_kinfo *k, uint64_t call, int main);
+extern HIDDEN TLS uint64_t t_pick;
+HIDDEN void calllog_taken(struct r3_kinfo *k, uint64_t pick);
 HIDDEN int calllog_picks_done(struct r3_kinfo *k);
 
 /* profiler.c (the statistical profiler) */
