@@ -213,8 +213,9 @@ def main():
     doc = {
         "what": __doc__.splitlines()[0],
         "command": "python scripts/bench_apps.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        .stdout.strip(),
+        "commit": subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "machine": {
             "cores": os.cpu_count(),
             "python": platform.python_version(),

@@ -23,6 +23,8 @@ FIELDS = (
     "instance",
     "instances",
     "instance_s",
+    "weight",
+    "stands_for",
     "bytes",
     "tolerance",
     "unreplayable",
@@ -54,6 +56,10 @@ def kernels(args):
                 "instance": c.instance,
                 "instances": instances[(c.kernel, c.source_file, run_name(c))],
                 "instance_s": c.instance_s,
+                # picked where the kernel's time goes (--instances cover): its share of that
+                # time, and the calls of its stratum
+                "weight": (c.selection or {}).get("weight"),
+                "stands_for": (c.selection or {}).get("calls"),
                 "bytes": nbytes,
                 "tolerance": c.tolerance,
                 "unreplayable": c.unreplayable,
@@ -80,12 +86,13 @@ def kernels(args):
                 percent(e["share"]),
                 e["calls"],
                 "%d/%d" % (e["instance"], e["instances"]),
+                "-" if e["weight"] is None else "%s of %d calls" % (percent(e["weight"]), e["stands_for"] or 0),
                 seconds(e["instance_s"]),
                 size(e["bytes"]),
             ]
             for e in entries
         ]
-        print(table(["id", "kernel", "source", "run", "share", "calls", "instance", "in app", "size"], rows))
+        print(table(["id", "kernel", "source", "run", "share", "calls", "instance", "weight", "in app", "size"], rows))
     for e in entries:  # recorded for their hotness, refused by replay
         if e["unreplayable"]:
             print("%s cannot replay: %s" % (e["id"], e["unreplayable"]))

@@ -207,7 +207,10 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         ret=meta.get("ret"),
         # (an offload launch adds its backend and geometry: record/runtime/r3offload.c)
         launch=dict(
-            {"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)}, **meta.get("launch", {})
+            {"threads": meta.get("threads", 1), "openmp": kinfo.get("openmp", False)},
+            # (the OpenMP settings of the run, where it set any: replay's workers take them)
+            **({"omp_env": meta["omp_env"]} if meta.get("omp_env") else {}),
+            **meta.get("launch", {}),
         ),
         target=dict(target, triple=tu.get("triple")),
         app={

@@ -30,8 +30,11 @@ class ReplayServer:
         ev = server.submit(capture_dir, Variant(pipeline=parse("O2")), repeat=10)
     """
 
-    def __init__(self, timeout=TIMEOUT_S, load_timeout=300.0, cpus=None, cache_dir=None):
+    def __init__(self, timeout=TIMEOUT_S, load_timeout=300.0, cpus=None, cache_dir=None, env=None):
         self.timeout = timeout
+        # the OpenMP runtime's settings the application ran with (affinity, wait policy:
+        # ``omp_environment``), which libomp reads once as the worker loads it
+        self.env = dict(env or {})
         self.load_timeout = load_timeout
         self.cpus = cpus  # pin the worker (and the candidates it forks) to these CPUs
         self.cache_dir = cache_dir  # where compile stages keep what they built (see replay.stages)
@@ -49,7 +52,7 @@ class ReplayServer:
         self.close()
 
     def _start(self):
-        env = dict(os.environ)
+        env = dict(os.environ, **self.env)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         if self.cache_dir:
@@ -187,6 +190,32 @@ class ReplayServer:
         return ev
 
 
+# The OpenMP runtime's settings that decide how a threaded kernel's fork and join cost:
+# where threads run and how they wait between regions. Record keeps those the application
+# ran with (``Capture.launch["omp_env"]``); replay's workers start with them.
+OMP_SETTINGS = (
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "OMP_WAIT_POLICY",
+    "OMP_DYNAMIC",
+    "OMP_MAX_ACTIVE_LEVELS",
+    "KMP_BLOCKTIME",
+    "KMP_AFFINITY",
+    "KMP_LIBRARY",
+    "GOMP_SPINCOUNT",
+)
+
+
+def omp_environment(captures):
+    """The OpenMP settings the application of ``captures`` (data.Capture) ran with: those of
+    its first capture that names them; {} where none does."""
+    for c in captures:
+        env = (c.launch or {}).get("omp_env")
+        if env:
+            return {k: v for k, v in env.items() if k in OMP_SETTINGS}
+    return {}
+
+
 _said = set()
 
 
@@ -256,7 +285,7 @@ class ReplayPool:
             for server in pool.servers: ...   # one driving thread per server
     """
 
-    def __init__(self, workers=1, timeout=TIMEOUT_S, pin=True, cache_dir=None):
+    def __init__(self, workers=1, timeout=TIMEOUT_S, pin=True, cache_dir=None, env=None):
         if workers < 1:
             raise R3Error("--workers must be at least 1")
         cpus = sorted(os.sched_getaffinity(0))
@@ -264,7 +293,9 @@ class ReplayPool:
         pinned = pin and share >= 1
         self.cores_per_worker = max(1, share)
         self.servers = [
-            ReplayServer(timeout, cpus=cpus[i * share : (i + 1) * share] if pinned else None, cache_dir=cache_dir)
+            ReplayServer(
+                timeout, cpus=cpus[i * share : (i + 1) * share] if pinned else None, cache_dir=cache_dir, env=env
+            )
             for i in range(workers)
         ]
 

@@ -23,7 +23,7 @@ from ..replay import module as replay_module
 from ..replay import cachestate, specialize, weighted
 from ..replay.cachestate import AUTO
 from ..replay.stages import polly_available
-from ..replay.server import TIMEOUT_S, ReplayPool
+from ..replay.server import TIMEOUT_S, ReplayPool, omp_environment
 from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
 from ..replay.pipeline import as_built, format_spec
 from ..model.client import ModelError
@@ -533,7 +533,11 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
     say = say or (lambda line: None)
     warn = warn or say
     store = storage(workspace, options.storage)
-    with open_pool(workspace, options, say) as pool:
+    # the workers run the OpenMP runtime as the application did (its affinity, wait policy)
+    omp_env = omp_environment([load_capture_dir(t.captures[0], verify_digests=False) for t in targets])
+    if omp_env:
+        say("replay runs OpenMP as the application did: %s" % " ".join("%s=%s" % kv for kv in sorted(omp_env.items())))
+    with open_pool(workspace, options, say, omp_env) as pool:
         patterns = Patterns(workspace) if options.mutator else None
         lanes = lane_count(options.kernels_at_once, len(pool.servers), len(targets), options.cluster, warn)
         if lanes > 1:
@@ -608,11 +612,11 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
     return target, study
 
 
-def open_pool(workspace, options, say):
+def open_pool(workspace, options, say, omp_env=None):
     """The replay workers candidates are evaluated on: the local pool, or a Dask cluster's
     (``scale``: the same ``servers`` and ``cores_per_worker``)."""
     if not options.cluster:
-        return ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir)
+        return ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir, env=omp_env)
     from ..scale.cluster import open_pool as open_dask_pool  # Dask only where asked for
 
     pool = open_dask_pool(options.cluster, workspace, options.timeout, say)

@@ -17,7 +17,7 @@ from spack_r3.data import OK, Evaluation, Variant
 from spack_r3.record.instances import KernelCalls, capture_calls_env
 from spack_r3.replay import weighted
 from spack_r3.replay.pipeline import parse
-from spack_r3.replay.server import ReplayServer
+from spack_r3.replay.server import ReplayPool, ReplayServer, omp_environment
 from spack_r3.search.bayes import Target
 from spack_r3.search.tune import plan_targets
 from spack_r3.workspace import Workspace
@@ -113,7 +113,13 @@ def vary(tmp_path_factory, clang):
     out = {}
     for mode in ("1", "cover"):
         ws = str(tmp_path_factory.mktemp("vary-ws-" + mode))
-        assert r3("--workspace", ws, "record", *flags(source=src, run="./vary", kernel="relax", instances=mode)) == 0
+        os.environ["OMP_WAIT_POLICY"] = "passive"  # (a setting of the run that replay must keep)
+        try:
+            assert (
+                r3("--workspace", ws, "record", *flags(source=src, run="./vary", kernel="relax", instances=mode)) == 0
+            )
+        finally:
+            del os.environ["OMP_WAIT_POLICY"]
         out[mode] = Workspace(ws)
     return out
 
@@ -149,6 +155,18 @@ def test_a_candidate_is_timed_on_every_picked_call_weighed(vary):
     assert ev.status == OK, ev.diagnostics
     assert len(ev.instance_speedups) == len(captures)
     assert ev.speedup == pytest.approx(weighted.weighted_speedup(ev.instance_speedups, target.weights))
+
+
+def test_replay_runs_openmp_as_the_application_did(vary):
+    """The run's OpenMP settings (wait policy, affinity) are kept with each capture, and the
+    replay workers of a tune start with them: a threaded kernel's fork and join cost there
+    what they cost in the application."""
+    captures = list_captures(vary["cover"])
+    assert all(c.launch["omp_env"] == {"OMP_WAIT_POLICY": "passive"} for c in captures)
+    env = omp_environment(captures)
+    assert env == {"OMP_WAIT_POLICY": "passive"}
+    with ReplayPool(1, env=env) as pool:
+        assert all(s.env == env for s in pool.servers)
 
 
 def test_instances_cover_is_r3_tune_s_default():

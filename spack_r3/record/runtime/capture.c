@@ -560,6 +560,19 @@ static void write_meta(wbuf_t *w, struct r3_kinfo *k, const void *ret, uint64_t 
   else wb_s(w, "null");
   omp_int_fn max_threads = omp_fn(1);
   wb_s(w, ", \"threads\": "); wb_i(w, cap.threads ? cap.threads : (max_threads ? max_threads() : 1));
+  /* the OpenMP runtime's settings the run had (affinity, wait policy): replay's workers take them */
+  static const char *const omp_vars[] = {"OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "OMP_DYNAMIC",
+                                         "OMP_MAX_ACTIVE_LEVELS", "KMP_BLOCKTIME", "KMP_AFFINITY", "KMP_LIBRARY",
+                                         "GOMP_SPINCOUNT", NULL};
+  wb_s(w, ", \"omp_env\": {");
+  int nenv = 0;
+  for (int i = 0; omp_vars[i]; i++) {
+    const char *v = getenv(omp_vars[i]);
+    if (!v) continue;
+    if (nenv++) wb_s(w, ", ");
+    wb_jstr(w, omp_vars[i]); wb_s(w, ": "); wb_jstr(w, v);
+  }
+  wb_s(w, "}");
   wb_s(w, ", \"instance_ns\": "); wb_u(w, incl);
   wb_s(w, ", \"arena_base\": "); wb_hex(w, g_base);
   wb_s(w, ", \"arena_end\": "); wb_hex(w, __atomic_load_n(&g_pool[POOL_APP].top, __ATOMIC_RELAXED));
