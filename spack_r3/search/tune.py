@@ -479,13 +479,20 @@ def instances_check(pool, target, timeout):
         )
         if not target.weights:  # the first call (or the sequence) is what is timed
             break
+    calls = int(load_capture_dir(target.captures[0], verify_digests=False).app.get("calls") or 0)
+    return (rows,) + represents(rows, calls)
+
+
+def represents(rows, calls):
+    """(replay's call against the application's, time-weighted; why the instances do not
+    stand for the kernel's calls, or None) from ``instances_check``'s rows; a kernel called
+    once is its own instance (None)."""
     known = [r for r in rows if r["app_s"] and r["replay_s"]]
     if not known:
-        return rows, None, None
+        return None, None
     ratio = sum(r["weight"] * r["replay_s"] / r["app_s"] for r in known) / sum(r["weight"] for r in known)
-    calls = int(load_capture_dir(target.captures[0], verify_digests=False).app.get("calls") or 0)
     if calls <= 1 or 1 / UNREPRESENTATIVE <= ratio <= UNREPRESENTATIVE:
-        return rows, ratio, None
+        return ratio, None
     problem = "its captured call%s replay%s in %s, its calls in the application take %s (%.2fx)" % (
         "s" if len(known) > 1 else "",
         "" if len(known) > 1 else "s",
@@ -497,7 +504,7 @@ def instances_check(pool, target, timeout):
         problem += "; the first call is not where the time goes: record with --instances cover"
     else:
         problem += "; caches or threads differ from the application's"
-    return rows, ratio, problem
+    return ratio, problem
 
 
 def _us(s):

@@ -19,7 +19,7 @@ from spack_r3.replay import weighted
 from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayPool, ReplayServer, omp_environment
 from spack_r3.search.bayes import Target
-from spack_r3.search.tune import plan_targets
+from spack_r3.search.tune import instances_check, plan_targets, represents
 from spack_r3.workspace import Workspace
 
 from test_record_replay import source_tree
@@ -155,6 +155,33 @@ def test_a_candidate_is_timed_on_every_picked_call_weighed(vary):
     assert ev.status == OK, ev.diagnostics
     assert len(ev.instance_speedups) == len(captures)
     assert ev.speedup == pytest.approx(weighted.weighted_speedup(ev.instance_speedups, target.weights))
+
+
+def test_a_first_call_far_from_the_kernel_s_mean_call_is_reported():
+    # LULESH's EOS recorded as its first call: 31.5 us replayed, 268 us its mean call
+    first = [{"weight": 1.0, "calls": 1100, "app_s": 268e-6, "replay_s": 31.5e-6, "picked": False}]
+    ratio, problem = represents(first, 1100)
+    assert ratio == pytest.approx(31.5 / 268)
+    assert "31.5 us" in problem and "268.0 us" in problem and "record with --instances cover" in problem
+    assert represents(first, 1) == (pytest.approx(31.5 / 268), None)  # called once: its own instance
+    picked = [
+        dict(first[0], app_s=30e-6, picked=True, weight=0.5),
+        dict(first[0], app_s=900e-6, picked=True, weight=0.5),
+    ]
+    picked[1]["replay_s"] = 1e-3
+    assert represents(picked, 1100)[1] is None
+
+
+def test_each_instance_is_set_against_its_own_call_in_the_application(vary):
+    for mode, ws in vary.items():
+        [target] = plan_targets(ws, list_captures(ws)).targets
+        with ReplayPool(1) as pool:
+            rows, ratio, problem = instances_check(pool, target, 60)
+        assert len(rows) == (len(target.captures) if target.weights else 1)
+        assert all(r["app_s"] > 0 and r["replay_s"] > 0 and r["threads"] for r in rows)
+        assert sum(r["weight"] for r in rows) == pytest.approx(1.0)
+        assert all(r["picked"] for r in rows) == (mode == "cover")
+        assert (problem is None) == (1 / 3 <= ratio <= 3)
 
 
 def test_replay_runs_openmp_as_the_application_did(vary):
