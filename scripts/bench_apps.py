@@ -117,6 +117,7 @@ def _kernel(k):
     replay_s = sum(i["weight"] * (i.get("replay_s") or 0) for i in inst)
     return {
         "kernel": k.get("kernel_demangled") or k["kernel"],
+        "symbol": k["kernel"],
         "share": k["share"],
         "instances": len(inst),
         "weights": [round(i["weight"], 3) for i in inst],

@@ -41,6 +41,8 @@ def mb(n):
 
 
 def secs(s):
+    if s is not None and s < 0.01:
+        return "%.1f us" % (s * 1e6) if s < 1e-3 else "%.2f ms" % (s * 1e3)
     return "%.2f s" % s if s is not None else "-"
 
 
@@ -517,7 +519,82 @@ def shapes46_without():
     return table(["kernel", "without", "its winner", "with", "its winner"], rows) + "\n%s\n" % d["notes"]
 
 
+def apps():
+    """bench/apps.json: each public application through Spack's recipe, the check that acts."""
+    d = load("apps.json")
+    rows = []
+    for r in d["apps"]:
+        if "error" in r:
+            rows.append((r["app"], "failed: " + r["error"], "-", "-", "-", "-", "-", "-"))
+            continue
+        last = r["checks"][-1] if r.get("checks") else None
+        kernels = r.get("kernels", [])
+        rows.append(
+            (
+                r["app"],
+                "%d of %d" % (sum(1 for k in kernels if k.get("won")), len(kernels)),
+                " ".join(str(k["instances"]) for k in kernels) or "-",
+                ranged(last["app_speedup"], *last["app_speedup_range"]) if last else "-",
+                x(last["predicted"]) if last else "-",
+                "%.2f" % last["fidelity"] if last else "-",
+                ", ".join(t["kernel"] for t in r.get("taken_out", [])) or "-",
+                "emitted" if r.get("emitted") else "none: " + (r.get("why_none") or "-"),
+            )
+        )
+    return table(
+        [
+            "application",
+            "kernels won",
+            "instances each",
+            "+r3 over ~r3 (last check)",
+            "predicted",
+            "fidelity",
+            "taken out",
+            "variant",
+        ],
+        rows,
+    )
+
+
+def apps_kernels():
+    """bench/apps.json: each tuned kernel, how well its instances stand for its calls, replay
+    against the application."""
+    d = load("apps.json")
+    rows = []
+    for r in d["apps"]:
+        inapp = {k["kernel"]: k for c in r.get("checks", [])[:1] for k in c["kernels"]}
+        for k in r.get("kernels", []):
+            a = inapp.get(k.get("symbol"))
+            rows.append(
+                (
+                    r["app"],
+                    k["kernel"].split("(")[0],
+                    pct(k["share"]),
+                    k["instances"],
+                    "%s / %s" % (secs(k["captured_call_s"]), secs(k["app_call_s"])),
+                    ranged(k["speedup"], *k["speedup_range"]),
+                    "%s / %s" % (x(k.get("serial_speedup")), x(k.get("threaded_speedup"))),
+                    ranged(a["app_speedup"], *a["app_speedup_range"]) if a else "-",
+                )
+            )
+    return table(
+        [
+            "application",
+            "kernel",
+            "share",
+            "instances",
+            "captured call / in the app",
+            "replay (confirmed)",
+            "best serial / threaded",
+            "in the application (first check)",
+        ],
+        rows,
+    )
+
+
 TABLES = {
+    "apps": apps,
+    "apps-kernels": apps_kernels,
     "evalcost": evalcost,
     "evalcost-polly": evalcost_polly,
     "scale": scale,

@@ -197,7 +197,7 @@ def _profiling_run(run, tree, env, run_dir, timeout, say, output, why):
         tree,
         dict(env, R3_RECORD_DIR=profile_dir, R3_CAPTURE="none", **{instances.LOG_ENV: "1"}),
         os.path.join(run_dir, "profile.log"),
-        "the profiling run",
+        "the application run",  # (profiled: its log says which run)
         timeout,
         echo=output,
     )

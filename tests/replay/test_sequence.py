@@ -206,4 +206,4 @@ def test_instances_auto_records_calls_until_their_pages_outgrow_the_bytes_asked(
     assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 32, proc.stderr
     proc = r3_subprocess("--workspace", ws, "record", "--source", src, "--run", "./prog", "--instances", "some")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "want a number of calls (at least 1) or 'auto', not 'some'" in proc.stderr
+    assert "want a number of calls (at least 1), 'auto' or 'cover', not 'some'" in proc.stderr
