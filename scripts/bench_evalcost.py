@@ -77,7 +77,7 @@ MODES = ("before", "after")
 GROUPS = {
     "compile": ("source", "opt", "pipeline", "codegen", "object", "link", "build", "baseline"),
     "restore": ("restore", "map"),
-    "verify": ("verify",),
+    "verify": ("verify", "probe"),
     "calibrate": ("calibrate",),
     "paired runs": ("timed",),
     "check": ("check", "flush"),

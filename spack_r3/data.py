@@ -339,7 +339,8 @@ class Evaluation:
     code: str = ""  # digest of what ran: optimized IR, target, codegen level, launch (engine.code_digest)
     diagnostics: str = ""
     # seconds by stage (compile: source, opt, pipeline, codegen, object, link; map, restore,
-    # verify, calibrate, timed, check; the worker's process, other): where the evaluation went
+    # verify, calibrate, timed, check; probe: the capture's first-write probe, once per worker;
+    # the worker's process, other): where the evaluation went
     stages: Dict[str, float] = field(default_factory=dict)
     raced_out: bool = False  # its pairs stopped early, clearly slower than the baseline (never a winner)
     # A kernel timed on several picked calls (replay.weighted): each one's speedup and weight;

@@ -99,6 +99,10 @@ class Prepared:
     # at replay, and still zeros after a run, or the kernel wrote where the application's
     # call never did (a one-ulp change of an element it never writes verified before)
     untouched: List[Tuple[int, int]] = field(default_factory=list)
+    # (start, end) of what the call writes before it reads (``replay.poison.probe``; set by
+    # the worker once per capture): a candidate is also checked with it poisoned; None:
+    # no such check (the kernel as built fails it, or the probe could not run)
+    first_written: Optional[List[Tuple[int, int]]] = None
 
 
 def prepare(capture, directory):

@@ -34,7 +34,7 @@ from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import R3Error
 from ..toolchain import find_libomp
-from . import confine, engine, stages
+from . import confine, engine, poison, stages
 from .pipeline import as_built
 from .sequence import merge
 
@@ -44,6 +44,7 @@ class Worker:
         self.prepared = OrderedDict()  # capture dir -> Prepared, least recently used first
         self.baselines = {}  # capture dir -> Compiled baseline (or CompileError)
         self.sequences = {}  # capture dirs -> Sequence
+        self.probed = set()  # capture dirs whose first_written is known
         self.cache_bytes = cache_bytes or int(os.environ.get("R3_WORKER_CACHE_BYTES", 4 << 30))
         self.libomp = find_libomp()
         engine.init_llvm(self.libomp)
@@ -70,6 +71,7 @@ class Worker:
                 break
             total -= size(self.prepared.pop(directory))
             self.baselines.pop(directory, None)
+            self.probed.discard(directory)
             # a sequence holds its calls' captures (and their merged memory): it goes with them
             for dirs in [d for d in self.sequences if directory in d]:
                 del self.sequences[dirs]
@@ -104,6 +106,8 @@ class Worker:
         stages.SPENT.clear()
         sequence = self.sequence(req["sequence"]) if req.get("sequence") else None
         prepared = sequence.view() if sequence else self.load(req["dir"])
+        if not sequence:
+            self.first_written(req["dir"], prepared, req)
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         if (req.get("cache") or WARM) != WARM and not sequence:
@@ -125,56 +129,27 @@ class Worker:
         return result
 
     def _fork_candidate(self, prepared, variant, req, baseline, base, log, sequence=None):
-        """Run one candidate in a child; ``log`` receives its stdout and stderr. The child
-        leads a process group of its own, which is killed when it ends or times out, and
-        confines itself (``confine``) before the candidate's code runs."""
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the candidate's own process
-            code = 0
+        """Run one candidate in a child; ``log`` receives its stdout and stderr."""
+
+        def work():
             try:
-                os.setpgid(0, 0)
-                os.close(rfd)
-                os.dup2(log.fileno(), 1)
-                os.dup2(log.fileno(), 2)
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)  # not the worker's requests
-                # nothing else of the worker's: its protocol pipe, the capture files
-                os.closerange(3, wfd)
-                os.closerange(wfd + 1, MAX_FD)
-                try:
-                    result = run_candidate(
-                        prepared, variant, req, self.libomp, base, baseline, sequence, confinement=confine.apply
-                    )
-                except confine.Denied as err:
-                    result = Evaluation(
-                        capture=base.capture,
-                        variant=base.variant,
-                        status=CRASH,
-                        compiled=base.compiled,
-                        code=base.code,
-                        diagnostics="denied: %s" % err,
-                    )
-                os.write(wfd, json.dumps(result.to_json()).encode())
-            except BaseException:
-                traceback.print_exc()
-                code = 3
-            finally:
-                os._exit(code)
-        try:
-            os.setpgid(pid, pid)  # whichever of the two comes first
-        except OSError:
-            pass
-        os.close(wfd)
-        data, status = _collect(pid, rfd, req.get("timeout") or 60.0)
-        os.close(rfd)
-        for path in glob.glob("/dev/shm/__KMP_REGISTERED_LIB_%d_*" % pid):  # libomp's, left by os._exit
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        if data:
-            return json.loads(data)
+                result = run_candidate(
+                    prepared, variant, req, self.libomp, base, baseline, sequence, confinement=confine.apply
+                )
+            except confine.Denied as err:
+                result = Evaluation(
+                    capture=base.capture,
+                    variant=base.variant,
+                    status=CRASH,
+                    compiled=base.compiled,
+                    code=base.code,
+                    diagnostics="denied: %s" % err,
+                )
+            return result.to_json()
+
+        data, status = _fork(work, req.get("timeout") or 60.0, log)
+        if data is not None:
+            return data
         log.seek(0)
         tail = log.read()[-2000:].decode(errors="replace").strip()
         if status == "timeout":
@@ -183,6 +158,75 @@ class Worker:
             base.status = CRASH
             base.diagnostics = "%s%s" % (status, ("; " + tail.splitlines()[-1]) if tail else "")
         return base.to_json()
+
+    def first_written(self, directory, prepared, req):
+        """Set ``prepared.first_written`` once per capture: the kernel as built, run in a
+        confined child with what its call changed poisoned (``replay.poison.probe``). Where
+        the probe cannot run (no baseline, a crash), nothing is poisoned."""
+        if directory in self.probed:
+            return
+        baseline = self.baseline(directory)
+        self.probed.add(directory)
+        if isinstance(baseline, engine.CompileError):
+            return
+        libomp = self.libomp
+
+        def work():
+            engine.map_recorded_memory(prepared)
+            cpus = len(os.sched_getaffinity(0))
+            threads = engine.thread_counts(prepared.capture.launch.get("threads"), None, cpus)[0]
+            engine.set_threads(libomp, threads)
+            if libomp:
+                ctypes.CDLL(libomp).omp_get_max_threads()
+            frame = engine.Frame(prepared)
+            image = sum(len(d) for _, d in prepared.pre)
+            confine.apply(confine.memory_bound(image, threads or cpus))
+            return poison.probe(prepared, frame, baseline, prepared.capture.tolerance, timeout / 2)
+
+        timeout = 2 * (req.get("timeout") or 60.0)  # a candidate's: a few runs of the kernel
+        with stages.spent("probe"), tempfile.TemporaryFile() as log:
+            data, _ = _fork(work, timeout, log)
+        prepared.first_written = [tuple(s) for s in data] if data is not None else None
+
+
+def _fork(work, timeout, log):
+    """``work()`` (JSON-able) in a child forked from the worker: (its result, "ok") or
+    (None, why not). ``log`` receives the child's stdout and stderr. The child leads a
+    process group of its own, which is killed when it ends or times out; ``work`` confines
+    it (``confine``) before untrusted code runs."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child's own process
+        code = 0
+        try:
+            os.setpgid(0, 0)
+            os.close(rfd)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # not the worker's requests
+            # nothing else of the worker's: its protocol pipe, the capture files
+            os.closerange(3, wfd)
+            os.closerange(wfd + 1, MAX_FD)
+            os.write(wfd, json.dumps(work()).encode())
+        except BaseException:
+            traceback.print_exc()
+            code = 3
+        finally:
+            os._exit(code)
+    try:
+        os.setpgid(pid, pid)  # whichever of the two comes first
+    except OSError:
+        pass
+    os.close(wfd)
+    data, status = _collect(pid, rfd, timeout)
+    os.close(rfd)
+    for path in glob.glob("/dev/shm/__KMP_REGISTERED_LIB_%d_*" % pid):  # libomp's, left by os._exit
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return (json.loads(data) if data else None), status
 
 
 MAX_FD = 1 << 20  # os.closerange closes with close_range(2): the bound costs nothing
@@ -341,6 +385,14 @@ def _run_candidate(prepared, variant, req, libomp, ev, baseline, sequence, confi
         if not checked.verified:
             ev.status = WRONG_OUTPUT
             ev.diagnostics = checked.detail + (" (verification run %d)" % (run + 1) if run else "")
+            return ev
+    if not sequence:  # what only the recording's fresh memory made right is wrong
+        with _exclusive("verify"):
+            wrong = poison.check_poisoned(prepared, frame, candidate, tolerance)
+            engine.restore(prepared)
+        if wrong is not None:
+            ev.verified, ev.status, ev.diagnostics = False, WRONG_OUTPUT, wrong.detail
+            ev.max_rel_error, ev.mismatched_bytes = max(ev.max_rel_error, wrong.max_rel_error), wrong.mismatched_bytes
             return ev
 
     def timed_check():
