@@ -361,10 +361,14 @@ class Study:
     def run(self, servers, budget, progress=None):
         """Evaluate trials on ``servers`` (one thread each) until ``budget`` are counted,
         other processes' included; returns once the trials those were running have
-        finished too, so that every run sharing the study confirms the same trials."""
+        finished too, so that every run sharing the study confirms the same trials.
+        Whatever a thread raises (a full disk under the journal, a bug) ends the run, raised
+        here once every thread has stopped: the trials finished before it are kept, and
+        one the thread held is failed where the storage still takes it (else the next run
+        fails it, its process gone)."""
         with self._lock:
             self._budget = max(self._budget, budget)
-        errors = []
+        errors, ended = [], []
 
         def report():  # (the caller holds the lock)
             if progress:
@@ -381,12 +385,28 @@ class Study:
                 )
 
         def drive(server):
+            # Every way out of a thread is told: an exception that only ended its thread left
+            # the loop below asking again, forever (a full disk at ``_claim``: 70% of a CPU
+            # for 13 minutes until interrupted).
+            held = []  # the trial this thread has asked, until told
+            try:
+                evaluate(server, held)
+            except BaseException as err:
+                errors.append(err)
+                with self._lock:
+                    for trial in held:
+                        self._abandon(trial)
+            finally:
+                ended.append(server)
+
+        def evaluate(server, held):
             while not errors:
                 with self._lock:
                     self._sync()
                     if self._taken() >= budget:
                         return
                     trial, values = self._ask()
+                    held[:] = [trial]
                     if not self._claim(trial, budget):
                         return
                     best = max((t.value for t in self.best(1)), default=None)
@@ -397,28 +417,24 @@ class Study:
                     return self.target.submit(server, variant, pairs=pairs, timeout=self.timeout, race=race)
 
                 t0 = time.monotonic()
-                try:
-                    # raced: a candidate clearly slower than the best so far (the build at
-                    # least) after its first pairs stops there; it could not have been the best
-                    ev = measure(pairs, race=max(1.0, best or 0.0))
-                    noise = pair_noise(ev.ratios) if ev.status == OK and not ev.raced_out else None
-                    # A candidate that would be the new best is measured again with twice its
-                    # pairs (and verified again) before it counts: the best of many 5-pair
-                    # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
-                    # the 5 best screened above the build, about even measured again), and a lucky
-                    # value misleads the sampler and every later comparison with it.
-                    if ev.status == OK and not ev.raced_out:
-                        with self._lock:
-                            pooled = self._pooled(ev)
-                        if best is None or pooled > best:
-                            ev = remeasured(ev, measure(2 * pairs))
-                except Exception as err:  # the capture itself is unusable: stop this study
-                    errors.append(err)
+                # raced: a candidate clearly slower than the best so far (the build at
+                # least) after its first pairs stops there; it could not have been the best.
+                # (A capture that is unusable raises: that stops this study, in ``drive``.)
+                ev = measure(pairs, race=max(1.0, best or 0.0))
+                noise = pair_noise(ev.ratios) if ev.status == OK and not ev.raced_out else None
+                # A candidate that would be the new best is measured again with twice its
+                # pairs (and verified again) before it counts: the best of many 5-pair
+                # medians is mostly luck (on a memory-bound stencil where nothing beats -O3,
+                # the 5 best screened above the build, about even measured again), and a lucky
+                # value misleads the sampler and every later comparison with it.
+                if ev.status == OK and not ev.raced_out:
                     with self._lock:
-                        self._drop(trial, INTERRUPTED)
-                    return
+                        pooled = self._pooled(ev)
+                    if best is None or pooled > best:
+                        ev = remeasured(ev, measure(2 * pairs))
                 with self._lock:
                     self.pair_budget.add(noise)
+                    held.clear()  # (told, even should the storage refuse it: ``_tell``)
                     self._tell(trial, variant, ev, time.monotonic() - t0, noise)
                     report()
 
@@ -428,6 +444,11 @@ class Study:
             each_server(servers, drive)
             if errors:
                 raise errors[0]
+            if len(ended) < len(servers):  # a thread that died before ``drive``: never wait on it
+                raise RuntimeError(
+                    "%d of %d study threads ended without a word" % (len(servers) - len(ended), len(servers))
+                )
+            ended.clear()
             with self._lock:
                 self._sync()
                 waiting = self._running_elsewhere()
@@ -477,6 +498,25 @@ class Study:
             self._store.set_trial_user_attr(stored_id, "status", status)
             self._store.set_trial_state_values(stored_id, TrialState.FAIL)
         except UpdateFinishedTrialError:  # another process took it for dead
+            pass
+
+    def _abandon(self, trial):
+        """Fail this process's ``trial`` after an error stopped its evaluation (the caller
+        holds the lock) wherever it still can, never raising for the storage: what that
+        refuses (a full disk) stays RUNNING there, held by this process, and once it ends
+        the next run takes the trial for dead, fails it and asks its point again."""
+        stored_id = self._own.pop(trial._trial_id, None)
+        if stored_id is not None:
+            HEARTBEAT.release(self._store, stored_id)
+        if self.live._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:  # (else told already)
+            trial.set_user_attr("status", INTERRUPTED)
+            self.live.tell(trial, state=TrialState.FAIL)
+        if stored_id is None:
+            return
+        try:
+            self._store.set_trial_user_attr(stored_id, "status", INTERRUPTED)
+            self._store.set_trial_state_values(stored_id, TrialState.FAIL)
+        except Exception:  # (refused, or failed by another process already): the error told is the first
             pass
 
     def _ask(self):

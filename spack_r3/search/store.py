@@ -15,6 +15,13 @@ after 30 s unchanged, should its holder have been killed holding it).
 A workspace of an older r3 (``r3.db``, SQLite) is copied into the journal once, by the
 first run that finds no journal; ``r3.db`` is left as it was and not read again.
 
+The journal keeps whole lines only. Optuna reads past a last line without its newline and
+then appends its own line to it, after which no read of the journal succeeds: every study
+lost to one torn line (a writer killed mid-line, a disk that filled). So under the
+journal's lock a torn last line is set aside (``r3.journal.torn-<time>``, with a warning)
+before anything is appended, and an append the disk refuses part way is cut back off. A
+file that is no journal of r3's (``--storage`` naming some other file) is refused untouched.
+
 A trial being evaluated is kept RUNNING with its ``owner`` (host, pid, the process's start
 time) and a heartbeat (``beat``: the time, written every ``HEARTBEAT_S``); ``held`` says
 whether that process still lives (on this host by its pid, on another by its beat), so
@@ -27,6 +34,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -55,10 +63,16 @@ def storage(workspace, url=None):
         path = os.path.abspath(url)
         if not os.path.isdir(os.path.dirname(path)):
             raise R3Error("--storage %s: no directory %s" % (url, os.path.dirname(path)))
-    else:
-        workspace.ensure()
-        path = workspace.journal_file
-        migrate(workspace.legacy_journal_file, path)
+        if os.path.isdir(path):
+            raise R3Error(
+                "--storage %s is a directory: name a journal file (e.g. %s)" % (url, os.path.join(url, "r3.journal"))
+            )
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise R3Error("--storage %s is not a regular file: name a journal file" % url)
+        return journal(path, given=url)
+    workspace.ensure()
+    path = workspace.journal_file
+    migrate(workspace.legacy_journal_file, path)
     return journal(path)
 
 
@@ -98,24 +112,154 @@ def _driver(url):
     return url
 
 
-def journal(path):
-    """The journal storage over the file ``path``; R3Error where a line of it is no
-    journal entry (Optuna reads past a bad last line and fails on the next read, mid-run)."""
+ENTRY = b'{"op_code"'  # how every line of an Optuna journal begins (its first key)
+
+
+def journal(path, given=None):
+    """The journal storage over the file ``path``. R3Error where a line of it is no journal
+    entry (Optuna reads past a bad last line and fails on the next read, mid-run), the file
+    left as it is; ``given``: the ``--storage`` that named it, whose first line being no
+    entry says it is some other file. A torn last line is set aside (``mend``)."""
     if os.path.exists(path):
-        with open(path, "rb") as f:
-            for number, line in enumerate(f, 1):
-                if not line.endswith(b"\n"):
-                    break  # an entry being appended
-                try:
-                    entry = json.loads(line)
-                except ValueError as err:
-                    entry = err
-                if not isinstance(entry, dict) or "op_code" not in entry:
-                    raise R3Error(
-                        "the study journal %s does not read at line %d: move it aside to start its "
-                        "studies afresh (the captures stay)" % (path, number)
-                    )
-    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+        bad, torn = _lines(path)
+        if bad == 1 and given:
+            raise R3Error(
+                "--storage %s is not a study journal of r3 (left as it is): name a new file or a journal" % given
+            )
+        if bad:
+            raise R3Error(
+                "the study journal %s does not read at line %d: move it aside to start its "
+                "studies afresh (the captures stay)" % (path, bad)
+            )
+        if torn:  # (or a line being appended: ``mend`` looks again under the lock)
+            lock = JournalFileOpenLock(path)
+            lock.acquire()
+            try:
+                mend(path)
+            finally:
+                lock.release()
+    return JournalStorage(WholeLines(path))
+
+
+def _lines(path):
+    """(the number of the first line of ``path`` that is no journal entry, or 0; whether its
+    last line lacks its newline). A last line without one is an entry being appended or a
+    torn one: it need only begin as an entry does."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                head = line[: len(ENTRY)]
+                return (0 if ENTRY.startswith(head) else number), True
+            try:
+                entry = json.loads(line)
+            except ValueError as err:
+                entry = err
+            if not isinstance(entry, dict) or "op_code" not in entry:
+                return number, False
+    return 0, False
+
+
+class WholeLines(JournalFileBackend):
+    """Optuna's journal file whose appends leave whole lines only: a torn last line found
+    under the lock is set aside first (``mend``), and an append that fails part way (a full
+    disk) is cut back off, so that the next run reads every finished change."""
+
+    def __init__(self, path):
+        self._held = JournalFileOpenLock(path)
+        super().__init__(path, lock_obj=self._held)
+
+    def append_logs(self, logs):
+        data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
+        self._held.acquire()
+        try:
+            mend(self._file_path)
+            _append(self._file_path, data)
+        finally:
+            self._held.release()
+
+
+def _append(path, data):
+    """Append ``data`` to ``path`` and sync it, or on any failure leave ``path`` as it was
+    (what the disk took of it cut back off; should even that fail, the next ``mend`` sets it
+    aside)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+def mend(path):
+    """Set aside the torn last line of journal ``path`` (a writer killed mid-line): its bytes
+    copied to ``<path>.torn-<time>``, the journal cut back to its whole lines, a warning. The
+    caller holds the journal's lock (no writer is mid-line then); the copy is made first, so
+    that no byte is lost should the disk refuse it."""
+    with open(path, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        whole = _whole(f, size)
+        if whole == size:
+            return
+        f.seek(whole)
+        torn = f.read(size - whole)
+        aside = _set_aside(path, torn)
+        f.truncate(whole)
+        os.fsync(f.fileno())
+    print(
+        "r3: warning: the study journal %s ended in a torn line (%d bytes, a writer stopped "
+        "mid-line): set aside in %s, the journal goes on without it" % (path, len(torn), aside),
+        file=sys.stderr,
+    )
+
+
+def _set_aside(path, data):
+    """A new file ``<path>.torn-<time>-<pid>[.n]`` that holds ``data``, synced; its name."""
+    stem = "%s.torn-%s-%d" % (path, time.strftime("%Y%m%d-%H%M%S"), os.getpid())
+    for n in range(1000):
+        aside = stem + (".%d" % n if n else "")
+        try:
+            out = open(aside, "xb")
+        except FileExistsError:  # (torn again within the second)
+            continue
+        try:
+            with out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            return aside
+        except BaseException:  # (a full disk: the journal stays as it was, and no part copy beside it)
+            os.unlink(aside)
+            raise
+    raise R3Error("%s: a thousand torn lines set aside within a second; something writes it badly" % path)
+
+
+def _whole(f, size, chunk=1 << 16):
+    """The size of open file ``f`` (``size`` bytes) up to the end of its last whole line."""
+    end = size
+    if end and _read_at(f, end - 1, 1) == b"\n":
+        return end
+    while end > 0:
+        start = max(0, end - chunk)
+        at = _read_at(f, start, end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+def _read_at(f, offset, n):
+    f.seek(offset)
+    return f.read(n)
 
 
 def migrate(legacy, path):
