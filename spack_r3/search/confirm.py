@@ -78,17 +78,25 @@ class Confirmed:
 
 
 def each_server(servers, drive):
-    """Run ``drive(server)`` on a thread of its own for every server; wait for all."""
+    """Run ``drive(server)`` on a thread of its own for every server; wait for all. What a
+    thread raises is raised here once all have ended (the first of them): an exception
+    that only ended its thread left its caller waiting on work nobody would do."""
+    raised = []
 
     def run(server):
-        defer_to_workers(servers)
-        drive(server)
+        try:
+            defer_to_workers(servers)
+            drive(server)
+        except BaseException as err:
+            raised.append(err)
 
     threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in servers]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if raised:
+        raise raised[0]
 
 
 def run_jobs(servers, jobs):

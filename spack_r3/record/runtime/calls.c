@@ -99,17 +99,7 @@ HIDDEN void calllog_write(void) {
     wb_s(&w, "]}");
   }
   wb_s(&w, "]}\n");
-  int xfsz = xfsz_ignore();
-  wb_flush(&w);
-  xfsz_restore(xfsz);
-  int err = w.err;
-  if (close(fd) && !err) err = errno;
-  if (!err && rename(tmp, fin)) err = errno;
-  if (err) {
-    warn("cannot write ", fin, ": ", strerror(err), NULL);
-    unlink(tmp);
-    record_failure(NULL, 0, err, fin);
-  }
+  wb_commit(&w, tmp, fin);
 }
 
 /* the calls R3_CAPTURE_CALLS names for k, or NULL where it names none (read once a kernel) */

@@ -125,3 +125,19 @@ HIDDEN int mkdir_p(char *path) { /* modifies path temporarily */
   if (mkdir(path, 0755) && errno != EEXIST) return -1;
   return 0;
 }
+
+/* The one way a JSON file of the runtime is finished: the rename makes it whole or absent,
+ * and a file size limit fails the write (EFBIG), not the process (SIGXFSZ). */
+HIDDEN void wb_commit(wbuf_t *w, const char *tmp, const char *fin) {
+  int xfsz = xfsz_ignore();
+  wb_flush(w);
+  xfsz_restore(xfsz);
+  int err = w->err;
+  if (close(w->fd) && !err) err = errno;
+  if (!err && rename(tmp, fin)) err = errno;
+  if (err) {
+    warn("cannot write ", fin, ": ", strerror(err), NULL);
+    unlink(tmp);
+    record_failure(NULL, 0, err, fin);
+  }
+}

@@ -132,15 +132,5 @@ __attribute__((destructor(101))) static void r3_fini(void) {
     wb_s(&w, ","); wb_u(&w, g_cct[i].ns); wb_s(&w, ","); wb_u(&w, sampled ? g_cct[i].samples : 0); wb_s(&w, "]");
   }
   wb_s(&w, "]}\n");
-  int xfsz = xfsz_ignore();
-  wb_flush(&w);
-  xfsz_restore(xfsz);
-  int err = w.err;
-  if (close(fd) && !err) err = errno;
-  if (!err && rename(tmp, fin)) err = errno;
-  if (err) {
-    warn("cannot write ", fin, ": ", strerror(err), NULL);
-    unlink(tmp);
-    record_failure(NULL, 0, err, fin);
-  }
+  wb_commit(&w, tmp, fin);
 }

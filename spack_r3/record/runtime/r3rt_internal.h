@@ -272,6 +272,8 @@ HIDDEN void atfork_release(void);
 
 /* output.c (buffered output to a file descriptor, paths) */
 HIDDEN void wb_flush(wbuf_t *w);
+/* a JSON file written through w into tmp: flushed, closed, renamed to fin; a failure warned and recorded */
+HIDDEN void wb_commit(wbuf_t *w, const char *tmp, const char *fin);
 HIDDEN void wb_put(wbuf_t *w, const void *p, size_t n);
 HIDDEN int wb_finish(wbuf_t *w);
 HIDDEN void wb_s(wbuf_t *w, const char *s);
