@@ -30,6 +30,8 @@ import signal
 import struct
 import sys
 
+from .. import landlock
+
 MIB = 1 << 20
 # Address space a candidate may add to what it holds when confined (the worker's own,
 # about 0.3 GiB, the mapped capture, the compiled code): its memory image twice over (a
@@ -270,29 +272,10 @@ def _seccomp():
 
 # --- Landlock ------------------------------------------------------------------------
 
-_LANDLOCK_CREATE_RULESET, _LANDLOCK_RESTRICT_SELF = 444, 446
-# LANDLOCK_ACCESS_FS_*: every write; REFER from ABI 2, TRUNCATE from ABI 3
-_FS_WRITES = {1: 0x1FF2, 2: 0x3FF2, 3: 0x7FF2}
-
 
 def _landlock():
     """No file system writes from this thread on (Landlock). None, or why not."""
-    abi = _libc.syscall(ctypes.c_long(_LANDLOCK_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(1))
-    if abi < 1:
-        return "no Landlock (%s)" % os.strerror(ctypes.get_errno())
-    attr = ctypes.c_uint64(_FS_WRITES[min(abi, 3)])
-    fd = _libc.syscall(ctypes.c_long(_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_long(8), ctypes.c_long(0))
-    if fd < 0:
-        return "Landlock ruleset: %s" % os.strerror(ctypes.get_errno())
-    try:
-        if (
-            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            or _libc.syscall(ctypes.c_long(_LANDLOCK_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_long(0)) != 0
-        ):
-            return "Landlock: %s" % os.strerror(ctypes.get_errno())
-    finally:
-        os.close(fd)
-    return None
+    return landlock.restrict_writes(())
 
 
 # --- the interface -------------------------------------------------------------------
