@@ -52,8 +52,16 @@ def restrict_writes(allowed=()):
             try:
                 access = handled if os.path.isdir(path) else (_FILE_ACCESS & handled)
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", access, target))
-                if _libc.syscall(ctypes.c_long(_ADD_RULE), ctypes.c_long(fd), ctypes.c_long(_RULE_PATH_BENEATH),
-                                 rule, ctypes.c_long(0)) != 0:
+                if (
+                    _libc.syscall(
+                        ctypes.c_long(_ADD_RULE),
+                        ctypes.c_long(fd),
+                        ctypes.c_long(_RULE_PATH_BENEATH),
+                        rule,
+                        ctypes.c_long(0),
+                    )
+                    != 0
+                ):
                     return "Landlock rule for %s: %s" % (path, os.strerror(ctypes.get_errno()))
             finally:
                 os.close(target)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
-from ..errors import R3Error
+from ..errors import CaptureError, R3Error
 from ..toolchain import find_libomp
 from . import confine, engine, poison, stages
 from .pipeline import as_built
@@ -108,6 +108,7 @@ class Worker:
         prepared = sequence.view() if sequence else self.load(req["dir"])
         if not sequence:
             self.first_written(req["dir"], prepared, req)
+            _checks_something(prepared)
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         if (req.get("cache") or WARM) != WARM and not sequence:
@@ -150,8 +151,10 @@ class Worker:
         data, status = _fork(work, req.get("timeout") or 60.0, log)
         if data is not None:
             return data
-        log.seek(0)
-        tail = log.read()[-2000:].decode(errors="replace").strip()
+        log.seek(
+            max(0, os.fstat(log.fileno()).st_size - 2000)
+        )  # its last words only: a chatty candidate's log is large
+        tail = log.read().decode(errors="replace").strip()
         if status == "timeout":
             base.status, base.diagnostics = TIMEOUT, "killed after %ss" % req.get("timeout")
         else:
@@ -187,6 +190,21 @@ class Worker:
         with stages.spent("probe"), tempfile.TemporaryFile() as log:
             data, _ = _fork(work, timeout, log)
         prepared.first_written = [tuple(s) for s in data] if data is not None else None
+
+
+def _checks_something(prepared):
+    """Refuse a capture against which a candidate that does nothing verifies: its call
+    changed no memory replay compares and returned zero (HPCCG's first ``HPC_sparsemv``,
+    A times a zero vector into a zero vector, returning 0): every candidate's check there
+    is vacuous, and one that skips the work would win by thousands."""
+    if prepared.outputs or any(prepared.ret):
+        return
+    capture = prepared.capture
+    raise CaptureError(
+        "capture %s: the recorded call of %s changed no memory replay compares and returned "
+        "nothing but zero, so no candidate can be checked against it; record a call that "
+        "does work (r3 tune's --instances cover picks calls by their cost)" % (capture.id, capture.kernel)
+    )
 
 
 def _fork(work, timeout, log):

@@ -125,3 +125,47 @@ def test_an_output_the_kernel_reads_is_not_poisoned(workspace):
     directory = capture_of(ws, "axpy")
     ev = server.submit(directory, variant(directory, AXPY, AXPY + "    /* the same work */\n"), pairs=3)
     assert ev.status == OK and ev.verified, ev.diagnostics
+
+
+# A first call that multiplies into zeros what is zeros (HPCCG's first HPC_sparsemv: A
+# times the zero initial guess), returning 0; a candidate that skips the work verifies.
+IDLE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int scale(long n, const double *x, double *y) {
+  for (long i = 0; i < n; i++) y[i] = 2.0 * x[i];
+  return 0;
+}
+int main(void) {
+  long n = 1 << 14;
+  double *x = calloc(n, sizeof(double)), *y = calloc(n, sizeof(double)), s = 0.0;
+  for (int k = 0; k < 10; k++) {
+    scale(n, x, y);
+    for (long i = 0; i < n; i++) x[i] = y[i] + 1.0;
+    s += y[n / 2];
+  }
+  printf("%g\n", s);
+  return 0;
+}
+"""
+
+
+def test_a_call_that_changed_nothing_is_no_capture_to_check_against(tmp_path_factory, clang, capsys):
+    from test_record_replay import source_tree
+
+    tree = source_tree(tmp_path_factory, "idle", {"idle.c": IDLE_C, "Makefile": "idle: idle.c\n\t$(CC) -O1 -o $@ $<\n"})
+    ws = str(tmp_path_factory.mktemp("idle-ws"))
+    assert r3("--workspace", ws, "record", "--source", tree, "--run", "./idle", "--kernel", "scale") == 0
+    capsys.readouterr()
+    assert r3("--workspace", ws, "tune", "--kernel", "scale", "--budget", "2") == 1  # nothing tuned
+    out = capsys.readouterr()
+    assert "not tuned: scale" in out.out + out.err and "changed no memory replay compares" in out.out + out.err
+    # recorded as r3 tune records (--instances cover: a first call of 8 or more is left
+    # out), it is tuned as any
+    ws2 = str(tmp_path_factory.mktemp("idle-cover-ws"))
+    argv = ("--workspace", ws2, "record", "--source", tree, "--run", "./idle", "--kernel", "scale")
+    assert r3(*argv, "--instances", "cover") == 0
+    capsys.readouterr()
+    assert r3("--workspace", ws2, "tune", "--kernel", "scale", "--budget", "2") == 0
+    out = capsys.readouterr()
+    assert "not tuned" not in out.out + out.err, out.out + out.err
