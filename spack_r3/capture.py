@@ -59,13 +59,15 @@ def list_captures(workspace, corrupt=None):
                 out.append(_check_capture(json.load(f)))
         except (OSError, ValueError) as err:
             if corrupt is not None:
-                reason = (
-                    "capture.json is not JSON: %s" % err
-                    if isinstance(err, json.JSONDecodeError)
-                    else "capture.json: %s" % (err.strerror if isinstance(err, OSError) else err)
-                )
-                corrupt.append(CorruptCapture(os.path.basename(os.path.dirname(path)), reason))
+                corrupt.append(CorruptCapture(os.path.basename(os.path.dirname(path)), _unreadable(err)))
     return out
+
+
+def _unreadable(err):
+    """Why a capture.json did not read as a capture, in words."""
+    if isinstance(err, json.JSONDecodeError):
+        return "capture.json is empty" if not err.doc.strip() else "capture.json is not JSON: %s" % err
+    return "capture.json: %s" % (err.strerror if isinstance(err, OSError) else err)
 
 
 def run_key(capture):
@@ -152,6 +154,29 @@ def resolve(workspace, ref, first_call=False):
     if len(matches) == 1:
         return workspace.capture_dir(matches[0].id)
     if not matches:
+        corrupt = []
+        list_captures(workspace, corrupt)
+        named = [c for c in corrupt if c.id.startswith(ref)]
+        if len(named) == 1:  # (an id, or its prefix, of a capture that does not read)
+            raise CaptureError(
+                "capture %s is corrupt: %s (%s)"
+                % (named[0].id, named[0].reason, os.path.join(workspace.capture_dir(named[0].id), "capture.json"))
+            )
+        if corrupt:  # the kernel named may be one of those: their capture.json does not say
+            raise CaptureError(
+                "unknown capture '%s' in %s: no readable capture has that id or kernel, and %d "
+                "corrupt one(s) do not say theirs: %s"
+                % (
+                    ref,
+                    workspace.root,
+                    len(corrupt),
+                    "; ".join(
+                        "%s (%s)" % (os.path.join(workspace.capture_dir(c.id), "capture.json"), c.reason)
+                        for c in corrupt[:3]
+                    )
+                    + ("; ..." if len(corrupt) > 3 else ""),
+                )
+            )
         raise CaptureError("unknown capture '%s' in %s (see: r3 kernels)" % (ref, workspace.root))
     raise CaptureError(
         "'%s' is ambiguous: %s" % (ref, ", ".join("%s (%s)" % (c.id, cxxnames.display(c.kernel)) for c in matches))
@@ -167,7 +192,10 @@ def load_capture_dir(path, verify_digests=True):
     except FileNotFoundError:
         raise CaptureError("capture %s has no capture.json" % path)
     except (ValueError, TypeError) as err:
-        raise CaptureError("capture %s: capture.json is corrupt (%s)" % (path, err))
+        raise CaptureError(
+            "capture %s: capture.json is corrupt (%s)"
+            % (path, "empty" if isinstance(err, json.JSONDecodeError) and not err.doc.strip() else err)
+        )
     for name in list(CAPTURE_FILES) + capture.link_units:
         fpath = os.path.join(path, name)
         want = capture.files.get(name)

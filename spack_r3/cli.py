@@ -17,6 +17,7 @@ from . import __doc__ as package_doc
 from . import __version__
 from .errors import R3Error
 from .report import stdout_to_devnull
+from .userpaths import refusal as user_path_refusal
 from .workspace import Workspace
 
 # Order is the order of the pipeline.
@@ -61,9 +62,10 @@ INTERNAL_ERROR = 3
 
 
 def dispatch(args):
-    """Run the chosen subcommand. A user-facing failure (R3Error, or the machine refusing:
-    a full disk, a read-only workspace) is one line on stderr; any other exception is a bug
-    of ours, and still one line, naming the log file that holds its traceback."""
+    """Run the chosen subcommand. A user-facing failure (R3Error, a path the user gave that
+    the machine refuses, or the machine refusing: a full disk, a read-only workspace) is one
+    line on stderr; any other exception is a bug of ours, and still one line, naming the log
+    file that holds its traceback."""
     module = _command_module(args.r3_command)
     try:
         return getattr(module, args.r3_command.replace("-", "_"))(args) or 0
@@ -77,6 +79,10 @@ def dispatch(args):
         stdout_to_devnull()
         return 141
     except Exception as err:
+        line = user_path_refusal(args, err)  # (/proc/x, a file where a directory goes: userpaths)
+        if line:
+            print("r3 %s: error: %s" % (args.r3_command, line), file=sys.stderr)
+            return 2
         refused = _machine_refusal(err)
         if refused is None:
             return _internal_error(args, err)

@@ -5,9 +5,43 @@ replay server), so the two cannot drift apart; a command passes its own help whe
 option means something of its own there."""
 
 import argparse
+import os
 
 from ..errors import R3Error
 from ..record.session import parse_instances
+
+# The most a count option takes. A larger one is a typo or a unit mistaken (--threads
+# 100000000 ran and reported a timing), refused in one line before any work, as a
+# negative one is (docs/workspace.md).
+MOST_THREADS_PER_CPU = 64  # OpenMP threads of a run, per CPU of this machine
+MOST_RUNS = 100000  # timed runs of one replay (--repeat)
+MOST_PAIRS = 10000  # paired runs of one measurement (--pairs, --confirm-pairs, --check-pairs)
+MOST_EVALUATIONS = 100000  # evaluations of one kernel (--budget, --child-budget, --stall-patience)
+MOST_ROUNDS = 100  # confirmation rounds, repairs of a rewrite, attempts of a recipe, examples
+MOST_CALLS = 100000  # calls of a kernel captured (--instances N), kernels kept (--top)
+MOST_KERNELS_AT_ONCE = 1024  # kernels searched side by side
+MOST_TEAMS = (1 << 31) - 1  # an OpenMP target region's teams (a C int)
+
+
+def most_threads():
+    """The most OpenMP threads a run may ask for on this machine."""
+    return MOST_THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
+def check_most(args, bounds):
+    """R3Error naming the first option of ``bounds`` ({dest: most, or (most, why)}) whose
+    value (when given) is above its most."""
+    for name, most in bounds.items():
+        most, why = most if isinstance(most, tuple) else (most, "")
+        value = getattr(args, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > most:
+            raise R3Error("--%s %d is too many: at most %d%s" % (name.replace("_", "-"), value, most, why))
+
+
+def thread_bound():
+    """(most OpenMP threads of a run, why) for ``check_most``."""
+    cpus = os.cpu_count() or 1
+    return most_threads(), " (%d per CPU of this machine's %d)" % (MOST_THREADS_PER_CPU, cpus)
 
 
 def add_spack_arguments(subparser):
@@ -43,6 +77,12 @@ def instances_argument(text):
         return parse_instances(text)
     except R3Error:
         raise argparse.ArgumentTypeError("want a number of calls (at least 1), 'auto' or 'cover', not %r" % text)
+
+
+def check_instances(args):
+    """--instances N: at most MOST_CALLS calls."""
+    if isinstance(args.instances, int) and args.instances > MOST_CALLS:
+        raise R3Error("--instances %d is too many calls to capture: at most %d" % (args.instances, MOST_CALLS))
 
 
 def add_instances(subparser, help, default=1):

@@ -6,6 +6,7 @@ tuned pipeline and launch settings keyed to the microarchitecture they were tune
 import json
 
 from ..report import say
+from ..userpaths import check_output_dir
 from ..workspace import Workspace
 from .common import add_json
 
@@ -35,6 +36,8 @@ def emit(args):
     from ..roundtrip.emit import emit as emit_package
 
     ws = Workspace(args.workspace)
+    if args.repo:
+        check_output_dir(args.repo, "--repo")
     done = emit_package(ws, args.package, args.repo, gpu=args.gpu, gpu_required=True)
     if args.json:
         print(

@@ -10,6 +10,7 @@ from ..capture import load_capture_dir, resolve
 from ..errors import R3Error
 from ..mep.writer import IR, write_mep
 from ..search.results import describe_variant, load_result
+from ..userpaths import check_output_dir
 from ..workspace import Workspace
 
 description = "write a captured kernel as a standalone program (make check)"
@@ -28,12 +29,13 @@ def setup_parser(subparser):
 
 
 def mep(args):
+    check_output_dir(args.output, "-o")
     ws = Workspace(args.workspace)
     directory = resolve(ws, args.capture)
     capture = load_capture_dir(directory, verify_digests=False)
     variant, text = None, ""
     if args.variant:
-        result = load_result(ws, capture.id)
+        result = load_result(ws, capture.id, strict=True)
         if result is None:
             raise R3Error(
                 "%s has no tuning result in %s (run r3 tune first)" % (cxxnames.display(capture.kernel), ws.root)

@@ -13,9 +13,12 @@ import sys
 
 from spack_r3.model import client as model_client
 from spack_r3.recipe.pipeline import DEFAULT_NAMESPACE, RecipeRequest, make_recipe
+from spack_r3.userpaths import check_output_dir
 from spack_r3.workspace import Workspace
 
-from .common import add_json
+from spack_r3.errors import R3Error
+
+from .common import MOST_ROUNDS, add_json, check_most
 
 description = "retrieve or generate the Spack recipe of a package"
 
@@ -93,6 +96,9 @@ def _print_human(res, out):
 
 
 def recipe(args):
+    if args.examples < 0:
+        raise R3Error("--examples must be at least 0")
+    check_most(args, {"max_attempts": MOST_ROUNDS, "examples": MOST_ROUNDS})
     model = model_client.resolve(args.llm_url, args.llm_model, args.llm_key, args.llm_timeout)
     request = RecipeRequest(
         name=args.name,
@@ -107,6 +113,9 @@ def recipe(args):
         model=model,
         spack_scopes=args.spack_config,
     )
+    if args.repo:
+        check_output_dir(args.repo, "--repo")
+    check_output_dir(Workspace(args.workspace).root, "--workspace")
     ws = Workspace(args.workspace).ensure()
     progress = (lambda msg: None) if args.json else (lambda msg: print("==> " + msg, file=sys.stderr, flush=True))
     res = make_recipe(request, ws, progress)

@@ -9,14 +9,18 @@ from ..errors import R3Error
 from ..record.session import AUTO_MOST_CALLS
 from ..record.session import record as record_tree
 from ..report import percent, say, seconds, table
+from ..userpaths import check_output_dir
 from ..workspace import Workspace
 from .common import (
+    MOST_CALLS,
     add_instances,
     add_json,
     add_kernels,
     add_spack_arguments,
     add_timeout,
     add_tolerance,
+    check_instances,
+    check_most,
     check_timeout,
     check_tolerance,
     record_spec_of,
@@ -87,12 +91,15 @@ def setup_parser(subparser):
 
 def record(args):
     ws = Workspace(args.workspace)
+    check_output_dir(ws.root, "--workspace")
     progress = None if args.json else (lambda msg: say("==> " + msg))
     output = None if args.json else (lambda line: say("  | " + line))
     if not args.spec and not args.source:
         raise R3Error("give a Spack spec or --source DIR")
     check_timeout(args)
     check_tolerance(args)
+    check_instances(args)
+    check_most(args, {"top": MOST_CALLS})
     if args.spec:
         if args.build or args.top:
             raise R3Error("--build and --top are for --source; Spack builds a spec with its recipe")

@@ -10,12 +10,24 @@ import json
 from .. import backends, cxxnames
 from ..capture import load_capture_dir, recorded_calls, resolve
 from ..data import CACHE_STATES, WARM, Launch, Variant
+from ..device.geometry import MOST_THREADS
 from ..errors import R3Error
 from ..replay.pipeline import format_spec, parse
 from ..replay.server import TIMEOUT_S, ReplayServer
 from ..report import seconds, table
 from ..workspace import Workspace
-from .common import add_json, add_timeout, add_tolerance, check_timeout, check_tolerance
+from .common import (
+    MOST_PAIRS,
+    MOST_RUNS,
+    MOST_TEAMS,
+    add_json,
+    add_timeout,
+    add_tolerance,
+    check_most,
+    check_timeout,
+    check_tolerance,
+    thread_bound,
+)
 
 description = "replay a captured kernel in isolation"
 
@@ -88,6 +100,16 @@ def check_ranges(args):
             raise R3Error("--%s must be at least 1" % name.replace("_", "-"))
     check_timeout(args)
     check_tolerance(args)
+    check_most(
+        args,
+        {
+            "repeat": MOST_RUNS,
+            "pairs": MOST_PAIRS,
+            "threads": thread_bound(),
+            "teams": MOST_TEAMS,
+            "thread_limit": (MOST_THREADS, " (threads a GPU block may have)"),
+        },
+    )
 
 
 def replay(args):

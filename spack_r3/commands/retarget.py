@@ -15,7 +15,7 @@ import tempfile
 
 from ..errors import R3Error
 from ..device.table import render, rows, short
-from .common import add_json
+from .common import add_json, check_most
 
 description = "report tuned device kernels' resources and occupancy on other GPUs (no GPU needed)"
 
@@ -77,6 +77,7 @@ def setup_parser(subparser):
 
 
 def retarget(args):
+    from ..device.geometry import MOST_THREADS
     from ..device.occupancy import Geometry
     from ..device.targets import gpu_target, parse_targets
 
@@ -84,6 +85,7 @@ def retarget(args):
     origin = gpu_target(args.from_gpu) if args.from_gpu else None
     if args.threads is not None and args.threads < 1:
         raise R3Error("--threads must be at least 1")
+    check_most(args, {"threads": (MOST_THREADS, " (threads a GPU block may have)")})
     if args.max_registers is not None and not 16 <= args.max_registers <= 255:
         raise R3Error("--max-registers must be in 16..255")
     if args.source:
@@ -147,7 +149,7 @@ def _workspace_mode(args, targets, origin):
         if c.kernel in seen:
             continue
         seen.add(c.kernel)
-        result = load_result(ws, c.id)
+        result = load_result(ws, c.id, strict=True)
         variant = result.variant if result else Variant()
         with tempfile.TemporaryDirectory(prefix="r3-retarget-") as tmp:
             unit = tuned_unit(c, ws.capture_dir(c.id), variant, tmp)

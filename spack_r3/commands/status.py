@@ -1,8 +1,10 @@
 """Which packages have tuned variants, for which targets, with which speedups (replay's
 prediction and, after a check, the application's), and which are stale: the package
-version, the compiler or a tuned source changed since tuning, or a patch no longer applies."""
+version, the compiler or a tuned source changed since tuning, a patch no longer applies,
+or package.py does not name the digest of the plan beside it (``roundtrip.status``)."""
 
 import json
+import os
 
 from .. import cxxnames
 from ..report import table
@@ -33,6 +35,10 @@ def status(args):
     from ..roundtrip.status import status as tuned_status
 
     ws = Workspace(args.workspace)
+    if args.repo and not os.path.isdir(args.repo):  # (read, never made here: a typo)
+        raise R3Error(
+            "--repo %s %s" % (args.repo, "is not a directory" if os.path.exists(args.repo) else "does not exist")
+        )
     repo = args.repo or default_repo(ws)
     rows = tuned_status(repo, _recipe_texts(args.spack_config), args.package)
     if args.package and not rows:

@@ -30,14 +30,21 @@ from ..search.mutators import make_mutator
 from ..search.samplers import SAMPLERS
 from ..search.store import exclusive, storage
 from ..search.tune import MIN_SHARE, TuneOptions, plan_targets, tune as tune_targets
+from ..userpaths import check_output_dir
 from ..workspace import Workspace
 from .common import (
+    MOST_EVALUATIONS,
+    MOST_KERNELS_AT_ONCE,
+    MOST_PAIRS,
+    MOST_ROUNDS,
     add_instances,
     add_json,
     add_kernels,
     add_spack_arguments,
     add_timeout,
     add_tolerance,
+    check_instances,
+    check_most,
     check_timeout,
     check_tolerance,
     record_spec_of,
@@ -244,6 +251,27 @@ def tune(args):
         raise R3Error("--kernels-at-once must be at least 1")
     if not 0.0 <= args.remix_share < 1.0:
         raise R3Error("--remix-share must be in [0, 1)")
+    for name in ("check_pairs", "check_kernel_pairs"):
+        if getattr(args, name) < 0:
+            raise R3Error("--%s must be at least 0 (0: none)" % name.replace("_", "-"))
+    check_most(
+        args,
+        {
+            "budget": MOST_EVALUATIONS,
+            "child_budget": MOST_EVALUATIONS,
+            "stall_patience": MOST_EVALUATIONS,
+            "pairs": MOST_PAIRS,
+            "confirm_pairs": MOST_PAIRS,
+            "check_pairs": MOST_PAIRS,
+            "check_kernel_pairs": MOST_PAIRS,
+            "confirm_rounds": MOST_ROUNDS,
+            "repairs": MOST_ROUNDS,
+            "kernels_at_once": MOST_KERNELS_AT_ONCE,
+        },
+    )
+    check_instances(args)
+    if args.seed is not None and not 0 <= args.seed < 1 << 32:  # (numpy's seeds)
+        raise R3Error("--seed must be in [0, 2**32)")
     cpus = len(os.sched_getaffinity(0))
     if args.workers > cpus:  # workers pinned to CPUs they share: their timings mean nothing
         raise R3Error("--workers %d: this process may use %d CPU(s); at most %d worker(s)" % (args.workers, cpus, cpus))
@@ -265,6 +293,9 @@ def tune(args):
     if not args.spec and bool(args.source) != bool(args.run):
         raise R3Error("--source and --run go together (or give neither, to tune the workspace's captures)")
     ws = Workspace(args.workspace)
+    check_output_dir(ws.root, "--workspace")  # (its results and reports are written)
+    if args.repo:  # (written after the search, which may take hours)
+        check_output_dir(args.repo, "--repo")
     if args.cluster:
         from ..scale.cluster import check  # Dask only where asked for
 
@@ -558,13 +589,13 @@ def _record_or_reuse(ws, args, progress):
     if args.spec:
         from ..roundtrip.record import previous_spack_record
 
-        previous = previous_spack_record(ws, args.spec, args.run, args.kernel, instances=args.instances)
+        previous = previous_spack_record(ws, args.spec, args.run, args.kernel, instances=args.instances, say=progress)
         if previous:
             progress("reusing the captures recorded in %s" % previous.run_dir)
             return previous.captures
         return record_spec_of(ws, args, progress).captures
     settings = dict(build=args.build, kernels=args.kernel, tolerance=None, instances=args.instances)
-    previous = previous_record(ws, args.source, args.run, **settings)
+    previous = previous_record(ws, args.source, args.run, say=progress, **settings)
     if previous:
         progress("reusing the captures recorded in %s" % previous.run_dir)
         return previous.captures

@@ -11,7 +11,9 @@ from typing import Callable, List, Optional
 
 from ..errors import R3Error
 from ..spack import repos as spack_repos
+from ..spack.confinement import confinement
 from ..spack.runner import Spack
+from ..spack.sandbox import make_sandbox
 from . import names
 from .analyze import analyze
 from .generate import ModelGenerator, RuleGenerator
@@ -93,13 +95,25 @@ def spack_with_repo(spack, repo, scope_dir):
     return spack.with_scopes(scope_dir)
 
 
+def confined_spack(request, workspace):
+    """The Spack trial builds run with: the workspace's own scope (install tree, stages,
+    caches) below the user's ``--spack-config`` scopes, each call confined to writing where
+    those name (``spack.confinement``). Nothing goes into the user's own Spack tree unless a
+    scope given says so."""
+    root = os.path.join(workspace.spack_dir, "recipe")
+    own = make_sandbox(root, scope_name="scope")
+    spack = Spack(request.spack_root, [own.scope] + list(request.spack_scopes))
+    spack.confinement = confinement(spack.scopes, spack.root, root)
+    return spack
+
+
 def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[str], None]] = None) -> RecipeResult:
     progress = progress or (lambda msg: None)
     _validate_name(request.name)
     if request.max_attempts < 1:
         raise R3Error("--max-attempts must be at least 1")
     recipe_dir = os.path.join(workspace.recipes_dir, request.name)
-    spack = Spack(request.spack_root, request.spack_scopes)
+    spack = confined_spack(request, workspace)
     repo = target_repo(spack, request, workspace)
     run_spack = spack_with_repo(spack, repo, os.path.join(workspace.recipes_dir, ".scopes", repo.namespace))
     repo_objs = [r for r in (spack_repos.open_repo(p) for _ns, p in run_spack.repo_list()) if r]

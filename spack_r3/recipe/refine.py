@@ -15,11 +15,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from ..childoutput import read_excerpt
 from ..fileutil import write_atomic
 from . import fixes, templates
 from .validate import validate
 
 MAX_DIAGNOSTICS = 6000
+LOG_EXCERPT_BYTES = 8 << 20  # of a build log's start and of its end, read for the diagnosis
 DIAGNOSTICS = "prompts/diagnostics.tmpl"  # the text of the diagnostics, under recipes/
 
 
@@ -232,8 +234,7 @@ class Refiner:
         results = ""
         for path in re.findall(r"See \S+ test results at:\s*\n\s*(\S+)", output):
             try:
-                with open(path, errors="replace") as f:
-                    results += f.read()
+                results += read_excerpt(path)
             except OSError:
                 continue
         if results:
@@ -272,9 +273,9 @@ class Refiner:
                     )
                     for c in e.get("after", [])[:3]:
                         parts.append(templates.render(DIAGNOSTICS, "build_log_context", text=c.rstrip()))
-            with open(log, errors="replace") as f:
-                content = f.read()
-            # the lines our rules look at, from anywhere in the log
+            # the lines our rules look at, from anywhere in the log's two ends (a build that
+            # printed gigabytes is not read whole)
+            content = read_excerpt(log, head=LOG_EXCERPT_BYTES, tail=LOG_EXCERPT_BYTES)
             for f_ in fixes.diagnose(content):
                 parts.append(templates.render(DIAGNOSTICS, "finding", evidence=f_.evidence))
         if len(parts) == 1:

@@ -11,21 +11,19 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import List
 
 from .. import cxxnames, sourcetree
 from ..capture import load_capture_dir
+from ..childoutput import run_logged, short
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..machine import cache_bytes
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from .offload import region_key
-from . import instances, profiles
+from . import inputs, instances, profiles
 from .ingest import ingest
 from .instances import COVER
 
@@ -92,48 +90,23 @@ def launcher_command():
     return "%s -m spack_r3.record.launcher" % shlex.quote(sys.executable)
 
 
-def _pump(stream, log, echo):
-    for line in stream:
-        log.write(line)
-        if echo:
-            echo(line.rstrip("\n"))
-
-
 def _run_logged(cmd, cwd, env, log_path, what, timeout=None, echo=None):
     """Run a shell command, its output into ``log_path`` (and, with ``echo``, shown as it
-    comes). A timeout kills the command's whole process group, not just the shell."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            shell=True,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-        reader = threading.Thread(target=_pump, args=(proc.stdout, log, echo), daemon=True)
-        reader.start()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise R3Error("%s timed out after %ss (log: %s)" % (what, timeout, log_path))
-        finally:
-            reader.join(timeout=10)
-    if proc.returncode != 0:
-        with open(log_path, errors="replace") as f:
-            text = f.read()
-        if "undefined reference to `__r3_" in text:
+    comes). A timeout kills the command's whole process group, not just the shell. Output
+    is streamed in bounded chunks and only its head and tail stay in memory, for the
+    failure's one line (``childoutput``): a run that prints gigabytes, or one endless line,
+    costs no more memory than one that prints nothing."""
+    done = run_logged(cmd, log_path, cwd=cwd, env=env, timeout=timeout, echo=echo)
+    if done.returncode is None:
+        raise R3Error("%s timed out after %ss (log: %s)" % (what, timeout, log_path))
+    if done.returncode != 0:
+        if "undefined reference to `__r3_" in done.output:
             raise R3Error(
                 "%s linked without the record runtime: links must go through r3-record too "
                 "(CMake: -DCMAKE_C_LINKER_LAUNCHER=$R3_LAUNCHER, likewise CXX) (log: %s)" % (what, log_path)
             )
         raise R3Error(
-            "%s failed with exit code %d: %s (log: %s)" % (what, proc.returncode, first_errors(text), log_path)
+            "%s failed with exit code %d: %s (log: %s)" % (what, done.returncode, first_errors(done.output), log_path)
         )
 
 
@@ -145,13 +118,18 @@ _DIAGNOSTIC = re.compile(
 
 def first_errors(text, most=2):
     """What a failed command's output says first went wrong: its compiler's or linker's
-    first error lines (make's last line only names the target), else its last line."""
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    first error lines (make's last line only names the target), else its last line; each
+    line cut to a message's length. ``text``: the output, or its head and tail
+    (``childoutput.Kept``, ``read_excerpt``)."""
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not _LEFT_OUT.match(l)]
     errors = [l for l in lines if _DIAGNOSTIC.search(l)]
     if errors:
-        return " | ".join(errors[:most])
+        return " | ".join(short(l) for l in errors[:most])
     worded = [l for l in lines if re.search(r"[A-Za-z]{3}", l)]  # not a rule of ====
-    return (worded or lines or ["(no output)"])[-1]
+    return short((worded or lines or ["(no output)"])[-1])
+
+
+_LEFT_OUT = re.compile(r"^\[\.\.\. \d+ bytes left out \.\.\.\]$")  # (childoutput's marker)
 
 
 TARGETS = {"native": "-march=native", "as-built": ""}
@@ -186,6 +164,18 @@ def _check_requested(kernels, record_dir, say, build_log):
     if missing:
         say("warning: no function named %s was compiled; recording the others" % ", ".join(missing))
     return symbols, found
+
+
+def _probed_functions(record_dir):
+    """The functions the record build compiled with probes (its units' tu.json)."""
+    names = set()
+    for path in glob.glob(os.path.join(record_dir, "tus", "*", "tu.json")):
+        try:
+            with open(path) as f:
+                names |= {k["name"] for k in json.load(f).get("kernels", [])}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return names
 
 
 def _profiling_run(run, tree, env, run_dir, timeout, say, output, why):
@@ -328,9 +318,12 @@ def run_and_ingest(
     say=None,
     output=None,
     build_log=None,
+    own=(),
 ):
     """After a build with probes: run ``run`` in ``cwd``, ingest the captures, write
-    record.json. Returns RecordResult."""
+    record.json. Returns RecordResult. ``own``: directories besides ``run_dir`` that hold
+    the build's own tree (a Spack record's build stage): what the build read outside them
+    is kept by content (``inputs``), and the run is reused only while it is unchanged."""
     say = say or (lambda msg: None)
     build_log = build_log or os.path.join(run_dir, "build.log")
     env = dict(env)
@@ -364,12 +357,32 @@ def run_and_ingest(
         # in the run's directory for diagnosis, and no command lists or tunes them.
         raise R3Error("%s; its captures are not used (kept for diagnosis in %s)" % (err, record_dir))
     captures = ingest(record_dir, workspace, tolerance, selection=instances.read_selection(run_dir))
-    if not glob.glob(os.path.join(record_dir, "profile.*.json")):
+    probed = _probed_functions(record_dir)
+    ran = glob.glob(os.path.join(record_dir, "profile.*.json"))
+    if not ran and not probed:
         raise R3Error(
             "the application ran without the record runtime: its build did not compile and link "
             "through r3-record (Make must use $(CC); see --build) (log: %s)" % build_log
         )
     stats, app_s = profiles.load_profiles(record_dir)
+    if not stats:
+        run_log = os.path.join(run_dir, "run.log")
+        if not probed:  # (the runtime ran: the build linked it, but compiled nothing to record)
+            raise R3Error(
+                "the run executed no recorded kernel: the build compiled no function with probes "
+                "(none has a loop) (log: %s)" % build_log
+            )
+        # The build did its part: the run never reached what it built.
+        raise R3Error(
+            "the run executed no recorded kernel: the build was fine (%d function(s) compiled with "
+            "probes), but %s; --run must run the program the build made, through the calls to "
+            "record (log: %s)"
+            % (
+                len(probed),
+                "no process of %r loaded the record runtime" % run if not ran else "%r called none of them" % run,
+                run_log,
+            )
+        )
     by_kernel = {c.kernel: c for c in captures}
     hotness = []
     units = {}
@@ -392,11 +405,19 @@ def run_and_ingest(
         )
     hotness.sort(key=lambda h: (-(h["share"] or 0), -h["self_s"]))
     result = RecordResult(run_dir, captures, hotness, app_s)
-    # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way.
+    # What was recorded, and how: ``r3 tune`` reuses a run recorded the same way, from the
+    # same files outside its tree (headers through -I/elsewhere, units compiled from there).
     write_atomic(
         os.path.join(run_dir, RECORD_JSON),
         json.dumps(
-            {"request": request, "app_s": app_s, "hotness": hotness, "captures": [c.id for c in captures]}, indent=1
+            {
+                "request": request,
+                "app_s": app_s,
+                "hotness": hotness,
+                "captures": [c.id for c in captures],
+                inputs.KEY: inputs.outside_inputs(record_dir, [run_dir] + list(own)),
+            },
+            indent=1,
         ),
     )
     return result
@@ -428,18 +449,32 @@ def _request(workspace, source, run, build, kernels, instances, tolerance, targe
     }
 
 
-def previous_record(workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native"):
+def previous_record(
+    workspace, source, run, build=None, kernels=(), instances=1, tolerance=None, target="native", say=None
+):
     """The latest run recorded with exactly these settings, from a tree with this content
-    and the same compiler, whose captures are all still in the workspace (a RecordResult),
-    or None."""
+    and the same compiler, whose captures are all still in the workspace and whose inputs
+    outside the tree are unchanged (a RecordResult), or None. ``say`` gets one line naming
+    the file when a run recorded this way is not reused because one changed."""
     request = _request(workspace, source, run, build, kernels, instances, tolerance, target)
-    return find_record(workspace, lambda data: data.get("request") == request)
+    return find_record(workspace, lambda data: data.get("request") == request, check_inputs=True, say=say)
 
 
-def find_record(workspace, wanted, with_data=False):
+def stale_inputs(workspace, run_dir, data, captures):
+    """Why the run's captures are no longer of the code a build makes now: a file its build
+    read outside its tree ("PATH changed", "PATH is gone"; ``inputs``), or None. A run
+    recorded before record.json kept them: the headers its captures name."""
+    if inputs.KEY in data:
+        return inputs.changed(data[inputs.KEY])
+    return inputs.changed(inputs.capture_inputs(captures, [run_dir, workspace.spack_dir]))
+
+
+def find_record(workspace, wanted, with_data=False, check_inputs=False, say=None):
     """The latest recorded run whose record.json satisfies ``wanted`` and whose captures
     are all still in the workspace: a RecordResult (with ``with_data``: and the record.json
-    contents), or None."""
+    contents), or None. With ``check_inputs``, a run whose inputs outside its tree changed
+    (``stale_inputs``) is passed over, and ``say`` told why in one line (the latest such run)."""
+    told = False
     for path in sorted(glob.glob(os.path.join(workspace.runs_dir, "*", RECORD_JSON)), reverse=True):
         try:
             with open(path) as f:
@@ -455,7 +490,14 @@ def find_record(workspace, wanted, with_data=False):
             except R3Error:
                 break
         else:
-            result = RecordResult(os.path.dirname(path), captures, data.get("hotness", []), data.get("app_s", 0.0))
+            run_dir = os.path.dirname(path)
+            why = stale_inputs(workspace, run_dir, data, captures) if check_inputs else None
+            if why:
+                if say and not told:
+                    say("recording again: %s since %s recorded it" % (why, run_dir))
+                    told = True
+                continue
+            result = RecordResult(run_dir, captures, data.get("hotness", []), data.get("app_s", 0.0))
             return (result, data) if with_data else result
     return None
 

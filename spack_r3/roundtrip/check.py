@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
+from ..childoutput import run_captured, short
 from ..emit.apply import planned_symbol
 from ..emit.plan import amdahl
 from ..errors import R3Error
@@ -94,21 +95,14 @@ def fidelity(measured, predicted):
 
 def _timed(command, cwd, env, timeout):
     start = time.perf_counter()
-    proc = subprocess.run(
-        command,
-        shell=True,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-    )
+    # (its output read as it comes, only its end kept: childoutput)
+    proc = run_captured(command, shell=True, cwd=cwd, env=env, timeout=timeout, stdout_head=0, merge=True)
     seconds = time.perf_counter() - start
+    if proc.timed_out:
+        raise subprocess.TimeoutExpired(command, timeout)
     if proc.returncode != 0:
         tail = [l for l in proc.stdout.splitlines() if l.strip()][-1:] or ["(no output)"]
-        raise R3Error("%s failed with exit code %d: %s" % (command, proc.returncode, tail[0]))
+        raise R3Error("%s failed with exit code %d: %s" % (command, proc.returncode, short(tail[0])))
     return seconds
 
 

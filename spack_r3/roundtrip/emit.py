@@ -9,7 +9,11 @@ A plan of device kernels (OpenMP target regions) is keyed to its GPU beside the
 microarchitecture: ``r3-<uarch>-sm_90.json``, ``when="+r3 target=<uarch> cuda_arch=90"``.
 
 The package is written again from every ``r3-*.json`` beside it, so emitting for a
-second target adds to the package instead of replacing it.
+second target adds to the package instead of replacing it. Each emit (and each withdraw,
+and each check kept in a plan) rewrites the package's directory as one transaction
+(``pkgtxn``): a copy beside it is edited, fsynced and swapped in with one rename, so a kill
+at any point leaves the old package or the new one, never a plan of one beside the
+package.py of the other; what a killed emit left is cleaned by the next.
 """
 
 import datetime
@@ -27,12 +31,12 @@ from ..device.targets import gpu_target
 from ..errors import R3Error
 from ..emit.apply import toolchain_digest
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
-from ..fileutil import write_atomic
 from ..search.results import load_result
 from ..sourcepatch import Composer, PatchError, make_patch
 from ..replay.source import unit_text
+from . import pkgtxn
 from .record import latest_spack_record
-from ..spack.repos import create_repo, open_repo
+from ..spack.repos import create_repo
 from ..spack.wrap import tuned_package
 
 NAMESPACE = "r3tuned"
@@ -155,7 +159,9 @@ def _relative(path, source_root):
 
 
 def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False, exclude=None):
-    """Write (or add to) the tuned package; returns Emitted. ``exclude``: see ``build_plan``."""
+    """Write (or add to) the tuned package, as one transaction (``pkgtxn.rewrite``: a kill
+    at any point leaves the old package or the new one); returns Emitted. ``exclude``: see
+    ``build_plan``."""
     plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required, exclude)
     facts = plan.facts
     repo = create_repo(repo_root or default_repo(workspace), NAMESPACE, layout or facts.get("layout") or "v1")
@@ -163,74 +169,81 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
         raise R3Error("the tuned repository cannot be the package's own (%s)" % repo.path)
     recipe = repo.recipe_path(package)
     directory = os.path.dirname(recipe)
-    os.makedirs(directory, exist_ok=True)
-    for old in glob.glob(os.path.join(directory, "r3-%s-[0-9]*.patch" % plan.name())):
-        os.remove(old)  # this target's earlier rewrites (not those of a GPU plan beside it)
-    for other in map(load_plan, glob.glob(os.path.join(directory, "r3-%s*.json" % plan.target))):
-        # A CPU target has one plan keyed to no GPU, or plans keyed to GPUs: never both, or a
-        # spec with the GPU would get both plans' patches of the same sources.
-        if other.target == plan.target and bool(other.gpu) != bool(plan.gpu):
-            for path in [os.path.join(directory, "r3-%s.json" % other.name())] + glob.glob(
-                os.path.join(directory, "r3-%s-[0-9]*.patch" % other.name())
-            ):
-                os.remove(path)
-            skipped.append("the plan for %s is replaced by this one for %s" % (other.spec_keys(), plan.spec_keys()))
-    for name, text in patches.items():
-        write_atomic(os.path.join(directory, name), text)
+    with pkgtxn.rewrite(directory) as stage:
+        for old in glob.glob(os.path.join(stage, "r3-%s-[0-9]*.patch" % plan.name())):
+            os.remove(old)  # this target's earlier rewrites (not those of a GPU plan beside it)
+        for other in map(load_plan, glob.glob(os.path.join(stage, "r3-%s*.json" % plan.target))):
+            # A CPU target has one plan keyed to no GPU, or plans keyed to GPUs: never both, or a
+            # spec with the GPU would get both plans' patches of the same sources.
+            if other.target == plan.target and bool(other.gpu) != bool(plan.gpu):
+                for path in [os.path.join(stage, "r3-%s.json" % other.name())] + glob.glob(
+                    os.path.join(stage, "r3-%s-[0-9]*.patch" % other.name())
+                ):
+                    os.remove(path)
+                skipped.append("the plan for %s is replaced by this one for %s" % (other.spec_keys(), plan.spec_keys()))
+        for name, text in patches.items():
+            _write(os.path.join(stage, name), text)
+        pkgtxn.pause("writing")
+        _write(os.path.join(stage, "r3-%s.json" % plan.name()), _json(plan.to_json()))
+        plans = _plans(stage)
+        # The parent is imported as its own repository's layout says (records from before
+        # ``parent_layout`` was kept: their record repository's layout, which was the same).
+        parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
+        _write(
+            os.path.join(stage, os.path.basename(recipe)),
+            tuned_package(facts["namespace"], package, parent_layout, plans, toolchain_digest()),
+        )
     plan_path = os.path.join(directory, "r3-%s.json" % plan.name())
-    write_atomic(plan_path, _json(plan.to_json()))
-    plans = {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
-    # The parent is imported as its own repository's layout says (records from before
-    # ``parent_layout`` was kept: their record repository's layout, which was the same).
-    parent_layout = facts.get("parent_layout") or facts.get("layout") or repo.layout
-    write_atomic(recipe, tuned_package(facts["namespace"], package, parent_layout, plans, toolchain_digest()))
     return Emitted(package, plan.target, recipe, plan, plan_path, sorted(plans), skipped)
 
 
 def withdraw(emitted):
     """Take ``emitted``'s plan (its target's) out of the tuned package: its plan and patches
     go, and the package is written again from the plans left; with none left the package
-    goes. No variant is left that the check found slower than the untuned build (the
-    report says why: ``roundtrip.verdict``). Returns the plans left."""
+    goes (one transaction, as emit's). No variant is left that the check found slower than
+    the untuned build (the report says why: ``roundtrip.verdict``). Returns the plans left."""
     directory = os.path.dirname(emitted.recipe)
     name = emitted.plan.name()
-    for path in [emitted.plan_path] + glob.glob(os.path.join(directory, "r3-%s-[0-9]*.patch" % name)):
-        if os.path.exists(path):
-            os.remove(path)
-    plans = {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
-    if plans:
-        facts = emitted.plan.facts
-        parent_layout = facts.get("parent_layout") or facts.get("layout") or "v1"
-        write_atomic(
-            emitted.recipe,
-            tuned_package(facts["namespace"], emitted.package, parent_layout, plans, toolchain_digest()),
-        )
-    else:
-        shutil.rmtree(directory, ignore_errors=True)
+    with pkgtxn.rewrite(directory) as stage:
+        for path in [os.path.join(stage, os.path.basename(emitted.plan_path))] + glob.glob(
+            os.path.join(stage, "r3-%s-[0-9]*.patch" % name)
+        ):
+            if os.path.exists(path):
+                os.remove(path)
+        plans = _plans(stage)
+        if plans:
+            facts = emitted.plan.facts
+            parent_layout = facts.get("parent_layout") or facts.get("layout") or "v1"
+            _write(
+                os.path.join(stage, os.path.basename(emitted.recipe)),
+                tuned_package(facts["namespace"], emitted.package, parent_layout, plans, toolchain_digest()),
+            )
+        else:  # an empty stage: the package goes
+            for entry in os.listdir(stage):
+                path = os.path.join(stage, entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
     return sorted(plans)
 
 
 def record_check(emitted, check):
     """Keep the application check in the plan (``spack r3 status`` shows it)."""
     emitted.plan.facts["check"] = check.to_json()
-    write_atomic(emitted.plan_path, _json(emitted.plan.to_json()))
+    with pkgtxn.rewrite(os.path.dirname(emitted.plan_path)) as stage:
+        _write(os.path.join(stage, os.path.basename(emitted.plan_path)), _json(emitted.plan.to_json()))
 
 
-def tuned_plans(repo_root):
-    """{package: {target: Plan}} of a tuned repository."""
-    repo = open_repo(repo_root)
-    out = {}
-    if repo is None:
-        return out
-    for name in repo.package_names():
-        directory = os.path.dirname(repo.recipe_path(name))
-        for path in sorted(glob.glob(os.path.join(directory, "r3-*.json"))):
-            try:
-                plan = load_plan(path)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            out.setdefault(name, {})[plan.name()] = plan
-    return out
+def _plans(directory):
+    """{plan name: Plan} of the plans in ``directory``."""
+    return {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
+
+
+def _write(path, text):
+    """A file of the stage (``pkgtxn`` fsyncs it before the swap)."""
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def _json(data):

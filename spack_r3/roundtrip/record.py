@@ -297,6 +297,9 @@ def record_spec(
         say=say,
         output=output,
         build_log=os.path.join(run_dir, "spack", "install.log"),
+        # the build's own tree: its stage, whose source Spack keys on the spec's version
+        # (a dev_path tree: its copy under run_dir, keyed on its content)
+        own=[os.path.join(site.sandbox.root, "stage")],
     )
     _add_spack_facts(
         run_dir,
@@ -357,10 +360,11 @@ def _add_spack_facts(run_dir, facts):
     write_atomic(path, json.dumps(data, indent=1))
 
 
-def previous_spack_record(workspace, spec, run=None, kernels=(), instances=1, tolerance=None):
-    """The latest record of ``spec`` made the same way, its captures still there, or None."""
+def previous_spack_record(workspace, spec, run=None, kernels=(), instances=1, tolerance=None, say=None):
+    """The latest record of ``spec`` made the same way, its captures still there and what
+    its build read outside its tree unchanged, or None (``say``: why one is not reused)."""
     request = spack_request(spec, run, kernels, instances, tolerance)
-    return session.find_record(workspace, lambda data: data.get("request") == request)
+    return session.find_record(workspace, lambda data: data.get("request") == request, check_inputs=True, say=say)
 
 
 def spack_request(spec, run, kernels, instances, tolerance):

@@ -7,6 +7,11 @@ applies to it), or r3 itself (the package was emitted by an r3 whose build stage
 from this one's: Spack builds it again with these, so its speedups were measured on
 other code). A kernel specialized on recorded arguments is flagged too when its guard
 never matched in the check's runs (the application ran with other sizes).
+
+What it calls current is verified, not assumed: each plan's build digest is recomputed and
+compared with the one package.py names for it (``R3_PLANS``: what Spack's hash of the
+package follows), and the patches each names with the other's. A mismatch (a package.py
+and a plan of two emits) is reported: Spack would reuse a ``+r3`` install of the other plan.
 """
 
 import hashlib
@@ -16,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 from ..emit.apply import toolchain_digest
+from ..emit.plan import Plan
 from ..sourcepatch import PatchError, apply_patch
 from ..toolchain import clang_release, find_clang
-from .emit import tuned_plans
+from . import pkgtxn
 
 
 @dataclass
@@ -72,14 +78,29 @@ def _clang_version():
 
 def status(repo_root, recipe_text_of=None, package=None):
     """One TargetStatus per (package, target) in the tuned repository.
-    ``recipe_text_of(name)``: the original recipe's text (None: the version is not checked)."""
+    ``recipe_text_of(name)``: the original recipe's text (None: the version is not checked).
+
+    Each package is read as one version of its directory (``pkgtxn.snapshot``), and what
+    it claims is verified: each plan's digest, recomputed, is the one package.py names
+    for it (``disagreements``)."""
+    from ..spack.repos import open_repo
+
     clang = _clang_version()
     current = None  # this r3's toolchain_digest (it hashes r3's build sources): read once, when needed
     out = []
-    for name, plans in sorted(tuned_plans(repo_root).items()):
+    repo = open_repo(repo_root)
+    for name in repo.package_names() if repo else []:
         if package and name != package:
             continue
-        emitted_by = _emitted_toolchain(repo_root, name)
+        recipe = repo.recipe_path(name)
+        files = pkgtxn.snapshot(os.path.dirname(recipe))
+        text = (files or {}).get(os.path.basename(recipe))
+        if text is None:
+            continue  # removed meanwhile
+        text = text.decode(errors="surrogateescape")
+        plans = _plans_of(files)
+        named = named_plans(text)
+        emitted_by = _toolchain_of(text)
         if emitted_by:
             current = current or toolchain_digest()
         for target, plan in sorted(plans.items()):
@@ -97,8 +118,9 @@ def status(repo_root, recipe_text_of=None, package=None):
                 facts.get("compiler"),
             )
             st.kernel_speedups = kernel_speedups(plan)
-            text = recipe_text_of(name) if recipe_text_of else None
-            now = preferred_version(text) if text else None
+            st.stale += disagreements(plan, named, text, files)
+            recipe_text = recipe_text_of(name) if recipe_text_of else None
+            now = preferred_version(recipe_text) if recipe_text else None
             if now and facts.get("version") and now != facts["version"]:
                 st.stale.append("version: tuned on %s, the recipe now prefers %s" % (facts["version"], now))
             tuned_clang = (facts.get("compiler") or "").partition("@")[2]
@@ -109,22 +131,131 @@ def status(repo_root, recipe_text_of=None, package=None):
                     "r3: emitted by an r3 that builds tuned units differently (toolchain %s, this "
                     "one's %s); a build now uses this one's stages, not the measured ones" % (emitted_by, current)
                 )
-            st.stale += _source_changes(plan, repo_root, name)
+            st.stale += _source_changes(plan, files)
             st.stale += unmatched_guards(plan)
             out.append(st)
+        for target, (plan_file, digest) in sorted((named or {}).items()):
+            if target not in plans:  # named, and no plan of that name reads beside it
+                out.append(
+                    TargetStatus(
+                        name,
+                        target,
+                        [],
+                        1.0,
+                        None,
+                        None,
+                        None,
+                        [
+                            "plan: package.py builds %s (digest %s), which is missing or unreadable"
+                            % (plan_file, digest)
+                        ],
+                    )
+                )
+    out += _interrupted(repo, package)
     return out
 
 
-def _emitted_toolchain(repo_root, name):
-    """The ``R3_TOOLCHAIN`` digest the emitted package.py carries (None: an older r3's)."""
-    from ..spack.repos import open_repo
+PLANS_VARIABLE = "R3_PLANS"
 
-    repo = open_repo(repo_root)
+
+def named_plans(text):
+    """What package.py builds: its ``R3_PLANS`` ({plan name: (plan file, build digest)}),
+    or None when it names none (a package from an r3 before plan digests, or not ours)."""
+    import ast
+
     try:
-        with open(repo.recipe_path(name)) as f:
-            found = re.search(r"^R3_TOOLCHAIN = ['\"]([0-9a-f]+)['\"]", f.read(), re.M)
-    except (OSError, AttributeError):
-        return None
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return {}  # (names nothing readable: each plan beside it is then not built)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == PLANS_VARIABLE for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+                return {str(k): (str(v[0]), str(v[1])) for k, v in value.items()}
+            except (ValueError, TypeError, IndexError, AttributeError, SyntaxError):
+                return {}
+    return None
+
+
+def _patches_named(text):
+    """{patch file: the spec keys it applies for} of package.py's ``patch(...)`` lines."""
+    return {m.group(1): m.group(2).replace("+r3", "", 1).strip() for m in _PATCH_LINE.finditer(text)}
+
+
+_PATCH_LINE = re.compile(r"""^\s*patch\(\s*["']([^"']+)["']\s*,\s*when\s*=\s*["']([^"']*)["']""", re.M)
+
+
+def disagreements(plan, named, text, files):
+    """Where package.py and the plan beside it disagree, one line each: the plan's digest
+    (recomputed from the plan) is not the one package.py names for it (Spack would reuse a
+    ``+r3`` install of the plan package.py names), package.py does not build the plan, or a
+    patch one names the other does not, or is missing. ``named``: ``named_plans(text)``
+    (None: a package from before plan digests, not checked)."""
+    if named is None:
+        return []
+    name = plan.name()
+    plan_file = "r3-%s.json" % name
+    out = []
+    if name not in named:
+        out.append(
+            "plan: %s is not among the plans package.py builds (%s)" % (plan_file, ", ".join(sorted(named)) or "none")
+        )
+    elif named[name][1] != plan.build_digest():
+        out.append(
+            "digest: %s builds %s, package.py names %s for it (an interrupted emit?): Spack would take an "
+            "install of the other plan for this one" % (plan_file, plan.build_digest(), named[name][1])
+        )
+    applied = {p for p, keys in _patches_named(text).items() if keys == plan.spec_keys()}
+    wanted = {u.patch for u in plan.units if u.patch}
+    for patch in sorted(wanted - applied):
+        out.append("patch: the plan names %s, package.py does not apply it" % patch)
+    for patch in sorted(applied - wanted):
+        out.append("patch: package.py applies %s for %s, the plan does not name it" % (patch, plan.spec_keys()))
+    for patch in sorted((wanted | applied) - set(files)):
+        out.append("patch: %s is missing" % patch)
+    return out
+
+
+def _plans_of(files):
+    """{plan name: Plan} of a package directory's files (plans that do not read: left out)."""
+    import json
+
+    out = {}
+    for fname, data in sorted(files.items()):
+        if not (fname.startswith("r3-") and fname.endswith(".json")):
+            continue
+        try:
+            plan = Plan.from_json(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        out[plan.name()] = plan
+    return out
+
+
+def _interrupted(repo, package):
+    """A row for each package whose emit was killed between the two renames of its swap
+    (where the file system could not exchange them: ``pkgtxn``): no package until the next emit."""
+    out = []
+    folder = repo.packages_dir if repo else None
+    if not folder or not os.path.isdir(folder):
+        return out
+    for entry in sorted(os.listdir(folder)):
+        if not (entry.startswith(pkgtxn.PREFIX) and entry.endswith(".new")):
+            continue
+        dirname = entry[len(pkgtxn.PREFIX) : -len(".new")]
+        name = dirname if repo.layout == "v1" else dirname.lstrip("_").replace("_", "-")
+        if (package and name != package) or not pkgtxn.interrupted(os.path.join(folder, dirname)):
+            continue
+        why = "emit: killed while swapping the package in; spack r3 emit %s puts the new one in place" % name
+        out.append(TargetStatus(name, "-", [], 1.0, None, None, None, [why]))
+    return out
+
+
+def _toolchain_of(text):
+    """The ``R3_TOOLCHAIN`` digest the emitted package.py carries (None: an older r3's)."""
+    found = re.search(r"^R3_TOOLCHAIN = ['\"]([0-9a-f]+)['\"]", text, re.M)
     return found.group(1) if found else None
 
 
@@ -158,16 +289,12 @@ def unmatched_guards(plan):
     return out
 
 
-def _source_changes(plan, repo_root, name):
+def _source_changes(plan, files):
     """Tuned units whose source (in the record build's kept stage) changed, or whose patch
-    no longer applies there."""
+    (in ``files``, the package directory's) no longer applies there."""
     root = plan.facts.get("source_root")
     if not root or not os.path.isdir(root):
         return []
-    from ..spack.repos import open_repo
-
-    repo = open_repo(repo_root)
-    directory = os.path.dirname(repo.recipe_path(name)) if repo else ""
     out = []
     for unit in plan.units:
         path = os.path.join(root, unit.source)
@@ -180,10 +307,9 @@ def _source_changes(plan, repo_root, name):
         want = (plan.facts.get("sources") or {}).get(unit.source)
         if want and hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest() != want:
             out.append("source: %s changed since tuning" % unit.source)
-        if unit.patch:
+        if unit.patch and unit.patch in files:
             try:
-                with open(os.path.join(directory, unit.patch)) as f:
-                    apply_patch(text, f.read())
-            except (OSError, PatchError) as err:
+                apply_patch(text, files[unit.patch].decode(errors="replace"))
+            except PatchError as err:
                 out.append("patch: %s no longer applies to %s (%s)" % (unit.patch, unit.source, err))
     return out

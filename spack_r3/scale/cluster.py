@@ -25,12 +25,15 @@ that does not see the workspace (``R3_SHIP_CAPTURES=1`` does the same for any --
 import json
 import logging
 import os
+import socket
+import urllib.parse
 
 from ..errors import R3Error
 from . import ship
 
 KINDS = ("slurm", "pbs", "lsf", "local")
 START_TIMEOUT_S = 60  # a scheduler that does not answer in this long is not there
+CONNECT_TIMEOUT_S = 5  # nor one that nothing listens for: its port refuses, or is silent this long
 
 
 def _dask():
@@ -127,8 +130,29 @@ def check(spec, workspace):
         local_workers(spec)
     elif spec == "config" or spec.endswith(".json"):
         read_config(spec, workspace)
-    elif not spec.startswith("tcp://"):
+    elif spec.startswith("tcp://"):
+        reach_scheduler(spec)
+    else:
         raise R3Error("--cluster %s: give local:N, tcp://HOST:PORT, a cluster's JSON file or 'config'" % spec)
+
+
+def reach_scheduler(spec, timeout=CONNECT_TIMEOUT_S):
+    """R3Error at once where nothing listens at ``tcp://HOST:PORT`` (refused, no such host,
+    or no answer within ``timeout`` seconds); Dask's own client would ask again for
+    START_TIMEOUT_S before it gave up."""
+    try:
+        where = urllib.parse.urlsplit(spec)
+        host, port = where.hostname, where.port
+    except ValueError as err:
+        raise R3Error("--cluster %s: %s" % (spec, err))
+    if not host or port is None:
+        raise R3Error("--cluster %s: give the scheduler as tcp://HOST:PORT" % spec)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except socket.timeout:
+        raise R3Error("--cluster %s: no Dask scheduler answers there (no answer in %gs)" % (spec, timeout))
+    except OSError as err:
+        raise R3Error("--cluster %s: no Dask scheduler answers there (%s)" % (spec, err.strerror or err))
 
 
 def local_cluster(n):

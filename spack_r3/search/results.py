@@ -15,10 +15,11 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from statistics import median
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import cxxnames
 from ..data import WARM, Json, Variant
+from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..capture import load_capture_dir
 from ..replay import specialize
@@ -341,23 +342,54 @@ def result_digest(result: KernelResult) -> str:
     return hashlib.sha256(json.dumps(result.to_json(), sort_keys=True).encode()).hexdigest()
 
 
-def load_result(workspace: "Workspace", capture_id: str) -> Optional[KernelResult]:
-    """The saved KernelResult of the kernel a capture belongs to, or None."""
-    found = _read_result(workspace.result_file(capture_id))
+def load_result(workspace: "Workspace", capture_id: str, strict: bool = False) -> Optional[KernelResult]:
+    """The saved KernelResult of the kernel a capture belongs to, or None. A results file
+    that does not read is no result; with ``strict``, where no result is found and such a
+    file could have been it (the capture's own, or one whose captures cannot be read), a
+    R3Error says it is corrupt, naming it."""
+    corrupt: List[Tuple[str, str]] = []
+    found = _read_result(workspace.result_file(capture_id), corrupt)
     if found is not None or not os.path.isdir(workspace.results_dir):
-        return found
+        return _none_unless_corrupt(found, corrupt, strict)
     for name in sorted(os.listdir(workspace.results_dir)):  # a capture other than its kernel's first
-        other = _read_result(os.path.join(workspace.results_dir, name)) if name.endswith(".json") else None
+        path = os.path.join(workspace.results_dir, name)
+        if not name.endswith(".json") or path == workspace.result_file(capture_id):
+            continue
+        other = _read_result(path, corrupt)
         if other is not None and capture_id in other.captures:
             return other
-    return None
+    return _none_unless_corrupt(None, corrupt, strict)
 
 
-def _read_result(path: str) -> Optional[KernelResult]:
+def _none_unless_corrupt(
+    found: Optional[KernelResult], corrupt: List[Tuple[str, str]], strict: bool
+) -> Optional[KernelResult]:
+    if found is None and strict and corrupt:
+        path, why = corrupt[0]
+        raise R3Error(
+            "the tuning result %s is corrupt (%s): move it aside, or run r3 tune again%s"
+            % (path, why, "" if len(corrupt) == 1 else " (%d more results are corrupt)" % (len(corrupt) - 1))
+        )
+    return found
+
+
+def _read_result(path: str, corrupt: Optional[List[Tuple[str, str]]] = None) -> Optional[KernelResult]:
+    """The KernelResult in ``path``, or None; one that is there but does not read is added
+    to ``corrupt`` as (path, why)."""
     try:
         with open(path) as f:
             return KernelResult.from_json(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        if corrupt is not None:
+            if isinstance(err, json.JSONDecodeError) and not err.doc.strip():
+                why = "empty"
+            elif isinstance(err, OSError):
+                why = err.strerror or str(err)
+            else:
+                why = "no %s field" % err if isinstance(err, KeyError) else str(err)
+            corrupt.append((path, why))
         return None
 
 

@@ -77,6 +77,8 @@ class Repo:
             return []
         out = []
         for d in os.listdir(self.packages_dir):
+            if d.startswith("."):
+                continue  # (as Spack: an emit's stage beside a package, ``roundtrip.pkgtxn``)
             if os.path.isfile(os.path.join(self.packages_dir, d, "package.py")):
                 out.append(d if self.layout == "v1" else d.lstrip("_").replace("_", "-"))
         return sorted(out)

@@ -7,17 +7,23 @@ Spack loads (generated, untrusted) is never loaded into our own process.
 import json
 import os
 import re
-import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..childoutput import LINE_BYTES, read_excerpt, run_captured
 from ..errors import R3Error
 from .locate import find_spack_root
 
 
 MAX_ERROR = 600  # characters of one error message kept for a one-line report
+# Of what a spack process prints, memory keeps the head and tail (childoutput.Kept): the
+# head of stdout up to this many bytes (a concrete spec's JSON), else KEEP_BYTES of each end.
+MAX_STDOUT = 16 << 20
+# A build log longer than this is parsed by its head and tail (read_excerpt), not whole.
+MAX_PARSED_LOG = 4 << 20
 
 
 @dataclass
@@ -95,17 +101,21 @@ def _version_tuple(text):
 class Spack:
     """A Spack installation plus the config scopes every call runs with (``spack -C``)."""
 
-    def __init__(self, root=None, scopes=(), timeout=1800):
+    def __init__(self, root=None, scopes=(), timeout=1800, confinement=None):
         self.root = root or find_spack_root()
         if not self.root:
             raise R3Error("no Spack found (set SPACK_ROOT, put spack on PATH, or clone it to ~/spack)")
         self.exe = os.path.join(self.root, "bin", "spack")
         self.scopes = [os.path.abspath(s) for s in scopes]
         self.timeout = timeout
+        self.confinement = confinement  # spack.confinement.Confinement: where its calls may write
         self._version = None
 
     def with_scopes(self, *scopes):
-        other = Spack(self.root, list(self.scopes) + [os.path.abspath(s) for s in scopes], self.timeout)
+        """The same Spack with more scopes (repositories: they name no place to write)."""
+        other = Spack(
+            self.root, list(self.scopes) + [os.path.abspath(s) for s in scopes], self.timeout, self.confinement
+        )
         other._version = self._version
         return other
 
@@ -134,23 +144,28 @@ class Spack:
         start = time.monotonic()
         full_env = self.environment()
         full_env.update(env or {})
-        try:
-            proc = subprocess.run(
+        jail = self.confinement
+        if jail:
+            full_env.update(jail.environment())
+        try:  # (what a build prints through Spack is kept within bounds: childoutput)
+            proc = run_captured(
                 argv,
-                capture_output=True,
-                text=True,
-                errors="replace",
                 timeout=timeout or self.timeout,
                 cwd=cwd,
                 env=full_env,
-            )
-        except subprocess.TimeoutExpired as err:
-            out = err.stdout if isinstance(err.stdout, str) else ""
-            return SpackResult(
-                argv, 124, out, "spack timed out after %ss" % (timeout or self.timeout), time.monotonic() - start
+                stdout_head=MAX_STDOUT,
+                preexec=jail.apply if jail else None,
             )
         except OSError as err:
             raise R3Error("cannot run %s: %s" % (self.exe, err))
+        if proc.timed_out:
+            return SpackResult(
+                argv,
+                124,
+                proc.stdout,
+                "spack timed out after %ss" % (timeout or self.timeout),
+                time.monotonic() - start,
+            )
         return SpackResult(argv, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
     # -- facts -------------------------------------------------------------------------
@@ -233,7 +248,24 @@ class Spack:
         return self.run("test", "run", spec_or_hash, timeout=900)
 
     def parse_log(self, path, context=3):
-        """Error events of a build log with Spack's own log parser (run in a spack process)."""
+        """Error events of a build log with Spack's own log parser (run in a spack process).
+        A log longer than MAX_PARSED_LOG is parsed by its two ends, each line cut to
+        LINE_BYTES (Spack's parser reads every line whole, and each event comes with the
+        lines around it: one endless line would take all memory there, and here)."""
+        try:
+            big = os.path.getsize(path) > MAX_PARSED_LOG
+        except OSError:
+            return []
+        if not big:
+            return self._parse_log(path, context)
+        with tempfile.TemporaryDirectory(prefix="r3-log-") as tmp:
+            excerpt = os.path.join(tmp, os.path.basename(path))
+            text = read_excerpt(path, head=MAX_PARSED_LOG // 2, tail=MAX_PARSED_LOG // 2)
+            with open(excerpt, "w", errors="replace") as f:  # (each line cut: events come with context)
+                f.write("\n".join(line[:LINE_BYTES] for line in text.split("\n")))
+            return self._parse_log(excerpt, context)
+
+    def _parse_log(self, path, context):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_parse_log.py")
         res = self.run("python", script, path, str(context), timeout=300)
         if not res.ok:

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from spack_r3 import cli
+from spack_r3.spack.locate import find_spack_root
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.recipe import fixes
 from spack_r3.recipe.pipeline import RecipeRequest, make_recipe
@@ -314,3 +315,35 @@ def test_a_library_whose_test_fails_is_refined_from_the_test(sandbox):
     assert 'find_libraries(["libr3mk", "libr3mk2"]' in recipe and 'exe("--selftest")' in recipe
     assert sorted(os.listdir(os.path.join(last["prefix"], "lib"))) == ["libr3mk2.a", "libr3mk2.so"]
     assert os.listdir(os.path.join(last["prefix"], "bin")) == ["r3mk"]
+
+
+def test_a_trial_build_writes_only_to_its_stage_prefix_and_temp(tmp_path):
+    """A tree nobody reviewed builds confined (spack.confinement, Landlock): its Makefile's
+    writes to /tmp and to $HOME fail there (make goes on past them: '-'), the install
+    passes, and, no --spack-config given, it goes to the workspace's own Spack, never the
+    user's."""
+    import shutil
+    import uuid
+
+    tag = uuid.uuid4().hex[:10]
+    escapes = ["/tmp/r3-escape-%s" % tag, os.path.join(os.path.expanduser("~"), "r3-escape-%s" % tag)]
+    tree = tmp_path / "r3t-makelib"
+    shutil.copytree(os.path.join(TREES, "r3t-makelib"), tree)
+    makefile = (tree / "Makefile").read_text()
+    hostile = "\t-echo escaped > %s\n\t-echo escaped >> %s\n" % tuple(escapes)
+    (tree / "Makefile").write_text(makefile.replace("lib:\n", "lib:\n" + hostile, 1))
+    ws = str(tmp_path / "ws")
+    user_opt = os.path.join(find_spack_root(), "opt", "spack")
+    before = sorted(os.listdir(user_opt)) if os.path.isdir(user_opt) else []
+    try:
+        rc, out, err = r3("--workspace", ws, "recipe", "r3t-makelib", "--source", str(tree), "--json", "--no-check")
+        res = json.loads(out)
+        assert rc == 0 and res["status"] == "installed", (err, res)
+        assert [p for p in escapes if os.path.exists(p)] == []
+        prefix = res["attempts"][-1]["prefix"]
+        assert prefix.startswith(os.path.join(ws, "spack", "recipe", "opt")), prefix
+        assert (sorted(os.listdir(user_opt)) if os.path.isdir(user_opt) else []) == before
+    finally:
+        for p in escapes:
+            if os.path.exists(p):
+                os.remove(p)
