@@ -46,6 +46,17 @@ class TakenOut:
     why: str  # slower in the application; or the least gain, where the application was not faster
     cause: str  # the likely cause of the disagreement with replay
 
+    def line(self):
+        """What the plan's exclusion says and the progress line shows: one wording."""
+        return "taken out after check %d: %.2fx [%.2f-%.2f] in the application (replay %.2fx), %s" % (
+            self.round,
+            self.app_speedup,
+            self.app_speedup_min,
+            self.app_speedup_max,
+            self.replay_speedup,
+            self.why,
+        )
+
 
 @dataclass
 class Flag:
@@ -139,14 +150,7 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
                 cause_of(k, results.get(k.kernel)),
             )
             verdict.taken_out.append(taken)
-            exclude[k.kernel] = "taken out after check %d: %.2fx [%.2f-%.2f] in the application (replay %.2fx), %s" % (
-                rnd,
-                k.app_speedup,
-                k.app_speedup_min,
-                k.app_speedup_max,
-                k.replay_speedup,
-                why,
-            )
+            exclude[k.kernel] = taken.line()
             say("taking %s out of the variant: %s" % (k.kernel, exclude[k.kernel]))
 
 

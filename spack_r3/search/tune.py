@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from .. import backends, cxxnames
+from .. import backends, cxxnames, report
 from ..capture import load_capture_dir, run_key
 from ..device import geometry as device_geometry
 from ..errors import R3Error
@@ -451,12 +451,14 @@ def instances_check(pool, target, timeout):
     against the kernel's mean call. LULESH's EOS, recorded as its first call: 31.5 us
     replayed against a mean call of 236-314 us in the application, where a serial code won
     that lost 0.80x in the application."""
-    rows = []
+    rows, calls = [], 0
     for i, cdir in enumerate(target.captures):
         capture = load_capture_dir(cdir, verify_digests=False)
+        if i == 0:  # the kernel's calls in the application, as the first capture's run counted them
+            calls = int(capture.app.get("calls") or 0)
         sel = capture.selection or {}
-        calls = int(capture.app.get("calls") or 0)
-        app_s = sel.get("call_s") or ((capture.app.get("total_s") or 0.0) / calls if calls else None)
+        its_calls = int(capture.app.get("calls") or 0)
+        app_s = sel.get("call_s") or ((capture.app.get("total_s") or 0.0) / its_calls if its_calls else None)
         # (paired runs: the baseline's time as a search measures it; a plain repeat's runs
         # include a fresh process's first calls)
         ev = pool.servers[0].submit(
@@ -470,7 +472,7 @@ def instances_check(pool, target, timeout):
         rows.append(
             {
                 "weight": target.weights[i] if target.weights else 1.0 / len(target.captures),
-                "calls": sel.get("calls") or calls,
+                "calls": sel.get("calls") or its_calls,
                 "app_s": app_s,
                 "replay_s": ev.baseline_median_s if ev.status == OK else None,
                 "picked": bool(sel),
@@ -479,7 +481,6 @@ def instances_check(pool, target, timeout):
         )
         if not target.weights:  # the first call (or the sequence) is what is timed
             break
-    calls = int(load_capture_dir(target.captures[0], verify_digests=False).app.get("calls") or 0)
     return (rows,) + represents(rows, calls)
 
 
@@ -496,8 +497,8 @@ def represents(rows, calls):
     problem = "its captured call%s replay%s in %s, its calls in the application take %s (%.2fx)" % (
         "s" if len(known) > 1 else "",
         "" if len(known) > 1 else "s",
-        _us(sum(r["weight"] * r["replay_s"] for r in known)),
-        _us(sum(r["weight"] * r["app_s"] for r in known)),
+        report.seconds(sum(r["weight"] * r["replay_s"] for r in known)),
+        report.seconds(sum(r["weight"] * r["app_s"] for r in known)),
         ratio,
     )
     if not any(r["picked"] for r in rows):
@@ -505,10 +506,6 @@ def represents(rows, calls):
     else:
         problem += "; caches or threads differ from the application's"
     return ratio, problem
-
-
-def _us(s):
-    return "%.1f us" % (s * 1e6) if s < 1e-3 else "%.2f ms" % (s * 1e3)
 
 
 def _sequence_or_not(pool, target, timeout, say):

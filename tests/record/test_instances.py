@@ -162,7 +162,7 @@ def test_a_first_call_far_from_the_kernel_s_mean_call_is_reported():
     first = [{"weight": 1.0, "calls": 1100, "app_s": 268e-6, "replay_s": 31.5e-6, "picked": False}]
     ratio, problem = represents(first, 1100)
     assert ratio == pytest.approx(31.5 / 268)
-    assert "31.5 us" in problem and "268.0 us" in problem and "record with --instances cover" in problem
+    assert "31.5us" in problem and "268.0us" in problem and "record with --instances cover" in problem
     assert represents(first, 1) == (pytest.approx(31.5 / 268), None)  # called once: its own instance
     picked = [
         dict(first[0], app_s=30e-6, picked=True, weight=0.5),
