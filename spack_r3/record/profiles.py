@@ -89,6 +89,39 @@ def tuned_shares(record_dir, kernels, min_events=MIN_SAMPLE_EVENTS):
     return {name: min(1.0, ns / app_ns) for name, ns in totals.items()}
 
 
+# A kernel whose calls spend more than this share of their time in other kernels is a
+# driver of them (HPCCG's HPCCG(): 99% in HPC_sparsemv, ddot and waxpby).
+DRIVER_SHARE = 0.5
+
+
+def drivers(record_dir, kernels):
+    """The symbols of ``kernels`` whose main-thread time is mostly (DRIVER_SHARE) inside
+    calls of others of the set, from the run's calling-context trees: capturing one of
+    their calls would hold every call of those it drives, which a capture taken meanwhile
+    cannot be (HPCCG's one HPCCG() call holds every HPC_sparsemv). Empty where a tree is
+    missing or incomplete."""
+    wanted, inclusive, inside = set(kernels), {}, {}
+    for prof in _profiles(record_dir):
+        if not prof.get("cct_complete") or not prof.get("cct"):
+            return set()
+        names = {k["id"]: k["name"] for k in prof.get("kernels", []) if k.get("id", -1) >= 0}
+        nodes = prof["cct"]  # [parent, kernel id, ns (with its callees), samples]; parents first
+        nearest = [None] * len(nodes)  # the nearest node of the set at or above each node
+        for i in range(1, len(nodes)):
+            parent, name = nodes[i][0], names.get(nodes[i][1])
+            above = nearest[parent]
+            if name in wanted:
+                outer = names.get(nodes[above][1]) if above is not None else None
+                if outer is not None and outer != name:  # (a recursive call is its own time)
+                    inside[outer] = inside.get(outer, 0) + nodes[i][2]
+                if outer != name:
+                    inclusive[name] = inclusive.get(name, 0) + nodes[i][2]
+                nearest[i] = i
+            else:
+                nearest[i] = above
+    return {k for k, ns in inclusive.items() if ns and inside.get(k, 0) > DRIVER_SHARE * ns}
+
+
 def _profiles(record_dir):
     """The readable profile.<pid>.json of a record run, one per process."""
     out = []

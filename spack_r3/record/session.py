@@ -205,7 +205,10 @@ def _pick_calls(profile_dir, run_dir, say):
     """Each kernel's calls to capture, from a profiling run's call logs (record/instances.py);
     written to the run's ``instances.json``. Returns ``R3_CAPTURE_CALLS``."""
     calls = instances.load_calls(profile_dir)
-    picks = {key: kc.picks() for key, kc in calls.items()}
+    driving = profiles.drivers(profile_dir, [name for _, name in calls])
+    for name in sorted(driving):  # named with no call: the runtime captures none of it
+        say("not capturing %s: most of its time is in kernels it calls, captured instead" % cxxnames.display(name))
+    picks = {key: [] if key[1] in driving else kc.picks() for key, kc in calls.items()}
     instances.write_selection(run_dir, calls, picks)
     several = sum(len(p) > 1 for p in picks.values())
     say(
