@@ -9,7 +9,9 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -66,8 +68,8 @@ def dispatch(args):
     the machine refuses, or the machine refusing: a full disk, a read-only workspace) is one
     line on stderr; any other exception is a bug of ours, and still one line, naming the log
     file that holds its traceback."""
-    module = _command_module(args.r3_command)
     try:
+        module = _command_module(args.r3_command)
         return getattr(module, args.r3_command.replace("-", "_"))(args) or 0
     except R3Error as err:
         print("r3 %s: error: %s" % (args.r3_command, err), file=sys.stderr)
@@ -141,11 +143,22 @@ def _traceback_note(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="r3", description=package_doc.splitlines()[0])
-    parser.add_argument("--version", action="version", version="spack-r3 " + __version__)
-    setup_parser(parser)
-    args = parser.parse_args(argv)
-    return dispatch(args)
+    try:  # (importing the commands takes a second: an interrupt there is one line too)
+        parser = argparse.ArgumentParser(prog="r3", description=package_doc.splitlines()[0])
+        parser.add_argument("--version", action="version", version="spack-r3 " + __version__)
+        setup_parser(parser)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("r3: interrupted before it began; nothing was done", file=sys.stderr)
+        return 130
+    try:
+        return dispatch(args)
+    finally:
+        # Done: an interrupt while the interpreter shuts down changes nothing (it would
+        # end the process by the signal, no line said). Only for the command line's own
+        # process: a caller's (tests, ``spack r3``) keeps its handler.
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

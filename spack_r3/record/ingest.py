@@ -14,13 +14,15 @@ import mmap
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import replace
 
 from ..capture import CAPTURE_FILES, load_capture, run_key
 from ..data import Capture
-from ..errors import CaptureError
+from ..errors import CaptureError, R3Error
 from ..fileutil import sha256_file, write_atomic
 from ..iredit import init_native
+from ..report import warn
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
 from . import headers
 from .instances import selection_of
@@ -249,11 +251,11 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         bitcode_args=tu.get("bitcode_args", []),
         selection=selection,
     )
-    if os.path.exists(os.path.join(final, "capture.json")):
+    existing = _existing(workspace, ident, final)
+    if existing is not None:
         # The same call recorded again (the same memory, arguments and code): it now belongs
         # to the newest run and its source tree, where its place among the kernel's calls
         # is counted (a sequence: recorded_calls).
-        existing = load_capture(workspace, ident)
         if run_key(existing) != run_key(capture):
             existing = replace(capture, files=existing.files, created=existing.created, headers=existing.headers)
             write_atomic(os.path.join(final, "capture.json"), json.dumps(existing.to_json(), indent=1))
@@ -278,6 +280,22 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         json.dump(capture.to_json(), f, indent=1)
     os.rename(tmp, final)
     return capture
+
+
+def _existing(workspace, ident, final):
+    """The capture already in ``final`` (the same call recorded before), or None: also where
+    what is there does not read or verify (a torn capture.json, a cut module.bc), which is
+    set aside as ``.corrupt-<id>-<time>`` and said in one line, so that this recording takes
+    its place."""
+    if not os.path.lexists(final):
+        return None
+    try:
+        return load_capture(workspace, ident)
+    except R3Error as err:
+        aside = os.path.join(workspace.captures_dir, ".corrupt-%s-%d" % (ident, int(time.time())))
+        os.rename(final, aside)
+        warn("warning: capture %s was corrupt (%s): recorded again; the old one is in %s" % (ident, err, aside))
+        return None
 
 
 def _keep_headers(capture, tu_dir, folder):

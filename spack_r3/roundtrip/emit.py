@@ -23,12 +23,14 @@ import json
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field, replace
 from typing import List
 
 from .. import backends
 from ..device.targets import gpu_target
 from ..errors import R3Error
+from ..report import warn
 from ..emit.apply import toolchain_digest
 from ..emit.plan import Plan, PlannedKernel, PlannedUnit, load_plan
 from ..search.results import load_result
@@ -172,7 +174,7 @@ def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required
     with pkgtxn.rewrite(directory) as stage:
         for old in glob.glob(os.path.join(stage, "r3-%s-[0-9]*.patch" % plan.name())):
             os.remove(old)  # this target's earlier rewrites (not those of a GPU plan beside it)
-        for other in map(load_plan, glob.glob(os.path.join(stage, "r3-%s*.json" % plan.target))):
+        for other in _plans(stage, "r3-%s*.json" % plan.target).values():
             # A CPU target has one plan keyed to no GPU, or plans keyed to GPUs: never both, or a
             # spec with the GPU would get both plans' patches of the same sources.
             if other.target == plan.target and bool(other.gpu) != bool(plan.gpu):
@@ -235,9 +237,25 @@ def record_check(emitted, check):
         _write(os.path.join(stage, os.path.basename(emitted.plan_path)), _json(emitted.plan.to_json()))
 
 
-def _plans(directory):
-    """{plan name: Plan} of the plans in ``directory``."""
-    return {p.name(): p for p in map(load_plan, sorted(glob.glob(os.path.join(directory, "r3-*.json"))))}
+def _plans(directory, pattern="r3-*.json"):
+    """{plan name: Plan} of the plans in ``directory`` (a stage). A plan that does not read
+    (a torn file: written by hand, or an r3 from before emit was one transaction) is set
+    aside beside the package as ``.r3-corrupt-<file>-<time>`` (Spack skips dot-names),
+    said in one line, and left out: the package is written again from the plans that read."""
+    plans = {}
+    for path in sorted(glob.glob(os.path.join(directory, pattern))):
+        try:
+            plan = load_plan(path)
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            aside = os.path.join(
+                os.path.dirname(os.path.abspath(directory)),
+                ".r3-corrupt-%s-%d" % (os.path.basename(path), int(time.time())),
+            )
+            os.replace(path, aside)
+            warn("warning: the plan %s does not read (%s): set aside as %s" % (os.path.basename(path), err, aside))
+            continue
+        plans[plan.name()] = plan
+    return plans
 
 
 def _write(path, text):

@@ -121,6 +121,30 @@ def interrupted(directory):
     return os.path.isdir(new) and os.path.isdir(old) and not os.path.lexists(directory)
 
 
+class _Refused(Exception):
+    """An OSError out of copytree's copy, which would gather it, as text, with the rest."""
+
+
+def _copy(src, dst):
+    try:
+        return shutil.copy2(src, dst)
+    except OSError as err:
+        raise _Refused(err)
+
+
+def _copy_tree(directory, tmp):
+    """``directory`` copied to ``tmp``; the first file the machine refuses (a full disk)
+    raised as its own OSError, with nothing left of the copy."""
+    try:
+        shutil.copytree(directory, tmp, symlinks=True, copy_function=_copy)
+    except _Refused as refused:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise refused.args[0] from None
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 @contextlib.contextmanager
 def rewrite(directory):
     """Rewrite the package directory as one transaction (see the module's text): yields
@@ -133,7 +157,7 @@ def rewrite(directory):
     with _locked(parent):
         recover(directory)
         if os.path.isdir(directory):
-            shutil.copytree(directory, tmp, symlinks=True)
+            _copy_tree(directory, tmp)
         else:
             os.makedirs(tmp)
         pause("copied")

@@ -1,0 +1,35 @@
+"""A capture torn on disk is recorded again, not an error that blocks every later record.
+
+The same call recorded again lands in the same capture folder (its id is its content's
+digest); where what is there no longer reads or verifies (a cut capture.json, a cut
+module.bc), it is set aside and this recording takes its place."""
+
+import glob
+import os
+
+import pytest
+
+from spack_r3.capture import list_captures
+from spack_r3.workspace import Workspace
+
+from test_record_replay import DEMOS
+from r3cli import r3
+
+
+@pytest.mark.parametrize("victim,keep", [("capture.json", 0), ("capture.json", 700), ("module.bc", 100)])
+def test_a_torn_capture_is_recorded_again(tmp_path, clang, capsys, victim, keep):
+    ws = str(tmp_path / "ws")
+    argv = ("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 4")
+    assert r3(*argv, "--kernel", "jacobi_step") == 0
+    (cdir,) = glob.glob(os.path.join(ws, "captures", "*", "capture.json"))
+    path = os.path.join(os.path.dirname(cdir), victim)
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+    capsys.readouterr()
+    # a changed run command: no run to reuse, the same call recorded again
+    assert r3(*argv[:-1], "./heat 64 4 ", "--kernel", "jacobi_step") == 0
+    err = capsys.readouterr().err
+    assert "was corrupt" in err and "recorded again" in err, err
+    corrupt = []
+    assert [c.kernel for c in list_captures(Workspace(ws), corrupt)] == ["jacobi_step"] and corrupt == []
+    assert glob.glob(os.path.join(ws, "captures", ".corrupt-*"))
