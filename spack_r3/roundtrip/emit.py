@@ -77,7 +77,7 @@ def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None):
     device = False  # a planned kernel runs on a device (an OpenMP target region)
     skipped, units, texts, patches = [], {}, {}, {}
     for capture in record.captures:
-        result = load_result(workspace, capture.id)
+        result = load_result(workspace, capture.id, strict=True)  # a torn result is said, not "not tuned"
         if result is None or result.captures[:1] != [capture.id]:
             continue  # not tuned, or another instance of a kernel counted already
         if not result.won:  # (decided where the result was made: noise.beats_build)
