@@ -30,6 +30,7 @@ import traceback
 from collections import OrderedDict
 from contextlib import contextmanager
 
+from .. import cxxnames
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import CaptureError, R3Error
@@ -106,9 +107,11 @@ class Worker:
         stages.SPENT.clear()
         sequence = self.sequence(req["sequence"]) if req.get("sequence") else None
         prepared = sequence.view() if sequence else self.load(req["dir"])
+        variant_json = req.get("variant") or {}
         if not sequence:
             self.first_written(req["dir"], prepared, req)
-            _checks_something(prepared)
+            if variant_json.get("source_patch") or variant_json.get("source_defines"):
+                _checks_something(prepared)
         baseline = self.baseline(req["dir"]) if req.get("pairs") else None
         variant = Variant.from_json(req.get("variant") or {})
         if (req.get("cache") or WARM) != WARM and not sequence:
@@ -193,17 +196,19 @@ class Worker:
 
 
 def _checks_something(prepared):
-    """Refuse a capture against which a candidate that does nothing verifies: its call
-    changed no memory replay compares and returned zero (HPCCG's first ``HPC_sparsemv``,
-    A times a zero vector into a zero vector, returning 0): every candidate's check there
-    is vacuous, and one that skips the work would win by thousands."""
+    """Refuse a source rewrite on a capture against which a candidate that does nothing
+    verifies: its call changed no memory replay compares and returned zero (HPCCG's first
+    ``HPC_sparsemv``, A times a zero vector into a zero vector, returning 0): a rewrite that
+    skips the work would win by thousands there. The code as written, under any pipeline,
+    is still replayed and timed (a kernel that only checks and prints, as most calls do)."""
     if prepared.outputs or any(prepared.ret):
         return
     capture = prepared.capture
     raise CaptureError(
         "capture %s: the recorded call of %s changed no memory replay compares and returned "
-        "nothing but zero, so no candidate can be checked against it; record a call that "
-        "does work (r3 tune's --instances cover picks calls by their cost)" % (capture.id, capture.kernel)
+        "nothing but zero, so no source rewrite can be checked against it; record a call that "
+        "does work (r3 tune's --instances cover picks calls by their cost)"
+        % (capture.id, cxxnames.display(capture.kernel))
     )
 
 

@@ -150,22 +150,29 @@ int main(void) {
 """
 
 
-def test_a_call_that_changed_nothing_is_no_capture_to_check_against(tmp_path_factory, clang, capsys):
+SKIPS = "int scale(long n, const double *x, double *y) {\n  return 0;\n}"
+SCALE = (
+    "int scale(long n, const double *x, double *y) {\n  for (long i = 0; i < n; i++) y[i] = 2.0 * x[i];\n  return 0;\n}"
+)
+
+
+def test_a_call_that_changed_nothing_is_no_capture_to_check_a_rewrite_against(tmp_path_factory, clang):
+    """A rewrite that skips the work would verify on it: refused, naming why; the code as
+    written still replays (a kernel that only checks and prints is such a call, mostly)."""
     from test_record_replay import source_tree
+    from spack_r3.errors import R3Error
 
     tree = source_tree(tmp_path_factory, "idle", {"idle.c": IDLE_C, "Makefile": "idle: idle.c\n\t$(CC) -O1 -o $@ $<\n"})
-    ws = str(tmp_path_factory.mktemp("idle-ws"))
-    assert r3("--workspace", ws, "record", "--source", tree, "--run", "./idle", "--kernel", "scale") == 0
-    capsys.readouterr()
-    assert r3("--workspace", ws, "tune", "--kernel", "scale", "--budget", "2") == 1  # nothing tuned
-    out = capsys.readouterr()
-    assert "not tuned: scale" in out.out + out.err and "changed no memory replay compares" in out.out + out.err
-    # recorded as r3 tune records (--instances cover: a first call of 8 or more is left
-    # out), it is tuned as any
-    ws2 = str(tmp_path_factory.mktemp("idle-cover-ws"))
-    argv = ("--workspace", ws2, "record", "--source", tree, "--run", "./idle", "--kernel", "scale")
-    assert r3(*argv, "--instances", "cover") == 0
-    capsys.readouterr()
-    assert r3("--workspace", ws2, "tune", "--kernel", "scale", "--budget", "2") == 0
-    out = capsys.readouterr()
-    assert "not tuned" not in out.out + out.err, out.out + out.err
+    first, cover = (str(tmp_path_factory.mktemp(n)) for n in ("idle-ws", "idle-cover-ws"))
+    argv = ("record", "--source", tree, "--run", "./idle", "--kernel", "scale")
+    assert r3("--workspace", first, *argv) == 0
+    # recorded as r3 tune records (--instances cover: a first call of 8 or more is left out)
+    assert r3("--workspace", cover, *argv, "--instances", "cover") == 0
+    with ReplayServer(timeout=60) as server:
+        idle = capture_of(first, "scale")
+        assert server.submit(idle, Variant(), pairs=3).status == OK
+        with pytest.raises(R3Error, match="changed no memory replay compares"):
+            server.submit(idle, variant(idle, SCALE, SKIPS), pairs=3)
+        working = capture_of(cover, "scale")
+        ev = server.submit(working, variant(working, SCALE, SKIPS), pairs=3)
+        assert ev.status == WRONG_OUTPUT, ev.diagnostics
