@@ -592,8 +592,12 @@ class Remix:
             if feed and self.mutator.uses_model and not feed.answered:
                 # The budget went to the original's search while the first request was out:
                 # it gets its timeout, and a model that never answered is still an error.
+                # Its request is bounded by the client (one timeout); the join waits for that
+                # request's end, with room for a loaded machine: joined for exactly one timeout,
+                # it raced the request's own and a silent endpoint passed as a model with
+                # nothing to say.
                 feed.stop()
-                feed.thread.join(self.mutator.timeout)
+                feed.thread.join(2 * (self.mutator.timeout or 60) + 30)
                 if feed.errors:
                     raise feed.errors[0]
         except R3Error:

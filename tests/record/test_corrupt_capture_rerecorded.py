@@ -28,8 +28,8 @@ def test_a_torn_capture_is_recorded_again(tmp_path, clang, capsys, victim, keep)
     capsys.readouterr()
     # a changed run command: no run to reuse, the same call recorded again
     assert r3(*argv[:-1], "./heat 64 4 ", "--kernel", "jacobi_step") == 0
-    err = capsys.readouterr().err
-    assert "was corrupt" in err and "recorded again" in err, err
+    out, err = capsys.readouterr()
+    assert "was corrupt" in err and "recorded again" in err, (out, err, os.listdir(os.path.join(ws, "captures")))
     corrupt = []
     assert [c.kernel for c in list_captures(Workspace(ws), corrupt)] == ["jacobi_step"] and corrupt == []
     assert glob.glob(os.path.join(ws, "captures", ".corrupt-*"))
