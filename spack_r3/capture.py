@@ -3,7 +3,8 @@ truncated or corrupt (``record.ingest`` writes them from what a record run left)
 
 A capture directory holds ``capture.json``, ``module.bc`` (the unit's bitcode
 before optimization), ``pre.bin`` / ``post.bin`` (memory images, see
-``memimage``) and a copy of the kernel's source file.
+``memimage``), a copy of the kernel's source file and of the unit's own headers; each
+is checked against the digest the capture lists.
 """
 
 import glob
@@ -18,6 +19,7 @@ from .fileutil import sha256_file
 from .memimage import read_regions
 
 CAPTURE_FILES = ("module.bc", "pre.bin", "post.bin")
+HEADERS = "headers"  # the unit's own headers, each as headers/SHA256 (record/headers.py)
 
 
 @dataclass
@@ -196,7 +198,8 @@ def load_capture_dir(path, verify_digests=True):
             "capture %s: capture.json is corrupt (%s)"
             % (path, "empty" if isinstance(err, json.JSONDecodeError) and not err.doc.strip() else err)
         )
-    for name in list(CAPTURE_FILES) + capture.link_units:
+    # Every file the capture lists (its source copy too), and those it must have listed.
+    for name in list(dict.fromkeys(list(CAPTURE_FILES) + capture.link_units + sorted(capture.files))):
         fpath = os.path.join(path, name)
         want = capture.files.get(name)
         if not want or not os.path.exists(fpath):
@@ -211,7 +214,19 @@ def load_capture_dir(path, verify_digests=True):
             raise CaptureError("capture %s: %s is corrupt (checksum mismatch)" % (capture.id, name))
     for name in ("pre.bin", "post.bin"):
         read_regions(os.path.join(path, name))  # raises CaptureError on a bad image
+    _check_headers(capture, path, verify_digests)
     return capture
+
+
+def _check_headers(capture, path, verify_digests):
+    """The unit's headers kept in the capture (``headers/SHA``, named by their content):
+    a copy cut or changed would compile every source variant against other code."""
+    for header, digest in sorted((capture.headers or {}).items()):
+        fpath = os.path.join(path, HEADERS, digest)
+        if not os.path.isfile(fpath):
+            raise CaptureError("capture %s: its copy of %s (%s) is missing" % (capture.id, header, fpath))
+        if verify_digests and sha256_file(fpath) != digest:
+            raise CaptureError("capture %s: its copy of %s (%s) is corrupt (checksum mismatch)" % (capture.id, header, fpath))
 
 
 def load_capture(workspace, ref, verify_digests=True):

@@ -22,9 +22,9 @@ import shutil
 import subprocess
 import tempfile
 
+from ..capture import HEADERS as FOLDER  # in a capture: headers/SHA256
 from ..fileutil import sha256_file
 
-FOLDER = "headers"  # in a capture: headers/SHA256
 TIMEOUT_S = 120
 SYSTEM_DIRS = ("/usr/include", "/usr/local/include")
 

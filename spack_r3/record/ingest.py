@@ -276,6 +276,9 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
         shutil.copyfile(path, os.path.join(tmp, name))
     for name in list(CAPTURE_FILES) + capture.link_units:
         capture.files[name] = {"size": os.path.getsize(os.path.join(tmp, name)), "sha256": digests[name]}
+    for src in glob.glob(os.path.join(tmp, "source.*")):  # (checked on load as the rest: capture.py)
+        name = os.path.basename(src)
+        capture.files[name] = {"size": os.path.getsize(src), "sha256": sha256_file(src)}
     with open(os.path.join(tmp, "capture.json"), "w") as f:
         json.dump(capture.to_json(), f, indent=1)
     os.rename(tmp, final)

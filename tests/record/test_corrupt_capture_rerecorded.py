@@ -1,8 +1,8 @@
 """A capture torn on disk is recorded again, not an error that blocks every later record.
 
 The same call recorded again lands in the same capture folder (its id is its content's
-digest); where what is there no longer reads or verifies (a cut capture.json, a cut
-module.bc), it is set aside and this recording takes its place."""
+digest); where what is there no longer reads or verifies (a cut capture.json, module.bc,
+source copy or header copy), it is set aside and this recording takes its place."""
 
 import glob
 import os
@@ -13,16 +13,19 @@ from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
 
 from test_record_replay import DEMOS
-from r3cli import r3
+from r3cli import r3, r3_subprocess
 
 
-@pytest.mark.parametrize("victim,keep", [("capture.json", 0), ("capture.json", 700), ("module.bc", 100)])
+@pytest.mark.parametrize(
+    "victim,keep",
+    [("capture.json", 0), ("capture.json", 700), ("module.bc", 100), ("source.c", 40), ("headers/*", 10)],
+)
 def test_a_torn_capture_is_recorded_again(tmp_path, clang, capsys, victim, keep):
     ws = str(tmp_path / "ws")
     argv = ("--workspace", ws, "record", "--source", os.path.join(DEMOS, "heat"), "--run", "./heat 64 4")
     assert r3(*argv, "--kernel", "jacobi_step") == 0
     (cdir,) = glob.glob(os.path.join(ws, "captures", "*", "capture.json"))
-    path = os.path.join(os.path.dirname(cdir), victim)
+    (path,) = glob.glob(os.path.join(os.path.dirname(cdir), victim))
     with open(path, "r+b") as f:
         f.truncate(keep)
     capsys.readouterr()
@@ -33,3 +36,18 @@ def test_a_torn_capture_is_recorded_again(tmp_path, clang, capsys, victim, keep)
     corrupt = []
     assert [c.kernel for c in list_captures(Workspace(ws), corrupt)] == ["jacobi_step"] and corrupt == []
     assert glob.glob(os.path.join(ws, "captures", ".corrupt-*"))
+
+
+def test_a_cut_header_copy_is_one_line_for_tune_not_a_compile_error(tmp_path, clang):
+    """A source variant compiles against the capture's copies of the unit's headers: one
+    cut there would make every variant "fail to compile"; the capture is refused instead."""
+    ws = str(tmp_path / "ws")
+    heat = os.path.join(DEMOS, "heat")
+    assert r3("--workspace", ws, "record", "--source", heat, "--run", "./heat 64 4", "--kernel", "jacobi_step") == 0
+    (header,) = glob.glob(os.path.join(ws, "captures", "*", "headers", "*"))
+    with open(header, "r+b") as f:
+        f.truncate(10)
+    proc = r3_subprocess("--workspace", ws, "tune", "--kernel", "jacobi_step", "--budget", "2", timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if "not tuned" in line]
+    assert "heat.h" in line and "corrupt (checksum mismatch)" in line, proc.stdout
