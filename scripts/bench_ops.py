@@ -27,9 +27,9 @@ The commands: ``r3 record`` (heat, ``./heat 64 4``, on a workspace that holds a 
 dense already), ``r3 tune`` of jacobi_step (``--budget 4 --mutator rules``, one pair; on a
 workspace where residual2 was tuned already), ``r3 emit`` (heat's record marked as a Spack
 record, as tests/test_stale_inputs_and_emit_txn.py does, into a repository holding an older
-package: the emit replaces it) and ``r3 kernels``. ``r3 recipe`` is probed once
-(``--no-install --max-attempts 1`` on heat, ``RECIPE_PROBE_S`` allowed) and skipped with
-the reason when it needs more: it drives Spack (``spack spec``).
+package: the emit replaces it), ``r3 kernels`` and ``r3 recipe`` (a recipe generated for
+heat's tree, ``--no-install --max-attempts 1``: it drives Spack, ``spack spec``, in the
+workspace's own Spack; a minute a run, so few trials).
 
 Per trial: the fault's point (seconds, or bytes), the exit status, whether failure output
 is one line (stderr's last line ``r3 <command>: ...``, or ``r3: ...`` when stopped before
@@ -102,6 +102,8 @@ KERNEL, OTHER_KERNEL = "jacobi_step", "residual2"
 PACKAGE = "r3-heat"
 RECORD = ["record", "--source", HEAT, "--run", "./heat 64 4"]
 OTHER_RECORD = ["record", "--source", DENSE, "--run", "./dense 48 1"]
+RECIPE_NAME = "r3opsheat"
+RECIPE = ["recipe", RECIPE_NAME, "--source", HEAT, "--no-install", "--max-attempts", "1"]
 
 
 def tune_argv(kernel):
@@ -115,16 +117,16 @@ OPS = {
     "tune": lambda ws, repo: ["--workspace", ws] + tune_argv(KERNEL),
     "emit": lambda ws, repo: ["--workspace", ws, "emit", PACKAGE, "--repo", repo],
     "kernels": lambda ws, repo: ["--workspace", ws, "kernels", "--json"],
+    "recipe": lambda ws, repo: ["--workspace", ws] + RECIPE,
 }
 # the share of an operation's measured duration its kill is drawn from
 # (emit: from 0.8 of the time ``r3 --version`` takes, Python and r3's imports, to its end;
 # most of its time is that start)
-WINDOW = {"record": (0.02, 1.0), "tune": (0.02, 1.0), "emit": ("start", 1.05)}
+WINDOW = {"record": (0.02, 1.0), "tune": (0.02, 1.0), "emit": ("start", 1.05), "recipe": (0.02, 1.0)}
 # the workspace a trial of each operation starts from (made once: ``setup``)
-START = {"record": "dense", "tune": "tune0", "emit": "emit", "kernels": "tuned"}
+START = {"record": "dense", "tune": "tune0", "emit": "emit", "kernels": "tuned", "recipe": "dense"}
 OP_TIMEOUT = 300
 SET_ASIDE = ".r3-corrupt-"  # a damaged file emit keeps aside in ``packages`` (a dot name Spack skips)
-RECIPE_PROBE_S = 35
 
 # (operation, fault, trials in a run of 200; ``--trials`` scales them) and, where a resume is
 # more than the operation again, its commands (the user's next step, then the operation)
@@ -152,6 +154,8 @@ CELLS = [
     ("emit", "package.py/repo.yaml cut", 12),
     ("tune", "2 concurrent", 3),
     ("tune", "4 concurrent", 3),
+    ("recipe", "kill -9", 4),
+    ("recipe", "SIGINT", 4),
 ]
 RESUME = {
     "kernels": ["record", "kernels"],
@@ -476,6 +480,17 @@ def correct(op, trial, ctx, snap, damaged=()):
             wrong.append("no result for %s" % KERNEL)
         elif r["evaluations"] != BUDGET:
             wrong.append("%s's result has %d evaluations, not %d" % (KERNEL, r["evaluations"], BUDGET))
+    elif op == "recipe":
+        summary = os.path.join(trial.ws, "recipes", RECIPE_NAME, "summary.json")
+        try:
+            with open(summary) as f:
+                status = json.load(f).get("status")
+        except (OSError, ValueError) as err:
+            status = "unreadable (%s)" % err
+        if status != "concretized":
+            wrong.append("the recipe's summary says %s, not concretized" % status)
+        if not os.path.isfile(os.path.join(trial.ws, "repo", "packages", RECIPE_NAME, "package.py")):
+            wrong.append("no package.py in the workspace's repository")
     elif op == "emit":
         state = snap["package"]
         if state["stale"]:
@@ -852,6 +867,9 @@ def setup(work):
     copy(repo_old, repo_new)
     _, durations["emit"] = r3_run(["--workspace", bases["emit"], "emit", PACKAGE, "--repo", repo_new], "r3 emit")
     _, durations["start"] = r3_run(["--version"], "r3 --version")
+    probe = copy(bases["dense"], os.path.join(work, "recipe-probe"))
+    _, durations["recipe"] = r3_run(["--workspace", probe] + RECIPE, "r3 recipe heat")
+    shutil.rmtree(probe, ignore_errors=True)
     old, new = package_state(repo_old), package_state(repo_new)
     if old["files"] == new["files"] or old["stale"] or new["stale"]:
         sys.exit("setup: the old and new packages are not two current versions: %s %s" % (old, new))
@@ -889,31 +907,6 @@ def namespace():
         except (OSError, subprocess.TimeoutExpired):
             pass
     return None
-
-
-def probe_recipe(work):
-    """``r3 recipe`` on heat, offline, within RECIPE_PROBE_S: (seconds, why it is skipped or None)."""
-    ws = os.path.join(work, "recipe-probe")
-    argv = R3 + ["--workspace", ws, "recipe", "r3opsheat", "--source", HEAT, "--no-install", "--max-attempts", "1"]
-    began = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True
-    )
-    try:
-        out = proc.communicate(timeout=RECIPE_PROBE_S)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out = proc.communicate()[0]
-        last = [line for line in out.splitlines() if line.strip()][-1:] or [""]
-        return None, (
-            "r3 recipe drives Spack (spack spec, from %s) and had not ended after %d s "
-            "(--no-install --max-attempts 1 on heat; its last line: %s): too slow for a bench of hundreds of trials"
-            % (os.environ.get("SPACK_ROOT") or "~/spack", RECIPE_PROBE_S, last[0][:200])
-        )
-    took = time.monotonic() - began
-    if proc.returncode:
-        return took, "r3 recipe fails offline here (exit %d): %s" % (proc.returncode, out.strip().splitlines()[-1:])
-    return took, "r3 recipe ran in %.0f s, but its trials are not part of this bench" % took
 
 
 # --------------------------------------------------------------------------------------
@@ -1108,9 +1101,6 @@ def main():
             json.dump(ctx, f, indent=1)
     ctx["unshare"] = namespace()
     skipped_ops = []
-    if not args.only or re.search(args.only, "recipe"):
-        took, why = probe_recipe(work)
-        skipped_ops.append("recipe: " + why)
     plan = plan_counts(args.trials, args.only)
     print("==> %d trials: %s" % (sum(n for _, _, n in plan), ", ".join("%s/%s %d" % c for c in plan)), flush=True)
     rows, kept = [], []
@@ -1165,6 +1155,7 @@ def main():
             + " (on a workspace where %s was tuned the same way)" % OTHER_KERNEL,
             "emit": "r3 emit %s --repo REPO (heat's record marked a Spack record; REPO holds an older package)"
             % PACKAGE,
+            "recipe": "r3 " + " ".join(RECIPE).replace(HEAT, "heat") + " (on the workspace holding dense's record)",
             "kill_window": {k: list(v) for k, v in WINDOW.items()},
             "measured_s": ctx["durations"],
             "writes_kb": ctx["writes_kb"],

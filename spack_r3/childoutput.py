@@ -138,6 +138,7 @@ def run_logged(cmd, log_path, cwd=None, env=None, timeout=None, echo=None):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        watch = _watched(proc)
         kept = Kept()
         lines = Lines(echo) if echo else None
         write = log.write
@@ -153,6 +154,9 @@ def run_logged(cmd, log_path, cwd=None, env=None, timeout=None, echo=None):
         except BaseException:  # interrupted: the command goes with us
             _kill_group(proc)
             raise
+        finally:
+            if watch:
+                watch.done()
         pump.finish()
         if lines and lines.add in pump.sinks:
             lines.close()
@@ -160,6 +164,43 @@ def run_logged(cmd, log_path, cwd=None, env=None, timeout=None, echo=None):
     if isinstance(refused, OSError):  # (the log's: a full disk, a size limit)
         raise OSError(refused.errno, refused.strerror, refused.filename or log_path) from refused
     return Logged(proc.returncode, kept.text(), log_path)
+
+
+class GroupWatch:
+    """Kills a child's process group when r3 dies before the child ends: a ``kill -9`` of
+    r3 leaves no one to kill a build's make and compilers, or an application run. A shell
+    of its own session waits on a pipe only r3 holds; EOF without "done" (r3 is gone) kills
+    the group."""
+
+    def __init__(self, pgid):
+        read, self._write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", 'read line; [ "$line" = done ] || kill -KILL -%d' % pgid],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read)
+
+    def done(self):
+        """The group was waited for: the watch goes, killing nothing."""
+        try:
+            os.write(self._write, b"done\n")
+        except OSError:
+            pass
+        os.close(self._write)
+        self.proc.wait()
+
+
+def _watched(proc):
+    """A GroupWatch over ``proc``'s group, or None where none can start (no sh)."""
+    try:
+        return GroupWatch(proc.pid)
+    except OSError:
+        return None
 
 
 def _kill_group(proc):
@@ -182,13 +223,15 @@ class Captured:
 
 
 def run_captured(
-    argv, timeout=None, cwd=None, env=None, stdout_head=KEEP_BYTES, shell=False, merge=False, preexec=None
+    argv, timeout=None, cwd=None, env=None, stdout_head=KEEP_BYTES, shell=False, merge=False, preexec=None, group=False
 ):
     """Run ``argv`` with its stdout and stderr kept within bounds: ``stdout_head`` bytes of
     the start of stdout (a program's JSON answer) and KEEP_BYTES of its end, KEEP_BYTES of
     each end of stderr (``merge``: stderr goes with stdout). At the timeout the process is
     killed (``Captured.timed_out``); ``preexec`` runs in the child before it starts
-    (a confinement). With ``preexec`` the child leads a process group, killed with it."""
+    (a confinement). With ``group`` or ``preexec`` the child leads a process group,
+    killed with it, also when r3 dies first (``GroupWatch``)."""
+    group = group or preexec is not None
     proc = subprocess.Popen(
         argv,
         shell=shell,
@@ -197,9 +240,10 @@ def run_captured(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge else subprocess.PIPE,
         preexec_fn=preexec,
-        start_new_session=preexec is not None,
+        start_new_session=group,
     )
-    kill = (lambda: _kill_group(proc)) if preexec is not None else (lambda: (proc.kill(), proc.wait()))
+    kill = (lambda: _kill_group(proc)) if group else (lambda: (proc.kill(), proc.wait()))
+    watch = _watched(proc) if group else None
     out, err = Kept(head=stdout_head), Kept()
     pumps = [_Pump(proc.stdout, [out.add])] + ([] if merge else [_Pump(proc.stderr, [err.add])])
     for pump in pumps:
@@ -213,6 +257,9 @@ def run_captured(
     except BaseException:
         kill()
         raise
+    finally:
+        if watch:
+            watch.done()
     for pump in pumps:
         pump.finish()
     return Captured(proc.returncode, out.text(), err.text(), timed_out)

@@ -40,8 +40,9 @@ from ..emit.plan import amdahl
 from ..errors import R3Error
 from ..record.profiles import load_profiles, outer_share_of, share_of
 from ..replay.specialize import LOG_ENV, read_counts
+from ..toolchain import find_clang
 from .emit import default_repo
-from .record import install, open_site, with_clang
+from .record import install, open_site, prebuild_runtimes, with_clang
 
 
 @dataclass
@@ -96,7 +97,7 @@ def fidelity(measured, predicted):
 def _timed(command, cwd, env, timeout):
     start = time.perf_counter()
     # (its output read as it comes, only its end kept: childoutput)
-    proc = run_captured(command, shell=True, cwd=cwd, env=env, timeout=timeout, stdout_head=0, merge=True)
+    proc = run_captured(command, shell=True, cwd=cwd, env=env, timeout=timeout, stdout_head=0, merge=True, group=True)
     seconds = time.perf_counter() - start
     if proc.timed_out:
         raise subprocess.TimeoutExpired(command, timeout)
@@ -124,7 +125,8 @@ def check_app(
     say = say or (lambda line: None)
     if not run:
         raise R3Error("the check needs a run command to time (--run)")
-    site = open_site(workspace, user_scopes, extra_repos, front_repo=emitted_repo_path(repo_root, workspace))
+    site = open_site(workspace, user_scopes, extra_repos, front_repo=emitted_repo_path(repo_root, workspace), say=say)
+    prebuild_runtimes(find_clang())  # (the timed builds link record's runtime; confined, they cannot build it)
     base = os.path.join(workspace.spack_dir, "check", emitted.package)
     builds = _builds(site, spec, base, (("+r3", "tuned"), ("~r3", "untuned")), say)
     runs = {flag: [] for flag in builds}

@@ -5,6 +5,11 @@ stage and caches; the user's installs and configuration are read, never written)
 recipe that inherits the package's own and puts ``r3-record`` behind Spack's compiler
 wrapper (``wrap.record_package``). The run is ``--run`` in a scratch directory with the
 install's ``bin`` first on PATH, or the recipe's stand-alone test (``spack test run``).
+
+Every Spack call of a site runs confined (``spack.confinement``): a build writes only
+beneath the sandbox's install tree, stages and caches and its own directory (its dev_path
+copy, the record's capture folder); the record runtime it links is built before, outside.
+Where this kernel has no Landlock, builds run as Spack runs them, and a line says so.
 """
 
 import json
@@ -18,6 +23,7 @@ from ..fileutil import write_atomic
 from ..record import session
 from ..toolchain import clang_release, clangxx_beside, find_clang
 from ..spack.repos import PackageIndex, configured_repos, create_repo, detect_layout
+from ..spack.confinement import available as confinement_available, confinement
 from ..spack.runner import Spack
 from ..spack import devpath
 from ..spack.devpath import private_copy
@@ -55,9 +61,9 @@ def package_name(spec):
     return m.group(1)
 
 
-def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
+def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None, say=None):
     """The workspace's sandbox with the record repository at the front (``front_repo``:
-    that one instead, e.g. the tuned repository for a check)."""
+    that one instead, e.g. the tuned repository for a check); its calls confined."""
     spack = Spack(scopes=user_scopes)
     root = workspace.spack_dir
     layout = detect_layout(spack.version())
@@ -68,7 +74,13 @@ def open_site(workspace, user_scopes=(), extra_repos=(), front_repo=None):
         os.path.join(root, "sandbox"), repos=repos, scope_name="scope" if front_repo is None else "scope-check"
     )
     _write_compilers(spack, sandbox.scope)
-    return SpackSite(spack.with_scopes(sandbox.scope), sandbox, layout, record_repo)
+    confined = spack.with_scopes(sandbox.scope)
+    why = confinement_available()
+    if why is None:
+        confined.confinement = confinement(confined.scopes, confined.root, os.path.join(root, "confined"))
+    elif say:
+        say("warning: builds run unconfined: %s" % why)
+    return SpackSite(confined, sandbox, layout, record_repo)
 
 
 def _write_compilers(spack, scope):
@@ -188,17 +200,19 @@ def spec_compiler(node, nodes):
     return None
 
 
-def install(site, spec, directory, what, rebuild=False):
+def install(site, spec, directory, what, rebuild=False, writes=()):
     """Concretize and install ``spec`` in the sandbox; R3Error with Spack's reason. A
-    ``dev_path`` spec builds a copy of its tree in ``directory`` (see devpath)."""
+    ``dev_path`` spec builds a copy of its tree in ``directory`` (see devpath); the build
+    writes only there, in the sandbox and beneath ``writes``."""
     os.makedirs(directory, exist_ok=True)
     spec, source_dir = private_copy(spec, os.path.join(directory, "dev-src"))
     specfile = os.path.join(directory, "spec.json")
-    outcome = site.spack.concretize(spec, specfile)
+    spack = site.spack.writing(directory, *writes)
+    outcome = spack.concretize(spec, specfile)
     if not outcome.ok:
         lines = outcome.result.error_lines() or [l for l in outcome.result.output.splitlines() if l.strip()][-1:]
         raise R3Error("%s: %s does not concretize: %s" % (what, spec, lines[0] if lines else "?"))
-    done = site.spack.install_specfile(specfile, overwrite=rebuild)
+    done = spack.install_specfile(specfile, overwrite=rebuild)
     with open(os.path.join(directory, "install.log"), "w") as f:
         f.write(done.result.output)
     if not done.ok:
@@ -214,6 +228,24 @@ def install(site, spec, directory, what, rebuild=False):
     if not prefix:
         raise R3Error("%s: spack installed %s but cannot locate it" % (what, spec))
     return Installed(outcome.hash, prefix, specfile, nodes[0], nodes, source_dir)
+
+
+def prebuild_runtimes(clang):
+    """The record runtimes a build links (``record.runtime``), built into their cache now,
+    outside the confined build: the C runtime, and those of offload, CUDA and HIP links where
+    this machine builds them (where not, a build that needs one fails with its reason)."""
+    from ..record import cuda
+    from ..record.launcher import clang_for_runtime
+    from ..record.runtime import OFFLOAD_SOURCE, runtime_object
+    from ..toolchain import ToolchainError
+
+    clang = clang_for_runtime(clang)
+    runtime_object(clang)
+    for source in (OFFLOAD_SOURCE, cuda.RUNTIME_SOURCE, cuda.HIP_RUNTIME_SOURCE):
+        try:
+            runtime_object(clang, source)
+        except ToolchainError:
+            pass
 
 
 def has_tests(recipe_path):
@@ -250,7 +282,7 @@ def record_spec(
     name = package_name(spec)
     workspace.ensure()
     say("Spack sandbox: %s" % workspace.spack_dir)
-    site = open_site(workspace, user_scopes, extra_repos)
+    site = open_site(workspace, user_scopes, extra_repos, say=say)
     recipe = site.find_recipe(name)
     if recipe is None and source:
         extra_repos = list(extra_repos) + [generate_recipe(workspace, site, name, source, user_scopes, say)]
@@ -277,7 +309,10 @@ def record_spec(
     )
     request = spack_request(spec, run, kernels, instances, tolerance)  # the tree as the build copies it
     # A rebuild every time: the build writes into this record's directory.
-    installed = install(site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True)
+    prebuild_runtimes(find_clang())  # (the confined build cannot write their cache)
+    installed = install(
+        site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True, writes=[record_dir]
+    )
     command = run_command(site, installed, run)
     cwd = os.path.join(run_dir, "run")
     os.makedirs(cwd, exist_ok=True)

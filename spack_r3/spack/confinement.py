@@ -36,6 +36,10 @@ class Confinement:
     def environment(self):
         return {"TMPDIR": self.tmp, "SPACK_USER_CACHE_PATH": self.user_cache}
 
+    def also(self, *dirs):
+        """The same confinement, writing beneath ``dirs`` too (one build's own directory)."""
+        return Confinement(list(self.writable) + [os.path.abspath(d) for d in dirs], self.tmp, self.user_cache)
+
     def apply(self):
         """In the child, before exec: writes beneath ``writable`` only (what it starts too)."""
         why = landlock.restrict_writes(list(self.writable) + list(landlock.DEVICES))

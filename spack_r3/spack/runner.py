@@ -119,6 +119,14 @@ class Spack:
         other._version = self._version
         return other
 
+    def writing(self, *dirs):
+        """The same Spack, whose confined calls may also write beneath ``dirs`` (a build's
+        own directory: a dev_path copy, the record's capture folder)."""
+        other = self.with_scopes()
+        if self.confinement:
+            other.confinement = self.confinement.also(*dirs)
+        return other
+
     def environment(self):
         env = dict(os.environ)
         env["SPACK_ROOT"] = self.root
@@ -155,6 +163,7 @@ class Spack:
                 env=full_env,
                 stdout_head=MAX_STDOUT,
                 preexec=jail.apply if jail else None,
+                group=True,  # (a build's make and compilers go with it)
             )
         except OSError as err:
             raise R3Error("cannot run %s: %s" % (self.exe, err))

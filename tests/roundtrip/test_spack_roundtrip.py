@@ -30,6 +30,7 @@ from spack_r3.search.results import KernelResult
 from spack_r3.spack.repos import write_scope
 from spack_r3.workspace import Workspace
 from conftest import REPO_ROOT
+from r3cli import flags
 
 ROOT = REPO_ROOT
 DEMO_REPO = os.path.join(ROOT, "repos", "r3")
@@ -455,3 +456,39 @@ def test_package_without_a_recipe_gets_one_then_records(site, tmp_path):
     res = json.loads(out)
     assert res["captures"], res
     assert any(k["source"] == "r3tvec.c" for k in res["kernels"]), res["kernels"]
+
+
+def test_a_record_build_writes_only_to_the_sandbox_and_its_record(site, tmp_path):
+    """The record build runs the tree's own build system, confined as a recipe's trial
+    build is (spack.confinement): a Makefile's writes to /tmp and $HOME fail (make goes on
+    past them: '-'), the build and the record pass, and the tree given stays as it was."""
+    import shutil
+    import uuid
+
+    from spack_r3 import sourcetree
+
+    tag = uuid.uuid4().hex[:10]
+    escapes = ["/tmp/r3-escape-%s" % tag, os.path.join(os.path.expanduser("~"), "r3-escape-%s" % tag)]
+    tree = tmp_path / "dense"
+    shutil.copytree(os.path.join(ROOT, "repos", "r3", "sources", "dense"), tree)
+    makefile = (tree / "Makefile").read_text()
+    hostile = "\t-echo escaped > %s\n\t-echo escaped >> %s\n" % tuple(escapes)
+    (tree / "Makefile").write_text(makefile.replace("$(APP): $(OBJS)\n", "$(APP): $(OBJS)\n" + hostile, 1))
+    before = sourcetree.digest(str(tree))
+    try:
+        rc, out, err = r3(
+            "--workspace",
+            str(tmp_path / "ws"),
+            "record",
+            "r3-dense@1.0 dev_path=%s" % tree,
+            *flags(run="dense 60 1", kernel="matmul", spack_config=site["scope"], json=True),
+        )
+        assert rc == 0, err
+        res = json.loads(out)
+        assert [k["kernel"] for k in res["kernels"] if k["capture"]] == ["matmul"] and len(res["captures"]) == 1
+        assert [p for p in escapes if os.path.exists(p)] == []
+        assert sourcetree.digest(str(tree)) == before
+    finally:
+        for p in escapes:
+            if os.path.exists(p):
+                os.remove(p)
