@@ -11,7 +11,10 @@ in place, keeping whatever else it says (it may come from a model):
 - a dependency on a package no repository has -> the dependency is dropped;
 - a checksum mismatch -> the checksum of the source we packed ourselves;
 - CMake/Meson rejecting an unknown option, or ``make`` without an ``install`` target ->
-  the build-system arguments are corrected.
+  the build-system arguments are corrected;
+- two flags glued into one (``-O3-fopenmp``: a recipe appends ``self.compiler.openmp_flag``
+  to its flags without a space, harmless only where the flag starts with one) -> the
+  space, wherever the recipe appends a compiler's flag.
 """
 
 import ast
@@ -58,6 +61,10 @@ PATTERNS = [
     (r"ERROR: Unknown options?: \"?([\w.,:-]+)", "unknown-option", "meson"),
     (r"No rule to make target '?install'?", "no-install-target", "make"),
     (r"the prefix (\S+) has nothing in bin/, lib/ or include/", "empty-install", "spack"),
+    # two flags glued: clang's "invalid integral value '3-fopenmp' in '-O3-fopenmp'", or its
+    # "unknown argument: '-g-fopenmp'"
+    (r"invalid integral value '[^']*' in '(-O\w*-[\w=+,.-]+)'", "glued-flags", "compiler"),
+    (r"unknown argument: '(-\w+-f[\w=+,.-]+)'", "glued-flags", "compiler"),
     # a header that wants a macro on the compile line (LULESH: "You should specify USE_MPI=0 or
     # USE_MPI=1 on the compile line") -> a variant that sets it
     (r"#\s*error\b[^\n]*?\b(?:specify|define|set)\s+-?D?([A-Z][A-Z0-9_]{2,})\b", "required-macro", "make"),
@@ -481,6 +488,17 @@ def fix_test(text, finding, prefix) -> Tuple[Optional[str], Optional[str]]:
     return None, None
 
 
+# ``flags += self.compiler.openmp_flag`` (or ``+``): the flag appended with no space before it
+_GLUED = re.compile(r"(?<![\"'] )(\+=?[ \t]*)(self\.compiler\.[a-z0-9_]+_flag)\b")
+
+
+def separate_glued_flags(text) -> Optional[str]:
+    """A space before each compiler flag the recipe appends to a flags string; None where
+    it appends none without one."""
+    new = _GLUED.sub(lambda m: '%s" " + %s' % (m.group(1), m.group(2)), text)
+    return new if new != text else None
+
+
 def apply(
     text, findings, index, analysis=None, source=None, spec_file=None, prefix=None
 ) -> Tuple[Optional[str], List[str]]:
@@ -531,6 +549,9 @@ def apply(
                     current, '"%s={0}".format(%s)' % (var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc"))
                 )
                 what = "passed %s= from Spack's compiler for %s (%s)" % (var, f.subject, f.evidence)
+        elif f.kind == "glued-flags":
+            new = separate_glued_flags(current)
+            what = "put a space before each compiler flag the recipe appends (%s)" % f.evidence
         elif f.kind == "unknown-target":
             new = remove_target(current, f.subject)
             what = "dropped make target %r, which the Makefile does not have" % f.subject

@@ -55,6 +55,7 @@ class ReplayServer:
         env = dict(os.environ, **self.env)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env["R3_WORKER_PARENT"] = str(os.getpid())  # (replay.worker: it goes when this process does)
         if self.cache_dir:
             env[STAGE_CACHE_ENV] = self.cache_dir
         self.proc = _popen(

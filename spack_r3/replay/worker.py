@@ -538,9 +538,35 @@ def serve_requests(inp, out, answer):
 
 def serve_stdio(serve):
     """Run ``serve`` on stdin and a private copy of stdout; stray prints go to stderr."""
+    _exit_with_parent()
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     serve(sys.stdin, proto)
+
+
+PARENT_POLL_S = 0.2
+PARENT_ENV = "R3_WORKER_PARENT"  # the pid of the r3 that started the worker (replay.server)
+
+
+def _exit_with_parent():
+    """A worker whose r3 is gone (``kill -9``) goes too, with the candidate it may be
+    running: it leads a process group of its own, and a thread kills the group when the
+    parent changes. (It would see EOF on its requests only once the candidate ends.)"""
+    import threading
+
+    # (the parent as r3 named it: one killed while this process imported is already gone)
+    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        return  # (a session leader already: nothing to watch for)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="r3-parent-watch", daemon=True).start()
 
 
 def serve(inp, out):

@@ -18,6 +18,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from ..childoutput import read_excerpt
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..record import session
@@ -29,6 +30,7 @@ from ..spack import devpath
 from ..spack.devpath import private_copy
 from ..spack.sandbox import make_sandbox
 from ..spack.wrap import record_package
+from . import overlay
 
 OWN_NAMESPACES = ("r3record", "r3tuned")
 
@@ -200,6 +202,14 @@ def spec_compiler(node, nodes):
     return None
 
 
+class BuildFailed(R3Error):
+    """A Spack install that failed; ``diagnostics``: its output and its build log's excerpt."""
+
+    def __init__(self, message, diagnostics=""):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
 def install(site, spec, directory, what, rebuild=False, writes=()):
     """Concretize and install ``spec`` in the sandbox; R3Error with Spack's reason. A
     ``dev_path`` spec builds a copy of its tree in ``directory`` (see devpath); the build
@@ -221,7 +231,15 @@ def install(site, spec, directory, what, rebuild=False, writes=()):
             events = [e.get("text", "") for e in site.spack.parse_log(log)][:3]
         where = done.build_logs[0] if done.build_logs else os.path.join(directory, "install.log")
         reason = "; ".join(l.strip() for l in events if l.strip()) or (done.result.error_lines() or ["?"])[0]
-        raise R3Error("%s of %s failed: %s (log: %s)" % (what, spec, reason, where))
+        logs = []
+        for log in done.build_logs[:1]:
+            try:
+                logs.append(read_excerpt(log, head=1 << 20, tail=1 << 20))
+            except OSError:
+                pass
+        raise BuildFailed(
+            "%s of %s failed: %s (log: %s)" % (what, spec, reason, where), "\n".join([done.result.output] + logs)
+        )
     with open(specfile) as f:
         nodes = json.load(f)["spec"]["nodes"]
     prefix = site.spack.location("/" + outcome.hash)
@@ -282,6 +300,10 @@ def record_spec(
     name = package_name(spec)
     workspace.ensure()
     say("Spack sandbox: %s" % workspace.spack_dir)
+    repaired = overlay.existing(workspace, name)
+    if repaired and repaired not in extra_repos:
+        extra_repos = [repaired] + list(extra_repos)
+        say("the recipe of %s repaired before is used: %s" % (name, os.path.join(repaired, "packages")))
     site = open_site(workspace, user_scopes, extra_repos, say=say)
     recipe = site.find_recipe(name)
     if recipe is None and source:
@@ -302,17 +324,35 @@ def record_spec(
     keys = ("R3_RECORD_DIR", "R3_KERNELS", "R3_INSTANCES", "R3_CAPTURE", "R3_TARGET_FLAGS")
     # The subclass imports the recipe the way its own repository's layout says (Spack 1.x
     # reads v1 repositories too, as ``spack.pkg.<ns>``), whatever the record repository's is.
-    site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, {k: env[k] for k in keys}))
+    record_env = {k: env[k] for k in keys}
+    site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, record_env))
     say(
         "building %s with probes through Spack (the recipe of %s, r3-record behind the compiler wrapper)"
         % (with_clang(spec), namespace)
     )
     request = spack_request(spec, run, kernels, instances, tolerance)  # the tree as the build copies it
-    # A rebuild every time: the build writes into this record's directory.
     prebuild_runtimes(find_clang())  # (the confined build cannot write their cache)
-    installed = install(
-        site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True, writes=[record_dir]
-    )
+
+    def build():  # (a rebuild every time: the build writes into this record's directory)
+        return install(
+            site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True, writes=[record_dir]
+        )
+
+    try:
+        installed = build()
+    except BuildFailed as failed:
+        fixed = None if namespace == overlay.NAMESPACE else overlay.repair(
+            workspace, name, recipe_path, parent_layout, failed.diagnostics
+        )
+        if fixed is None:
+            raise
+        say("%s; the recipe of %s is repaired: %s" % (failed, namespace, "; ".join(fixed.changes)))
+        say("  repaired recipe: %s (%s's own is untouched); patch for upstream: %s" % (fixed.recipe, namespace, fixed.patch))
+        extra_repos = [fixed.repo] + list(extra_repos)
+        site = open_site(workspace, user_scopes, extra_repos)
+        namespace, recipe_path, parent_layout = site.find_recipe(name)
+        site.record_repo.write_recipe(name, record_package(namespace, name, parent_layout, record_env))
+        installed = build()
     command = run_command(site, installed, run)
     cwd = os.path.join(run_dir, "run")
     os.makedirs(cwd, exist_ok=True)

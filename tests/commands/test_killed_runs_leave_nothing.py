@@ -72,3 +72,29 @@ def test_a_killed_caller_of_a_grouped_child_leaves_it_nowhere(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
     _kill_and_check(proc, pidfile, 2)
+
+
+def test_a_replay_worker_goes_with_its_killed_r3(tmp_path):
+    """A replay worker busy with a candidate sees no EOF on its requests until the candidate
+    ends: it watches its parent instead, and takes its process group (the candidate) along.
+    (Here a process forked from r3 keeps the worker's requests open, as a busy worker's
+    would stay unread.)"""
+    pidfile, holder = str(tmp_path / "pids"), str(tmp_path / "holder")
+    script = (
+        "import os, time\n"
+        "from spack_r3.replay.server import ReplayServer\n"
+        "server = ReplayServer()\n"
+        "server._start()\n"
+        "if os.fork() == 0:\n"
+        "    open(%r, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(300)\n"
+        "    os._exit(0)\n"
+        "open(%r, 'w').write(str(server.proc.pid))\n"
+        "time.sleep(300)\n" % (holder, pidfile)
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        _kill_and_check(proc, pidfile, 1)
+    finally:
+        if _wait_for(lambda: os.path.exists(holder) and open(holder).read(), 10):
+            os.kill(int(open(holder).read()), signal.SIGKILL)

@@ -28,6 +28,7 @@ from spack_r3.roundtrip.check import AppCheck, KernelCheck, check_app, fidelity
 from spack_r3.roundtrip.verdict import act
 from spack_r3.search.results import KernelResult
 from spack_r3.spack.repos import write_scope
+from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
 from conftest import REPO_ROOT
 from r3cli import flags
@@ -107,6 +108,33 @@ CMAKE_RECIPE = RECIPE.format(
 BROKEN_RECIPE = RECIPE.format(
     cls="R3tBroken", base="MakefilePackage", name="r3t-broken", doc="A build that fails (spack-r3's bad-input test)."
 )
+# Spack's rsbench recipe, as it is: ``cflags += self.compiler.openmp_flag`` after "-O3",
+# with no space (harmless for compilers whose flag starts with one; clang reads -O3-fopenmp)
+GLUED_RECIPE = (
+    RECIPE.format(
+        cls="R3tGlued",
+        base="MakefilePackage",
+        name="r3t-glued",
+        doc="A recipe that glues its OpenMP flag to -O3 (spack-r3's recipe repair test).",
+    )
+    + """
+    @property
+    def build_targets(self):
+        cflags = "-O3"
+        cflags += self.compiler.openmp_flag
+        return ["CC={{0}}".format(spack_cc), "CFLAGS={{0}}".format(cflags)]
+
+    def install(self, spec, prefix):
+        mkdirp(prefix.bin)
+        install("glued", prefix.bin)
+"""
+)
+GLUED_MAKEFILE = """glued: main.o mxm.o
+\t$(CC) $(CFLAGS) -o $@ main.o mxm.o -lm
+
+%.o: %.c
+\t$(CC) $(CFLAGS) -c -o $@ $<
+"""
 
 
 def _package(repo, name, recipe, files, tmp):
@@ -138,6 +166,9 @@ def site(spack_root, clang, tmp_path_factory):
         tmp,
     )
     _package(repo, "r3t-broken", BROKEN_RECIPE, {"Makefile": "all:\n\t$(CC) -c missing.c\n"}, tmp)
+    _package(
+        repo, "r3t-glued", GLUED_RECIPE, {"Makefile": GLUED_MAKEFILE, "main.c": CMAKE_MAIN, "mxm.c": CMAKE_KERNEL}, tmp
+    )
     scope = write_scope(str(tmp / "scope"), repos=[DEMO_REPO, str(repo)])
     return {"ws": str(tmp / "ws"), "scope": scope, "tmp": tmp}
 
@@ -492,3 +523,24 @@ def test_a_record_build_writes_only_to_the_sandbox_and_its_record(site, tmp_path
         for p in escapes:
             if os.path.exists(p):
                 os.remove(p)
+
+
+def test_a_recipe_broken_for_clang_is_repaired_in_an_overlay_and_recorded(site, tmp_path):
+    """The package's own recipe fails the record build (``-O3-fopenmp``); the failure is
+    diagnosed, a copy of the recipe is repaired in the workspace's overlay repository, the
+    record goes on from it, and the change is written as a patch for upstream. The
+    package's own recipe is untouched."""
+    own = site["tmp"] / "testrepo" / "packages" / "r3t-glued" / "package.py"
+    before = own.read_text()
+    ws = str(tmp_path / "ws")
+    rc, out, err = r3("--workspace", ws, "record", "r3t-glued", *flags(run="glued 2", spack_config=site["scope"]))
+    assert rc == 0, err
+    told = [line for line in out.splitlines() if "is repaired" in line]
+    assert len(told) == 1 and "-O3-fopenmp" in told[0] and "put a space before" in told[0], out
+    assert [e.kernel for e in list_captures(Workspace(ws))] == ["mxm"]
+    assert own.read_text() == before
+    repaired = os.path.join(ws, "spack", "overlay", "packages", "r3t-glued", "package.py")
+    assert 'cflags += " " + self.compiler.openmp_flag' in open(repaired).read()
+    patch = open(os.path.join(ws, "spack", "overlay", "upstream", "r3t-glued.patch")).read()
+    assert "-        cflags += self.compiler.openmp_flag\n" in patch
+    assert '+        cflags += " " + self.compiler.openmp_flag\n' in patch
