@@ -36,15 +36,17 @@ PRINTED = 64 << 20  # the most a child may write to its log
 def _in_child(work, timeout):
     """``work()``'s JSON-able result, computed in a forked child of its own process group;
     R3Error with the child's one line where it raised one, or with how it ended."""
-    from ..replay.worker import MAX_FD, _collect
+    from ..replay.worker import MAX_FD, _collect, go_with
 
     rfd, wfd = os.pipe()
+    worker = os.getpid()
     with tempfile.TemporaryFile() as log:
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
                 os.setpgid(0, 0)
+                go_with(worker)
                 os.close(rfd)
                 os.dup2(log.fileno(), 1)
                 os.dup2(log.fileno(), 2)

@@ -218,11 +218,13 @@ def _fork(work, timeout, log):
     process group of its own, which is killed when it ends or times out; ``work`` confines
     it (``confine``) before untrusted code runs."""
     rfd, wfd = os.pipe()
+    worker = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child's own process
         code = 0
         try:
             os.setpgid(0, 0)
+            go_with(worker)
             os.close(rfd)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
@@ -253,6 +255,14 @@ def _fork(work, timeout, log):
 
 
 MAX_FD = 1 << 20  # os.closerange closes with close_range(2): the bound costs nothing
+
+
+def go_with(parent):
+    """In a child forked from ``parent``: killed when it dies. A candidate leads a process
+    group of its own, which the worker's own end (``_exit_with_parent``) does not reach."""
+    stages._die_with_parent()
+    if os.getppid() != parent:  # (it died before the line above)
+        os._exit(1)
 
 
 def _kill_group(pid):
