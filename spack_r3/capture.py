@@ -226,7 +226,9 @@ def _check_headers(capture, path, verify_digests):
         if not os.path.isfile(fpath):
             raise CaptureError("capture %s: its copy of %s (%s) is missing" % (capture.id, header, fpath))
         if verify_digests and sha256_file(fpath) != digest:
-            raise CaptureError("capture %s: its copy of %s (%s) is corrupt (checksum mismatch)" % (capture.id, header, fpath))
+            raise CaptureError(
+                "capture %s: its copy of %s (%s) is corrupt (checksum mismatch)" % (capture.id, header, fpath)
+            )
 
 
 def load_capture(workspace, ref, verify_digests=True):

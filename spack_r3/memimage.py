@@ -21,6 +21,7 @@ gives them as kind 1 regions marked ``zero``.
 """
 
 import bisect
+import hashlib
 import mmap
 import os
 import struct
@@ -95,6 +96,36 @@ def read_regions(path):
     if any(r.kind == KIND_SAME for r in regions):
         regions = _resolve_same(path, regions)
     return regions
+
+
+def identity_digest(path, chunk=1 << 20):
+    """sha256 of what the image holds for the application: every region but the OpenMP
+    runtime's own chunks (KIND_RUNTIME), whose bytes (its threads' barrier and spin state)
+    differ from one run of the same call to the next. A capture's id is of this, so that
+    the same call recorded again is the same capture."""
+    h = hashlib.sha256()
+    files = {}
+    try:
+        for r in read_regions(path):
+            if r.kind == KIND_RUNTIME:
+                continue
+            h.update(_HDR.pack(r.addr, r.size, r.kind) + (b"z" if r.zero else b"d"))
+            if r.zero:
+                continue
+            src = r.path or path
+            f = files.get(src) or files.setdefault(src, open(src, "rb"))
+            f.seek(r.offset)
+            left = r.size
+            while left:
+                data = f.read(min(chunk, left))
+                if not data:
+                    raise CaptureError("%s: truncated in the region at 0x%x" % (src, r.addr))
+                h.update(data)
+                left -= len(data)
+    finally:
+        for f in files.values():
+            f.close()
+    return h.hexdigest()
 
 
 def _resolve_same(path, regions):

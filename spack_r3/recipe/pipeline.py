@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, List, Optional
 
 from ..errors import R3Error
+from ..fileutil import write_atomic
 from ..spack import repos as spack_repos
 from ..spack.confinement import confinement
 from ..spack.runner import Spack
@@ -115,6 +116,7 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     recipe_dir = os.path.join(workspace.recipes_dir, request.name)
     spack = confined_spack(request, workspace)
     repo = target_repo(spack, request, workspace)
+    _undo_stopped_run(recipe_dir, repo, request.name, progress)
     run_spack = spack_with_repo(spack, repo, os.path.join(workspace.recipes_dir, ".scopes", repo.namespace))
     repo_objs = [r for r in (spack_repos.open_repo(p) for _ns, p in run_spack.repo_list()) if r]
     index = spack_repos.PackageIndex(repo_objs)
@@ -192,7 +194,14 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
     )
     recipe_path = repo.recipe_path(request.name)
     before = open(recipe_path).read() if os.path.isfile(recipe_path) else None
-    attempts = refiner.run(request.name, generator, analysis, src, layout, examples, request.initial_text)
+    # (the attempts write into the repository, where Spack reads them: a run stopped among
+    # them must not leave its trial recipe there as if it were a finished one)
+    write_atomic(os.path.join(recipe_dir, PENDING), json.dumps({"pid": os.getpid(), "before": before}))
+    try:
+        attempts = refiner.run(request.name, generator, analysis, src, layout, examples, request.initial_text)
+    except BaseException:  # (a failure or an interrupt: the repository as it was)
+        _undo_stopped_run(recipe_dir, repo, request.name, progress)
+        raise
     result.attempts = [a.to_dict() for a in attempts]
     last = attempts[-1]
     result.recipe = repo.recipe_path(request.name) if last.valid else os.path.join(last.directory, "package.py")
@@ -210,6 +219,49 @@ def make_recipe(request: RecipeRequest, workspace, progress: Optional[Callable[[
         else:
             repo.write_recipe(request.name, before)
         result.recipe = os.path.join(last.directory, "package.py")
-    with open(os.path.join(recipe_dir, "summary.json"), "w") as f:
-        json.dump(result.to_dict(), f, indent=1, default=str)
+    write_atomic(os.path.join(recipe_dir, "summary.json"), json.dumps(result.to_dict(), indent=1, default=str))
+    os.remove(os.path.join(recipe_dir, PENDING))
     return result
+
+
+PENDING = "pending.json"  # in recipes/<name>/ while attempts write into the repository
+
+
+def _undo_stopped_run(recipe_dir, repo, name, progress):
+    """Where an earlier run was stopped among its attempts (killed, interrupted), the
+    recipe it left in the repository goes back to what was there before it (nothing, or
+    the recipe then); R3Error where that run is still going."""
+    path = os.path.join(recipe_dir, PENDING)
+    try:
+        with open(path) as f:
+            pending = json.load(f)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        pending = {}  # (torn: written atomically, so never by us; its run's recipe is unknown)
+    pid = pending.get("pid")
+    if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+        raise R3Error(
+            "another r3 recipe of %s is running in this workspace (pid %d); wait for it, or stop it" % (name, pid)
+        )
+    if "before" in pending:
+        if pending["before"] is None:
+            if repo.has(name):
+                os.remove(repo.recipe_path(name))
+        else:
+            repo.write_recipe(name, pending["before"])
+        progress(
+            "%s: %s among its attempts; its trial recipe is taken out of %s"
+            % (name, "this run stopped" if pid == os.getpid() else "an earlier run was stopped", repo.path)
+        )
+    os.remove(path)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -23,7 +23,7 @@ from ..errors import CaptureError, R3Error
 from ..fileutil import sha256_file, write_atomic
 from ..iredit import init_native
 from ..report import warn
-from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, read_regions
+from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, identity_digest, read_regions
 from . import headers
 from .instances import selection_of
 from .libstate import unreplayable_reason
@@ -187,8 +187,11 @@ def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target
     link_units = {"units/%s.bc" % os.path.basename(u): os.path.join(u, "module.bc") for u in units}
     for name, path in link_units.items():
         digests[name] = sha256_file(path)
+    # The call's identity: its code, arguments and memory, less the OpenMP runtime's own
+    # state (``memimage.identity_digest``): the same call recorded again is the same capture.
+    identity = dict(digests, **{n: identity_digest(os.path.join(cdir, n)) for n in ("pre.bin", "post.bin")})
     ident = hashlib.sha256(
-        json.dumps([meta["kernel"], digests, meta["args"], meta.get("byval")], sort_keys=True).encode()
+        json.dumps([meta["kernel"], identity, meta["args"], meta.get("byval")], sort_keys=True).encode()
     ).hexdigest()[:12]
     final = workspace.capture_dir(ident)
     s = stats.get((meta["tu_dir"], meta["kernel"]), {})

@@ -68,11 +68,7 @@ def repair(workspace, name, recipe_path, layout, diagnostics) -> Optional[Repair
     os.makedirs(os.path.dirname(patch), exist_ok=True)
     where = _in_repo(recipe_path)
     with open(patch, "w") as f:
-        f.writelines(
-            difflib.unified_diff(
-                text.splitlines(True), new.splitlines(True), "a/" + where, "b/" + where
-            )
-        )
+        f.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "a/" + where, "b/" + where))
     return Repaired(repo.path, repo.recipe_path(name), patch, changes)
 
 

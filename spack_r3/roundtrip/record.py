@@ -335,19 +335,29 @@ def record_spec(
 
     def build():  # (a rebuild every time: the build writes into this record's directory)
         return install(
-            site, with_clang(spec), os.path.join(run_dir, "spack"), "the record build", rebuild=True, writes=[record_dir]
+            site,
+            with_clang(spec),
+            os.path.join(run_dir, "spack"),
+            "the record build",
+            rebuild=True,
+            writes=[record_dir],
         )
 
     try:
         installed = build()
     except BuildFailed as failed:
-        fixed = None if namespace == overlay.NAMESPACE else overlay.repair(
-            workspace, name, recipe_path, parent_layout, failed.diagnostics
+        fixed = (
+            None
+            if namespace == overlay.NAMESPACE
+            else overlay.repair(workspace, name, recipe_path, parent_layout, failed.diagnostics)
         )
         if fixed is None:
             raise
         say("%s; the recipe of %s is repaired: %s" % (failed, namespace, "; ".join(fixed.changes)))
-        say("  repaired recipe: %s (%s's own is untouched); patch for upstream: %s" % (fixed.recipe, namespace, fixed.patch))
+        say(
+            "  repaired recipe: %s (%s's own is untouched); patch for upstream: %s"
+            % (fixed.recipe, namespace, fixed.patch)
+        )
         extra_repos = [fixed.repo] + list(extra_repos)
         site = open_site(workspace, user_scopes, extra_repos)
         namespace, recipe_path, parent_layout = site.find_recipe(name)

@@ -67,8 +67,7 @@ def test_a_killed_caller_of_a_grouped_child_leaves_it_nowhere(tmp_path):
     pidfile = str(tmp_path / "pids")
     script = (
         "from spack_r3.childoutput import run_captured\n"
-        "run_captured(['sh', '-c', 'echo $$ > %s; sleep 300 & echo $! >> %s; wait'], group=True)\n"
-        % (pidfile, pidfile)
+        "run_captured(['sh', '-c', 'echo $$ > %s; sleep 300 & echo $! >> %s; wait'], group=True)\n" % (pidfile, pidfile)
     )
     proc = subprocess.Popen([sys.executable, "-c", script])
     _kill_and_check(proc, pidfile, 2)

@@ -1,6 +1,7 @@
 """Recipe box without Spack processes: analysis, name mapping, generation, validation, fixes,
 repository layouts, reproducible source tarballs."""
 
+import json
 import os
 import tarfile
 
@@ -294,3 +295,29 @@ def test_git_source_and_python_project(tmp_path, index):
     assert 'git = "file://%s"' % repo in text and 'version("0.4.0", commit="%s")' % src.commit in text
     assert "class PyPyproj(PythonPackage)" in text and 'depends_on("py-setuptools", type="build")' in text
     assert validate(text).ok
+
+
+def test_a_trial_recipe_of_a_stopped_run_is_taken_out_of_the_repository(tmp_path):
+    """The attempts write their recipe where Spack reads it; a run killed among them left it
+    there, and the next run retrieved it as a finished recipe. The next run now puts the
+    repository back as it was before the stopped one (and refuses while that one runs)."""
+    from spack_r3.errors import R3Error
+    from spack_r3.recipe import pipeline
+
+    repo = repos.create_repo(str(tmp_path / "repo"), "r3local", "v1")
+    recipe_dir = str(tmp_path / "recipes" / "mine")
+    os.makedirs(recipe_dir)
+    said = []
+    for before in (None, "# the recipe there before\n"):
+        repo.write_recipe("mine", "# a trial recipe of the stopped run\n")
+        with open(os.path.join(recipe_dir, pipeline.PENDING), "w") as f:
+            json.dump({"pid": 2**22 + 7, "before": before}, f)  # (no such process)
+        pipeline._undo_stopped_run(recipe_dir, repo, "mine", said.append)
+        assert (open(repo.recipe_path("mine")).read() if repo.has("mine") else None) == before
+        assert not os.path.exists(os.path.join(recipe_dir, pipeline.PENDING))
+    assert len(said) == 2 and "an earlier run was stopped" in said[0]
+    with open(os.path.join(recipe_dir, pipeline.PENDING), "w") as f:
+        json.dump({"pid": os.getppid(), "before": None}, f)  # a run still going
+    with pytest.raises(R3Error, match="another r3 recipe of mine is running"):
+        pipeline._undo_stopped_run(recipe_dir, repo, "mine", said.append)
+    assert repo.has("mine")
