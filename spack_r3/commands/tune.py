@@ -373,7 +373,7 @@ def tune(args):
         if spack_part:
             out.update(spack_part)
         print(json.dumps(out, indent=1))
-        return 0 if results else 1
+        return _nothing_tuned(skipped) if not results else 0
     print(results_table(results))
     if spending_table(results):  # where each kernel's evaluations went
         print("\n" + spending_table(results))
@@ -382,7 +382,13 @@ def tune(args):
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
     if spack_part:
         _print_spack_part(spack_part)
-    return 0 if results else 1
+    return _nothing_tuned(skipped) if not results else 0
+
+
+def _nothing_tuned(skipped):
+    """Exit 1, and on stderr's last line why no kernel could be tuned (its tables went to stdout)."""
+    warn("r3 tune: no kernel was tuned: %s" % ("; ".join(skipped) or "see the report"))
+    return 1
 
 
 def _emit_and_check(ws, args, progress, results, device=False):

@@ -55,3 +55,5 @@ def test_a_cut_header_copy_is_one_line_for_tune_not_a_compile_error(tmp_path, cl
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if "not tuned" in line]
     assert "heat.h" in line and "corrupt (checksum mismatch)" in line, proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]  # (and why nothing was tuned, where errors go)
+    assert last.startswith("r3 tune: no kernel was tuned: jacobi_step: capture ") and "heat.h" in last
