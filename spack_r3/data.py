@@ -104,6 +104,20 @@ class Capture:
         return opt_level(self.compile_command[1:])
 
 
+# In a row's flags (``settings.lower``): the build's own -march/-mcpu/-mtune.
+BUILD_TARGET = "$build-target"
+# Each fast-math flag as clang's driver flag (reassoc needs traps off to reassociate).
+FAST_MATH_CLANG = {
+    "reassoc": ("-fno-trapping-math", "-fassociative-math"),
+    "nnan": ("-fno-honor-nans",),
+    "ninf": ("-fno-honor-infinities",),
+    "nsz": ("-fno-signed-zeros",),
+    "arcp": ("-freciprocal-math",),
+    "contract": ("-ffp-contract=fast",),
+    "afn": ("-fapprox-func",),
+}
+
+
 def setting(default: _V, **row: Any) -> _V:
     """A ``Pipeline`` field's default and its row of ``settings.SETTINGS``: the arguments of
     a ``settings.Setting`` but ``fields`` (the field's own name); ``key`` defaults to that
@@ -125,71 +139,93 @@ class Pipeline:
 
     # fmt: off
     opt: str = setting("3", kind="choice", choices=("0", "1", "2", "3", "s", "z"), build=True, offer=("2", "3", "s"),
-                       doc="optimization level")
+                       doc="optimization level", clang="-O%s")
     # None: what the O-level does
     loop_vectorize: Optional[bool] = setting(None, key="vectorize", kind="bool", aliases=("loop_vectorize",),
-                                             offer="tristate", doc="loop vectorizer")
+                                             offer="tristate", doc="loop vectorizer",
+                                             clang={True: ("-fvectorize",), False: ("-fno-vectorize",)})
     slp_vectorize: Optional[bool] = setting(None, key="slp", kind="bool", aliases=("slp_vectorize",),
-                                            offer="tristate", doc="SLP vectorizer")
-    unroll: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop unrolling")
-    interleave: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop interleaving")
+                                            offer="tristate", doc="SLP vectorizer",
+                                            clang={True: ("-fslp-vectorize",), False: ("-fno-slp-vectorize",)})
+    unroll: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop unrolling",
+                                     clang={True: ("-funroll-loops",), False: ("-fno-unroll-loops",)})
+    interleave: Optional[bool] = setting(None, kind="bool", offer="tristate", doc="loop interleaving",
+                                         llvm={False: ("-force-vector-interleave=1",)},
+                                         unlowered="clang interleaves at the cost model's choice")
     inline_threshold: Optional[int] = setting(None, key="inline", kind="int", aliases=("inline_threshold",), low=0,
-                                              high=100000, offer=(None, 25, 225, 500, 1000), doc="inlining threshold")
+                                              high=100000, offer=(None, 25, 225, 500, 1000), doc="inlining threshold",
+                                              llvm="-inline-threshold=%d")
     # searched as a count and the passes themselves (search/space.py: passes, pass0, pass1, ...)
-    passes: Tuple[str, ...] = setting((), kind="passes", doc="extra passes after the standard pipeline")
-    codegen: int = setting(3, kind="int", low=0, high=3, build=True, offer=(1, 2, 3), doc="code generation level")
+    passes: Tuple[str, ...] = setting((), kind="passes", doc="extra passes after the standard pipeline",
+                                      unlowered="extra passes after the pipeline")
+    codegen: int = setting(3, kind="int", low=0, high=3, build=True, offer=(1, 2, 3), doc="code generation level",
+                         unlowered="clang's code generation level follows -O")
     # host, built (the kernel's own target attributes: as the build compiled it), or a name;
     # with features, also set as one by target= (settings.TARGET)
-    cpu: str = setting("host", kind="cpu", droppable=False)
-    features: str = setting("host", kind="features", droppable=False)  # host, built, or +feat,-feat,...
+    cpu: str = setting("host", kind="cpu", droppable=False,
+                       clang={"host": ("-march=native",), "built": (BUILD_TARGET,), "*": ("-march=%s",)})
+    features: str = setting("host", kind="features", droppable=False,  # host, built, or +feat,-feat,...
+                            clang={"host": (), "built": (), "": ()}, unlowered="target features beyond -march")
     # a subset of settings.FAST_MATH_FLAGS
     fast_math: Tuple[str, ...] = setting((), key="fast", kind="fast", aliases=("fast_math",), relaxes_fp=True,
-                                         offer="fast-math", param="fast_math", doc="fast-math flags")
+                                         offer="fast-math", param="fast_math", doc="fast-math flags",
+                                         clang=FAST_MATH_CLANG)
     # built: fuse llvm.fmuladd only where the build's target did (a generic x86-64 build
     # does not), so the results are the application's; on: fuse where the target can;
     # off: split into fmul + fadd
     fma: str = setting("built", kind="choice", choices=("built", "on", "off"), relaxes_fp=True,
-                       offer=("built", "on", "off"), doc="FMA contraction")
+                       offer=("built", "on", "off"), doc="FMA contraction",
+                       clang={"built": (), "on": ("-ffp-contract=fast",), "off": ("-ffp-contract=off",)})
     # mark the kernel's pointer parameters noalias
     noalias: bool = setting(False, kind="bool", offer="bool",
-                            doc="pointer parameters do not alias (verified on every instance)")
+                            doc="pointer parameters do not alias (verified on every instance)",
+                            unlowered="the kernel's pointer parameters marked noalias; restrict in the source says it")
     # An opt stage with Polly (LLVM's polyhedral loop optimizer) before the pipeline:
     polly: bool = setting(False, kind="bool", offer="bool",
-                          doc="Polly polyhedral loop optimizer (opt stage before the pipeline)")
+                          doc="Polly polyhedral loop optimizer (opt stage before the pipeline)", llvm={True: ("-polly",)})
     # None: Polly's default tile size; 0: no tiling; N: tiles of N
     polly_tile: Optional[int] = setting(None, kind="int", low=0, high=4096, polly=True,
-                                        offer=(None, 0, 16, 32, 64, 128, 256), doc="Polly tile size (0: no tiling)")
+                                        offer=(None, 0, 16, 32, 64, 128, 256), doc="Polly tile size (0: no tiling)",
+                                        # -polly-tile-sizes=N sizes the first dimension only
+                                        llvm={0: ("-polly-tiling=false",), "*": ("-polly-default-tile-size=%d",)})
     polly_matmul: bool = setting(True, kind="bool", polly=True, offer="bool",
-                                 doc="Polly's matrix-multiplication pattern optimization")
+                                 doc="Polly's matrix-multiplication pattern optimization",
+                                 llvm={True: ("-polly-pattern-matching-based-opts=true",),
+                                       False: ("-polly-pattern-matching-based-opts=false",)})
     polly_vectorizer: str = setting("none", key="polly_vec", kind="choice", aliases=("polly_vectorizer",),
                                     choices=("none", "stripmine"), polly=True, offer=("none", "stripmine"),
-                                    doc="Polly vectorizer")
+                                    doc="Polly vectorizer", llvm={"none": (), "*": ("-polly-vectorizer=%s",)})
     # Polly's scheduler and code generation options (issue 46), each off by default:
     # -polly-parallel: OpenMP (libomp's GOMP entry points) over an outer parallel loop
     polly_parallel: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
-                                   doc="Polly's OpenMP code for parallel outer loops")
+                                   doc="Polly's OpenMP code for parallel outer loops",
+                                   llvm={True: ("-polly-parallel",)}, clang={True: ("-fopenmp",)})
     # -polly-loopfusion-greedy: fuse every band it can
     polly_fusion: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
-                                 doc="Polly's greedy loop fusion")
+                                 doc="Polly's greedy loop fusion", llvm={True: ("-polly-loopfusion-greedy",)})
     # -polly-opt-outer-coincidence=yes
     polly_coincidence: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
-                                      doc="Polly: outer band members parallel (outer coincidence)")
+                                      doc="Polly: outer band members parallel (outer coincidence)",
+                                      llvm={True: ("-polly-opt-outer-coincidence=yes",)})
     # -polly-2nd-level-tiling
     polly_tile2: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
-                                doc="Polly's 2nd-level tiling")
+                                doc="Polly's 2nd-level tiling", llvm={True: ("-polly-2nd-level-tiling",)})
     # -polly-register-tiling
     polly_regtile: bool = setting(False, kind="bool", polly=True, sparse=True, offer="bool",
-                                  doc="Polly's register tiling")
+                                  doc="Polly's register tiling", llvm={True: ("-polly-register-tiling",)})
     # The build's own compiler with the build's own flags (``stages.build_object``): the
     # code the untuned application runs, which every speedup is against. The fields above
     # only describe it then.
     build_compiler: bool = setting(False, key="compiler", kind="choice", choices={"build": True, "r3": False},
-                                   build=True, expect="build (the build's own compiler and flags) or r3")
+                                   build=True, expect="build (the build's own compiler and flags) or r3",
+                                   unlowered="the build's own compiler and flags")
     # Arguments folded in as constants, ((index, value), ...): a clone of the kernel with
     # them, behind a guard that runs the original for other values (replay/specialize.py);
     # searched over the argument values a capture suggests (KernelFacts.specialize)
     specialize: Tuple[Tuple[int, int], ...] = setting((), kind="specialize", sparse=True,
-                                                      doc="recorded-constant arguments folded into a guarded clone")
+                                                      doc="recorded-constant arguments folded into a guarded clone",
+                                                      unlowered="a clone of the kernel with recorded arguments "
+                                                      "folded in, behind a guard")
     # fmt: on
 
     @property

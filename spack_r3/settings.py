@@ -21,9 +21,9 @@ parameters in its own order (``search/space.py``: a study's fingerprint depends 
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .data import Pipeline
+from .data import BUILD_TARGET, Pipeline
 
 FAST_MATH_FLAGS = ("reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
 
@@ -42,6 +42,12 @@ FAST_MATH_CHOICES: Mapping[str, Tuple[str, ...]] = {
 
 # A search offer: BOOL, or the search's values (labels) and the field value each means.
 Offer = Union[str, Mapping[Any, Any]]
+
+# A setting's lowering to one kind of flags (``lower`` reads it): None (none of that
+# kind); a template the value fills, for any value but None; or value -> flags, where
+# "*" is any other value (its flags templates) and, for a tuple value, each item maps
+# on its own. BUILD_TARGET in flags stands for the build's own -march/-mcpu/-mtune.
+Lowering = Union[None, str, Mapping[Any, Tuple[str, ...]]]
 
 
 def same(*values: Any) -> Dict[Any, Any]:
@@ -74,6 +80,12 @@ class Setting:
     offer: Optional[Offer] = None  # what the search tries (None: not searched as such)
     param: str = ""  # the search parameter's name, where it is not ``key``
     doc: str = ""  # the search parameter, for people (r3 tune's listing of the space)
+    # What a value means as flags, for a compiler that is not replay's llvmlite (the MEP's
+    # clang, Polly's opt stage): clang's driver flags, and LLVM options (opt's own command
+    # line; each one -mllvm to clang). A value neither lowers is ``unlowered``'s reason.
+    clang: Lowering = None
+    llvm: Lowering = None
+    unlowered: str = ""
 
     @property
     def field(self) -> str:
@@ -132,3 +144,73 @@ SETTINGS: Tuple[Setting, ...] = _rows()
 
 BY_KEY: Dict[str, Setting] = {k: s for s in SETTINGS for k in (s.key,) + s.aliases}
 BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS if s.offer is not None}  # by search parameter
+
+
+# -- lowering ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    """A pipeline as flags (``lower``)."""
+
+    clang: Tuple[str, ...]  # clang's command line: driver flags, then the LLVM options (-mllvm each)
+    llvm: Tuple[str, ...]  # the LLVM options alone: opt's command line
+    unlowered: Tuple[str, ...]  # "key=value (why)" for each setting away from its default with no flag
+
+
+def _flags(lowering: Lowering, value: Any, build: Sequence[str]) -> Optional[Tuple[str, ...]]:
+    """The flags ``lowering`` gives ``value`` (None: it gives none, the value is unlowered)."""
+    if lowering is None:
+        return None
+    if isinstance(lowering, str):
+        return () if value is None else (lowering % value,)
+    if isinstance(value, tuple) and value and not any(isinstance(k, tuple) for k in lowering):
+        items = [_flags(lowering, v, build) for v in value]
+        if any(i is None for i in items):
+            return None
+        return tuple(dict.fromkeys(f for i in items for f in i or ()))
+    if value in lowering:
+        flags = lowering[value]
+    elif "*" in lowering and value is not None:
+        flags = tuple(f % value for f in lowering["*"])
+    else:
+        return None
+    out: List[str] = []
+    for f in flags:
+        out += [b for b in build if b.startswith(("-march", "-mcpu", "-mtune"))] if f == BUILD_TARGET else [f]
+    return tuple(out)
+
+
+def _written(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple):
+        return "+".join(":".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in value)
+    return str(value)
+
+
+def lower(pipeline: Pipeline, build_flags: Sequence[str] = (), rows: Sequence[Setting] = ()) -> Lowered:
+    """``pipeline`` as flags, from its rows (``rows``: those alone; default every row);
+    ``build_flags``: the build's own, whose target ``cpu=built`` keeps. Polly's settings
+    lower only with Polly on."""
+    clang: List[str] = []
+    llvm: List[str] = []
+    unlowered: List[str] = []
+    for s in rows or SETTINGS:
+        if len(s.fields) != 1 or (s.polly and not pipeline.polly):
+            continue  # several fields (target=) lower on their fields' own rows
+        value = getattr(pipeline, s.field)
+        got = [_flags(s.clang, value, build_flags), _flags(s.llvm, value, build_flags)]
+        if got == [None, None]:
+            default = Pipeline.__dataclass_fields__[s.field].default
+            if value != default and not (isinstance(default, tuple) and not value):
+                unlowered.append("%s=%s (%s)" % (s.key, _written(value), s.unlowered or "no flag equivalent"))
+            continue
+        clang += got[0] or ()
+        llvm += got[1] or ()
+    clang = list(dict.fromkeys(clang))
+    return Lowered(tuple(clang + [a for o in llvm for a in ("-mllvm", o)]), tuple(llvm), tuple(unlowered))
+
+
+# Polly's stage: the rows whose LLVM options opt takes before llvmlite's pipeline.
+POLLY_ROWS: Tuple[Setting, ...] = tuple(s for s in SETTINGS if s.polly or s.key == "polly")

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import List
 
-from .. import cxxnames
+from .. import cxxnames, settings
 from ..errors import R3Error
 from ..iredit import FunctionDef, find_define, globals_to_addresses
 from ..memimage import _HDR, MAGIC, KIND_HEAP
@@ -46,70 +46,14 @@ class MEPInfo:
 
 # -- the pipeline as compiler flags ------------------------------------------------------
 
-FAST_MATH_FLAG = {
-    "reassoc": "-fassociative-math",
-    "nnan": "-fno-honor-nans",
-    "ninf": "-fno-honor-infinities",
-    "nsz": "-fno-signed-zeros",
-    "arcp": "-freciprocal-math",
-    "contract": "-ffp-contract=fast",
-    "afn": "-fapprox-func",
-}
-
 
 def pipeline_flags(pipeline, build_flags):
-    """(clang flags, settings with no flag equivalent) for ``pipeline``; ``build_flags``:
-    the build's own, which ``cpu=built`` keeps."""
-    flags, unmapped = ["-O%s" % pipeline.opt], []
-    target = [f for f in build_flags if f.startswith(("-march", "-mcpu", "-mtune"))]
-    if pipeline.cpu == "host":
-        flags.append("-march=native")
-    elif pipeline.cpu == "built":
-        flags += target
-    else:
-        flags.append("-march=%s" % pipeline.cpu)
-    if pipeline.features not in ("host", "built", ""):
-        unmapped.append("features=%s (target features beyond -march)" % pipeline.features)
-    for attr, on, off in (
-        ("loop_vectorize", "-fvectorize", "-fno-vectorize"),
-        ("slp_vectorize", "-fslp-vectorize", "-fno-slp-vectorize"),
-        ("unroll", "-funroll-loops", "-fno-unroll-loops"),
-    ):
-        value = getattr(pipeline, attr)
-        if value is not None:
-            flags.append(on if value else off)
-    if pipeline.interleave is False:
-        flags += ["-mllvm", "-force-vector-interleave=1"]
-    elif pipeline.interleave:
-        unmapped.append("interleave=1 (clang interleaves at the cost model's choice)")
-    if pipeline.inline_threshold is not None:
-        flags += ["-mllvm", "-inline-threshold=%d" % pipeline.inline_threshold]
-    if pipeline.passes:
-        unmapped.append("passes=%s (extra passes after the pipeline)" % "+".join(pipeline.passes))
-    if pipeline.codegen != 3 and pipeline.opt != "0":
-        unmapped.append("codegen=%d (clang's code generation level follows -O)" % pipeline.codegen)
-    if pipeline.fast_math:
-        if "reassoc" in pipeline.fast_math:
-            flags += ["-fno-trapping-math"]
-        flags += [FAST_MATH_FLAG[f] for f in pipeline.fast_math if f in FAST_MATH_FLAG]
-    if pipeline.fma == "on":
-        flags.append("-ffp-contract=fast")
-    elif pipeline.fma == "off":
-        flags.append("-ffp-contract=off")
-    if pipeline.noalias:
-        unmapped.append("noalias (the kernel's pointer parameters marked noalias; restrict in the source says it)")
-    if pipeline.polly:
-        flags += ["-mllvm", "-polly"]
-        if pipeline.polly_tile == 0:
-            flags += ["-mllvm", "-polly-tiling=false"]
-        elif pipeline.polly_tile:
-            flags += ["-mllvm", "-polly-default-tile-size=%d" % pipeline.polly_tile]
-        if not pipeline.polly_matmul:
-            flags += ["-mllvm", "-polly-matmul-opt=false"]
-        if pipeline.polly_vectorizer != "none":
-            flags += ["-mllvm", "-polly-vectorizer=%s" % pipeline.polly_vectorizer]
-    keep = [f for f in build_flags if f.startswith("-fopenmp")]
-    return flags + keep, unmapped
+    """(clang flags, settings with no flag equivalent) for ``pipeline``, as its rows lower
+    it (``settings.lower``: the lowering replay's Polly stage takes too); ``build_flags``:
+    the build's own, whose target ``cpu=built`` keeps and whose OpenMP flags stay."""
+    lowered = settings.lower(pipeline, build_flags)
+    keep = [f for f in build_flags if f.startswith("-fopenmp") and f not in lowered.clang]
+    return list(lowered.clang) + keep, list(lowered.unlowered)
 
 
 # -- data --------------------------------------------------------------------------------

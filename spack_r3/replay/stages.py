@@ -44,7 +44,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
-from .. import toolchain
+from .. import settings, toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from ..iredit import target_triple
@@ -448,31 +448,13 @@ def polly_available(clang=None):
 
 
 def polly_options(p):
-    """opt's command line for the Polly stage of pipeline ``p`` (input and output aside).
+    """opt's command line for the Polly stage of pipeline ``p`` (input and output aside):
+    the LLVM options of Polly's rows (``settings.lower``).
 
     Only Polly's own knobs reach opt; the pipeline's tuning options (vectorize, unroll,
     inline...) act in llvmlite's pipeline after it. That keeps the stage's output a
     function of few settings, so the stage cache serves most candidates of a search."""
-    args = ["-O3", "-polly"]
-    if p.polly_tile == 0:
-        args.append("-polly-tiling=false")
-    elif p.polly_tile is not None:
-        # -polly-tile-sizes=N sizes the first dimension only (the rest take the default
-        # size): N for every dimension is the default size.
-        args.append("-polly-default-tile-size=%d" % p.polly_tile)
-    args.append("-polly-pattern-matching-based-opts=%s" % ("true" if p.polly_matmul else "false"))
-    if p.polly_vectorizer != "none":
-        args.append("-polly-vectorizer=%s" % p.polly_vectorizer)
-    # LLVM 19 has no -polly-opt-fusion (isl fuses by default); greedy fusion is its knob now.
-    flags = {
-        "polly_parallel": "-polly-parallel",
-        "polly_fusion": "-polly-loopfusion-greedy",
-        "polly_coincidence": "-polly-opt-outer-coincidence=yes",
-        "polly_tile2": "-polly-2nd-level-tiling",
-        "polly_regtile": "-polly-register-tiling",
-    }
-    args += [flag for name, flag in flags.items() if getattr(p, name, False)]
-    return args
+    return ["-O3"] + list(settings.lower(p, rows=settings.POLLY_ROWS).llvm)
 
 
 _PR_SET_PDEATHSIG = 1

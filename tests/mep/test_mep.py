@@ -373,6 +373,33 @@ def test_mep_of_a_tuned_winner_has_its_patch_pipeline_flags_and_launch(demos, tm
     assert proc.stdout.count("matmul: verified") == 2
 
 
+def test_mep_of_a_polly_winner_builds_with_every_polly_setting_it_was_measured_with(demos, tmp_path, clang):
+    """The MEP's flags and replay's Polly stage lower the same rows (settings.lower): a
+    winner's fusion, tiling and register tiling reach clang as -mllvm options."""
+    from spack_r3.data import Launch, Pipeline, Variant
+    from spack_r3.replay.stages import polly_available, polly_options
+    from spack_r3.search.results import KernelResult, save_results
+
+    if not polly_available(clang):
+        pytest.skip("no opt with Polly for %s" % clang)
+    ws = Workspace(demos)
+    cid = capture_id(demos, "matmul")
+    pipeline = Pipeline(polly=True, polly_tile=32, polly_fusion=True, polly_tile2=True, polly_regtile=True)
+    variant = Variant(pipeline=pipeline, launch=Launch())
+    save_results(
+        ws, [KernelResult("matmul", [cid], 0.9, 1e-3, 4e-4, 2.5, 2.4, 2.6, 10, {}, True, True, variant, pairs=8)]
+    )
+    out = tmp_path / "polly"
+    assert r3("--workspace", demos, "mep", cid, "--variant", "-o", out) == 0
+    cflags = next(l for l in (out / "Makefile").read_text().splitlines() if l.startswith("CFLAGS"))
+    for option in polly_options(pipeline)[1:]:
+        assert "-mllvm %s" % option in cflags, option
+    assert "no compiler flag" not in (out / "README.md").read_text()
+    proc = make_check(out, clang, clang)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "matmul: verified" in proc.stdout
+
+
 def test_mep_of_an_openmp_winner_runs_its_threads(demos, tmp_path, clang):
     from spack_r3.data import Launch, Pipeline, Variant
     from spack_r3.search.results import KernelResult, save_results

@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import subprocess
 from dataclasses import fields, replace
 
 import pytest
@@ -20,7 +21,7 @@ from spack_r3.errors import PipelineError
 from spack_r3.replay.pipeline import _READ, format_spec, parse
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
-from spack_r3.settings import BY_KEY, BY_NAME, FAST_MATH_FLAGS, SETTINGS, same
+from spack_r3.settings import BY_KEY, BY_NAME, FAST_MATH_FLAGS, SETTINGS, lower, same
 
 # Every value of every field, in Pipeline's order: random pipelines drawn from these
 # cover every setting at and away from its default.
@@ -233,3 +234,66 @@ def test_the_replay_page_lists_every_key():
         page = f.read()
     missing = [k for s in SETTINGS for k in (s.key,) + s.aliases if not re.search(r"`%s[=`]" % k, page)]
     assert missing == [], "docs/replay.md's Pipeline SPECs leave out %s" % missing
+
+
+# -- lowering: each row says what its values are as flags --------------------------------
+
+
+def test_every_value_of_every_setting_lowers_to_flags_or_says_why_not():
+    """A setting away from its default either has flags (clang's, or LLVM options) or is
+    listed as unlowered with its row's reason: none is dropped silently."""
+    for name, values in FIELD_VALUES.items():
+        (row,) = [s for s in SETTINGS if s.fields == (name,)]
+        assert row.clang is not None or row.llvm is not None or row.unlowered, name
+        for value in values:
+            p = replace(Pipeline(polly=True), **{name: value})
+            lowered = lower(p, ["-march=x86-64"], rows=(row,))
+            if lowered.unlowered:
+                assert row.unlowered and row.unlowered in lowered.unlowered[0], (name, value)
+            elif value != Pipeline.__dataclass_fields__[name].default and value:
+                assert lowered.clang or value in ("built", ""), (name, value)
+
+
+def test_polly_settings_reach_the_mep_flags_as_they_reach_replays_opt_stage():
+    """The drift this table ends: the MEP once dropped Polly's fusion and tiling options."""
+    from spack_r3.mep.writer import pipeline_flags
+    from spack_r3.replay.stages import polly_options
+
+    p = Pipeline(polly=True, polly_tile=32, polly_fusion=True, polly_tile2=True, polly_regtile=True)
+    p = replace(p, polly_coincidence=True, polly_parallel=True, polly_matmul=False)
+    flags, unlowered = pipeline_flags(p, ["-O2", "-march=x86-64"])
+    opt = polly_options(p)
+    assert opt[0] == "-O3" and unlowered == []
+    for option in opt[1:]:  # each of opt's options is one -mllvm option of clang's
+        assert flags[flags.index(option) - 1] == "-mllvm", option
+    assert "-polly-loopfusion-greedy" in opt and "-polly-register-tiling" in opt
+    assert "-fopenmp" in flags  # Polly's OpenMP code needs the runtime
+    flags, unlowered = pipeline_flags(replace(p, specialize=((1, 64),)), [])
+    assert unlowered == ["specialize=1:64 (a clone of the kernel with recorded arguments folded in, behind a guard)"]
+
+
+def test_clang_and_opt_take_every_lowering(clang, tmp_path):
+    """The flags are real: clang compiles with every pipeline's, and Polly's opt stage
+    takes its options (an unknown LLVM option is an error to both)."""
+    from spack_r3.replay.stages import polly_options, polly_tools
+
+    src = tmp_path / "k.c"
+    src.write_text("void k(int n, double *a, const double *b) { for (int i = 0; i < n; i++) a[i] += 2 * b[i]; }\n")
+    seen = set()
+    for p in random_pipelines(40, seed=5):
+        p = replace(p, cpu="built" if p.cpu == "skylake" else p.cpu)  # not this CPU's business
+        flags = lower(p, ["-march=x86-64"] if os.uname().machine == "x86_64" else []).clang
+        if flags in seen:
+            continue
+        seen.add(flags)
+        proc = subprocess.run([clang, *flags, "-c", str(src), "-o", str(tmp_path / "k.o")], capture_output=True)
+        assert proc.returncode == 0, (flags, proc.stderr.decode())
+    bitcode = tmp_path / "k.bc"
+    subprocess.run(
+        [clang, "-O0", "-Xclang", "-disable-O0-optnone", "-emit-llvm", "-c", str(src), "-o", str(bitcode)], check=True
+    )
+    opt = polly_tools(clang).opt
+    for p in random_pipelines(20, seed=6):
+        argv = [opt, *polly_options(replace(p, polly=True)), str(bitcode), "-o", os.devnull]
+        proc = subprocess.run(argv, capture_output=True)
+        assert proc.returncode == 0, (argv, proc.stderr.decode())
