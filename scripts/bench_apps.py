@@ -106,6 +106,7 @@ def run_app(app, trees, ws, budget, workers, extra, log):
     row["emitted"] = bool(out.get("emitted"))
     row["why_none"] = verdict.get("why") or ("" if out.get("emitted") else "nothing beat the build")
     row["taken_out"] = verdict.get("taken_out", [])
+    row["replaced"] = verdict.get("replaced", [])
     row["flagged"] = verdict.get("flagged", [])
     row["checks"] = [_check(c) for c in verdict.get("checks", [])]
     return row
@@ -159,7 +160,9 @@ def _check(c):
 
 
 def table(rows):
-    lines = ["| app | kernels tuned | instances | application (+r3/~r3) | predicted | fidelity | taken out | variant |"]
+    lines = [
+        "| app | kernels tuned | instances | application (+r3/~r3) | predicted | fidelity | taken out; replaced | variant |"
+    ]
     lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
@@ -177,7 +180,10 @@ def table(rows):
                 "%.2fx [%.2f-%.2f]" % (last["app_speedup"], *last["app_speedup_range"]) if last else "-",
                 "%.2fx" % last["predicted"] if last else "-",
                 "%.2f" % last["fidelity"] if last else "-",
-                ", ".join(t["kernel"] for t in r.get("taken_out", [])) or "-",
+                "; ".join(
+                    [", ".join(t["kernel"] for t in r.get("taken_out", [])) or "-"]
+                    + (["replaced: " + ", ".join(t["kernel"] for t in r["replaced"])] if r.get("replaced") else [])
+                ),
                 "emitted" if r.get("emitted") else "none: " + (r.get("why_none") or "-"),
             )
         )
@@ -201,6 +207,9 @@ def main():
     if unknown:
         sys.exit("bench_apps: unknown app(s): %s" % ", ".join(sorted(unknown)))
     os.makedirs(args.workspace_root, exist_ok=True)
+    kept = []
+    if args.update and os.path.exists(args.out):
+        kept = [r for r in json.load(open(args.out)).get("apps", []) if r["app"] not in wanted]
     rows = []
     for app in [a for a in APPS if a.name in wanted]:
         ws = os.path.join(args.workspace_root, app.name)
@@ -208,9 +217,11 @@ def main():
         row = run_app(app, args.trees, ws, args.budget, args.workers, args.extra, log)
         rows.append(row)
         print(table([row]).splitlines()[-1], flush=True)
-    kept = []
-    if args.update and os.path.exists(args.out):
-        kept = [r for r in json.load(open(args.out)).get("apps", []) if r["app"] not in wanted]
+        doc = write(args, kept + rows)  # after each app: a bench stopped keeps what it ran
+    print(table(doc["apps"]))
+
+
+def write(args, apps):
     doc = {
         "what": __doc__.splitlines()[0],
         "command": "python scripts/bench_apps.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -222,12 +233,12 @@ def main():
             "python": platform.python_version(),
             "quiet": args.quiet_machine,
         },
-        "apps": kept + rows,
+        "apps": apps,
     }
     with open(args.out + ".tmp", "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(args.out + ".tmp", args.out)
-    print(table(doc["apps"]))
+    return doc
 
 
 if __name__ == "__main__":

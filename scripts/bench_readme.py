@@ -537,7 +537,10 @@ def apps():
                 ranged(last["app_speedup"], *last["app_speedup_range"]) if last else "-",
                 x(last["predicted"]) if last else "-",
                 "%.2f" % last["fidelity"] if last else "-",
-                ", ".join(t["kernel"] for t in r.get("taken_out", [])) or "-",
+                "; ".join(
+                    [", ".join(t["kernel"] for t in r.get("taken_out", [])) or "-"]
+                    + (["replaced: " + ", ".join(t["kernel"] for t in r["replaced"])] if r.get("replaced") else [])
+                ),
                 "emitted" if r.get("emitted") else "none: " + (r.get("why_none") or "-"),
             )
         )
@@ -549,7 +552,7 @@ def apps():
             "+r3 over ~r3 (last check)",
             "predicted",
             "fidelity",
-            "taken out",
+            "taken out; replaced",
             "variant",
         ],
         rows,

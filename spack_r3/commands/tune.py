@@ -407,15 +407,15 @@ def _emit_and_check(ws, args, progress, results, device=False):
         progress("the tuned variant is keyed to no GPU: --gpu names %d (emit --gpu TARGET keys it to one)" % len(gpus))
     gpu = gpus[0].name if len(gpus) == 1 else None
 
-    def emit_once(exclude):
-        done = emit(ws, name, args.repo, gpu=gpu, exclude=exclude)
+    def emit_once(exclude, alternate):
+        done = emit(ws, name, args.repo, gpu=gpu, exclude=exclude, alternate=alternate)
         for line in done.skipped:
             progress("not emitted: " + line)
         progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
         return done
 
     try:
-        done = emit_once({})
+        done = emit_once({}, {})
     except R3Error as err:  # nothing beat the baseline: no variant to write
         progress("no tuned variant written: %s" % err)
         return {"emitted": None}
@@ -447,7 +447,7 @@ def _emit_and_check(ws, args, progress, results, device=False):
 
     first = [done]
     verdict = act(
-        lambda exclude: first.pop() if first else emit_once(exclude),
+        lambda exclude, alternate: first.pop() if first else emit_once(exclude, alternate),
         check_once,
         {r.kernel: r for r in results},
         say=progress,
@@ -497,6 +497,25 @@ def _print_spack_part(part):
                         t["cause"],
                     ]
                     for t in taken
+                ],
+            )
+        )
+    replaced = verdict.get("replaced") or []
+    if replaced:
+        print(
+            table(
+                ["replaced in the variant", "check", "ran", "in the application", "by", "replay", "likely cause"],
+                [
+                    [
+                        cxxnames.display(r["kernel"]),
+                        r["round"],
+                        r["was"],
+                        "%.2fx" % r["app_speedup"],
+                        r["now"],
+                        "%.2fx" % r["replay_speedup"],
+                        r["cause"],
+                    ]
+                    for r in replaced
                 ],
             )
         )

@@ -59,13 +59,15 @@ class Emitted:
     skipped: List[str] = field(default_factory=list)  # "kernel: why it is not in the plan"
 
 
-def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None):
+def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None, alternate=None):
     """(Plan, skipped lines, {patch name: text}) from the package's latest record and the
     tune results of its captures. ``gpu`` (sm_90, gfx942; default: the one the recorded
     spec names, ``cuda_arch=90``) keys a plan of device kernels; host plans have none
     (``gpu_required``: a ``gpu`` for a plan of host kernels is an error, not ignored).
-    ``exclude``: {kernel: why} left out (the check in the application took them out)."""
-    exclude = exclude or {}
+    ``exclude``: {kernel: why} left out (the check in the application took them out);
+    ``alternate``: {kernel: n}, the kernel's n-th alternate (``KernelResult.alternates``,
+    from 1) in its winner's place (the check found the winner slower in the application)."""
+    exclude, alternate = exclude or {}, alternate or {}
     record, facts = latest_spack_record(workspace, package)
     if record is None:
         raise R3Error(
@@ -86,7 +88,10 @@ def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None):
         if result.kernel in exclude:
             skipped.append("%s: %s" % (result.kernel, exclude[result.kernel]))
             continue
-        variant = result.variant
+        variant, speedup = result.variant, result.speedup
+        if alternate.get(result.kernel):
+            chosen = result.alternates[alternate[result.kernel] - 1]
+            variant, speedup = chosen.variant, chosen.speedup
         rel = _relative(capture.source_file, facts.get("source_root"))
         unit = units.setdefault(rel, PlannedUnit(rel))
         directory = workspace.capture_dir(capture.id)
@@ -116,8 +121,8 @@ def build_plan(workspace, package, gpu=None, gpu_required=False, exclude=None):
                 result.kernel,
                 variant.pipeline,
                 launch,
-                result.relaxes_fp,
-                result.speedup,
+                variant.pipeline.relaxes_fp,
+                speedup,
                 result.share,
                 variant.source_rule,
             )
@@ -160,11 +165,11 @@ def _relative(path, source_root):
     return os.path.basename(path)
 
 
-def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False, exclude=None):
+def emit(workspace, package, repo_root=None, layout=None, gpu=None, gpu_required=False, exclude=None, alternate=None):
     """Write (or add to) the tuned package, as one transaction (``pkgtxn.rewrite``: a kill
-    at any point leaves the old package or the new one); returns Emitted. ``exclude``: see
-    ``build_plan``."""
-    plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required, exclude)
+    at any point leaves the old package or the new one); returns Emitted. ``exclude`` and
+    ``alternate``: see ``build_plan``."""
+    plan, skipped, patches = build_plan(workspace, package, gpu, gpu_required, exclude, alternate)
     facts = plan.facts
     repo = create_repo(repo_root or default_repo(workspace), NAMESPACE, layout or facts.get("layout") or "v1")
     if repo.namespace == facts.get("namespace"):

@@ -6,7 +6,10 @@ predicted and ran 0.97x in the application: two of its three kernels ran slower 
 ``+r3`` against ``~r3`` in the application, and each tuned kernel inside it; then
 
 1. every kernel measured slower in the application than untuned (the median of its
-   pairs below 1) is taken out of the variant, which is emitted and measured again;
+   pairs below 1) gets its next confirmed candidate in its winner's place
+   (``KernelResult.alternates``; one that shares the winner's thread count is passed over
+   where threads are the likely cause), or, with none left, is taken out of the variant,
+   which is emitted and measured again;
 2. where no kernel alone is slower but the application is not faster, the kernel that
    gained least in the application goes, and again;
 3. when nothing is left, or the application is not faster with no kernel to take out,
@@ -18,11 +21,13 @@ pairs is flagged with the likely cause, read from its tune result: its instances
 call far from the application's, or captures that do not stand for its calls), its threads
 (the winner runs another thread count than the application), its caches.
 
-    verdict = act(lambda exclude: emit(ws, pkg, exclude=exclude), lambda e: check_app(ws, e, ...), results)
+    verdict = act(lambda exclude, alternate: emit(ws, pkg, exclude=exclude, alternate=alternate),
+                  lambda e: check_app(ws, e, ...), results)
 
-``emit_once(exclude)`` writes the variant without the kernels of ``exclude`` ({kernel: why})
-and raises ``R3Error`` when none is left; ``check_once(emitted)`` measures it
-(``check.AppCheck``).
+``emit_once(exclude, alternate)`` writes the variant without the kernels of ``exclude``
+({kernel: why}) and with the alternates of ``alternate`` ({kernel: n}: its n-th, from 1)
+in their winners' places, and raises ``R3Error`` when no kernel is left;
+``check_once(emitted)`` measures it (``check.AppCheck``).
 """
 
 from dataclasses import asdict, dataclass, field
@@ -30,6 +35,7 @@ from typing import Callable, Dict, List, Optional
 
 from ..data import WARM
 from ..errors import R3Error
+from ..search.results import describe_variant
 from .emit import withdraw
 
 AGREE = 1.05  # beyond the range of a kernel's pairs by this factor, replay and the application disagree
@@ -59,6 +65,32 @@ class TakenOut:
 
 
 @dataclass
+class Replaced:
+    """A kernel slower in the application, given its next confirmed candidate instead."""
+
+    kernel: str
+    round: int  # the check that measured it slower
+    app_speedup: float  # what the candidate it replaces ran in the application
+    was: str  # that candidate, in words
+    now: str  # its replacement, in words
+    replay_speedup: float  # the replacement's, in replay
+    cause: str
+
+    def line(self):
+        return (
+            "after check %d ran %s at %.2fx in the application (%s): its next confirmed candidate %s (replay %.2fx)"
+            % (
+                self.round,
+                self.was,
+                self.app_speedup,
+                self.cause,
+                self.now,
+                self.replay_speedup,
+            )
+        )
+
+
+@dataclass
 class Flag:
     """A kernel whose speedup in the application disagrees with replay's beyond its spread."""
 
@@ -74,6 +106,7 @@ class Verdict:
     why: str = ""  # why none is, when none is
     checks: List[dict] = field(default_factory=list)  # each round's AppCheck, as JSON
     taken_out: List[TakenOut] = field(default_factory=list)
+    replaced: List[Replaced] = field(default_factory=list)
     flagged: List[Flag] = field(default_factory=list)  # of the last check
 
     @property
@@ -92,11 +125,12 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
     (``r3 tune --keep-variant``: to inspect it), its disagreements flagged."""
     say = say or (lambda line: None)
     exclude: Dict[str, str] = {}
+    alternate: Dict[str, int] = {}
     verdict = Verdict(emitted=False)
     emitted = None
     while True:
         try:
-            current = emit_once(dict(exclude))
+            current = emit_once(dict(exclude), dict(alternate))
         except R3Error as err:
             if emitted is not None:  # the last variant measured is slower: it goes
                 withdraw(emitted)
@@ -111,7 +145,7 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
         emitted = current
         check = check_once(emitted)
         verdict.checks.append(check.to_json())
-        verdict.flagged = flags(check, results)
+        verdict.flagged = flags(check, results, alternate)
         for f in verdict.flagged:
             say(
                 "%s: %.2fx in the application against %.2fx in replay; likely cause: %s"
@@ -139,6 +173,25 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
             slower = measured[:1]
             why = "the least gain in the application, which was not faster (%.2fx) with it" % check.app_speedup
         for k in slower:
+            cause = cause_of(k, results.get(k.kernel), alternate.get(k.kernel, 0))
+            if why.startswith("slower"):
+                n = next_alternate(results.get(k.kernel), alternate.get(k.kernel, 0), cause)
+                if n is not None:
+                    result = results[k.kernel]
+                    now = result.alternates[n - 1]
+                    swap = Replaced(
+                        k.kernel,
+                        rnd,
+                        k.app_speedup,
+                        describe_variant(_variant(result, alternate.get(k.kernel, 0))),
+                        describe_variant(now.variant),
+                        now.speedup,
+                        cause,
+                    )
+                    verdict.replaced.append(swap)
+                    alternate[k.kernel] = n
+                    say("%s: %s" % (k.kernel, swap.line()))
+                    continue
             taken = TakenOut(
                 k.kernel,
                 rnd,
@@ -147,27 +200,52 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
                 k.app_speedup_max,
                 k.replay_speedup,
                 why,
-                cause_of(k, results.get(k.kernel)),
+                cause,
             )
             verdict.taken_out.append(taken)
             exclude[k.kernel] = taken.line()
             say("taking %s out of the variant: %s" % (k.kernel, exclude[k.kernel]))
 
 
-def flags(check, results) -> List[Flag]:
+def flags(check, results, alternate=None) -> List[Flag]:
     """The kernels of ``check`` whose speedup in the application lies beyond the range of
-    their pairs from replay's (by ``AGREE``), each with its likely cause."""
+    their pairs from replay's (by ``AGREE``), each with its likely cause (``alternate``:
+    see ``act``)."""
+    alternate = alternate or {}
     out = []
     for k in check.kernels:
         if k.app_speedup_min / AGREE <= k.replay_speedup <= k.app_speedup_max * AGREE:
             continue
-        out.append(Flag(k.kernel, k.app_speedup, k.replay_speedup, cause_of(k, results.get(k.kernel))))
+        cause = cause_of(k, results.get(k.kernel), alternate.get(k.kernel, 0))
+        out.append(Flag(k.kernel, k.app_speedup, k.replay_speedup, cause))
     return out
 
 
-def cause_of(kernel_check, result) -> str:
+def _variant(result, n):
+    """The result's winner (``n`` 0) or its n-th alternate."""
+    return result.alternates[n - 1].variant if n else result.variant
+
+
+def next_alternate(result, n, cause) -> Optional[int]:
+    """The alternate (from 1) after the ``n``-th (0: the winner) to try in the kernel's
+    place, or None: the next one not yet tried, passing over those that run the same
+    thread count as the one that lost where threads are the likely ``cause`` (they would
+    lose the same way)."""
+    if result is None:
+        return None
+    lost = _variant(result, n).launch.threads
+    for i in range(n + 1, len(result.alternates) + 1):
+        if cause.startswith("threads") or "; threads" in cause:
+            if result.alternates[i - 1].variant.launch.threads == lost:
+                continue
+        return i
+    return None
+
+
+def cause_of(kernel_check, result, n=0) -> str:
     """The likely cause of a kernel's speedup in the application differing from replay's,
-    from its tune result: instances, threads, caches, in that order."""
+    from its tune result (``n``: its n-th alternate ran, not its winner): instances,
+    threads, caches, in that order."""
     if result is None:
         return "unknown (no tune result)"
     causes = []
@@ -179,7 +257,7 @@ def cause_of(kernel_check, result) -> str:
             % result.replay_ratio
         )
     recorded = next((i.get("threads") for i in result.instances if i.get("threads")), None)
-    threads = result.variant.launch.threads
+    threads = _variant(result, n).launch.threads
     if threads is not None and recorded and threads != recorded:
         causes.append("threads: the winner runs %d thread(s), the application %d" % (threads, recorded))
     if result.cache == WARM and kernel_check.app_speedup < kernel_check.replay_speedup:

@@ -238,8 +238,9 @@ def most_workers(config):
         raise R3Error('--cluster: "adapt" takes a dict whose "maximum" is a number of workers')
 
 
-def open_pool(spec, workspace, timeout, say=None):
-    """The DaskPool over the cluster ``spec`` names."""
+def open_pool(spec, workspace, timeout, say=None, env=None):
+    """The DaskPool over the cluster ``spec`` names; ``env``: the settings its replay
+    servers start their workers with (the application's OpenMP settings)."""
     from .pool import DaskPool
 
     ship_all, size = ship.forced(), 0
@@ -258,6 +259,7 @@ def open_pool(spec, workspace, timeout, say=None):
             owned=cluster,
             ship_all=ship_all,
             size=size,
+            env=env,
         )
     except Exception:
         client.close()

@@ -60,8 +60,9 @@ class ReplayWorker(WorkerPlugin):
 
     name = PLUGIN
 
-    def __init__(self, timeout=60.0, cache_dir=None, pins=None, marker=None):
+    def __init__(self, timeout=60.0, cache_dir=None, pins=None, marker=None, env=None):
         self.timeout = timeout
+        self.env = dict(env or {})  # the application's OpenMP settings (``server.omp_environment``)
         self.cache_dir = cache_dir
         self.pins = pins or {}  # slot -> CPUs: a worker takes the first slot no live worker holds
         self.slots = os.path.join(tempfile.gettempdir(), "r3-pins-%s-" % uuid.uuid4().hex)
@@ -78,7 +79,7 @@ class ReplayWorker(WorkerPlugin):
         if self.marker is None or not self.marker.seen():
             self.store = ship.Store(ship.Store.default_root())
             cache_dir = os.path.join(self.store.root, "stages")  # (the workspace's is not here)
-        self.server = ReplayServer(self.timeout, cpus=cpus, cache_dir=cache_dir)
+        self.server = ReplayServer(self.timeout, cpus=cpus, cache_dir=cache_dir, env=self.env)
         self.lock = threading.Lock()  # one candidate at a time, whatever the worker's threads
         quiet(worker, pinned)
 
@@ -179,6 +180,12 @@ def received(dask_worker):
     return None if store is None else store.received
 
 
+def server_env(dask_worker):
+    """The settings this worker's replay server starts its workers with, beside the
+    worker's own environment (the application's OpenMP settings)."""
+    return dict(dask_worker.plugins[PLUGIN].server.env)
+
+
 def _cores(dask_worker):
     return len(dask_worker.plugins[PLUGIN].server.cpus)
 
@@ -214,7 +221,9 @@ class DaskPool:
     """What the search uses of ``ReplayPool`` (``servers``, ``cores_per_worker``), on the
     workers of a Dask ``client``. ``say``: lines about the cluster (workers lost)."""
 
-    def __init__(self, client, timeout=60.0, cache_dir=None, pins=None, say=None, owned=None, ship_all=False, size=0):
+    def __init__(
+        self, client, timeout=60.0, cache_dir=None, pins=None, say=None, owned=None, ship_all=False, size=0, env=None
+    ):
         self.client = client
         self.size = size  # servers offered however few workers there are (an adaptive cluster's most)
         self._dealt = False
@@ -223,7 +232,7 @@ class DaskPool:
         self._lock = threading.Lock()
         # Workers that read this (the workspace's cache folder) read captures where they lie.
         self.marker = None if ship_all or not cache_dir else ship.Marker.write(cache_dir)
-        self.plugin = ReplayWorker(timeout, cache_dir, pins, self.marker)
+        self.plugin = ReplayWorker(timeout, cache_dir, pins, self.marker, env)
         try:
             client.register_plugin(self.plugin)
             self.cores_per_worker = max(1, min(client.run(_cores).values()))

@@ -35,6 +35,29 @@ from .spending import spending_table
 
 
 @dataclass
+class Alternate:
+    """A confirmed candidate beside the winner that also beats the build: what the check in
+    the application puts in the winner's place when the winner runs slower there
+    (``roundtrip.verdict``)."""
+
+    variant: Variant
+    speedup: float  # confirmation's median of its pairs
+    speedup_min: float  # lowest and highest of its round medians
+    speedup_max: float
+
+    def to_json(self) -> Json:
+        return dict(asdict(self), variant=self.variant.to_json())
+
+    @classmethod
+    def from_json(cls, data: Json) -> "Alternate":
+        return cls(**dict(data, variant=Variant.from_json(data["variant"])))
+
+
+# Alternates a result keeps: each one the check tries costs an application build and run.
+ALTERNATES = 3
+
+
+@dataclass
 class KernelResult:
     kernel: str
     captures: List[str]
@@ -76,6 +99,8 @@ class KernelResult:
     # where the time goes, so the two are reported apart
     serial_speedup: Optional[float] = None
     threaded_speedup: Optional[float] = None
+    # The other confirmed candidates that beat the build, fastest first (at most ALTERNATES)
+    alternates: List[Alternate] = field(default_factory=list)
 
     @property
     def winner(self) -> str:
@@ -85,6 +110,7 @@ class KernelResult:
     def to_json(self) -> Json:
         d = asdict(self)
         d["variant"] = self.variant.to_json()
+        d["alternates"] = [a.to_json() for a in self.alternates]
         d["winner"] = self.winner  # (for readers of the JSON; not read back)
         d["kernel_demangled"] = cxxnames.demangle(self.kernel)
         d["failed_total"] = sum(self.failed.values())
@@ -95,6 +121,7 @@ class KernelResult:
         names = {f.name for f in fields(cls)}
         kept: Dict[str, Any] = {k: v for k, v in data.items() if k in names}
         kept["variant"] = Variant.from_json(data.get("variant") or {})
+        kept["alternates"] = [Alternate.from_json(a) for a in data.get("alternates") or []]
         if "won" not in data:  # written before ``won``: its "baseline" sentinel, and emit's threshold
             kept["won"] = data.get("winner") != BASELINE and beats_build(data.get("speedup", 1.0))
         return cls(**kept)
@@ -117,6 +144,13 @@ def describe_variant(variant: Variant) -> str:
     return " ".join(words)
 
 
+def holds(c: "Confirmed") -> bool:
+    """Whether a confirmed candidate may win: faster in every round, beyond noise overall."""
+    return bool(
+        not c.rejected and not c.screened_out and c.ratios and beats_build(c.speedup) and min(c.round_speedups) > 1.0
+    )
+
+
 def pick(confirmed: Sequence["Confirmed"]) -> Optional["Confirmed"]:
     """The winner among confirmed candidates, or None when none beats the baseline: a
     winner is faster in every confirmation round, and by more than noise overall
@@ -126,11 +160,7 @@ def pick(confirmed: Sequence["Confirmed"]) -> Optional["Confirmed"]:
     not clearly faster than (``noise.clearly_faster``), the variant with fewest settings wins:
     less to build, less to break. (A fixed 2% there could pick a variant 2% slower than
     one that confirmation's pairs told apart by 1%.)"""
-    holding = [
-        c
-        for c in confirmed
-        if not c.rejected and not c.screened_out and c.ratios and beats_build(c.speedup) and min(c.round_speedups) > 1.0
-    ]
+    holding = [c for c in confirmed if holds(c)]
     best = max(holding, key=lambda c: c.speedup, default=None)
     if best is None:
         return None
@@ -214,8 +244,17 @@ def kernel_result(
         pairs=len(measured.ratios),
         specialized=specialized,
         instances=_instances(target, measured),
+        alternates=alternates(confirmed, best),
         **common,
     )
+
+
+def alternates(confirmed: Sequence["Confirmed"], best: "Confirmed") -> List[Alternate]:
+    """The confirmed candidates other than ``best`` that hold as a winner must (every
+    round faster, beyond noise), fastest first."""
+    holding = [c for c in confirmed if c is not best and c.variant != best.variant and holds(c)]
+    holding.sort(key=lambda c: -c.speedup)
+    return [Alternate(c.variant, c.speedup, min(c.round_speedups), max(c.round_speedups)) for c in holding[:ALTERNATES]]
 
 
 def runs_threads(variant: Variant, recorded: Optional[int], parallel: bool) -> bool:

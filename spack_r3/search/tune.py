@@ -623,7 +623,7 @@ def open_pool(workspace, options, say, omp_env=None):
         return ReplayPool(options.workers, timeout=options.timeout, cache_dir=workspace.cache_dir, env=omp_env)
     from ..scale.cluster import open_pool as open_dask_pool  # Dask only where asked for
 
-    pool = open_dask_pool(options.cluster, workspace, options.timeout, say)
+    pool = open_dask_pool(options.cluster, workspace, options.timeout, say, env=omp_env)
     say(pool.describe())
     return pool
 

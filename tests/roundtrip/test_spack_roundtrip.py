@@ -26,7 +26,8 @@ from spack_r3.sourcepatch import make_patch
 from spack_r3.roundtrip import emit as spack_emit
 from spack_r3.roundtrip.check import AppCheck, KernelCheck, check_app, fidelity
 from spack_r3.roundtrip.verdict import act
-from spack_r3.search.results import KernelResult
+from spack_r3.data import Launch, Pipeline, Variant
+from spack_r3.search.results import Alternate, KernelResult
 from spack_r3.spack.repos import write_scope
 from spack_r3.capture import list_captures
 from spack_r3.workspace import Workspace
@@ -367,12 +368,14 @@ def test_the_check_takes_a_kernel_slower_in_the_application_out_of_the_variant(s
     ws = Workspace(site["ws"])
     [result_json] = glob.glob(os.path.join(site["ws"], "results", "*.json"))
     result = json.load(open(result_json))
-    json.dump(dict(result, won=True, speedup=2.0, winner="O3"), open(result_json, "w"))
+    # (the tune confirmed other candidates too: none here, so a slower kernel leaves)
+    assert all(a["speedup"] > 1.0 for a in result.get("alternates", []))
+    json.dump(dict(result, won=True, speedup=2.0, winner="O3", alternates=[]), open(result_json, "w"))
     results = {"matmul": KernelResult.from_json(json.load(open(result_json)))}
     emitted = []
 
-    def emit_once(exclude):
-        emitted.append(spack_emit.emit(ws, "r3-dense", exclude=exclude))
+    def emit_once(exclude, alternate):
+        emitted.append(spack_emit.emit(ws, "r3-dense", exclude=exclude, alternate=alternate))
         return emitted[-1]
 
     verdict = act(emit_once, lambda e: _measured(0.9, {"matmul": 0.8}), results)
@@ -396,6 +399,28 @@ def test_the_check_takes_a_kernel_slower_in_the_application_out_of_the_variant(s
 
     verdict = act(emit_once, lambda e: _measured(0.5, {"matmul": 0.5}), results, acting=False)
     assert verdict.emitted and os.path.exists(emitted[-1].plan_path)
+
+    # slower in the application, with a confirmed alternate: the alternate takes its place,
+    # and the plan built and predicted is the alternate's
+    alternate = Alternate(Variant(pipeline=Pipeline(opt="2", unroll=False), launch=Launch()), 1.6, 1.5, 1.7)
+    json.dump(dict(result, won=True, speedup=2.0, alternates=[alternate.to_json()]), open(result_json, "w"))
+    results = {"matmul": KernelResult.from_json(json.load(open(result_json)))}
+
+    def measure(e):
+        [kernel] = [k for u in e.plan.units for k in u.kernels]
+        return _measured(1.2, {"matmul": 1.3}) if kernel.pipeline.opt == "2" else _measured(0.9, {"matmul": 0.8})
+
+    verdict = act(emit_once, measure, results)
+    assert verdict.emitted and not verdict.taken_out and len(verdict.checks) == 2
+    [swap] = verdict.replaced
+    assert swap.kernel == "matmul" and swap.round == 1 and swap.app_speedup == 0.8
+    assert swap.now.startswith("O2") and swap.replay_speedup == 1.6
+    plan = json.load(open(emitted[-1].plan_path))
+    [kernel] = [k for u in plan["units"] for k in u["kernels"]]
+    assert kernel["pipeline"]["opt"] == "2" and kernel["speedup"] == 1.6
+    # the alternate slower too: nothing left to try, the kernel leaves and the variant goes
+    verdict = act(emit_once, lambda e: _measured(0.9, {"matmul": 0.8}), results)
+    assert not verdict.emitted and len(verdict.replaced) == 1 and verdict.taken_out[0].round == 2
 
 
 def test_cmake_package_round_trip(site):

@@ -40,7 +40,7 @@ except ImportError:
 
 from spack_r3.scale import ship  # noqa: E402
 from spack_r3.scale.cluster import connect, open_pool  # noqa: E402
-from spack_r3.scale.pool import DaskPool, received  # noqa: E402
+from spack_r3.scale.pool import DaskPool, received, server_env  # noqa: E402
 
 
 def test_a_tune_on_a_local_dask_cluster_gives_confirmed_winners(recorded, tmp_path):
@@ -210,9 +210,11 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
     ) as running:
-        with open_pool(running.scheduler_address, ws, timeout=60) as pool:
+        omp = {"OMP_WAIT_POLICY": "passive", "OMP_PROC_BIND": "close"}  # the application's, as recorded
+        with open_pool(running.scheduler_address, ws, timeout=60, env=omp) as pool:
             assert len(pool.servers) == 1
             assert pool.cores_per_worker == len(os.sched_getaffinity(0))
+            assert list(pool.client.run(server_env).values()) == [omp]  # its replay workers run OpenMP so
             target = _target(ws.root)
             assert _baseline_problem(pool, target, 60) is None  # the baseline verifies there
             assert target.submit(pool.servers[0], None, pairs=2).status == OK
