@@ -24,14 +24,11 @@ Nothing here knows about recorded memory: a ``KernelIR`` is a kernel's module an
 for an opt stage, the bitcode it came from.
 """
 
-import ctypes
-import ctypes.util
 import functools
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -47,6 +44,7 @@ from ..errors import ToolchainError
 from .. import settings, toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
+from ..lifetime import die_with_parent
 from ..iredit import target_triple
 from .module import (
     apply_launch_edits,
@@ -457,15 +455,6 @@ def polly_options(p):
     return ["-O3"] + list(settings.lower(p, rows=settings.POLLY_ROWS).llvm)
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent():
-    """In the tool's process: killed with its parent (a candidate killed at its deadline)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 # opt warns about CPU names and features of a newer LLVM (the host's, as llvmlite names
 # them) and ignores them: not errors.
 _WARNING = re.compile(r"is not a recognized (?:feature|processor) for this target|^\s*$")
@@ -482,7 +471,7 @@ def _run_tool(argv, timeout, data=None, stage=None):
             stdin=None if data is not None else subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,  # (a candidate killed at its deadline)
         )
     except subprocess.TimeoutExpired:
         raise CompileError("%s took longer than %.0fs (R3_POLLY_TIMEOUT)" % (what, timeout))

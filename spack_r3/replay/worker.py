@@ -34,6 +34,7 @@ from .. import cxxnames
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
 from ..errors import CaptureError, R3Error
+from ..lifetime import die_with_parent
 from ..toolchain import find_libomp
 from . import confine, engine, poison, stages
 from .pipeline import as_built
@@ -260,7 +261,7 @@ MAX_FD = 1 << 20  # os.closerange closes with close_range(2): the bound costs no
 def go_with(parent):
     """In a child forked from ``parent``: killed when it dies. A candidate leads a process
     group of its own, which the worker's own end (``_exit_with_parent``) does not reach."""
-    stages._die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:  # (it died before the line above)
         os._exit(1)
 
