@@ -531,7 +531,7 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     (a #line before it where a knob moved it), so the variant's region has the capture's
     name, and each replays verified."""
     from spack_r3.search.mutators import Feedback
-    from spack_r3.search.mutators.rules import RulesMutator
+    from spack_r3.search.mutators.ruleset import RulesMutator
     from spack_r3.search.remix import keep_region_lines, kernel_source
     from spack_r3.sourcepatch import make_patch
 
