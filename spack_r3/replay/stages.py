@@ -45,7 +45,7 @@ from .. import settings, toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from ..lifetime import die_with_parent
-from ..iredit import target_triple
+from ..iredit import rename_globals, target_triple
 from .module import (
     apply_launch_edits,
     apply_pipeline_edits,
@@ -435,6 +435,24 @@ def polly_tools(clang=None):
         return toolchain.find_llvm_tools(version, newest)
     except ToolchainError as err:
         raise CompileError("polly needs opt-%d, llvm-link-%d and llvm-dis-%d: %s" % (version, version, version, err))
+
+
+def renamed_bitcode(bitcode, renames, clang=None):
+    """``bitcode`` (``clang``'s) with the globals of ``renames`` ({old: new}) renamed, as
+    bitcode of ``clang``'s own LLVM where its tools are here: llvmlite writes its newer
+    LLVM's, which the Polly stage's LLVM 19 tools cannot read ("Unknown attribute kind")."""
+    try:
+        tools = polly_tools(clang)
+    except CompileError:
+        tools = None
+    if tools is None:
+        mod = llvm.parse_bitcode(bitcode)
+        for fn in mod.functions:
+            if fn.name in renames:
+                fn.name = renames[fn.name]
+        return mod.as_bitcode()
+    text = _run_tool([tools.dis, "-", "-o", "-"], POLLY_TIMEOUT_S, bitcode).decode()
+    return _run_tool([tools.opt, "-", "-o", "-"], POLLY_TIMEOUT_S, rename_globals(text, renames).encode())
 
 
 def polly_available(clang=None):
