@@ -149,14 +149,16 @@ class KernelCalls:
         """The call of ``stratum`` costing ``cost`` to capture. Calls with one argument tuple
         share their median cost, so many calls tie: the one in the middle of them in time,
         not the first (LULESH's hourglass force, called alike every step, was captured at
-        its second step, when the mesh has not moved yet: its call changed nothing). Ties
-        that repeat the call just before them with the same arguments (EOS energy, run
-        ``rep`` times over one region: a repeat writes what is already there) come after
-        those that do not."""
+        its second step, when the mesh has not moved yet: its call changed nothing). Where
+        the ties are runs of back-to-back calls with one argument tuple (EOS energy, run
+        ``rep`` times over each region: a repeat writes what its run's first call wrote),
+        the middle run's first call; one run (a call a step) is not repeats."""
         ties = sorted((c for c in stratum if c[1] == cost), key=lambda c: c[0])
         before = {i: a for i, _, a in self.calls}
-        fresh = [c for c in ties if before.get(c[0] - 1, ()) != c[2]]
-        return (fresh or ties)[len(fresh or ties) // 2]
+        starts = [c for c in ties if before.get(c[0] - 1) != c[2]]
+        if len(starts) > 1:
+            ties = starts
+        return ties[len(ties) // 2]
 
     def varying_args(self):
         """The argument slots (of the first few) that take more than one value over the
