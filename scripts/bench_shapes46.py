@@ -46,7 +46,7 @@ from spack_r3.replay.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
 from spack_r3.search.mutators import Feedback  # noqa: E402
-from spack_r3.search.mutators.rules import RulesMutator  # noqa: E402
+from spack_r3.search.mutators.ruleset import RulesMutator  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
 from spack_r3.search.remix import REWRITE_CLASSES, Remix, RemixOptions, kernel_source  # noqa: E402
 from spack_r3.search.spending import CONFIRMATION  # noqa: E402

@@ -45,6 +45,20 @@ if [ ! -f /usr/include/hip/hip_runtime_api.h ]; then
   fi
 fi
 
+# 1c'. ROCm's device libraries (Debian's rocm-device-libs: ocml, ockl, oclc_*), which clang
+#     links into an AMD GPU's device code as the build would: a kernel calling sin() has its
+#     real register count only with them (device/deviceir.py); no AMD GPU is needed.
+if ! ls /usr/lib/*/amdgcn/bitcode/ocml.bc /opt/rocm/amdgcn/bitcode/ocml.bc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing rocm-device-libs with apt (AMD GPU math, for the device screening's tests)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rocm-device-libs >/dev/null \
+      || say "rocm-device-libs could not be installed: AMD device code calling math is screened unresolved"
+  else
+    say "no ROCm device libraries: AMD device code calling math is screened unresolved (Debian: sudo apt-get install rocm-device-libs)"
+  fi
+fi
+
 # 1d. LLVM's linker (Debian's lld-19) for the device link of a HIP unit (clang's own, and the
 #     +r3 build's code object: emit/hip.py, tests/device/test_hip_apply.py); no GPU is needed.
 if ! command -v ld.lld-19 >/dev/null && ! command -v ld.lld >/dev/null; then

@@ -14,6 +14,11 @@ class CaptureError(R3Error):
     """A capture is unknown, truncated or corrupt."""
 
 
+class RewriteUncheckable(CaptureError):
+    """A capture against which no source rewrite can be checked: its call changed nothing
+    replay compares. The kernel's pipelines are still tuned on it."""
+
+
 class PipelineError(R3Error):
     """A pipeline SPEC names something that does not exist."""
 

@@ -265,6 +265,21 @@ def split_module(text):
     return out
 
 
+def reachable(text, root):
+    """The names ``root``'s definition in ``text`` refers to, and theirs in turn: what it
+    may call (functions, declared or defined, and the globals on the way)."""
+    bodies = {name: body for kind, name, body in split_module(text) if kind == "function"}
+    seen, todo = set(), [root]
+    while todo:
+        name = todo.pop()
+        for ref in GLOBAL_REF.findall(bodies.get(name, "").split("\n", 1)[-1]):
+            callee = ref_name(ref)
+            if callee not in seen:
+                seen.add(callee)
+                todo.append(callee)
+    return seen
+
+
 def external_global(line):
     """``@g = <linkage> global T init, align N`` -> ``@g = external global T, align N``."""
     m = re.match(r"^(%s) = (.*)$" % GLOBAL_NAME, line)
@@ -594,6 +609,23 @@ def amdgpu_kernels(text):
     auto-upgrade then makes them ``ptx_kernel`` functions, which AMDGPU cannot lower: they
     become ``amdgpu_kernel`` again."""
     return re.sub(r"\bptx_kernel\b", "amdgpu_kernel", text)
+
+
+# A call of inline asm that is only a comment, with one operand tied to its result (ROCm's
+# ockl: "; ockl readfirstlane hoisting hack $0", "=v,0"): an identity, which stops LLVM
+# moving the value, and emits no instruction.
+_COMMENT_ASM = re.compile(
+    r"^(\s*%[\w.$-]+) = (?:tail |notail |musttail )?call (\w+) asm (?:sideeffect )?\"\s*;[^\"]*\", "
+    r"\"=[a-z],0\"\(\2 (?:noundef )?(%[\w.$-]+)\)[^\n]*$",
+    re.M,
+)
+
+
+def drop_comment_asm(text):
+    """``text`` with each comment-only inline asm identity (``_COMMENT_ASM``) a ``freeze``
+    of its operand: llvmlite's LLVM has no assembler for a GPU target, so it cannot emit an
+    object of inline asm, and these emit nothing."""
+    return _COMMENT_ASM.sub(r"\1 = freeze \2 \3", text)
 
 
 def init_native():

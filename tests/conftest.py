@@ -8,6 +8,7 @@ import pytest
 from spack_r3.errors import ToolchainError
 from spack_r3.spack.locate import find_spack_root
 from spack_r3 import toolchain
+from spack_r3.device.tools import _wheel_dir
 from spack_r3.toolchain import find_clang
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -62,6 +63,31 @@ def spack_root():
         pytest.skip(msg)
     os.environ.setdefault("SPACK_PYTHON", sys.executable)
     return root
+
+
+@pytest.fixture(scope="session")
+def cuda_path(tmp_path_factory):
+    """A CUDA-like tree of NVIDIA's wheels, as ``--cuda-path`` reads one: include/ (the
+    runtime's cuda.h, cuda_runtime_api.h, crt/; curand's headers, which clang's CUDA
+    wrapper headers include; Thrust and CUB), bin/ptxas, nvvm/ (libdevice), and
+    lib64/libcudart.so.12."""
+    wheels = {name: _wheel_dir("nvidia." + name) for name in ("cuda_runtime", "cuda_nvcc", "curand", "cuda_cccl")}
+    missing = sorted(name for name, d in wheels.items() if not d)
+    if missing:
+        pytest.skip("needs NVIDIA's CUDA wheels (scripts/setup.sh installs them): no %s" % ", ".join(missing))
+    tree = tmp_path_factory.mktemp("cuda")
+    os.makedirs(tree / "include")
+    os.makedirs(tree / "lib64")
+    for name in ("cuda_runtime", "cuda_nvcc", "curand", "cuda_cccl"):
+        d = os.path.join(wheels[name], "include")
+        for entry in os.listdir(d):
+            if not os.path.exists(tree / "include" / entry):
+                os.symlink(os.path.join(d, entry), tree / "include" / entry)
+    os.symlink(os.path.join(wheels["cuda_nvcc"], "bin"), tree / "bin")
+    os.symlink(os.path.join(wheels["cuda_nvcc"], "nvvm"), tree / "nvvm")
+    os.symlink(os.path.join(wheels["cuda_runtime"], "lib", "libcudart.so.12"), tree / "lib64" / "libcudart.so.12")
+    os.symlink("libcudart.so.12", tree / "lib64" / "libcudart.so")  # what -lcudart finds
+    return str(tree)
 
 
 @pytest.fixture

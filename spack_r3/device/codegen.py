@@ -28,7 +28,7 @@ from typing import Dict
 
 from ..data import Pipeline
 from ..errors import R3Error
-from ..iredit import add_to_attribute_groups, amdgpu_kernels, mark_noalias, set_thread_limit
+from ..iredit import add_to_attribute_groups, amdgpu_kernels, drop_comment_asm, mark_noalias, set_thread_limit
 from . import tools
 from .occupancy import Resources
 from .targets import NVIDIA
@@ -301,7 +301,7 @@ def _one(llvm, stages, apply_pipeline_edits, built_target, job, bitcode, kernels
     """One pipeline's code (bytes) of the job's module."""
 
     def fix(text):
-        return amdgpu_kernels(text) if amd else text
+        return drop_comment_asm(amdgpu_kernels(text)) if amd else text
 
     def edits(text):
         features = built_target(text, kernels[0])[1] if kernels else ""

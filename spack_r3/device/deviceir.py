@@ -8,12 +8,19 @@ clang compiles the device side only, before any LLVM pass (``-Xclang
   with ``llvm-link --only-needed --internalize``, as clang's own ``-mlink-builtin-bitcode``
   does: without it every runtime call is external and the resources are the worst case
   (measured: 64 VGPRs and a dynamic stack on gfx942 for a saxpy region, 12 VGPRs linked).
-- CUDA / HIP units: ``-x cuda --cuda-device-only --cuda-gpu-arch=sm_XX -nocudalib`` for
-  NVIDIA, ``-x hip --offload-device-only --offload-arch=gfxNNN -nogpulib`` for AMD (a CUDA
-  unit for an AMD target compiles as HIP, as hipcc would); CUDA's libdevice is linked the
-  same way where the code calls its math functions. The unit's own flags (include paths,
-  macros, language standard, ``--cuda-path``, ``-nocudainc``) are kept; host target flags
-  (-march, ...) and outputs are dropped.
+- CUDA / HIP units: ``-x cuda --cuda-device-only --cuda-gpu-arch=sm_XX`` for NVIDIA,
+  ``-x hip --offload-device-only --offload-arch=gfxNNN`` for AMD (a CUDA unit for an AMD
+  target compiles as HIP, as hipcc would), with the device math libraries linked as the
+  build's clang links them: CUDA's libdevice from the CUDA installation clang finds (which
+  also tells it the CUDA version: without it, ``-nocudalib``, clang-19 expects the launch
+  API of CUDA 9 and real headers fail on ``<<<>>>``), ROCm's ocml/ockl
+  (``--rocm-device-lib-path``, ``tools.find_rocm_device_libs``). Where clang finds no
+  libdevice, ``-nocudalib`` and r3 links the wheel's libdevice itself; where no ROCm device
+  libraries are installed, ``-nogpulib``. A math call left unresolved either way is named
+  in ``DeviceIR.unresolved``: the screen never judges code by figures that are not the real
+  code's. The unit's own flags (include paths, macros, language standard, ``--cuda-path``,
+  ``--rocm-path``, ``-nocudainc``) are kept; host target flags (-march, ...) and outputs are
+  dropped.
 """
 
 import os
@@ -25,7 +32,7 @@ from typing import Optional, Tuple
 
 from .. import toolchain
 from ..errors import R3Error
-from ..iredit import GLOBAL_NAME, ref_name
+from ..iredit import GLOBAL_NAME, reachable, ref_name
 from . import tools
 from .targets import NVIDIA
 
@@ -90,6 +97,19 @@ class DeviceIR:
     bitcode: bytes
     kernels: Tuple[str, ...]  # entry kernels (mangled names)
     clang: Optional[str] = None
+    # Device library functions it calls that no library defined here (__ocml_sin_f64: no
+    # ROCm device libraries): its registers and stack are not those of the real code
+    unresolved: Tuple[str, ...] = ()
+
+    def unresolved_in(self, kernel):
+        """Those of ``unresolved`` that ``kernel`` may call (HIP's own __assert_fail calls
+        ockl's printf functions, which a kernel without an assert never reaches)."""
+        if not self.unresolved:
+            return ()
+        import llvmlite.binding as llvm
+
+        text = str(llvm.parse_bitcode(self.bitcode))
+        return tuple(n for n in self.unresolved if n in reachable(text, kernel))
 
 
 def unit_kind(source, command=()):
@@ -147,7 +167,16 @@ def unit_flags(source, command):
     return keep
 
 
-def _device_flags(kind, target, flags):
+# Device math libraries' functions (CUDA's libdevice, ROCm's ocml, ockl and oclc)
+_LIBRARY_CALL = re.compile(r"^declare [^@\n]*@(__nv_\w+|__ocml_\w+|__ockl_\w+|__oclc_\w+)\(", re.M)
+# What clang says when it finds no device library for the arch: CUDA's (then r3 links the
+# wheel's libdevice), or ROCm's (Debian's ROCm 5.2 libraries know no gfx942: unresolved)
+_NO_LIBRARY = ("cannot find libdevice", "cannot find CUDA installation", "cannot find ROCm device library")
+
+
+def _device_flags(kind, target, flags, libraries=True):
+    """clang's flags for ``target``'s device side; ``libraries``: clang links the device
+    math libraries itself (else -nocudalib / -nogpulib)."""
     arch = target.name
     if kind == OPENMP:
         return [
@@ -158,15 +187,14 @@ def _device_flags(kind, target, flags):
             "-nogpulib",
         ]
     if target.vendor == NVIDIA:
-        return [
-            "-x",
-            "cuda",
-            "--cuda-device-only",
-            "--cuda-gpu-arch=%s" % arch,
-            "-nocudalib",
-            "-Wno-unknown-cuda-version",
-        ]
-    return ["-x", "hip", "--offload-device-only", "--offload-arch=%s" % arch, "-nogpulib"]
+        out = ["-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=%s" % arch, "-Wno-unknown-cuda-version"]
+        return out + ([] if libraries else ["-nocudalib"])
+    out = ["-x", "hip", "--offload-device-only", "--offload-arch=%s" % arch]
+    named = any(f.startswith(("--rocm-path", "--rocm-device-lib-path", "--hip-device-lib")) for f in flags)
+    found = None if named else tools.find_rocm_device_libs()
+    if libraries and (named or found):
+        return out + ([] if named else ["--rocm-device-lib-path=%s" % found])
+    return out + ["-nogpulib"]
 
 
 def device_ir(source, command, target, cwd=None, clang=None):
@@ -182,13 +210,22 @@ def device_ir(source, command, target, cwd=None, clang=None):
         flags.append("-nocudainc" if target.vendor == NVIDIA else "-nogpuinc")
     with tempfile.TemporaryDirectory(prefix="r3-device-") as tmp:
         out = os.path.join(tmp, "device.bc")
-        argv = (
-            [clang]
-            + flags
-            + _device_flags(kind, target, flags)
-            + ["-emit-llvm", "-Xclang", "-disable-llvm-passes", "-c", os.path.abspath(source), "-o", out]
-        )
-        _run(argv, cwd or os.path.dirname(os.path.abspath(source)), "%s for %s" % (os.path.basename(source), target))
+        where, what = cwd or os.path.dirname(os.path.abspath(source)), "%s for %s" % (os.path.basename(source), target)
+
+        def compile_device(libraries):
+            argv = [clang] + flags + _device_flags(kind, target, flags, libraries)
+            _run(
+                argv + ["-emit-llvm", "-Xclang", "-disable-llvm-passes", "-c", os.path.abspath(source), "-o", out],
+                where,
+                what,
+            )
+
+        try:
+            compile_device(True)
+        except DeviceIRError as err:
+            if kind == OPENMP or not any(m in str(err) for m in _NO_LIBRARY):
+                raise
+            compile_device(False)  # none for this arch: the wheel's libdevice below, or unresolved
         libs = []
         if kind == OPENMP:
             rtl = tools.device_runtime(clang, target)
@@ -198,12 +235,10 @@ def device_ir(source, command, target, cwd=None, clang=None):
                     "libomptarget-nvptx-sm_XX.bc and libomptarget-amdgpu-gfxNNN.bc)" % target
                 )
             libs.append(rtl)
-        if target.vendor == NVIDIA:
-            with open(out, "rb") as f:
-                if b"__nv_" in f.read():
-                    libdevice = tools.find_libdevice()
-                    if libdevice:
-                        libs.append(libdevice)
+        if target.vendor == NVIDIA and any(n.startswith("__nv_") for n in _library_calls(out)):
+            libdevice = tools.find_libdevice()
+            if libdevice:
+                libs.append(libdevice)
         if libs:
             linked = os.path.join(tmp, "linked.bc")
             _run(
@@ -212,9 +247,20 @@ def device_ir(source, command, target, cwd=None, clang=None):
                 "linking the device libraries for %s" % target,
             )
             out = linked
+        unresolved = _library_calls(out)
         with open(out, "rb") as f:
             bitcode = f.read()
-    return DeviceIR(target, kind, bitcode, kernels_of(bitcode), clang)
+    return DeviceIR(target, kind, bitcode, kernels_of(bitcode), clang, unresolved)
+
+
+def _library_calls(path):
+    """The device library functions the bitcode at ``path`` declares and does not define."""
+    proc = subprocess.run([tools.llvm_tool("llvm-dis"), path, "-o", "-"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DeviceIRError(
+            "llvm-dis cannot read the device bitcode: %s" % (proc.stderr.strip().splitlines() or ["?"])[-1]
+        )
+    return tuple(sorted(set(_LIBRARY_CALL.findall(proc.stdout))))
 
 
 def kernels_of(bitcode):

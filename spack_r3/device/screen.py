@@ -5,7 +5,10 @@ there well (it spills) or at all (its geometry cannot launch).
 target (``deviceir``), generates code under the candidate's pipeline (``codegen``) and
 judges each kernel: rejected when it spills registers, when no SM/CU can hold a block of
 its geometry, or when it does not compile for the target; else accepted, with its
-resources and theoretical occupancy.
+resources and theoretical occupancy. Code that calls a device math function no library
+here defines (``DeviceIR.unresolved``: ROCm's device libraries not installed) is never
+rejected on its figures, which are not the real code's: it is accepted, with what is
+unresolved named.
 """
 
 import re
@@ -42,6 +45,7 @@ class Verdict:
     reason: str = ""  # why rejected
     resources: Optional[Resources] = None
     occupancy: Optional[Occupancy] = None
+    unresolved: Tuple[str, ...] = ()  # device library calls left unresolved: the figures are not the real code's
 
     def to_json(self):
         return {
@@ -51,6 +55,7 @@ class Verdict:
             "reason": self.reason,
             "resources": self.resources.to_json() if self.resources else None,
             "occupancy": self.occupancy.to_json() if self.occupancy else None,
+            "unresolved": list(self.unresolved),
         }
 
 
@@ -96,13 +101,17 @@ def screen(unit, pipeline, geometry, targets, kernel=None):
                 Verdict(target.name, kernel or "*", False, "no device kernel %s in %s" % (kernel or "", unit.source))
             )
         for name in names:
-            verdicts.append(judge(name, target, code.resources[name], geometry))
+            verdicts.append(judge(name, target, code.resources[name], geometry, dev.unresolved_in(name)))
     return verdicts
 
 
-def judge(name, target, res, geometry):
-    """The Verdict of one kernel's resources on ``target`` at ``geometry``."""
+def judge(name, target, res, geometry, unresolved=()):
+    """The Verdict of one kernel's resources on ``target`` at ``geometry``; ``unresolved``:
+    the device library calls its code leaves unresolved (then never rejected: an
+    unresolved call costs registers and stack the real, linked code does not)."""
     occ = occupancy(res, target, geometry)
+    if unresolved:
+        return Verdict(target.name, name, True, "", res, occ, tuple(unresolved))
     if res.spills:
         cap = " with at most %d registers" % geometry.max_registers if geometry.max_registers else ""
         if target.vendor == "nvidia":

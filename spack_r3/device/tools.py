@@ -55,6 +55,21 @@ def find_libdevice():
     return None
 
 
+def find_rocm_device_libs():
+    """The folder of ROCm's device libraries (ocml.bc, ockl.bc, oclc_*.bc): what clang links
+    into AMD GPU code as the build would (``--rocm-device-lib-path``), or None.
+    ``$R3_ROCM_DEVICE_LIBS`` names it (empty: none, to screen without them)."""
+    if "R3_ROCM_DEVICE_LIBS" in os.environ:
+        given = os.environ["R3_ROCM_DEVICE_LIBS"]
+        return given if given and os.path.exists(os.path.join(given, "ocml.bc")) else None
+    candidates = glob.glob("/opt/rocm*/amdgcn/bitcode") + glob.glob("/usr/lib/*/amdgcn/bitcode")
+    candidates += ["/usr/lib/amdgcn/bitcode"]
+    for d in candidates:
+        if os.path.exists(os.path.join(d, "ocml.bc")):
+            return d
+    return None
+
+
 def llvm_tool(name):
     """``llvm-link``, ``llvm-readelf``, ``llvm-dis``: of LLVM 19 (the record clang's) or newer."""
     for v in LLVM_VERSIONS:

@@ -59,6 +59,7 @@ from ..iredit import (
     rename_globals,
 )
 from ..record.runtime import RUNTIME_FILES
+from .bitcode import unit_bitcode
 from .plan import Plan, load_plan
 
 PLAN_ENV = "R3_APPLY_PLAN"
@@ -71,10 +72,12 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 # function replay measured with), the IR edits, the probes and runtime of timed builds.
 _BUILD_SOURCES = (
     "emit/apply.py",
+    "emit/bitcode.py",
     "replay/stages.py",
     "replay/module.py",
     "replay/pipeline.py",
     "settings.py",
+    "data.py",  # (each setting's row: its lowering, the Polly stage's options)
     "replay/specialize.py",
     "iredit.py",
     "record/instrument.py",
@@ -197,7 +200,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
         missing = [k for k in kernels if not any(defines_function(l, names[k]) for l in lines)]
         if missing:
             raise ApplyError("%s does not define %s (the source changed since tuning?)" % (source, ", ".join(missing)))
-        bitcode = unit_bitcode(compiler, text, tmp)
+        bitcode = unit_bitcode(compiler, text, tmp, _run)
         if probes:
             text = _with_probes(text, bitcode, [names[k] for k in kernels])
         rest = os.path.join(tmp, "rest.ll")
@@ -262,21 +265,6 @@ def planned_symbol(name):
     from ..record.offload import region_key
 
     return region_key(re.sub(r"\.r3\.[0-9a-f]{8}$", "", name))
-
-
-def unit_bitcode(compiler, text, tmp):
-    """The bitcode ``compiler`` (the build's clang) makes of a unit's edited IR ``text``, in
-    ``tmp``: what the tuned kernels are cut from (r3-apply's host and offload units)."""
-    path = os.path.join(tmp, "shared.ll")
-    with open(path, "w") as f:
-        f.write(text)
-    bc = os.path.join(tmp, "shared.bc")
-    _run(
-        [compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module", path, "-o", bc],
-        "the unit's bitcode",
-    )
-    with open(bc, "rb") as f:
-        return f.read()
 
 
 def _with_probes(text, bitcode, kernels):

@@ -39,7 +39,7 @@ def build_unit(line, source, obj, unit, run, apply_error):
     ``run(argv, what)`` runs a tool (raising ``apply_error`` with one line)."""
     from ..replay.engine import init_llvm
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
-    from .apply import unit_bitcode
+    from .bitcode import unit_bitcode
 
     init_llvm()
     compiler = line.compiler
@@ -57,7 +57,7 @@ def build_unit(line, source, obj, unit, run, apply_error):
         )
         with open(dev_ll) as f:
             text = f.read()  # clang's own text: the rest is compiled by it (llvmlite prints a newer IR)
-        bitcode = unit_bitcode(compiler, text, tmp)
+        bitcode = unit_bitcode(compiler, text, tmp, run)
         # the plan's regions by function and line: this copy of the source has its own file ids
         entries = [n[len(_ENTRY) :] for kind, n, _ in split_module(text) if kind == "global" and n.startswith(_ENTRY)]
         here = {region_key(n): n for n in entries}

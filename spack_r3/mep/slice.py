@@ -298,6 +298,6 @@ def local_headers(source):
 
 
 def _lang(source):
-    from ..search.mutators.llm import language
+    from ..search.mutators.base import language
 
     return "c++" if language(source) == "C++" else "c"

@@ -424,7 +424,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     from ..replay.engine import init_llvm, prepare
     from ..replay.source import unit_text
     from ..replay.stages import build_flags
-    from ..search.mutators.llm import language
+    from ..search.mutators.base import language
     from ..search.remix import kernel_source
     from ..toolchain import find_clang, find_libomp
 

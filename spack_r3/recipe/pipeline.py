@@ -11,6 +11,7 @@ from typing import Callable, List, Optional
 
 from ..errors import R3Error
 from ..fileutil import write_atomic
+from ..lifetime import alive
 from ..spack import repos as spack_repos
 from ..spack.confinement import confinement
 from ..spack.runner import Spack
@@ -240,7 +241,7 @@ def _undo_stopped_run(recipe_dir, repo, name, progress):
     except (OSError, ValueError):
         pending = {}  # (torn: written atomically, so never by us; its run's recipe is unknown)
     pid = pending.get("pid")
-    if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+    if isinstance(pid, int) and pid != os.getpid() and alive(pid):
         raise R3Error(
             "another r3 recipe of %s is running in this workspace (pid %d); wait for it, or stop it" % (name, pid)
         )
@@ -255,13 +256,3 @@ def _undo_stopped_run(recipe_dir, repo, name, progress):
             % (name, "this run stopped" if pid == os.getpid() else "an earlier run was stopped", repo.path)
         )
     os.remove(path)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

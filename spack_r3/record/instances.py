@@ -129,8 +129,7 @@ class KernelCalls:
             # The call at the middle of the stratum's time, not the one nearest its mean: where
             # a thousand 1 us calls and ten 10 ms ones are one stratum (p90/p10 of the time is 1),
             # the mean call (0.1 ms) is a cheap one, and the time is in the costly ones.
-            mid = _time_quantile(s, 0.5)
-            rep = min((c for c in s if c[1] == mid), key=lambda c: c[0])
+            rep = self._representative(s, _time_quantile(s, 0.5))
             out.append(
                 Pick(
                     call=rep[0],
@@ -145,6 +144,21 @@ class KernelCalls:
                 )
             )
         return sorted(out, key=lambda p: p.call)
+
+    def _representative(self, stratum, cost):
+        """The call of ``stratum`` costing ``cost`` to capture. Calls with one argument tuple
+        share their median cost, so many calls tie: the one in the middle of them in time,
+        not the first (LULESH's hourglass force, called alike every step, was captured at
+        its second step, when the mesh has not moved yet: its call changed nothing). Where
+        the ties are runs of back-to-back calls with one argument tuple (EOS energy, run
+        ``rep`` times over each region: a repeat writes what its run's first call wrote),
+        the middle run's first call; one run (a call a step) is not repeats."""
+        ties = sorted((c for c in stratum if c[1] == cost), key=lambda c: c[0])
+        before = {i: a for i, _, a in self.calls}
+        starts = [c for c in ties if before.get(c[0] - 1) != c[2]]
+        if len(starts) > 1:
+            ties = starts
+        return ties[len(ties) // 2]
 
     def varying_args(self):
         """The argument slots (of the first few) that take more than one value over the

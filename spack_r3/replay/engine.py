@@ -44,6 +44,7 @@ from .stages import (
     module_triple,
     object_key,
     optimized_module,
+    renamed_bitcode,
     resolve_target,
     spent,
     target_machine,
@@ -307,7 +308,7 @@ def with_source_variant(prepared, patch, defines, openmp=False):
     capture, unit = prepared.capture, prepared.unit
     bitcode = variant_bitcode(capture, prepared.directory, patch, defines, openmp=openmp)
     if backends.of_capture(capture) is not backends.HOST:
-        bitcode = _region_named(bitcode, capture.kernel)
+        bitcode = _region_named(bitcode, capture.kernel, unit.clang)
     try:
         fn = llvm.parse_bitcode(bitcode).get_function(capture.kernel)
     except NameError:
@@ -325,17 +326,16 @@ def with_source_variant(prepared, patch, defines, openmp=False):
     return replace(prepared, unit=variant, ir=variant.ir)
 
 
-def _region_named(bitcode, kernel):
+def _region_named(bitcode, kernel, clang=None):
     """A source variant's device module with its region of ``kernel``'s function and line
     named ``kernel``: the variant, compiled from a scratch copy of the unit, names its
-    regions after that copy's file ids (``record.offload.region_key``)."""
+    regions after that copy's file ids (``record.offload.region_key``). Still the bitcode
+    of ``clang``'s LLVM, which a Polly stage reads (``stages.renamed_bitcode``)."""
     from ..record.offload import region_key
 
-    mod = llvm.parse_bitcode(bitcode)
-    for fn in mod.functions:
+    for fn in llvm.parse_bitcode(bitcode).functions:
         if fn.name != kernel and not fn.is_declaration and region_key(fn.name) == region_key(kernel) != fn.name:
-            fn.name = kernel
-            return mod.as_bitcode()
+            return renamed_bitcode(bitcode, {fn.name: kernel}, clang)
     return bitcode
 
 

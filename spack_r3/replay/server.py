@@ -15,7 +15,7 @@ import threading
 import time
 
 from ..data import CRASH, TIMEOUT, WARM, Evaluation, Variant
-from ..errors import R3Error
+from ..errors import R3Error, RewriteUncheckable
 from . import confine
 from .stages import STAGE_CACHE_ENV
 
@@ -184,7 +184,7 @@ class ReplayServer:
                 capture=os.path.basename(capture_dir), variant=variant.to_json(), status=status, diagnostics=err
             )
         if not reply.get("ok"):
-            raise R3Error(reply.get("error"))
+            raise (RewriteUncheckable if reply.get("uncheckable") else R3Error)(reply.get("error"))
         ev = Evaluation.from_json(reply["evaluation"])
         # the request's way to the worker and back
         ev.stages["ipc"] = max(0.0, time.perf_counter() - t0 - sum(ev.stages.values()))

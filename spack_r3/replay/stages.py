@@ -24,14 +24,11 @@ Nothing here knows about recorded memory: a ``KernelIR`` is a kernel's module an
 for an opt stage, the bitcode it came from.
 """
 
-import ctypes
-import ctypes.util
 import functools
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -47,7 +44,8 @@ from ..errors import ToolchainError
 from .. import settings, toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
-from ..iredit import target_triple
+from ..lifetime import die_with_parent
+from ..iredit import rename_globals, target_triple
 from .module import (
     apply_launch_edits,
     apply_pipeline_edits,
@@ -439,6 +437,24 @@ def polly_tools(clang=None):
         raise CompileError("polly needs opt-%d, llvm-link-%d and llvm-dis-%d: %s" % (version, version, version, err))
 
 
+def renamed_bitcode(bitcode, renames, clang=None):
+    """``bitcode`` (``clang``'s) with the globals of ``renames`` ({old: new}) renamed, as
+    bitcode of ``clang``'s own LLVM where its tools are here: llvmlite writes its newer
+    LLVM's, which the Polly stage's LLVM 19 tools cannot read ("Unknown attribute kind")."""
+    try:
+        tools = polly_tools(clang)
+    except CompileError:
+        tools = None
+    if tools is None:
+        mod = llvm.parse_bitcode(bitcode)
+        for fn in mod.functions:
+            if fn.name in renames:
+                fn.name = renames[fn.name]
+        return mod.as_bitcode()
+    text = _run_tool([tools.dis, "-", "-o", "-"], POLLY_TIMEOUT_S, bitcode).decode()
+    return _run_tool([tools.opt, "-", "-o", "-"], POLLY_TIMEOUT_S, rename_globals(text, renames).encode())
+
+
 def polly_available(clang=None):
     """True when a Polly stage can run for bitcode of ``clang`` (the search offers it then)."""
     try:
@@ -457,15 +473,6 @@ def polly_options(p):
     return ["-O3"] + list(settings.lower(p, rows=settings.POLLY_ROWS).llvm)
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent():
-    """In the tool's process: killed with its parent (a candidate killed at its deadline)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 # opt warns about CPU names and features of a newer LLVM (the host's, as llvmlite names
 # them) and ignores them: not errors.
 _WARNING = re.compile(r"is not a recognized (?:feature|processor) for this target|^\s*$")
@@ -482,7 +489,7 @@ def _run_tool(argv, timeout, data=None, stage=None):
             stdin=None if data is not None else subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,  # (a candidate killed at its deadline)
         )
     except subprocess.TimeoutExpired:
         raise CompileError("%s took longer than %.0fs (R3_POLLY_TIMEOUT)" % (what, timeout))

@@ -33,7 +33,8 @@ from contextlib import contextmanager
 from .. import cxxnames
 from ..capture import load_capture_dir
 from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evaluation, Variant
-from ..errors import CaptureError, R3Error
+from ..errors import R3Error, RewriteUncheckable
+from ..lifetime import die_with_parent
 from ..toolchain import find_libomp
 from . import confine, engine, poison, stages
 from .pipeline import as_built
@@ -204,7 +205,7 @@ def _checks_something(prepared):
     if prepared.outputs or any(prepared.ret):
         return
     capture = prepared.capture
-    raise CaptureError(
+    raise RewriteUncheckable(
         "capture %s: the recorded call of %s changed no memory replay compares and returned "
         "nothing but zero, so no source rewrite can be checked against it; record a call that "
         "does work (r3 tune's --instances cover picks calls by their cost)"
@@ -260,7 +261,7 @@ MAX_FD = 1 << 20  # os.closerange closes with close_range(2): the bound costs no
 def go_with(parent):
     """In a child forked from ``parent``: killed when it dies. A candidate leads a process
     group of its own, which the worker's own end (``_exit_with_parent``) does not reach."""
-    stages._die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:  # (it died before the line above)
         os._exit(1)
 
@@ -540,6 +541,8 @@ def serve_requests(inp, out, answer):
             reply = answer(req)
         except R3Error as err:
             reply = {"ok": False, "error": str(err), "user_error": True}
+            if isinstance(err, RewriteUncheckable):
+                reply["uncheckable"] = True
         except Exception as err:
             reply = {"ok": False, "error": "%s: %s" % (type(err).__name__, err)}
         out.write(json.dumps(reply) + "\n")

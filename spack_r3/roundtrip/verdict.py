@@ -153,7 +153,7 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
             )
         rnd = len(verdict.checks)
         slower = [k for k in check.kernels if k.app_speedup < 1.0]
-        why = "slower in the application than untuned"
+        why, least_gain = "slower in the application than untuned", False
         planned = [k.symbol for u in emitted.plan.units for k in u.kernels]
         if not acting or (not slower and check.app_speedup > 1.0):
             verdict.emitted = True
@@ -170,11 +170,11 @@ def act(emit_once: Callable, check_once: Callable, results: Dict[str, object], s
                 )
                 say("tuned variant withdrawn: %s" % verdict.why)
                 return verdict
-            slower = measured[:1]
+            slower, least_gain = measured[:1], True
             why = "the least gain in the application, which was not faster (%.2fx) with it" % check.app_speedup
         for k in slower:
             cause = cause_of(k, results.get(k.kernel), alternate.get(k.kernel, 0))
-            if why.startswith("slower"):
+            if not least_gain:  # (a kernel that gains a little is not replaced by one replay found slower)
                 n = next_alternate(results.get(k.kernel), alternate.get(k.kernel, 0), cause)
                 if n is not None:
                     result = results[k.kernel]

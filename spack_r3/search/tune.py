@@ -16,7 +16,7 @@ from typing import List, Optional
 from .. import backends, cxxnames, report
 from ..capture import load_capture_dir, run_key
 from ..device import geometry as device_geometry
-from ..errors import R3Error
+from ..errors import R3Error, RewriteUncheckable
 from ..record.offload import region_key
 from ..record.profiles import tuned_shares
 from ..replay import module as replay_module
@@ -361,6 +361,9 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
     try:
         # More of the original's own search: while a model answers, or when rewrites run out.
         remix.run(pool.servers, base_best, progress, say, lambda n: study.extend(pool.servers, n))
+    except RewriteUncheckable as err:  # its pipelines stay tuned; no rewrite can be checked
+        warn("warning: %s: no source rewrite is tried: %s" % (cxxnames.display(target.kernel), err))
+        return study
     except ModelError as err:
         if not options.fallback_rules:
             raise

@@ -20,7 +20,7 @@ from spack_r3.emit import apply
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.replay.pipeline import parse
 from conftest import TREES
-from test_cuda_record import HEAVY, HEAVY_KERNEL, _cubin_registers, _flags, cuda_path  # noqa: F401 (a fixture)
+from test_cuda_record import HEAVY, HEAVY_KERNEL, _cubin_registers, _flags
 
 TREE = os.path.join(TREES, "device")
 SCALE, STRIDE = "_Z5scaleifPf", "_Z6strideifPf"

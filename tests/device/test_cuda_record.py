@@ -36,30 +36,6 @@ TREE = os.path.join(TREES, "device")
 KERNEL = "_Z5saxpyi5ScalePKfPf"  # saxpy(int, Scale, const float *, float *)
 
 
-def _wheel(package):
-    return tools._wheel_dir(package)
-
-
-@pytest.fixture(scope="module")
-def cuda_path(tmp_path_factory):
-    """A CUDA-like tree of the nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 wheels:
-    include/ (cuda.h, cuda_runtime_api.h, crt/), bin/ptxas, nvvm/, lib64/libcudart.so.12."""
-    runtime, nvcc = _wheel("nvidia.cuda_runtime"), _wheel("nvidia.cuda_nvcc")
-    if not runtime or not nvcc:
-        pytest.skip("needs the nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 wheels (CUDA headers, libcudart)")
-    tree = tmp_path_factory.mktemp("cuda")
-    os.makedirs(tree / "include")
-    os.makedirs(tree / "lib64")
-    for d in (os.path.join(runtime, "include"), os.path.join(nvcc, "include")):
-        for name in os.listdir(d):
-            os.symlink(os.path.join(d, name), tree / "include" / name)
-    os.symlink(os.path.join(nvcc, "bin"), tree / "bin")
-    os.symlink(os.path.join(nvcc, "nvvm"), tree / "nvvm")
-    os.symlink(os.path.join(runtime, "lib", "libcudart.so.12"), tree / "lib64" / "libcudart.so.12")
-    os.symlink("libcudart.so.12", tree / "lib64" / "libcudart.so")  # what -lcudart finds
-    return str(tree)
-
-
 def _flags(cuda_path, *archs):
     return ["-nocudainc", "-nocudalib", "--cuda-path=" + cuda_path, "-Wno-unknown-cuda-version", "-O2", "-I", TREE] + [
         "--cuda-gpu-arch=" + a for a in archs

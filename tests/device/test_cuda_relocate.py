@@ -24,7 +24,7 @@ from spack_r3.record import launcher
 from spack_r3.record.ingest import ingest
 from spack_r3.workspace import Workspace
 from conftest import TREES
-from test_cuda_record import WRITER, _flags, _written, cuda_path, r3cuda_real, recorded_build  # noqa: F401
+from test_cuda_record import WRITER, _flags, _written, r3cuda_real, recorded_build  # noqa: F401
 
 TABLE, MIDDLE = 0x7F3A10000000, 0x7F3A10000100  # recorded: __device__ float table[8], float *middle
 Y, LIST = 0x7F3A00200000, 0x7F3A00400000  # recorded allocations: the saxpy's y, a list of pointers

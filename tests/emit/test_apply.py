@@ -340,7 +340,7 @@ SEIDEL_MAKEFILES = (
 @pytest.mark.parametrize("makefile", SEIDEL_MAKEFILES, ids=["objects", "one-line"])
 def test_a_wavefront_winner_builds_with_openmp_added_and_computes_the_untuned_output(clang, tmp_path, makefile):
     from spack_r3.search.mutators import Feedback, KernelSource
-    from spack_r3.search.mutators.rules import RulesMutator
+    from spack_r3.search.mutators.ruleset import RulesMutator
     from test_rules_stencil_forms import FORMS_C
 
     src = tmp_path / "src"

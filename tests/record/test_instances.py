@@ -86,6 +86,21 @@ def test_calls_with_the_same_arguments_cost_their_median():
     assert pick.call_s == 1e-6
 
 
+def test_a_call_repeated_alike_every_step_is_captured_mid_run_not_at_its_start():
+    # LULESH's hourglass force: one call a step, the same arguments each time, the same cost;
+    # its early steps see a mesh that has not moved yet (the call changes nothing there)
+    [pick] = calls([4_800_000] * 100, args=[(1, 2, 3, 4)] * 100).picks()
+    assert 40 <= pick.call <= 60, pick
+
+
+def test_a_repeat_of_the_call_before_it_is_not_the_one_captured():
+    # EOS energy: each region's call run rep=3 times over, one after another; a repeat writes
+    # what the call before it wrote already. The call captured starts its run of repeats.
+    args = [(region,) for step in range(10) for region in (11, 12) for _ in range(3)]
+    [pick] = calls([1000] * len(args), args=args).picks()
+    assert pick.call % 3 == 0 and args[pick.call - 1] != args[pick.call], pick
+
+
 def test_capture_calls_env_names_each_kernel_s_calls():
     env = capture_calls_env({("/a", "k1"): calls([5, 5, 9000, 9000] * 3).picks(), ("/b", "k2"): []})
     assert env.startswith("k1=") and "k2" not in env.split("k1=")[0]

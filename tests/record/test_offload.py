@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +18,9 @@ from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Launch, Pipeline, Variant
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.memimage import read_regions
+from spack_r3.replay.pipeline import parse
 from spack_r3.replay.server import ReplayServer
+from spack_r3.replay.stages import polly_available
 from spack_r3.roundtrip.check import _kernel_times
 from spack_r3.workspace import Workspace
 from r3cli import flags, r3
@@ -531,7 +534,7 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
     (a #line before it where a knob moved it), so the variant's region has the capture's
     name, and each replays verified."""
     from spack_r3.search.mutators import Feedback
-    from spack_r3.search.mutators.rules import RulesMutator
+    from spack_r3.search.mutators.ruleset import RulesMutator
     from spack_r3.search.remix import keep_region_lines, kernel_source
     from spack_r3.sourcepatch import make_patch
 
@@ -558,6 +561,9 @@ def test_rules_rewrite_inside_a_target_region_and_the_rewrites_replay(tmp_path, 
             )
             ev = server.submit(cdir, variant, repeat=1)
             assert ev.status == OK and ev.verified, (rule, ev.diagnostics)
+        if polly_available():  # a rewrite with Polly: its stage (opt-19) reads the variant's bitcode
+            ev = server.submit(cdir, replace(variant, pipeline=parse("O3,polly=1")), repeat=1)
+            assert ev.status == OK and ev.verified, ev.diagnostics
     # The +r3 build of that rewrite (the patched unit, as Spack's patch() leaves it): r3-apply
     # finds the planned region at its recorded line, and the timed run names it so
     staged = tmp_path / "stage"

@@ -10,7 +10,7 @@ from spack_r3.record.session import record
 from spack_r3.replay.server import TIMEOUT_S, ReplayPool
 from spack_r3.search.bayes import Study, storage
 from spack_r3.search.mutators import KernelSource, make_mutator
-from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.remix import first_to_try, known_win
 from spack_r3.search.results import write_report
 from spack_r3.search.space import Space

@@ -21,7 +21,7 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback, KernelSource, Proposal
 from spack_r3.search.mutators import cast
 from spack_r3.search.bayes import Target, storage
-from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.patterns import Patterns
 from spack_r3.search.remix import ORIGINAL, Child, Remix, RemixOptions, inherited_settings, kernel_source
 from spack_r3.search.space import Space

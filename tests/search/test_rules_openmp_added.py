@@ -18,7 +18,7 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.replay.source import variant_bitcode
 from spack_r3.search import openmp
 from spack_r3.search.mutators import Feedback
-from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.remix import kernel_source
 from spack_r3.search.results import KernelResult, save_results
 from spack_r3.sourcepatch import make_patch

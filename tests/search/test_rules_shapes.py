@@ -19,7 +19,7 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback
 from spack_r3.search.mutators import stencils
 from spack_r3.search.mutators.loops import Function, Refused
-from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.remix import by_class_in_turn
 
 from test_record_replay import capture_of, r3, source_tree

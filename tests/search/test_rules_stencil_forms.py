@@ -20,7 +20,7 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback
 from spack_r3.search.mutators import stencils
 from spack_r3.search.mutators.loops import Function, Refused
-from spack_r3.search.mutators.rules import RulesMutator
+from spack_r3.search.mutators.ruleset import RulesMutator
 
 from test_record_replay import r3, source_tree
 from test_rules import one, replays, rules_of, source, unit

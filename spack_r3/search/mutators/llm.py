@@ -29,7 +29,7 @@ import threading
 from typing import List, Optional
 
 from ...model.client import ChatModel, ModelConfig, ModelError
-from . import Feedback, KernelSource, Mutator, Proposal
+from .base import Feedback, KernelSource, Mutator, Proposal, language
 from . import cast
 
 ALTERNATIVES = 2  # rewrites asked for per answer
@@ -72,18 +72,6 @@ before it in the same block). The first line inside each block is a comment with
 
 
 # -- the kernel, as the prompt describes it ----------------------------------------------
-
-
-def language(source):
-    """ "C" or "C++" (the unit's file name, unless its flags say otherwise)."""
-    args = list(source.parse_args)
-    for i, a in enumerate(args):
-        if a == "-x" and i + 1 < len(args):
-            return "C++" if "++" in args[i + 1] else "C"
-        if a.startswith("-std="):
-            if "++" in a:
-                return "C++"
-    return "C" if source.filename.endswith(".c") else "C++"
 
 
 class _Kernel:

@@ -1,4 +1,5 @@
-"""The ``rules`` mutator: deterministic rewrites of a kernel found on clang's AST, no model.
+"""The ``rules`` mutator's rules: deterministic rewrites of a kernel found on clang's AST,
+no model (``ruleset.RulesMutator`` runs them, and ``stencils.py``'s, in order).
 
     proposals = RulesMutator().propose(source, Feedback())
     # -> Proposal(text=<whole unit>, rule="interchange", description="interchange k,j in gemm")
@@ -52,12 +53,11 @@ lists the values to try, the default first. Clang expands a macro inside
 ``#pragma clang loop ... (N)`` and, through one level of indirection, inside ``_Pragma``.
 """
 
-import os
 import re
 from dataclasses import dataclass, replace
-from typing import List, Optional
 
-from . import Feedback, KernelSource, Mutator, Proposal, cast
+from . import cast
+from .base import Proposal, language
 from .loops import (
     FLOAT_TYPES,
     INTEGER_TYPES,
@@ -95,64 +95,7 @@ PRAGMA_HELPER = (
 )
 
 
-class RulesMutator(Mutator):
-    name = "rules"
-
-    def propose(self, source: KernelSource, feedback: Optional[Feedback] = None) -> List[Proposal]:
-        fn = Function(source)
-        out = []
-        # What no pipeline setting reaches first: a new layout, register reuse (LLVM's
-        # unroll-and-jam pass is off in its -O pipelines), a new loop order. Then what the
-        # pipeline search has a setting for (noalias, vectorize, unroll) but only for the whole
-        # kernel. The remix tries one rewrite class at a time in this order, and a budget
-        # that pays for four children (matmul) reached the interchange last.
-        from . import stencils  # (it builds on this module's pieces)
-
-        # Time tiling first: on a stencil it is what no other rule or pipeline setting reaches.
-        for rule in (
-            stencils.wavefront,
-            stencils.time_tile,
-            stage,
-            unroll_and_jam,
-            interchange,
-            stencils.fuse,
-            tile,
-            restrict,
-            omp_parallel,
-            omp_collapse,
-            omp_simd,
-            omp_for_simd,
-            vectorize_pragma,
-            unroll_pragma,
-            scalar_replace,
-            stencils.distribute,
-        ):
-            out.extend(rule(fn))
-        # A target region's AST holds its loops once for each construct it combines (target,
-        # teams, distribute, parallel for: clang's captured statements): one proposal each.
-        texts = set()
-        out = [p for p in out if not (p.text in texts or texts.add(p.text))]
-        return [p for p in out if _parses(source, p)]
-
-
-def _parses(source, proposal):
-    """A last guard against a bad edit: the rewrite parses and still defines the kernel."""
-    try:
-        cast.function_definition(source, text=proposal.text)
-        return True
-    except cast.ASTError:
-        return False
-
-
 # ---------------------------------------------------------------- shared pieces
-
-
-def is_cxx(source):
-    args = list(source.parse_args)
-    if "-x" in args[:-1]:
-        return "c++" in args[args.index("-x") + 1]
-    ext = os.path.splitext(source.filename)[1]
-    return ext in (".cc", ".cpp", ".cxx", ".C", ".c++", ".cp", ".CPP", ".hpp") or "++" in os.path.basename(source.clang)
 
 
 def fresh(source, base):
@@ -969,7 +912,7 @@ def stage(fn):
     pipeline never change a layout. The copy lives in a helper defined before the kernel,
     so the kernel gains only a declaration (C89 units too) and a ``free`` on its way out."""
     src = fn.source
-    if is_cxx(src) and fn.node.get("kind") != "FunctionDecl":
+    if language(src) == "C++" and fn.node.get("kind") != "FunctionDecl":
         return []  # a method, perhaps defined in its class: no place for a helper before it
     if has_kind(fn.body, ("OMPDefaultClause", "BreakStmt", "ContinueStmt", "GotoStmt", "IndirectGotoStmt")):
         return []  # default(none) would need the copy listed; a jump may skip the reads the copy relies on
@@ -1256,7 +1199,7 @@ def _pointee(param):
 
 
 def _restrict_word(src):
-    if is_cxx(src):
+    if language(src) == "C++":
         return "__restrict__"
     old = any(a in ("-std=c89", "-std=c90", "-std=gnu89", "-std=gnu90", "-ansi") for a in src.parse_args)
     return "__restrict" if old else "restrict"

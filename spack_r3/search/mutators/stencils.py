@@ -27,7 +27,7 @@ element is computed from the same values in the same order: results are the orig
 for bit, Gauss-Seidel's in-place sweep (rows i-1 new, i+1 old) included.
 """
 
-from . import Proposal
+from .base import Proposal
 from .loops import Refused, cast, effects, has_kind, key, kids, ref_decl, refs, source_of, span, stmt_end, strip
 from .rules import fresh, hinted, knob_header, no_hidden_alias, omp_bound, private_writes
 

@@ -1,0 +1,19 @@
+"""The bitcode of a unit r3-apply builds: what its tuned kernels are cut from (the host
+units of ``apply.py`` and the offload units of ``offload.py``)."""
+
+import os
+
+
+def unit_bitcode(compiler, text, tmp, run):
+    """The bitcode ``compiler`` (the build's clang) makes of a unit's edited IR ``text``, in
+    ``tmp``; ``run(argv, what)`` runs it (raising the launcher's error with one line)."""
+    path = os.path.join(tmp, "shared.ll")
+    with open(path, "w") as f:
+        f.write(text)
+    bc = os.path.join(tmp, "shared.bc")
+    run(
+        [compiler, "-c", "-emit-llvm", "-Xclang", "-disable-llvm-passes", "-Wno-override-module", path, "-o", bc],
+        "the unit's bitcode",
+    )
+    with open(bc, "rb") as f:
+        return f.read()
