@@ -48,7 +48,7 @@ fi
 # 1c'. ROCm's device libraries (Debian's rocm-device-libs: ocml, ockl, oclc_*), which clang
 #     links into an AMD GPU's device code as the build would: a kernel calling sin() has its
 #     real register count only with them (device/deviceir.py); no AMD GPU is needed.
-if ! ls /usr/lib/*/amdgcn/bitcode/ocml.bc /opt/rocm/amdgcn/bitcode/ocml.bc >/dev/null 2>&1; then
+if ! ls /usr/lib/*/amdgcn/bitcode/ocml.bc >/dev/null 2>&1 && ! ls /opt/rocm*/amdgcn/bitcode/ocml.bc >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing rocm-device-libs with apt (AMD GPU math, for the device screening's tests)"
     apt-get update -qq >/dev/null
