@@ -6,12 +6,15 @@ with the C++ runtime's own ``__cxa_demangle`` (through ctypes: no c++filt needed
 shortened for a table column, and matched against what a user typed: the symbol,
 the demangled name (``Solver::applyStress(std::vector<double, std::allocator<double> >&, int)``
 or its tidy form ``Solver::applyStress(std::vector<double>&, int)``) or the
-qualified name alone (``Solver::applyStress``). C names pass through unchanged.
+qualified name alone (``Solver::applyStress``). C names pass through unchanged;
+Fortran's are read as ``fortran`` reads them (``grid::smooth``, or ``smooth``).
 """
 
 import ctypes
 import functools
 import re
+
+from . import fortran
 
 DISPLAY_WIDTH = 48  # a kernel column wider than this pushes the numbers off a terminal
 
@@ -53,6 +56,8 @@ def _demangler():
 def demangle(symbol):
     """The demangled name of ``symbol``; ``symbol`` itself if it is not a mangled name
     (C functions) or cannot be demangled."""
+    if symbol.startswith("_Q"):  # flang's: _QMgridPsmooth is grid::smooth
+        return fortran.demangle(symbol) or symbol
     # __cxa_demangle also reads bare type codes ("i" is "int"): only _Z names are symbols.
     demangler = _demangler()
     if not symbol.startswith("_Z") or demangler is None:
@@ -204,6 +209,8 @@ def match_level(ref, symbol):
     Spaces do not matter (``std::vector<double>&`` = ``std::vector<double> &``)."""
     if ref == symbol:
         return EXACT
+    if fortran.names_match(ref, symbol):  # Fortran names are case-insensitive
+        return DEMANGLED if "::" in ref or symbol.endswith("_") else QUALIFIED
     full = demangle(symbol)
     if full == symbol:
         return 0  # a C name matches only itself

@@ -80,6 +80,14 @@ def clangxx_beside(clang):
     return cxx if os.access(cxx, os.X_OK) else None
 
 
+def flang_beside(clang):
+    """The flang of ``clang``'s version (``flang-new-19`` for ``clang-19``), or None."""
+    from .fortran import flang_of_version
+
+    version = clang_major(clang)
+    return flang_of_version(None, version) if version else None
+
+
 def clang_libdir(clang):
     """The LLVM library directory of ``clang`` (where its libomp.so lives)."""
     out = subprocess.run([clang, "-print-resource-dir"], capture_output=True, text=True).stdout.strip()
@@ -128,6 +136,15 @@ def clang_major(clang):
         return int(m.group(1))
     path = shutil.which(clang)
     return clang_version(path) if path else None
+
+
+def llvm_major(compiler):
+    """The LLVM major version of a record compiler, clang or flang; None if neither."""
+    from .fortran import flang_major, is_flang
+
+    if not compiler:
+        return None
+    return flang_major(compiler) if is_flang(compiler) else clang_major(compiler)
 
 
 def _tools_in(version, directory=None):

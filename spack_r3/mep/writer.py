@@ -221,7 +221,7 @@ def kernel_ir(prepared, bitcode=None):
 
     capture, unit = prepared.capture, prepared.unit
     clang = capture.compile_command[0] if capture.compile_command else None
-    version = toolchain.clang_major(clang)
+    version = toolchain.llvm_major(clang)
     try:
         tools = toolchain.find_llvm_tools(version, version)
     except ToolchainError as err:

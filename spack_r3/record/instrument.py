@@ -33,7 +33,7 @@ from .libstate import SYSTEM_MEMORY_CALLS, unreplayable_reason
 OMP_FORK = "__kmpc_fork_call"
 MAX_SLOT_BYTES = 8  # one 64-bit slot per argument
 MAX_RET_BYTES = 16
-NOT_KERNELS = {"main"}
+NOT_KERNELS = {"main", "_QQmain"}  # C's main and a Fortran main program: the whole run
 
 
 @dataclass

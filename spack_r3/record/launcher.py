@@ -2,10 +2,11 @@
 
     r3-record clang -O2 -c foo.c -o foo.o        make CC="r3-record clang"
 
-With ``R3_RECORD_DIR`` set, each C/C++ translation unit is compiled three times
-by the given compiler: to bitcode before optimization (kept for replay, with
-the exact compile command), to clang's textual IR (which gets the probes), and
-from that IR to the requested object with the user's own optimization flags.
+With ``R3_RECORD_DIR`` set, each C/C++ or Fortran (flang) translation unit is
+compiled three times by the given compiler: to bitcode before optimization (kept
+for replay, with the exact compile command), to its textual IR (which gets the
+probes), and from that IR to the requested object with the user's own
+optimization flags.
 Links of executables get the record runtime. Without ``R3_RECORD_DIR``, or for
 anything that is not a compile or a link, the command runs unchanged. A unit
 that cannot be instrumented is compiled unchanged, with one warning line.
@@ -19,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 
+from .. import fortran
 from ..data import opt_level
 
-SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii")
+SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii") + fortran.SOURCE_EXTS
 # Options whose value is the next argument.
 TAKES_VALUE = {
     "-o",
@@ -51,6 +53,8 @@ TAKES_VALUE = {
     "-e",
     "-z",
     "-aux-info",
+    "-J",  # Fortran: where module files go
+    "-module-dir",
 }
 PASSTHROUGH_FLAGS = {
     "-E",
@@ -185,16 +189,21 @@ def record_unit(line, source, obj, record_dir, wanted):
         deps_target = []
         if any(a in ("-MD", "-MMD") for a in base) and not any(a in ("-MT", "-MQ") for a in base):
             deps_target = ["-MT", obj]
+        flang = fortran.is_flang(line.compiler)
+        before_passes = fortran.BITCODE_FLAGS if flang else ["-Xclang", "-disable-llvm-passes"]
         cmd_bc = (
             [line.compiler]
             + base
             + target_flags()
             + deps_target
             + unoptimized_args(line)
-            + ["-emit-llvm", "-c", "-Xclang", "-disable-llvm-passes", source, "-o", bc]
+            + ["-emit-llvm", "-c"]
+            + before_passes
+            + [source, "-o", bc]
         )
-        if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
-            return "the compiler could not emit LLVM bitcode (is it clang?)"
+        # flang's -opt-bisect-limit names every pass it skips on stderr: not shown
+        if run(cmd_bc, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if flang else subprocess.PIPE) != 0:
+            return "the compiler could not emit LLVM bitcode (is it clang or flang?)"
         bitcode = open(bc, "rb").read()
         analysis = ModuleAnalysis(bitcode)
         kernels, skipped = analysis.select(wanted)
@@ -204,30 +213,31 @@ def record_unit(line, source, obj, record_dir, wanted):
         tu_dir = os.path.join(record_dir, "tus", digest)
         _store_unit(tu_dir, bitcode, line, source, kernels, analysis)
         ll = os.path.join(tmp, "module.ll")
-        if (
-            run(
-                [line.compiler, "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", bc, "-o", ll],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            != 0
-        ):
+        if run(_print_ir(line.compiler, bc, ll), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) != 0:
             return "the compiler could not print its IR"
         instrumented = os.path.join(tmp, "instrumented.ll")
         with open(ll) as f:
             text = f.read()
         with open(instrumented, "w") as f:
             f.write(instrument_text(text, kernels, tu_dir))
-        cmd_obj = (
-            [line.compiler]
-            + codegen_args(line)
-            + target_flags()
-            + ["-Wno-unused-command-line-argument", "-Wno-override-module", "-c", instrumented, "-o", obj]
-        )
+        quiet = [] if flang else ["-Wno-unused-command-line-argument", "-Wno-override-module"]
+        flags = fortran.codegen_flags(codegen_args(line)) if flang else codegen_args(line)
+        cmd_obj = [line.compiler] + flags + target_flags() + quiet + ["-c", instrumented, "-o", obj]
         proc = subprocess.run(cmd_obj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             return "instrumented IR did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[0]
     return None
+
+
+def _print_ir(compiler, bc, ll):
+    """The command that prints bitcode ``bc`` as text: clang's own, or for flang the
+    ``llvm-dis`` of its LLVM (flang prints no IR it did not compile)."""
+    if not fortran.is_flang(compiler):
+        return [compiler, "-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", bc, "-o", ll]
+    from ..toolchain import find_llvm_tools
+
+    version = fortran.flang_major(compiler)
+    return [find_llvm_tools(version, version).dis, bc, "-o", ll]
 
 
 def _store_unit(tu_dir, bitcode, line, source, kernels, analysis):

@@ -14,6 +14,8 @@ code and are not listed: ``rand_r``, ``random_r``, ``erand48``/``nrand48``/
 object). Output (``printf``, ``fwrite``) changes nothing the kernel computes.
 """
 
+from .. import fortran
+
 # What kind of state -> the functions that read it (C names, glibc's aliases of them,
 # and the mangled names of libstdc++'s entry points).
 STATEFUL = {
@@ -162,6 +164,9 @@ def unreplayable_reason(calls):
     """
     found = sorted(fn for fn in set(calls) if fn in _STATE_OF)
     if not found:
+        fortran_calls = sorted(fn for fn in set(calls) if fortran.unreplayable_call(fn))
+        if fortran_calls:  # the Fortran runtime's units and the process's end
+            return "%s (%s)" % (fortran.unreplayable_call(fortran_calls[0]), ", ".join(fortran_calls))
         return None
     states = sorted({_STATE_OF[fn] for fn in found}, key=list(STATEFUL).index)
     return "it calls %s, whose library state (%s) the recording does not keep" % (", ".join(found), ", ".join(states))

@@ -21,7 +21,7 @@ from ..childoutput import run_logged, short
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..machine import cache_bytes
-from ..toolchain import clang_release, clangxx_beside, find_clang
+from ..toolchain import clang_release, clangxx_beside, find_clang, flang_beside
 from .offload import region_key
 from . import inputs, instances, profiles
 from .ingest import ingest
@@ -256,7 +256,7 @@ def record(
         say("warning: left out %s: a link out of the tree to nothing" % link)
     os.makedirs(record_dir)
     env = record_environment(record_dir, clang, kernels, instances, target)
-    build = build or "make CC=%s" % shlex.quote(env["R3_CC"])
+    build = build or default_build(env)
     say("building with probes: %s" % build)
     _run_logged(build, tree, env, os.path.join(run_dir, "build.log"), "the record build")
     return run_and_ingest(
@@ -276,6 +276,13 @@ def record(
     )
 
 
+def default_build(env):
+    """``make`` with the record launcher as its C compiler, and as its Fortran one
+    where a flang of the record clang's version is installed."""
+    fortran = " FC=%s F77=%s" % ((shlex.quote(env["R3_FC"]),) * 2) if env.get("R3_FC") else ""
+    return "make CC=%s%s" % (shlex.quote(env["R3_CC"]), fortran)
+
+
 def new_run_dir(workspace, label):
     """A fresh directory under the workspace's runs/ for one record."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -287,10 +294,13 @@ def new_run_dir(workspace, label):
 def record_environment(record_dir, clang, kernels=(), instances=1, target="native"):
     """The variables a record build and run need. What a --build command can use:
     $R3_CC / $R3_CXX (launcher + compiler, for Make), $R3_LAUNCHER and $R3_CLANG /
-    $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER)."""
+    $R3_CLANGXX (for CMAKE_<LANG>_COMPILER_LAUNCHER); $R3_FC and $R3_FLANG the same for
+    Fortran, where a flang of the clang's version is installed."""
     launcher = launcher_command()
     cc = "%s %s" % (launcher, shlex.quote(clang))
     clangxx = clangxx_beside(clang) or clang
+    flang = flang_beside(clang)
+    fortran = dict(R3_FLANG=flang, R3_FC="%s %s" % (launcher, shlex.quote(flang))) if flang else {}
     return dict(
         os.environ,
         R3_RECORD_DIR=record_dir,
@@ -302,6 +312,7 @@ def record_environment(record_dir, clang, kernels=(), instances=1, target="nativ
         R3_KERNELS="\n".join(kernels),
         R3_CAPTURE="*",
         R3_TARGET_FLAGS=TARGETS[target],
+        **fortran,
         **instances_environment(instances),
     )
 
@@ -427,7 +438,20 @@ def run_and_ingest(
 
 
 # The environment a build reads its flags from: part of what a record is keyed on.
-FLAG_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS", "FFLAGS", "OMP_NUM_THREADS")
+FLAG_VARIABLES = (
+    "CC",
+    "CXX",
+    "FC",
+    "F77",
+    "CFLAGS",
+    "CXXFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "LDLIBS",
+    "FFLAGS",
+    "FCFLAGS",
+    "OMP_NUM_THREADS",
+)
 
 
 def compiler_identity(clang):

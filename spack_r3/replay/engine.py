@@ -31,7 +31,7 @@ from ..errors import CaptureError
 from ..iredit import init_native
 from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
-from .libraries import load_cxx_runtime
+from .libraries import load_runtime
 from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
 from .stages import (
     CompileError,
@@ -124,9 +124,10 @@ def prepare(capture, directory):
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, err))
     except (KeyError, ValueError, RuntimeError) as err:
         raise CaptureError("capture %s: cannot extract kernel %s: %s" % (capture.id, capture.kernel, err))
-    # C++ code calls its runtime (OpenMP regions' exception cleanup, std::vector::at):
+    # C++ code calls its runtime (OpenMP regions' exception cleanup, std::vector::at), Fortran
+    # code flang's (array assignment, MATMUL):
     # the worker loads the one the build linked, once, for every candidate it forks.
-    unloaded = load_cxx_runtime(capture.compile_command, capture.source_file)
+    unloaded = load_runtime(capture.compile_command, capture.source_file)
     missing = [f for f in declared_functions(ir) if llvm.address_of_symbol(f) is None]
     if missing:  # MCJIT would abort the process on them: say what is wrong instead
         raise CaptureError(

@@ -1,4 +1,4 @@
-"""The C++ runtime a replayed C++ kernel calls into, found and loaded into the JIT.
+"""The language runtime a replayed kernel calls into, found and loaded into the JIT.
 
 C++ code reaches its runtime even when the source never names it: clang wraps
 the body of every OpenMP region in an exception cleanup that calls
@@ -6,6 +6,10 @@ the body of every OpenMP region in an exception cleanup that calls
 ``std::vector::at`` throws through ``std::__throw_out_of_range_fmt``. The build
 linked that runtime into the application; replay loads the same one into the
 worker, so that the JIT resolves those calls as the linker did.
+
+Fortran code calls flang's runtime (array assignment, MATMUL, reductions); flang links
+it statically, so the worker loads a shared copy of the same archives
+(``fortran.runtime_library``).
 """
 
 import ctypes.util
@@ -15,6 +19,8 @@ import subprocess
 from functools import lru_cache
 
 import llvmlite.binding as llvm
+
+from .. import fortran
 
 CXX_SOURCE_EXTS = (".cc", ".cpp", ".cxx", ".c++", ".C", ".ii")
 # Shared objects by soname (not the development .so, which may be a linker script),
@@ -74,3 +80,28 @@ def load_cxx_runtime(compile_command, source_file=""):
         except RuntimeError:
             failed.append(soname)
     return failed
+
+
+def load_fortran_runtime(compile_command, source_file=""):
+    """Load flang's runtime for a Fortran unit (as ``load_cxx_runtime``). Returns what could
+    not be loaded: empty for other languages."""
+    if not fortran.is_fortran_unit(compile_command, source_file):
+        return []
+    from ..record.runtime import cache_root
+
+    flang = compile_command[0]
+    version = fortran.flang_major(flang)
+    flang = fortran.flang_of_version(flang, version) if version else None
+    library = fortran.runtime_library(flang, os.path.join(cache_root(), "fortran")) if flang else None
+    if library is None:
+        return ["flang's runtime (libFortranRuntime)"]
+    try:
+        llvm.load_library_permanently(library)
+    except RuntimeError:
+        return [library]
+    return []
+
+
+def load_runtime(compile_command, source_file=""):
+    """Load the unit's language runtime (C++ or Fortran); returns what could not be loaded."""
+    return load_cxx_runtime(compile_command, source_file) + load_fortran_runtime(compile_command, source_file)

@@ -41,7 +41,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
-from .. import settings, toolchain
+from .. import fortran, settings, toolchain
 from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from ..lifetime import die_with_parent
@@ -270,22 +270,23 @@ def build_object(source, flags, timeout=None):
     LLVM text. Returns the object's bytes; CompileError where that clang or its LLVM
     tools are gone."""
     limit = timeout or float(os.environ.get("R3_POLLY_TIMEOUT") or POLLY_TIMEOUT_S)
-    version = toolchain.clang_major(source.clang) if source.clang else None
+    version = toolchain.llvm_major(source.clang)
     if version is None:
-        raise CompileError("the record compiler %s is not a clang found here" % (source.clang or "(none)"))
-    clang = toolchain.clang_of_version(source.clang, version)
-    if clang is None:
-        raise CompileError("clang-%d, the record compiler, is not found here" % version)
+        raise CompileError("the record compiler %s is not a clang or flang found here" % (source.clang or "(none)"))
+    if fortran.is_flang(source.clang):  # flang's flags (-ffree-form, ...) are not clang's
+        compiler = fortran.flang_of_version(source.clang, version)
+        flags, quiet = fortran.codegen_flags(flags), []
+    else:
+        compiler = toolchain.clang_of_version(source.clang, version)
+        quiet = ["-Wno-override-module", "-Wno-unused-command-line-argument"]
+    if compiler is None:
+        raise CompileError("%s-%d, the record compiler, is not found here" % (os.path.basename(source.clang), version))
     try:
         tools = toolchain.find_llvm_tools(version, version)
     except ToolchainError as err:
         raise CompileError("the build's code needs the LLVM %d tools: %s" % (version, err))
     text = source.tool_ir(tools, limit)
-    argv = (
-        [clang]
-        + list(flags)
-        + ["-Wno-override-module", "-Wno-unused-command-line-argument", "-c", "-x", "ir", "-", "-o", "-"]
-    )
+    argv = [compiler] + list(flags) + quiet + ["-c", "-x", "ir", "-", "-o", "-"]
     return _cached_stage(argv, limit, text.encode(), stage="build", suffix=".o")
 
 
@@ -421,7 +422,7 @@ def polly_tools(clang=None):
     default: the one record uses) belongs to, or a newer one llvmlite still reads.
     CompileError with one line where they are missing."""
     newest = llvm.llvm_version_info[0]
-    version = toolchain.clang_major(clang) if clang else None
+    version = toolchain.llvm_major(clang)
     try:
         version = version or toolchain.clang_major(toolchain.find_clang())
     except ToolchainError:
