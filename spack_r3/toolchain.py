@@ -147,6 +147,22 @@ def llvm_major(compiler):
     return flang_major(compiler) if is_flang(compiler) else clang_major(compiler)
 
 
+def before_llvm_passes(compiler):
+    """The flags that make ``compiler`` write its IR before LLVM optimizes it: clang's
+    ``-disable-llvm-passes``; flang's equivalent (``fortran.BITCODE_FLAGS``)."""
+    from .fortran import BITCODE_FLAGS, is_flang
+
+    return list(BITCODE_FLAGS) if is_flang(compiler) else ["-Xclang", "-disable-llvm-passes"]
+
+
+def ir_input_flags(compiler):
+    """What ``compiler`` needs to compile IR quietly (clang warns that flags went unused
+    and that the module's target is overridden; flang refuses -W options)."""
+    from .fortran import is_flang
+
+    return [] if is_flang(compiler) else ["-Wno-unused-command-line-argument", "-Wno-override-module"]
+
+
 def _tools_in(version, directory=None):
     """{tool: path} of one LLVM version: ``opt-N`` on PATH, LLVM's own bin directory,
     or (unversioned names) a tool reporting that version. ``directory``: only there."""

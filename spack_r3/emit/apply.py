@@ -155,7 +155,8 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     """Build ``obj`` from ``source`` as the plan's ``unit`` (``plan.PlannedUnit``) says (raises ApplyError):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
     ``probes``. ``plan``: the whole plan (a CUDA unit's GPU and its source's digest)."""
-    from ..record.launcher import unoptimized_args, codegen_args
+    from ..record.launcher import unoptimized_args, ir_codegen_args
+    from ..toolchain import before_llvm_passes, ir_input_flags
     from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
@@ -187,7 +188,9 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
             + unoptimized_args(line)
             + openmp
             + defines
-            + ["-S", "-emit-llvm", "-Xclang", "-disable-llvm-passes", source, "-o", ll],
+            + ["-S", "-emit-llvm"]
+            + before_llvm_passes(compiler)
+            + [source, "-o", ll],
             "the unit's IR",
         )
         with open(ll) as f:
@@ -211,9 +214,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
                 f.write(text)
         parts = [os.path.join(tmp, "rest.o")]
         _run(
-            [compiler]
-            + codegen_args(line)
-            + ["-Wno-unused-command-line-argument", "-Wno-override-module", "-c", rest, "-o", parts[0]],
+            [compiler] + ir_codegen_args(line) + ir_input_flags(compiler) + ["-c", rest, "-o", parts[0]],
             "the unit without its kernels" if tuned else "the unit with probes",
         )
         for k in unit.kernels if tuned else []:
@@ -250,6 +251,9 @@ def _guard_reporter(compiler, kernels, tmp):
     """An object whose destructor appends the guard counts of ``kernels`` to ``$R3_SPEC_LOG``."""
     from ..replay.specialize import reporter_c
 
+    from ..record.launcher import clang_for_runtime
+
+    compiler = clang_for_runtime(compiler)  # C, whatever language the unit is
     path = os.path.join(tmp, "r3-guards.c")
     with open(path, "w") as f:
         f.write(reporter_c(kernels))

@@ -22,6 +22,7 @@ import tempfile
 
 from .. import fortran
 from ..data import opt_level
+from ..toolchain import before_llvm_passes, ir_input_flags
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii") + fortran.SOURCE_EXTS
 # Options whose value is the next argument.
@@ -157,6 +158,12 @@ def codegen_args(line):
     return keep
 
 
+def ir_codegen_args(line):
+    """``codegen_args`` as the line's compiler takes them on IR (flang: no warning options)."""
+    args = codegen_args(line)
+    return fortran.codegen_flags(args) if fortran.is_flang(line.compiler) else args
+
+
 def unoptimized_args(line):
     # -O0 would mark every function optnone: the replay pipeline could not optimize them.
     return ["-O2"] if line.opt_level == "0" else []
@@ -190,7 +197,6 @@ def record_unit(line, source, obj, record_dir, wanted):
         if any(a in ("-MD", "-MMD") for a in base) and not any(a in ("-MT", "-MQ") for a in base):
             deps_target = ["-MT", obj]
         flang = fortran.is_flang(line.compiler)
-        before_passes = fortran.BITCODE_FLAGS if flang else ["-Xclang", "-disable-llvm-passes"]
         cmd_bc = (
             [line.compiler]
             + base
@@ -198,7 +204,7 @@ def record_unit(line, source, obj, record_dir, wanted):
             + deps_target
             + unoptimized_args(line)
             + ["-emit-llvm", "-c"]
-            + before_passes
+            + before_llvm_passes(line.compiler)
             + [source, "-o", bc]
         )
         # flang's -opt-bisect-limit names every pass it skips on stderr: not shown
@@ -220,9 +226,13 @@ def record_unit(line, source, obj, record_dir, wanted):
             text = f.read()
         with open(instrumented, "w") as f:
             f.write(instrument_text(text, kernels, tu_dir))
-        quiet = [] if flang else ["-Wno-unused-command-line-argument", "-Wno-override-module"]
-        flags = fortran.codegen_flags(codegen_args(line)) if flang else codegen_args(line)
-        cmd_obj = [line.compiler] + flags + target_flags() + quiet + ["-c", instrumented, "-o", obj]
+        cmd_obj = (
+            [line.compiler]
+            + ir_codegen_args(line)
+            + target_flags()
+            + ir_input_flags(line.compiler)
+            + ["-c", instrumented, "-o", obj]
+        )
         proc = subprocess.run(cmd_obj, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             return "instrumented IR did not compile: " + (proc.stderr.strip().splitlines() or ["?"])[0]

@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 
 from ..fileutil import write_atomic
+from ..fortran import is_flang
+from ..toolchain import before_llvm_passes
 from ..record import headers
 from ..sourcepatch import PatchError, apply_patch
 from .stages import CompileError
@@ -59,17 +61,11 @@ def compile_command(capture, source_path, output, defines=None, openmp=False):
         + unit_flags(capture)
         + (["-fopenmp"] if openmp else [])
         + flags
-        + [
-            "-iquote",
-            os.path.dirname(capture.source_file),
-            "-emit-llvm",
-            "-c",
-            "-Xclang",
-            "-disable-llvm-passes",
-            source_path,
-            "-o",
-            output,
-        ]
+        # flang has no quoted include path: its INCLUDE lines search -I
+        + ["-I" if is_flang(capture.compile_command[0]) else "-iquote", os.path.dirname(capture.source_file)]
+        + ["-emit-llvm", "-c"]
+        + before_llvm_passes(capture.compile_command[0])
+        + [source_path, "-o", output]
     )
 
 
