@@ -22,7 +22,7 @@ import tarfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.join(ROOT, "repos", "r3")
-DEMOS = ("heat", "cg", "nbody", "dense", "heat-offload")
+DEMOS = ("heat", "cg", "nbody", "dense", "heat-offload", "fheat")
 VERSION = "1.0"
 SKIP = re.compile(r"(\.o|\.a|\.so|~|\.swp|\.pyc)$")
 

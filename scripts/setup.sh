@@ -20,6 +20,19 @@ if ! have_clang || ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 || { [ -z 
   fi
 fi
 
+# 1a. LLVM's Fortran front end (flang-new-19, Debian's flang-19): Fortran units record,
+#     replay and tune through it, and Spack's clang gets it as its Fortran compiler (below).
+if ! command -v flang-new-19 >/dev/null && ! command -v flang-new >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing flang-19 with apt (Fortran kernels)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq flang-19 >/dev/null \
+      || say "flang-19 could not be installed: the Fortran tests will skip"
+  else
+    say "no flang: the Fortran tests will skip (Debian: sudo apt-get install flang-19)"
+  fi
+fi
+
 # 1b. PostgreSQL's server (initdb, pg_ctl) for the tests of r3 tune --storage postgresql://,
 #     which start a server of their own in a temporary directory (no service is used).
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
@@ -96,6 +109,9 @@ if [ -n "$spack_root" ]; then
     say "registering compilers with Spack (first time: about a minute)"
     "$spack" compiler find >/dev/null
   fi
+  # Spack looks for a clang's Fortran compiler as "flang"; Debian names it flang-new-19
+  # (scripts/spack_flang.py sets it as fc and f77 of the clang of its version).
+  "$PWD/.venv/bin/python" scripts/spack_flang.py "$spack"
   if ! grep -qs "cmake" "$HOME/.spack/packages.yaml"; then
     "$spack" external find --not-buildable cmake gmake >/dev/null
   fi

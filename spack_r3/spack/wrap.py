@@ -2,7 +2,8 @@
 
 Both the record build (``r3-record``) and the tuned variant (``r3-apply``) are the
 original recipe, subclassed: the same versions, variants, dependencies and build, with
-``SPACK_CC``/``SPACK_CXX`` pointed at ``r3-spack-cc``/``r3-spack-cxx`` (``hook.py``),
+``SPACK_CC``/``SPACK_CXX``/``SPACK_FC``/``SPACK_F77`` pointed at ``r3-spack-cc`` and its
+siblings (``hook.py``),
 which run the launcher in front of the real compiler, behind Spack's wrapper.
 
 Importing the parent, by the layout of the parent's repository (``layout`` below; not the
@@ -47,19 +48,20 @@ def parent_module(namespace, name, layout):
 # ``self.compiler``.
 _COMPILERS = """
     def _r3_compilers(self):
-        found = []
-        for lang, attr in (("c", "cc"), ("cxx", "cxx")):
+        # {cc, cxx, fc, f77: the real compiler} of this build
+        found = {}
+        for lang, attr, keys in (("c", "cc", ("cc",)), ("cxx", "cxx", ("cxx",)), ("fortran", "fortran", ("fc", "f77"))):
             try:
                 deps = self.spec.dependencies(virtuals=[lang])
-                found.append(getattr(deps[0].package, attr) if deps else None)
+                path = getattr(deps[0].package, attr) if deps else None
             except Exception:
-                found.append(None)
-        if any(found):
-            return tuple(found)
+                path = None
+            for key in keys:
+                found[key] = path
+        if any(found.values()):
+            return found
         compiler = super().compiler
-        if compiler is None:
-            return None, None
-        return getattr(compiler, "cc", None), getattr(compiler, "cxx", None)
+        return {key: getattr(compiler, key, None) if compiler is not None else None for key in R3_LAUNCHERS}
 
     @property
     def compiler(self):
@@ -70,34 +72,29 @@ _COMPILERS = """
         return _R3Compiler(real) if real is not None and os.environ.get("R3_SPACK_LAUNCHER") else real
 
     def _r3_launch(self, env, launcher):
-        cc, cxx = self._r3_compilers()
         env.set("R3_SPACK_LAUNCHER", launcher)
-        if cc:
-            env.set("R3_REAL_CC", cc)
-            env.set("SPACK_CC", os.path.join(_r3_hooks(), "r3-spack-cc"))
-        if cxx:
-            env.set("R3_REAL_CXX", cxx)
-            env.set("SPACK_CXX", os.path.join(_r3_hooks(), "r3-spack-cxx"))
+        for key, real in self._r3_compilers().items():
+            if real:
+                env.set("R3_REAL_" + key.upper(), real)
+                env.set("SPACK_" + key.upper(), os.path.join(_r3_hooks(), R3_LAUNCHERS[key]))
 """
 
 
 _COMPILER_PROXY = '''
+# Spack's compiler variable (lower case) -> the launcher that stands in for it
+R3_LAUNCHERS = {"cc": "r3-spack-cc", "cxx": "r3-spack-cxx", "fc": "r3-spack-fc", "f77": "r3-spack-f77"}
+
+
 class _R3Compiler:
-    """The build's compiler, with the launchers as its cc and cxx."""
+    """The build's compiler, with the launchers as its cc, cxx, fc and f77."""
 
     def __init__(self, real):
         self._real = real
 
     def __getattr__(self, name):
+        if name in R3_LAUNCHERS and os.environ.get("R3_REAL_" + name.upper()):
+            return os.path.join(_r3_hooks(), R3_LAUNCHERS[name])
         return getattr(self._real, name)
-
-    @property
-    def cc(self):
-        return os.path.join(_r3_hooks(), "r3-spack-cc") if os.environ.get("R3_REAL_CC") else self._real.cc
-
-    @property
-    def cxx(self):
-        return os.path.join(_r3_hooks(), "r3-spack-cxx") if os.environ.get("R3_REAL_CXX") else self._real.cxx
 '''
 
 
@@ -112,7 +109,7 @@ def _header(namespace, name, layout, what):
         "from %s import *  # the recipe, and the builder classes it defines" % module,
         "from %s import %s as _R3Original" % (module, cls),
         "",
-        "# r3-spack-cc / r3-spack-cxx (spack-r3's launchers behind Spack's compiler wrapper) were here",
+        "# r3-spack-cc, -cxx, -fc, -f77 (spack-r3's launchers behind Spack's compiler wrapper) were here",
         "R3_HOOKS_AT_EMIT = %r" % HOOK_DIR,
         "",
         _HOOKS,

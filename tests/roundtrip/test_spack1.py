@@ -115,7 +115,7 @@ def _wrapped_class(hooks="/hooks"):
 @pytest.fixture
 def hooks(tmp_path):
     """A directory with the launchers in it (the emitted package checks they are there)."""
-    for name in ("r3-spack-cc", "r3-spack-cxx"):
+    for name in ("r3-spack-cc", "r3-spack-cxx", "r3-spack-fc", "r3-spack-f77"):
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)
     return str(tmp_path)
@@ -145,32 +145,46 @@ class _Adaptor:
         raise AttributeError("'x' has no cxx compiler, so the 'cxx' property cannot be retrieved")
 
 
+def _compilers(cc=None, cxx=None, fortran=None):
+    return {"cc": cc, "cxx": cxx, "fc": fortran, "f77": fortran}
+
+
 def test_wrapped_package_finds_its_compilers(hooks):
     cls = _wrapped_class(hooks)
     p = cls()
     p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19")})  # 1.x, a C-only package
     p.given = _Adaptor()
-    assert p._r3_compilers() == ("/usr/bin/clang-19", None)
+    assert p._r3_compilers() == _compilers("/usr/bin/clang-19")
     p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19"), "cxx": _node(cxx="/usr/bin/clang++-19")})
-    assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
-    p.spec = _Spec1({})  # 0.x: no language dependencies; self.compiler has both
-    p.given = types.SimpleNamespace(cc="/usr/bin/clang-19", cxx="/usr/bin/clang++-19", version="19.1.7")
-    assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
+    assert p._r3_compilers() == _compilers("/usr/bin/clang-19", "/usr/bin/clang++-19")
+    # 1.x, C and Fortran: the Fortran compiler's package has it as ``fortran``
+    p.spec = _Spec1({"c": _node(cc="/usr/bin/clang-19"), "fortran": _node(fortran="/usr/bin/flang-new-19")})
+    assert p._r3_compilers() == _compilers("/usr/bin/clang-19", fortran="/usr/bin/flang-new-19")
+    p.spec = _Spec1({})  # 0.x: no language dependencies; self.compiler has them all
+    p.given = types.SimpleNamespace(
+        cc="/usr/bin/clang-19", cxx="/usr/bin/clang++-19", fc="/usr/bin/flang-new-19", f77=None, version="19.1.7"
+    )
+    assert p._r3_compilers() == dict(
+        _compilers("/usr/bin/clang-19", "/usr/bin/clang++-19", "/usr/bin/flang-new-19"), f77=None
+    )
     env = {}
     p._r3_launch(types.SimpleNamespace(set=env.__setitem__), "record")
     assert env["SPACK_CC"] == hooks + "/r3-spack-cc" and env["R3_REAL_CXX"] == "/usr/bin/clang++-19"
+    assert env["SPACK_FC"] == hooks + "/r3-spack-fc" and env["R3_REAL_FC"] == "/usr/bin/flang-new-19"
+    assert "SPACK_F77" not in env  # a compiler the build has not is left alone
     assert p.compiler.cc == "/usr/bin/clang-19"  # outside the build: the recipe's own
     # Inside the build, a recipe that passes its build the compiler (CC=self.compiler.cc)
     # passes the launcher: the build's environment holds what _r3_launch set.
     saved = dict(os.environ)
     try:
         os.environ.update(env)
-        assert (p.compiler.cc, p.compiler.cxx, p.compiler.version) == (
+        assert (p.compiler.cc, p.compiler.cxx, p.compiler.fc, p.compiler.version) == (
             hooks + "/r3-spack-cc",
             hooks + "/r3-spack-cxx",
+            hooks + "/r3-spack-fc",
             "19.1.7",
         )
-        assert p._r3_compilers() == ("/usr/bin/clang-19", "/usr/bin/clang++-19")
+        assert p._r3_compilers()["cxx"] == "/usr/bin/clang++-19"
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -23,6 +23,7 @@ program fheat
     call diffuse(0.2d0)
     call smooth(t, s)
     call relax(size(x), x)
+    if (mod(it, 100) == 0) call report(it)
   end do
   after = norm()
   tmax = maxval(t)
