@@ -22,7 +22,7 @@ from ..childoutput import read_excerpt
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..record import session
-from ..toolchain import clang_release, clangxx_beside, find_clang
+from ..toolchain import clang_release, clangxx_beside, find_clang, flang_beside
 from ..spack.repos import PackageIndex, configured_repos, create_repo, detect_layout
 from ..spack.confinement import available as confinement_available, confinement
 from ..spack.runner import Spack
@@ -94,9 +94,10 @@ def _write_compilers(spack, scope):
     if spack.major_minor() >= (1, 0):
         _write_llvm_external(scope)
         return
-    if os.path.exists(path):
-        return
     clang = find_clang()
+    flang = flang_beside(clang)
+    if os.path.exists(path) and (flang is None or flang in open(path).read()):
+        return  # (written before flang was installed: written again, with it)
     version = clang_release(clang) or ""
     cxx = clangxx_beside(clang)
     res = spack.run("arch", "--operating-system", timeout=120)
@@ -109,7 +110,7 @@ def _write_compilers(spack, scope):
             {
                 "compiler": {
                     "spec": "clang@=%s" % version,
-                    "paths": {"cc": clang, "cxx": cxx, "f77": None, "fc": None},
+                    "paths": {"cc": clang, "cxx": cxx, "f77": flang, "fc": flang},
                     "operating_system": res.stdout.strip(),
                     "target": platform.machine(),
                     "modules": [],
@@ -137,8 +138,10 @@ def _write_llvm_external(scope):
     compilers = {"c": clang}
     if clangxx_beside(clang):
         compilers["cxx"] = clangxx_beside(clang)
+    if flang_beside(clang):
+        compilers["fortran"] = flang_beside(clang)
     external = {
-        "spec": "llvm@%s+clang~flang~lld~lldb" % version,
+        "spec": "llvm@%s+clang%sflang~lld~lldb" % (version, "+" if "fortran" in compilers else "~"),
         "prefix": os.path.dirname(os.path.dirname(clang)),
         "extra_attributes": {"compilers": compilers},
     }

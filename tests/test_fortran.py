@@ -1,0 +1,180 @@
+"""Fortran kernels, recorded, replayed, tuned and built tuned with real flang-19.
+
+The demo is ``repos/r3/sources/fheat``: module allocatables (``fields::diffuse``), an
+assumed-shape kernel whose dummies are descriptors (``fields::smooth``), fixed-form
+FORTRAN 77 with COMMON and SAVE data (``relax_``), a C kernel the Fortran program calls
+(``field_norm``) which calls back into Fortran (``row_sum``, ``bind(c)``), a kernel that
+allocates module arrays (``fields::setup``) and one doing I/O (``fields::report``).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from r3cli import r3, r3_output
+from spack_r3 import cxxnames, fortran
+from spack_r3.capture import list_captures
+from spack_r3.data import Pipeline
+from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+from spack_r3.workspace import Workspace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FHEAT = os.path.join(ROOT, "repos", "r3", "sources", "fheat")
+R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
+
+
+@pytest.fixture(scope="module")
+def flang(clang):
+    """The flang of the record clang's version (scripts/setup.sh installs flang-19)."""
+    from spack_r3.toolchain import flang_beside
+
+    found = flang_beside(clang)
+    if found is None:
+        msg = "no flang of %s's version (Debian: apt-get install flang-19)" % clang
+        if os.environ.get("R3_REQUIRE_SPACK") == "1":  # CI: setup installs it
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return found
+
+
+@pytest.fixture(scope="module")
+def recorded(flang, tmp_path_factory):
+    ws = str(tmp_path_factory.mktemp("fheat-ws"))
+    assert r3("--workspace", ws, "record", "--source", FHEAT, "--run", "./fheat 96 100") == 0
+    return ws
+
+
+def captures(ws):
+    return {c.kernel: c for c in list_captures(Workspace(ws))}
+
+
+def test_flang_names_read_as_fortran_spells_them():
+    assert cxxnames.demangle("_QMgridPsmooth") == "grid::smooth"
+    assert cxxnames.display("_QMgridFouterPinner") == "grid::outer::inner"
+    # a user names a module procedure in full or alone, in any case; an external one without its _
+    assert cxxnames.best_matches("SMOOTH", ["_QMgridPsmooth", "smooth_x"]) == (cxxnames.QUALIFIED, ["_QMgridPsmooth"])
+    assert cxxnames.match_level("grid::smooth", "_QMgridPsmooth") == cxxnames.DEMANGLED
+    assert cxxnames.match_level("relax", "relax_") == cxxnames.DEMANGLED
+    assert cxxnames.match_level("relax", "relax__") == 0 and cxxnames.demangle("relax_") == "relax_"
+    assert fortran.unreplayable_call("_FortranAioOutputReal64") == "it does Fortran I/O"
+    assert fortran.unreplayable_call("_FortranAAssign") is None  # array assignment: replay loads the runtime
+
+
+def test_a_fortran_application_records_its_kernels_by_their_fortran_names(recorded):
+    caps = captures(recorded)
+    assert {"_QMfieldsPsmooth", "_QMfieldsPdiffuse", "relax_", "row_sum", "_QMfieldsPreport"} <= set(caps)
+    assert "_QQmain" not in caps  # the main program is the whole run, not a kernel
+    # the unit's bitcode is flang's before LLVM's passes: its loops are still there to tune
+    assert caps["_QMfieldsPdiffuse"].compile_command[0] == shutil.which(caps["_QMfieldsPdiffuse"].compile_command[0])
+    assert fortran.is_flang(caps["_QMfieldsPdiffuse"].compile_command[0])
+    assert caps["_QMfieldsPreport"].unreplayable.startswith("it does Fortran I/O (_FortranAio")
+    rc, out, _ = r3_output("--workspace", recorded, "kernels")
+    assert rc == 0 and "fields::smooth" in out and "fields::diffuse" in out
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        "_QMfieldsPdiffuse",  # module allocatables; `t = tn` calls the runtime's assignment
+        "_QMfieldsPsmooth",  # assumed-shape dummies: descriptors on the caller's stack
+        "relax_",  # COMMON /RLXPAR/ and a SAVEd counter
+        "row_sum",  # bind(c), called from C
+    ],
+)
+def test_each_fortran_kernel_replays_verified(recorded, kernel):
+    cap = captures(recorded)[kernel]
+    rc, out, err = r3_output("--workspace", recorded, "replay", cap.id, "--repeat", 2, "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["status"] == "ok" and res["verified"] is True
+    assert res["kernel_demangled"] == cxxnames.demangle(kernel)
+
+
+def test_a_polly_pipeline_on_module_arrays_replays_verified(recorded, polly):
+    cap = captures(recorded)["_QMfieldsPdiffuse"]
+    rc, out, err = r3_output(
+        "--workspace", recorded, "replay", cap.id, "--pipeline", "O3,polly=1", "--repeat", 2, "--json"
+    )
+    assert rc == 0, err
+    assert json.loads(out)["verified"] is True
+
+
+def test_io_in_a_kernel_is_refused_with_the_reason(recorded):
+    cap = captures(recorded)["_QMfieldsPreport"]
+    rc, _, err = r3_output("--workspace", recorded, "replay", cap.id)
+    assert rc == 2
+    assert "cannot replay: it does Fortran I/O" in err and "_FortranAioOutputReal64" in err
+
+
+def test_a_fortran_kernel_tunes_to_a_confirmed_result(recorded):
+    rc, out, err = r3_output(
+        "--workspace",
+        recorded,
+        "tune",
+        "--kernel",
+        "SMOOTH",
+        "--mutator",
+        "none",
+        "--budget",
+        "4",
+        "--confirm-rounds",
+        "1",
+        "--confirm-pairs",
+        "3",
+        "--json",
+    )
+    assert rc == 0, err
+    (result,) = json.loads(out)["kernels"]
+    assert result["kernel"] == "_QMfieldsPsmooth" and result["kernel_demangled"] == "fields::smooth"
+    assert result["evaluations"] >= 4 and result["winner"]
+
+
+def _make(src, env, fc, cc):
+    subprocess.run(["make", "-s", "clean"], cwd=src, capture_output=True)
+    built = subprocess.run(["make", "-s", "FC=" + fc, "CC=" + cc], cwd=src, env=env, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    runs = [["./fheat", "64", "30"], ["./cdrive", "512", "5"]]
+    return "".join(subprocess.run(r, cwd=src, capture_output=True, text=True, check=True).stdout for r in runs)
+
+
+def test_r3_apply_builds_tuned_fortran_units_that_compute_the_same(flang, clang, tmp_path):
+    src = tmp_path / "fheat"
+    shutil.copytree(FHEAT, src)
+    untuned = _make(src, dict(os.environ), flang, clang)
+    assert "check passed" in untuned
+    plan = Plan(
+        "any",
+        [
+            PlannedUnit(
+                "fields.f90",
+                [
+                    PlannedKernel("_QMfieldsPdiffuse", Pipeline(opt="3", unroll=True)),
+                    PlannedKernel("_QMfieldsPsmooth", Pipeline(opt="3", noalias=True)),
+                    PlannedKernel("row_sum", Pipeline(opt="1")),
+                ],
+            ),
+            PlannedUnit("relax.f", [PlannedKernel("relax_", Pipeline(opt="2", loop_vectorize=False))]),
+        ],
+    )
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    env = dict(os.environ, R3_APPLY_PLAN=str(tmp_path / "plan.json"))
+    untuned_object = (src / "fields.o").read_bytes()
+    tuned = _make(src, env, "%s %s" % (R3_APPLY, flang), "%s %s" % (R3_APPLY, clang))
+    assert tuned == untuned  # exact FP settings: the same numbers, one COMMON block, one SAVEd counter
+    assert (src / "fields.o").read_bytes() != untuned_object  # built as planned, not as before
+    # a kernel gone from the unit fails the build with one line
+    plan.units[1].kernels[0].symbol = "relax_gone_"
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    subprocess.run(["make", "-s", "clean"], cwd=src, capture_output=True)
+    built = subprocess.run(
+        ["make", "-s", "FC=%s %s" % (R3_APPLY, flang), "CC=%s %s" % (R3_APPLY, clang)],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode != 0 and "relax.f does not define relax_gone_" in built.stderr
