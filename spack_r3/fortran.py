@@ -130,8 +130,6 @@ def runtime_archives(flang):
 def runtime_library(flang, cache_dir):
     """A shared copy of ``flang``'s runtime for replay to load, built once into
     ``cache_dir`` (keyed on the archives' identity); None where it cannot be built."""
-    from .toolchain import find_clang
-
     archives = runtime_archives(flang)
     if not archives:
         return None
@@ -142,7 +140,7 @@ def runtime_library(flang, cache_dir):
     os.makedirs(cache_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".libr3fortran-", suffix=".so", dir=cache_dir)
     os.close(fd)
-    cmd = [find_clang(), "-shared", "-o", tmp, "-Wl,--whole-archive"] + archives
+    cmd = [flang, "-shared", "-o", tmp, "-Wl,--whole-archive"] + archives
     cmd += ["-Wl,--no-whole-archive", "-lstdc++", "-lm"]
     if subprocess.run(cmd, capture_output=True).returncode != 0:
         os.unlink(tmp)
