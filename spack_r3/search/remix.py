@@ -74,6 +74,7 @@ from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 
 REWRITE_CLASSES = {
     "restrict": "aliasing",
+    "contiguous": "aliasing",
     "scalar-replace": "aliasing",
     "omp-parallel": "parallel",
     "omp-simd": "vector",
@@ -95,6 +96,7 @@ SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "l
 # it is tried before anything else but inherited winners (``first_to_try``).
 EXACT_RULES = (
     "restrict",
+    "contiguous",
     "interchange",
     "unroll-and-jam",
     "tile",
@@ -189,7 +191,7 @@ def kernel_source(capture, directory, text=None, rules=()):
     function = capture.kernel
     if backends.of_capture(capture) is not backends.HOST:
         function = region_function(capture.kernel)  # the rules rewrite the function the region is in
-    if function.startswith("_Z"):
+    if function.startswith(("_Z", "_Q")):  # C++'s and flang's names: the name in the source
         function = cxxnames.qualified(function).split("(")[0].split("::")[-1]
     return KernelSource(
         kernel=capture.kernel,

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ... import fortran
+
 # A unit's extensions that say C++ (clang's own list, and the common spellings).
 CXX_EXTENSIONS = (".cc", ".cpp", ".cxx", ".C", ".c++", ".cp", ".CPP", ".hpp", ".ii")
 
@@ -81,8 +83,11 @@ class Mutator:
 
 
 def language(source: KernelSource) -> str:
-    """ "C" or "C++": what the unit's flags say (``-x``, a C++ ``-std=``), else its file's
-    extension, else its compiler's name (``clang++``)."""
+    """ "C", "C++" or "Fortran": a unit flang builds is Fortran; else what the unit's flags
+    say (``-x``, a C++ ``-std=``), else its file's extension, else its compiler's name
+    (``clang++``)."""
+    if fortran.is_flang(source.clang) or fortran.is_source(source.filename):
+        return "Fortran"
     args = list(source.parse_args)
     for i, a in enumerate(args):
         if a == "-x" and i + 1 < len(args):

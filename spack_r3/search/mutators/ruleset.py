@@ -1,10 +1,11 @@
 """The rules mutator: every rewrite rule of ``rules.py`` and ``stencils.py``, in the order
-the remix tries them, each proposal checked to parse."""
+the remix tries them, each proposal checked to parse; a Fortran unit gets
+``fortranrules.py``'s (its compile checks them)."""
 
 from typing import List, Optional
 
-from . import cast, stencils
-from .base import Feedback, KernelSource, Mutator, Proposal
+from . import cast, fortranrules, stencils
+from .base import Feedback, KernelSource, Mutator, Proposal, language
 from .loops import Function
 from .rules import (
     interchange,
@@ -26,6 +27,8 @@ class RulesMutator(Mutator):
     name = "rules"
 
     def propose(self, source: KernelSource, feedback: Optional[Feedback] = None) -> List[Proposal]:
+        if language(source) == "Fortran":  # rules of its own, on the text
+            return fortranrules.propose(source)
         fn = Function(source)
         out = []
         # What no pipeline setting reaches first: a new layout, register reuse (LLVM's

@@ -12,7 +12,7 @@ class R3Fheat(MakefilePackage):
     homepage = "https://example.org/spack-r3/r3-fheat"
     url = "file://" + os.path.join(os.path.dirname(__file__), "fheat-1.0.tar.gz")
 
-    version("1.0", sha256="e5ac77d9ae61c1123ed1b037384db93a50cc9bcdc5487438c4f5b36a4464753e")
+    version("1.0", sha256="f16cb3abe8a7a4674499dd9bb1398bdd9b6d8e6548a28dba3ea45fdd5a8084bd")
 
     depends_on("c", type="build")
     depends_on("fortran", type="build")

@@ -22,6 +22,7 @@ program fheat
   do it = 1, steps
     call diffuse(0.2d0)
     call smooth(t, s)
+    call blur(s, tn)
     call relax(size(x), x)
     if (mod(it, 100) == 0) call report(it)
   end do
