@@ -20,6 +20,8 @@ from spack_r3 import cxxnames, fortran
 from spack_r3.capture import list_captures
 from spack_r3.data import Pipeline
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
+from spack_r3.search.mutators import KernelSource, fortranrules
+from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.workspace import Workspace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,3 +180,82 @@ def test_r3_apply_builds_tuned_fortran_units_that_compute_the_same(flang, clang,
         text=True,
     )
     assert built.returncode != 0 and "relax.f does not define relax_gone_" in built.stderr
+
+
+def _fortran_source(text, kernel, openmp=False):
+    return KernelSource(
+        kernel=kernel,
+        function=cxxnames.demangle(kernel).split("::")[-1],
+        filename="k.f90",
+        text=text,
+        parse_args=[],
+        compile_dir=".",
+        clang="flang-new-19",
+        openmp=openmp,
+    )
+
+
+RECURRENCE_F90 = """
+module m
+contains
+  subroutine sweep(a, n)
+    integer, intent(in) :: n
+    real(8), intent(inout) :: a(n, n)
+    integer :: i, j
+    do i = 2, n
+      do j = 1, n
+        a(i, j) = a(i - 1, j) + a(i, j)   ! carried along i
+      end do
+    end do
+  end subroutine
+  subroutine scale(a, n)
+    integer, intent(in) :: n
+    real(8), intent(inout) :: a(n, n)
+    integer :: i, j
+    do i = 1, n
+      do j = 1, n
+        a(i, j) = 2d0 * a(i, j)
+      end do
+    end do
+  end subroutine
+end module
+"""
+
+
+def test_fortran_rules_refuse_what_a_dependence_forbids():
+    refused = fortranrules.propose(_fortran_source(RECURRENCE_F90, "_QMmPsweep", openmp=True))
+    assert "interchange" not in [p.rule for p in refused]  # a(i-1,j) read, a(i,j) written
+    assert fortranrules.independent(["a(i, j) = a(i - 1, j) + a(i, j)"], ["i", "j"]) == (
+        "a is written and read at different subscripts"
+    )
+    props = fortranrules.propose(_fortran_source(RECURRENCE_F90, "_QMmPscale", openmp=True))
+    (swap,) = [p for p in props if p.rule == "interchange"]
+    assert swap.description == "interchange i,j in scale" and swap.promise == 2
+    assert "    do j = 1, n\n      do i = 1, n\n        a(i, j) = 2d0 * a(i, j)" in swap.text
+    assert [p.description for p in props if p.rule == "omp-simd"] == ["omp simd on the j loop in scale"]
+    # explicit-shape dummies are contiguous already; a unit without -fopenmp gets no simd directive
+    serial = fortranrules.propose(_fortran_source(RECURRENCE_F90, "_QMmPscale"))
+    assert [p.rule for p in serial] == ["interchange"]
+
+
+def test_fortran_rewrites_replay_verified(recorded):
+    from spack_r3.replay.server import ReplayServer
+    from spack_r3.search.remix import kernel_source
+    from spack_r3.sourcepatch import make_patch
+    from spack_r3.data import OK, Variant
+
+    caps = captures(recorded)
+    with ReplayServer(cache_dir=os.path.join(recorded, "cache")) as server:
+        for kernel, wanted in (
+            ("_QMfieldsPblur", ["contiguous a,b in blur", "interchange i,j in blur"]),
+            ("_QMfieldsPsmooth", ["contiguous a,b in smooth"]),  # its loops are in column order already
+        ):
+            cap = caps[kernel]
+            directory = os.path.join(recorded, "captures", cap.id)
+            src = kernel_source(cap, directory)
+            props = RulesMutator().propose(src, None)
+            assert [p.description for p in props] == wanted
+            for p in props:
+                variant = Variant(source_patch=make_patch(src.text, p.text, src.filename), source_rule=p.rule)
+                ev = server.submit(directory, variant, pairs=1, timeout=120)
+                assert ev.status == OK, (p.description, ev.status, ev.diagnostics)
