@@ -259,3 +259,51 @@ def test_fortran_rewrites_replay_verified(recorded):
                 variant = Variant(source_patch=make_patch(src.text, p.text, src.filename), source_rule=p.rule)
                 ev = server.submit(directory, variant, pairs=1, timeout=120)
                 assert ev.status == OK, (p.description, ev.status, ev.diagnostics)
+
+
+BLUR_REWRITE = """\
+! r3: walk down columns: j outer, i inner
+subroutine blur(a, b)
+    real(8), intent(in), contiguous :: a(:, :)
+    real(8), intent(inout), contiguous :: b(:, :)
+    integer :: i, j
+    do j = 2, size(a, 2) - 1
+      do i = 2, size(a, 1) - 1
+        b(i, j) = 0.25d0 * (a(i-1, j) + a(i+1, j)) + 0.5d0 * a(i, j)
+      end do
+    end do
+end subroutine"""
+
+RENAMED_DUMMIES = BLUR_REWRITE.replace("blur(a, b)", "blur(src, dst)").replace("walk down", "renamed, walk down")
+
+
+def test_the_model_is_shown_fortran_and_its_fortran_replays_verified(recorded):
+    from modelserver import ScriptedModel
+    from spack_r3.data import OK, Variant
+    from spack_r3.model.client import ModelConfig
+    from spack_r3.replay.server import ReplayServer
+    from spack_r3.search.mutators import Feedback
+    from spack_r3.search.mutators.llm import LLMMutator
+    from spack_r3.search.remix import kernel_source
+    from spack_r3.sourcepatch import make_patch
+
+    cap = captures(recorded)["_QMfieldsPblur"]
+    directory = os.path.join(recorded, "captures", cap.id)
+    src = kernel_source(cap, directory)
+    answer = "".join("```fortran\n%s\n```\n\n" % b for b in (RENAMED_DUMMIES, BLUR_REWRITE))
+    with ScriptedModel([answer]) as server:
+        model = LLMMutator(ModelConfig(server.url, "scripted-coder", "sk-test", timeout=10))
+        (proposal,) = model.propose(src, Feedback())
+    system, user = server.requests[0]["body"]["messages"]
+    assert "kernels of Fortran programs" in system["content"] and "```fortran" in system["content"]
+    assert "Function `blur` in Fortran file `fields.f90`" in user["content"]
+    assert "`subroutine blur(a, b)`" in user["content"] and "```fortran" in user["content"]
+    # the rewrite that renamed the dummies is dropped with the reason; the other is spliced in place
+    assert model.rejected[0][1] == "the rewrite changes the dummy arguments of blur (src, dst, was a, b)"
+    assert proposal.description == "walk down columns: j outer, i inner"
+    assert proposal.text.count("subroutine blur(a, b)") == 1 and "subroutine smooth(a, b)" in proposal.text
+    assert BLUR_REWRITE.split("\n", 1)[1] in proposal.text and "! r3:" not in proposal.text
+    with ReplayServer(cache_dir=os.path.join(recorded, "cache")) as replay:
+        variant = Variant(source_patch=make_patch(src.text, proposal.text, src.filename), source_rule="llm")
+        ev = replay.submit(directory, variant, pairs=1, timeout=120)
+    assert ev.status == OK, ev.diagnostics

@@ -30,20 +30,21 @@ from typing import List, Optional
 
 from ...model.client import ChatModel, ModelConfig, ModelError
 from .base import Feedback, KernelSource, Mutator, Proposal, language
-from . import cast
+from . import cast, fortranrules
 
 ALTERNATIVES = 2  # rewrites asked for per answer
 DESCRIPTION_CHARS = 80
 FEEDBACK_HEADING = "## What the search knows so far"
 REPAIR_HEADING = "## A rewrite that failed"
 MARKER = "// r3:"
+FORTRAN_MARKER = "! r3:"  # (a Fortran comment)
 
 # limits on the variable part, so a long history does not crowd out the kernel
 MAX_BEST, MAX_FAILURES, MAX_EXAMPLES = 5, 5, 3
 DIAGNOSTIC_LINES, DIAGNOSTIC_CHARS = 12, 1500
 PATCH_CHARS = 2000
 
-CODE_TAGS = {"", "c", "cpp", "c++", "cc", "cxx", "h", "hpp"}
+CODE_TAGS = {"", "c", "cpp", "c++", "cc", "cxx", "h", "hpp", "fortran", "f90", "f"}
 _FENCE = re.compile(r"^```[ \t]*([A-Za-z+]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 
 SYSTEM = """\
@@ -70,6 +71,31 @@ before it in the same block). The first line inside each block is a comment with
 `{marker} <what this rewrite changes>`. Outside the blocks, at most a few words.
 """.format(n=ALTERNATIVES, marker=MARKER)
 
+SYSTEM_FORTRAN = """\
+You are an expert in making compute kernels of Fortran programs run faster on CPUs.
+You rewrite one procedure, the kernel, so that it computes exactly what it computes now,
+faster. Your rewrite is compiled with flang, run on recorded inputs and its outputs are
+compared with the original's; a rewrite that fails is reported back to you.
+
+Rules:
+- Keep the procedure's name, its dummy arguments (names, order, types, kinds, ranks and
+  intents) and, for a function, its result exactly as they are. Adding `contiguous` to an
+  assumed-shape dummy is fine (the caller copies a non-contiguous actual argument).
+- Keep the behaviour for every input: the same outputs, the same memory written, no new
+  out-of-bounds accesses, no data races. Fortran arrays are column-major: the first
+  subscript is the unit-stride one.
+- Write portable code the compiler can optimize: loop order, blocking/tiling, unrolling,
+  hoisting invariants, explicit loops instead of array temporaries, `!$omp simd` where
+  iterations are independent. No new `use` of modules the unit does not use, no I/O.
+- Do not write a main program or test code. Do not repeat the rest of the file.
+
+Answer format: up to {n} alternative rewrites, each in its own fenced code block
+(```fortran) that holds the complete new procedure, from its `subroutine` or `function`
+line to its `end` line, nothing else. The first line inside each block is a comment with
+a one-line description: `{marker} <what this rewrite changes>`. Outside the blocks, at most a
+few words.
+""".format(n=ALTERNATIVES, marker=FORTRAN_MARKER)
+
 
 # -- the kernel, as the prompt describes it ----------------------------------------------
 
@@ -85,6 +111,29 @@ class _Kernel:
         self.mangled = fn.get("mangledName")
         self.first_line = source.text.count("\n", 0, self.begin) + 1
         self.last_line = source.text.count("\n", 0, self.end) + 1
+
+
+class _FortranKernel:
+    """The same for a Fortran unit: the procedure's lines, found on the text
+    (``fortranrules.procedure_span``); its header line is the signature."""
+
+    mangled = None
+
+    def __init__(self, source):
+        lines = source.text.split("\n")
+        span = fortranrules.procedure_span(source.text, fortranrules.procedure_names(source))
+        if span is None:
+            raise cast.ASTError("%s defines no procedure %s" % (source.filename, source.function))
+        self.first_line, self.last_line = span[0] + 1, span[1] + 1
+        self.begin = sum(len(l) + 1 for l in lines[: span[0]])
+        self.end = self.begin + sum(len(l) + 1 for l in lines[span[0] : span[1] + 1]) - 1
+        self.signature = " ".join(lines[span[0]].split())
+        self.dummies = _dummies(lines[span[0]])
+
+
+def _dummies(header):
+    m = re.search(r"\(([^)]*)\)", header.split("!")[0])
+    return [d.strip().lower() for d in m.group(1).split(",") if d.strip()] if m else []
 
 
 _KERNELS = {}
@@ -109,7 +158,7 @@ def kernel_info(source) -> "_Kernel":
     with _KERNELS_LOCK:
         hit = _KERNELS.get(key)
     if hit is None:
-        hit = _Kernel(source)
+        hit = _FortranKernel(source) if language(source) == "Fortran" else _Kernel(source)
         with _KERNELS_LOCK:
             if len(_KERNELS) > 64:
                 _KERNELS.clear()
@@ -154,6 +203,8 @@ def mep_source(source):
     from ...mep.slice import source_slice
 
     def make():
+        if language(source) == "Fortran":
+            return None
         try:
             return source_slice(source)
         except (R3Error, OSError, ValueError, KeyError, IndexError, TypeError):  # SliceError, ASTError, odd ASTs
@@ -176,6 +227,8 @@ def reintegrate(source, kernel, definition):
     block defines again taken out of the rest of the unit, so the block's stands."""
     head, tail = source.text[: kernel.begin], source.text[kernel.end :]
     text = head + definition.strip("\n") + tail
+    if language(source) == "Fortran":  # flang's compile in the worker reports what is wrong
+        return text
     removed = []  # (begin, end) in the parent's text
     for _ in range(MOST_REINTEGRATED):
         try:
@@ -218,7 +271,7 @@ def _without(text, lo, hi, spans):
 
 
 def _fence(source):
-    return "c" if language(source) == "C" else "cpp"
+    return {"C": "c", "Fortran": "fortran"}.get(language(source), "cpp")
 
 
 def stable_prefix(source: KernelSource) -> str:
@@ -252,8 +305,9 @@ def stable_prefix(source: KernelSource) -> str:
         )
     if source.openmp:
         lines.append(
-            "OpenMP: the file is compiled with -fopenmp; OpenMP pragmas (parallel for, simd) "
-            "are allowed where iterations are independent, with no data race."
+            "OpenMP: the file is compiled with -fopenmp; OpenMP %s are allowed where iterations "
+            "are independent, with no data race."
+            % ("directives (!$omp parallel do, !$omp simd)" if lang == "Fortran" else "pragmas (parallel for, simd)")
         )
     else:
         lines.append("OpenMP: the file is compiled without OpenMP; do not use OpenMP pragmas or calls.")
@@ -351,10 +405,14 @@ def render_feedback(source: KernelSource, feedback: Optional[Feedback]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def system_prompt(source: KernelSource) -> str:
+    return SYSTEM_FORTRAN if language(source) == "Fortran" else SYSTEM
+
+
 def build_messages(source: KernelSource, feedback: Optional[Feedback]) -> List[dict]:
     """[system, user] for a proposal request: stable prefix first, feedback last."""
     return [
-        {"role": "system", "content": SYSTEM},
+        {"role": "system", "content": system_prompt(source)},
         {"role": "user", "content": stable_prefix(source) + render_feedback(source, feedback)},
     ]
 
@@ -396,7 +454,7 @@ def build_repair_messages(source: KernelSource, proposal: Proposal, diagnostic: 
         "complete definition), keeping what made the rewrite worth trying where you can." % source.function,
     ]
     return [
-        {"role": "system", "content": SYSTEM},
+        {"role": "system", "content": system_prompt(source)},
         {"role": "user", "content": stable_prefix(source) + "\n".join(tail) + "\n"},
     ]
 
@@ -415,8 +473,9 @@ def split_description(block: str, fallback: str):
     for i, line in enumerate(lines):
         if not line.strip():
             continue
-        if line.strip().startswith(MARKER):
-            desc = line.strip()[len(MARKER) :].strip() or fallback
+        marker = next((m for m in (MARKER, FORTRAN_MARKER) if line.strip().startswith(m)), None)
+        if marker:
+            desc = line.strip()[len(marker) :].strip() or fallback
             return desc[:DESCRIPTION_CHARS], "\n".join(lines[:i] + lines[i + 1 :]).strip("\n") + "\n"
         break
     return fallback[:DESCRIPTION_CHARS], "\n".join(lines).strip("\n") + "\n"
@@ -425,6 +484,18 @@ def split_description(block: str, fallback: str):
 def check(source: KernelSource, kernel: _Kernel, text: str) -> Optional[str]:
     """Why a rewritten unit is unusable (no kernel, changed signature), or None (usable, or
     not parsing: then the worker's compile diagnostic goes to repair)."""
+    if language(source) == "Fortran":
+        span = fortranrules.procedure_span(text, fortranrules.procedure_names(source))
+        if span is None:
+            return "the rewrite does not define %s" % source.function
+        dummies = _dummies(text.split("\n")[span[0]])
+        if dummies != kernel.dummies:
+            return "the rewrite changes the dummy arguments of %s (%s, was %s)" % (
+                source.function,
+                ", ".join(dummies),
+                ", ".join(kernel.dummies),
+            )
+        return None
     probe = text
     if language(source) == "C":
         # a redeclaration with the original signature: clang says "conflicting types" if it changed
