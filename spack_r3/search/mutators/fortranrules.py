@@ -268,7 +268,7 @@ def contiguous(source: KernelSource, lines, span) -> List[Proposal]:
             "\n".join(new),
             "contiguous",
             "contiguous %s in %s" % (",".join(changed), procedure_names(source)[0]),
-            promise=len(changed),
+            promise=1,  # a sure gain, smaller than a loop order's
         )
     ]
 
@@ -285,7 +285,9 @@ def _top_level_split(text):
     return parts + [cur] if cur.strip() else parts
 
 
-RULES = (contiguous, interchange, omp_simd)  # the order the remix tries them
+# The order the remix tries them: a loop order no pipeline setting reaches first (a row-order
+# nest gains tens of times), then contiguous (what noalias-like settings cannot say).
+RULES = (interchange, contiguous, omp_simd)
 
 
 def propose(source: KernelSource) -> List[Proposal]:
