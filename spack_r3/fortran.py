@@ -13,7 +13,8 @@ differ:
   procedures are ``name_``. Users type them as Fortran spells them, in any case.
 - **The runtime.** Array assignments, reductions and I/O call ``libFortranRuntime``;
   flang links it statically, so replay (a JIT) loads a shared copy built once from
-  the same archives.
+  the same archives. A kernel that reads a unit, or opens, closes, positions or
+  inquires about one, is refused with that reason.
 """
 
 import os
@@ -26,14 +27,21 @@ from functools import lru_cache
 SOURCE_EXTS = (".f", ".F", ".f90", ".F90", ".f95", ".F95", ".f03", ".F03", ".f08", ".F08", ".for", ".FOR", ".ftn")
 # What flang needs instead of clang's -Xclang -disable-llvm-passes (see above).
 BITCODE_FLAGS = ["-mllvm", "-opt-bisect-limit=0"]
-# Calls that make a kernel compute something replay cannot: I/O reaches files and
-# units the recording does not hold, STOP ends the process.
+# Runtime calls that make a kernel compute something replay cannot: input from a unit
+# (external files and stdin hold what the recording did not keep) and statements that
+# connect, position or ask about units (runtime state outside the capture). Output, like
+# C's printf, changes nothing the kernel computes; internal READ/WRITE work on memory; a
+# STOP on a path the recorded call did not take is not taken in replay either.
 UNREPLAYABLE_CALLS = (
-    ("_FortranAio", "it does Fortran I/O"),
-    ("_FortranAStop", "it may STOP the program"),
-    ("_FortranAFailImage", "it may FAIL IMAGE"),
-    ("_FortranAExit", "it calls EXIT"),
-    ("_FortranAAbort", "it may abort the program"),
+    ("_FortranAioBeginExternalListInput", "it reads input (Fortran READ from a unit)"),
+    ("_FortranAioBeginExternalFormattedInput", "it reads input (Fortran READ from a unit)"),
+    ("_FortranAioBeginUnformattedInput", "it reads input (Fortran READ from a unit)"),
+    ("_FortranAioBeginOpen", "it opens Fortran units"),
+    ("_FortranAioBeginClose", "it closes Fortran units"),
+    ("_FortranAioBeginInquire", "it inquires about Fortran units or files"),
+    ("_FortranAioBeginRewind", "it positions Fortran units"),
+    ("_FortranAioBeginBackspace", "it positions Fortran units"),
+    ("_FortranAioBeginEndfile", "it positions Fortran units"),
 )
 RUNTIME_ARCHIVES = ("libFortranRuntime.a", "libFortranDecimal.a")
 _MANGLED = re.compile(r"_Q((?:[MSFP][a-z0-9_$]+)+)$")
