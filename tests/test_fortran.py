@@ -343,3 +343,23 @@ def test_the_model_is_shown_fortran_and_its_fortran_replays_verified(recorded):
         variant = Variant(source_patch=make_patch(src.text, proposal.text, src.filename), source_rule="llm")
         ev = replay.submit(directory, variant, pairs=1, timeout=120)
     assert ev.status == OK, ev.diagnostics
+
+
+def test_r3_mep_writes_a_fortran_kernel_as_a_standalone_program(recorded, tmp_path):
+    caps = captures(recorded)
+    # a module procedure on its dummies alone: its module's specification part and itself, in Fortran
+    out = tmp_path / "smooth"
+    rc, _, err = r3_output("--workspace", recorded, "mep", caps["_QMfieldsPsmooth"].id, "-o", str(out))
+    assert rc == 0, err
+    kernel = (out / "kernel.f90").read_text()
+    assert "module fields" in kernel and "subroutine smooth(a, b)" in kernel and "subroutine diffuse" not in kernel
+    assert sorted(os.listdir(out)) == ["Makefile", "README.md", "data", "driver.c", "kernel.f90", "mep.h"]
+    check = subprocess.run(["make", "-s", "check"], cwd=out, capture_output=True, text=True)
+    assert check.returncode == 0 and "fields::smooth: verified" in check.stdout, check.stdout + check.stderr
+    # COMMON and a SAVEd counter live at recorded addresses: the kernel's IR, linked by flang
+    out = tmp_path / "relax"
+    rc, _, err = r3_output("--workspace", recorded, "mep", caps["relax_"].id, "-o", str(out))
+    assert rc == 0, err
+    assert (out / "kernel.ll").exists() and not (out / "kernel.f").exists()
+    check = subprocess.run(["make", "-s", "check"], cwd=out, capture_output=True, text=True)
+    assert check.returncode == 0 and "relax_: verified" in check.stdout, check.stdout + check.stderr

@@ -347,13 +347,18 @@ def _readme(info, capture, variant_text, record, made):
     return "\n".join(lines) + "\n"
 
 
-def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
+def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang, kernel_ext=None):
     cxx = info.language == "C++"
+    fortran_unit = info.language == "Fortran"
     cc, ext = ("CXX", "cpp") if cxx else ("CC", "c")
+    kcc = "FC" if fortran_unit else cc  # the kernel's compiler (a Fortran kernel, a C driver)
     lines = [
         "# r3 mep: %s from capture %s.  make [%s=...] [CFLAGS=...]; make check"
-        % (cxxnames.display(capture.kernel), capture.id, cc)
+        % (cxxnames.display(capture.kernel), capture.id, kcc)
     ]
+    if fortran_unit:  # make's own FC is f77: the record flang unless told otherwise (FC=gfortran)
+        flang = os.path.basename(capture.compile_command[0]) if capture.compile_command else "flang-new"
+        lines += ["ifeq ($(origin FC),default)", "FC = %s" % flang, "endif"]
     if (
         info.unmapped is not None
         and info.variant
@@ -375,11 +380,15 @@ def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
         "LDLIBS = -lm",
     ]
     if info.mode == IR:
-        lines += ["CLANG ?= %s" % ir_clang, "LINK = $(CLANG)%s" % (" -lstdc++" if cxx else "")]
+        lines += ["CLANG ?= %s" % ir_clang]
+    if fortran_unit:  # flang links its runtime (array assignment, MATMUL) and the C driver's main
+        lines.append("LINK = $(FC)")
+    elif info.mode == IR:
+        lines.append("LINK = $(CLANG)%s" % (" -lstdc++" if cxx else ""))
     else:
         lines.append("LINK = $(%s)" % cc)
-    kernel_src = "kernel.ll" if info.mode == IR else "kernel." + ext
-    kernel_cc = "$(CLANG) -Wno-override-module" if info.mode == IR else "$(%s)" % cc
+    kernel_src = "kernel.ll" if info.mode == IR else "kernel" + (kernel_ext or "." + ext)
+    kernel_cc = "$(CLANG) -Wno-override-module" if info.mode == IR else "$(%s)" % kcc
     lines += [
         "",
         "all: mep",
@@ -410,7 +419,7 @@ def _makefile(info, capture, cflags, kernel_flags, omp, ir_clang):
         ]
     lines += [
         "clean:",
-        "\trm -f mep mep-r3 kernel.o driver.o",
+        "\trm -f mep mep-r3 kernel.o driver.o" + (" *.mod" if fortran_unit else ""),
         "",
         ".PHONY: all check %sclean" % ("check-r3 " if info.replay_object else ""),
     ]
@@ -464,10 +473,38 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     }
     compiler = clang or find_clang()
     ext = "cpp" if lang == "C++" else "c"
+    fortran_unit = lang == "Fortran"
+    # a Fortran kernel's unit as it is (free or fixed form by its extension), beside a C driver
+    kernel_ext = os.path.splitext(capture.source_file)[1] if fortran_unit else "." + ext
     defined = ["-D%s=%s" % (k, v) for k, v in sorted(defines.items())]
+
+    def write_fortran(tmp):
+        """A Fortran kernel's procedure (in its module's specification part), compiled by
+        flang (``fortranrules.procedure_unit``): the driver maps the recorded
+        memory, so a unit whose kernel reaches its globals (module variables, COMMON), which
+        a compile places elsewhere, is written as IR instead (SliceError)."""
+        if globals_at:
+            raise SliceError(
+                "the kernel reaches globals (%s) at their recorded addresses" % ", ".join(sorted(globals_at))
+            )
+        from ..search.mutators.fortranrules import procedure_names, procedure_unit
+
+        unit = procedure_unit(text, procedure_names(source))
+        if unit is None:
+            raise SliceError("the kernel's procedure is not found in %s" % os.path.basename(capture.source_file))
+        with open(os.path.join(tmp, "kernel" + kernel_ext), "w", errors="surrogateescape") as f:
+            f.write(
+                "! r3 mep: the part of %s that %s needs (capture %s)\n"
+                % (os.path.basename(capture.source_file), cxxnames.display(capture.kernel), capture.id)
+                + unit
+            )
+        skip = ("-fopenmp", "-march", "-mcpu", "-mtune", "-O")
+        return [f for f in source.parse_args if not f.startswith(skip) and f not in code] + defined
 
     def write_source(tmp):
         """The slice and its headers; the kernel's flags (SliceError where no slice)."""
+        if fortran_unit:
+            return write_fortran(tmp)
         sl = source_slice(source, globals_at)
         kernel_flags = [
             f for f in sl.flags if not f.startswith(("-fopenmp", "-march", "-mcpu", "-mtune")) and f not in code
@@ -493,6 +530,11 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
         with open(os.path.join(tmp, "kernel.ll"), "w") as f:
             f.write(ir)
         return []
+
+    # what compiles kernel.ll: the record clang (flang's IR too: flang takes no -W option)
+    ir_compiler = os.path.basename(capture.compile_command[0]) if capture.compile_command else "clang"
+    if fortran_unit:
+        ir_compiler = os.path.basename(compiler)
 
     def write_rest(tmp, kernel_flags):
         shutil.copyfile(DRIVER, os.path.join(tmp, "driver." + ext))
@@ -520,7 +562,8 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
                     code,
                     kernel_flags,
                     omp,
-                    os.path.basename(capture.compile_command[0]) if capture.compile_command else "clang",
+                    ir_compiler,
+                    kernel_ext,
                 )
             )
         with open(os.path.join(tmp, "README.md"), "w") as f:
@@ -534,13 +577,14 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
                 )
             )
 
+    flang = capture.compile_command[0] if fortran_unit else None
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".r3-mep-", dir=parent)
     try:
         try:
             write_rest(tmp, write_source(tmp))
-            why = _trial_build(tmp, compiler)  # the record clang builds it, or it is no slice
+            why = _trial_build(tmp, compiler, flang)  # the record clang builds it, or it is no slice
             if why:
                 raise SliceError(why)
         except SliceError as err:
@@ -549,7 +593,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
                 path = os.path.join(tmp, name)
                 shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
             write_rest(tmp, write_ir(tmp))
-            why = _trial_build(tmp, compiler)
+            why = _trial_build(tmp, compiler, flang)
             if why:
                 raise R3Error("the MEP of %s does not build: %s" % (cxxnames.display(capture.kernel), why))
         if info.variant:
@@ -583,14 +627,14 @@ def _variant_bitcode(capture, directory, patch, defines, openmp=False):
         raise R3Error("the variant does not compile: %s" % err)
 
 
-def _trial_build(directory, clang):
-    """None when ``make`` builds the MEP in ``directory`` with ``clang`` (left clean), else
-    the first error line."""
+def _trial_build(directory, clang, flang=None):
+    """None when ``make`` builds the MEP in ``directory`` with ``clang`` (and ``flang``, for
+    a Fortran kernel) (left clean), else the first error line."""
     cxx = os.path.join(os.path.dirname(clang), os.path.basename(clang).replace("clang", "clang++"))
     cxx = cxx if os.path.exists(cxx) else clang
     try:
         proc = subprocess.run(
-            ["make", "-s", "CC=" + clang, "CXX=" + cxx, "mep"],
+            ["make", "-s", "CC=" + clang, "CXX=" + cxx] + (["FC=" + flang] if flang else []) + ["mep"],
             cwd=directory,
             text=True,
             stdout=subprocess.PIPE,

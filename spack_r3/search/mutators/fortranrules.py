@@ -88,6 +88,37 @@ def procedure_span(text: str, names) -> Optional[Tuple[int, int]]:
     return None
 
 
+_MODULE = re.compile(r"^\s*module\s+(\w+)\s*$", re.I)
+_CONTAINS = re.compile(r"^\s*contains\s*$", re.I)
+
+
+def procedure_unit(text: str, names) -> Optional[str]:
+    """A compilable unit holding only the procedure named one of ``names``: the procedure
+    alone when it is external, else its module's specification part (declarations,
+    interfaces, ``use``), ``contains``, the procedure and ``end module``. None where the
+    procedure or its module is not found."""
+    span = procedure_span(text, names)
+    if span is None:
+        return None
+    lines = text.split("\n")
+    module = None
+    for i in range(span[0] - 1, -1, -1):
+        code = _code(lines[i])
+        if _MODULE.match(code) and not re.match(r"^\s*module\s+procedure\b", code, re.I):
+            module = i
+            break
+        if re.match(r"^\s*end\s+module\b", code, re.I):
+            break
+    body = lines[span[0] : span[1] + 1]
+    if module is None:
+        return "\n".join(body) + "\n"
+    contains = next((i for i in range(module, span[0]) if _CONTAINS.match(_code(lines[i]))), None)
+    if contains is None:
+        return None
+    name = _MODULE.match(_code(lines[module])).group(1)
+    return "\n".join(lines[module : contains + 1] + body + ["end module %s" % name]) + "\n"
+
+
 def _code(line):
     """A line without its trailing comment (a ``!`` outside quotes)."""
     quote = None
