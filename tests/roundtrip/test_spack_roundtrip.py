@@ -21,6 +21,8 @@ import tarfile
 import pytest
 
 from spack_r3 import cli
+from spack_r3.capture import list_captures
+from spack_r3.workspace import Workspace
 from spack_r3.extension import EXTENSION_ROOT
 from spack_r3.sourcepatch import make_patch
 from spack_r3.roundtrip import emit as spack_emit
@@ -569,3 +571,27 @@ def test_a_recipe_broken_for_clang_is_repaired_in_an_overlay_and_recorded(site, 
     patch = open(os.path.join(ws, "spack", "overlay", "upstream", "r3t-glued.patch")).read()
     assert "-        cflags += self.compiler.openmp_flag\n" in patch
     assert '+        cflags += " " + self.compiler.openmp_flag\n' in patch
+
+
+def test_a_fortran_package_records_through_spacks_fortran_wrapper(site):
+    """r3-fheat (repos/r3) through Spack built %clang: the sandbox's clang has the flang of
+    its version as its Fortran compiler, SPACK_FC points at r3-spack-fc, and r3-record
+    keeps flang's units; the Fortran kernels and the C one replay verified."""
+    rc, out, err = r3(
+        "--workspace",
+        site["ws"],
+        "record",
+        "r3-fheat",
+        "--run",
+        "fheat 64 100",
+        "--spack-config",
+        site["scope"],
+        "--json",
+    )
+    assert rc == 0, err
+    caps = {c.kernel: c for c in list_captures(Workspace(site["ws"])) if c.source_file.endswith((".f90", ".f", ".c"))}
+    for kernel, compiler in (("_QMfieldsPsmooth", "flang"), ("relax_", "flang"), ("field_norm", "clang")):
+        cap = caps[kernel]
+        assert compiler in os.path.basename(cap.compile_command[0]), cap.compile_command
+        rc, out, err = r3("--workspace", site["ws"], "replay", cap.id, "--repeat", "2", "--json")
+        assert rc == 0 and json.loads(out)["verified"] is True, err
