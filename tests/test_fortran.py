@@ -285,6 +285,8 @@ def test_fortran_rewrites_replay_verified(recorded):
         for kernel, wanted in (
             ("_QMfieldsPblur", ["interchange i,j in blur", "contiguous a,b in blur"]),
             ("_QMfieldsPsmooth", ["contiguous a,b in smooth"]),  # its loops are in column order already
+            # `t = tn` on allocatables: flang's runtime Assign, or an inline loop as a section
+            ("_QMfieldsPdiffuse", ["assign t as whole sections in diffuse"]),
         ):
             cap = caps[kernel]
             directory = os.path.join(recorded, "captures", cap.id)

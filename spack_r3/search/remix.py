@@ -75,6 +75,7 @@ from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 REWRITE_CLASSES = {
     "restrict": "aliasing",
     "contiguous": "aliasing",
+    "section-assign": "layout",
     "scalar-replace": "aliasing",
     "omp-parallel": "parallel",
     "omp-simd": "vector",
@@ -97,6 +98,7 @@ SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "l
 EXACT_RULES = (
     "restrict",
     "contiguous",
+    "section-assign",
     "interchange",
     "unroll-and-jam",
     "tile",

@@ -17,11 +17,16 @@ kernel's results and is not offered when unsure (as ``rules.py`` does for C):
   and read at one subscript naming both loop variables (no dependence between
   iterations), with no scalar written and no call in the body. Offered when it makes
   more references unit-stride than it makes strided.
+- ``section-assign``: a whole assignment to an allocatable array (``t = tn``) becomes
+  one to its whole section (``t(:,:) = tn``): the same elements in the same order,
+  without Fortran 2003's reallocation check, which makes flang call its runtime for the
+  copy instead of a loop it inlines and vectorizes. Replay checks the shapes conform.
 - ``omp-simd``: ``!$omp simd`` before an innermost DO loop by the same test, in a unit
   compiled with -fopenmp.
 
 Fixed-form units (``.f``) and labelled DO loops are read but not rewritten by the loop
-rules (their continuation and label rules are not handled): ``contiguous`` still applies.
+rules (their continuation and label rules are not handled): ``contiguous`` and
+``section-assign`` still apply.
 """
 
 import re
@@ -304,6 +309,38 @@ def contiguous(source: KernelSource, lines, span) -> List[Proposal]:
     ]
 
 
+def section_assign(source: KernelSource, lines, span) -> List[Proposal]:
+    """Whole assignments to allocatable arrays (``t = tn``) as assignments to the whole
+    section (``t(:,:) = tn``): the same elements in the same order, without the check for
+    reallocating ``t`` (Fortran 2003's semantics) that makes flang call its runtime's
+    ``Assign`` for each one instead of an inline loop."""
+    ranks = {}
+    for line in lines:
+        code = _code(line)
+        if "::" in code and "allocatable" in code.split("::", 1)[0].lower():
+            for entity in _top_level_split(code.split("::", 1)[1]):
+                m = re.match(r"\s*(\w+)\s*\(([\s:,]*)\)", entity)
+                if m:
+                    ranks[m.group(1).lower()] = m.group(2).count(":")
+    new, changed = list(lines), []
+    for i in range(span[0] + 1, span[1]):
+        m = re.match(r"^(\s*)(\w+)(\s*=(?!=).*)$", lines[i])
+        if not m or m.group(2).lower() not in ranks or not ranks[m.group(2).lower()]:
+            continue
+        new[i] = "%s%s(%s)%s" % (m.group(1), m.group(2), ",".join(":" * ranks[m.group(2).lower()]), m.group(3))
+        changed.append(m.group(2))
+    if not changed:
+        return []
+    return [
+        Proposal(
+            "\n".join(new),
+            "section-assign",
+            "assign %s as whole sections in %s" % (",".join(changed), procedure_names(source)[0]),
+            promise=len(changed),
+        )
+    ]
+
+
 def _top_level_split(text):
     parts, depth, cur = [], 0, ""
     for ch in text:
@@ -318,7 +355,7 @@ def _top_level_split(text):
 
 # The order the remix tries them: a loop order no pipeline setting reaches first (a row-order
 # nest gains tens of times), then contiguous (what noalias-like settings cannot say).
-RULES = (interchange, contiguous, omp_simd)
+RULES = (interchange, section_assign, contiguous, omp_simd)
 
 
 def propose(source: KernelSource) -> List[Proposal]:
@@ -329,7 +366,7 @@ def propose(source: KernelSource) -> List[Proposal]:
     fixed = source.filename.lower().endswith((".f", ".for", ".ftn"))
     out = []
     for rule in RULES:
-        if fixed and rule is not contiguous:
+        if fixed and rule in (interchange, omp_simd):
             continue
         out.extend(rule(source, lines, span))
     return out
