@@ -365,3 +365,50 @@ def test_r3_mep_writes_a_fortran_kernel_as_a_standalone_program(recorded, tmp_pa
     assert (out / "kernel.ll").exists() and not (out / "kernel.f").exists()
     check = subprocess.run(["make", "-s", "check"], cwd=out, capture_output=True, text=True)
     assert check.returncode == 0 and "relax_: verified" in check.stdout, check.stdout + check.stderr
+
+
+OMP_F90 = """
+module grid
+  implicit none
+  real(8), allocatable :: u(:, :), v(:, :)
+contains
+  subroutine step(n)
+    integer, intent(in) :: n
+    integer :: i, j
+    !$omp parallel do private(i)
+    do j = 2, n - 1
+      do i = 2, n - 1
+        v(i, j) = 0.25d0 * (u(i-1, j) + u(i+1, j) + u(i, j-1) + u(i, j+1))
+      end do
+    end do
+    !$omp end parallel do
+  end subroutine
+end module
+program omp
+  use grid
+  integer :: it
+  allocate(u(200, 200), v(200, 200))
+  u = 1d0; u(1, :) = 5d0; v = 0d0
+  do it = 1, 20
+    call step(200)
+    u = v
+  end do
+  print *, sum(v)
+end program
+"""
+
+
+def test_an_openmp_fortran_region_replays_under_its_launch_settings(flang, tmp_path):
+    src = tmp_path / "omp"
+    src.mkdir()
+    (src / "omp.f90").write_text(OMP_F90)
+    (src / "Makefile").write_text("omp: omp.f90\n\t$(FC) -O2 -fopenmp -o omp omp.f90\n")
+    ws = str(tmp_path / "ws")
+    assert r3("--workspace", ws, "record", "--source", str(src), "--run", "OMP_NUM_THREADS=2 ./omp") == 0
+    cap = captures(ws)["_QMgridPstep"]
+    assert cap.launch.get("openmp")  # flang's !$omp parallel do: a fork like clang's
+    for threads in ("1", "2"):
+        rc, out, err = r3_output("--workspace", ws, "replay", cap.id, "--threads", threads, "--repeat", 2, "--json")
+        assert rc == 0, err
+        res = json.loads(out)
+        assert res["verified"] is True and res["launch"].get("threads") == int(threads)
