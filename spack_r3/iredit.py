@@ -520,8 +520,20 @@ def _merge_flags(existing, flags):
     return " " + " ".join(sorted(have | set(flags))) + " " if (have | set(flags)) else " "
 
 
+_FAST_BUT_CONTRACT = "reassoc nnan ninf nsz arcp afn"
+
+
+def _without_contract(flags):
+    words = flags.split()
+    words = [w for f in words for w in (_FAST_BUT_CONTRACT.split() if f == "fast" else [f]) if w != "contract"]
+    return " " + " ".join(words) + " " if words else " "
+
+
 def split_fmuladd(text):
-    """Each ``llvm.fmuladd`` call split into an ``fmul`` and an ``fadd`` (never fused)."""
+    """Nothing left to fuse: each ``llvm.fmuladd`` call split into an ``fmul`` and an ``fadd``
+    (clang's contractions), and the ``contract`` flag taken off every floating-point
+    operation (flang marks its operations so, as clang does under -ffp-contract=fast)."""
+    text = _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _without_contract(m.group(3)) + m.group(4), text)
 
     def split(m):
         product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name

@@ -173,6 +173,11 @@ def test_fp_edits_split_fmuladd_and_add_flags():
     fast = add_fp_flags(split, ["nnan", "contract"])
     assert "= fadd contract nnan double %r3.fmul.m" in fast and "= fcmp nnan olt double" in fast
     assert add_fp_flags(fast, ["nnan"]) == fast
+    # flang's form of a contraction: operations flagged contract, which a split leaves unfused
+    flang = "  %3 = fmul contract double %1, %2\n  %4 = fadd fast double %3, %0\n  %5 = fsub double %4, %0"
+    assert split_fmuladd(flang) == (
+        "  %3 = fmul double %1, %2\n  %4 = fadd reassoc nnan ninf nsz arcp afn double %3, %0\n  %5 = fsub double %4, %0"
+    )
 
 
 def test_call_arguments_are_edited_by_position():

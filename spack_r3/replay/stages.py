@@ -280,7 +280,8 @@ def build_object(source, flags, timeout=None):
         compiler = toolchain.clang_of_version(source.clang, version)
         quiet = ["-Wno-override-module", "-Wno-unused-command-line-argument"]
     if compiler is None:
-        raise CompileError("%s-%d, the record compiler, is not found here" % (os.path.basename(source.clang), version))
+        name = "flang-new" if fortran.is_flang(source.clang) else "clang"
+        raise CompileError("%s-%d, the record compiler, is not found here" % (name, version))
     try:
         tools = toolchain.find_llvm_tools(version, version)
     except ToolchainError as err:
