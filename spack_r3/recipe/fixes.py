@@ -68,11 +68,14 @@ PATTERNS = [
     # a header that wants a macro on the compile line (LULESH: "You should specify USE_MPI=0 or
     # USE_MPI=1 on the compile line") -> a variant that sets it
     (r"#\s*error\b[^\n]*?\b(?:specify|define|set)\s+-?D?([A-Z][A-Z0-9_]{2,})\b", "required-macro", "make"),
-    # a compiler the Makefile names by path or by a name this machine lacks -> Spack's compiler
+    # a compiler the Makefile names by path or by a name this machine lacks -> Spack's compiler.
+    # "Permission denied": Spack's build PATH holds lib/spack/env, where `gcc` is a directory
+    # (the gcc wrappers'), and make 4.3 runs a bare command by its own PATH search and stops
+    # there (SimpleMOC's `CC = gcc` built %clang).
     (
         r"(?:make(?:\[\d+\])?: |/bin/sh: (?:\d+: )?)((?:/[\w.+-]+)*/?(?:mpi)?[\w.-]*(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|"
         r"icc|icpc|icx|icpx|gfortran|ifort|f90|f95|mpicxx|mpig\+\+|mpic\+\+)): (?:No such file or directory|not found|"
-        r"Command not found)",
+        r"Command not found|Permission denied)",
         "missing-compiler",
         "make",
     ),
@@ -341,11 +344,36 @@ def add_macro_variant(text, macro) -> Optional[str]:
 
 
 def add_make_argument(text, arg) -> Optional[str]:
-    """``arg`` (a Python expression) first in ``build_targets`` (and ``install_targets``)."""
+    """``arg`` (a Python expression) first in ``build_targets`` (and ``install_targets``):
+    in the list they return, or before what they return where that is built in steps
+    (SimpleMOC's ``targets = []; ...; return targets``); a ``build_targets`` where there is
+    none."""
     if arg in text:
         return None
-    new = re.sub(r"(def (?:build|install)_targets\(self\):\n\s+return \[)", lambda m: m.group(1) + arg + ", ", text)
-    if new == text:
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    lines = text.splitlines(keepends=True)
+    edits = []  # (line, col, end_line, end_col, replacement), spliced from the last up
+    cls = _package_class(tree)
+    for fn in cls.body if cls else []:
+        if not isinstance(fn, ast.FunctionDef) or fn.name not in ("build_targets", "install_targets"):
+            continue
+        for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None):
+            v = ret.value
+            if isinstance(v, ast.List):  # [a, b] -> [arg, a, b]
+                edits.append((v.lineno, v.col_offset + 1, v.lineno, v.col_offset + 1, arg + (", " if v.elts else "")))
+            else:  # targets -> [arg] + list(targets)
+                seg = ast.get_source_segment(text, v)
+                edits.append((v.lineno, v.col_offset, v.end_lineno, v.end_col_offset, "[%s] + list(%s)" % (arg, seg)))
+    if edits:
+        for line, col, end_line, end_col, rep in sorted(edits, reverse=True):
+            # (ast's columns count UTF-8 bytes)
+            head, tail = lines[line - 1].encode()[:col].decode(), lines[end_line - 1].encode()[end_col:].decode()
+            lines[line - 1 : end_line] = [head + rep + tail]
+        new = "".join(lines)
+    else:
         new = text.rstrip("\n") + "\n\n    @property\n    def build_targets(self):\n        return [%s]\n" % arg
     try:
         ast.parse(new)
@@ -359,12 +387,13 @@ def remove_target(text, target) -> Optional[str]:
     return new if new != text else None
 
 
-def _makefile_var_for(analysis, command):
-    """The Makefile variable whose value names ``command`` (``CXX=/usr/local/bin/g++``)."""
+def _makefile_var_for(root, command):
+    """The Makefile variable (of the tree at ``root``) whose value names ``command``
+    (``CXX=/usr/local/bin/g++``)."""
     from .analyze import COMPILERS, _read, _walk
 
     found = []
-    for p in _walk(analysis.root, max_files=2000):
+    for p in _walk(root, max_files=2000):
         if re.match(r"^(GNUmakefile|[Mm]akefile(\.\w+)?)$", os.path.basename(p)):
             found += re.findall(r"(?m)^\s*([A-Za-z_]\w*)\s*[:?+]?=\s*(\S+)", _read(p))
     kind = COMPILERS.get(os.path.basename(command).replace("mpi", ""), "cc")
@@ -500,9 +529,11 @@ def separate_glued_flags(text) -> Optional[str]:
 
 
 def apply(
-    text, findings, index, analysis=None, source=None, spec_file=None, prefix=None
+    text, findings, index, analysis=None, source=None, spec_file=None, prefix=None, tree=None
 ) -> Tuple[Optional[str], List[str]]:
-    """Apply every fix the findings call for; (new text or None, descriptions)."""
+    """Apply every fix the findings call for; (new text or None, descriptions). ``tree``:
+    the source directory that was built, where there is no ``analysis`` of it."""
+    root = analysis.root if analysis is not None else tree
     done = []
     current = text
     for f in findings:
@@ -542,8 +573,8 @@ def apply(
         elif f.kind == "required-macro":
             new = add_macro_variant(current, f.subject)
             what = "added a variant for -D%s=1|0, which a header requires (%s)" % (f.subject, f.evidence)
-        elif f.kind == "missing-compiler" and analysis is not None:
-            var, kind = _makefile_var_for(analysis, f.subject)
+        elif f.kind == "missing-compiler" and root:
+            var, kind = _makefile_var_for(root, f.subject)
             if var:
                 new = add_make_argument(
                     current, '"%s={0}".format(%s)' % (var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc"))

@@ -9,7 +9,7 @@ made to a copy of the package's directory in the workspace's overlay repository
 repository from then on, and the change is written as a patch to send upstream. The
 package's own recipe is never touched.
 
-    repaired = repair(workspace, name, recipe_path, layout, diagnostics)   # Repaired or None
+    repaired = repair(workspace, name, recipe_path, layout, diagnostics, tree)   # Repaired or None
     path = existing(workspace, name)          # the overlay repository, where it has name
 """
 
@@ -23,8 +23,10 @@ from ..recipe import fixes
 from ..spack.repos import create_repo, open_repo
 
 NAMESPACE = "r3overlay"
-# the findings whose fix needs nothing but the recipe's text (the rest need the tree's analysis)
-REPAIRABLE = ("glued-flags",)
+# the findings whose fix needs nothing but the recipe's text and the tree that was built (the
+# rest need the tree's analysis): flags glued together; a compiler the Makefile names that the
+# build cannot run (SimpleMOC's `CC = gcc`: the variable gets Spack's compiler)
+REPAIRABLE = ("glued-flags", "missing-compiler")
 
 
 @dataclass
@@ -45,13 +47,14 @@ def existing(workspace, name) -> Optional[str]:
     return repo.path if repo and repo.has(name) else None
 
 
-def repair(workspace, name, recipe_path, layout, diagnostics) -> Optional[Repaired]:
+def repair(workspace, name, recipe_path, layout, diagnostics, tree=None) -> Optional[Repaired]:
     """The recipe at ``recipe_path`` repaired for what ``diagnostics`` (a failed build's
-    output and log) say, in the overlay; None where no rule knows a fix."""
+    output and log) say, in the overlay; None where no rule knows a fix. ``tree``: the
+    source directory the failed build built (read, never written)."""
     with open(recipe_path) as f:
         text = f.read()
     findings = [f for f in fixes.diagnose(diagnostics) if f.kind in REPAIRABLE]
-    new, changes = fixes.apply(text, findings, index=None)
+    new, changes = fixes.apply(text, findings, index=None, tree=tree)
     if not new:
         return None
     repo = create_repo(overlay_root(workspace), NAMESPACE, layout)

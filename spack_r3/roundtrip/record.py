@@ -206,11 +206,13 @@ def spec_compiler(node, nodes):
 
 
 class BuildFailed(R3Error):
-    """A Spack install that failed; ``diagnostics``: its output and its build log's excerpt."""
+    """A Spack install that failed; ``diagnostics``: its output and its build log's excerpt;
+    ``tree``: the source directory it built, where known."""
 
-    def __init__(self, message, diagnostics=""):
+    def __init__(self, message, diagnostics="", tree=None):
         super().__init__(message)
         self.diagnostics = diagnostics
+        self.tree = tree
 
 
 def install(site, spec, directory, what, rebuild=False, writes=()):
@@ -240,8 +242,12 @@ def install(site, spec, directory, what, rebuild=False, writes=()):
                 logs.append(read_excerpt(log, head=1 << 20, tail=1 << 20))
             except OSError:
                 pass
+        # the tree built: a dev_path's copy, else the source in the log's stage
+        stage_src = os.path.join(os.path.dirname(where), "spack-src")
         raise BuildFailed(
-            "%s of %s failed: %s (log: %s)" % (what, spec, reason, where), "\n".join([done.result.output] + logs)
+            "%s of %s failed: %s (log: %s)" % (what, spec, reason, where),
+            "\n".join([done.result.output] + logs),
+            tree=source_dir or (stage_src if os.path.isdir(stage_src) else None),
         )
     with open(specfile) as f:
         nodes = json.load(f)["spec"]["nodes"]
@@ -352,7 +358,7 @@ def record_spec(
         fixed = (
             None
             if namespace == overlay.NAMESPACE
-            else overlay.repair(workspace, name, recipe_path, parent_layout, failed.diagnostics)
+            else overlay.repair(workspace, name, recipe_path, parent_layout, failed.diagnostics, failed.tree)
         )
         if fixed is None:
             raise

@@ -849,3 +849,54 @@ def test_cmake_bindings_are_named_for_their_language_and_test_options_are_no_var
         ("shared", "BUILD_SHARED_LIBS"),  # a library whose kind BUILD_SHARED_LIBS decides
     ]
     assert 'self.define_from_variant("BUILD_ZBORT", "fortran")' in _recipe(a)
+
+
+# SimpleMOC's builtin recipe (v4, ~mpi): make is given CFLAGS only, and the Makefile says
+# `CC = gcc`. Built %clang, Spack's build PATH holds lib/spack/env, where `gcc` is a
+# directory; make runs the bare command by its own PATH search and stops at it.
+BUILT_IN_STEPS = '''from spack.package import *
+
+
+class Movie(MakefilePackage):
+    """A proxy app whose recipe builds its make arguments in steps."""
+
+    version("4", sha256="%s")
+    variant("mpi", default=True, description="Build with MPI support")
+    depends_on("mpi", when="+mpi")
+    build_directory = "src"
+
+    @property
+    def build_targets(self):
+        targets = []
+        cflags = "-std=gnu99"
+        if "+mpi" in self.spec:
+            targets.append("CC={0}".format(self.spec["mpi"].mpicc))
+        targets.append("CFLAGS={0}".format(cflags))
+        return targets
+''' % ("a" * 64)
+DENIED = (
+    "gcc -std=gnu99 -c main.c -o main.o\nmake: gcc: Permission denied\nmake: *** [Makefile:124: main.o] Error 127\n"
+)
+
+
+def test_a_compiler_the_build_cannot_run_gets_spacks_in_the_overlay(tmp_path):
+    from spack_r3.roundtrip import overlay
+    from spack_r3.workspace import Workspace
+
+    tree = _write(
+        tmp_path / "movie",
+        {"src/Makefile": "COMPILER = gnu\nifeq ($(COMPILER),gnu)\n  CC = gcc\nendif\nprog: main.c\n\t$(CC) main.c\n"},
+    )
+    own = tmp_path / "builtin" / "packages" / "movie" / "package.py"
+    own.parent.mkdir(parents=True)
+    own.write_text(BUILT_IN_STEPS)
+    [found] = fixes.diagnose(DENIED)
+    assert (found.kind, found.subject) == ("missing-compiler", "gcc")
+    fixed = overlay.repair(Workspace(str(tmp_path / "ws")), "movie", str(own), "v1", DENIED, tree=tree)
+    new = open(fixed.recipe).read()
+    # Spack's compiler first, before what the recipe builds: its own CC (mpicc, +mpi) still wins
+    assert 'return ["CC={0}".format(spack_cc)] + list(targets)' in new and validate(new).ok
+    assert fixed.changes == ["passed CC= from Spack's compiler for gcc (make: gcc: Permission denied)"]
+    assert own.read_text() == BUILT_IN_STEPS
+    # without the tree there is no variable to give the compiler to: nothing is repaired
+    assert overlay.repair(Workspace(str(tmp_path / "ws2")), "movie", str(own), "v1", DENIED) is None
