@@ -529,11 +529,17 @@ def _without_contract(flags):
     return " " + " ".join(words) + " " if words else " "
 
 
+def drop_contract(text):
+    """The ``contract`` flag taken off every floating-point operation (flang marks its
+    operations so, as clang does under -ffp-contract=fast); ``llvm.fmuladd`` calls stay."""
+    return _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _without_contract(m.group(3)) + m.group(4), text)
+
+
 def split_fmuladd(text):
     """Nothing left to fuse: each ``llvm.fmuladd`` call split into an ``fmul`` and an ``fadd``
     (clang's contractions), and the ``contract`` flag taken off every floating-point
-    operation (flang marks its operations so, as clang does under -ffp-contract=fast)."""
-    text = _FP_OPS.sub(lambda m: m.group(1) + m.group(2) + _without_contract(m.group(3)) + m.group(4), text)
+    operation (``drop_contract``)."""
+    text = drop_contract(text)
 
     def split(m):
         product = "%r3.fmul." + m.group(2)[1:]  # numbered ids take no suffix: a new name

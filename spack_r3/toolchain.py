@@ -247,3 +247,27 @@ def target_names(triple):
         return frozenset(re.findall(r"^\s+([\w.-]+)\s+- ", part, re.M))
 
     return names(cpus_part), names(features_part)
+
+
+@lru_cache(maxsize=None)
+def cpu_features(cpu, triple):
+    """The target features (``+avx2,+fma,...``) LLVM gives ``cpu`` on ``triple``, as the
+    record clang writes them on a function; "" where it cannot say. flang writes only
+    ``target-cpu`` on its functions, so what its build fused is read from the CPU."""
+    try:
+        clang = find_clang()
+    except ToolchainError:
+        return ""
+    arch = ["-march=" + cpu] if triple.split("-")[0] in ("x86_64", "i386", "i686") else ["-mcpu=" + cpu]
+    try:
+        out = subprocess.run(
+            [clang, "--target=" + triple, *arch, "-S", "-emit-llvm", "-x", "c", "-", "-o", "-"],
+            input="void f(void) {}\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    m = re.search(r'"target-features"="([^"]*)"', out)
+    return m.group(1) if m else ""

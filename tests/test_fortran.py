@@ -9,6 +9,7 @@ allocates module arrays (``fields::setup``) and one that prints (``fields::repor
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -412,3 +413,53 @@ def test_an_openmp_fortran_region_replays_under_its_launch_settings(flang, tmp_p
         assert rc == 0, err
         res = json.loads(out)
         assert res["verified"] is True and res["launch"].get("threads") == int(threads)
+
+
+AXPY = """subroutine axpy(n, a, x, y)
+  integer :: n, i
+  real(8) :: a, x(n), y(n)
+  do i = 1, n
+    y(i) = y(i) + a * x(i)
+  end do
+end subroutine
+"""
+
+
+def test_an_unoptimized_build_s_contractions_stay_unfused_under_fma_built(flang, tmp_path, monkeypatch):
+    """flang marks its operations ``contract``; a build at -O0 selects each alone and fuses
+    none (Spack's CloverLeaf recipe builds its Fortran so), where an optimized replay for the
+    same FMA target would fuse them: wrong output on every candidate. ``fma=built`` keeps
+    what the build did: unfused at -O0, fused where the build optimized."""
+    from spack_r3.replay.engine import init_llvm
+    from spack_r3.replay.pipeline import parse
+    from spack_r3.replay.stages import KernelIR, object_key, optimized_module
+
+    init_llvm()
+    src = tmp_path / "axpy.f90"
+    src.write_text(AXPY)
+    bc = tmp_path / "axpy.bc"
+    # as r3-record keeps it: before LLVM's passes, for a target with FMA (flang's IR names the
+    # CPU only: its features, FMA among them, are LLVM's for that CPU)
+    subprocess.run(
+        [flang, "-O2", "-march=haswell", "-c", "-emit-llvm", *fortran.BITCODE_FLAGS, str(src), "-o", str(bc)],
+        check=True,
+        capture_output=True,  # (the bisect limit names every pass it skips)
+    )
+
+    def contracted(level, spec):
+        source = KernelIR.from_bitcode("axpy_", bc.read_bytes(), clang=flang, build_level=level)
+        assert source.built_fusion == (True, level != "0")
+        ir = str(optimized_module(source, parse(spec), cpu="haswell", features=source.built[1]))
+        assert re.search(r"= fmul .*double", ir), ir  # (the loop is still there)
+        return bool(re.search(r"= f(?:mul|add) (?:\w+ )*contract", ir))
+
+    assert not contracted("0", "O3") and contracted("3", "O3")
+    assert not contracted("3", "O3,fma=off")
+    # ... and an object cached for one is never the other's (the cache once served the fused
+    # code to an -O0 capture)
+    monkeypatch.setenv("R3_STAGE_CACHE", str(tmp_path / "cache"))
+    keys = {
+        object_key(KernelIR.from_bitcode("axpy_", bc.read_bytes(), build_level=level), parse("O3"), None, "haswell", "")
+        for level in ("0", "3")
+    }
+    assert len(keys) == 2

@@ -221,7 +221,12 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
             pipeline, launch = k.pipeline, k.launch
             try:
                 source_ir = KernelIR.from_bitcode(
-                    names[k.symbol], bitcode, recorded_globals=writable, clang=compiler, build=True
+                    names[k.symbol],
+                    bitcode,
+                    recorded_globals=writable,
+                    clang=compiler,
+                    build=True,
+                    build_level=line.opt_level,
                 )
                 mod = optimized_module(source_ir, pipeline, launch)
             except CompileError as err:

@@ -229,7 +229,9 @@ def kernel_ir(prepared, bitcode=None):
     source = (
         unit
         if bitcode is None
-        else KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+        else KernelIR.from_bitcode(
+            capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang, build_level=unit.build_level
+        )
     )
     try:
         text = source.tool_ir(tools)
@@ -254,7 +256,9 @@ def replay_object(prepared, variant, bitcode=None):
     source = (
         unit
         if bitcode is None
-        else KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+        else KernelIR.from_bitcode(
+            capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang, build_level=unit.build_level
+        )
     )
     moved = KernelIR(
         source.kernel,
@@ -265,6 +269,7 @@ def replay_object(prepared, variant, bitcode=None):
         source.clang,
         source.extract,
         source.build,
+        source.build_level,
     )
     try:
         if variant.pipeline.polly:  # the opt stage starts from its own LLVM's text: moved the same way

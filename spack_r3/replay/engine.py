@@ -176,6 +176,7 @@ def prepare(capture, directory):
         link_units,
         recorded_globals,
         capture.compile_command[0] if capture.compile_command else None,
+        build_level=capture.opt_level,
     )
     scratch = [(addr, addr + len(data)) for addr, kind, data in joined if kind in (KIND_STACK, KIND_RUNTIME)]
     touched = page_ranges([(r.addr, r.end) for r in list(pre_regions) + list(post_regions)])
@@ -321,7 +322,9 @@ def with_source_variant(prepared, patch, defines, openmp=False):
             % (capture.kernel, ", ".join(params), ", ".join(capture.signature["params"]))
         )
     try:
-        variant = KernelIR.from_bitcode(capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang)
+        variant = KernelIR.from_bitcode(
+            capture.kernel, bitcode, unit.link_units, unit.recorded_globals, unit.clang, build_level=unit.build_level
+        )
     except (UnreplayableError, KeyError, ValueError, RuntimeError) as err:
         raise CompileError("the source variant's %s cannot replay: %s" % (capture.kernel, err))
     return replace(prepared, unit=variant, ir=variant.ir)
@@ -351,7 +354,7 @@ class Compiled:
 
     def __init__(self, prepared, pipeline, launch=None):
         t0 = time.perf_counter()
-        unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir)
+        unit = prepared.unit or KernelIR(prepared.capture.kernel, prepared.ir, build_level=prepared.capture.opt_level)
         if pipeline.build_compiler:
             with spent("build"):
                 obj = build_object(unit, build_flags(prepared.capture.compile_command))

@@ -28,6 +28,7 @@ from ..iredit import (
     set_linkage,
     set_target,
     string_attributes,
+    drop_contract,
     split_fmuladd,
     split_module,
     target_triple,
@@ -147,12 +148,25 @@ def built_target(text, kernel):
     module's triple, as clang's default)."""
     attrs = string_attributes(text, kernel)
     generic = "x86-64" if target_triple(text).split("-")[0] == "x86_64" else "generic"
-    return attrs.get("target-cpu", generic), attrs.get("target-features", "")
+    cpu, features = attrs.get("target-cpu", generic), attrs.get("target-features", "")
+    if not features and cpu != generic:  # flang names the CPU only
+        from ..toolchain import cpu_features
+
+        features = cpu_features(cpu, target_triple(text) or llvm.get_process_triple())
+    return cpu, features
 
 
 def contracts_fma(features):
     """Whether code for ``features`` (a target-features string) fuses llvm.fmuladd."""
     return "+fma" in features.split(",")
+
+
+def contracts_flagged(features, level):
+    """Whether a build for ``features`` at optimization ``level`` fused operations marked
+    ``contract`` (flang's, clang's under -ffp-contract=fast): at -O0 instruction selection
+    takes each operation alone, and CloverLeaf's Fortran, built so by Spack's recipe, never
+    fused what an optimized replay did (wrong output on every candidate)."""
+    return contracts_fma(features) and level != "0"
 
 
 # What a generic build leaves on the table: vector widths and fused multiply-add.
@@ -180,14 +194,19 @@ def behind_host(features):
     return any(host.get(f) and f not in built for f in VECTOR_FEATURES if f in host)
 
 
-def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma):
+def apply_pipeline_edits(text, kernel, pipeline, cpu, features, built_fma, built_contract=None):
     """The IR-level part of a pipeline: target attributes, FP flags, FMA, noalias.
     ``fma=built`` splits llvm.fmuladd exactly where the build's own target could not fuse
     it (``built_fma`` false), so a variant for another target computes what the
-    application computed. (Text: the same edits feed an opt-19 stage, see iredit.)"""
+    application computed; and takes the ``contract`` flags off where the build fused
+    llvm.fmuladd but not flagged operations (``built_contract`` false: an -O0 build,
+    whose instruction selection takes each operation alone). (Text: the same edits feed
+    an opt-19 stage, see iredit.)"""
     text = set_target(text, cpu, features)
     if pipeline.fma == "off" or (pipeline.fma == "built" and not built_fma):
         text = split_fmuladd(text)
+    elif pipeline.fma == "built" and built_contract is False:
+        text = drop_contract(text)
     if pipeline.fast_math:
         text = add_fp_flags(text, pipeline.fast_math)
     if pipeline.noalias:

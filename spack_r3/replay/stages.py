@@ -30,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import zlib
@@ -50,6 +51,7 @@ from .module import (
     apply_launch_edits,
     apply_pipeline_edits,
     built_target,
+    contracts_flagged,
     contracts_fma,
     dispatch_loops,
     extract_kernel,
@@ -119,10 +121,21 @@ class KernelIR:
     clang: Optional[str] = None
     extract: bool = True  # False: ``ir`` is the whole unit, not the kernel cut out
     build: bool = False  # cut out for a build (r3-apply), not for replay: frees stay frees
+    build_level: Optional[str] = None  # the build's -O level (None: unknown, taken as optimized)
     _tool_ir: Dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_bitcode(cls, kernel, bitcode, link_units=(), recorded_globals=(), clang=None, extract=True, build=False):
+    def from_bitcode(
+        cls,
+        kernel,
+        bitcode,
+        link_units=(),
+        recorded_globals=(),
+        clang=None,
+        extract=True,
+        build=False,
+        build_level=None,
+    ):
         """The kernel of a unit's bitcode, in llvmlite's text (raises what ``extract_kernel`` raises)."""
         if extract:
             ir = extract_kernel(bitcode, kernel, list(recorded_globals), list(link_units), build)
@@ -131,12 +144,18 @@ class KernelIR:
             for unit in link_units:
                 module.link_in(llvm.parse_bitcode(unit))
             ir = str(module)
-        return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract, build)
+        return cls(kernel, ir, bitcode, tuple(link_units), tuple(recorded_globals), clang, extract, build, build_level)
 
     @functools.cached_property
     def built(self):
         """(cpu, features) the build compiled the kernel for (``module.built_target``)."""
         return built_target(self.ir, self.kernel)
+
+    @property
+    def built_fusion(self):
+        """(llvm.fmuladd fused, ``contract`` operations fused) by the build's own code."""
+        features = self.built[1]
+        return contracts_fma(features), contracts_flagged(features, self.build_level or "2")
 
     def tool_ir(self, tools, timeout=POLLY_TIMEOUT_S):
         """The same module in the text of ``tools``' LLVM (``llvm-link`` + ``llvm-dis`` of the
@@ -210,7 +229,7 @@ def optimized_module(source, pipeline, launch=None, cpu=None, features=None, tm=
     cpu, features = resolve_target(pipeline, source, cpu, features)
 
     def edits(text):
-        text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features, contracts_fma(source.built[1]))
+        text = apply_pipeline_edits(text, source.kernel, pipeline, cpu, features, *source.built_fusion)
         if launch is not None:
             try:
                 text = apply_launch_edits(text, launch.schedule, launch.chunk)
@@ -347,10 +366,26 @@ def object_key(source, pipeline, launch, cpu, features):
         cpu or "",
         features or "",
         "%s %s %s %s" % (llvmlite.__version__, llvm.llvm_version_info, source.extract, source.build),
+        "fusion %s %s" % source.built_fusion,  # (what fma=built keeps: the build's target and -O level)
+        _code_stamp(),
         str(_tool_stamp(source) if pipeline.polly else ""),
     ):
         h.update(part if isinstance(part, bytes) else part.encode(errors="surrogateescape"))
         h.update(b"\0")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _code_stamp():
+    """r3's own code that edits a module before it is compiled: an object cached by an older
+    r3 (another IR edit, another fact about the build) is not this one's."""
+    from .. import iredit
+    from . import module, specialize
+
+    h = hashlib.sha256()
+    for mod in (iredit, module, specialize, sys.modules[__name__]):
+        with open(mod.__file__, "rb") as f:
+            h.update(f.read())
     return h.hexdigest()
 
 
