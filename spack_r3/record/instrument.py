@@ -155,6 +155,23 @@ class ModuleAnalysis:
             name: self.external_calls(name) for name, f in self.defined.items() if f.linkage == llvm.Linkage.external
         }
 
+    def export_globals(self):
+        """Each externally visible function with the writable globals of external linkage
+        it reaches in this unit (as ``referenced_globals``): a kernel of another unit that
+        calls it touches them too, and another object can name them (``record.reach``)."""
+        out = {}
+        for name, f in self.defined.items():
+            if f.linkage != llvm.Linkage.external:
+                continue
+            linkable = [
+                (g, size)
+                for g, size in self.referenced_globals(name)
+                if self.globals[g].linkage in (llvm.Linkage.external, llvm.Linkage.common)
+            ]
+            if linkable:
+                out[name] = linkable
+        return out
+
     def referenced_globals(self, name):
         """Writable, sized, non-thread-local globals the kernel may touch."""
         names = set()

@@ -268,6 +268,7 @@ def _store_unit(tu_dir, bitcode, line, source, kernels, analysis):
         "triple": analysis.module.triple,
         "kernels": [k.to_json() for k in kernels],
         "exports": analysis.exports(),
+        "export_globals": analysis.export_globals(),
     }
     with open(os.path.join(tmp, "tu.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -316,16 +317,24 @@ def launch(argv):
     extra = [] if line.shared else link_args(clang_for_runtime(line.compiler), offload=is_offload(line))
     if not line.shared:
         extra += cuda.link_args(clang_for_runtime(line.compiler), line.args)
-    return link_compiling(
-        line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra
-    )
+    from . import reach
+
+    with tempfile.TemporaryDirectory(prefix="r3-reach-") as tmp:
+        # the globals kernels reach through other units, once the link's own sources are units too
+        late = (
+            None if line.shared else (lambda: reach.link_args(clang_for_runtime(line.compiler), record_dir, tmp, warn))
+        )
+        return link_compiling(
+            line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra, late
+        )
 
 
-def link_compiling(line, sources, compile_one, extra=()):
+def link_compiling(line, sources, compile_one, extra=(), late=None):
     """Run the link ``line`` whose ``sources`` a launcher compiles itself: each by
     ``compile_one(argv, source, obj)`` (its exit status) into a temporary object, which
     stands where its source stood (a static library named after the source must come
-    after the object that uses it); ``extra`` goes at the end of the link."""
+    after the object that uses it); ``extra`` goes at the end of the link, and what
+    ``late()`` returns, asked once the sources are compiled, before it."""
     with tempfile.TemporaryDirectory(prefix="r3-link-") as tmp:
         objects = {}
         for i, src in enumerate(sources):
@@ -336,7 +345,7 @@ def link_compiling(line, sources, compile_one, extra=()):
                 return rc
             objects[src] = obj
         args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
-        return run([line.compiler] + [objects.get(a, a) for a in args] + list(extra))
+        return run([line.compiler] + [objects.get(a, a) for a in args] + list(late() if late else []) + list(extra))
 
 
 def _compile(line, single_argv, source, obj, record_dir, wanted):

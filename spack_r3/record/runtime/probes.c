@@ -47,6 +47,50 @@ HIDDEN struct r3_kinfo *g_kernels;
 HIDDEN struct tblock *g_blocks;
 static int64_t g_nkernels;
 
+/* ---- the globals a kernel reaches through other units (record/reach.py) ----
+ * The executable's link adds a table naming, per kernel, the globals its callees in other
+ * units touch, which its own unit cannot see; its constructor hands it here. A kernel
+ * registering takes them into its own list (k->globals: captured, compared and replayed
+ * at their addresses alike). A null address: a weak reference the link left unresolved. */
+struct r3_extra { const char *kernel, *tu_dir, *name; void *addr; int64_t size; };
+static const struct r3_extra *g_extra;
+static int64_t g_nextra;
+
+void __r3_extra_globals(const struct r3_extra *table, int64_t n) {
+  g_extra = table;
+  g_nextra = n;
+}
+
+static int extra_of(const struct r3_kinfo *k, const struct r3_extra *e) {
+  if (!e->addr || e->size <= 0 || strcmp(e->kernel, k->name) || strcmp(e->tu_dir, k->tu_dir)) return 0;
+  for (int64_t i = 0; k->globals && i < k->nglobals; i++)
+    if (k->globals[i].addr == e->addr) return 0;
+  return 1;
+}
+
+static void add_extra_globals(struct r3_kinfo *k) {
+  if (!g_extra || !k->name || !k->tu_dir) return;
+  int64_t n = 0;
+  for (int64_t i = 0; i < g_nextra; i++) n += extra_of(k, &g_extra[i]);
+  if (!n) return;
+  size_t bytes = (size_t)(k->nglobals + n) * sizeof(struct r3_global);
+  void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return;
+  struct r3_global *all = (struct r3_global *)m;
+  int64_t used = 0;
+  for (int64_t i = 0; k->globals && i < k->nglobals; i++) all[used++] = k->globals[i];
+  for (int64_t i = 0; i < g_nextra; i++) {
+    const struct r3_extra *e = &g_extra[i];
+    if (!extra_of(k, e)) continue;
+    all[used].name = e->name;
+    all[used].addr = e->addr;
+    all[used].size = e->size;
+    used++;
+  }
+  k->globals = all;
+  k->nglobals = used;
+}
+
 /* registered: 0 not yet, 1 being registered, 2 done (id and sel valid) */
 static void register_kernel(struct r3_kinfo *k) {
   int64_t zero = 0;
@@ -57,6 +101,7 @@ static void register_kernel(struct r3_kinfo *k) {
   int64_t id = __atomic_fetch_add(&g_nkernels, 1, __ATOMIC_RELAXED);
   k->id = id < MAXK ? id : -1; /* beyond MAXK: shared atomic counters */
   k->sel = 0;
+  add_extra_globals(k);
   struct r3_kinfo *head = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE);
   do { k->next = head; } while (!__atomic_compare_exchange_n(&g_kernels, &head, k, 1, __ATOMIC_RELEASE,
                                                                __ATOMIC_ACQUIRE));
