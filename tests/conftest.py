@@ -33,6 +33,18 @@ def clang():
 
 
 @pytest.fixture(scope="session")
+def flang(clang):
+    """The flang of the record clang's version (scripts/setup.sh installs flang-19)."""
+    found = toolchain.flang_beside(clang)
+    if found is None:
+        msg = "no flang of %s's version (Debian: apt-get install flang-19)" % clang
+        if os.environ.get("R3_REQUIRE_SPACK") == "1":  # CI: setup installs it
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return found
+
+
+@pytest.fixture(scope="session")
 def polly(clang):
     """The record clang's opt, llvm-link and llvm-dis, with Polly in opt: found or skipped."""
     try:

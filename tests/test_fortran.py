@@ -31,20 +31,6 @@ R3_APPLY = os.path.join(os.path.dirname(sys.executable), "r3-apply")
 
 
 @pytest.fixture(scope="module")
-def flang(clang):
-    """The flang of the record clang's version (scripts/setup.sh installs flang-19)."""
-    from spack_r3.toolchain import flang_beside
-
-    found = flang_beside(clang)
-    if found is None:
-        msg = "no flang of %s's version (Debian: apt-get install flang-19)" % clang
-        if os.environ.get("R3_REQUIRE_SPACK") == "1":  # CI: setup installs it
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return found
-
-
-@pytest.fixture(scope="module")
 def recorded(flang, tmp_path_factory):
     ws = str(tmp_path_factory.mktemp("fheat-ws"))
     assert r3("--workspace", ws, "record", "--source", FHEAT, "--run", "./fheat 96 100") == 0

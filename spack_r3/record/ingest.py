@@ -24,7 +24,7 @@ from ..fileutil import sha256_file, write_atomic
 from ..iredit import init_native
 from ..report import warn
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_STACK, identity_digest, read_regions
-from . import headers
+from . import headers, reach
 from .instances import selection_of
 from .libstate import unreplayable_reason
 from .profiles import load_profiles, share_of
@@ -62,7 +62,7 @@ def ingest(record_dir, workspace, tolerance=None, selection=None):
         )
     stats, app_s = load_profiles(record_dir)
     target = _host_target()
-    exporters = _exporters(record_dir)
+    exporters = reach.exporters(reach.load_units(record_dir))
     workspace.ensure()
     written = []
     for cdir in sorted(glob.glob(os.path.join(record_dir, "captures", "*"))):
@@ -134,49 +134,15 @@ def write_failures(record_dir):
     return out
 
 
-def _exporters(record_dir):
-    """Function name -> (unit directory, what it calls elsewhere), over a run's units."""
-    index = {}
-    for path in sorted(glob.glob(os.path.join(record_dir, "tus", "*", "tu.json"))):
-        try:
-            with open(path) as f:
-                exports = json.load(f).get("exports", {})
-        except (OSError, ValueError):
-            continue
-        for name, calls in exports.items():
-            index.setdefault(name, (os.path.dirname(path), calls))
-    return index
-
-
-def _link_units(kinfo, own_unit, exporters):
+def _link_units(kinfo, own_unit, index):
     """The other units defining functions the kernel calls, transitively."""
-    units, todo, seen = set(), list(kinfo.get("calls", [])), set()
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in exporters:
-            continue  # already followed, or a library function
-        seen.add(name)
-        unit, calls = exporters[name]
-        if unit != own_unit:
-            units.add(unit)
-        todo.extend(calls)
-    return sorted(units)
+    return sorted({index[n].unit for n in reach.callees(kinfo.get("calls", []), index) if n in index} - {own_unit})
 
 
-def _unreplayable_through(kinfo, exporters):
+def _unreplayable_through(kinfo, index):
     """Why the kernel cannot replay because of what its callees in other units call
     (its own unit's calls were judged at record time, see ``record.libstate``)."""
-    library, todo, seen = set(), list(kinfo.get("calls", [])), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in exporters:
-            todo.extend(exporters[name][1])
-        else:
-            library.add(name)
-    return unreplayable_reason(library)
+    return unreplayable_reason({n for n in reach.callees(kinfo.get("calls", []), index) if n not in index})
 
 
 def _write_capture(workspace, cdir, meta, tu, kinfo, units, stats, app_s, target, tolerance, run, selection=None):

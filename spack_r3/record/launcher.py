@@ -319,14 +319,13 @@ def launch(argv):
         extra += cuda.link_args(clang_for_runtime(line.compiler), line.args)
     from . import reach
 
-    with tempfile.TemporaryDirectory(prefix="r3-reach-") as tmp:
-        # the globals kernels reach through other units, once the link's own sources are units too
-        late = (
-            None if line.shared else (lambda: reach.link_args(clang_for_runtime(line.compiler), record_dir, tmp, warn))
-        )
-        return link_compiling(
-            line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra, late
-        )
+    # the globals kernels reach through other units, once the link's own sources are units too
+    late = (
+        None if line.shared else (lambda tmp: reach.link_args(clang_for_runtime(line.compiler), record_dir, tmp, warn))
+    )
+    return link_compiling(
+        line, cxx_sources, lambda argv, src, obj: _compile(line, argv, src, obj, record_dir, wanted), extra, late
+    )
 
 
 def link_compiling(line, sources, compile_one, extra=(), late=None):
@@ -334,7 +333,8 @@ def link_compiling(line, sources, compile_one, extra=(), late=None):
     ``compile_one(argv, source, obj)`` (its exit status) into a temporary object, which
     stands where its source stood (a static library named after the source must come
     after the object that uses it); ``extra`` goes at the end of the link, and what
-    ``late()`` returns, asked once the sources are compiled, before it."""
+    ``late(tmp)`` returns (objects it may write in ``tmp``), asked once the sources are
+    compiled, before it."""
     with tempfile.TemporaryDirectory(prefix="r3-link-") as tmp:
         objects = {}
         for i, src in enumerate(sources):
@@ -345,7 +345,7 @@ def link_compiling(line, sources, compile_one, extra=(), late=None):
                 return rc
             objects[src] = obj
         args = line.without(drop_sources=False, drop_output=False, drop_compile_only=False)
-        return run([line.compiler] + [objects.get(a, a) for a in args] + list(late() if late else []) + list(extra))
+        return run([line.compiler] + [objects.get(a, a) for a in args] + list(late(tmp) if late else []) + list(extra))
 
 
 def _compile(line, single_argv, source, obj, record_dir, wanted):

@@ -9,14 +9,16 @@ the kernel ("a global of another translation unit that the recording did not kee
 Each unit's ``tu.json`` lists, for each function it exports, the writable globals of
 external linkage it reaches (``ModuleAnalysis.export_globals``). When r3-record links an
 executable, every unit of the build is known: this module follows each kernel's calls
-through the units (as ingest does for the code, ``ingest._link_units``) and writes a
+through the units (``callees``: ingest follows the same calls for the code) and writes a
 small object that names each global reached so per kernel. Its constructor hands the
-table to the record runtime (``__r3_extra_globals``, runtime/extra.c), which adds those
+table to the record runtime (``__r3_extra_globals``, runtime/probes.c), which adds those
 globals to the kernel's own when the kernel registers: they are captured, compared and
 replayed at their addresses as the kernel's own are. The references are weak: a unit of
 another program of the same build leaves its entry null, and it is skipped.
 
     args = link_args(clang, record_dir, tmp, warn)   # [] or [the table's object]
+    index = exporters(load_units(record_dir))        # function -> Export
+    names = list(callees(kernel_calls, index))       # what a kernel's calls reach
 """
 
 import glob
@@ -24,7 +26,7 @@ import json
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import List
+from typing import Dict, List, Tuple
 
 from ..iredit import c_string, global_ref
 
@@ -39,7 +41,18 @@ class Reached:
     size: int
 
 
-def _units(record_dir):
+@dataclass(frozen=True)
+class Export:
+    """A function a unit exports: the unit, what it calls in other units, and the writable
+    globals of external linkage it reaches in its own (``ModuleAnalysis.export_globals``)."""
+
+    unit: str
+    calls: Tuple[str, ...]
+    globals: Tuple[Tuple[str, int], ...]
+
+
+def load_units(record_dir) -> Dict[str, dict]:
+    """Each unit's record directory -> its ``tu.json`` (units whose file is unreadable left out)."""
     out = {}
     for path in sorted(glob.glob(os.path.join(record_dir, "tus", "*", "tu.json"))):
         try:
@@ -50,31 +63,46 @@ def _units(record_dir):
     return out
 
 
-def reached(record_dir) -> List[Reached]:
-    """Per kernel of the build's units, the globals its callees in other units reach and
-    its own unit does not name."""
-    units = _units(record_dir)
-    exporters = {}  # function -> (unit, what it calls elsewhere, the globals it reaches)
+def exporters(units) -> Dict[str, Export]:
+    """Function name -> its Export, over ``load_units``' units (the first unit that exports
+    a name keeps it)."""
+    index = {}
     for tu_dir, meta in units.items():
         linkable = meta.get("export_globals", {})
         for name, calls in meta.get("exports", {}).items():
-            exporters.setdefault(name, (tu_dir, calls, linkable.get(name, [])))
+            index.setdefault(name, Export(tu_dir, tuple(calls), tuple(map(tuple, linkable.get(name, [])))))
+    return index
+
+
+def callees(calls, index):
+    """Every function reached from ``calls`` (a kernel's calls into other units), each once:
+    exported ones are followed into what they call, the rest (library functions) are not."""
+    todo, seen = list(calls), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        yield name
+        if name in index:
+            todo.extend(index[name].calls)
+
+
+def reached(units) -> List[Reached]:
+    """Per kernel of the build's units (``load_units``), the globals its callees in other
+    units reach and its own unit does not name."""
+    index = exporters(units)
     out = []
     for tu_dir, meta in units.items():
         for k in meta.get("kernels", []):
             own = {g["name"] for g in k.get("globals", [])}
-            found, todo, seen = {}, list(k.get("calls", [])), set()
-            while todo:
-                name = todo.pop()
-                if name in seen or name not in exporters:
-                    continue
-                seen.add(name)
-                unit, calls, linkable = exporters[name]
-                if unit != tu_dir:
-                    for g, size in linkable:
+            found = {}
+            for name in callees(k.get("calls", []), index):
+                export = index.get(name)
+                if export is not None and export.unit != tu_dir:
+                    for g, size in export.globals:
                         if g not in own:
                             found.setdefault(g, size)
-                todo.extend(calls)
             out += [Reached(k["name"], tu_dir, g, size) for g, size in sorted(found.items())]
     return out
 
@@ -117,10 +145,11 @@ def link_args(clang, record_dir, tmp, warn):
     """[the table's object] for an executable linked now, or [] where no kernel reaches a
     global through another unit (or the table cannot be built: said, and the link goes on
     as before, those kernels refused in replay as before)."""
-    entries = reached(record_dir)
+    units = load_units(record_dir)
+    entries = reached(units)
     if not entries:
         return []
-    triples = {m.get("triple") for m in _units(record_dir).values()} - {None}
+    triples = {m.get("triple") for m in units.values()} - {None}
     ll, obj = os.path.join(tmp, "r3-reach.ll"), os.path.join(tmp, "r3-reach.o")
     with open(ll, "w") as f:
         f.write(table_ir(entries, triples.pop() if len(triples) == 1 else ""))

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from spack_r3.capture import list_captures
-from spack_r3.record.reach import reached
+from spack_r3.record.reach import load_units, reached
 from spack_r3.workspace import Workspace
 
 from test_record_replay import source_tree
@@ -107,16 +107,6 @@ end program
 }
 
 
-@pytest.fixture(scope="module")
-def flang(clang):
-    from spack_r3.toolchain import flang_beside
-
-    found = flang_beside(clang)
-    if found is None:
-        pytest.skip("no flang of %s's version" % clang)
-    return found
-
-
 def _record(tmp_path_factory, name, files):
     src = source_tree(tmp_path_factory, name, files)
     ws = str(tmp_path_factory.mktemp(name + "-ws"))
@@ -135,6 +125,6 @@ def test_a_global_reached_only_through_another_unit_is_recorded_and_replays(lang
     assert want <= names, cap.globals
     # the kernel's own unit named none of them: the link's table did
     [record_dir] = glob.glob(os.path.join(ws, "runs", "*", "record"))
-    assert {(cap.kernel, n) for n in want} <= {(r.kernel, r.name) for r in reached(record_dir)}
+    assert {(cap.kernel, n) for n in want} <= {(r.kernel, r.name) for r in reached(load_units(record_dir))}
     rc, out, err = r3_output("--workspace", ws, "replay", cap.id, "--repeat", "2", "--json")
     assert rc == 0 and json.loads(out)["verified"] is True, out + err
