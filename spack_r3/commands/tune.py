@@ -193,6 +193,13 @@ def setup_parser(subparser):
         "(default %d; 0: --remix-share exactly)" % DEFAULTS.stall_patience,
     )
     subparser.add_argument(
+        "--serial",
+        action="store_true",
+        help="candidates run one thread: no OpenMP threads setting, no Polly parallel code, "
+        "no rewrite that adds threads (an MPI rank's kernels, one core each; or to see what "
+        "the code itself gains)",
+    )
+    subparser.add_argument(
         "--child-budget",
         type=int,
         default=DEFAULTS.child_budget,
@@ -346,6 +353,7 @@ def tune(args):
         storage=args.storage,
         cluster=args.cluster,
         kernels_at_once=args.kernels_at_once,
+        serial=args.serial,
     )
     results, skipped = tune_targets(ws, plan.targets, options, progress=on_progress, say=progress, warn=warn)
     for line in skipped:

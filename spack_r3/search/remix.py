@@ -89,6 +89,8 @@ REWRITE_CLASSES = {
     "distribute": "loop-order",
     "time-tile": "time-tiling",
     "wavefront": "time-tiling",
+    "pivot-hoist": "aliasing",
+    "reduction-interchange": "loop-order",
     "llm": "model",
 }
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
@@ -108,8 +110,13 @@ EXACT_RULES = (
     "distribute",
     "time-tile",
     "wavefront",
+    "pivot-hoist",
+    "reduction-interchange",
 )
-PROMISING_RULES = ("interchange",)  # rules that say when a rewrite should pay: one that does not say is no pick
+PROMISING_RULES = (
+    "interchange",
+    "reduction-interchange",
+)  # rules that say when a rewrite should pay: one that does not say is no pick
 PARALLEL_RULES = ("omp-parallel", "wavefront", "llm")
 MAX_REPEATS = 50
 MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
@@ -406,6 +413,8 @@ class Remix:
         else:
             if self.mutator.uses_model:
                 self._asked(True, len(props))
+        if self.facts.serial:  # --serial: no rewrite that adds threads
+            props = [p for p in props if p.rule not in THREADED_RULES]
         self._offered[parent.id if parent else ORIGINAL] = {p.rule for p in props}
         return props
 

@@ -110,6 +110,7 @@ class KernelFacts:
     dispatch_loops: int = 0  # OpenMP loops whose schedule and chunk are run-time choices
     tolerance: Optional[float] = None  # relative FP tolerance; None or 0: exact results only
     cores: int = 1  # CPUs a replay worker has (most threads worth trying)
+    serial: bool = False  # candidates run one thread, the kernel's own OpenMP regions too
     polly: bool = False  # an opt with Polly is available
     # The target the build compiled the kernel for: when it lacks vector or FMA features
     # this machine has (a generic x86-64 build), compiling for this machine is searched.
@@ -277,7 +278,7 @@ class Space:
                 for field_name in s.fields:
                     setattr(pipe, field_name, value)
         launch = Launch(
-            threads=values.get("threads"),
+            threads=values.get("threads", 1 if self.facts.serial and self.facts.parallel else None),
             schedule=values.get("schedule"),
             chunk=values.get("chunk"),
             num_teams=values.get("num_teams"),

@@ -71,6 +71,7 @@ class TuneOptions:
     kernels_at_once: Optional[int] = (
         None  # kernels searched side by side (``lanes``); None: 1 locally, more on a cluster
     )
+    serial: bool = False  # candidates run one thread (no threads setting, Polly parallel, threaded rewrite)
 
 
 @dataclass
@@ -171,8 +172,8 @@ def _weigh_as_tuned(plan, captures, named=False):
             )
 
 
-def kernel_facts(target, cores):
-    """What the kernel's search space depends on."""
+def kernel_facts(target, cores, serial=False):
+    """What the kernel's search space depends on (``serial``: candidates run one thread)."""
     capture = load_capture_dir(target.captures[0], verify_digests=False)
     with open(os.path.join(target.captures[0], "module.bc"), "rb") as f:
         try:
@@ -185,7 +186,8 @@ def kernel_facts(target, cores):
         parallel=target.parallel,
         dispatch_loops=replay_module.dispatch_loops(ir),
         tolerance=target.tolerance,
-        cores=cores,
+        cores=1 if serial else cores,
+        serial=serial,
         polly=polly_available(_record_clang(capture)),
         teams=backends.of_capture(capture) is backends.OFFLOAD and "@__kmpc_fork_teams(" in ir,
         geometry=device_geometry.space_params(capture, target.captures[0]),
@@ -572,7 +574,7 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
     studies), or the line saying why it is not tuned."""
     # A sequence is kept only when its baseline reproduced every call: checked already.
     checked = target.sequence and _sequence_or_not(pool, target, options.timeout, say)
-    facts = kernel_facts(target, pool.cores_per_worker)
+    facts = kernel_facts(target, pool.cores_per_worker, options.serial)
     study = Study(
         store,
         target,

@@ -4,7 +4,7 @@ the remix tries them, each proposal checked to parse; a Fortran unit gets
 
 from typing import List, Optional
 
-from . import cast, fortranrules, stencils
+from . import cast, fortranrules, recurrences, stencils
 from .base import Feedback, KernelSource, Mutator, Proposal, language
 from .loops import Function
 from .rules import (
@@ -41,6 +41,8 @@ class RulesMutator(Mutator):
             stencils.wavefront,
             stencils.time_tile,
             stage,
+            recurrences.reduction_interchange,
+            recurrences.pivot_hoist,
             unroll_and_jam,
             interchange,
             stencils.fuse,
