@@ -5,13 +5,15 @@ recorded once at a small size; each rewrite is proved by replaying it against th
 recording (compiled, run, every output compared bit for bit), and each refusal says why.
 Tests never assert a speedup."""
 
+import dataclasses
 import os
 
 import pytest
 
 from spack_r3.replay.server import ReplayServer
-from spack_r3.search.mutators import recurrences
+from spack_r3.search.mutators import Feedback, recurrences, rules
 from spack_r3.search.mutators.loops import Function, Refused
+from spack_r3.search.mutators.ruleset import RulesMutator
 
 from test_record_replay import r3, source_tree
 from test_rules import one, proposals, replays, rules_of, unit
@@ -22,7 +24,7 @@ MAKEFILE = (
     "prog: main.o shapes.o\n\t$(CC) -O2 -o $@ main.o shapes.o -lm\n"
     "%.o: %.c\n\t$(CC) -O2 -c -o $@ $<\n"  # shapes.c's and main.c's own small sizes
 )
-SHAPES = ("closure", "widest", "trisolve", "symm_lower", "lu")
+SHAPES = ("closure", "widest", "trisolve", "symm_lower", "lu", "prefix2d", "iir_cols")
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +153,40 @@ def test_what_the_sums_rule_refuses(tmp_path, clang):
 def test_the_rules_are_offered_by_the_rules_mutator(recorded):
     _, props = proposals(recorded, "closure")
     assert "pivot-hoist" in rules_of(props)
+
+
+def test_a_recurrence_down_the_columns_is_interchanged_to_walk_the_rows(recorded, server):
+    """A summed-area table's column pass (``s[i*w+j] += s[(i-1)*w+j]``, j outside i) carries
+    its recurrence in i: with j inside, each row is one vector of independent sums. Its
+    row pass (``s[i*w+j] += s[i*w+j-1]``) is unrolled and jammed across rows, so the
+    chains of several rows overlap."""
+    src, props = proposals(recorded, "prefix2d")
+    p = one(props, "interchange", "j,i")
+    assert p.promise > 0
+    replays(recorded, server, src, p)
+    replays(recorded, server, src, one(props, "unroll-and-jam", "i into the j loop"), knobs={"R3_UJ_1": 3})
+
+
+def test_a_column_filter_is_distributed_then_interchanged(recorded, server):
+    """``iir_cols`` filters each column with its sweeps inside the column loop: distributed
+    first, the forward sweep's nest then interchanges (the remix's follow-up)."""
+    src, props = proposals(recorded, "iir_cols")
+    d = one(props, "distribute")
+    child = dataclasses.replace(src, text=d.text)
+    p = one(RulesMutator().propose(child, Feedback()), "interchange")
+    assert p.description == "interchange j,i in iir_cols" and p.promise > 0
+    replays(recorded, server, src, p)
+
+
+def test_a_dependence_forward_in_one_loop_and_backward_in_the_other_keeps_the_order(tmp_path, clang):
+    fn = Function(
+        unit(
+            tmp_path,
+            "void f(int n, double a[64][64]) {\n  for (int i = 1; i < n; i++)\n"
+            "    for (int j = 0; j < n - 1; j++)\n      a[i][j] = a[i - 1][j + 1] * 0.5;\n}\n",
+            "f",
+        )
+    )
+    outer, inner = [loop for loop in fn.loops()]
+    with pytest.raises(Refused, match="a dependence runs forward in i and backward in j"):
+        rules.pair_legal(fn, outer, inner)

@@ -56,7 +56,7 @@ lists the values to try, the default first. Clang expands a macro inside
 import re
 from dataclasses import dataclass, replace
 
-from . import cast
+from . import cast, dependence
 from .base import Proposal, language
 from .loops import (
     FLOAT_TYPES,
@@ -595,7 +595,15 @@ def pair_legal(fn, outer, inner):
     fx = effects(inner.body)
     if fx.refusal:
         raise Refused(fx.refusal)
-    stores_disjoint(fn, fx, [outer.id, inner.id], _invariant_in(fx, outer, inner))
+    try:
+        stores_disjoint(fn, fx, [outer.id, inner.id], _invariant_in(fx, outer, inner))
+    except Refused:  # a recurrence (an array read where it is written, at an offset) may still allow it
+        no_hidden_alias(fn, fx)
+        for base in fx.written_bases():
+            decl = fx.on(base)[0].decl
+            if decl is not None and (fn.is_local_pointer(decl["id"]) or decl["id"] in fx.locals):
+                raise
+        dependence.reorderable(fx, outer, inner)
     private_writes(fn, fx)
     for loop in (outer, inner):
         if not loop.declared and not fn.pure_counter(loop.id):
@@ -779,8 +787,11 @@ def unroll_and_jam(fn):
 
 def _unroll_and_jam(fn, outer, inner):
     fx = effects(inner.body)
-    if all(any(outer.id in refs(i) for i in a.indices if i is not None) for a in fx.accesses):
-        raise Refused("the copies would share no access")  # nothing to keep in a register
+    # Copies that share an access keep it in a register; copies of a recurrence along the
+    # inner loop (an array read where it is written, at an offset) overlap their chains.
+    carried = any(len({a.index_key for a in fx.on(b)}) > 1 for b in fx.written_bases())
+    if not carried and all(any(outer.id in refs(i) for i in a.indices if i is not None) for a in fx.accesses):
+        raise Refused("the copies would share no access and carry nothing")
     text, src = fn.text, fn.source
     size, start = fresh(src, "R3_UJ_"), fresh(src, "%s_jam" % outer.name)
     name, hi = outer.name, _paren(text, outer.hi)
