@@ -71,6 +71,9 @@ def test_the_sums_of_a_solve_and_a_symmetric_product_interchange(recorded, serve
     assert p.promise > 0  # the inner loop then walks a row
     assert "__builtin_free(r3_sum_1);" in p.text
     replays(recorded, server, src, p)
+    # the original loop kept for a failed allocation is no loop to rewrite again
+    child = dataclasses.replace(src, text=p.text)
+    assert "reduction-interchange" not in rules_of(RulesMutator().propose(child, Feedback()))
 
 
 def test_both_sums_of_an_lu_step_interchange(recorded, server):

@@ -109,3 +109,28 @@ def test_no_threads_are_added_to_a_unit_with_an_inactive_omp_pragma(tmp_path_fac
     # the same unit built with -fopenmp: its pragmas are active already, nothing is added
     built = dataclasses.replace(capture, bitcode_args=list(capture.bitcode_args) + ["-fopenmp"])
     assert openmp.refusal(built, directory) == "" and not openmp.adds_openmp(built, ("wavefront",))
+
+
+def test_serial_tuning_offers_no_threads(plain):
+    """``r3 tune --serial`` (an MPI rank per core): no threads setting, no Polly parallel
+    code, and the remix drops the rewrites that add threads (the wavefront), keeping the
+    serial time tile."""
+    from spack_r3.search.bayes import storage
+    from spack_r3.search.remix import Remix, RemixOptions
+    from spack_r3.search.space import Space
+    from spack_r3.search.tune import Target, kernel_facts
+
+    target = Target(kernel="seidel9", captures=[plain], source_variant="serial")
+    facts = kernel_facts(target, cores=4, serial=True)
+    assert (facts.cores, facts.serial) == (1, True)
+    names = [p.name for p in Space(facts).params]
+    assert "threads" not in names and "polly_parallel" not in names
+    threaded = kernel_facts(target, cores=4)
+    assert "polly_parallel" in [p.name for p in Space(threaded).params] or not threaded.polly
+
+    ws = Workspace(os.path.dirname(os.path.dirname(plain)))
+    remix = Remix(ws, storage(ws), target, facts, RulesMutator(), RemixOptions(budget=4))
+    rules = rules_of(remix._rewrites(None, 1.0))
+    assert "time-tile" in rules and not set(openmp.THREADED_RULES) & set(rules)
+    parallel = dataclasses.replace(facts, parallel=True)  # a kernel that forks its own threads
+    assert Space(parallel).variant({}).launch.threads == 1

@@ -214,13 +214,21 @@ def unqualified_type(node):
 def reduction_interchange(fn):
     out = []
     for loop in fn.loops():
-        if hinted(loop.parents) or omp_bound(loop.parents):
+        if hinted(loop.parents) or omp_bound(loop.parents) or _fallback(loop):
             continue
         try:
             out.append(_reduction_interchange(fn, loop))
         except Refused:
             continue
     return out
+
+
+def _fallback(loop):
+    """Whether ``loop`` is the original loop an earlier rewrite kept for when its array could
+    not be allocated (``if (r3_sum_1) ... else <loop>``): rewriting it again gains nothing."""
+    return any(
+        p.get("kind") == "IfStmt" and key(kids(p)[0], ids=False).startswith("r3_sum_") for p in loop.parents
+    )
 
 
 def _accumulation(fn, loop):
