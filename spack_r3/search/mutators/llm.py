@@ -62,6 +62,13 @@ Rules:
 - Write portable code the compiler can optimize: loop order, blocking/tiling, unrolling,
   scalar replacement, hoisting invariants, vectorization-friendly loops, pragmas such as
   `#pragma clang loop vectorize(enable)`. No inline assembly, no new #include lines.
+- Loops that carry a recurrence: let the outer loop carry it, so the inner loop runs
+  across independent rows or columns (interchange; interleave several rows' chains); in
+  a min-plus or max-min closure (`d[i][j] = min(d[i][j], d[i][k] + d[k][j])`) keep
+  `d[i][k]` in a local, splitting the j loop at j == k, the one iteration that may change
+  it; turn sums down a column (`s -= l[i][j] * x[j][r]` over j) into row updates of an
+  array of sums (j outside r); fill dynamic-programming tables by anti-diagonals; tile a
+  time loop around a 1-D stencil. Keep each sum's order where results must be exact.
 - Do not write main() or test code. Do not repeat the rest of the file.
 
 Answer format: up to {n} alternative rewrites, each in its own fenced code block
