@@ -193,3 +193,45 @@ def test_a_dependence_forward_in_one_loop_and_backward_in_the_other_keeps_the_or
     outer, inner = [loop for loop in fn.loops()]
     with pytest.raises(Refused, match="a dependence runs forward in i and backward in j"):
         rules.pair_legal(fn, outer, inner)
+
+
+ROWS_C = """#include <stdio.h>
+#define N 24
+/* Row i of U in the inner-product order, the sum in a scalar declared once (as
+ * PolyBench's ludcmp writes it): it ends holding the last sum. */
+double urow(int n, double a[N][N])
+{
+    int i, j, k;
+    double w = 0.0;
+    for (i = 0; i < n; i++)
+        for (j = i; j < n; j++) {
+            w = a[i][j];
+            for (k = 0; k < i; k++)
+                w -= a[i][k] * a[k][j];
+            a[i][j] = w;
+        }
+    return w;
+}
+int main(void)
+{
+    static double a[N][N];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            a[i][j] = (i == j ? N : 0) + 1.0 / (i + j + 1);
+    printf("%.17g %.17g\\n", urow(N - 1, a), a[5][7]);
+    return 0;
+}
+"""
+
+
+def test_a_sum_in_a_scalar_declared_before_the_loop_ends_as_it_did(tmp_path_factory, clang):
+    src = source_tree(
+        tmp_path_factory, "urow", {"rows.c": ROWS_C, "Makefile": "prog: rows.c\n\t$(CC) -O2 -o $@ rows.c\n"}
+    )
+    ws = str(tmp_path_factory.mktemp("urow-ws"))
+    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "urow") == 0
+    s, props = proposals(ws, "urow")
+    p = one(props, "reduction-interchange")
+    assert "      w = r3_sum_1[j - r3_lo_1];" in p.text  # the scalar itself, not a new one
+    with ReplayServer(cache_dir=os.path.join(ws, "cache")) as server:
+        replays(ws, server, s, p)  # the return value (the last sum) compared too

@@ -226,23 +226,31 @@ def reduction_interchange(fn):
 def _fallback(loop):
     """Whether ``loop`` is the original loop an earlier rewrite kept for when its array could
     not be allocated (``if (r3_sum_1) ... else <loop>``): rewriting it again gains nothing."""
-    return any(
-        p.get("kind") == "IfStmt" and key(kids(p)[0], ids=False).startswith("r3_sum_") for p in loop.parents
-    )
+    return any(p.get("kind") == "IfStmt" and key(kids(p)[0], ids=False).startswith("r3_sum_") for p in loop.parents)
 
 
 def _accumulation(fn, loop):
     """(decl, init, inner loop, the inner statement, the store statement) of a loop whose
-    body is ``T s = init; for (...) s op= e; store(s);``."""
+    body is ``T s = init; for (...) s op= e; store(s);``, or ``s = init; ...`` with ``s``
+    declared before the loop (PolyBench's ``w``)."""
     body = loop.body
     stmts = kids(body) if body.get("kind") == "CompoundStmt" else []
-    if len(stmts) != 3 or stmts[0].get("kind") != "DeclStmt" or stmts[1].get("kind") != "ForStmt":
+    if len(stmts) != 3 or stmts[1].get("kind") != "ForStmt":
         raise Refused("not an accumulation")
-    decls = kids(stmts[0])
-    if len(decls) != 1 or decls[0].get("kind") != "VarDecl" or not kids(decls[0]):
-        raise Refused("not one scalar with an initial value")
-    decl = decls[0]
-    if not is_arithmetic(decl) or decl.get("storageClass") == "static":
+    first = stmts[0]
+    if first.get("kind") == "DeclStmt":
+        decls = kids(first)
+        if len(decls) != 1 or decls[0].get("kind") != "VarDecl" or not kids(decls[0]):
+            raise Refused("not one scalar with an initial value")
+        decl, init = decls[0], kids(decls[0])[0]
+    elif first.get("kind") == "BinaryOperator" and first.get("opcode") == "=":
+        target, init = kids(first)
+        decl = fn.decls.get((ref_decl(strip(target)) or {}).get("id"))
+        if decl is None or strip(target).get("kind") != "DeclRefExpr" or decl["id"] in refs(init):
+            raise Refused("not an accumulation")
+    else:
+        raise Refused("not an accumulation")
+    if not is_arithmetic(decl) or decl.get("storageClass") == "static" or _address_taken(fn, decl["id"]):
         raise Refused("not an arithmetic scalar")
     inner = fn.canonical(stmts[1], loop.parents + (loop.node, body))
     if inner is None:
@@ -274,7 +282,13 @@ def _accumulation(fn, loop):
         raise Refused("the last statement is not a store")
     if strip(kids(store)[0], casts=False).get("kind") != "ArraySubscriptExpr":
         raise Refused("the last statement is not a store to an array")
-    return decl, kids(decl)[0], inner, step, store
+    return decl, init, inner, step, store
+
+
+def _address_taken(fn, var):
+    return any(
+        p and p[-1].get("kind") == "UnaryOperator" and p[-1].get("opcode") == "&" for _, p in fn.uses.get(var, [])
+    )
 
 
 def _differs_at(a, b):
@@ -339,7 +353,8 @@ def _reduction_interchange(fn, loop):
         raise Refused(fx.refusal)
     if has_kind(loop.body, JUMPS):
         raise Refused("the loop jumps")
-    if any(v not in fx.locals and v != inner.id for v in fx.scalar_writes):
+    # (an accumulator declared before the loop ends with the last sum, as it did)
+    if any(v not in fx.locals and v not in (inner.id, decl["id"]) for v in fx.scalar_writes):
         raise Refused("the loop writes a scalar it carries")
     if not inner.declared and not fn.pure_counter(inner.id):
         raise Refused("%s is used after the loop" % inner.name)
@@ -383,7 +398,7 @@ def _reduction_interchange(fn, loop):
         "      " + rloop,
         "        " + step_text,
         "    " + rloop + " {",
-        "      %s %s = %s;" % (sty, decl["name"], element),
+        "      %s%s = %s;" % ("%s " % sty if decl["id"] in fx.locals else "", decl["name"], element),
         "      %s;" % source_of(text, store),
         "    }",
         "    __builtin_free(%s);" % acc,
