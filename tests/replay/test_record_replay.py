@@ -57,6 +57,18 @@ def source_tree(tmp_path_factory, name, files):
     return str(src)
 
 
+def recorded_workspace(tmp_path_factory, name, files, kernels):
+    """A workspace holding one record of ``files`` (a tree built by its Makefile, run as
+    ``./prog``) with a capture of each of ``kernels``; its path."""
+    src = source_tree(tmp_path_factory, name, files)
+    ws = str(tmp_path_factory.mktemp(name + "-ws"))
+    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
+    for kernel in kernels:
+        argv += ["--kernel", kernel]
+    assert r3(*argv) == 0
+    return ws
+
+
 def capture_of(ws, kernel):
     caps = [c for c in list_captures(Workspace(ws)) if c.kernel == kernel]
     assert caps, "no capture of %s" % kernel

@@ -15,7 +15,7 @@ from spack_r3.search.mutators import Feedback, recurrences, rules
 from spack_r3.search.mutators.loops import Function, Refused
 from spack_r3.search.mutators.ruleset import RulesMutator
 
-from test_record_replay import r3, source_tree
+from test_record_replay import recorded_workspace
 from test_rules import one, proposals, replays, rules_of, unit
 from conftest import REPO_ROOT
 
@@ -30,13 +30,7 @@ SHAPES = ("closure", "widest", "trisolve", "symm_lower", "lu", "prefix2d", "iir_
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, clang):
     files = {name: open(os.path.join(KERNELS, name)).read() for name in ("shapes.c", "main.c")}
-    src = source_tree(tmp_path_factory, "shapes63", dict(files, Makefile=MAKEFILE))
-    ws = str(tmp_path_factory.mktemp("shapes63-ws"))
-    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
-    for kernel in SHAPES:
-        argv += ["--kernel", kernel]
-    assert r3(*argv) == 0
-    return ws
+    return recorded_workspace(tmp_path_factory, "shapes63", dict(files, Makefile=MAKEFILE), SHAPES)
 
 
 @pytest.fixture(scope="module")
@@ -225,11 +219,8 @@ int main(void)
 
 
 def test_a_sum_in_a_scalar_declared_before_the_loop_ends_as_it_did(tmp_path_factory, clang):
-    src = source_tree(
-        tmp_path_factory, "urow", {"rows.c": ROWS_C, "Makefile": "prog: rows.c\n\t$(CC) -O2 -o $@ rows.c\n"}
-    )
-    ws = str(tmp_path_factory.mktemp("urow-ws"))
-    assert r3("--workspace", ws, "record", "--source", src, "--run", "./prog", "--kernel", "urow") == 0
+    files = {"rows.c": ROWS_C, "Makefile": "prog: rows.c\n\t$(CC) -O2 -o $@ rows.c\n"}
+    ws = recorded_workspace(tmp_path_factory, "urow", files, ["urow"])
     s, props = proposals(ws, "urow")
     p = one(props, "reduction-interchange")
     assert "      w = r3_sum_1[j - r3_lo_1];" in p.text  # the scalar itself, not a new one

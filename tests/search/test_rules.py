@@ -29,7 +29,7 @@ from spack_r3.search.tune import kernel_facts
 from spack_r3.sourcepatch import Composer, make_patch
 from spack_r3.workspace import Workspace
 
-from test_record_replay import capture_of, r3, source_tree
+from test_record_replay import capture_of, recorded_workspace
 
 KERNELS_C = r"""
 #include <math.h>
@@ -161,13 +161,8 @@ KERNELS = ("mm_ikj", "matmul", "dot", "prefix", "smooth", "decay", "pairs", "col
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, clang):
     """One workspace with a capture of every kernel of the program."""
-    src = source_tree(tmp_path_factory, "rules", {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE})
-    ws = str(tmp_path_factory.mktemp("rules-ws"))
-    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
-    for kernel in KERNELS:
-        argv += ["--kernel", kernel]
-    assert r3(*argv) == 0
-    return ws
+    files = {"kernels.c": KERNELS_C, "main.c": MAIN_C, "Makefile": MAKEFILE}
+    return recorded_workspace(tmp_path_factory, "rules", files, KERNELS)
 
 
 @pytest.fixture(scope="module")

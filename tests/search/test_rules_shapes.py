@@ -22,7 +22,7 @@ from spack_r3.search.mutators.loops import Function, Refused
 from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.remix import by_class_in_turn
 
-from test_record_replay import capture_of, r3, source_tree
+from test_record_replay import capture_of, recorded_workspace
 from test_rules import one, replays, rules_of, source, unit
 from conftest import REPO_ROOT
 
@@ -37,13 +37,7 @@ SHAPES = ("jacobi2d", "heat3d", "fdtd2d", "seidel2d", "chain2", "syrk_lower", "f
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, clang):
     files = {name: open(os.path.join(KERNELS, name)).read() for name in ("shapes.c", "main.c")}
-    src = source_tree(tmp_path_factory, "shapes46", dict(files, Makefile=MAKEFILE))
-    ws = str(tmp_path_factory.mktemp("shapes46-ws"))
-    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
-    for kernel in SHAPES:
-        argv += ["--kernel", kernel]
-    assert r3(*argv) == 0
-    return ws
+    return recorded_workspace(tmp_path_factory, "shapes46", dict(files, Makefile=MAKEFILE), SHAPES)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from spack_r3.search.mutators import stencils
 from spack_r3.search.mutators.loops import Function, Refused
 from spack_r3.search.mutators.ruleset import RulesMutator
 
-from test_record_replay import r3, source_tree
+from test_record_replay import recorded_workspace
 from test_rules import one, replays, rules_of, source, unit
 
 FORMS_C = r"""
@@ -125,13 +125,7 @@ FORMS = ("seidel9", "jacobi_pair", "heat_pair", "fdtd_edge")
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, clang):
-    src = source_tree(tmp_path_factory, "forms46", {"forms.c": FORMS_C, "Makefile": MAKEFILE})
-    ws = str(tmp_path_factory.mktemp("forms46-ws"))
-    argv = ["--workspace", ws, "record", "--source", src, "--run", "./prog"]
-    for kernel in FORMS:
-        argv += ["--kernel", kernel]
-    assert r3(*argv) == 0
-    return ws
+    return recorded_workspace(tmp_path_factory, "forms46", {"forms.c": FORMS_C, "Makefile": MAKEFILE}, FORMS)
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,12 @@ from .loops import (
     span,
     stmt_end,
     strip,
+    type_of,
+    unqualified,
 )
 from .rules import _invariant_in, _paren, _var_type, hinted, no_hidden_alias, omp_bound, unit_stride
 
-CONDITIONAL = ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt", "WhileStmt", "DoStmt")
+CONDITIONAL = ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt")  # first child: always run
 JUMPS = ("BreakStmt", "ContinueStmt", "ReturnStmt", "GotoStmt", "IndirectGotoStmt")
 
 
@@ -76,9 +78,7 @@ def _unconditional(region, node):
         chain = parents + (node,)
         for p, below in zip(chain, chain[1:]):
             kind = p.get("kind")
-            if kind == "IfStmt" and below is not kids(p)[0]:
-                return False
-            if kind in CONDITIONAL[1:] and below is not kids(p)[0]:
+            if kind in CONDITIONAL and below is not kids(p)[0]:
                 return False
             if kind in ("ForStmt", "WhileStmt", "DoStmt"):
                 return False
@@ -112,18 +112,18 @@ def pivot_hoist(fn):
     return out
 
 
-def _offset(index, var):
-    """X where ``index`` is ``var`` or ``X + var`` / ``var + X`` (X without ``var``): ("", None)
-    for ``var`` alone; None when the index has another form."""
-    index = strip(index)
+def _offset(index, loop):
+    """X where ``index`` is ``X + v`` or ``v + X`` (``v`` the loop's variable, X without it);
+    None for ``v`` alone; Refused for any other form."""
+    var, index = loop.id, strip(index)
     if (ref_decl(index) or {}).get("id") == var:
-        return ("", None)
+        return None
     if index.get("kind") == "BinaryOperator" and index.get("opcode") == "+":
         a, b = kids(index)
         for v, x in ((a, b), (b, a)):
             if (ref_decl(strip(v)) or {}).get("id") == var and var not in refs(x):
-                return ("x", x)
-    return None
+                return x
+    raise Refused("the store's last subscript is not %s plus an invariant" % loop.name)
 
 
 def _pivot_hoist(fn, loop):
@@ -146,8 +146,8 @@ def _pivot_hoist(fn, loop):
     invariant = _invariant_in(fx, loop)
     if any(not invariant(i) for i in w.indices[:-1]):
         raise Refused("the written row moves with the loop")
-    offset = _offset(w.indices[-1], loop.id)
-    if offset is None or (offset[1] is not None and not invariant(offset[1])):
+    offset = _offset(w.indices[-1], loop)
+    if offset is not None and not invariant(offset):
         raise Refused("the store's last subscript is not %s plus an invariant" % loop.name)
     pivots = [
         a for a in fx.on(w.base) if not a.write and len(a.indices) == len(w.indices) and all(map(invariant, a.indices))
@@ -168,7 +168,7 @@ def _pivot_hoist(fn, loop):
     element = source_of(text, p.node)
     last = source_of(text, p.indices[-1])
     # The iteration whose store names the pivot: the pivot's last subscript less the store's offset.
-    at_expr = "(%s)" % last if offset[1] is None else "(%s) - (%s)" % (last, source_of(text, offset[1]))
+    at_expr = "(%s)" % last if offset is None else "(%s) - (%s)" % (last, source_of(text, offset))
     hi = _paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
     hoisted = _body_text(fn, loop, [(a.node, pv) for a in pivots])
     body = _body_text(fn, loop)
@@ -180,7 +180,7 @@ def _pivot_hoist(fn, loop):
         "    %s %s = %s;  /* the one iteration that may store to %s */" % (ty, at, at_expr, " ".join(element.split())),
         "    %s %s = %s < %s ? %s : %s < %s ? %s : %s;" % (ty, mid, at, lo_, lo_, at, hi_, at, hi_),
         "    int %s = %s == %s && %s < %s;" % (one, mid, at, at, hi_),
-        "    %s %s = %s;" % (unqualified_type(p.node), pv, element),
+        "    %s %s = %s;" % (unqualified(type_of(p.node)), pv, element),
         "    for (%s %s = %s; %s < %s; %s++)" % (ty, var, lo_, var, mid, var),
         "      " + hoisted,
         "    if (%s) {" % one,
@@ -201,11 +201,6 @@ def _pivot_hoist(fn, loop):
         fn.name,
     )
     return Proposal(new, "pivot-hoist", what, promise=1)
-
-
-def unqualified_type(node):
-    t = (node.get("type") or {}).get("qualType", "double")
-    return " ".join(w for w in t.split() if w not in ("const", "volatile", "restrict", "__restrict"))
 
 
 # ---------------------------------------------------------------- reduction-interchange
@@ -306,7 +301,7 @@ def _differs_at(a, b):
     return found[0]
 
 
-def _ends_before(fn, loop, bound):
+def _ends_before(loop, bound):
     """Whether ``loop``'s values all lie below ``bound`` (``j < i`` against ``i``)."""
     return loop.op == "<" and key(loop.hi) == key(bound)
 
@@ -341,7 +336,7 @@ def _apart(fn, outer, inner, written, read):
         return (inner.op == "<" and (key(inner.hi) == key(outer.lo) or _starts_after(outer, inner.hi))) or (
             outer.op == "<" and _starts_after(inner, outer.hi)
         )
-    return outer.id not in refs(w) and (_ends_before(fn, inner, w) or _starts_after(inner, w))
+    return outer.id not in refs(w) and (_ends_before(inner, w) or _starts_after(inner, w))
 
 
 def _reduction_interchange(fn, loop):
@@ -376,7 +371,7 @@ def _reduction_interchange(fn, loop):
             raise Refused("%s is read where another %s's store may have written" % (w.decl["name"], loop.name))
 
     text = fn.text
-    ty, var, sty = _var_type(fn, loop), loop.name, unqualified_type(decl)
+    ty, var, sty = _var_type(fn, loop), loop.name, unqualified(type_of(decl))
     lo_, hi_, acc = _numbered(fn, "r3_lo_", "r3_hi_", "r3_sum_")
     hi = _paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
     element = "%s[%s - %s]" % (acc, var, lo_)
