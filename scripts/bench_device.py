@@ -41,7 +41,7 @@ sys.path.insert(0, ROOT)
 from spack_r3 import cli  # noqa: E402
 from spack_r3.capture import list_captures  # noqa: E402
 from spack_r3.data import Variant  # noqa: E402
-from spack_r3.replay.pipeline import parse  # noqa: E402
+from spack_r3.compile.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayServer  # noqa: E402
 from spack_r3.search.store import storage  # noqa: E402
 from spack_r3.workspace import Workspace  # noqa: E402

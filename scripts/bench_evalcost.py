@@ -53,9 +53,9 @@ sys.path.insert(0, ROOT)
 
 from spack_r3.data import OK, Launch, Variant  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
-from spack_r3.replay.pipeline import parse  # noqa: E402
+from spack_r3.compile.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayServer  # noqa: E402
-from spack_r3.replay.stages import EVAL_CUTS_ENV  # noqa: E402
+from spack_r3.compile.stages import EVAL_CUTS_ENV  # noqa: E402
 from spack_r3.workspace import Workspace  # noqa: E402
 
 KERNELS = ("relax_1ms", "relax_10ms", "relax_100ms", "relax_1s")

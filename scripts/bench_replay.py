@@ -39,7 +39,7 @@ from spack_r3.capture import list_captures  # noqa: E402
 from spack_r3.data import Variant  # noqa: E402
 from spack_r3.memimage import KIND_CONST, KIND_GLOBAL, KIND_RUNTIME, KIND_STACK, read_regions  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
-from spack_r3.replay.pipeline import parse  # noqa: E402
+from spack_r3.compile.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayServer  # noqa: E402
 from spack_r3.report import table  # noqa: E402
 from spack_r3.toolchain import find_clang  # noqa: E402

@@ -33,7 +33,7 @@ Writes bench/search.json:
 
   specialization: (``--specialize``) argument specialization on and off at the same budget: each
               kernel recorded with 3 instances, whose space offers specializations (recorded-constant
-              integer arguments feeding a bound, stride or branch: replay/specialize.py), searched by
+              integer arguments feeding a bound, stride or branch: compile/specialize.py), searched by
               the Bayesian search twice, with and without the ``specialize`` setting, both confirmed
               side by side; per kernel on/off {best_speedup, speedup_min/max, winner, specialized},
               offered, verdict (on vs off, as above) and ratio ("point [low-high]"); and

@@ -42,7 +42,7 @@ sys.path.insert(0, ROOT)
 from spack_r3.capture import load_capture_dir  # noqa: E402
 from spack_r3.data import OK, Launch, Variant  # noqa: E402
 from spack_r3.record.session import record  # noqa: E402
-from spack_r3.replay.pipeline import parse  # noqa: E402
+from spack_r3.compile.pipeline import parse  # noqa: E402
 from spack_r3.replay.server import ReplayPool  # noqa: E402
 from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
 from spack_r3.search.mutators import Feedback  # noqa: E402

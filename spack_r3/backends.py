@@ -12,14 +12,14 @@ unit's compile line for the record launcher. The stages ask this module, never t
   so replay runs it with the host engine: the region's device memory mapped at its device
   addresses, the device function JIT-compiled and called as libomptarget's host plugin calls
   it. Its launch geometry (teams, threads per team) is a launch setting written into the
-  device function (``apply_geometry``), as the region's own ``num_teams`` / ``thread_limit``
+  device function (``compile.module.apply_geometry``), as the region's own ``num_teams`` / ``thread_limit``
   clauses are.
 
 - ``cuda`` / ``hip``: a ``__global__`` kernel of a unit compiled by clang, recorded by
   ``record/cuda.py`` (device IR per GPU arch at the unit's compile) and
   ``record/runtime/r3cuda.c`` / ``r3hip.c`` (the launch and the device allocations, through
   the CUDA or HIP runtime it interposes: one recorder, ``runtime/gpurec.h``). Its code is the GPU's:
-  the host engine never runs it (``host_engine_runs`` refuses it); a replay server runs
+  the host engine never runs it (``replay.engine.host_engine_runs`` refuses it); a replay server runs
   its backend's ``worker`` for it, ``device/cudaworker.py``, which replays it through the
   driver API (``device/cudareplay.py``) where a CUDA device exists (a HIP kernel through
   HIP's module API, ``device/hip.py``, where an AMD GPU and hip-python are), and ``r3 retarget`` /
@@ -29,12 +29,10 @@ unit's compile line for the record launcher. The stages ask this module, never t
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from typing import Tuple
 
 from .errors import R3Error
-from .iredit import ensure_declared, function_span, push_before_forks
 
 
 @dataclass(frozen=True)
@@ -89,58 +87,26 @@ def worker_of(capture_dir):
     return BACKENDS[name].worker if name in BACKENDS else HOST.worker
 
 
+# What a compile line's GPU sources are: ``-x cuda`` / ``-x hip`` or the extension.
+GPU_EXTS = {".cu": CUDA.name, ".hip": HIP.name}
+
+
+def unit_kind(args):
+    """cuda, hip or None: what a compile line's sources are, by ``-x`` or their extension."""
+    for i, a in enumerate(args):
+        if a == "-x" and i + 1 < len(args) and args[i + 1] in (CUDA.name, HIP.name):
+            return args[i + 1]
+        if a in ("-xcuda", "-xhip"):
+            return a[2:]
+    for a in args:
+        if not a.startswith("-") and os.path.splitext(a)[1] in GPU_EXTS:
+            return GPU_EXTS[os.path.splitext(a)[1]]
+    return None
+
+
 def of_compile(args):
     """The backend a unit compiled with ``args`` records its kernels with."""
-    from .record.cuda import unit_kind
-
     kind = unit_kind(args)
     if kind:
         return BACKENDS[kind]
     return OFFLOAD if any(a.startswith("-fopenmp-targets=") for a in args) else HOST
-
-
-def host_engine_runs(capture):
-    """The capture's backend, where the host engine runs its kernels; else R3Error with one
-    line: a CUDA kernel's replay needs a CUDA device (``no CUDA device: ...`` where none is)."""
-    backend = of_capture(capture)
-    if backend in HOST_ENGINE:
-        return backend
-    from .device.cudareplay import driver_of
-
-    driver_of(capture)  # no device: one line, "no CUDA device: <why>" ("no HIP device: <why>")
-    raise R3Error(
-        "capture %s: %s is a %s kernel: the host engine does not run it; "
-        "the replay servers send it to device/cudaworker.py" % (capture.id, capture.kernel, backend.name.upper())
-    )
-
-
-# A fork of the teams of a `target teams` region in its device function, and a push of the
-# geometry that precedes one (the region's num_teams / thread_limit clauses).
-_FORK_TEAMS = re.compile(r"^(\s*)call void (?:\([^)]*\) )?@__kmpc_fork_teams\((ptr [^,]+), ", re.M)
-_PUSH = re.compile(r"(call void @__kmpc_push_num_teams\(ptr [^,]+, i32 [^,]+), i32 [^,)]+, i32 [^,)]+\)")
-
-
-def apply_geometry(text, kernel, launch):
-    """``text`` (a module's IR) with ``launch.num_teams`` / ``launch.thread_limit`` (None or
-    0: the runtime's choice) set for the teams the device function ``kernel`` forks: its
-    clauses' push replaced, or a push added before each fork. A kernel that forks no teams
-    has no geometry to set: ValueError."""
-    teams, limit = getattr(launch, "num_teams", None), getattr(launch, "thread_limit", None)
-    if not teams and not limit:
-        return text
-    span = function_span(text, kernel)
-    if span is None:
-        raise ValueError("the device function %s is not in its module" % kernel)
-    start, end = span
-    body = text[start:end]
-    if not _FORK_TEAMS.search(body):
-        raise ValueError("%s forks no teams: num_teams and thread_limit do not apply" % kernel)
-    values = "i32 %d, i32 %d" % (teams or 0, limit or 0)
-    if _PUSH.search(body):
-        body = _PUSH.sub(lambda m: "%s, %s)" % (m.group(1), values), body)
-    else:
-        body = push_before_forks(body, _FORK_TEAMS, "__kmpc_push_num_teams", values)[0]
-    text = text[:start] + body + text[end:]
-    return ensure_declared(
-        text, ["declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)"]
-    )

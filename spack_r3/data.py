@@ -220,7 +220,7 @@ class Pipeline:
                                    build=True, expect="build (the build's own compiler and flags) or r3",
                                    unlowered="the build's own compiler and flags")
     # Arguments folded in as constants, ((index, value), ...): a clone of the kernel with
-    # them, behind a guard that runs the original for other values (replay/specialize.py);
+    # them, behind a guard that runs the original for other values (compile/specialize.py);
     # searched over the argument values a capture suggests (KernelFacts.specialize)
     specialize: Tuple[Tuple[int, int], ...] = setting((), kind="specialize", sparse=True,
                                                       doc="recorded-constant arguments folded into a guarded clone",
@@ -277,7 +277,7 @@ class Launch:
     # __kmpc_dispatch_init calls) take any schedule and chunk; None: as compiled.
     schedule: Optional[str] = None  # static, dynamic or guided
     chunk: Optional[int] = None
-    # An OpenMP target region's launch geometry (backends.apply_geometry); None: as compiled.
+    # An OpenMP target region's launch geometry (compile.module.apply_geometry); None: as compiled.
     num_teams: Optional[int] = None
     thread_limit: Optional[int] = None
     # A CUDA kernel's register cap (ptxas -maxrregcount, .maxnreg); None: the compiler's choice.

@@ -3,7 +3,7 @@
 Most edits are made on text, because most edited IR is read back by the record clang's
 LLVM (19), which cannot read what llvmlite's LLVM (22) writes, bitcode or text: record's
 probes and r3-apply's unit are compiled by clang-19, and replay's per-variant edits also
-feed an ``opt-19 -polly`` stage (``replay/stages.py``). The edits only touch top-level
+feed an ``opt-19 -polly`` stage (``compile/stages.py``). The edits only touch top-level
 lines (definitions, globals, attribute groups) and instruction shapes whose grammar is
 the same in both LLVMs. A module that only llvmlite reads is changed through llvmlite's
 setters (names, linkage, visibility) instead.

@@ -6,13 +6,13 @@ A field of ``Pipeline`` is one setting, in one line: its type, its default and i
 each setting is to the rest of the tool, its SPEC key and the aliases ``parse`` takes,
 how its value is read and written, whether it relaxes floating-point results, whether
 it needs Polly, and what the search offers for it. From this table
-``replay/pipeline.py`` derives the SPEC parser and formatter, ``search/space.py`` its
+``compile/pipeline.py`` derives the SPEC parser and formatter, ``search/space.py`` its
 parameters and the Variant they describe, ``search/simplify.py`` which settings a winner
 can drop; ``data.Pipeline`` reads its own rows for which fields relax FP and which JSON
 leaves out at their default.
 
 A new setting is a field of ``Pipeline``; only one with a value syntax of its own (a
-``kind`` other than bool, int or choice) also needs a codec in ``replay/pipeline.py``.
+``kind`` other than bool, int or choice) also needs a codec in ``compile/pipeline.py``.
 A setting of several fields (``target=`` sets cpu and features) is a row of its own,
 declared here. ``SETTINGS`` is in the order ``format_spec`` writes: the fields' order,
 with Polly's settings after the others and the build compiler last (the order SPECs had
@@ -65,7 +65,7 @@ class Setting:
     key: str  # the SPEC key format_spec writes; the search parameter's name too, unless ``param``
     fields: Tuple[str, ...]  # the Pipeline fields it sets (target= sets cpu and features)
     # bool (0/1, on/off, ...), int (``low``..``high``), choice (``choices``: label -> value),
-    # or the name of a codec in replay/pipeline.py
+    # or the name of a codec in compile/pipeline.py
     kind: str
     aliases: Tuple[str, ...] = ()  # other keys parse takes
     low: int = 0

@@ -417,8 +417,8 @@ def test_an_unoptimized_build_s_contractions_stay_unfused_under_fma_built(flang,
     same FMA target would fuse them: wrong output on every candidate. ``fma=built`` keeps
     what the build did: unfused at -O0, fused where the build optimized."""
     from spack_r3.replay.engine import init_llvm
-    from spack_r3.replay.pipeline import parse
-    from spack_r3.replay.stages import KernelIR, object_key, optimized_module
+    from spack_r3.compile.pipeline import parse
+    from spack_r3.compile.stages import KernelIR, object_key, optimized_module
 
     init_llvm()
     src = tmp_path / "axpy.f90"

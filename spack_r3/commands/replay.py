@@ -12,7 +12,7 @@ from ..capture import load_capture_dir, recorded_calls, resolve
 from ..data import CACHE_STATES, WARM, Launch, Variant
 from ..device.geometry import MOST_THREADS
 from ..errors import R3Error
-from ..replay.pipeline import format_spec, parse
+from ..compile.pipeline import format_spec, parse
 from ..replay.server import TIMEOUT_S, ReplayServer
 from ..report import seconds, table
 from ..workspace import Workspace

@@ -97,7 +97,7 @@ def retarget(args):
 
 def _source_mode(args, targets, origin, geometry):
     from ..device.screen import DeviceUnit, screen
-    from ..replay.pipeline import parse
+    from ..compile.pipeline import parse
 
     if not os.path.isfile(args.source):
         raise R3Error("--source %s: no such file" % args.source)

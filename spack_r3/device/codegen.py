@@ -12,7 +12,7 @@ resources of each kernel as the vendor's tools report them.
 LLVM aborts the process on some inputs ("LLVM ERROR: unsupported calling convention"),
 so the LLVM part runs in a child process (``python -m spack_r3.device.codegen``).
 
-The pipeline is the host's (``replay/pipeline.py`` SPEC, ``stages.run_pipeline``), with
+The pipeline is the host's (``compile/pipeline.py`` SPEC, ``stages.run_pipeline``), with
 the GPU as its target: its cpu/features keys do not apply; a*b+c stays fused as the
 device compile wrote it (GPUs fuse ``llvm.fmuladd``) unless ``fma=off``.
 """
@@ -267,8 +267,8 @@ def _noalias(text, kernels):
 def _child(job):
     import llvmlite.binding as llvm
 
-    from ..replay import stages
-    from ..replay.module import apply_pipeline_edits, built_target
+    from ..compile import stages
+    from ..compile.module import apply_pipeline_edits, built_target
 
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()

@@ -254,7 +254,7 @@ class Session:
         return [(addr, len(data)) for addr, data in self.expected(kernel) if read(addr, len(data)) != data]
 
     def check(self, kernel, tolerance=None):
-        """engine.Check of the device memory after a launch against the recording."""
+        """compare.Check of the device memory after a launch against the recording."""
         read = self.recording.read_back(self.dev.read, kernel)
         return checked(self.expected(kernel), read, self.fp_types, tolerance)
 
@@ -263,20 +263,20 @@ class Session:
 
 
 def fp_types(ir_text):
-    """The floating-point types the device module stores (replay.engine.fp_types): how
+    """The floating-point types the device module stores (replay.compare.fp_types): how
     differing device memory is read to measure its error."""
-    from ..replay.engine import fp_types as stored
+    from ..replay.compare import fp_types as stored
 
     return stored(ir_text)
 
 
 def checked(expected, read, types, tolerance=None):
-    """engine.Check of device memory against the recording: each (address, bytes) of
+    """compare.Check of device memory against the recording: each (address, bytes) of
     ``expected`` read back with ``read(address, size)``; differing bytes read as each of
-    ``types`` (engine.compare: the worst reading counts). Verified when nothing differs, or
+    ``types`` (compare.compare: the worst reading counts). Verified when nothing differs, or
     where ``tolerance`` (relative, the capture's or the user's; None or 0: byte for byte)
     bounds the worst error, as the host engine holds a host kernel to it."""
-    from ..replay.engine import Check, compare
+    from ..replay.compare import Check, compare
 
     worst, bad, where = 0.0, 0, ""
     for addr, want in expected:
@@ -329,7 +329,7 @@ def evaluate(capture, capture_dir, variant, repeat=5, pairs=0, ordinal=0, tolera
     import time
 
     from ..data import COMPILE_ERROR, CRASH, OK, WRONG_OUTPUT, Evaluation
-    from ..replay.pipeline import as_built
+    from ..compile.pipeline import as_built
     from .codegen import CodegenError
     from .cuda import CudaError
     from .targets import parse_targets

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .. import toolchain
+from ..backends import GPU_EXTS
 from ..errors import R3Error
 from ..iredit import GLOBAL_NAME, reachable, ref_name
 from . import tools
@@ -38,7 +39,6 @@ from .targets import NVIDIA
 
 OPENMP, CUDA, HIP = "openmp", "cuda", "hip"
 COMPILE_TIMEOUT_S = 120
-_GPU_EXTS = {".cu": CUDA, ".hip": HIP}
 _WITH_VALUE_KEEP = ("-I", "-D", "-U", "-include", "-isystem", "-iquote", "-idirafter")
 _WITH_VALUE_DROP = (
     "-o",
@@ -119,8 +119,8 @@ def unit_kind(source, command=()):
         if a == "-x" and i + 1 < len(args) and args[i + 1] in (CUDA, HIP):
             return args[i + 1]
     ext = os.path.splitext(source)[1]
-    if ext in _GPU_EXTS:
-        return _GPU_EXTS[ext]
+    if ext in GPU_EXTS:
+        return GPU_EXTS[ext]
     if any(a.startswith("-fopenmp") for a in args):
         return OPENMP
     try:

@@ -103,7 +103,7 @@ class Screener:
 
     def verdicts(self, variant):
         """[Verdict] of ``variant`` on each GPU (``screen.screen``)."""
-        from ..replay.pipeline import format_spec
+        from ..compile.pipeline import format_spec
         from .screen import screen
 
         geometry = geometry_of(self.capture, variant, self.max_registers)

@@ -6,7 +6,7 @@ A compile of a unit that the plan names is built in two parts, linked into the o
 the build asked for (``ld -r``):
 
 - the tuned kernels, each cut out of the unit and optimized exactly as replay measured
-  it: ``replay.stages.optimized_module`` of the same bitcode (the unit compiled with the
+  it: ``compile.stages.optimized_module`` of the same bitcode (the unit compiled with the
   flags record used, the variant's source defines added), emitted for this machine;
 - the rest of the unit, with each tuned kernel turned into a declaration, compiled as
   the build would have compiled it (its own optimization and code generation flags).
@@ -32,7 +32,7 @@ link without the unit's object does not depend on it), since the build's links h
 A kernel specialized on recorded arguments (``Pipeline.specialize``) is built as replay
 measured it: its clone behind a guard, the original for other arguments. The unit then
 links a destructor that appends each guard's calls and matches to ``$R3_SPEC_LOG`` when
-set (``replay/specialize.py``), which the application check reads.
+set (``compile/specialize.py``), which the application check reads.
 
 A unit that the plan names but that does not build this way fails the build with one
 line (``R3_APPLY_FALLBACK=1`` keeps the untuned object instead, with a warning): a
@@ -73,12 +73,12 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 _BUILD_SOURCES = (
     "emit/apply.py",
     "emit/bitcode.py",
-    "replay/stages.py",
-    "replay/module.py",
-    "replay/pipeline.py",
+    "compile/stages.py",
+    "compile/module.py",
+    "compile/pipeline.py",
     "settings.py",
     "data.py",  # (each setting's row: its lowering, the Polly stage's options)
-    "replay/specialize.py",
+    "compile/specialize.py",
     "iredit.py",
     "record/instrument.py",
     "emit/offload.py",
@@ -155,9 +155,10 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     """Build ``obj`` from ``source`` as the plan's ``unit`` (``plan.PlannedUnit``) says (raises ApplyError):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
     ``probes``. ``plan``: the whole plan (a CUDA unit's GPU and its source's digest)."""
-    from ..record.launcher import unoptimized_args, ir_codegen_args
+    from ..record.flags import unoptimized_args
+    from ..record.launcher import ir_codegen_args
     from ..toolchain import before_llvm_passes, ir_input_flags
-    from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
+    from ..compile.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from ..replay.engine import init_llvm
     from ..record.offload import is_offload
 
@@ -254,9 +255,9 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
 
 def _guard_reporter(compiler, kernels, tmp):
     """An object whose destructor appends the guard counts of ``kernels`` to ``$R3_SPEC_LOG``."""
-    from ..replay.specialize import reporter_c
+    from ..compile.specialize import reporter_c
 
-    from ..record.launcher import clang_for_runtime
+    from ..record.flags import clang_for_runtime
 
     compiler = clang_for_runtime(compiler)  # C, whatever language the unit is
     path = os.path.join(tmp, "r3-guards.c")
@@ -329,7 +330,8 @@ def launch(argv):
         obj = line.output or os.path.splitext(os.path.basename(planned[0]))[0] + ".o"
         return _compile(line, argv, planned[0], obj, plan, probes, tuned)
     # A link, possibly compiling planned sources on the way: each planned one built as above.
-    from ..record.launcher import clang_for_runtime, link_compiling
+    from ..record.flags import clang_for_runtime
+    from ..record.launcher import link_compiling
     from ..record.offload import is_offload
     from ..record.runtime import link_args
     from .cuda import launch_args as cuda_launch_args
@@ -355,7 +357,7 @@ def openmp_link_args(compiler):
     runtime of the build's clang, found at run time where it was at the link (rpath), and
     only where the link uses it (``--as-needed``). Not -fopenmp: a compile-and-link line
     would compile its other sources with it too."""
-    from ..record.launcher import clang_for_runtime
+    from ..record.flags import clang_for_runtime
     from ..toolchain import find_libomp
 
     lib = find_libomp(clang_for_runtime(compiler))

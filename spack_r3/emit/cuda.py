@@ -74,7 +74,7 @@ def _geometry(kernel):
 
 def unit_pipeline(unit, error, name="CUDA"):
     """The one pipeline of r3's the unit's device image is built with, or None (the build's)."""
-    from ..replay.pipeline import format_spec
+    from ..compile.pipeline import format_spec
 
     specs = {format_spec(k.pipeline) if not k.pipeline.build_compiler else "as built" for k in unit.kernels}
     if len(specs) > 1:

@@ -7,7 +7,7 @@ libomptarget loads. A planned offload unit is built the same way by hand:
 1. the device side to IR before optimization (``record.offload.device_compile_args``, as
    record kept it);
 2. each tuned region's device function cut out and optimized exactly as replay measured it
-   (``replay.stages.optimized_module``: the pipeline and the launch geometry), an object of
+   (``compile.stages.optimized_module``: the pipeline and the launch geometry), an object of
    its own; the rest of the device module, the tuned functions declared only, compiled at the
    build's optimization level; the two linked (``ld -r``) into the device object;
 3. that object packaged for the first offload target and embedded in the unit's host-side
@@ -38,7 +38,7 @@ def build_unit(line, source, obj, unit, run, apply_error):
     """Build ``obj`` from the offload unit ``source`` with the plan's ``unit`` tuned.
     ``run(argv, what)`` runs a tool (raising ``apply_error`` with one line)."""
     from ..replay.engine import init_llvm
-    from ..replay.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
+    from ..compile.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from .bitcode import unit_bitcode
 
     init_llvm()

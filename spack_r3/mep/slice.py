@@ -287,7 +287,7 @@ def local_headers(source):
             continue
         system_dirs.append(opt + d)
     # what means something to a compile of the slice alone (no link, no outputs, no deps)
-    from ..replay.stages import _NOT_FOR_THE_OBJECT  # -flto would make an object of bitcode
+    from ..compile.stages import _NOT_FOR_THE_OBJECT  # -flto would make an object of bitcode
 
     kept = [
         a

@@ -22,7 +22,7 @@ from .. import cxxnames, settings
 from ..errors import R3Error
 from ..iredit import FunctionDef, find_define, globals_to_addresses
 from ..memimage import _HDR, MAGIC, KIND_HEAP
-from ..replay.module import REPLAY_FREE
+from ..compile.module import REPLAY_FREE
 from ..sourcepatch import PatchError, apply_patch
 from .slice import SliceError, source_slice
 
@@ -216,7 +216,7 @@ def kernel_ir(prepared, bitcode=None):
     """The kernel cut out of its unit in the record clang's own LLVM text, each recorded
     global replaced by its address (``inttoptr``: no symbol to define at link time)."""
     from .. import toolchain
-    from ..replay.stages import KernelIR, CompileError
+    from ..compile.stages import KernelIR, CompileError
     from ..errors import ToolchainError
 
     capture, unit = prepared.capture, prepared.unit
@@ -250,7 +250,7 @@ def replay_object(prepared, variant, bitcode=None):
     """The object of the variant's kernel exactly as replay measured it and r3-apply builds
     it (``stages.optimized_module``, llvmlite's LLVM, this machine's target where the
     pipeline says host), recorded globals at their addresses."""
-    from ..replay.stages import CompileError, KernelIR, optimized_module, polly_tools, resolve_target, target_machine
+    from ..compile.stages import CompileError, KernelIR, optimized_module, polly_tools, resolve_target, target_machine
 
     capture, unit = prepared.capture, prepared.unit
     source = (
@@ -437,7 +437,7 @@ def write_mep(workspace, directory, out, variant=None, variant_text="", clang=No
     from ..capture import load_capture_dir
     from ..replay.engine import init_llvm, prepare
     from ..replay.source import unit_text
-    from ..replay.stages import build_flags
+    from ..compile.stages import build_flags
     from ..search.mutators.base import language
     from ..search.remix import kernel_source
     from ..toolchain import find_clang, find_libomp
@@ -624,7 +624,7 @@ def _variant_bitcode(capture, directory, patch, defines, openmp=False):
     if not (patch or defines):
         return None
     from ..replay.source import variant_bitcode
-    from ..replay.stages import CompileError
+    from ..compile.stages import CompileError
 
     try:
         return variant_bitcode(capture, directory, patch, defines, openmp=openmp)

@@ -22,25 +22,12 @@ import os
 import subprocess
 import tempfile
 
+from ..backends import GPU_EXTS, unit_kind
 from ..data import opt_level
 
 CUDA, HIP = "cuda", "hip"
-GPU_EXTS = {".cu": CUDA, ".hip": HIP}
 DEFAULT_ARCH = {CUDA: "sm_52", HIP: "gfx906"}  # clang-19's defaults without an arch option
 _ARCH_PREFIXES = ("--cuda-gpu-arch=", "--offload-arch=")
-
-
-def unit_kind(args):
-    """cuda, hip or None: what a compile line's sources are, by ``-x`` or their extension."""
-    for i, a in enumerate(args):
-        if a == "-x" and i + 1 < len(args) and args[i + 1] in (CUDA, HIP):
-            return args[i + 1]
-        if a in ("-xcuda", "-xhip"):
-            return a[2:]
-    for a in args:
-        if not a.startswith("-") and os.path.splitext(a)[1] in GPU_EXTS:
-            return GPU_EXTS[os.path.splitext(a)[1]]
-    return None
 
 
 def gpu_sources(args):
@@ -229,7 +216,7 @@ def link_args(clang, args):
 def launch(compiler, args, record_dir, warn):
     """The launcher for a line with CUDA/HIP sources: run unchanged, then keep each source's
     device IR (a failure is one warning: recording never breaks a build)."""
-    from .launcher import clang_for_runtime
+    from .flags import clang_for_runtime
 
     extra = link_args(clang_for_runtime(compiler), args)  # (r3cuda.c is C: clang, not clang++)
     rc = subprocess.run([compiler] + list(args) + extra).returncode

@@ -23,6 +23,7 @@ import tempfile
 from .. import fortran
 from ..data import opt_level
 from ..toolchain import before_llvm_passes, ir_input_flags
+from .flags import clang_for_runtime, target_flags, unoptimized_args
 
 SOURCE_EXTS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".i", ".ii") + fortran.SOURCE_EXTS
 # Options whose value is the next argument.
@@ -164,22 +165,10 @@ def ir_codegen_args(line):
     return fortran.codegen_flags(args) if fortran.is_flang(line.compiler) else args
 
 
-def unoptimized_args(line):
-    # -O0 would mark every function optnone: the replay pipeline could not optimize them.
-    return ["-O2"] if line.opt_level == "0" else []
-
-
 def bitcode_args(line):
     """The flags (no source, output or dependency files) that compile the unit's bitcode
     before optimization: a source variant of the unit is compiled with the same ones."""
     return line.without(drop_sources=True, drop_output=True, drop_deps=True) + target_flags() + unoptimized_args(line)
-
-
-def target_flags():
-    """Extra flags that pin the recorded build to the machine it is tuned for
-    (``R3_TARGET_FLAGS``, set by ``r3 record --target``), so the recording computes
-    what the native replay baseline computes (e.g. with FMA contraction)."""
-    return os.environ.get("R3_TARGET_FLAGS", "").split()
 
 
 def run(cmd, **kw):
@@ -371,20 +360,6 @@ def _compile(line, single_argv, source, obj, record_dir, wanted):
     if rc == 0:
         warn("%s: compiled without probes (%s)" % (source, reason))
     return rc
-
-
-def clang_for_runtime(compiler):
-    """The record runtime is built with the build's own compiler when it is clang.
-
-    The runtime is C: a C++ link (``clang++-19``) builds it with the C driver beside it
-    (``clang-19``), since clang++ would compile r3rt.c as C++."""
-    from ..toolchain import clang_version, find_clang
-
-    path = shutil.which(compiler) or compiler
-    folder, base = os.path.split(path)
-    if "clang++" in base:
-        path = os.path.join(folder, base.replace("clang++", "clang", 1))
-    return path if os.access(path, os.X_OK) and clang_version(path) else find_clang()
 
 
 def main():

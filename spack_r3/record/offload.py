@@ -52,7 +52,7 @@ def is_offload(line):
 
 def device_compile_args(line):
     """The unit's flags for its device-side compile to IR before optimization: one target."""
-    from .launcher import unoptimized_args, target_flags
+    from .flags import target_flags, unoptimized_args
 
     first = offload_targets(line.args)[0]
     args = [

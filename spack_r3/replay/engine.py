@@ -14,7 +14,6 @@ import hashlib
 import json
 import mmap
 import os
-import re
 import resource
 import subprocess
 import time
@@ -27,13 +26,14 @@ import numpy as np
 
 from .. import backends
 from ..data import COLD, Pipeline
-from ..errors import CaptureError
+from ..errors import CaptureError, R3Error
 from ..iredit import init_native
 from ..machine import cache_bytes
 from ..memimage import KIND_GLOBAL, KIND_HEAP, KIND_RUNTIME, KIND_STACK, read_regions, region_bytes
+from .compare import Check, compare, fp_types
 from .libraries import load_runtime
-from .module import UnreplayableError, declared_functions, extract_kernel, trampoline
-from .stages import (
+from ..compile.module import UnreplayableError, declared_functions, extract_kernel, trampoline
+from ..compile.stages import (
     CompileError,
     KernelIR,
     build_flags,
@@ -106,6 +106,21 @@ class Prepared:
     first_written: Optional[List[Tuple[int, int]]] = None
 
 
+def host_engine_runs(capture):
+    """The capture's backend, where the host engine runs its kernels; else R3Error with one
+    line: a CUDA kernel's replay needs a CUDA device (``no CUDA device: ...`` where none is)."""
+    backend = backends.of_capture(capture)
+    if backend in backends.HOST_ENGINE:
+        return backend
+    from ..device.cudareplay import driver_of
+
+    driver_of(capture)  # no device: one line, "no CUDA device: <why>" ("no HIP device: <why>")
+    raise R3Error(
+        "capture %s: %s is a %s kernel: the host engine does not run it; "
+        "the replay servers send it to device/cudaworker.py" % (capture.id, capture.kernel, backend.name.upper())
+    )
+
+
 def prepare(capture, directory):
     def read(name):
         with open(os.path.join(directory, name), "rb") as f:
@@ -113,7 +128,7 @@ def prepare(capture, directory):
 
     # The host engine runs the host backend's kernels and the offload backend's device
     # functions on the host plugin (x86 code calling libomp); any other backend is refused.
-    backends.host_engine_runs(capture)
+    host_engine_runs(capture)
     if capture.unreplayable:  # it would run, and differ: refused, never reported as wrong output
         raise CaptureError("capture %s: %s cannot replay: %s" % (capture.id, capture.kernel, capture.unreplayable))
     bitcode, link_units = read("module.bc"), tuple(read(u) for u in capture.link_units)
@@ -464,46 +479,6 @@ class Frame:
         """Seconds that ``n`` calls back to back took, timed in native code."""
         ns = compiled.timed(ctypes.addressof(self.slots), ctypes.addressof(self.ret), n)
         return max(ns - compiled.clock_ns, 1) * 1e-9
-
-
-@dataclass
-class Check:
-    verified: bool
-    max_rel_error: float
-    mismatched_bytes: int
-    detail: str = ""
-
-
-def _rel_error(got, want, dtype):
-    a = np.frombuffer(got, dtype=dtype)
-    b = np.frombuffer(want, dtype=dtype)
-    both_nan = np.isnan(a) & np.isnan(b)
-    diff = np.abs(a - b)
-    scale = np.maximum(np.abs(b), np.finfo(dtype).tiny)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(both_nan | (a == b), 0.0, diff / scale)
-    err = np.nan_to_num(err, nan=np.inf)
-    return float(err.max()) if err.size else 0.0
-
-
-def fp_types(ir):
-    """Floating-point element types the kernel stores: how to read memory that differs."""
-    types = []
-    for name, dtype in (("double", np.float64), ("float", np.float32)):
-        if re.search(r"store (?:<\d+ x )?%s>? " % name, ir):
-            types.append(dtype)
-    return types or [np.float64, np.float32]
-
-
-def compare(got, want, dtypes=(np.float64,)):
-    """(max relative error, mismatched bytes). Differing memory is read as each of
-    ``dtypes`` and the worst reading counts, so no layout guess can hide an error."""
-    if got == want:
-        return 0.0, 0
-    g, w = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
-    mismatched = int(np.count_nonzero(g != w))
-    errors = [_rel_error(got, want, d) for d in dtypes if len(got) % np.dtype(d).itemsize == 0]
-    return (max(errors) if errors else float("inf")), mismatched
 
 
 def check(prepared, frame, tolerance):

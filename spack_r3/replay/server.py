@@ -17,7 +17,7 @@ import time
 from ..data import CRASH, TIMEOUT, WARM, Evaluation, Variant
 from ..errors import R3Error, RewriteUncheckable
 from . import confine
-from .stages import STAGE_CACHE_ENV
+from ..compile.stages import STAGE_CACHE_ENV
 
 HOST_WORKER = "spack_r3.replay.worker"
 TIMEOUT_S = 60.0  # seconds before a candidate's run counts as hung (r3 replay's and r3 tune's --timeout)
@@ -37,7 +37,7 @@ class ReplayServer:
         self.env = dict(env or {})
         self.load_timeout = load_timeout
         self.cpus = cpus  # pin the worker (and the candidates it forks) to these CPUs
-        self.cache_dir = cache_dir  # where compile stages keep what they built (see replay.stages)
+        self.cache_dir = cache_dir  # where compile stages keep what they built (see compile.stages)
         self.proc = None
         self._buf = b""
         # a capture's backend names the worker module that replays it (backends.worker_of):

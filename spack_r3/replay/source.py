@@ -25,7 +25,7 @@ from ..fortran import is_flang
 from ..toolchain import before_llvm_passes
 from ..record import headers
 from ..sourcepatch import PatchError, apply_patch
-from .stages import CompileError
+from ..compile.stages import CompileError
 
 COMPILE_TIMEOUT_S = 120
 

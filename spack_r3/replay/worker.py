@@ -36,8 +36,9 @@ from ..data import COMPILE_ERROR, CRASH, OK, TIMEOUT, WARM, WRONG_OUTPUT, Evalua
 from ..errors import R3Error, RewriteUncheckable
 from ..lifetime import die_with_parent
 from ..toolchain import find_libomp
-from . import confine, engine, poison, stages
-from .pipeline import as_built
+from . import confine, engine, poison
+from ..compile import stages
+from ..compile.pipeline import as_built
 from .sequence import merge
 
 

@@ -39,7 +39,7 @@ from ..emit.apply import planned_symbol
 from ..emit.plan import amdahl
 from ..errors import R3Error
 from ..record.profiles import load_profiles, outer_share_of, share_of
-from ..replay.specialize import LOG_ENV, read_counts
+from ..compile.specialize import LOG_ENV, read_counts
 from ..toolchain import find_clang
 from .emit import default_repo
 from .record import install, open_site, prebuild_runtimes, with_clang

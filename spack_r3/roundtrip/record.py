@@ -262,7 +262,7 @@ def prebuild_runtimes(clang):
     outside the confined build: the C runtime, and those of offload, CUDA and HIP links where
     this machine builds them (where not, a build that needs one fails with its reason)."""
     from ..record import cuda
-    from ..record.launcher import clang_for_runtime
+    from ..record.flags import clang_for_runtime
     from ..record.runtime import OFFLOAD_SOURCE, runtime_object
     from ..toolchain import ToolchainError
 

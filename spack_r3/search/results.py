@@ -22,8 +22,8 @@ from ..data import WARM, Json, Variant
 from ..errors import R3Error
 from ..fileutil import write_atomic
 from ..capture import load_capture_dir
-from ..replay import specialize
-from ..replay.pipeline import as_built, format_spec
+from ..compile import specialize
+from ..compile.pipeline import as_built, format_spec
 from ..report import percent, seconds, table
 from .noise import WIN_ABOVE, beats_build, clearly_faster
 from .simplify import settings

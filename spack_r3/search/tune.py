@@ -19,13 +19,14 @@ from ..device import geometry as device_geometry
 from ..errors import R3Error, RewriteUncheckable
 from ..record.offload import region_key
 from ..record.profiles import tuned_shares
-from ..replay import module as replay_module
-from ..replay import cachestate, specialize, weighted
+from ..compile import module as replay_module
+from ..compile import specialize
+from ..replay import cachestate, weighted
 from ..replay.cachestate import AUTO
-from ..replay.stages import polly_available
+from ..compile.stages import polly_available
 from ..replay.server import TIMEOUT_S, ReplayPool, omp_environment
 from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
-from ..replay.pipeline import as_built, format_spec
+from ..compile.pipeline import as_built, format_spec
 from ..model.client import ModelError
 from .bayes import Study, StudyGroup, Target, trial_variant
 from .mutators import make_mutator

@@ -18,7 +18,7 @@ import pytest
 from spack_r3.data import Launch
 from spack_r3.emit import apply
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from conftest import TREES
 from test_cuda_record import HEAVY, HEAVY_KERNEL, _cubin_registers, _flags
 

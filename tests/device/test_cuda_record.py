@@ -28,6 +28,7 @@ from spack_r3.capture import list_captures
 from spack_r3.device import tools
 from spack_r3.errors import R3Error
 from spack_r3.record import cuda, launcher
+from spack_r3.replay import engine
 from spack_r3.record.ingest import ingest
 from spack_r3.workspace import Workspace
 from conftest import TREES
@@ -390,7 +391,7 @@ def test_a_cuda_capture_without_a_device_is_one_line_and_still_screened(cuda_cap
     except R3Error:
         pass
     with pytest.raises(R3Error) as err:
-        backends.host_engine_runs(capture)
+        engine.host_engine_runs(capture)
     assert str(err.value).startswith("no CUDA device: ") and "\n" not in str(err.value)
     assert cli.main(["--workspace", ws.root, "replay", capture.id]) != 0
     (line,) = capsys.readouterr().err.splitlines()
@@ -458,7 +459,7 @@ def test_the_replay_servers_send_a_cuda_capture_to_the_cuda_worker(cuda_capture,
     from spack_r3.device.cuda import driver
     from spack_r3.device.cudareplay import device_code
     from spack_r3.device.targets import parse_targets
-    from spack_r3.replay.pipeline import as_built
+    from spack_r3.compile.pipeline import as_built
     from spack_r3.replay.server import HOST_WORKER, ReplayServer
 
     try:
@@ -494,7 +495,7 @@ def test_r3_tune_evaluates_cuda_candidates_in_the_replay_servers(recorded_build,
     the space paired with it; then r3 tune itself on the workspace."""
     from spack_r3.data import OK, Launch, Variant
     from spack_r3.device.cuda import CudaUnavailable, driver
-    from spack_r3.replay.pipeline import as_built
+    from spack_r3.compile.pipeline import as_built
     from spack_r3.replay.server import ReplayServer
 
     try:
@@ -551,7 +552,7 @@ def test_the_r3_build_gives_a_cuda_unit_its_planned_register_cap(cuda_path, clan
     from spack_r3.data import Launch
     from spack_r3.emit import apply
     from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
-    from spack_r3.replay.pipeline import parse
+    from spack_r3.compile.pipeline import parse
 
     src = tmp_path / "heavy.cu"
     src.write_text(HEAVY)

@@ -16,8 +16,8 @@ from spack_r3.device.screen import DeviceUnit, screen
 from spack_r3.device.targets import gpu_target, parse_targets, variant_key
 from spack_r3.emit.plan import Plan
 from spack_r3.errors import R3Error
-from spack_r3.replay.pipeline import format_spec, parse
-from spack_r3.replay.stages import polly_available
+from spack_r3.compile.pipeline import format_spec, parse
+from spack_r3.compile.stages import polly_available
 from spack_r3.search.space import KernelFacts, Space
 
 TREE = os.path.join(REPO_ROOT, "tests", "trees", "device")

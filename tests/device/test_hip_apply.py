@@ -21,7 +21,7 @@ from spack_r3.device import tools
 from spack_r3.emit import apply
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.errors import R3Error
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from conftest import TREES
 
 TREE = os.path.join(TREES, "device")

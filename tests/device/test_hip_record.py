@@ -19,6 +19,7 @@ import pytest
 from spack_r3 import backends, cli
 from spack_r3.errors import R3Error
 from spack_r3.record import cuda, launcher
+from spack_r3.replay import engine
 from spack_r3.record.ingest import ingest
 from spack_r3.workspace import Workspace
 from conftest import TREES
@@ -186,7 +187,7 @@ def test_a_hip_capture_without_a_device_is_one_line_and_its_code_still_compiles(
     still compiles, with its resources."""
     from spack_r3.device.cudareplay import device_code
     from spack_r3.device.targets import parse_targets
-    from spack_r3.replay.pipeline import as_built
+    from spack_r3.compile.pipeline import as_built
     from spack_r3.replay.server import ReplayServer
 
     if _no_hip_device() is None:
@@ -194,7 +195,7 @@ def test_a_hip_capture_without_a_device_is_one_line_and_its_code_still_compiles(
     ws, capture = hip_capture
     directory = ws.capture_dir(capture.id)
     with pytest.raises(R3Error) as err:
-        backends.host_engine_runs(capture)
+        engine.host_engine_runs(capture)
     assert str(err.value).startswith("no HIP device: ") and "\n" not in str(err.value)
     assert cli.main(["--workspace", ws.root, "replay", capture.id]) != 0
     (line,) = capsys.readouterr().err.splitlines()

@@ -17,7 +17,7 @@ from spack_r3.device.occupancy import Geometry
 from spack_r3.device.screen import DeviceUnit, screen
 from spack_r3.device.table import rows
 from spack_r3.device.targets import parse_targets
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from conftest import TREES
 
 REAL = os.path.join(TREES, "device", "real")

@@ -377,7 +377,7 @@ def test_mep_of_a_polly_winner_builds_with_every_polly_setting_it_was_measured_w
     """The MEP's flags and replay's Polly stage lower the same rows (settings.lower): a
     winner's fusion, tiling and register tiling reach clang as -mllvm options."""
     from spack_r3.data import Launch, Pipeline, Variant
-    from spack_r3.replay.stages import polly_available, polly_options
+    from spack_r3.compile.stages import polly_available, polly_options
     from spack_r3.search.results import KernelResult, save_results
 
     if not polly_available(clang):

@@ -16,7 +16,7 @@ from spack_r3.capture import list_captures
 from spack_r3.data import OK, Evaluation, Variant
 from spack_r3.record.instances import KernelCalls, capture_calls_env
 from spack_r3.replay import weighted
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from spack_r3.replay.server import ReplayPool, ReplayServer, omp_environment
 from spack_r3.search.bayes import Target
 from spack_r3.search.tune import instances_check, plan_targets, represents

@@ -14,13 +14,14 @@ import pytest
 
 from conftest import REPO_ROOT
 from spack_r3 import backends
+from spack_r3.compile.module import apply_geometry
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, WRONG_OUTPUT, Launch, Pipeline, Variant
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.memimage import read_regions
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from spack_r3.replay.server import ReplayServer
-from spack_r3.replay.stages import polly_available
+from spack_r3.compile.stages import polly_available
 from spack_r3.roundtrip.check import _kernel_times
 from spack_r3.workspace import Workspace
 from r3cli import flags, r3
@@ -205,15 +206,15 @@ def test_apply_geometry_sets_or_replaces_the_push():
         "define void @k(ptr %0) {\n  call void (ptr, i32, ptr, ...) @__kmpc_fork_teams(ptr @1, i32 0, ptr @f)\n"
         "  ret void\n}\n"
     )
-    out = backends.apply_geometry(text, "k", Launch(num_teams=4, thread_limit=8))
+    out = apply_geometry(text, "k", Launch(num_teams=4, thread_limit=8))
     assert "@__kmpc_push_num_teams(ptr @1, i32 %r3.gtid.1, i32 4, i32 8)" in out
     assert out.index("push_num_teams(ptr @1") < out.index("@__kmpc_fork_teams(ptr @1")
     assert "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)" in out
-    again = backends.apply_geometry(out, "k", Launch(num_teams=2))
+    again = apply_geometry(out, "k", Launch(num_teams=2))
     assert "i32 %r3.gtid.1, i32 2, i32 0)" in again and again.count("push_num_teams(ptr @1") == 1
-    assert backends.apply_geometry(text, "k", Launch()) == text
+    assert apply_geometry(text, "k", Launch()) == text
     with pytest.raises(ValueError, match="forks no teams"):
-        backends.apply_geometry("define void @k() {\n  ret void\n}\n", "k", Launch(num_teams=2))
+        apply_geometry("define void @k() {\n  ret void\n}\n", "k", Launch(num_teams=2))
 
 
 def test_tune_searches_launch_geometry_with_the_pipeline(recorded, capsys):

@@ -20,7 +20,7 @@ from spack_r3.errors import R3Error
 from spack_r3.memimage import KIND_CONST, KIND_GLOBAL, read_regions
 from spack_r3.record.libstate import unreplayable_reason
 from spack_r3.replay.libraries import cxx_runtime
-from spack_r3.replay.module import declared_functions, extract_kernel
+from spack_r3.compile.module import declared_functions, extract_kernel
 from spack_r3.replay.server import ReplayServer
 from spack_r3.workspace import Workspace
 

@@ -14,7 +14,7 @@ import pytest
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, Evaluation, Launch, Variant
 from spack_r3.replay import engine, worker
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.bayes import Study, Target, raced_out, storage
 from spack_r3.search.space import KernelFacts, Space

@@ -18,7 +18,7 @@ from conftest import REPO_ROOT
 
 from spack_r3.data import Pipeline, Variant
 from spack_r3.errors import PipelineError
-from spack_r3.replay.pipeline import _READ, format_spec, parse
+from spack_r3.compile.pipeline import _READ, format_spec, parse
 from spack_r3.search.simplify import settings, without
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.settings import BY_KEY, BY_NAME, FAST_MATH_FLAGS, SETTINGS, lower, same
@@ -257,7 +257,7 @@ def test_every_value_of_every_setting_lowers_to_flags_or_says_why_not():
 def test_polly_settings_reach_the_mep_flags_as_they_reach_replays_opt_stage():
     """The drift this table ends: the MEP once dropped Polly's fusion and tiling options."""
     from spack_r3.mep.writer import pipeline_flags
-    from spack_r3.replay.stages import polly_options
+    from spack_r3.compile.stages import polly_options
 
     p = Pipeline(polly=True, polly_tile=32, polly_fusion=True, polly_tile2=True, polly_regtile=True)
     p = replace(p, polly_coincidence=True, polly_parallel=True, polly_matmul=False)
@@ -275,7 +275,7 @@ def test_polly_settings_reach_the_mep_flags_as_they_reach_replays_opt_stage():
 def test_clang_and_opt_take_every_lowering(clang, tmp_path):
     """The flags are real: clang compiles with every pipeline's, and Polly's opt stage
     takes its options (an unknown LLVM option is an error to both)."""
-    from spack_r3.replay.stages import polly_options, polly_tools
+    from spack_r3.compile.stages import polly_options, polly_tools
 
     src = tmp_path / "k.c"
     src.write_text("void k(int n, double *a, const double *b) { for (int i = 0; i < n; i++) a[i] += 2 * b[i]; }\n")

@@ -19,9 +19,9 @@ from spack_r3.capture import list_captures, load_capture_dir, sha256_file
 from spack_r3.data import CACHE_STATES, CRASH, OK, TIMEOUT, WRONG_OUTPUT, Variant
 from spack_r3.memimage import read_regions, region_bytes, write_regions
 from spack_r3.replay.engine import batchable, init_llvm, prepare
-from spack_r3.replay.module import apply_pipeline_edits, built_target, contracts_fma, mark_noalias, trampoline
-from spack_r3.replay.pipeline import PipelineError, as_built, format_spec, parse
-from spack_r3.replay.stages import build_flags
+from spack_r3.compile.module import apply_pipeline_edits, built_target, contracts_fma, mark_noalias, trampoline
+from spack_r3.compile.pipeline import PipelineError, as_built, format_spec, parse
+from spack_r3.compile.stages import build_flags
 from spack_r3.replay.server import ReplayServer
 from spack_r3.toolchain import find_libomp
 from spack_r3.workspace import Workspace
@@ -488,7 +488,7 @@ def test_workspace_may_follow_the_command(recorded, capsys, tmp_path):
 
 
 def test_pipeline_specs_round_trip():
-    from spack_r3.replay.pipeline import format_spec
+    from spack_r3.compile.pipeline import format_spec
 
     for spec in (
         "O3",

@@ -1,5 +1,5 @@
 """Argument specialization: a kernel's recorded-constant integer arguments folded into a
-clone behind a guard (spack_r3/replay/specialize.py), from the recording to a tuned build.
+clone behind a guard (spack_r3/compile/specialize.py), from the recording to a tuned build.
 
 Each test is one thing a user meets: which arguments a search offers to specialize, a
 specialized candidate replayed and verified, its SPEC written and read back, a tuned build
@@ -19,11 +19,11 @@ from spack_r3.capture import load_capture_dir
 from spack_r3.data import OK, Pipeline, Variant
 from spack_r3.emit.plan import Plan, PlannedKernel, PlannedUnit
 from spack_r3.errors import PipelineError
-from spack_r3.replay import specialize
+from spack_r3.compile import specialize
 from spack_r3.replay.engine import init_llvm
-from spack_r3.replay.pipeline import format_spec, parse
+from spack_r3.compile.pipeline import format_spec, parse
 from spack_r3.replay.server import ReplayServer
-from spack_r3.replay.stages import KernelIR, optimized_module
+from spack_r3.compile.stages import KernelIR, optimized_module
 from spack_r3.search.results import KernelResult, results_table
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.roundtrip.check import guard_counts

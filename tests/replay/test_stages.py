@@ -17,10 +17,10 @@ from spack_r3 import toolchain
 from spack_r3.capture import load_capture_dir
 from spack_r3.data import COMPILE_ERROR, OK, Launch, Pipeline, Variant
 from spack_r3.errors import PipelineError, ToolchainError
-from spack_r3.replay.module import apply_launch_edits
-from spack_r3.replay.pipeline import format_spec, parse
+from spack_r3.compile.module import apply_launch_edits
+from spack_r3.compile.pipeline import format_spec, parse
 from spack_r3.replay.server import ReplayServer
-from spack_r3.replay.stages import CompileError, KernelIR, dispatch_loops, optimized_module, polly_available
+from spack_r3.compile.stages import CompileError, KernelIR, dispatch_loops, optimized_module, polly_available
 
 from test_record_replay import capture_of, r3
 

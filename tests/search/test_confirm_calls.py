@@ -14,7 +14,7 @@ import pytest
 
 from spack_r3.capture import list_captures
 from spack_r3.data import OK, TIMEOUT, Variant
-from spack_r3.replay.pipeline import parse
+from spack_r3.compile.pipeline import parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.bayes import Target
 from spack_r3.search.confirm import confirm, consecutive_calls

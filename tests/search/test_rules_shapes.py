@@ -14,7 +14,7 @@ import os
 import pytest
 
 from spack_r3.data import OK, Variant
-from spack_r3.replay.pipeline import format_spec, parse
+from spack_r3.compile.pipeline import format_spec, parse
 from spack_r3.replay.server import ReplayServer
 from spack_r3.search.mutators import Feedback
 from spack_r3.search.mutators import stencils

@@ -43,11 +43,11 @@ import llvmlite.binding as llvm
 
 from ..errors import ToolchainError
 from .. import fortran, settings, toolchain
-from ..backends import apply_geometry
 from ..fileutil import write_atomic
 from ..lifetime import die_with_parent
 from ..iredit import rename_globals, target_triple
 from .module import (
+    apply_geometry,
     apply_launch_edits,
     apply_pipeline_edits,
     built_target,

@@ -18,11 +18,14 @@ from ..iredit import (
     GLOBAL_REF,
     add_fp_flags,
     edit_call_args,
+    ensure_declared,
     external_global,
     function_prefix,
+    function_span,
     global_ref,
     is_constant_global,
     mark_noalias,
+    push_before_forks,
     redirect_calls,
     ref_name,
     set_linkage,
@@ -294,3 +297,35 @@ def trampoline(kernel, signature, arena_base, arena_end):
         arena_base=arena_base, arena_end=arena_end, replay_free=REPLAY_FREE, replay_free_sized=REPLAY_FREE_SIZED
     )
     return "\n".join(lines) + "\n" + fixed
+
+
+# A fork of the teams of a `target teams` region in its device function, and a push of the
+# geometry that precedes one (the region's num_teams / thread_limit clauses).
+_FORK_TEAMS = re.compile(r"^(\s*)call void (?:\([^)]*\) )?@__kmpc_fork_teams\((ptr [^,]+), ", re.M)
+_PUSH = re.compile(r"(call void @__kmpc_push_num_teams\(ptr [^,]+, i32 [^,]+), i32 [^,)]+, i32 [^,)]+\)")
+
+
+def apply_geometry(text, kernel, launch):
+    """``text`` (a module's IR) with ``launch.num_teams`` / ``launch.thread_limit`` (None or
+    0: the runtime's choice) set for the teams the device function ``kernel`` forks: its
+    clauses' push replaced, or a push added before each fork. A kernel that forks no teams
+    has no geometry to set: ValueError."""
+    teams, limit = getattr(launch, "num_teams", None), getattr(launch, "thread_limit", None)
+    if not teams and not limit:
+        return text
+    span = function_span(text, kernel)
+    if span is None:
+        raise ValueError("the device function %s is not in its module" % kernel)
+    start, end = span
+    body = text[start:end]
+    if not _FORK_TEAMS.search(body):
+        raise ValueError("%s forks no teams: num_teams and thread_limit do not apply" % kernel)
+    values = "i32 %d, i32 %d" % (teams or 0, limit or 0)
+    if _PUSH.search(body):
+        body = _PUSH.sub(lambda m: "%s, %s)" % (m.group(1), values), body)
+    else:
+        body = push_before_forks(body, _FORK_TEAMS, "__kmpc_push_num_teams", values)[0]
+    text = text[:start] + body + text[end:]
+    return ensure_declared(
+        text, ["declare i32 @__kmpc_global_thread_num(ptr)", "declare void @__kmpc_push_num_teams(ptr, i32, i32, i32)"]
+    )
