@@ -48,7 +48,8 @@ from spack_r3.search.bayes import Study, StudyGroup, storage  # noqa: E402
 from spack_r3.search.mutators import Feedback  # noqa: E402
 from spack_r3.search.mutators.ruleset import RulesMutator  # noqa: E402
 from spack_r3.search.patterns import Patterns  # noqa: E402
-from spack_r3.search.remix import REWRITE_CLASSES, Remix, RemixOptions, kernel_source  # noqa: E402
+from spack_r3.search.mutators.ruleset import rewrite_class  # noqa: E402
+from spack_r3.search.remix import Remix, RemixOptions, kernel_source  # noqa: E402
 from spack_r3.search.spending import CONFIRMATION  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import (  # noqa: E402
@@ -174,7 +175,7 @@ def search(ws, pool, store, target, budget, seed, mutator, label):
     ]
     split = {"pipelines": handed, "pipelines, given back by the rewrites": remix.extended}
     for c in remix.children:
-        family = "rewrite: " + "+".join(sorted({REWRITE_CLASSES.get(r, "other") for r in c.rules}))
+        family = "rewrite: " + "+".join(sorted({rewrite_class(r) for r in c.rules}))
         split[family] = split.get(family, 0) + c.evaluations
     return t, group, children, split
 

@@ -3,7 +3,7 @@
     why = refusal(capture, directory)        # "" where threads may be added (or it has OpenMP)
     adds_openmp(capture, child.rules)        # the variant compiles with -fopenmp added
 
-The rewrites that add threads (``THREADED_RULES``: a wavefront of time tiles, ``omp
+The rewrites that add threads (``Rule.threads``: a wavefront of time tiles, ``omp
 parallel for`` over an outer loop) need the unit compiled with ``-fopenmp``. Most builds
 have none (PolyBench's own, a user's ``-O3 -march=native``): such a unit gets the flag for
 itself alone wherever a variant that carries one of them is compiled (``Variant.source_openmp``):
@@ -19,8 +19,7 @@ import os
 import re
 
 from ..record import headers
-
-THREADED_RULES = ("omp-parallel", "wavefront")  # rewrites that add OpenMP threads
+from .mutators.ruleset import threaded
 
 # A directive line, or one that a macro writes (``_Pragma("omp ...")``).
 _PRAGMA = re.compile(r'^[ \t]*#[ \t]*pragma[ \t]+omp\b|_Pragma[ \t]*\([ \t]*"[ \t]*omp\b', re.M)
@@ -66,11 +65,11 @@ def refusal(capture, directory):
 def adds_openmp(capture, rules):
     """Whether a variant of the capture's unit carrying ``rules`` compiles with -fopenmp
     added (a rewrite that adds threads, to a unit its build compiles without it)."""
-    return bool(set(rules) & set(THREADED_RULES)) and not built_with_openmp(unit_flags(capture))
+    return threaded(rules) and not built_with_openmp(unit_flags(capture))
 
 
 def adds_threads(variant):
     """Whether ``variant`` runs on threads its build's code does not start: a rewrite that
-    adds them (``THREADED_RULES``) or Polly's parallel code generation."""
+    adds them (``Rule.threads``) or Polly's parallel code generation."""
     rules = (variant.source_rule or "").split("+")
-    return bool(set(rules) & set(THREADED_RULES)) or bool(variant.pipeline.polly_parallel)
+    return threaded(rules) or bool(variant.pipeline.polly_parallel)

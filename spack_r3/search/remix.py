@@ -23,7 +23,7 @@ they were held.
 The archive keeps the best child of each cell of two behaviour descriptors:
 
 - rewrite class: which kinds of change the variant carries since the original, the
-  classes of ``REWRITE_CLASSES`` joined with "+" (``loop-order+aliasing``);
+  classes (``Rule.kind``, ``mutators/ruleset.py``) joined with "+" (``loop-order+aliasing``);
 - size: how many lines of the unit it changes, bucketed by ``SIZE_BUCKETS``.
 
 Parents are drawn uniformly from the occupied cells (the original is one), so a
@@ -69,57 +69,12 @@ from . import openmp
 from .noise import PairBudget, clearly_above
 from .mutators import Feedback, KernelSource, Proposal
 from .mutators.cast import ASTError
-from .openmp import THREADED_RULES
+from .mutators.ruleset import rewrite_class, rule, threaded
 from .space import LOOP_SWITCHES, POLLY_BLOCK, Space
 
-REWRITE_CLASSES = {
-    "restrict": "aliasing",
-    "contiguous": "aliasing",
-    "section-assign": "layout",
-    "scalar-replace": "aliasing",
-    "omp-parallel": "parallel",
-    "omp-simd": "vector",
-    "vectorize-pragma": "vector",
-    "unroll-pragma": "vector",
-    "interchange": "loop-order",
-    "tile": "loop-order",
-    "unroll-and-jam": "loop-order",
-    "stage": "layout",
-    "fuse": "loop-order",
-    "distribute": "loop-order",
-    "time-tile": "time-tiling",
-    "wavefront": "time-tiling",
-    "pivot-hoist": "aliasing",
-    "reduction-interchange": "loop-order",
-    "llm": "model",
-}
 SIZE_BUCKETS = ((2, "small"), (10, "medium"))  # changed lines up to N; more: "large"
-# Rules whose rewrites keep every result bit for bit (each element sees its terms in the
-# original order): where such a rule says why a rewrite should pay (``Proposal.promise``),
-# it is tried before anything else but inherited winners (``first_to_try``).
-EXACT_RULES = (
-    "restrict",
-    "contiguous",
-    "section-assign",
-    "interchange",
-    "unroll-and-jam",
-    "tile",
-    "scalar-replace",
-    "stage",
-    "fuse",
-    "distribute",
-    "time-tile",
-    "wavefront",
-    "pivot-hoist",
-    "reduction-interchange",
-)
-PROMISING_RULES = (
-    "interchange",
-    "reduction-interchange",
-)  # rules that say when a rewrite should pay: one that does not say is no pick
-PARALLEL_RULES = ("omp-parallel", "wavefront", "llm")
 MAX_REPEATS = 50
-MAX_EMPTY_ANSWERS = 3  # rewrites that may add threads: verified several times
+MAX_EMPTY_ANSWERS = 3  # answers in a row with no usable rewrite: the model is asked no more
 ORIGINAL = "original"
 
 
@@ -171,7 +126,7 @@ class Child:
         return self.rules[-1] if self.rules else ORIGINAL
 
     def cell(self):
-        classes = sorted({REWRITE_CLASSES.get(r, "other") for r in self.rules})
+        classes = sorted({rewrite_class(r) for r in self.rules})
         changed = sum(1 for line in self.patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---")))
         size = next((name for limit, name in SIZE_BUCKETS if changed <= limit), "large")
         return ("+".join(classes) or ORIGINAL, size if self.rules else "-")
@@ -414,7 +369,7 @@ class Remix:
             if self.mutator.uses_model:
                 self._asked(True, len(props))
         if self.facts.serial:  # --serial: no rewrite that adds threads
-            props = [p for p in props if p.rule not in THREADED_RULES]
+            props = [p for p in props if not rule(p.rule).threads]
         self._offered[parent.id if parent else ORIGINAL] = {p.rule for p in props}
         return props
 
@@ -459,7 +414,7 @@ class Remix:
         """Compile and verify the child at the baseline pipeline (one evaluation)."""
         variant = self._variant(child)
         runs = 1
-        if self.target.parallel or set(child.rules) & set(PARALLEL_RULES):
+        if self.target.parallel or any(rule(r).verify_again for r in child.rules):
             # A data race can verify once by luck: several runs, with every core the worker has.
             runs, variant.launch.threads = 5, max(self.facts.cores, self.capture.launch.get("threads") or 1)
         ev = self.target.submit(
@@ -473,7 +428,7 @@ class Remix:
     def child_study(self, child):
         facts = replace(self.facts, knobs=dict(child.knobs))
         # A rewrite that adds OpenMP threads makes the kernel parallel: threads become a setting.
-        if set(THREADED_RULES) & set(child.rules):
+        if threaded(child.rules):
             facts = replace(facts, parallel=True)
         variant_name = (
             child.id if self.target.source_variant == ORIGINAL else "%s/%s" % (self.target.source_variant, child.id)
@@ -482,7 +437,7 @@ class Remix:
             self.target,
             base=self._variant(child),
             source_variant=variant_name,
-            parallel=self.target.parallel or bool(set(THREADED_RULES) & set(child.rules)),
+            parallel=self.target.parallel or threaded(child.rules),
         )
         space = Space(facts)
         return Study(
@@ -687,7 +642,7 @@ def known_win(proposal):
     """Whether a rewrite is known to keep the results exact and to pay on its shape: an
     exact rule's proposal that carries a promise (``Proposal.promise``: the interchange
     that puts a unit stride innermost, which sped matmul up and verifies bit for bit)."""
-    return proposal.rule in EXACT_RULES and proposal.promise > 0
+    return rule(proposal.rule).exact and proposal.promise > 0
 
 
 def first_to_try(proposals, ranking=None):
@@ -698,12 +653,12 @@ def first_to_try(proposals, ranking=None):
     (``by_class_in_turn``), inherited rules' first; last, those whose rule expects them to
     cost (a negative promise: an interchange that makes the innermost loop's accesses
     strided, tried twice on Jacobi and cut both times). A rule that says when it should pay
-    (``PROMISING_RULES``) is inherited only by a proposal that says so: the interchange
+    (``Rule.promising``) is inherited only by a proposal that says so: the interchange
     that won on a product chain is no reason to swap a stencil's rows and columns."""
     ranking = ranking or {}
 
     def gain(p):  # what the rule made an earlier kernel gain, where it applies to ``p`` (1.0: nothing)
-        return ranking.get(p.rule, 1.0) if p.rule not in PROMISING_RULES or p.promise > 0 else 1.0
+        return ranking.get(p.rule, 1.0) if not rule(p.rule).promising or p.promise > 0 else 1.0
 
     inherited, rules = [], set()
     for p in sorted(proposals, key=lambda p: -gain(p)):
@@ -725,7 +680,7 @@ def by_class_in_turn(proposals):
     kernel, always the first rule's, ``restrict``, and never the ``omp ... simd`` behind it)."""
     queues: Dict[str, List[Proposal]] = {}
     for p in proposals:
-        queues.setdefault(REWRITE_CLASSES.get(p.rule, "other"), []).append(p)
+        queues.setdefault(rewrite_class(p.rule), []).append(p)
     out = []
     while any(queues.values()):
         for q in queues.values():

@@ -12,6 +12,7 @@ remix file), so a resumed run counts what the killed one spent too.
 
 from .. import cxxnames
 from ..report import table
+from .mutators.ruleset import rewrite_class
 
 PIPELINES = "pipelines"  # the original's own search, up to the rewrites' turn
 GIVEN_BACK = "given back"  # the rewrites' share that went back to the pipeline search
@@ -23,14 +24,12 @@ def search_spending(study, remix=None):
     """The search's part: ``study`` the original's (its split kept by
     ``tune.pipeline_search``), ``remix`` its outer loop, if it had one. Also says at which
     evaluation the pipeline search handed over, and whether on a plateau."""
-    from .remix import REWRITE_CLASSES  # (remix imports the studies; this module stays light)
-
     split = study.study.user_attrs.get("split") or {}
     extended = remix.extended if remix else 0
     handover = split.get("handover", len(study.trials()) - extended)
     spent = {PIPELINES: handover, GIVEN_BACK: extended}
     for child in remix.children if remix else ():
-        family = REWRITES + REWRITE_CLASSES.get(child.rule, "other")
+        family = REWRITES + rewrite_class(child.rule)
         spent[family] = spent.get(family, 0) + child.evaluations
     return {"split": spent, "handover": handover, "plateau": bool(split.get("plateau"))}
 

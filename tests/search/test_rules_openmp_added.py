@@ -18,6 +18,7 @@ from spack_r3.replay.server import ReplayServer
 from spack_r3.replay.source import variant_bitcode
 from spack_r3.search import openmp
 from spack_r3.search.mutators import Feedback
+from spack_r3.search.mutators import ruleset
 from spack_r3.search.mutators.ruleset import RulesMutator
 from spack_r3.search.remix import kernel_source
 from spack_r3.search.results import KernelResult, save_results
@@ -131,6 +132,6 @@ def test_serial_tuning_offers_no_threads(plain):
     ws = Workspace(os.path.dirname(os.path.dirname(plain)))
     remix = Remix(ws, storage(ws), target, facts, RulesMutator(), RemixOptions(budget=4))
     rules = rules_of(remix._rewrites(None, 1.0))
-    assert "time-tile" in rules and not set(openmp.THREADED_RULES) & set(rules)
+    assert "time-tile" in rules and not any(ruleset.rule(r).threads for r in rules)
     parallel = dataclasses.replace(facts, parallel=True)  # a kernel that forks its own threads
     assert Space(parallel).variant({}).launch.threads == 1
