@@ -23,7 +23,7 @@ from ..model import client as model_client
 from ..record.session import AUTO_MOST_CALLS, previous_record
 from ..record.instances import COVER, MOST_INSTANCES
 from ..record.session import record as record_tree
-from ..report import ProgressBar, percent, say, table, warn
+from ..report import ProgressBar, percent, say, warn
 from ..search.results import results_table, write_report
 from ..search.spending import spending_table
 from ..search.mutators import make_mutator
@@ -365,7 +365,27 @@ def tune(args):
         with open(paths["text"]) as f:
             write_atomic(paths["text"], f.read() + "\n" + gpu_table + "\n")
     device = any(device_hook.is_device(c) for c in captures)
-    spack_part = _emit_and_check(ws, args, progress, results, device) if args.spec and results else None
+    spack_part = None
+    if args.spec and results:
+        from ..roundtrip.tuned import CheckRequest, emit_and_check
+
+        gpus_keyed = [g.name for g in device_hook.targets(args)] if device else []
+        spack_part = emit_and_check(
+            ws,
+            CheckRequest(
+                spec=args.spec,
+                run=args.run,
+                repo=args.repo,
+                gpus=gpus_keyed,
+                check_pairs=args.check_pairs,
+                kernel_pairs=args.check_kernel_pairs,
+                keep_variant=args.keep_variant,
+                spack_repos=list(args.spack_repo),
+                spack_config=args.spack_config,
+            ),
+            results,
+            progress,
+        )
     if args.json:
         out = {
             "kernels": [r.to_json() for r in results],
@@ -389,7 +409,11 @@ def tune(args):
         print(gpu_table)
     print("report: %s (plot %s)" % (paths["text"], paths["plot"]))
     if spack_part:
-        _print_spack_part(spack_part)
+        from ..roundtrip.tuned import spack_part_text
+
+        text = spack_part_text(spack_part)
+        if text:
+            print(text)
     return _nothing_tuned(skipped) if not results else 0
 
 
@@ -397,181 +421,6 @@ def _nothing_tuned(skipped):
     """Exit 1, and on stderr's last line why no kernel could be tuned (its tables went to stdout)."""
     warn("r3 tune: no kernel was tuned: %s" % ("; ".join(skipped) or "see the report"))
     return 1
-
-
-def _emit_and_check(ws, args, progress, results, device=False):
-    """After tuning a spec: the tuned variant into the repository, then +r3 against ~r3 in
-    the application; a kernel slower there is taken out and the rest measured again, and a
-    variant that is not faster is withdrawn (``roundtrip.verdict``).
-    With ``device`` kernels, one --gpu target keys the variant (cuda_arch=90)."""
-    from ..roundtrip.check import check_app
-    from ..roundtrip.emit import emit, record_check
-    from ..roundtrip.record import latest_spack_record, package_name
-    from ..roundtrip.verdict import act
-
-    name = package_name(args.spec)
-    gpus = device_hook.targets(args) if device else []
-    if len(gpus) > 1:
-        progress("the tuned variant is keyed to no GPU: --gpu names %d (emit --gpu TARGET keys it to one)" % len(gpus))
-    gpu = gpus[0].name if len(gpus) == 1 else None
-
-    def emit_once(exclude, alternate):
-        done = emit(ws, name, args.repo, gpu=gpu, exclude=exclude, alternate=alternate)
-        for line in done.skipped:
-            progress("not emitted: " + line)
-        progress("tuned variant of %s for target=%s: %s" % (name, done.target, done.recipe))
-        return done
-
-    try:
-        done = emit_once({}, {})
-    except R3Error as err:  # nothing beat the baseline: no variant to write
-        progress("no tuned variant written: %s" % err)
-        return {"emitted": None}
-    out = {"emitted": _emitted_json(done)}
-    if args.check_pairs < 1 or not args.run:
-        if args.check_pairs >= 1:
-            progress("no application check: the record ran the package's tests, give --run CMD to time a run")
-        return out
-    _, facts = latest_spack_record(ws, name)
-    repos = list(args.spack_repo) + [r for r in (facts or {}).get("repos", []) if r not in args.spack_repo]
-    last = {}
-
-    def check_once(emitted):
-        check = check_app(
-            ws,
-            emitted,
-            args.spec,
-            args.run,
-            pairs=args.check_pairs,
-            user_scopes=args.spack_config,
-            extra_repos=repos,
-            repo_root=args.repo,
-            say=progress,
-            kernel_pairs=args.check_kernel_pairs,
-        )
-        record_check(emitted, check)
-        last["emitted"] = emitted
-        return check
-
-    first = [done]
-    verdict = act(
-        lambda exclude, alternate: first.pop() if first else emit_once(exclude, alternate),
-        check_once,
-        {r.kernel: r for r in results},
-        say=progress,
-        acting=not args.keep_variant,
-    )
-    out["verdict"] = verdict.to_json()
-    out["check"] = verdict.check
-    out["emitted"] = _emitted_json(last["emitted"]) if verdict.emitted else None
-    return out
-
-
-def _emitted_json(done):
-    return {
-        "recipe": done.recipe,
-        "target": done.target,
-        "targets": done.targets,
-        "skipped": done.skipped,
-        "predicted_app_speedup": done.plan.predicted_app_speedup(),
-    }
-
-
-def _print_spack_part(part):
-    verdict = part.get("verdict") or {}
-    emitted = part.get("emitted")
-    if emitted:
-        print("tuned variant: %s (target=%s)" % (emitted["recipe"], emitted["target"]))
-    elif verdict.get("why"):
-        print("no tuned variant: %s" % verdict["why"])
-    if not emitted and not verdict:
-        return
-    checks = verdict.get("checks") or ([part["check"]] if part.get("check") else [])
-    for i, check in enumerate(checks):
-        # (one check of the variant left: unlabelled; else each check says which it was)
-        _print_check(check, "" if len(checks) == 1 and emitted else "check %d: " % (i + 1))
-    taken = verdict.get("taken_out") or []
-    if taken:
-        print(
-            table(
-                ["taken out of the variant", "check", "in the application", "replay", "why", "likely cause"],
-                [
-                    [
-                        cxxnames.display(t["kernel"]),
-                        t["round"],
-                        "%.2fx [%.2f-%.2f]" % (t["app_speedup"], t["app_speedup_min"], t["app_speedup_max"]),
-                        "%.2fx" % t["replay_speedup"],
-                        t["why"],
-                        t["cause"],
-                    ]
-                    for t in taken
-                ],
-            )
-        )
-    replaced = verdict.get("replaced") or []
-    if replaced:
-        print(
-            table(
-                ["replaced in the variant", "check", "ran", "in the application", "by", "replay", "likely cause"],
-                [
-                    [
-                        cxxnames.display(r["kernel"]),
-                        r["round"],
-                        r["was"],
-                        "%.2fx" % r["app_speedup"],
-                        r["now"],
-                        "%.2fx" % r["replay_speedup"],
-                        r["cause"],
-                    ]
-                    for r in replaced
-                ],
-            )
-        )
-    for f in verdict.get("flagged") or []:
-        print(
-            "%s: %.2fx in the application against %.2fx in replay; likely cause: %s"
-            % (cxxnames.display(f["kernel"]), f["app_speedup"], f["replay_speedup"], f["cause"])
-        )
-
-
-def _print_check(check, label):
-    print(
-        "%sapplication: untuned %.3fs, +r3 %.3fs: %.2fx [%.2f-%.2f] over %d pairs; replay predicted %.2fx "
-        "(fidelity %.2f; kernel shares of the %s)"
-        % (
-            label,
-            check["app_untuned_s"],
-            check["app_tuned_s"],
-            check["app_speedup"],
-            check["app_speedup_min"],
-            check["app_speedup_max"],
-            check["pairs"],
-            check["predicted_app_speedup"],
-            check["fidelity"],
-            check["shares_from"],
-        )
-    )
-    if check.get("kernels"):
-        # the share the prediction weighs: the kernel as the outermost tuned one (check.py)
-        rows = [
-            [
-                cxxnames.display(k["kernel"]),
-                k["calls"],
-                "%.1f%%" % (100 * k.get("outer_share", k["share"])),
-                "%.4fs" % k["untuned_s"],
-                "%.4fs" % k["tuned_s"],
-                "%.2fx [%.2f-%.2f]" % (k["app_speedup"], k["app_speedup_min"], k["app_speedup_max"]),
-                "%.2fx" % k["replay_speedup"],
-                "%.2f" % k["fidelity"],
-            ]
-            for k in check["kernels"]
-        ]
-        print(
-            table(
-                ["kernel in the application", "calls", "share", "untuned", "tuned", "speedup", "replay", "fidelity"],
-                rows,
-            )
-        )
 
 
 def _mutator(args):

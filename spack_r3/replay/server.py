@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import List, Protocol, runtime_checkable
 
 from ..data import CRASH, TIMEOUT, WARM, Evaluation, Variant
 from ..errors import R3Error, RewriteUncheckable
@@ -274,6 +275,31 @@ def defer_to_workers(servers):
         pass
 
 
+@runtime_checkable
+class Pool(Protocol):
+    """What the search uses of a pool of replay servers: this machine's (``ReplayPool``) or
+    a Dask cluster's (``scale.pool.DaskPool``). A server is what ``ReplayServer`` offers
+    (``evaluate``, ``confirm``, ...)."""
+
+    cores_per_worker: int  # the most threads a candidate runs on one server
+
+    @property
+    def servers(self) -> List["ReplayServer"]: ...
+
+    @property
+    def confirm_servers(self) -> List["ReplayServer"]:
+        """Where winners are confirmed (a cluster: one worker, so its rounds pool one node's times)."""
+        ...
+
+    def lane(self, index: int, count: int) -> List["ReplayServer"]:
+        """The servers of lane ``index`` of ``count`` (``search.lanes.Lane``)."""
+        ...
+
+    def describe(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
 class ReplayPool:
     """Several persistent replay workers, for evaluating candidates in parallel.
 
@@ -299,6 +325,21 @@ class ReplayPool:
             )
             for i in range(workers)
         ]
+
+    @property
+    def confirm_servers(self):
+        return self.servers
+
+    def lane(self, index, count):
+        return self.servers[index::count]
+
+    def describe(self):
+        return "%d replay worker%s on this machine, %d core%s each" % (
+            len(self.servers),
+            "" if len(self.servers) == 1 else "s",
+            self.cores_per_worker,
+            "" if self.cores_per_worker == 1 else "s",
+        )
 
     def __enter__(self):
         return self

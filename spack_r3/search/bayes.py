@@ -83,6 +83,16 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @dataclass
+class Outcome:
+    """What a kernel's search found out beside its candidates, which its result reports:
+    where its evaluations went (``search.spending``), and the model's part in its rewrites
+    (``remix.ModelUse.to_json``)."""
+
+    spending: Optional[dict] = None
+    model: Optional[dict] = None
+
+
+@dataclass
 class Target:
     """One kernel to tune: its captures (recorded instances). A candidate is timed on the
     first, on the sequence of them all (``sequence``), or, where record picked them where
@@ -105,6 +115,8 @@ class Target:
     unrepresentative: Optional[str] = None  # why its captures do not stand for its calls
     # screen(variant) -> why it is rejected before any run, or None (r3 tune --gpu: device.hook.Screener)
     screen: Optional[Callable] = field(default=None, repr=False, compare=False)
+    # filled in by the search (a target made from this one by replace() starts afresh)
+    outcome: Outcome = field(default_factory=Outcome, init=False, repr=False, compare=False)
 
     @property
     def capture_id(self):

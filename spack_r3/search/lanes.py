@@ -25,8 +25,8 @@ SERVERS_PER_LANE = 2  # a study's sampler learns from its results: more than a f
 
 
 class Lane:
-    """A share of a pool (``ReplayPool`` or ``scale.pool.DaskPool``) that offers what the
-    search uses of one: ``servers``, ``cores_per_worker``. Read again at each use, so a
+    """A share of a pool (``replay.server.Pool``) that offers what the search uses of one:
+    ``servers``, ``cores_per_worker``. Read again at each use, so a
     cluster's workers that join later take part from the next kernel on."""
 
     def __init__(self, pool, index, count):
@@ -34,8 +34,7 @@ class Lane:
 
     @property
     def servers(self):
-        lane = getattr(self.pool, "lane", None)  # (a cluster's pool deals its workers to lanes)
-        return lane(self.index, self.count) if lane else self.pool.servers[self.index :: self.count]
+        return self.pool.lane(self.index, self.count)  # (a cluster's pool deals its workers to lanes)
 
     @property
     def cores_per_worker(self):

@@ -39,7 +39,7 @@ not read is moved aside (``.corrupt``) with a warning, and the loop starts afres
 
 A model's part is counted (``ModelUse``: requests, answers, usable rewrites, the last
 error), kept in the state file and handed to the kernel's result on its target
-(``target.model``): a run in which the model gave nothing says so in the table and in
+(``target.outcome.model``): a run in which the model gave nothing says so in the table and in
 --json, and with a warning on stderr as it happens. A model that never answered at all
 (nothing listens, every request timed out) is a ModelError, after the request in flight
 when the budget ran out has had its timeout.
@@ -292,7 +292,7 @@ class Remix:
             self.model.answered += int(answered)
             self.model.rewrites += rewrites
             self.model.error = error
-        self.target.model = self.model.to_json()  # the kernel's result reports it
+        self.target.outcome.model = self.model.to_json()  # the kernel's result reports it
 
     def spent(self):
         return self.extended + sum(c.evaluations for c in self.children)
@@ -497,7 +497,7 @@ class Remix:
         if refused:
             say("  %s: no rewrite that adds OpenMP threads: %s" % (cxxnames.display(self.target.kernel), refused))
         if self.mutator.uses_model:
-            self.target.model = self.model.to_json()
+            self.target.outcome.model = self.model.to_json()
         for child in self.children:  # a killed run's unfinished children first
             if child.status == "pending":
                 self._evaluate(servers, child, progress, say, base_speedup)

@@ -30,6 +30,7 @@ from .simplify import settings
 
 if TYPE_CHECKING:  # (annotations only)
     from ..workspace import Workspace
+    from .bayes import Target
     from .confirm import Confirmed
 from .spending import spending_table
 
@@ -171,7 +172,7 @@ def pick(confirmed: Sequence["Confirmed"]) -> Optional["Confirmed"]:
 
 
 def kernel_result(
-    target: Any, study: Any, confirmed: Sequence["Confirmed"], again: Optional["Confirmed"] = None
+    target: "Target", study: Any, confirmed: Sequence["Confirmed"], again: Optional["Confirmed"] = None
 ) -> KernelResult:
     """The kernel's result: the ``pick`` of its confirmed candidates, its speedup from
     ``again`` (``confirm.measure_again`` of that pick) when given, since the pairs a pick
@@ -208,10 +209,10 @@ def kernel_result(
         cache=WARM if target.sequence else target.cache,
         calls=len(target.captures) if target.sequence else 1,
         picked_speedup=best.speedup if best and again is not None else None,
-        model=getattr(target, "model", None),
-        spending=getattr(target, "spending", None),
-        replay_ratio=getattr(target, "replay_ratio", None),
-        unrepresentative=getattr(target, "unrepresentative", None),
+        model=target.outcome.model,
+        spending=target.outcome.spending,
+        replay_ratio=target.replay_ratio,
+        unrepresentative=target.unrepresentative,
         **_by_threads(target, confirmed),
     )
     if measured is None:
@@ -266,24 +267,24 @@ def runs_threads(variant: Variant, recorded: Optional[int], parallel: bool) -> b
     return (threads or 1) > 1 or adds_threads(variant)
 
 
-def _by_threads(target: Any, confirmed: Sequence["Confirmed"]) -> Dict[str, Optional[float]]:
+def _by_threads(target: "Target", confirmed: Sequence["Confirmed"]) -> Dict[str, Optional[float]]:
     """The best confirmed speedup of the candidates that run one thread, and of those that
     run several."""
-    recorded = (getattr(target, "instances", None) or [{}])[0].get("threads")
+    recorded = (target.instances or [{}])[0].get("threads")
     best: Dict[str, Optional[float]] = {"serial_speedup": None, "threaded_speedup": None}
     for c in confirmed:
         if c.rejected or not c.ratios:
             continue
-        several = runs_threads(c.variant, recorded, bool(getattr(target, "parallel", False)))
+        several = runs_threads(c.variant, recorded, target.parallel)
         key = "threaded_speedup" if several else "serial_speedup"
         if best[key] is None or c.speedup > best[key]:
             best[key] = c.speedup
     return best
 
 
-def _instances(target: Any, measured: Optional["Confirmed"]) -> List[dict]:
+def _instances(target: "Target", measured: Optional["Confirmed"]) -> List[dict]:
     """The target's instance rows with the winner's speedup on each (median over rounds)."""
-    rows = [dict(r) for r in getattr(target, "instances", None) or []]
+    rows = [dict(r) for r in target.instances]
     if measured is not None and measured.instance_speedups and len(measured.instance_speedups[0]) == len(rows):
         for i, r in enumerate(rows):
             values = [s[i] for s in measured.instance_speedups if s[i] is not None]

@@ -373,7 +373,7 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
         warn("warning: %s; going on with the rules mutator" % err)
         options.mutator = make_mutator("rules")
         return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn)
-    target.spending = search_spending(study, remix)  # (the kernel's result reports it)
+    target.outcome.spending = search_spending(study, remix)  # (the kernel's result reports it)
     checks = [c.status for c in remix.children if c.status not in (OK, "pending")]
     return StudyGroup([study] + [s for _, s in remix.studies()], checks)
 
@@ -606,7 +606,7 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
                 )
             )
         remix_budget = pipeline_search(study, pool.servers, options, progress)
-        target.spending = search_spending(study)
+        target.outcome.spending = search_spending(study)
         if remix_budget:
             # The outer loop keeps its children in one file (remix.py): one process at
             # a time runs it; one that waited resumes what the other left, spent.
@@ -645,7 +645,7 @@ def _confirmed_results(workspace, pool, studied, options, say):
     candidates = [(t, s, _candidates(pool, t, s, options)) for t, s in todo]
     # On a cluster every winner is confirmed on one worker: its rounds' ratios pool only
     # times from one node (``scale.pool.DaskPool.confirm_servers``).
-    confirmers = getattr(pool, "confirm_servers", pool.servers)
+    confirmers = pool.confirm_servers
     confirmed = dict(
         zip(
             (s.name for _, s in todo),
@@ -663,8 +663,8 @@ def _confirmed_results(workspace, pool, studied, options, say):
         )
     )
     for (t, s), (_, _, cands) in zip(todo, candidates):
-        t.spending = confirmation_spent(
-            getattr(t, "spending", None),
+        t.outcome.spending = confirmation_spent(
+            t.outcome.spending,
             cands,
             confirmed[s.name],
             captures=len(t.captures),
@@ -690,7 +690,7 @@ def _confirmed_results(workspace, pool, studied, options, say):
     results = []
     for target, study in studied:
         if study.name in again:
-            target.spending = confirmation_spent(getattr(target, "spending", None), [], [], again[study.name])
+            target.outcome.spending = confirmation_spent(target.outcome.spending, [], [], again[study.name])
         if study.name in confirmed:
             result = kernel_result(target, study, confirmed[study.name], again.get(study.name))
             save_results(workspace, [result])  # before the study names it: a run beside this one reads it

@@ -16,11 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from optuna.trial import TrialState
 
+from spack_r3.replay.server import Pool, ReplayPool
 from spack_r3.search.bayes import Study, Target, counted
 from spack_r3.search.lanes import Lane, lane_count, search_in_lanes
 from spack_r3.search.space import KernelFacts, Space
@@ -86,7 +86,7 @@ def test_a_worker_killed_mid_evaluation_costs_that_evaluation_only(recorded, tmp
     with DaskPool(
         client, timeout=60, cache_dir=Workspace(ws).cache_dir, pins=pins, say=lines.append, owned=cluster
     ) as pool:
-        assert len(pool.servers) == 2 and "dashboard http" in pool.describe()
+        assert isinstance(pool, Pool) and len(pool.servers) == 2 and "dashboard http" in pool.describe()
         victim = pool.servers[1].address
         pid = client.run(os.getpid)[victim]
         target = _target(ws)
@@ -224,10 +224,18 @@ def test_a_running_scheduler_is_reached_by_its_address(recorded, tmp_path):
             assert len(client.scheduler_info(n_workers=-1)["workers"]) == 1
 
 
+def listed(servers):
+    """A ReplayPool of the servers named (no worker started): its lanes, as the search deals them."""
+    pool = ReplayPool.__new__(ReplayPool)
+    pool.servers, pool.cores_per_worker = servers, 1
+    assert isinstance(pool, Pool)
+    return pool
+
+
 def test_kernels_searched_at_once_each_have_workers_of_their_own():
     """Lanes deal the workers out: lane i takes every n-th, no worker is in two lanes, and
     the lanes search their kernels at the same time (the barrier holds until both arrive)."""
-    pool = SimpleNamespace(servers=["w0", "w1", "w2", "w3", "w4"], cores_per_worker=1)
+    pool = listed(["w0", "w1", "w2", "w3", "w4"])
     lanes = [Lane(pool, i, 2) for i in range(2)]
     assert [lane.servers for lane in lanes] == [["w0", "w2", "w4"], ["w1", "w3"]]
     both = threading.Barrier(2, timeout=60)
@@ -257,7 +265,7 @@ def test_a_lane_left_without_a_worker_of_its_own_takes_no_kernel():
     """Lanes dealt over two servers, and the pool has one left: the second lane has none,
     so it takes no kernel (it never borrows the first lane's worker); the first searches
     them all."""
-    pool = SimpleNamespace(servers=["w0"], cores_per_worker=1)
+    pool = listed(["w0"])
     assert Lane(pool, 1, 2).servers == []
     seen = []
 
@@ -270,7 +278,7 @@ def test_a_lane_left_without_a_worker_of_its_own_takes_no_kernel():
 
 
 def test_a_failing_kernel_stops_the_other_lanes_from_taking_more():
-    pool = SimpleNamespace(servers=["w0", "w1"], cores_per_worker=1)
+    pool = listed(["w0", "w1"])
     searched = []
 
     def search(lane, kernel):
