@@ -148,3 +148,9 @@ def test_relative_links_resolve():
             elif fragment and (not full.endswith(".md") or fragment not in anchors(full)):
                 bad.append("%s: %s: no heading #%s in %s" % (rel(page), target, fragment, rel(full)))
     assert not bad, "\n".join(bad)
+
+
+def test_the_architecture_and_device_pages_stay_short():
+    """design.md and device.md are read whole: the detail lives in the stage pages."""
+    for page in ("design.md", "device.md"):
+        assert os.path.getsize(os.path.join(ROOT, "docs", page)) < 15 * 1024, page

@@ -132,3 +132,12 @@ def test_design_md_s_import_table_is_the_tree_s():
 def test_the_modules_at_the_top_import_no_stage():
     g = graph()
     assert {(m, t) for m, ts in g.items() if m.count(".") == 1 for t in ts if t.count(".") >= 2} == set()
+
+
+def test_design_md_s_layout_names_every_package_and_top_module():
+    with open(os.path.join(REPO_ROOT, "docs", "design.md")) as f:
+        layout = f.read().split("## Layout")[1]
+    named = set(re.findall(r"^  (\w+/|\w+\.py) ", layout, re.M))
+    tree = {e + "/" for e in os.listdir(PACKAGE) if os.path.isfile(os.path.join(PACKAGE, e, "__init__.py"))}
+    tree |= {e for e in os.listdir(PACKAGE) if e.endswith(".py") and e != "__init__.py"}
+    assert tree - named == set()
