@@ -390,12 +390,12 @@ def remove_target(text, target) -> Optional[str]:
 def _makefile_var_for(root, command):
     """The Makefile variable (of the tree at ``root``) whose value names ``command``
     (``CXX=/usr/local/bin/g++``)."""
-    from .analyze import COMPILERS, _read, _walk
+    from .analyze import COMPILERS, read_file, walk_tree
 
     found = []
-    for p in _walk(root, max_files=2000):
+    for p in walk_tree(root, max_files=2000):
         if re.match(r"^(GNUmakefile|[Mm]akefile(\.\w+)?)$", os.path.basename(p)):
-            found += re.findall(r"(?m)^\s*([A-Za-z_]\w*)\s*[:?+]?=\s*(\S+)", _read(p))
+            found += re.findall(r"(?m)^\s*([A-Za-z_]\w*)\s*[:?+]?=\s*(\S+)", read_file(p))
     kind = COMPILERS.get(os.path.basename(command).replace("mpi", ""), "cc")
     if "++" in command or "cxx" in command:
         kind = "cxx"
@@ -409,14 +409,14 @@ def _makefile_var_for(root, command):
 
 def _guarding_option(analysis, subdir):
     """The variant whose option guards ``add_subdirectory(subdir)`` in the CMake files."""
-    from .analyze import _read, _walk
+    from .analyze import read_file, walk_tree
 
     options = {v.option: v.name for v in analysis.variants}
     base = os.path.basename(subdir.rstrip("/"))
-    for p in _walk(analysis.root, max_files=2000):
+    for p in walk_tree(analysis.root, max_files=2000):
         if os.path.basename(p) != "CMakeLists.txt":
             continue
-        text = _read(p)
+        text = read_file(p)
         m = re.search(r"add_subdirectory\s*\(\s*[\"']?[^)\s]*%s\b" % re.escape(base), text)
         if not m:
             continue

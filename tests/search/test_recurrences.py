@@ -11,7 +11,7 @@ import os
 import pytest
 
 from spack_r3.replay.server import ReplayServer
-from spack_r3.search.mutators import Feedback, recurrences, rules
+from spack_r3.search.mutators import Feedback, nests, recurrences
 from spack_r3.search.mutators.loops import Function, Refused
 from spack_r3.search.mutators.ruleset import RulesMutator
 
@@ -186,7 +186,7 @@ def test_a_dependence_forward_in_one_loop_and_backward_in_the_other_keeps_the_or
     )
     outer, inner = [loop for loop in fn.loops()]
     with pytest.raises(Refused, match="a dependence runs forward in i and backward in j"):
-        rules.pair_legal(fn, outer, inner)
+        nests.pair_legal(fn, outer, inner)
 
 
 ROWS_C = """#include <stdio.h>

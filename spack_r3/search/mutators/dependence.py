@@ -3,7 +3,7 @@ an array is read at an offset from where it is written (a recurrence).
 
     reorderable(fn, fx, outer, inner)   # Refused, with the reason, or None
 
-``rules.pair_legal`` asks for every element written to be touched at one index only, so a
+``nests.pair_legal`` asks for every element written to be touched at one index only, so a
 recurrence (``y[i][j] = x[i][j] + a * y[i - 1][j]``, ``s[i * w + j] += s[i * w + j - 1]``) is
 no nest it may reorder, though its dependences allow it. Here each access of a written
 array is read as one offset per loop variable: every subscript is ``v + c`` (a loop

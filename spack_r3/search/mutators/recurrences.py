@@ -45,7 +45,8 @@ from .loops import (
     type_of,
     unqualified,
 )
-from .rules import _invariant_in, _paren, _var_type, hinted, no_hidden_alias, omp_bound, unit_stride
+from .nests import paren, unit_stride, var_type
+from .rules import hinted, invariant_in, no_hidden_alias, omp_bound
 
 CONDITIONAL = ("IfStmt", "ConditionalOperator", "BinaryConditionalOperator", "SwitchStmt")  # first child: always run
 JUMPS = ("BreakStmt", "ContinueStmt", "ReturnStmt", "GotoStmt", "IndirectGotoStmt")
@@ -143,7 +144,7 @@ def _pivot_hoist(fn, loop):
     if len({a.index_key for a in writes}) != 1 or None in w.indices:
         raise Refused("written at more than one index")
     no_hidden_alias(fn, fx)
-    invariant = _invariant_in(fx, loop)
+    invariant = invariant_in(fx, loop)
     if any(not invariant(i) for i in w.indices[:-1]):
         raise Refused("the written row moves with the loop")
     offset = _offset(w.indices[-1], loop)
@@ -163,13 +164,13 @@ def _pivot_hoist(fn, loop):
         raise Refused("%s is used after the loop" % loop.name)
 
     text, p = fn.text, pivots[0]
-    ty, var = _var_type(fn, loop), loop.name
+    ty, var = var_type(fn, loop), loop.name
     lo_, hi_, at, mid, one, pv = _numbered(fn, "r3_lo_", "r3_hi_", "r3_at_", "r3_mid_", "r3_one_", "r3_pv_")
     element = source_of(text, p.node)
     last = source_of(text, p.indices[-1])
     # The iteration whose store names the pivot: the pivot's last subscript less the store's offset.
     at_expr = "(%s)" % last if offset is None else "(%s) - (%s)" % (last, source_of(text, offset))
-    hi = _paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
+    hi = paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
     hoisted = _body_text(fn, loop, [(a.node, pv) for a in pivots])
     body = _body_text(fn, loop)
     pad = text.indent(span(text, loop.node)[0])
@@ -360,7 +361,7 @@ def _reduction_interchange(fn, loop):
     if len(writes) != 1 or writes[0].decl is None or fn.is_local_pointer(writes[0].decl["id"]):
         raise Refused("not one store to a named array")
     w = writes[0]
-    invariant = _invariant_in(fx, loop)
+    invariant = invariant_in(fx, loop)
     if not injective_in(w.indices, loop.id, invariant):
         raise Refused("the stores of different %s may write one element" % loop.name)
     earlier = effects(init).accesses + effects(inner.body).accesses
@@ -371,9 +372,9 @@ def _reduction_interchange(fn, loop):
             raise Refused("%s is read where another %s's store may have written" % (w.decl["name"], loop.name))
 
     text = fn.text
-    ty, var, sty = _var_type(fn, loop), loop.name, unqualified(type_of(decl))
+    ty, var, sty = var_type(fn, loop), loop.name, unqualified(type_of(decl))
     lo_, hi_, acc = _numbered(fn, "r3_lo_", "r3_hi_", "r3_sum_")
-    hi = _paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
+    hi = paren(text, loop.hi) + (" + 1" if loop.op == "<=" else "")
     element = "%s[%s - %s]" % (acc, var, lo_)
     uses = [(n, element) for n, _ in cast.walk(step) if (ref_decl(n) or {}).get("id") == decl["id"]]
     step_text = _text(fn, span(text, step)[0], stmt_end(text, step), uses)

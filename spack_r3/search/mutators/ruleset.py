@@ -14,20 +14,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 from . import cast, fortranrules, recurrences, stencils
 from .base import Feedback, KernelSource, Mutator, Proposal, language
 from .loops import Function
-from .rules import (
-    interchange,
-    omp_collapse,
-    omp_for_simd,
-    omp_parallel,
-    omp_simd,
-    restrict,
-    scalar_replace,
-    stage,
-    tile,
-    unroll_and_jam,
-    unroll_pragma,
-    vectorize_pragma,
-)
+from .nests import interchange, scalar_replace, tile, unroll_and_jam
+from .rules import omp_collapse, omp_for_simd, omp_parallel, omp_simd, restrict, unroll_pragma, vectorize_pragma
+from .staging import stage
 
 
 @dataclass(frozen=True)
