@@ -369,14 +369,13 @@ def tune(args):
     if args.spec and results:
         from ..roundtrip.tuned import CheckRequest, emit_and_check
 
-        gpus_keyed = [g.name for g in device_hook.targets(args)] if device else []
         spack_part = emit_and_check(
             ws,
             CheckRequest(
                 spec=args.spec,
                 run=args.run,
                 repo=args.repo,
-                gpus=gpus_keyed,
+                gpus=[g.name for g in gpus] if device else [],  # (one keys the variant)
                 check_pairs=args.check_pairs,
                 kernel_pairs=args.check_kernel_pairs,
                 keep_variant=args.keep_variant,
