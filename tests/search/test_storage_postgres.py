@@ -69,21 +69,23 @@ def test_a_killed_runs_running_trial_is_reclaimed(recorded, tmp_path, pg):
     ws = fresh_copy(recorded, tmp_path)
     url = pg.url
     argv = tune_argv(ws, "--budget", 5, "--storage", url)
-    for _attempt in range(5):  # until the kill lands while a trial is held (it may finish just before)
-        for name in list(studies(url)):  # a study of its own: this workspace's copy of the kernel
-            optuna.delete_study(study_name=name, storage=storage(None, url))
-        first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        seen = []
-        while not seen and first.poll() is None:  # (waits on what the server holds, not on a clock)
-            seen = [t for ts in studies(url).values() for t in ts if t.state == TrialState.RUNNING]
+    for name in list(studies(url)):  # a study of its own: this workspace's copy of the kernel
+        optuna.delete_study(study_name=name, storage=storage(None, url))
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    running = []
+    while not running and first.poll() is None:  # (waits on what the server holds, not on a clock)
+        if not any(t.state == TrialState.RUNNING for ts in studies(url).values() for t in ts):
             time.sleep(0.05)
-        assert seen, "the first run ended before a trial of it was seen running"
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+            continue
+        # Freeze the run, then look again: a trial still RUNNING now is held at the kill
+        # (a stopped process finishes nothing); one that ended in between lets the run go on.
+        os.kill(first.pid, signal.SIGSTOP)
         running = [t for ts in studies(url).values() for t in ts if t.state == TrialState.RUNNING]
-        if running:
-            break
-    assert running, "no kill landed while a trial was held, in 5 tries"
+        if not running:
+            os.kill(first.pid, signal.SIGCONT)
+    assert running, "the first run ended before a trial of it was seen held"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     [kernel] = json.loads(again.stdout)["kernels"]
