@@ -142,10 +142,10 @@ def servers(cache, timeout, after_cache=None):
     with the cuts off."""
     os.environ[EVAL_CUTS_ENV] = "0"
     before = ReplayServer(timeout, cache_dir=cache)
-    before._start()  # the worker takes the environment as it is now
+    before.start()  # the worker takes the environment as it is now
     del os.environ[EVAL_CUTS_ENV]
     after = ReplayServer(timeout, cache_dir=after_cache or cache)
-    after._start()
+    after.start()
     return {"before": before, "after": after}
 
 

@@ -13,7 +13,7 @@ with FP tolerance 1e-9, then for each kernel replays, against the build, in pair
   search:   (``--budget N``, N > 0) r3 tune's search (``tune.pipeline_search``, then the
             remix on what it leaves, default options) with the rules mutator, every rule
             ('with') and without the issue's new ones ('without'; ``--searches`` picks),
-            confirmed as r3 tune confirms (``tune._confirmed_results``: its candidates raced,
+            confirmed as r3 tune confirms (``tune.confirmed_results``: its candidates raced,
             a second chance, the winner measured again alone); each search's
             evaluations by where they went (pipelines, given back, each rewrite class,
             confirmation) and its children.
@@ -54,8 +54,8 @@ from spack_r3.search.spending import CONFIRMATION  # noqa: E402
 from spack_r3.search.space import Space  # noqa: E402
 from spack_r3.search.tune import (  # noqa: E402
     TuneOptions,
-    _confirmed_results,
-    _remix,
+    confirmed_results,
+    remix_search,
     kernel_facts,
     pipeline_search,
     plan_targets,
@@ -149,7 +149,7 @@ def rewrites(target, server):
 
 
 def search(ws, pool, store, target, budget, seed, mutator, label):
-    """r3 tune's search of one kernel (``tune.pipeline_search``, then ``tune._remix`` on what
+    """r3 tune's search of one kernel (``tune.pipeline_search``, then ``tune.remix_search`` on what
     it leaves) at ``budget``, default options otherwise; returns (target, its studies as one
     search, its children, where its evaluations went)."""
     facts = kernel_facts(target, pool.cores_per_worker)
@@ -160,7 +160,7 @@ def search(ws, pool, store, target, budget, seed, mutator, label):
     handed = len(base.trials())  # the pipeline search's own, before the rewrites' turn
     group = StudyGroup([base])
     if remix_budget:
-        group = _remix(ws, store, t, facts, base, pool, options, remix_budget, Patterns(ws), None, say, say)
+        group = remix_search(ws, store, t, facts, base, pool, options, remix_budget, Patterns(ws), None, say, say)
     remix = Remix(ws, store, t, facts, mutator, RemixOptions(budget=remix_budget, seed=seed))
     children = [
         {
@@ -256,7 +256,7 @@ def main():
                 # Confirmed as r3 tune confirms (its candidates, race, second chance, the
                 # winner measured again alone), with its default options.
                 options = TuneOptions(budget=args.budget, seed=args.seed)
-                results = _confirmed_results(ws, pool, [(t, g) for t, g, _, _ in runs], options, say)
+                results = confirmed_results(ws, pool, [(t, g) for t, g, _, _ in runs], options, say)
                 for (_, _, children, split), result, label in zip(runs, results, labels):
                     split["confirmation"] = (
                         (getattr(result, "spending", None) or {}).get("split", {}).get(CONFIRMATION, 0)

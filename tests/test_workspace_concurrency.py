@@ -14,7 +14,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from spack_r3.search.bayes import INTERRUPTED, Study, Target, counted
+from spack_r3.search.bayes import Study, Target
+from spack_r3.search.trials import INTERRUPTED, counted
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import held, owner, storage
 from spack_r3.workspace import Workspace

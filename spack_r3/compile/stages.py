@@ -278,7 +278,7 @@ _NOT_FOR_THE_OBJECT = ("-flto", "-fno-lto", "-ffat-lto", "-fprofile", "-fcoverag
 def build_flags(compile_command):
     """The build's flags that shape a kernel's code (optimization, target, code generation)
     from its recorded compile command."""
-    from ..record.launcher import CompileLine, codegen_args
+    from ..record.compileline import CompileLine, codegen_args
 
     return [a for a in codegen_args(CompileLine(list(compile_command))) if not a.startswith(_NOT_FOR_THE_OBJECT)]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .. import toolchain
-from ..backends import GPU_EXTS
+from ..record.flags import GPU_EXTS
 from ..errors import R3Error
 from ..iredit import GLOBAL_NAME, reachable, ref_name
 from . import tools

@@ -92,7 +92,9 @@ _BUILD_SOURCES = (
     "record/runtime/r3launch.c",
     "record/runtime/r3hiplaunch.c",
     "record/offload.py",
-    "backends.py",
+    *("backends/%s.py" % m for m in ("__init__", "base", "host", "offload", "cuda", "hip")),
+    "record/compileline.py",
+    "record/flags.py",
     "record/runtime/r3offload.c",
     *("record/runtime/" + f for f in RUNTIME_FILES),
 )
@@ -156,25 +158,19 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
     tuned (or, with ``tuned=False``, as the build would have), with probe wrappers when
     ``probes``. ``plan``: the whole plan (a CUDA unit's GPU and its source's digest)."""
     from ..record.flags import unoptimized_args
-    from ..record.launcher import ir_codegen_args
+    from ..record.compileline import ir_codegen_args
     from ..toolchain import before_llvm_passes, ir_input_flags
     from ..compile.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
-    from ..replay.engine import init_llvm
-    from ..record.offload import is_offload
+    from ..iredit import init_native
 
-    if backends.of_compile(line.args) in (backends.CUDA, backends.HIP):
-        if tuned:  # its device image and launch geometry (emit/cuda.py, emit/hip.py)
-            from . import cuda
-
-            cuda.build_unit(line, source, obj, unit, plan or Plan("unknown"), _run, ApplyError)
+    backend = backends.of_compile(line.args)
+    # a device unit: its backend builds it tuned (untuned: as the build would; it is timed by
+    # its launches, r3offload.c / r3cuda.c linked in, so no probes to add)
+    if backend is not backends.HOST:
+        if tuned:
+            backend.build_unit(line, source, obj, unit, plan or Plan("unknown"), _run, ApplyError)
         return
-    if is_offload(line):  # the tuned regions go into the unit's device image (emit/offload.py)
-        if tuned:  # (timed: r3offload.c, linked in, times the launches; no probes to add)
-            from . import offload
-
-            offload.build_unit(line, source, obj, unit, _run, ApplyError)
-        return
-    init_llvm()
+    init_native()
     compiler = line.compiler
     tag = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]
     defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())] if tuned else []
@@ -306,7 +302,7 @@ def _with_threads(mod, threads):
 
 
 def launch(argv):
-    from ..record.launcher import CompileLine
+    from ..record.compileline import CompileLine
 
     if not argv:
         print("usage: r3-apply COMPILER ARGS...  (with %s=<plan.json>)" % PLAN_ENV, file=sys.stderr)
@@ -319,7 +315,7 @@ def launch(argv):
     probes = os.environ.get(PROBES_ENV) == "1"
     tuned = os.environ.get(UNTUNED_ENV) != "1"
     planned = [s for s in line.sources if plan.unit_for(os.path.abspath(s))]
-    if line.compile_only and not line.sources and backends.of_compile(line.args) in (backends.CUDA, backends.HIP):
+    if line.compile_only and not line.sources and not backends.of_compile(line.args).host_engine:
         from ..record.cuda import gpu_sources  # (.cu, .hip: no host sources of CompileLine's)
 
         planned = [s for s in gpu_sources(line.args) if plan.unit_for(os.path.abspath(s))]
@@ -331,17 +327,16 @@ def launch(argv):
         return _compile(line, argv, planned[0], obj, plan, probes, tuned)
     # A link, possibly compiling planned sources on the way: each planned one built as above.
     from ..record.flags import clang_for_runtime
-    from ..record.launcher import link_compiling
-    from ..record.offload import is_offload
-    from ..record.runtime import link_args
-    from .cuda import launch_args as cuda_launch_args
+    from ..record.compileline import link_compiling
 
+    clang = clang_for_runtime(line.compiler)
     try:
+        # what times each backend's kernels (probes), then what its tuned kernels need at the
+        # link (a CUDA or HIP kernel's planned block and grid: a launch shim)
         extra = (
-            link_args(clang_for_runtime(line.compiler), offload=is_offload(line)) if probes and not line.shared else []
+            [a for b in backends.REGISTRY for a in b.timed_link_args(clang, line)] if probes and not line.shared else []
         )
-        # a CUDA or HIP kernel's planned block and grid: the launch shim (emit/cuda.py)
-        extra += cuda_launch_args(clang_for_runtime(line.compiler), plan, line) if tuned else []
+        extra += [a for b in backends.REGISTRY for a in b.build_link_args(clang, plan, line)] if tuned else []
         if tuned and any(u.openmp for u in plan.units) and not {"-r", "-nostdlib"} & set(line.args):
             extra += openmp_link_args(line.compiler)
     except ToolchainError as err:

@@ -43,7 +43,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
-from ..record.cuda import CUDA, GPU_EXTS, HIP, device_compile_args, gpu_archs, links_amdhip, links_cudart, unit_kind
+from ..record.cuda import CUDA, HIP, device_compile_args, gpu_archs, links_amdhip, links_cudart
+from ..record.flags import GPU_EXTS, unit_kind
 from .hip import fat_binary
 
 SECTION = "r3_launch_plan"  # r3launch.h's __start_/__stop_ symbols name it
@@ -253,17 +254,17 @@ def plans_geometry(plan, kind=CUDA):
     )
 
 
-def launch_args(clang, plan, line):
-    """What a link adds for the plan's launch geometry: the vendor's launch shim, where it
-    links an executable against the shared CUDA or HIP runtime (a static one cannot be
-    interposed)."""
+def launch_args(clang, plan, line, kind):
+    """What a link adds for the plan's launch geometry: the ``kind`` vendor's launch shim
+    (cuda, hip), where it links an executable against that shared runtime (a static one
+    cannot be interposed)."""
     from ..record.runtime import runtime_object
 
     if line.shared:
         return []
-    for vendor in VENDORS.values():
-        if plans_geometry(plan, vendor.kind) and vendor.links_runtime(line.args):
-            return [runtime_object(clang, vendor.shim), "-ldl", "-lpthread"]
+    vendor = VENDORS[kind]
+    if plans_geometry(plan, vendor.kind) and vendor.links_runtime(line.args):
+        return [runtime_object(clang, vendor.shim), "-ldl", "-lpthread"]
     return []
 
 

@@ -37,11 +37,11 @@ def packager(compiler):
 def build_unit(line, source, obj, unit, run, apply_error):
     """Build ``obj`` from the offload unit ``source`` with the plan's ``unit`` tuned.
     ``run(argv, what)`` runs a tool (raising ``apply_error`` with one line)."""
-    from ..replay.engine import init_llvm
+    from ..iredit import init_native
     from ..compile.stages import CompileError, KernelIR, optimized_module, resolve_target, target_machine
     from .bitcode import unit_bitcode
 
-    init_llvm()
+    init_native()
     compiler = line.compiler
     defines = ["-D%s=%s" % (k, v) for k, v in sorted(unit.defines.items())]
     kernels = [k.symbol for k in unit.kernels]

@@ -22,8 +22,8 @@ import os
 import subprocess
 import tempfile
 
-from ..backends import GPU_EXTS, unit_kind
 from ..data import opt_level
+from .flags import GPU_EXTS, unit_kind
 
 CUDA, HIP = "cuda", "hip"
 DEFAULT_ARCH = {CUDA: "sm_52", HIP: "gfx906"}  # clang-19's defaults without an arch option
@@ -199,16 +199,17 @@ def links_amdhip(args):
     return any(a in ("-lamdhip64", "--hip-link") or a.startswith("-l:libamdhip64.so") for a in args)
 
 
-def link_args(clang, args):
+def link_args(clang, args, kind=None):
     """What a link of a CUDA or HIP executable adds: the launch recorder of its runtime
     (r3cuda.o, r3hip.o), whose definitions win over libcudart.so's / libamdhip64.so's (as
-    r3offload.o's do over libomptarget's); nothing for other links."""
+    r3offload.o's do over libomptarget's); nothing for other links. ``kind``: that
+    runtime's only (cuda, hip)."""
     from .runtime import runtime_object
 
     if "-c" in args:
         return []
-    for links, source in ((links_cudart, RUNTIME_SOURCE), (links_amdhip, HIP_RUNTIME_SOURCE)):
-        if links(args):
+    for name, links, source in ((CUDA, links_cudart, RUNTIME_SOURCE), (HIP, links_amdhip, HIP_RUNTIME_SOURCE)):
+        if kind in (None, name) and links(args):
             return [runtime_object(clang, source), "-ldl", "-lpthread"]
     return []
 

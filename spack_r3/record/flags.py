@@ -30,3 +30,21 @@ def clang_for_runtime(compiler):
     if "clang++" in base:
         path = os.path.join(folder, base.replace("clang++", "clang", 1))
     return path if os.access(path, os.X_OK) and clang_version(path) else find_clang()
+
+
+# What a compile line's GPU sources are: ``-x cuda`` / ``-x hip`` or the extension (the
+# names are the backends'; backends/cuda.py and hip.py claim a line by it).
+GPU_EXTS = {".cu": "cuda", ".hip": "hip"}
+
+
+def unit_kind(args):
+    """cuda, hip or None: what a compile line's sources are, by ``-x`` or their extension."""
+    for i, a in enumerate(args):
+        if a == "-x" and i + 1 < len(args) and args[i + 1] in GPU_EXTS.values():
+            return args[i + 1]
+        if a in ("-xcuda", "-xhip"):
+            return a[2:]
+    for a in args:
+        if not a.startswith("-") and os.path.splitext(a)[1] in GPU_EXTS:
+            return GPU_EXTS[os.path.splitext(a)[1]]
+    return None

@@ -34,7 +34,7 @@ def _unit_flags(tu):
     """The flags the unit's bitcode was compiled with (as ``replay.source.unit_flags``)."""
     if tu.get("bitcode_args"):
         return list(tu["bitcode_args"])
-    from .launcher import CompileLine
+    from .compileline import CompileLine
 
     return CompileLine(tu["compile_command"]).without(drop_sources=True, drop_output=True, drop_deps=True)
 

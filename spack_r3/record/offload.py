@@ -43,13 +43,6 @@ def offload_targets(args):
     return out
 
 
-def is_offload(line):
-    """The compile line's kernels are the offload backend's (``backends.of_compile``)."""
-    from .. import backends
-
-    return backends.of_compile(line.args) is backends.OFFLOAD
-
-
 def device_compile_args(line):
     """The unit's flags for its device-side compile to IR before optimization: one target."""
     from .flags import target_flags, unoptimized_args

@@ -166,8 +166,11 @@ def _objcopy(clang):
     raise ToolchainError("no llvm-objcopy or objcopy found to build the record runtime with %s" % clang)
 
 
-def link_args(clang, offload=False):
-    """Extra arguments for linking an executable with the record runtime (``offload``: and
-    with the offload one, for a link that builds an OpenMP offload executable)."""
-    extra = [runtime_object(clang, OFFLOAD_SOURCE)] if offload else []
-    return [runtime_object(clang)] + extra + LINK_LIBS
+def link_args(clang):
+    """Extra arguments for linking an executable with the record runtime."""
+    return [runtime_object(clang)] + LINK_LIBS
+
+
+def offload_link_args(clang):
+    """What a link that builds an OpenMP offload executable adds: the launch recorder."""
+    return [runtime_object(clang, OFFLOAD_SOURCE)]

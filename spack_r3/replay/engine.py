@@ -110,7 +110,7 @@ def host_engine_runs(capture):
     """The capture's backend, where the host engine runs its kernels; else R3Error with one
     line: a CUDA kernel's replay needs a CUDA device (``no CUDA device: ...`` where none is)."""
     backend = backends.of_capture(capture)
-    if backend in backends.HOST_ENGINE:
+    if backend.host_engine:
         return backend
     from ..device.cudareplay import driver_of
 

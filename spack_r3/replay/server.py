@@ -52,7 +52,9 @@ class ReplayServer:
     def __exit__(self, *exc):
         self.close()
 
-    def _start(self):
+    def start(self):
+        """Start the worker now, with the environment as it is (a request starts one
+        where none runs)."""
         env = dict(os.environ, **self.env)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -105,7 +107,7 @@ class ReplayServer:
 
     def _request(self, req, timeout):
         if self.proc is None or self.proc.poll() is not None:
-            self._start()
+            self.start()
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout

@@ -44,7 +44,7 @@ def unit_flags(capture):
     """The bitcode flags of the unit (older captures: derived from the compile command)."""
     if capture.bitcode_args:
         return list(capture.bitcode_args)
-    from ..record.launcher import CompileLine
+    from ..record.compileline import CompileLine
 
     line = CompileLine(capture.compile_command)
     return line.without(drop_sources=True, drop_output=True, drop_deps=True) + (

@@ -22,15 +22,14 @@ order gives way (``WITHDRAWN``).
 
 Many points of the space give a kernel the same code: a pass with nothing to do, an
 inlining threshold where nothing is called, vectorizer settings on a loop that does
-not vectorize (on heat's stencil, 5 of 9 hand-picked pipelines). Trials whose code is
+not vectorize (docs/tune.md, "What shaped the search"). Trials whose code is
 the same (``Evaluation.code``) are one candidate measured several times: their pairs
 are pooled, each trial is told the pooled median, and the ranking has one entry per
 code, its simplest variant. A lucky measurement of code that runs often is then
 corrected by the others, instead of becoming the search's best (the winner's curse).
 
 A point the sampler proposes again is not measured again: once TPE has settled it
-proposes the same points over and over (on the dense demo, one point of matmul was
-measured dozens of times). One of its
+proposes the same points over and over. One of its
 neighbours nobody measured is measured instead, so the search goes on looking
 around what it rates best; where the next trial is one of TPE's random draws
 (``samplers.Interleaved``), that draw is, since a neighbour would take its place.
@@ -38,19 +37,15 @@ Measuring the best again is confirmation's work.
 
 Some settings interact (``Space.blocks``: Polly's tile size, matrix-multiplication
 pattern and vectorizer), and TPE, which models them from the good trials, fixes them
-early: on the dense demo it stayed on Polly's matmul pattern for a whole search of the
-matrix product, where the pattern off and the nest strip-mined and tiled did better;
-on covariance it settled on a tile size where another or Polly's own did better. So
-when the best code's point takes such a block,
-the block is swept: every combination of its settings (28 for Polly's), first with
+early, on a pattern or a tile size that another of the block beats. So when the best
+code's point takes such a block,
+the block is swept: every combination of its settings, first with
 the other settings as built, then with the best's, in the slots that are not random
 draws; only where, and while, the block's switch pays beyond noise (``switch_pays``).
 At most ``MAX_SWEEPS`` per study, each around other settings, in an order of their own,
 and at most ``SWEEP_SHARE`` of the evaluations a run is asked for.
 """
 
-import copy
-import json
 import os
 import random
 import threading
@@ -69,16 +64,25 @@ from ..replay.engine import spread
 from .confirm import each_server
 from .noise import PairBudget, clearly_above, pair_noise
 from .samplers import make_sampler
-from .simplify import settings
+from .trials import (
+    DUPLICATE,
+    INTERRUPTED,
+    WITHDRAWN,
+    best_curve,
+    code_key,
+    counted,
+    evaluation_attrs,
+    point,
+    pooled_ratios,
+    pooled_trial,
+    raced_out,
+)
 from .store import HEARTBEAT, held, owner, storage  # noqa: F401 (storage: where callers get it)
 
-INTERRUPTED = "interrupted"  # status of a trial whose process died (or stopped) while it ran: never counted
-DUPLICATE = "duplicate"  # a point proposed again, replaced by a neighbour (in memory only, never counted)
-WITHDRAWN = "withdrawn"  # a trial claimed past the budget that another process's claims filled (never counted)
 WAIT_S = 0.5  # between two looks at trials other processes still run, before a study is done
 NEIGHBOUR_TRIES = 64  # random neighbours tried before a point proposed again is measured again
 MAX_SWEEPS = 2  # sweeps of a block of interacting settings per study (as built, then around the best)
-SWEEP_SHARE = 1 / 3  # the most of a run's evaluations that sweeps take (PolyBench 2mm at 60: 40 did)
+SWEEP_SHARE = 1 / 3  # the most of a run's evaluations that sweeps take (docs/tune.md)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -166,18 +170,6 @@ class Progress:
     failed: int
 
 
-def counted(trial):
-    """Trials that count as evaluations: finished, and not left behind by a kill."""
-    return trial.state == TrialState.COMPLETE or (
-        trial.state == TrialState.FAIL and trial.user_attrs.get("status") not in (INTERRUPTED, DUPLICATE, WITHDRAWN)
-    )
-
-
-def point(values):
-    """A point of the space as a key: parameter values compare equal as JSON."""
-    return json.dumps(values, sort_keys=True)
-
-
 def others(values, block):
     """``values`` without the settings of ``block``."""
     return {k: v for k, v in values.items() if k not in block}
@@ -186,33 +178,12 @@ def others(values, block):
 def switch_pays(ranked, switch):
     """Whether the best of ``ranked`` (trials, best first) runs ``switch`` and is faster
     beyond noise than every one that does not (none measured: nothing says otherwise).
-    Polly changes the code of most kernels without making it faster (cg's spmv, nbody's
-    forces): a sweep there would spend 27 evaluations on noise."""
+    Polly changes the code of most kernels without making it faster: a sweep there would
+    spend a block's every combination on noise."""
     if not ranked or not ranked[0].params.get(switch):
         return False
     without = next((t.value for t in ranked if not t.params.get(switch)), None)
     return without is None or clearly_above(ranked[0].value, without)
-
-
-def trial_variant(trial):
-    """The Variant a finished trial evaluated."""
-    return Variant.from_json(trial.user_attrs["evaluation"]["variant"])
-
-
-def code_key(evaluation):
-    """What a trial's measurements are pooled by: the code it ran (trials of older
-    databases, which lack it, by their variant)."""
-    return evaluation.get("code") or repr(evaluation.get("variant"))
-
-
-def trial_ratios(trial):
-    """The pair ratios a finished trial measured (its value alone in older databases)."""
-    return trial.user_attrs["evaluation"].get("ratios") or [trial.value]
-
-
-def pooled_ratios(trials):
-    """Every pair ratio of ``trials`` (one code's), together."""
-    return [r for t in trials for r in trial_ratios(t)]
 
 
 class Study:
@@ -572,8 +543,8 @@ class Study:
     def _enqueue_sweep_point(self):
         """Enqueue the sweep's next point nobody measured, unless the next trial is a random
         draw or sweeps had their share of the run (``SWEEP_SHARE``); whether one was. A sweep
-        whose switch no longer pays is dropped: on PolyBench's 2mm (budget 60) code without
-        Polly took the lead early in the first sweep, and the two sweeps took 40 evaluations."""
+        whose switch no longer pays is dropped (code without the switch may take the lead
+        while a sweep runs, and the sweeps would take the run's budget)."""
         trials = self.live.get_trials(deepcopy=False)
         if (
             self._draws(len(trials))
@@ -655,7 +626,7 @@ class Study:
         return groups
 
     def _tell(self, trial, variant, ev, seconds, noise=None):
-        attrs = dict(trial.user_attrs, status=ev.status, evaluation=_evaluation_attrs(variant, ev, seconds, noise))
+        attrs = dict(trial.user_attrs, status=ev.status, evaluation=evaluation_attrs(variant, ev, seconds, noise))
         for key in ("status", "evaluation"):
             trial.set_user_attr(key, attrs[key])
         state, value = (TrialState.COMPLETE, self._pooled(ev)) if ev.status == OK else (TrialState.FAIL, None)
@@ -685,7 +656,7 @@ class Study:
         asked = scratch.ask()
         self.space.suggest(asked)
         with self._lock:
-            attrs = {"check": True, "status": ev.status, "evaluation": _evaluation_attrs(variant, ev, seconds, None)}
+            attrs = {"check": True, "status": ev.status, "evaluation": evaluation_attrs(variant, ev, seconds, None)}
             state, value = (TrialState.COMPLETE, self._pooled(ev)) if ev.status == OK else (TrialState.FAIL, None)
             trial = create_trial(
                 state=state, value=value, params=asked.params, distributions=asked.distributions, user_attrs=attrs
@@ -718,55 +689,6 @@ class Study:
         return kinds
 
 
-def _evaluation_attrs(variant, ev, seconds, noise):
-    return {
-        "variant": variant.to_json(),
-        "relaxes_fp": variant.pipeline.relaxes_fp,
-        "time_s": ev.time_median_s,
-        "baseline_s": ev.baseline_median_s,
-        "speedup": ev.speedup,
-        "speedup_min": ev.speedup_min,
-        "speedup_max": ev.speedup_max,
-        "max_rel_error": ev.max_rel_error,
-        "eval_s": seconds,
-        "diagnostics": (ev.diagnostics or "")[:500],
-        "cache": ev.cache,
-        "resampled": ev.resampled,
-        "pairs": ev.pairs,
-        "pair_noise": noise,
-        "code": ev.code,
-        "ratios": ev.ratios,
-        "raced_out": ev.raced_out,
-        "stages": ev.stages,
-    }
-
-
-def raced_out(trial):
-    """Whether ``trial``'s pairs stopped early, the candidate clearly slower than the build:
-    its value tells the sampler so, but it is never a winner."""
-    return bool(trial.user_attrs.get("evaluation", {}).get("raced_out"))
-
-
-def pooled_trial(trials):
-    """One code's trials as one: the simplest of them (fewest settings away from the
-    defaults, then the earliest), valued at the median of all their pairs."""
-    simplest = min(trials, key=lambda t: (len(settings(trial_variant(t))), t.number))
-    ratios = pooled_ratios(trials)
-    out = copy.copy(simplest)
-    out.value = median(ratios)
-    out.user_attrs = dict(
-        simplest.user_attrs,
-        evaluation=dict(
-            simplest.user_attrs["evaluation"],
-            speedup_min=min(ratios),
-            speedup_max=max(ratios),
-            pairs=len(ratios),
-            trials=len(trials),
-        ),
-    )
-    return out
-
-
 def remeasured(first, again):
     """One evaluation of a candidate measured twice: every pair of both counts; if the
     second measurement failed (a race that verified once by luck), so did the candidate."""
@@ -785,16 +707,6 @@ def remeasured(first, again):
         verify_runs=first.verify_runs + again.verify_runs,
         stages={k: first.stages.get(k, 0.0) + again.stages.get(k, 0.0) for k in {**first.stages, **again.stages}},
     )
-
-
-def best_curve(trials):
-    """Best verified speedup after each of ``trials`` in time order (None before the first success)."""
-    best, out = None, []
-    for t in sorted(trials, key=lambda t: t.datetime_complete or t.datetime_start):
-        if t.state == TrialState.COMPLETE and not raced_out(t):
-            best = max(best or 0.0, t.value)
-        out.append(best)
-    return out
 
 
 class StudyGroup:

@@ -28,7 +28,8 @@ from ..replay.server import TIMEOUT_S, ReplayPool, omp_environment
 from ..data import COMPILE_ERROR, OK, WARM, WRONG_OUTPUT, Variant
 from ..compile.pipeline import as_built, format_spec
 from ..model.client import ModelError
-from .bayes import Study, StudyGroup, Target, trial_variant
+from .bayes import Study, StudyGroup, Target
+from .trials import trial_variant
 from .mutators import make_mutator
 from .patterns import Patterns
 from .remix import Remix, RemixOptions
@@ -235,9 +236,8 @@ def _best_without_added_threads(study):
     Where every contender adds threads, one of them is sent beside them: a threaded
     candidate's time depends on every core being free, so a confirmation that finds the
     machine busier than the search did can measure them all below the build, and the
-    kernel would keep its build though a serial rewrite had verified and paid (Jacobi 2-D
-    at the default budget, under load: the wavefront 1.45x in the search, the build kept;
-    fusion at 1.26x never confirmed)."""
+    kernel would keep its build though a serial rewrite had verified and paid
+    (docs/tune.md, "What shaped the search")."""
     for t in study.best(MAX_SERIAL_LOOKUP):
         v = trial_variant(t)
         if not adds_threads(v):
@@ -271,9 +271,9 @@ def pipeline_search(study, servers, options, progress=None):
     rewrite would be measured with a pipeline about to be beaten. A search that has
     plateaued before its share is spent hands the rest to the rewrites at once
     (``plateaued``): from a quarter of the budget on (or its seed pipelines, if more), at
-    most ``plateau_patience`` evaluations without a new best beyond noise. At budget 40 the
-    two-product chain's pipelines had settled long before their half was spent, and the
-    remix never reached the interchange that makes it fast. The split is kept in the
+    most ``plateau_patience`` evaluations without a new best beyond noise (a chain of two
+    matrix products settles its pipelines long before its half is spent, and the remix
+    must still reach the interchange that makes it fast). The split is kept in the
     study, so a resumed run keeps it. ``stall_patience`` 0: the split of ``remix_share``
     as it is, but for sweeps."""
     held = int(round(options.budget * options.remix_share)) if options.mutator else 0
@@ -338,7 +338,7 @@ def still_climbing(curve, patience):
     return before is None or curve[-1] > before * MIN_GAIN
 
 
-def _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn):
+def remix_search(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn):
     """The outer loop over source variants; returns the kernel's studies as one search."""
     remix = Remix(
         workspace,
@@ -372,7 +372,9 @@ def _remix(workspace, store, target, facts, study, pool, options, budget, patter
             raise
         warn("warning: %s; going on with the rules mutator" % err)
         options.mutator = make_mutator("rules")
-        return _remix(workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn)
+        return remix_search(
+            workspace, store, target, facts, study, pool, options, budget, patterns, progress, say, warn
+        )
     target.outcome.spending = search_spending(study, remix)  # (the kernel's result reports it)
     checks = [c.status for c in remix.children if c.status not in (OK, "pending")]
     return StudyGroup([study] + [s for _, s in remix.studies()], checks)
@@ -454,9 +456,8 @@ def instances_check(pool, target, timeout):
     application, its replay time; the time-weighted ratio of replay to application; why
     they do not stand for the kernel's calls, or None). An instance picked by record
     (``--instances cover``) is set against its own call in the logged run, a first call
-    against the kernel's mean call. LULESH's EOS, recorded as its first call: 31.5 us
-    replayed against a mean call of 236-314 us in the application, where a serial code won
-    that lost 0.80x in the application."""
+    against the kernel's mean call (a first call can be far cheaper than the calls that
+    carry the time: docs/tune.md, "What shaped the search")."""
     rows, calls = [], 0
     for i, cdir in enumerate(target.captures):
         capture = load_capture_dir(cdir, verify_digests=False)
@@ -565,7 +566,7 @@ def tune(workspace, targets, options, progress=None, say=None, warn=None):
         # One process at a time confirms a study, and keeps the result in it: a run beside
         # this one (the same study, trials and settings) takes that result instead of its own.
         with confirming(workspace, [s.name for _, s in studied]):
-            results = _confirmed_results(workspace, pool, studied, options, say)
+            results = confirmed_results(workspace, pool, studied, options, say)
     save_results(workspace, results)
     return results, skipped
 
@@ -612,7 +613,7 @@ def _search(workspace, store, pool, target, options, patterns, progress, say, wa
             # a time runs it; one that waited resumes what the other left, spent.
             with exclusive(workspace, ["remix " + study.name]):
                 study.refresh()
-                study = _remix(
+                study = remix_search(
                     workspace, store, target, facts, study, pool, options, remix_budget, patterns, progress, say, warn
                 )
     except R3Error as err:
@@ -634,7 +635,7 @@ def open_pool(workspace, options, say, omp_env=None):
     return pool
 
 
-def _confirmed_results(workspace, pool, studied, options, say):
+def confirmed_results(workspace, pool, studied, options, say):
     """Each study's confirmed KernelResult: confirmed before (``_saved_result``), or
     confirmed now, saved in ``results/`` and named in its study."""
     for _, study in studied:

@@ -83,7 +83,7 @@ def test_a_replay_worker_goes_with_its_killed_r3(tmp_path):
         "import os, time\n"
         "from spack_r3.replay.server import ReplayServer\n"
         "server = ReplayServer()\n"
-        "server._start()\n"
+        "server.start()\n"
         "if os.fork() == 0:\n"
         "    open(%r, 'w').write(str(os.getpid()))\n"
         "    time.sleep(300)\n"

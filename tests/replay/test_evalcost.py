@@ -16,7 +16,8 @@ from spack_r3.data import OK, Evaluation, Launch, Variant
 from spack_r3.replay import engine, worker
 from spack_r3.compile.pipeline import parse
 from spack_r3.replay.server import ReplayServer
-from spack_r3.search.bayes import Study, Target, raced_out, storage
+from spack_r3.search.bayes import Study, Target, storage
+from spack_r3.search.trials import raced_out
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.workspace import Workspace
 from r3cli import r3

@@ -21,7 +21,8 @@ import pytest
 from optuna.trial import TrialState
 
 from spack_r3.replay.server import Pool, ReplayPool
-from spack_r3.search.bayes import Study, Target, counted
+from spack_r3.search.bayes import Study, Target
+from spack_r3.search.trials import counted
 from spack_r3.search.lanes import Lane, lane_count, search_in_lanes
 from spack_r3.search.space import KernelFacts, Space
 from spack_r3.search.store import storage

@@ -17,7 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from spack_r3.search.bayes import INTERRUPTED, counted
+from spack_r3.search.trials import INTERRUPTED, counted
 from spack_r3.search.store import STALE_S, Heartbeat, held, owner, storage
 
 from pgserver import PostgresServer, binaries

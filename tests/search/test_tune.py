@@ -28,7 +28,8 @@ from spack_r3.data import OK, Launch, Pipeline, Variant
 from spack_r3.record.instances import COVER
 from spack_r3.replay.server import ReplayPool, ReplayServer
 from spack_r3.search import bayes
-from spack_r3.search.bayes import DUPLICATE, Study, Target, counted, others, storage, switch_pays, trial_variant
+from spack_r3.search.bayes import Study, Target, others, storage, switch_pays
+from spack_r3.search.trials import DUPLICATE, INTERRUPTED, counted, trial_variant
 from spack_r3.search.confirm import Confirmed, confirm, each_server, screen
 from spack_r3.search.mutators import make_mutator
 from spack_r3.search.noise import INDISTINCT, MOST_FACTOR, WIN_ABOVE
@@ -771,7 +772,7 @@ def test_a_killed_tune_resumes_without_losing_evaluations(program, tmp_path):
     trials = study.get_trials()
     assert all(t.state.is_finished() for t in trials)
     interrupted = [t for t in trials if not counted(t)]
-    assert all(t.user_attrs["status"] == bayes.INTERRUPTED for t in interrupted)
+    assert all(t.user_attrs["status"] == INTERRUPTED for t in interrupted)
     measured = {json.dumps(t.params, sort_keys=True) for t in trials if counted(t)}
     assert all(json.dumps(t.params, sort_keys=True) in measured for t in interrupted)
 
@@ -796,7 +797,7 @@ def test_the_search_runs_only_on_cpus_whose_worker_waits_for_it():
     so they never preempt a timed run; a worker they (re)start runs at normal priority."""
 
     def policies(server, seen):
-        server._start()  # what a request does after a worker died
+        server.start()  # what a request does after a worker died
         child = server.proc.pid
         seen[server] = (os.sched_getscheduler(0), os.sched_getscheduler(child))
         server.close()
