@@ -99,15 +99,6 @@ PATTERNS = [
 ]
 
 
-# what a failed stand-alone test (the generated test_*() methods) says; read from the output
-# of `spack test run` and its results file only, never from a build log
-TEST_PATTERNS = [
-    (r"no lib([\w+.-]+) under the prefix", "test-library", "prefix"),
-    (r"none of ([\w/.+-]+)\.\.\. under the prefix", "test-header", "prefix"),
-    (r"(?:ProcessError: )?\S*/bin/([\w.+-]+): No such file or directory", "test-program", "prefix"),
-]
-
-
 def diagnose(text, patterns=None) -> List[Finding]:
     """Findings in a block of diagnostics, in order, without duplicates."""
     out, seen = [], set()
@@ -125,11 +116,6 @@ def diagnose(text, patterns=None) -> List[Finding]:
             seen.add(key)
             out.append(Finding(kind, subject, lookup, evidence))
     return out
-
-
-def diagnose_test(text) -> List[Finding]:
-    """Findings in what a failed stand-alone test printed."""
-    return diagnose(text, TEST_PATTERNS)
 
 
 # -- recipe text edits --------------------------------------------------------------------
@@ -451,72 +437,6 @@ def unfetchable_roots(spec_file, subject):
     return out
 
 
-def installed_files(prefix, kind):
-    """What an install put where a test looks: library stems (``libmxml4.so.2`` -> ``libmxml4``),
-    header names, or program names, the nearest to the top first."""
-    found = []
-    dirs = {"library": ("lib", "lib64"), "header": ("include",), "program": ("bin",)}[kind]
-    for d in dirs:
-        top = os.path.join(prefix or "", d)
-        for root, _dirs, files in sorted(os.walk(top)):
-            for f in sorted(files):
-                if kind == "library":
-                    m = re.match(r"^(lib[\w+-]+?)(?:[.-]\d+)*\.(?:so|a|dylib)(?:\.\d+)*$", f)
-                    if m:
-                        found.append(m.group(1))
-                elif kind == "header" and re.search(r"\.(h|hh|hpp|hxx)$", f):
-                    found.append(f)
-                elif kind == "program" and os.access(os.path.join(root, f), os.X_OK):
-                    found.append(f)
-            if kind == "program":
-                break  # bin/ itself
-    return list(dict.fromkeys(found))
-
-
-def _nearest(names_, want):
-    """``names_`` with those named like ``want`` first (``libmxml4`` for ``libmxml``)."""
-    w = re.sub(r"^lib|\.\w+$", "", want.lower())
-    return sorted(names_, key=lambda n: (not re.sub(r"^lib|\.\w+$", "", n.lower()).startswith(w), w not in n.lower()))
-
-
-def fix_test(text, finding, prefix) -> Tuple[Optional[str], Optional[str]]:
-    """A stand-alone test that looked for what the install names otherwise: the names the
-    prefix has instead, (new text or None, what was done)."""
-    if finding.kind == "test-library":
-        have = installed_files(prefix, "library")
-        if not have:
-            return None, None
-        lists = re.findall(r"find_libraries\(\[([^\]]*)\]", text)
-        old = [n for lst in lists for n in re.findall(r"[\"']([^\"']+)[\"']", lst)]
-        new_names = list(dict.fromkeys(old + _nearest(have, "lib" + finding.subject)))
-        new = re.sub(
-            r"find_libraries\(\[[^\]]*\]", "find_libraries([%s]" % ", ".join('"%s"' % n for n in new_names), text
-        )
-        return new, "the link test looks for %s, which the prefix has (%s)" % (
-            ", ".join(n for n in new_names if n not in old),
-            finding.evidence,
-        )
-    if finding.kind == "test-header":
-        have = installed_files(prefix, "header")
-        m = re.search(r"for name in \[([^\]]*)\]", text)
-        if not have or not m:
-            return None, None
-        old = re.findall(r"[\"']([^\"']+)[\"']", m.group(1))
-        want = old[0] if old else finding.subject
-        new_names = list(dict.fromkeys(_nearest(have, want)))[:6]
-        new = text[: m.start(1)] + ", ".join('"%s"' % n for n in new_names) + text[m.end(1) :]
-        return new, "the link test includes %s, which the prefix has (%s)" % (new_names[0], finding.evidence)
-    if finding.kind == "test-program":
-        have = installed_files(prefix, "program")
-        literal = 'join_path(self.prefix.bin, "%s")' % finding.subject
-        if not have or literal not in text:
-            return None, None
-        other = _nearest(have, finding.subject)[0]
-        new = text.replace(literal, 'join_path(self.prefix.bin, "%s")' % other)
-        return new, "the test runs %s, which bin/ has, not %s (%s)" % (other, finding.subject, finding.evidence)
-    return None, None
-
-
 # ``flags += self.compiler.openmp_flag`` (or ``+``): the flag appended with no space before it
 _GLUED = re.compile(r"(?<![\"'] )(\+=?[ \t]*)(self\.compiler\.[a-z0-9_]+_flag)\b")
 
@@ -529,7 +449,7 @@ def separate_glued_flags(text) -> Optional[str]:
 
 
 def apply(
-    text, findings, index, analysis=None, source=None, spec_file=None, prefix=None, tree=None
+    text, findings, index, analysis=None, source=None, spec_file=None, tree=None
 ) -> Tuple[Optional[str], List[str]]:
     """Apply every fix the findings call for; (new text or None, descriptions). ``tree``:
     the source directory that was built, where there is no ``analysis`` of it."""
@@ -538,9 +458,7 @@ def apply(
     current = text
     for f in findings:
         new, what = None, None
-        if f.kind.startswith("test-") and prefix:
-            new, what = fix_test(current, f, prefix)
-        elif f.kind == "missing-dependency":
+        if f.kind == "missing-dependency":
             spack_name, system = names.resolve_name(f.subject, f.lookup, index)
             if spack_name and (analysis is None or spack_name != analysis.name):
                 new = add_dependency(current, spack_name)

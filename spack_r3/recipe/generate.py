@@ -252,6 +252,8 @@ class RuleGenerator:
         if a.variants or len(subdirs) > 1:
             out.append("")
         langs = [x for x in a.languages if x in ("c", "cxx", "fortran")]
+        if a.build.get("test_language") == "cxx" and "cxx" not in langs:  # the link test's compiler
+            langs.append("cxx")
         for lang in langs:
             out.append("    " + dependency_line(lang, ("build",)))
         deps = a.spack_dependencies()
@@ -487,7 +489,8 @@ class RuleGenerator:
             and not a.build.get("own_names")
             and not a.build.get("has_install")
         ):
-            lines += templates.lines(PACKAGE, "test_programs_run", args=_q(a.build.get("cli_flag", "-h")))
+            flag = a.build.get("cli_flag", "-h")
+            lines += templates.lines(PACKAGE, "test_programs_run", args=_q(flag), shown=flag)
             lines.append("")
         if not checked:
             for exe in a.executables[:2]:
@@ -499,6 +502,7 @@ class RuleGenerator:
                     exe=exe,
                     exe_literal=_q(exe),
                     args=_q(flag),
+                    shown=flag,
                     status_ok="(0 <= exe.returncode < 126 or exe.returncode == %d)" % a.build["cli_status"]
                     if a.build.get("cli_status")
                     else "0 <= exe.returncode < 126",
@@ -508,9 +512,13 @@ class RuleGenerator:
         lib, header = a.build.get("test_library"), a.build.get("test_header")
         if lib and header:
             names = a.build.get("test_headers") or [header.rsplit("/", 1)[-1]]
+            cxx = a.build.get("test_language") == "cxx"
             lines += templates.lines(
                 PACKAGE,
                 "test_link",
+                language="C++" if cxx else "C",
+                ext="cpp" if cxx else "c",
+                compiler="cxx" if cxx else "cc",
                 lib=lib,
                 libfiles=", ".join(_q("lib" + x) for x in a.build.get("test_library_files") or [lib]),
                 header=names[0],

@@ -17,7 +17,7 @@ from typing import List, Optional
 
 from ..childoutput import read_excerpt
 from ..fileutil import write_atomic
-from . import fixes, templates
+from . import fixes, templates, testfixes
 from .validate import validate
 
 MAX_DIAGNOSTICS = 6000
@@ -126,18 +126,14 @@ class Refiner:
                 self.progress("attempt %d: %s" % (number, att.outcome))
                 break
             # what to try next: rule-based fixes on this text, or the model with the diagnostics
-            findings = fixes.diagnose_test(att.diagnostics) if test_failed else fixes.diagnose(att.diagnostics)
+            findings = testfixes.diagnose_test(att.diagnostics) if test_failed else fixes.diagnose(att.diagnostics)
             att.findings = [asdict(f) for f in findings]
             new_text = None
-            if generator.how.startswith("rule"):
+            if generator.how.startswith("rule") and test_failed:
+                new_text, att.fixes = testfixes.apply(text, findings, att.prefix)
+            elif generator.how.startswith("rule"):
                 new_text, att.fixes = fixes.apply(
-                    text,
-                    findings,
-                    self.index,
-                    analysis,
-                    source,
-                    os.path.join(att.directory, "spec.json"),
-                    prefix=att.prefix if test_failed else None,
+                    text, findings, self.index, analysis, source, os.path.join(att.directory, "spec.json")
                 )
             self._save(att)
             self.progress(
@@ -245,7 +241,7 @@ class Refiner:
             for line in text.splitlines()
             if re.search(r"(Error|error:|FAILED|failure|AssertionError|No such file|not found)", line)
         ][:40]
-        for f_ in fixes.diagnose_test(text):
+        for f_ in testfixes.diagnose_test(text):
             parts.append(templates.render(DIAGNOSTICS, "finding", evidence=f_.evidence))
         if len(parts) == 1:
             parts.append(_tail(output, 3000))

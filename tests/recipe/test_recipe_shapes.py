@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from spack_r3.recipe import fixes, names
+from spack_r3.recipe import fixes, names, testfixes
 from spack_r3.recipe.analyze import analyze
 from spack_r3.recipe.generate import RuleGenerator
 from spack_r3.recipe.retrieve import similar
@@ -790,14 +790,14 @@ def test_a_failed_stand_alone_test_names_what_the_prefix_has(tmp_path):
         "AssertionError: none of r3mk.h... under the prefix\n"
         "ProcessError: %s/bin/r3mk: No such file or directory\n" % prefix
     )
-    found = fixes.diagnose_test(results)
+    found = testfixes.diagnose_test(results)
     assert [(f.kind, f.subject) for f in found] == [
         ("test-library", "r3mk"),
         ("test-header", "r3mk.h"),
         ("test-program", "r3mk"),
     ]
     assert fixes.diagnose(results) == []  # a build's rules do not read a test's words
-    new, done = fixes.apply(text, found, None, a, prefix=prefix)
+    new, done = testfixes.apply(text, found, prefix)
     assert 'find_libraries(["libr3mk", "libr3mk2"]' in new and validate(new).ok
     assert 'for name in ["r3mk.h", "other.h"]' in new
     assert len(done) == 2  # bin/ has no program to run instead: that test stays as it is

@@ -258,7 +258,7 @@ def _test_facts(a, build_root):
     headers = [
         p
         for p in walk_tree(a.root, max_files=3000)
-        if p.endswith(".h")
+        if p.endswith(HEADER_EXTS)
         and not re.search(r"(^|/)(tests?|examples?|fuzz\w*|contrib|build|private)/", os.path.relpath(p, a.root))
         and not re.search(r"(private|internal)", os.path.basename(p))
         and not re.match(r"^(config|.*_config|.*-config)\.h$", os.path.basename(p))
@@ -281,6 +281,7 @@ def _test_facts(a, build_root):
         a.build["test_headers"] = list(dict.fromkeys(os.path.basename(p) for p in best))[:6]
         a.build["test_header"] = a.build["test_headers"][0]
         a.build["test_library"] = re.sub(r"^lib", "", lib)
+        a.build["test_language"] = header_language(best[0], a.languages)
         # a file renamed for one kind only (utf8proc: OUTPUT_NAME utf8proc_static when static)
         # is found by its target's name for the other
         renamed = [t for t in a.build.get("own_targets", []) if t.lower() in lib.lower() and t != lib]
@@ -290,6 +291,24 @@ def _test_facts(a, build_root):
         files = list(dict.fromkeys([lib] + renamed[:1] + variants))
         if len(files) > 1:
             a.build["test_library_files"] = files
+
+
+HEADER_EXTS = (".h", ".hpp", ".hh", ".hxx", ".h++")
+CXX_HEADER = re.compile(
+    r"(?m)^\s*(?:namespace\s+\w+|class\s+\w+[^;]*$|template\s*<|using\s+namespace\b"
+    r"|#\s*include\s*<(?:string|vector|map|memory|cstddef|cstdint|cstdlib|cstring|cstdio|iostream|"
+    r"utility|algorithm|functional|array|atomic|type_traits|limits|tuple)>)"
+)
+
+
+def header_language(path, languages):
+    """The language a program including ``path`` is written in for the link test: C++ for a
+    C++ header (by its name or what it says: snappy.h includes <string>), and for a project
+    with no C at all; else C."""
+    if path.endswith(HEADER_EXTS[1:]) or ("cxx" in languages and "c" not in languages):
+        return "cxx"
+    text = re.sub(r"(?s)/\*.*?\*/|//[^\n]*", "", read_file(path)[:200000])
+    return "cxx" if CXX_HEADER.search(text) else "c"
 
 
 def _fortran_module(a, lib):
