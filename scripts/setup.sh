@@ -45,6 +45,19 @@ if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev
   fi
 fi
 
+# 1b2. The autotools (autoconf, automake, libtool, m4), which a facility registers as Spack
+#      externals: recipes of Autotools trees without a generated configure regenerate it.
+if ! command -v autoreconf >/dev/null || ! command -v automake >/dev/null || ! command -v libtoolize >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing autoconf, automake, libtool with apt (for recipes that regenerate configure)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq autoconf automake libtool m4 >/dev/null \
+      || say "the autotools could not be installed: the autoreconf recipe test will skip"
+  else
+    say "no autotools: the autoreconf recipe test will skip (Debian: sudo apt-get install autoconf automake libtool)"
+  fi
+fi
+
 # 1c. ROCm's HIP headers and runtime library (Debian's libamdhip64-dev) for the tests that
 #     build the HIP recorder (record/runtime/r3hip.c) against them; no AMD GPU is needed.
 if [ ! -f /usr/include/hip/hip_runtime_api.h ]; then

@@ -79,6 +79,21 @@ PATTERNS = [
         "missing-compiler",
         "make",
     ),
+    # configure without its auxiliary scripts (a git tree, or one autoreconf ran on without
+    # --install) -> configure regenerated with them
+    (
+        r"(cannot find required auxiliary files?|cannot find install-sh, install\.sh, or shtool|"
+        r"cannot run /bin/sh \S*config\.sub)",
+        "autotools-aux",
+        "autotools",
+    ),
+    # a language the build compiles that the recipe does not depend on (Spack gives no
+    # compiler for it)
+    (r"No CMAKE_(C|CXX)_COMPILER could be found", "missing-language", "cmake"),
+    (r"CMAKE_(C|CXX)_COMPILER not set, after EnableLanguage", "missing-language", "cmake"),
+    (r"configure: error: (C|C\+\+) compiler cannot create executables", "missing-language", "autotools"),
+    (r"configure: error: no acceptable (C) compiler found in \$PATH", "missing-language", "autotools"),
+    (r"Unknown compiler\(s\): \[\['(cc|c\+\+)'", "missing-language", "meson"),
     # a goal the recipe asked for that the Makefile does not have
     (r"No rule to make target '([^']+)'\.\s+Stop", "unknown-target", "make"),
     # a subdirectory the tarball lacks (a git submodule) -> the option that adds it off
@@ -86,7 +101,8 @@ PATTERNS = [
     # a Fortran compiler the build wants and the machine lacks -> the option that wants it off
     (
         r"(No CMAKE_Fortran_COMPILER could be found|Could not find compiler set in environment variable FC|"
-        r"Fortran compiler (?:not found|cannot create executables)|f(?:77|95|ortran): (?:Command )?not found)",
+        r"Fortran compiler (?:not found|cannot create executables)|f(?:77|95|ortran): (?:Command )?not found|"
+        r"does not have a Fortran (?:77|90) compiler configured)",
         "missing-fortran",
         "cmake",
     ),
@@ -437,6 +453,38 @@ def unfetchable_roots(spec_file, subject):
     return out
 
 
+AUTOTOOLS = ("autoconf", "automake", "libtool", "m4")
+
+
+def regenerate_configure(text) -> Tuple[Optional[str], Optional[str]]:
+    """configure regenerated (``force_autoreconf``, the autotools as build dependencies);
+    where it already was, an ``autoreconf`` that also copies automake's auxiliary scripts."""
+    new = text
+    for tool in AUTOTOOLS:
+        new = add_dependency(new, tool, ("build",)) or new
+    cls = _package_class(ast.parse(new))
+    if cls is None:
+        return None, None
+    has = {getattr(t, "id", None) for st in cls.body if isinstance(st, ast.Assign) for t in st.targets}
+    methods = {st.name for st in cls.body if isinstance(st, ast.FunctionDef)}
+    if "force_autoreconf" not in has:
+        section, what = "force_autoreconf", "configure is regenerated (force_autoreconf, the autotools)"
+    elif "autoreconf" not in methods:
+        section, what = "autoreconf_aux", "autoreconf also copies automake's auxiliary scripts"
+    else:
+        return None, None
+    anchor = next((st for st in reversed(cls.body) if _call_name(st) in ("depends_on", "version", "variant")), None)
+    at = (anchor or cls.body[0]).end_lineno
+    lines = new.splitlines(True)
+    lines.insert(at, "\n" + templates.render(FIXES, section) + "\n")
+    out = "".join(lines)
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return None, None
+    return out, what
+
+
 # ``flags += self.compiler.openmp_flag`` (or ``+``): the flag appended with no space before it
 _GLUED = re.compile(r"(?<![\"'] )(\+=?[ \t]*)(self\.compiler\.[a-z0-9_]+_flag)\b")
 
@@ -498,6 +546,13 @@ def apply(
                     current, '"%s={0}".format(%s)' % (var, {"cxx": "spack_cxx", "fc": "spack_fc"}.get(kind, "spack_cc"))
                 )
                 what = "passed %s= from Spack's compiler for %s (%s)" % (var, f.subject, f.evidence)
+        elif f.kind == "autotools-aux":
+            new, what = regenerate_configure(current)
+            what = what and "%s (%s)" % (what, f.evidence)
+        elif f.kind == "missing-language":
+            lang = {"C": "c", "CXX": "cxx", "C++": "cxx", "cc": "c", "c++": "cxx"}[f.subject]
+            new = add_dependency(current, lang, ("build",))
+            what = "added depends_on(%r, type='build'): the build compiles %s (%s)" % (lang, f.subject, f.evidence)
         elif f.kind == "glued-flags":
             new = separate_glued_flags(current)
             what = "put a space before each compiler flag the recipe appends (%s)" % f.evidence

@@ -15,10 +15,11 @@ from typing import List, Optional, Tuple
 
 from .fixes import Finding, add_dependency, diagnose
 
-# how a test runs an installed program, in the order the repairs try them: the flag the
-# program's source answers comes first (analysis), then these; "" runs it with no argument
-# and its input from /dev/null
-RUN_ARGS = ("--version", "--help", "-h", "-help", "")
+# how a test runs an installed program: the generator runs it with the flag its source
+# answers; where that fails, the repairs try these in order, each once. "" runs it with no
+# argument and its input from /dev/null (a program that takes its first argument for a file
+# crashes on any flag)
+RUN_ARGS = ("", "--version", "--help", "-h", "-help")
 NO_ARGUMENT = "no argument"  # how a test says it runs a program with ""
 
 # a C++ header read by a C compiler: its standard headers, or its keywords
@@ -36,7 +37,7 @@ TEST_PATTERNS = [
     (r"(?:ProcessError: )?\S*/bin/([\w.+-]+): No such file or directory", "test-program", "prefix"),
     (CXX_IN_C, "test-language", "compiler"),
     (
-        r"r3 run of ([\w.+-]+ \([^)]*\)): (?:exit status (?:-\d+|12[6-9]|1[3-9]\d|2\d\d)|no output)",
+        r"r3 run of ([\w.+-]+ \([^)]*\)): (?:exit status (?:-\d+|12[6-9]|1[3-9]\d|2\d\d|timed out)|no output)",
         "test-run",
         "prefix",
     ),
@@ -137,28 +138,50 @@ def _run_args_literal(arg):
     return ('"%s", ' % arg) if arg else ""
 
 
+def _shown(arg):
+    return arg or NO_ARGUMENT
+
+
 def next_run_args(text, finding) -> Tuple[Optional[str], Optional[str]]:
     """The test that ran ``finding.subject`` (``prog (--help)``) runs it the next way of
-    ``RUN_ARGS`` instead; None when it has tried them all."""
+    ``RUN_ARGS`` it has not tried (its docstring keeps what it tried); None when it has
+    tried them all."""
     m = re.match(r"([\w.+-]+) \(([^)]*)\)$", finding.subject)
     if not m:
         return None, None
     exe, shown = m.group(1), m.group(2)
-    tried = RUN_ARGS.index("" if shown == NO_ARGUMENT else shown) if shown in RUN_ARGS + (NO_ARGUMENT,) else -1
-    if tried + 1 >= len(RUN_ARGS):
-        return None, None
-    nxt = RUN_ARGS[tried + 1]
-    call = re.compile(r"exe\(%soutput=str" % re.escape(_run_args_literal("" if shown == NO_ARGUMENT else shown)))
     said = "r3 run of %s (%s)" % (exe, shown)
     if said not in text and "(%s): it loads" % shown not in text:
         return None, None
-    new = call.sub("exe(%soutput=str" % _run_args_literal(nxt), text)
-    new = new.replace("(%s): it loads" % shown, "(%s): it loads" % (nxt or NO_ARGUMENT))
-    new = new.replace("(%s): exit status" % shown, "(%s): exit status" % (nxt or NO_ARGUMENT))
-    new = new.replace("(%s): no output" % shown, "(%s): no output" % (nxt or NO_ARGUMENT))
-    if new == text:
+    # the method that says it: from its def to the next def
+    starts = [x.start() for x in re.finditer(r"(?m)^    def ", text)] + [len(text)]
+    hit = text.find(said) if said in text else text.find("(%s): it loads" % shown)
+    begin = max((x for x in starts if x <= hit), default=None)
+    if begin is None:
         return None, None
-    return new, "the test runs %s %s instead: %s" % (exe, nxt or "with no argument", finding.evidence)
+    end = min(x for x in starts if x > hit)
+    method = text[begin:end]
+    doc = re.search(r"\((%s)(?:; tried ([^)]*))?\): it loads" % re.escape(shown), method)
+    tried = [shown] + (doc.group(2).split(", ") if doc and doc.group(2) else [])
+    left = [x for x in RUN_ARGS if _shown(x) not in tried]
+    if not left:
+        return None, None
+    nxt = left[0]
+    current = "" if shown == NO_ARGUMENT else shown
+    new_method = method.replace(
+        "exe(%soutput=str" % _run_args_literal(current), "exe(%soutput=str" % _run_args_literal(nxt)
+    )
+    new_method = new_method.replace("(%s): exit status" % shown, "(%s): exit status" % _shown(nxt))
+    new_method = new_method.replace("(%s): no output" % shown, "(%s): no output" % _shown(nxt))
+    if doc:
+        new_method = new_method.replace(doc.group(0), "(%s; tried %s): it loads" % (_shown(nxt), ", ".join(tried)))
+    if new_method == method:
+        return None, None
+    return text[:begin] + new_method + text[end:], "the test runs %s %s instead: %s" % (
+        exe,
+        nxt or "with no argument",
+        finding.evidence,
+    )
 
 
 def apply(text, findings, prefix) -> Tuple[Optional[str], List[str]]:

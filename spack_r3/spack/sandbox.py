@@ -49,6 +49,11 @@ def find_externals(extra_bin_dirs=()) -> Dict[str, dict]:
         ("ninja", "ninja", ["--version"]),
         ("meson", "meson", ["--version"]),
         ("pkgconf", "pkgconf", ["--version"]),
+        # the autotools a recipe regenerating configure depends on
+        ("autoconf", "autoconf", ["--version"]),
+        ("automake", "automake", ["--version"]),
+        ("libtool", "libtoolize", ["--version"]),
+        ("m4", "m4", ["--version"]),
     ):
         prefix, p = which(exe)
         if not p and pkg == "pkgconf":

@@ -347,3 +347,56 @@ def test_a_trial_build_writes_only_to_its_stage_prefix_and_temp(tmp_path):
         for p in escapes:
             if os.path.exists(p):
                 os.remove(p)
+
+
+def test_a_cxx_header_behind_a_c_looking_one_gets_a_cxx_link_test_by_repair(sandbox):
+    """r3t-cxxlib (snappy's shape, issue 59): the public header looks like C and includes a
+    C++ one; the C link test fails at attempt 1 on the compiler's own words, and the refine
+    loop writes it in C++ for attempt 2, which passes."""
+    rc, res, err = generate(sandbox, "r3t-cxxlib")
+    assert rc == 0, err + json.dumps(res, indent=1)[-3000:]
+    first, last = res["attempts"][0], res["attempts"][-1]
+    assert first["installed"] is True and first["check_passed"] is False
+    assert [f["kind"] for f in first["findings"]] == ["test-language"] and "C++" in first["fixes"][0]
+    assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
+    assert 'open("r3_link_test.cpp", "w")' in open(res["recipe"]).read()
+
+
+def test_a_program_that_crashes_on_a_flag_is_tested_another_way(sandbox):
+    """r3t-crashy (issue 59): the flag its source names is read as an input deck and the
+    program crashes; the refine loop runs it with no argument next, and that passes."""
+    rc, res, err = generate(sandbox, "r3t-crashy")
+    assert rc == 0, err + json.dumps(res, indent=1)[-3000:]
+    first, last = res["attempts"][0], res["attempts"][-1]
+    assert first["installed"] is True and first["check_passed"] is False
+    assert "r3 run of crashy (--help): exit status -11" in first["diagnostics"]
+    assert [f["kind"] for f in first["findings"]] == ["test-run"] and "with no argument" in first["fixes"][0]
+    assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
+    assert "(no argument; tried --help): it loads" in open(res["recipe"]).read()
+
+
+def test_a_configure_without_its_auxiliary_scripts_is_regenerated_by_repair(sandbox, tmp_path):
+    """r3t-autoaux as a git tree often is (issue 59): the generated ``configure`` committed,
+    the auxiliary scripts it wants (install-sh) not. Attempt 1 runs configure as shipped and
+    it stops on them; the refine loop regenerates configure (autoreconf --install, the
+    autotools as build dependencies) and attempt 2 installs the program, which runs."""
+    import shutil
+
+    missing = [n for n in ("autoconf", "automake", "libtool", "m4") if n not in sandbox.externals]
+    if missing:
+        pytest.skip("no %s on this machine" % ", ".join(missing))
+    tree = tmp_path / "r3t-autoaux"
+    shutil.copytree(os.path.join(TREES, "r3t-autoaux"), tree)
+    subprocess.run(["autoconf"], cwd=str(tree), check=True, capture_output=True)
+    assert os.path.isfile(tree / "configure") and not os.path.exists(tree / "install-sh")
+    rc, out, err = r3(
+        "--workspace", sandbox.ws, "recipe", "r3t-autoaux", "--source", tree, "--spack-config", sandbox.scope, "--json"
+    )
+    res = json.loads(out) if out.strip().startswith("{") else None
+    assert rc == 0, err + json.dumps(res, indent=1)[-3000:]
+    first, last = res["attempts"][0], res["attempts"][-1]
+    assert first["outcome"] == "install-failed" and "auxiliary" in first["diagnostics"]
+    assert [f["kind"] for f in first["findings"]] == ["autotools-aux"]
+    assert res["status"] == "installed" and len(res["attempts"]) == 2 and last["check_passed"] is True
+    recipe = open(res["recipe"]).read()
+    assert "force_autoreconf = True" in recipe and 'depends_on("automake", type="build")' in recipe

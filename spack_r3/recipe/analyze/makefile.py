@@ -241,6 +241,7 @@ def analyze_makefile(a: Analysis):
                 a.build.setdefault("switch_values", {})[m.group(1)] = (
                     [on.upper(), off.upper()] if m.group(2).isupper() else [on, off]
                 )
+    _architecture_file(a, text, mvars, rel)
     m = re.search(r"(?m)^\s*VERSION\s*[:?]?=\s*([\w.+-]+)", text)
     if m:
         a.version = m.group(1)
@@ -330,6 +331,69 @@ def analyze_makefile(a: Analysis):
             if not t.startswith("lib") and t not in PHONY_LIKE and t not in _phony(text) and "/" not in t
         ]
     a.languages = languages_from_files(a.root)
+
+
+# architecture files a recipe must not pick: another OS, vendor compilers, debug builds, templates
+FOREIGN_ARCH = re.compile(
+    r"mac|darwin|osx|win|cygwin|icc|icpc|icx|intel|xl|pgi|nvhpc|cray|cuda|hip|debug|unknown|template"
+)
+
+
+def _arch_preference(name):
+    n = name.lower()
+    return (
+        bool(FOREIGN_ARCH.search(n)),
+        "mpi" in n,
+        not ("serial" in n or "seq" in n),
+        not ("linux" in n or "gcc" in n or "gnu" in n),
+        n,
+    )
+
+
+def _architecture_file(a: Analysis, text, mvars, rel):
+    """``include setup/Make.$(arch)``: a variable names the architecture file the build reads
+    (HPCG's default ``UNKNOWN`` is a template to fill in). The recipe gives make a portable
+    one (Linux, serial, no vendor compiler), and what that file sets (a compiler named by
+    path) is read as the Makefile's own."""
+    m = re.search(r"(?m)^\s*-?include\s+(\S*\$[({]\w+[)}]\S*)", text)
+    if not m:
+        return
+    path = m.group(1)
+    for _ in range(5):  # expand what names a path; keep the leaf that names the architecture
+        path = re.sub(
+            r"\$[({](\w+)[)}]",
+            lambda x: mvars[x.group(1)] if re.search(r"[$/]", mvars.get(x.group(1), "")) else x.group(0),
+            path,
+        )
+    leaf = re.search(r"\$[({](\w+)[)}]", path)
+    if not leaf or leaf.group(1) not in mvars:
+        return
+    var = leaf.group(1)
+    head, tail = path[: leaf.start()], path[leaf.end() :]
+    folder = os.path.join(a.root, os.path.dirname(head))
+    if not os.path.isdir(folder) or "$" in head + tail:
+        return
+    stem = os.path.basename(head)
+    choices = [
+        n[len(stem) : len(n) - len(tail) if tail else None]
+        for n in sorted(os.listdir(folder))
+        if n.startswith(stem) and n.endswith(tail) and len(n) > len(stem) + len(tail)
+    ]
+    if len(choices) < 2:
+        return
+    default = mvars[var]
+    best = sorted(choices, key=_arch_preference)[0]
+    if default in choices and not FOREIGN_ARCH.search(default.lower()):
+        best = default
+    a.build.setdefault("extra_args", []).append("%s=%s" % (var, best))
+    a.notes.append(
+        "%s: `include %s` names an architecture file: the recipe builds %s=%s" % (rel, m.group(1), var, best)
+    )
+    chosen = os.path.join(folder, stem + best + tail)
+    for line in _make_lines(read_file(chosen)):
+        mm = MAKE_VAR_RE.match(line) if not line.startswith("\t") else None
+        if mm:
+            mvars.setdefault(mm.group(1), mm.group(2))
 
 
 def make_targets(text):

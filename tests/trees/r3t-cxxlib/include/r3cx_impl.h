@@ -1,0 +1,6 @@
+#pragma once
+#include <string>
+
+namespace r3cx {
+std::string greeting();
+}
