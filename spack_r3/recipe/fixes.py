@@ -87,6 +87,8 @@ PATTERNS = [
         "autotools-aux",
         "autotools",
     ),
+    # a tool autoreconf runs that no dependency gives (popt's AM_GNU_GETTEXT: autopoint)
+    (r"Can't exec \"(autopoint|gettextize|intltoolize|gtkdocize)\"", "missing-dependency", "tool"),
     # a language the build compiles that the recipe does not depend on (Spack gives no
     # compiler for it)
     (r"No CMAKE_(C|CXX)_COMPILER could be found", "missing-language", "cmake"),
@@ -509,7 +511,7 @@ def apply(
         if f.kind == "missing-dependency":
             spack_name, system = names.resolve_name(f.subject, f.lookup, index)
             if spack_name and (analysis is None or spack_name != analysis.name):
-                new = add_dependency(current, spack_name)
+                new = add_dependency(current, spack_name, ("build",) if f.lookup == "tool" else ("build", "link"))
                 what = "added depends_on(%r) for %s (%s)" % (spack_name, f.subject, f.evidence)
         elif f.kind == "missing-tool":
             new = add_dependency(current, "pkgconfig", ("build",))

@@ -178,7 +178,16 @@ HEADER = {
     "math.h": None,
 }
 
-TOOLS = {"pkg-config": "pkgconfig", "pkgconf": "pkgconfig", "PkgConfig": "pkgconfig"}
+TOOLS = {
+    "pkg-config": "pkgconfig",
+    "pkgconf": "pkgconfig",
+    "PkgConfig": "pkgconfig",
+    # what autoreconf runs for some macros (AM_GNU_GETTEXT, IT_PROG_INTLTOOL, GTK_DOC_CHECK)
+    "autopoint": "gettext",
+    "gettextize": "gettext",
+    "intltoolize": "intltool",
+    "gtkdocize": "gtk-doc",
+}
 
 TABLES = {"cmake": CMAKE, "pkgconfig": PKGCONFIG, "library": LIBRARY, "header": HEADER, "tool": TOOLS}
 _MISSING = object()

@@ -150,12 +150,17 @@ def next_run_args(text, finding) -> Tuple[Optional[str], Optional[str]]:
     if not m:
         return None, None
     exe, shown = m.group(1), m.group(2)
-    said = "r3 run of %s (%s)" % (exe, shown)
-    if said not in text and "(%s): it loads" % shown not in text:
+    # the method that says it (its message names the program, or, where it runs each program
+    # in bin/, its docstring the way): from its def to the next def
+    said = re.search(
+        r"r3 run of %s \(%s\)|\(%s(?:; tried [^)]*)?\): it loads"
+        % (re.escape(exe), re.escape(shown), re.escape(shown)),
+        text,
+    )
+    if not said:
         return None, None
-    # the method that says it: from its def to the next def
     starts = [x.start() for x in re.finditer(r"(?m)^    def ", text)] + [len(text)]
-    hit = text.find(said) if said in text else text.find("(%s): it loads" % shown)
+    hit = said.start()
     begin = max((x for x in starts if x <= hit), default=None)
     if begin is None:
         return None, None
