@@ -34,6 +34,9 @@ measured it: its clone behind a guard, the original for other arguments. The uni
 links a destructor that appends each guard's calls and matches to ``$R3_SPEC_LOG`` when
 set (``compile/specialize.py``), which the application check reads.
 
+Each tuned unit also links the target check (``targetcheck``): a binary whose tuned kernels
+were compiled for a CPU's features refuses, with one line, to run where the CPU lacks them.
+
 A unit that the plan names but that does not build this way fails the build with one
 line (``R3_APPLY_FALLBACK=1`` keeps the untuned object instead, with a warning): a
 ``+r3`` build is what was measured, or nothing.
@@ -59,6 +62,7 @@ from ..iredit import (
     rename_globals,
 )
 from ..record.runtime import RUNTIME_FILES
+from . import targetcheck
 from .bitcode import unit_bitcode
 from .plan import Plan, load_plan
 
@@ -73,6 +77,7 @@ TIMED_PREFIX = "__r3_timed."  # a timed build's kernel body, behind its probe wr
 _BUILD_SOURCES = (
     "emit/apply.py",
     "emit/bitcode.py",
+    "emit/targetcheck.py",
     "compile/stages.py",
     "compile/module.py",
     "compile/pipeline.py",
@@ -214,6 +219,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
             [compiler] + ir_codegen_args(line) + ir_input_flags(compiler) + ["-c", rest, "-o", parts[0]],
             "the unit without its kernels" if tuned else "the unit with probes",
         )
+        built_for = {}  # (cpu, features) -> a kernel compiled for it: what the target check asks of the CPU
         for k in unit.kernels if tuned else []:
             pipeline, launch = k.pipeline, k.launch
             try:
@@ -235,6 +241,7 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
             if probes:  # the body behind the wrapper that rest.o now defines
                 mod.get_function(names[k.symbol]).name = TIMED_PREFIX + names[k.symbol]
             cpu, features = resolve_target(pipeline, source_ir)
+            built_for.setdefault((cpu, features), mod.triple)
             tm = target_machine(mod.triple, cpu, features, pipeline.codegen)
             parts.append(os.path.join(tmp, "kernel-%d.o" % len(parts)))
             with open(parts[-1], "wb") as f:
@@ -242,11 +249,35 @@ def build_unit(line, source, obj, unit, probes=False, tuned=True, plan=None):
         guarded = [names[k.symbol] for k in unit.kernels if tuned and k.pipeline.specialize]
         if guarded:  # specialized kernels' guards report how often they matched (specialize.reporter_c)
             parts.append(_guard_reporter(compiler, guarded, tmp))
+        if built_for:
+            check = _target_check(compiler, built_for, tmp)
+            parts += [check] if check else []
         if len(parts) == 1:
             shutil.copyfile(parts[0], obj)
             return
         linker = shutil.which("ld") or "ld"
         _run([linker, "-r"] + parts + ["-o", obj], "linking the tuned object")
+
+
+def _target_check(compiler, built_for, tmp):
+    """The object that refuses to run the tuned kernels on a CPU without the features they
+    were compiled with (``targetcheck``), or None where there is nothing to check."""
+    from ..record.flags import clang_for_runtime
+
+    compiler = clang_for_runtime(compiler)
+    names, cpus = [], []
+    for (cpu, features), triple in built_for.items():
+        if not targetcheck.applies(triple):
+            continue
+        try:
+            found = targetcheck.required_features(compiler, cpu, features)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as err:
+            raise ApplyError("the target check of %s: %s" % (cpu, err))
+        names += [n for n in found if n not in names]
+        cpus += [cpu] if cpu not in cpus else []
+    if not names:
+        return None
+    return targetcheck.check_object(compiler, "/".join(cpus), names, tmp, _run)
 
 
 def _guard_reporter(compiler, kernels, tmp):

@@ -371,3 +371,56 @@ def test_a_wavefront_winner_builds_with_openmp_added_and_computes_the_untuned_ou
     assert run.stdout == expected  # the wavefront keeps every result bit for bit
     assert "__kmpc_fork_call" in subprocess.run(["nm", str(src / "app")], capture_output=True, text=True).stdout
     assert b"libomp" in subprocess.run(["readelf", "-d", str(src / "app")], capture_output=True).stdout
+
+
+def test_a_tuned_build_refuses_a_cpu_without_the_features_its_kernels_were_compiled_for(clang, tmp_path):
+    """The target check r3-apply links into a tuned unit: on this CPU, a build tuned for the
+    kernel as built runs; told the CPU lacks a feature the tuned code was compiled with
+    (R3_TARGET_CHECK_LACKS, as on an older CPU), it stops with one line before any kernel
+    runs, unless told to warn."""
+    from spack_r3.emit import targetcheck
+
+    if not targetcheck.applies():
+        pytest.skip("the target check is x86's")
+    # x86-64-v3's code may use AVX2 and FMA: clang's own predefined macros say so
+    needs = targetcheck.required_features(clang, "x86-64-v3", "")
+    assert {"avx2", "fma", "sse4.2"} <= set(needs) and "avx512f" not in needs
+    assert "avx512f" in targetcheck.required_features(clang, "x86-64-v3", "+avx512f")
+    src = _tree(tmp_path)
+    built = _make(src, clang)
+    untuned = subprocess.run(["./app"], cwd=src, capture_output=True, text=True).stdout
+    plan = _plan(tmp_path / "plan.json", [("smooth", Pipeline(opt="3", cpu="x86-64", features=""))])
+    built = _make(src, clang, plan)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run(["./app"], cwd=src, capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout == untuned, ran.stderr  # x86-64's baseline: every x86-64 CPU has it
+    baseline_needs = targetcheck.required_features(clang, "x86-64", "")
+    assert "sse4.2" not in baseline_needs and "avx" not in baseline_needs
+    # tuned for x86-64 with SSE4.2 and AVX added: a CPU without AVX is refused
+    plan = _plan(tmp_path / "plan.json", [("smooth", Pipeline(opt="3", cpu="x86-64", features="+sse4.2,+avx"))])
+    assert _make(src, clang, plan).returncode == 0
+    refused = subprocess.run(
+        ["./app"], cwd=src, capture_output=True, text=True, env=dict(os.environ, R3_TARGET_CHECK_LACKS="avx")
+    )
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        "r3: this program was tuned for x86-64 and its tuned code needs avx, which this CPU lacks"
+    )
+    warned = subprocess.run(
+        ["./app"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, R3_TARGET_CHECK_LACKS="avx", R3_TARGET_CHECK="warn"),
+    )
+    assert "this CPU lacks" in warned.stderr
+    if targetcheck_cpu_has(clang, tmp_path, "avx"):  # (it would stop on an illegal instruction otherwise)
+        assert warned.returncode == 0 and warned.stdout == untuned
+
+
+def targetcheck_cpu_has(clang, tmp_path, feature):
+    """Whether this CPU has ``feature`` (a probe of its own, apart from the check's)."""
+    probe = tmp_path / "probe.c"
+    probe.write_text('int main(void) { __builtin_cpu_init(); return !__builtin_cpu_supports("%s"); }\n' % feature)
+    subprocess.run([clang, str(probe), "-o", str(tmp_path / "probe")], check=True)
+    return subprocess.run([str(tmp_path / "probe")]).returncode == 0
