@@ -23,7 +23,7 @@ from .userpaths import refusal as user_path_refusal
 from .workspace import Workspace
 
 # Order is the order of the pipeline.
-COMMANDS = ["recipe", "record", "kernels", "replay", "mep", "tune", "emit", "retarget", "status"]
+COMMANDS = ["recipe", "record", "kernels", "replay", "mep", "tune", "emit", "retarget", "publish", "status"]
 
 
 def _command_module(name):

@@ -26,6 +26,13 @@ def setup_parser(subparser):
         metavar="DIR",
         help="extra Spack configuration scope (to find the original recipes)",
     )
+    subparser.add_argument(
+        "--mirror",
+        default=None,
+        metavar="DIR",
+        help="a build cache spack r3 publish wrote to: which targets it serves, whether this machine "
+        "can run each, and which are stale against this workspace's tuned packages",
+    )
     add_json(subparser)
 
 
@@ -35,6 +42,8 @@ def status(args):
     from ..roundtrip.status import status as tuned_status
 
     ws = Workspace(args.workspace)
+    if args.mirror:
+        return _cache_status(ws, args)
     if args.repo and not os.path.isdir(args.repo):  # (read, never made here: a typo)
         raise R3Error(
             "--repo %s %s" % (args.repo, "is not a directory" if os.path.exists(args.repo) else "does not exist")
@@ -84,6 +93,43 @@ def status(args):
         for why in r.stale:
             print("%s target=%s is stale: %s" % (r.package, r.target, why))
     return 1 if any(r.stale for r in rows) else 0
+
+
+def _cache_status(ws, args):
+    from ..errors import R3Error
+    from ..roundtrip.publish import published, runs_here
+
+    entries = published(args.mirror, ws, args.package)
+    if args.package and not entries:
+        raise R3Error("%s is not in the build cache %s" % (args.package, args.mirror))
+    if args.json:
+        rows = [dict(e.__dict__, runs_here=runs_here(e.target)) for e in entries]
+        print(json.dumps({"mirror": os.path.abspath(args.mirror), "entries": rows}, indent=1))
+        return 1 if any(e.stale for e in entries) else 0
+    if not entries:
+        print("nothing published in %s" % args.mirror)
+        return 0
+    print(
+        table(
+            ["package", "target", "hash", "published", "measured", "runs here", "state"],
+            [
+                [
+                    e.package,
+                    e.target,
+                    e.hash[:7],
+                    e.published,
+                    "-" if e.measured_app_speedup is None else "%.2fx" % e.measured_app_speedup,
+                    {True: "yes", False: "no"}.get(runs_here(e.target), "?"),
+                    "stale" if e.stale else "current",
+                ]
+                for e in entries
+            ],
+        )
+    )
+    for e in entries:
+        for why in e.stale:
+            print("%s target=%s in the cache is stale: %s" % (e.package, e.target, why))
+    return 1 if any(e.stale for e in entries) else 0
 
 
 def _recipe_texts(scopes):

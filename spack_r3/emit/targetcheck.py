@@ -21,8 +21,10 @@ import os
 import platform
 import subprocess
 
-# clang's predefined macro for a feature -> its name for __builtin_cpu_supports (both
-# clang's and GCC's libgcc know these): the features a tuned loop's code is made of.
+# clang's predefined macro for a feature -> its name for __builtin_cpu_supports: the
+# features a tuned loop's code may be made of, each known to clang 19's builtin and to the
+# CPU model of libgcc 12 and compiler-rt (a feature the runtime does not know reads as
+# missing: one outside both is left out rather than refusing a CPU that has it).
 FEATURE_MACROS = (
     ("__SSE3__", "sse3"),
     ("__SSSE3__", "ssse3"),
@@ -46,6 +48,19 @@ FEATURE_MACROS = (
     ("__AVX512BITALG__", "avx512bitalg"),
     ("__AVX512VPOPCNTDQ__", "avx512vpopcntdq"),
     ("__AVX512BF16__", "avx512bf16"),
+    ("__AVX512FP16__", "avx512fp16"),
+    ("__AVX512VP2INTERSECT__", "avx512vp2intersect"),
+    ("__AVXVNNI__", "avxvnni"),
+    ("__F16C__", "f16c"),
+    ("__MOVBE__", "movbe"),
+    ("__PCLMUL__", "pclmul"),
+    ("__AES__", "aes"),
+    ("__VAES__", "vaes"),
+    ("__VPCLMULQDQ__", "vpclmulqdq"),
+    ("__GFNI__", "gfni"),
+    ("__AMX_TILE__", "amx-tile"),
+    ("__AMX_BF16__", "amx-bf16"),
+    ("__AMX_INT8__", "amx-int8"),
 )
 
 
