@@ -1,6 +1,6 @@
 """Push a tuned package's +r3 build (the one the check measured) and its dependencies to
 a Spack build cache, with the recipes and a configuration scope another Spack installs it
-with: spack -C <mirror>/r3/scope install --cache-only <package>+r3 (roundtrip.publish)."""
+with: spack -C <mirror>/r3/scope install --cache-only /<hash> (roundtrip.publish)."""
 
 import json
 
@@ -41,10 +41,12 @@ def publish(args):
         # (progress on stderr when stdout carries the JSON)
         say=lambda line: (warn if args.json else say)("==> " + line),
     )
-    install = "spack -C %s install --cache-only%s %s+r3" % (
+    # by its hash: exactly the build the check measured (a consumer's own solve of PKG+r3 may
+    # choose another compiler or variant, which the cache has no binary of)
+    install = "spack -C %s install --cache-only%s /%s" % (
         done.scope,
         "" if done.entry.signed else " --no-check-signature",
-        done.entry.package,
+        done.entry.hash,
     )
     if args.json:
         print(

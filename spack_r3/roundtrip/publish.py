@@ -10,14 +10,17 @@ the cache, under ``DIR/r3/``, goes what another Spack needs to install it from t
                                 imports it): copies, as they were when published
     DIR/r3/scope/               a configuration scope naming those repositories and the
                                 cache as a mirror: on any other Spack,
-                                ``spack -C DIR/r3/scope install --cache-only <pkg>+r3``
+                                ``spack -C DIR/r3/scope install --cache-only /<hash>``
     DIR/r3/index.json           what the cache serves: per (package, target) the spec's hash,
                                 the plan's build digest, the toolchain, the speedups measured
 
-The target is checked twice on the other side: at install, Spack's concretizer takes only a
-target the host can run (a binary for a newer microarchitecture has no match there, and
-``--cache-only`` says so), and at run, the tuned units' own check (``emit/targetcheck.py``)
-stops a binary on a CPU without the features its kernels were compiled for.
+The install names the build by its hash: exactly what the check measured (a consumer's own
+solve of ``<pkg>+r3`` may pick another compiler or variant, a ``dev_path`` one never
+matches). The target is checked on the other side: ``spack r3 status --mirror`` says
+whether the machine can run each target; an install by spec (``<pkg>+r3``) gets Spack's
+check (its concretizer takes only targets the host can run); and at run, the tuned units'
+own check (``emit/targetcheck.py``) stops a binary on a CPU without the features its
+kernels were compiled for, whichever way it was installed.
 
 ``published(mirror)`` reads the index back for ``spack r3 status --mirror``: which targets
 the cache serves and which are stale (the workspace's tuned package now builds another plan,
@@ -27,6 +30,7 @@ or an r3 that builds tuned units differently emitted it).
 import datetime
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
@@ -38,7 +42,7 @@ from ..spack.repos import open_repo, write_scope
 from . import pkgtxn
 from .emit import NAMESPACE, default_repo
 from .record import install, latest_spack_record, open_site, with_clang
-from .status import named_plans
+from .status import named_plans, toolchain_of
 
 INDEX = os.path.join("r3", "index.json")
 
@@ -93,10 +97,21 @@ def publish(workspace, package, mirror, key=None, user_scopes=(), extra_repos=()
             % (package, target, ", ".join(sorted(plans)) or "none")
         )
     plan_file, plan_digest = plans[target]
+    # what built the +r3 install: the r3 package.py names (Spack's hash follows it), which
+    # may be older than this one (status then calls the workspace's variant stale too)
+    built_by = toolchain_of(text) or "unknown"
+    if built_by != toolchain_digest():
+        say(
+            "warning: %s's tuned package was emitted by an r3 that builds tuned units differently "
+            "(toolchain %s, now %s): the build published is that one; tune again for this r3's"
+            % (package, built_by, toolchain_digest())
+        )
     plan = json.loads(files[plan_file]) if plan_file in files else {}
     check = (plan.get("facts") or {}).get("check") or {}
 
-    site = open_site(workspace, user_scopes, extra_repos, front_repo=repo_root, say=say)
+    # the repositories the record built from (an overlay with a repaired recipe among them), as the check
+    repos = list(extra_repos) + [r for r in facts.get("repos", []) if r not in extra_repos]
+    site = open_site(workspace, user_scopes, repos, front_repo=repo_root, say=say)
     spec = with_clang("%s target=%s" % (facts.get("spec") or package, target), "+r3")
     say("building (or finding) %s through Spack" % spec)
     built = install(site, spec, os.path.join(workspace.spack_dir, "publish", package), "the +r3 build")
@@ -110,7 +125,7 @@ def publish(workspace, package, mirror, key=None, user_scopes=(), extra_repos=()
         raise R3Error("spack buildcache push failed: %s" % (res.error_lines() or [res.output.strip()[-300:]])[0])
     pushed = [l.split("Pushed", 1)[1].strip() for l in res.output.splitlines() if "Pushed" in l]
 
-    repos = _ship_recipes(site, mirror, package, facts, repo_root)
+    repos = _ship_recipes(site, mirror, package, parent_namespace(text), facts, repo_root)
     scope = write_scope(
         os.path.join(mirror, "r3", "scope"),
         repos=repos,
@@ -124,7 +139,7 @@ def publish(workspace, package, mirror, key=None, user_scopes=(), extra_repos=()
         spec,
         built.hash,
         plan_digest,
-        toolchain_digest(),
+        built_by,
         datetime.datetime.now().isoformat(timespec="seconds"),
         bool(key),
         check.get("predicted_app_speedup"),
@@ -134,7 +149,13 @@ def publish(workspace, package, mirror, key=None, user_scopes=(), extra_repos=()
     return Published(mirror, entry, scope, repos, pushed)
 
 
-def _ship_recipes(site, mirror, package, facts, repo_root):
+def parent_namespace(text):
+    """The namespace of the recipe a tuned package.py inherits (its import line), or None."""
+    found = re.search(r"^from spack(?:\.pkg|_repo)\.(\w+)\.", text, re.M)
+    return found.group(1) if found else None
+
+
+def _ship_recipes(site, mirror, package, parent_ns, facts, repo_root):
     """Copy the tuned package and the recipe it inherits (unless builtin) into
     ``mirror/r3/repos``; the repositories' paths, the tuned one first."""
     from ..spack.repos import create_repo
@@ -142,7 +163,6 @@ def _ship_recipes(site, mirror, package, facts, repo_root):
     layout = facts.get("layout") or "v1"
     out = []
     wanted = [(NAMESPACE, repo_root)]
-    parent_ns = facts.get("namespace")
     if parent_ns and parent_ns != "builtin":
         found = dict(site.spack.repo_list())
         if parent_ns not in found:

@@ -100,7 +100,7 @@ def status(repo_root, recipe_text_of=None, package=None):
         text = text.decode(errors="surrogateescape")
         plans = _plans_of(files)
         named = named_plans(text)
-        emitted_by = _toolchain_of(text)
+        emitted_by = toolchain_of(text)
         if emitted_by:
             current = current or toolchain_digest()
         for target, plan in sorted(plans.items()):
@@ -253,7 +253,7 @@ def _interrupted(repo, package):
     return out
 
 
-def _toolchain_of(text):
+def toolchain_of(text):
     """The ``R3_TOOLCHAIN`` digest the emitted package.py carries (None: an older r3's)."""
     found = re.search(r"^R3_TOOLCHAIN = ['\"]([0-9a-f]+)['\"]", text, re.M)
     return found.group(1) if found else None

@@ -79,11 +79,18 @@ def test_a_published_tuned_build_installs_from_the_cache_on_another_tree_and_run
             "build_stage": [str(tree / "stage")],
         },
     )
-    assert done["install"].startswith("spack -C %s install --cache-only --no-check-signature " % done["scope"])
-    proc = _spack(spack_root, "-C", scope, "-C", done["scope"], "install", "--cache-only", "--no-check-signature",
-                  "r3-dense+r3")  # fmt: skip
+    # the line publish printed: the measured build, by its hash
+    line = done["install"].split()
+    assert line[:3] == ["spack", "-C", done["scope"]] and line[3:] == [
+        "install", "--cache-only", "--no-check-signature", "/" + entry["hash"]
+    ]  # fmt: skip
+    proc = _spack(spack_root, "-C", scope, *line[1:])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "from binary cache" in proc.stdout
+    # ... and by spec, where the consumer's solve agrees (the same compiler here): the same build
+    proc = _spack(spack_root, "-C", scope, "-C", done["scope"], "install", "--cache-only", "--no-check-signature",
+                  "r3-dense+r3")  # fmt: skip
+    assert proc.returncode == 0 and entry["hash"][:7] in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     where = _spack(spack_root, "-C", scope, "-C", done["scope"], "location", "-i", "/" + entry["hash"])
     prefix = where.stdout.strip()
     assert where.returncode == 0 and prefix.startswith(str(tree / "opt")), where.stderr
