@@ -38,7 +38,7 @@ from typing import List, Optional
 from ..emit.apply import toolchain_digest
 from ..errors import R3Error
 from ..fileutil import write_atomic
-from ..spack.repos import open_repo, write_scope
+from ..spack.repos import create_repo, open_repo, write_scope
 from . import pkgtxn
 from .emit import NAMESPACE, default_repo
 from .record import install, latest_spack_record, open_site, with_clang
@@ -158,8 +158,6 @@ def parent_namespace(text):
 def _ship_recipes(site, mirror, package, parent_ns, facts, repo_root):
     """Copy the tuned package and the recipe it inherits (unless builtin) into
     ``mirror/r3/repos``; the repositories' paths, the tuned one first."""
-    from ..spack.repos import create_repo
-
     layout = facts.get("layout") or "v1"
     out = []
     wanted = [(NAMESPACE, repo_root)]
@@ -206,9 +204,11 @@ def _add_to_index(mirror, entry):
     entries = [e for e in _read_index(path) if (e.package, e.target) != (entry.package, entry.target)]
     entries.append(entry)
     entries.sort(key=lambda e: (e.package, e.target))
-    data = {"published_by": "spack-r3", "entries": [dict(asdict(e), stale=[]) for e in entries]}
-    for e in data["entries"]:
-        e.pop("stale")
+    # (``stale`` is what ``published`` finds when read, never stored)
+    data = {
+        "published_by": "spack-r3",
+        "entries": [{k: v for k, v in asdict(e).items() if k != "stale"} for e in entries],
+    }
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 

@@ -13,30 +13,11 @@
 The same classes are built for real through Spack in test_recipe_spack.py.
 """
 
-import os
-
 from spack_r3.recipe import fixes, testfixes
 from spack_r3.recipe.analyze import analyze
 from spack_r3.recipe.analyze.facts import detect_build_system
-from spack_r3.recipe.generate import RuleGenerator
-from spack_r3.recipe.source import Source
 from spack_r3.recipe.validate import validate
-
-
-def _write(root, files):
-    for rel, text in files.items():
-        path = os.path.join(str(root), rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-    return str(root)
-
-
-def _recipe(a):
-    src = Source(tree=a.root, url="file:///tmp/%s-1.0.tar.gz" % a.name, sha256="a" * 64, origin=a.root)
-    text = RuleGenerator().generate(a, src)
-    assert validate(text).ok, validate(text).reasons
-    return text
+from test_recipe_shapes import _recipe, _write  # (one copy of the tree and recipe helpers)
 
 
 CMAKE_LIB = (
